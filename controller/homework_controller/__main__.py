@@ -1,0 +1,53 @@
+"""Start the Homework controller: python -m homework_controller --help."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+
+from .config import CONFIG
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="homework_controller", description=__doc__)
+    p.add_argument("--db", default=CONFIG.db, help="SQLite file for device decisions (default %(default)s)")
+    p.add_argument("--wlan-port", default=CONFIG.wlan_port, help="OVS port name of the wireless interface")
+    p.add_argument("--lan-iface", default=CONFIG.lan_iface, help="interface that holds the gateway addresses")
+    p.add_argument("--upstream-dns", default=CONFIG.upstream_dns, help="resolver the router relays DNS to")
+    p.add_argument("--api-port", type=int, default=CONFIG.api_port, help="ws.v1 port on loopback")
+    p.add_argument("--of-port", type=int, default=CONFIG.of_port, help="OpenFlow listen port on loopback")
+    p.add_argument("--pending-lease", type=int, default=CONFIG.pending_lease)
+    p.add_argument("--permitted-lease", type=int, default=CONFIG.permitted_lease)
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    try:
+        ipaddress.IPv4Address(args.upstream_dns)
+    except ValueError:
+        p.error(f"--upstream-dns must be an IPv4 address, not {args.upstream_dns!r}")
+    for port in (args.api_port, args.of_port):
+        if not 0 < port < 65536:
+            p.error(f"port {port} out of range")
+    if min(args.pending_lease, args.permitted_lease) < 10:
+        p.error("leases shorter than 10 seconds make clients renew constantly")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    CONFIG.db, CONFIG.wlan_port, CONFIG.lan_iface = args.db, args.wlan_port, args.lan_iface
+    CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
+    CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
+
+    # os-ken reads its own options from oslo.config; it ships no manager command any more.
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+    cfg.CONF(args=["--ofp-listen-host", CONFIG.of_host, "--ofp-tcp-listen-port", str(CONFIG.of_port)],
+             project="os_ken")
+    AppManager.run_apps(["homework_controller.ofapp"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Controller settings, filled in by __main__ from the command line before the app starts.
+
+os-ken instantiates apps itself, so the app reads this module-level object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    db: str = "/var/lib/homework/controller.sqlite"
+    wlan_port: str = "wlan0"         # the OVS port of the wireless interface
+    lan_iface: str = "br-lan"        # the router's LAN interface, holding each /30's gateway
+    upstream_dns: str = "127.0.0.53"
+    api_host: str = "127.0.0.1"
+    api_port: int = 8081
+    of_host: str = "127.0.0.1"
+    of_port: int = 6653
+    pending_lease: int = 30
+    permitted_lease: int = 3600
+    per_device_queue: int = 64
+    tick_seconds: float = 2.0
+
+
+CONFIG = Config()

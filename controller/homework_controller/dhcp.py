@@ -1,0 +1,298 @@
+"""The router's DHCP server: per-device /30 leases, decided by pure functions.
+
+`decode_request` turns a UDP payload into a `DhcpRequest` (dpkt does the TLV
+work); `serve` decides, from the request and what the router knows of the
+device, what to answer and how the device's record changes; `encode_reply`
+builds the wire message. Nothing here touches a socket, a switch or a clock.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Callable
+
+import dpkt
+
+from .model import Device, ROUTER_FALLBACK_IP, State, Subnet
+
+DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
+MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK",
+                 6: "NAK", 7: "RELEASE", 8: "INFORM"}
+
+OPT_SUBNET_MASK = 1
+OPT_ROUTER = 3
+OPT_DNS = 6
+OPT_HOSTNAME = 12
+OPT_BROADCAST = 28
+OPT_REQUESTED_IP = 50
+OPT_LEASE_TIME = 51
+OPT_MESSAGE_TYPE = 53
+OPT_SERVER_ID = 54
+OPT_MESSAGE = 56
+OPT_RENEWAL_T1 = 58
+OPT_REBINDING_T2 = 59
+OPT_VENDOR_CLASS = 60
+
+BROADCAST_FLAG = 0x8000
+ZERO_IP = "0.0.0.0"
+BROADCAST_IP = "255.255.255.255"
+BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
+
+
+class MalformedDhcp(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DhcpRequest:
+    msg_type: int
+    xid: int
+    flags: int
+    ciaddr: str
+    giaddr: str
+    chaddr: str
+    requested_ip: str | None = None
+    server_id: str | None = None
+    hostname: str = ""
+    vendor_class: str = ""
+
+    @property
+    def name(self) -> str:
+        return MESSAGE_NAMES.get(self.msg_type, str(self.msg_type))
+
+
+@dataclass(frozen=True)
+class DhcpReply:
+    msg_type: int
+    xid: int
+    flags: int
+    chaddr: str
+    ciaddr: str
+    yiaddr: str
+    server_ip: str
+    dst_ip: str
+    dst_mac: str
+    lease_seconds: int | None = None
+    subnet: Subnet | None = None
+    message: str = ""
+
+    @property
+    def name(self) -> str:
+        return MESSAGE_NAMES[self.msg_type]
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    pending_seconds: int = 30
+    permitted_seconds: int = 3600
+
+    def seconds_for(self, state: State) -> int:
+        return self.permitted_seconds if state is State.PERMITTED else self.pending_seconds
+
+
+@dataclass
+class Outcome:
+    """What serving one request decided."""
+
+    reply: DhcpReply | None
+    device: Device | None  # the device's record after this request (None: unknown and untouched)
+    events: list[tuple[str, str]] = field(default_factory=list)  # (kind, message) for the household
+    log: str = ""
+
+
+def _ip(raw: bytes | int) -> str:
+    if isinstance(raw, int):
+        return socket.inet_ntoa(struct.pack("!I", raw))
+    if len(raw) != 4:
+        raise MalformedDhcp(f"IPv4 option of {len(raw)} bytes")
+    return socket.inet_ntoa(raw)
+
+
+def _text(raw: bytes, limit: int = 64) -> str:
+    # Names come from untrusted devices: keep printable characters only, bounded.
+    return "".join(ch for ch in raw.decode("utf-8", "replace") if ch.isprintable())[:limit]
+
+
+def decode_request(payload: bytes) -> DhcpRequest:
+    """Parse a client's BOOTREQUEST. Raises MalformedDhcp for anything not a sane request."""
+    if len(payload) < 240:
+        raise MalformedDhcp(f"truncated: {len(payload)} bytes, a DHCP message has at least 240")
+    try:
+        msg = dpkt.dhcp.DHCP(payload)
+    except (dpkt.UnpackError, IndexError, struct.error) as exc:
+        raise MalformedDhcp(f"unparseable: {exc}") from None
+    if msg.op != dpkt.dhcp.DHCP_OP_REQUEST:
+        raise MalformedDhcp(f"op {msg.op} is not BOOTREQUEST")
+    if msg.hrd != 1 or msg.hln != 6:
+        raise MalformedDhcp(f"hardware type {msg.hrd}/length {msg.hln} is not Ethernet")
+    if msg.magic != dpkt.dhcp.DHCP_MAGIC:
+        raise MalformedDhcp("missing DHCP magic cookie")
+    # dpkt stops at the END option and leaves what follows in .data; a message
+    # whose options run off the end never reaches END, so its last option is cut.
+    if payload[240:].find(b"\xff") < 0:
+        raise MalformedDhcp("options are not terminated by END")
+    opts: dict[int, bytes] = {}
+    for tag, value in msg.opts:
+        opts.setdefault(tag, value)
+    mtype = opts.get(OPT_MESSAGE_TYPE)
+    if mtype is None or len(mtype) != 1 or mtype[0] not in MESSAGE_NAMES:
+        raise MalformedDhcp("missing or invalid message type option")
+    chaddr = ":".join(f"{b:02x}" for b in msg.chaddr[:6])
+    return DhcpRequest(
+        msg_type=mtype[0],
+        xid=msg.xid,
+        flags=msg.flags,
+        ciaddr=_ip(msg.ciaddr),
+        giaddr=_ip(msg.giaddr),
+        chaddr=chaddr,
+        requested_ip=_ip(opts[OPT_REQUESTED_IP]) if OPT_REQUESTED_IP in opts else None,
+        server_id=_ip(opts[OPT_SERVER_ID]) if OPT_SERVER_ID in opts else None,
+        hostname=_text(opts.get(OPT_HOSTNAME, b"")),
+        vendor_class=_text(opts.get(OPT_VENDOR_CLASS, b"")),
+    )
+
+
+def encode_reply(reply: DhcpReply) -> bytes:
+    opts = [(OPT_MESSAGE_TYPE, bytes([reply.msg_type])),
+            (OPT_SERVER_ID, socket.inet_aton(reply.server_ip))]
+    if reply.msg_type == NAK:
+        if reply.message:
+            opts.append((OPT_MESSAGE, reply.message.encode()[:250]))
+    else:
+        sub = reply.subnet
+        if reply.lease_seconds is not None:
+            lease = reply.lease_seconds
+            opts += [(OPT_LEASE_TIME, struct.pack("!I", lease)),
+                     (OPT_RENEWAL_T1, struct.pack("!I", lease // 2)),
+                     (OPT_REBINDING_T2, struct.pack("!I", lease * 7 // 8))]
+        opts += [(OPT_SUBNET_MASK, socket.inet_aton(sub.mask)),
+                 (OPT_ROUTER, socket.inet_aton(sub.gateway)),
+                 (OPT_DNS, socket.inet_aton(sub.gateway)),
+                 (OPT_BROADCAST, socket.inet_aton(sub.broadcast))]
+    msg = dpkt.dhcp.DHCP(
+        op=dpkt.dhcp.DHCP_OP_REPLY,
+        xid=reply.xid,
+        flags=reply.flags,
+        ciaddr=struct.unpack("!I", socket.inet_aton(reply.ciaddr))[0],
+        yiaddr=struct.unpack("!I", socket.inet_aton(reply.yiaddr))[0],
+        siaddr=0,
+        giaddr=0,
+        chaddr=bytes.fromhex(reply.chaddr.replace(":", "")) + b"\x00" * 10,
+        opts=opts,
+    )
+    return bytes(msg)
+
+
+def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str]:
+    """Where a reply goes, per RFC 2131 section 4.1 (no relay agents on a home LAN)."""
+    if msg_type == NAK or req.flags & BROADCAST_FLAG:
+        return BROADCAST_IP, BROADCAST_MAC
+    if req.ciaddr != ZERO_IP:
+        return req.ciaddr, req.chaddr
+    return yiaddr, req.chaddr
+
+
+def _reply(req: DhcpRequest, msg_type: int, subnet: Subnet | None, lease: int | None,
+           message: str = "", yiaddr: str | None = None) -> DhcpReply:
+    yiaddr = yiaddr if yiaddr is not None else (subnet.device_ip if subnet else ZERO_IP)
+    dst_ip, dst_mac = _destination(req, msg_type, yiaddr)
+    return DhcpReply(
+        msg_type=msg_type, xid=req.xid, flags=req.flags, chaddr=req.chaddr,
+        ciaddr=req.ciaddr if msg_type == ACK else ZERO_IP,
+        yiaddr=yiaddr if msg_type != NAK else ZERO_IP,
+        server_ip=subnet.gateway if subnet else ROUTER_FALLBACK_IP,
+        dst_ip=dst_ip, dst_mac=dst_mac, lease_seconds=lease, subnet=subnet, message=message,
+    )
+
+
+def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePolicy,
+          allocate: Callable[[], Subnet]) -> Outcome:
+    """Decide the answer to one request.
+
+    `device` is the router's record for req.chaddr (None if never seen);
+    `allocate` hands out a fresh /30 and is only called for a new device.
+    Denied devices get no OFFER (so they do not churn through DISCOVERs) and a
+    NAK to any REQUEST (so they drop an address they still hold at once).
+    Blacklisted devices never reach this function: the switch drops their frames.
+    """
+    if device is not None and device.state is State.BLACKLISTED:
+        return Outcome(None, device, log="blacklisted: ignored")
+    if device is not None:
+        device = device.with_(last_seen=now)
+        if req.hostname:
+            device = device.with_(hostname=req.hostname)
+        if req.vendor_class:
+            device = device.with_(vendor_class=req.vendor_class)
+
+    if req.msg_type == DISCOVER:
+        return _discover(req, device, now, policy, allocate)
+    if req.msg_type == REQUEST:
+        return _request(req, device, now, policy)
+    if req.msg_type == RELEASE:
+        if device is None or device.subnet is None or req.ciaddr != device.subnet.device_ip:
+            return Outcome(None, device, log="release for an address it does not hold: ignored")
+        return Outcome(None, device.with_(lease_expires=0.0), log="released")
+    if req.msg_type == DECLINE:
+        # Each /30 belongs to one device, so a conflict means another host is
+        # squatting on it; source-address rules already keep the squatter out.
+        # The device keeps its /30 (same MAC, same /30) and the household is told.
+        if device is None:
+            return Outcome(None, None, log="decline from unknown device: ignored")
+        return Outcome(None, device, events=[("address-conflict",
+                       f"{device.mac} reports its address {req.requested_ip} in use by another host")],
+                       log="declined")
+    if req.msg_type == INFORM:
+        if device is None or device.subnet is None or req.ciaddr != device.subnet.device_ip \
+                or device.state in (State.DENIED, State.BLACKLISTED):
+            return Outcome(None, device, log="inform from a device without that lease: ignored")
+        # INFORM answers carry configuration only: no address, no lease time.
+        return Outcome(_reply(req, ACK, device.subnet, None, yiaddr=ZERO_IP), device, log="informed")
+    return Outcome(None, device, log=f"{req.name} is not a client message: ignored")
+
+
+def _discover(req, device, now, policy, allocate) -> Outcome:
+    events = []
+    if device is None:
+        device = Device(mac=req.chaddr, state=State.PENDING, subnet=allocate(), hostname=req.hostname,
+                        vendor_class=req.vendor_class, first_seen=now, last_seen=now)
+        label = req.hostname or req.vendor_class or "unnamed device"
+        events.append(("new-device", f"{label} ({req.chaddr}) asks to join"))
+    elif device.subnet is None:
+        device = device.with_(subnet=allocate())  # whitelisted before it ever appeared
+    if device.state is State.DENIED:
+        return Outcome(None, device, events, log="denied: no offer")
+    lease = policy.seconds_for(device.state)
+    return Outcome(_reply(req, OFFER, device.subnet, lease), device, events, log="offered")
+
+
+def _request(req, device, now, policy) -> Outcome:
+    if req.server_id is not None:  # SELECTING: answering some server's OFFER
+        if device is None or device.subnet is None or req.server_id != device.subnet.gateway:
+            return Outcome(None, device, log="client selected another server: ignored")
+        wanted = req.requested_ip
+    elif req.ciaddr != ZERO_IP:  # RENEWING or REBINDING
+        wanted = req.ciaddr
+    else:  # INIT-REBOOT: checking an address it remembers
+        wanted = req.requested_ip
+    if device is None or device.subnet is None:
+        return Outcome(_reply(req, NAK, None, None, "no lease known for this device"), device,
+                       log="unknown device: nak")
+    if device.state is State.DENIED:
+        return Outcome(_reply(req, NAK, device.subnet, None, "refused by the household"),
+                       device.with_(lease_expires=0.0), log="denied: nak")
+    if wanted != device.subnet.device_ip:
+        return Outcome(_reply(req, NAK, device.subnet, None, "wrong address for this device"), device,
+                       log=f"asked for {wanted}: nak")
+    lease = policy.seconds_for(device.state)
+    device = device.with_(lease_expires=now + lease)
+    return Outcome(_reply(req, ACK, device.subnet, lease), device, log=f"acked {lease}s")
+
+
+def is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+        return True
+    except ValueError:
+        return False

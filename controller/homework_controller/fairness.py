@@ -1,0 +1,44 @@
+"""Round-robin service of packet-ins, one queue per device (Maestro's lesson).
+
+A device that floods the controller only lengthens its own queue; every other
+device's next packet is served after at most one packet from each busy device.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+
+class FairQueue:
+    def __init__(self, per_key_limit: int = 64):
+        self.per_key_limit = per_key_limit
+        self._queues: OrderedDict[object, deque] = OrderedDict()
+        self.dropped = 0
+
+    def put(self, key, item) -> bool:
+        """Queue an item; False (and counted) if that key's queue is already full."""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+        if len(queue) >= self.per_key_limit:
+            self.dropped += 1
+            return False
+        queue.append(item)
+        return True
+
+    def pop(self):
+        """The next item in round-robin order over keys; raises IndexError when empty."""
+        if not self._queues:
+            raise IndexError("pop from an empty FairQueue")
+        key, queue = next(iter(self._queues.items()))
+        item = queue.popleft()
+        if queue:
+            self._queues.move_to_end(key)
+        else:
+            del self._queues[key]
+        return item
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._queues)

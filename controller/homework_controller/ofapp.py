@@ -1,0 +1,282 @@
+"""The os-ken application: OpenFlow events in, policy calls, OpenFlow messages out.
+
+Everything the router decides lives in `router.HomeRouter`; this module only
+translates switch events into calls and the returned effects into FlowMods,
+PacketOuts, netlink address changes, DNS relays and log lines.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+import time
+from wsgiref import simple_server
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from . import api, dhcp, flows, packets
+from .config import CONFIG
+from .fairness import FairQueue
+from .router import (AddGatewayAddress, ForwardDns, HomeRouter, InstallRules,
+                     RemoveRules, SendFrame, TellHousehold)
+from .store import DeviceStore
+
+LOG = logging.getLogger("homework.controller")
+
+DNS_TIMEOUT_S = 3.0
+DNS_MAX_ANSWER = 4096
+DNS_MAX_IN_FLIGHT = 64
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, fmt, *args):
+        LOG.debug("ws.v1 %s " + fmt, self.client_address[0], *args)
+
+
+class HomeworkController(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.router = HomeRouter(DeviceStore(CONFIG.db), dhcp.LeasePolicy(
+            CONFIG.pending_lease, CONFIG.permitted_lease))
+        self.datapath = None
+        self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
+        self.packet_ins_ready = threading.Event()
+        self.ipr = IPRoute()
+        # os-ken's default (native) hub runs its handlers on OS threads, so this app
+        # uses plain threads too (hub.Event can miss a wake-up between its check and
+        # its wait); one lock serialises every call into the router core and its effects.
+        self.lock = threading.Lock()
+        self.dns_slots = threading.BoundedSemaphore(DNS_MAX_IN_FLIGHT)
+        self._start_thread(self._serve_packet_ins)
+        self._start_thread(self._tick)
+        self.api_server = simple_server.make_server(
+            CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
+            server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._start_thread(self.api_server.serve_forever)
+        LOG.info("ws.v1 API on http://%s:%d/ws.v1/", CONFIG.api_host, CONFIG.api_port)
+
+    @staticmethod
+    def _start_thread(target, *args):
+        threading.Thread(target=target, args=args, daemon=True).start()
+
+    # ---- switch lifecycle
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _on_features(self, ev):
+        dp = ev.msg.datapath
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        dp.send_msg(parser.OFPSetConfig(dp, ofp.OFPC_FRAG_NORMAL, ofp.OFPCML_NO_BUFFER))
+        dp.send_msg(parser.OFPPortDescStatsRequest(dp, 0))
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _on_port_desc(self, ev):
+        dp = ev.msg.datapath
+        ports = {p.name.decode(): p for p in ev.msg.body}
+        if CONFIG.wlan_port not in ports:
+            LOG.error("bridge has no port %r (ports: %s); waiting for it", CONFIG.wlan_port, sorted(ports))
+            return
+        local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
+        self.datapath = dp
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        LOG.info("switch %016x ready: %s is port %d, router MAC %s", dp.id, CONFIG.wlan_port,
+                 ports[CONFIG.wlan_port].port_no, local.hw_addr)
+        with self.lock:
+            self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _on_disconnect(self, ev):
+        if ev.datapath is self.datapath:
+            LOG.warning("switch disconnected; its rules stay in place (fail-mode secure)")
+            self.datapath = None
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _on_port_status(self, ev):
+        # The wireless port coming (back) changes its number: rebuild everything.
+        if ev.msg.desc.name.decode() == CONFIG.wlan_port and ev.msg.reason == ev.msg.datapath.ofproto.OFPPR_ADD:
+            ev.msg.datapath.send_msg(ev.msg.datapath.ofproto_parser.OFPPortDescStatsRequest(ev.msg.datapath, 0))
+
+    # ---- packet-ins: queued per device, served round-robin
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _on_packet_in(self, ev):
+        msg = ev.msg
+        try:
+            frame = packets.parse(msg.data)
+        except packets.MalformedFrame as exc:
+            self.router.counters["frames_malformed"] += 1
+            LOG.debug("dropped malformed frame: %s", exc)
+            return
+        in_port = msg.match["in_port"]
+        if in_port == msg.datapath.ofproto.OFPP_LOCAL:
+            in_port = flows.LOCAL
+        with self.lock:
+            queued = self.packet_ins.put(frame.eth_src, (in_port, frame))
+        if queued:
+            self.packet_ins_ready.set()
+
+    def _serve_packet_ins(self):
+        while True:
+            self.packet_ins_ready.wait()
+            self.packet_ins_ready.clear()
+            while True:
+                with self.lock:
+                    if not self.packet_ins:
+                        break
+                    in_port, frame = self.packet_ins.pop()
+                    try:
+                        self._apply(self._dispatch(in_port, frame))
+                    except Exception:
+                        LOG.exception("packet-in from %s failed", frame.eth_src)
+
+    def _dispatch(self, in_port, frame: packets.Frame) -> list:
+        if frame.arp is not None:
+            return self.router.on_arp(in_port, frame)
+        if frame.udp_dst == 67 and in_port != flows.LOCAL:
+            return self.router.on_dhcp(frame)
+        if frame.udp_dst == 53:
+            return self.router.on_dns(frame)
+        return []
+
+    # ---- effects
+
+    def _apply(self, effects: list) -> None:
+        dp = self.datapath
+        for effect in effects:
+            if isinstance(effect, InstallRules):
+                for r in effect.rules:
+                    dp.send_msg(self._flow_mod(dp, r))
+            elif isinstance(effect, RemoveRules):
+                ofp = dp.ofproto
+                dp.send_msg(dp.ofproto_parser.OFPFlowMod(
+                    dp, cookie=effect.cookie, cookie_mask=flows.DEVICE_COOKIE_MASK, command=ofp.OFPFC_DELETE,
+                    table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+            elif isinstance(effect, SendFrame):
+                self._packet_out(dp, effect.port, effect.data)
+            elif isinstance(effect, AddGatewayAddress):
+                self._add_gateway_address(effect.subnet)
+            elif isinstance(effect, ForwardDns):
+                if self.dns_slots.acquire(blocking=False):
+                    self._start_thread(self._relay_dns, effect)
+                else:
+                    self.router.counters["dns_overload_dropped"] += 1
+            elif isinstance(effect, TellHousehold):
+                LOG.warning("EVENT %s %s: %s", effect.kind, effect.mac, effect.message)
+            else:
+                raise TypeError(f"unknown effect {effect!r}")
+
+    def _port(self, dp, port):
+        ofp = dp.ofproto
+        return {flows.IN_PORT: ofp.OFPP_IN_PORT, flows.LOCAL: ofp.OFPP_LOCAL,
+                flows.CONTROLLER: ofp.OFPP_CONTROLLER}.get(port, port)
+
+    def _actions(self, dp, actions):
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        out = []
+        for action in actions:
+            if isinstance(action, flows.Output):
+                max_len = ofp.OFPCML_NO_BUFFER if action.port == flows.CONTROLLER else 0
+                out.append(parser.OFPActionOutput(self._port(dp, action.port), max_len))
+            elif isinstance(action, flows.SetField):
+                out.append(parser.OFPActionSetField(**{action.field: action.value}))
+            elif isinstance(action, flows.DecTtl):
+                out.append(parser.OFPActionDecNwTtl())
+        return out
+
+    def _flow_mod(self, dp, r: flows.FlowRule):
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        match = {k: self._port(dp, v) if k == "in_port" else v for k, v in r.match}
+        instructions = []
+        applied = self._actions(dp, [a for a in r.actions if not isinstance(a, flows.GotoTable)])
+        if applied:
+            instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
+        instructions += [parser.OFPInstructionGotoTable(a.table) for a in r.actions
+                         if isinstance(a, flows.GotoTable)]
+        return parser.OFPFlowMod(dp, cookie=r.cookie, table_id=r.table, priority=r.priority,
+                                 match=parser.OFPMatch(**match), instructions=instructions)
+
+    def _packet_out(self, dp, port, data: bytes):
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                        actions=[parser.OFPActionOutput(self._port(dp, port))], data=data))
+
+    def _add_gateway_address(self, subnet):
+        try:
+            index = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
+            if not index:
+                LOG.error("no interface %s to hold gateway %s", CONFIG.lan_iface, subnet.gateway)
+                return
+            self.ipr.addr("add", index=index[0], address=subnet.gateway, prefixlen=subnet.prefixlen,
+                          broadcast=subnet.broadcast)
+        except NetlinkError as exc:
+            if exc.code != 17:  # EEXIST: already there from an earlier run
+                LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
+
+    def _relay_dns(self, job: ForwardDns):
+        try:
+            self._relay_dns_once(job)
+        finally:
+            self.dns_slots.release()
+
+    def _relay_dns_once(self, job: ForwardDns):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.settimeout(DNS_TIMEOUT_S)
+            sock.sendto(job.query, (CONFIG.upstream_dns, 53))
+            while True:
+                answer, peer = sock.recvfrom(DNS_MAX_ANSWER)
+                # Only the resolver's answer to this very query is relayed.
+                if peer[0] == CONFIG.upstream_dns and answer[:2] == job.query[:2]:
+                    break
+        except OSError as exc:
+            LOG.info("DNS relay for %s failed: %s", job.device_mac, exc)
+            return
+        finally:
+            sock.close()
+        eth_src, eth_dst, ip_src, ip_dst, sport, dport = job.reply_to
+        with self.lock:
+            if self.datapath is not None:
+                self._packet_out(self.datapath, self.router.wlan_port,
+                                 packets.udp_frame(eth_src, eth_dst, ip_src, ip_dst, sport, dport, answer))
+
+    # ---- the clock and the API
+
+    def _tick(self):
+        while True:
+            time.sleep(CONFIG.tick_seconds)
+            with self.lock:
+                if self.datapath is not None:
+                    try:
+                        self._apply(self.router.tick())
+                    except Exception:
+                        LOG.exception("lease expiry pass failed")
+
+    def call(self, name: str, *args):
+        """Run one ws.v1 method; state changes reach the switch before the answer."""
+        with self.lock:
+            return self._call(name, *args)
+
+    def _call(self, name: str, *args):
+        if name == "counters":
+            return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped)
+        if name in ("permit_dns", "deny_dns", "dns_rules"):
+            raise api.NotImplementedYet(f"{name.replace('_', '-')} is not implemented yet")
+        result = getattr(self.router, name)(*args)
+        if name in ("permit", "deny", "whitelist", "blacklist"):
+            if self.datapath is not None:
+                self._apply(result)
+            return self.router.status(args[0])
+        return result
