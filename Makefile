@@ -1,0 +1,31 @@
+# Homework router: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PY := .venv/bin/python
+HOMENET := tests/homenet/homenet
+export PYTHONPATH := $(CURDIR)/controller
+
+.PHONY: deps demo down test unit e2e bench clean
+
+deps:
+	@scripts/install-deps.sh
+
+demo: deps
+	@scripts/demo.sh
+
+down:
+	@$(HOMENET) down
+
+test: deps unit e2e
+
+unit:
+	$(PY) -m pytest -q controller/tests
+
+# The end-to-end tests bring the emulated home up and down themselves.
+e2e:
+	$(PY) -m pytest -q tests/e2e
+
+bench: deps
+	$(PY) bench/run.py
+
+clean: down
+	rm -rf .venv .pytest_cache

@@ -1,0 +1,52 @@
+"""ws.v1 as a caller sees it: routes, verbs and JSON errors."""
+import io
+import json
+
+from homework_controller import api
+from homework_controller.model import BadMac
+from homework_controller.router import UnknownDevice
+
+
+def request(app, verb, path):
+    out = {}
+
+    def start_response(status, headers):
+        out["status"], out["headers"] = int(status.split()[0]), dict(headers)
+    body = b"".join(app({"REQUEST_METHOD": verb, "PATH_INFO": path, "wsgi.input": io.BytesIO()}, start_response))
+    return out["status"], json.loads(body)
+
+
+def service(name, *args):
+    if name == "permit" and args[0] == "bad":
+        raise BadMac("not a MAC address: 'bad'")
+    if name == "permit" and args[0] == "02:00:00:00:00:99":
+        raise UnknownDevice("no device 02:00:00:00:00:99 has asked to join")
+    if name == "deny_dns":
+        raise api.NotImplementedYet("deny-dns is not implemented yet")
+    return {"called": name, "args": list(args)}
+
+
+APP = api.make_app(service)
+
+
+def test_state_changes_need_post():
+    assert request(APP, "GET", "/ws.v1/permit/02:00:00:00:00:01")[0] == 405
+    assert request(APP, "POST", "/ws.v1/permit/02:00:00:00:00:01") == (
+        200, {"called": "permit", "args": ["02:00:00:00:00:01"]})
+
+
+def test_errors_are_json_with_a_4xx_code():
+    assert request(APP, "POST", "/ws.v1/permit/bad") == (400, {"error": "not a MAC address: 'bad'"})
+    status, body = request(APP, "POST", "/ws.v1/permit/02:00:00:00:00:99")
+    assert status == 404 and "has asked to join" in body["error"]
+    status, body = request(APP, "GET", "/ws.v1/nonsense")
+    assert status == 404 and "permit" in body["methods"]
+    assert request(APP, "POST", "/ws.v1/permit")[0] == 400
+
+
+def test_every_original_method_is_routed():
+    for method in ("permit", "deny", "status", "dhcp-status", "whitelist", "blacklist", "blacklist-status",
+                   "permit-dns", "deny-dns"):
+        assert method in api.ROUTES
+    assert request(APP, "POST", "/ws.v1/deny-dns/02:00:00:00:00:01/games.example.test")[0] == 501
+    assert request(APP, "GET", "/ws.v1/status/02:00:00:00:00:01")[1]["args"] == ["02:00:00:00:00:01"]

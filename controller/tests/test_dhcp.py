@@ -1,0 +1,183 @@
+"""The DHCP server as a client sees it: per-device /30s, lease times by state, RFC 2131 answers."""
+import random
+
+import pytest
+from scapy.layers.dhcp import BOOTP, DHCP
+from scapy.layers.inet import IP
+from scapy.layers.l2 import Ether
+
+from homework_controller import dhcp, packets
+from homework_controller.model import Subnet
+from homework_controller.router import SendFrame
+
+from dhcp_frames import client_frame, frame, reply_of
+
+PHONE = "02:00:00:00:00:aa"
+TABLET = "02:00:00:00:00:bb"
+
+
+def answers(effects):
+    return [reply_of(e.data) for e in effects if isinstance(e, SendFrame)]
+
+
+def join(router, mac, hostname=b"phone"):
+    """DISCOVER + REQUEST, as dhclient does; returns the ACK's (packet, options)."""
+    [(offer, opts)] = answers(router.on_dhcp(frame(mac, "discover", options=[("hostname", hostname)])))
+    [(ack, ack_opts)] = answers(router.on_dhcp(frame(
+        mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", offer[DHCP].underlayer.yiaddr)])))
+    return ack, ack_opts
+
+
+def test_new_device_gets_its_own_slash30_and_a_short_pending_lease(router):
+    ack, opts = join(router, PHONE)
+    assert opts["message-type"] == 5  # ACK
+    ip = ack["BOOTP"].yiaddr
+    assert ip.startswith("10.2.") and int(ip.split(".")[3]) % 4 == 2
+    gateway = ip.rsplit(".", 1)[0] + "." + str(int(ip.split(".")[3]) - 1)
+    assert opts["router"] == gateway and opts["server_id"] == gateway and opts["name_server"] == gateway
+    assert opts["subnet_mask"] == "255.255.255.252"
+    assert opts["lease_time"] == 30
+    assert router.status(PHONE)["state"] == "pending"
+
+
+def test_two_devices_get_different_subnets_and_the_same_mac_gets_the_same_one_back(router):
+    first, _ = join(router, PHONE)
+    other, _ = join(router, TABLET)
+    again, _ = join(router, PHONE)
+    assert first["BOOTP"].yiaddr != other["BOOTP"].yiaddr
+    assert again["BOOTP"].yiaddr == first["BOOTP"].yiaddr
+
+
+def test_permitted_device_renews_for_an_hour(router):
+    ack, _ = join(router, PHONE)
+    router.permit(PHONE)
+    ip = ack["BOOTP"].yiaddr
+    # RENEWING: unicast, ciaddr set, no server id / requested address.
+    [(renew, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip,
+                                                    dst_ip=opts_gateway(ip))))
+    assert opts["message-type"] == 5 and opts["lease_time"] == 3600
+    assert renew[IP].dst == ip and renew[Ether].dst == PHONE  # unicast back to the renewing client
+    assert router.status(PHONE)["lease_seconds_left"] == 3600
+
+
+def opts_gateway(ip):
+    a, b, c, d = ip.split(".")
+    return f"{a}.{b}.{c}.{int(d) - 1}"
+
+
+def test_offer_goes_to_broadcast_when_client_asks(router):
+    [(offer, _)] = answers(router.on_dhcp(frame(PHONE, "discover", flags=0x8000)))
+    assert offer[IP].dst == "255.255.255.255" and offer[Ether].dst == "ff:ff:ff:ff:ff:ff"
+
+
+def test_init_reboot_for_a_wrong_address_is_nakked(router):
+    join(router, PHONE)
+    [(nak, opts)] = answers(router.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.99.2")])))
+    assert opts["message-type"] == 6
+    assert nak[IP].dst == "255.255.255.255"
+
+
+def test_unknown_device_rebooting_with_an_old_address_is_nakked(router):
+    [(_, opts)] = answers(router.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.0.6")])))
+    assert opts["message-type"] == 6
+
+
+def test_denied_device_gets_no_offer_and_a_nak(router):
+    ack, _ = join(router, PHONE)
+    router.deny(PHONE)
+    assert answers(router.on_dhcp(frame(PHONE, "discover"))) == []
+    [(_, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ack["BOOTP"].yiaddr)))
+    assert opts["message-type"] == 6
+
+
+def test_release_ends_the_lease_but_keeps_the_subnet(router):
+    ack, _ = join(router, PHONE)
+    ip = ack["BOOTP"].yiaddr
+    router.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
+    assert router.dhcp_status() == []
+    again, _ = join(router, PHONE)
+    assert again["BOOTP"].yiaddr == ip
+
+
+def test_inform_gets_configuration_without_a_lease(router):
+    ack, _ = join(router, PHONE)
+    ip = ack["BOOTP"].yiaddr
+    [(reply, opts)] = answers(router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip)))
+    assert opts["message-type"] == 5 and "lease_time" not in opts
+    assert reply["BOOTP"].yiaddr == "0.0.0.0" and reply[IP].dst == ip
+
+
+def test_decline_tells_the_household_and_keeps_the_subnet(router):
+    ack, _ = join(router, PHONE)
+    effects = router.on_dhcp(frame(PHONE, "decline", options=[("requested_addr", ack["BOOTP"].yiaddr)]))
+    assert any(getattr(e, "kind", "") == "address-conflict" for e in effects)
+    assert router.status(PHONE)["ip"] == ack["BOOTP"].yiaddr
+
+
+def test_hostname_and_vendor_class_are_recorded_and_sanitised(router):
+    router.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"Tom's\x00\x07 tablet"),
+                                                     ("vendor_class_id", b"android-dhcp-14")]))
+    status = router.status(PHONE)
+    assert status["hostname"] == "Tom's tablet"
+    assert status["vendor_class"] == "android-dhcp-14"
+
+
+def test_new_device_is_announced_to_the_household(router):
+    effects = router.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"grandmas-ipad")]))
+    assert [e.message for e in effects if getattr(e, "kind", "") == "new-device"] == \
+        [f"grandmas-ipad ({PHONE}) asks to join"]
+
+
+def test_a_device_cannot_ask_for_another_devices_lease(router):
+    join(router, PHONE)
+    # TABLET's frame carries PHONE's chaddr: it would be handed PHONE's address.
+    effects = router.on_dhcp(frame(TABLET, "discover", chaddr=PHONE))
+    assert effects == []
+    assert router.counters["dhcp_spoofed_chaddr"] == 1
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda b: b[:100],                                  # truncated header
+    lambda b: b[:-1][:len(b) - 20],                     # options cut off before END
+    lambda b: b[:236] + b"\x00\x00\x00\x00" + b[240:],  # no magic cookie
+    lambda b: b[:240] + b"\x35\x05\x01",                # message type with a lying length
+    lambda b: b"\x02" + b[1:],                          # a BOOTREPLY from a "client"
+])
+def test_malformed_requests_are_dropped_and_counted(router, mangle):
+    good = client_frame(PHONE, "discover")
+    eth_ip_udp = 42
+    bad = good[:eth_ip_udp] + mangle(good[eth_ip_udp:])
+    try:
+        f = packets.parse(bad)
+    except packets.MalformedFrame:
+        return  # dropped even earlier, at the frame level
+    f = packets.Frame(f.eth_src, f.eth_dst, f.ethertype, ip_src=f.ip_src, ip_dst=f.ip_dst,
+                      udp_src=68, udp_dst=67, payload=mangle(good[eth_ip_udp:]))
+    assert router.on_dhcp(f) == []
+    assert router.counters["dhcp_malformed"] == 1
+    # ...and the next good client is served as usual.
+    assert join(router, TABLET)[1]["message-type"] == 5
+
+
+def test_random_garbage_never_raises():
+    rng = random.Random(7)
+    good = client_frame(PHONE, "request", options=[("hostname", b"x" * 30)])[42:]
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 12)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data[: rng.randint(0, len(data))]) if rng.random() < 0.3 else bytes(data)
+        try:
+            dhcp.decode_request(data)
+        except dhcp.MalformedDhcp:
+            pass
+
+
+def test_encoded_reply_round_trips_through_scapy():
+    reply = dhcp.DhcpReply(msg_type=dhcp.OFFER, xid=99, flags=0, chaddr=PHONE, ciaddr="0.0.0.0",
+                           yiaddr="10.2.0.6", server_ip="10.2.0.5", dst_ip="10.2.0.6", dst_mac=PHONE,
+                           lease_seconds=30, subnet=Subnet(1))
+    bootp = BOOTP(dhcp.encode_reply(reply))
+    opts = dict(o for o in bootp[DHCP].options if isinstance(o, tuple) and len(o) == 2)
+    assert bootp.xid == 99 and bootp.yiaddr == "10.2.0.6"
+    assert opts["renewal_time"] == 15 and opts["rebinding_time"] == 26

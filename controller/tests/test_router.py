@@ -1,0 +1,141 @@
+"""Admission and forwarding rules as the household's decisions change them."""
+from scapy.layers.l2 import ARP, Ether
+
+from homework_controller import flows, packets
+from homework_controller.model import normalize_mac, BadMac
+from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallRules, RemoveRules,
+                                        SendFrame, UnknownDevice)
+from homework_controller.store import DeviceStore
+from homework_controller import dhcp
+
+import pytest
+
+from conftest import ROUTER_MAC, WLAN
+from dhcp_frames import frame, reply_of
+
+PHONE = "02:00:00:00:00:aa"
+LAPTOP = "02:00:00:00:00:cc"
+
+
+def lease(router, mac):
+    """Join and return the device's address."""
+    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, SendFrame)]
+    pkt, opts = reply_of(offer.data)
+    router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
+                                                  ("requested_addr", pkt["BOOTP"].yiaddr)]))
+    return pkt["BOOTP"].yiaddr
+
+
+def installed(effects):
+    return [r for e in effects if isinstance(e, InstallRules) for r in e.rules]
+
+
+def test_pending_device_gets_no_forwarding_rules(router):
+    effects = router.on_dhcp(frame(PHONE, "discover"))
+    assert installed(effects) == []
+    assert any(isinstance(e, AddGatewayAddress) for e in effects)  # the router holds its gateway
+
+
+def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
+    ip = lease(router, PHONE)
+    rules = installed(router.permit(PHONE))
+    admit = [r for r in rules if r.table == flows.TABLE_ADMISSION and r.match_dict.get("in_port") == WLAN]
+    assert admit and admit[0].match_dict == {"in_port": WLAN, "eth_src": PHONE, "eth_type": 0x0800, "ipv4_src": ip}
+    to_phone = [r for r in rules if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip]
+    assert flows.DecTtl() in to_phone[0].actions and flows.Output(flows.IN_PORT) in to_phone[0].actions
+    removed = router.deny(PHONE)
+    assert removed == [RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+
+
+def test_permit_of_an_unknown_device_is_a_clear_error(router):
+    with pytest.raises(UnknownDevice, match="no device 02:00:00:00:00:99"):
+        router.permit("02:00:00:00:00:99")
+    with pytest.raises(BadMac):
+        router.permit("not-a-mac")
+
+
+def test_whitelisted_device_is_admitted_when_it_first_appears(router):
+    router.whitelist(LAPTOP)
+    ip = lease(router, LAPTOP)
+    assert router.status(LAPTOP)["state"] == "permitted" and router.status(LAPTOP)["lease_seconds_left"] == 3600
+    assert ip.startswith("10.2.")
+
+
+def test_blacklisted_device_is_dropped_at_the_door(router):
+    lease(router, PHONE)
+    router.permit(PHONE)
+    effects = router.blacklist(PHONE)
+    [drop] = installed(effects)
+    assert drop.priority > 1000 and drop.actions == () and drop.match_dict["eth_src"] == PHONE
+    assert router.blacklist_status() == [PHONE]
+
+
+def test_rules_go_when_the_lease_runs_out(router, clock):
+    lease(router, PHONE)
+    router.permit(PHONE)
+    clock.now += 31  # the pending lease it holds has run out and it never renewed
+    assert router.tick() == [RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+
+
+def test_decisions_and_subnets_survive_a_restart(db_path, clock):
+    first = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    first.switch_ready(WLAN, ROUTER_MAC)
+    ip = lease(first, PHONE)
+    first.permit(PHONE)
+    lease(first, LAPTOP)
+    first.deny(LAPTOP)
+    first.store.close()
+
+    second = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    effects = second.switch_ready(WLAN, ROUTER_MAC)
+    assert second.status(PHONE)["state"] == "permitted" and second.status(PHONE)["ip"] == ip
+    assert second.status(LAPTOP)["state"] == "denied"
+    assert any(r.match_dict.get("ipv4_src") == ip for r in installed(effects))
+
+
+def test_corrupt_database_is_kept_aside_and_the_router_still_starts(tmp_path):
+    path = tmp_path / "controller.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    store = DeviceStore(str(path))
+    assert store.quarantined and open(store.quarantined, "rb").read().startswith(b"this is not")
+    assert store.load() == {}
+
+
+def test_full_disk_does_not_stop_dhcp(router):
+    class FullDisk:
+        def save(self, device):
+            from homework_controller.store import StoreError
+            raise StoreError("database or disk is full")
+    router.store = FullDisk()
+    assert lease(router, PHONE).startswith("10.2.")
+    assert router.counters["store_errors"] >= 1
+
+
+def arp_request(src_mac, src_ip, target_ip):
+    return packets.parse(bytes(Ether(src=src_mac, dst="ff:ff:ff:ff:ff:ff") /
+                               ARP(op=1, hwsrc=src_mac, psrc=src_ip, pdst=target_ip)))
+
+
+def test_proxy_arp_answers_a_device_for_its_own_gateway_only(router):
+    ip = lease(router, PHONE)
+    gateway = ip[:ip.rfind(".")] + "." + str(int(ip.rsplit(".", 1)[1]) - 1)
+    [answer] = router.on_arp(WLAN, arp_request(PHONE, ip, gateway))
+    reply = Ether(answer.data)
+    assert reply[ARP].op == 2 and reply[ARP].hwsrc == ROUTER_MAC and reply[ARP].psrc == gateway
+    assert router.on_arp(WLAN, arp_request(PHONE, ip, "10.2.0.10")) == []       # another device's gateway
+    assert router.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
+
+
+def test_router_stack_learns_only_permitted_devices(router):
+    ip = lease(router, PHONE)
+    ask = arp_request(ROUTER_MAC, "10.2.0.5", ip)
+    assert router.on_arp(flows.LOCAL, ask) == []
+    router.permit(PHONE)
+    [answer] = router.on_arp(flows.LOCAL, ask)
+    assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
+
+
+def test_mac_addresses_are_normalised():
+    assert normalize_mac("02-00-00-00-00-AA") == "02:00:00:00:00:aa"
+    with pytest.raises(BadMac, match="multicast"):
+        normalize_mac("01:00:5e:00:00:01")

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install everything the router's services, the emulated home and the tests need.
+# Idempotent: a second run only checks. Run as root (make deps does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  openvswitch-switch isc-dhcp-client iproute2 ethtool nftables iputils-ping iperf3
+  dnsutils tcpdump dnsmasq-base hostapd wpasupplicant curl procps python3-venv
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts the packaged services; the emulated home starts its own instances when it needs them.
+for svc in iperf3 hostapd dnsmasq; do
+  systemctl disable --now "$svc" >/dev/null 2>&1 || true
+done
+
+# Python: one venv for the controller, the web UI backend and the tests, from the lock file.
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.lock | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  echo "deps: building the Python venv from requirements.lock"
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q --require-virtualenv -r requirements.lock
+  echo "$want" > "$stamp"
+fi
+echo "deps: ready"
