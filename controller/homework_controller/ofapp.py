@@ -7,6 +7,7 @@ PacketOuts, netlink address changes, DNS relays and log lines.
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import socketserver
 import threading
@@ -54,6 +55,8 @@ class HomeworkController(app_manager.OSKenApp):
         self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
         self.packet_ins_ready = threading.Event()
         self.ipr = IPRoute()
+        self.lan_index = None
+        self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
@@ -61,6 +64,7 @@ class HomeworkController(app_manager.OSKenApp):
         self.dns_slots = threading.BoundedSemaphore(DNS_MAX_IN_FLIGHT)
         self._start_thread(self._serve_packet_ins)
         self._start_thread(self._tick)
+        self._start_thread(self._add_gateway_addresses)
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
             server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
@@ -167,14 +171,15 @@ class HomeworkController(app_manager.OSKenApp):
             elif isinstance(effect, SendFrame):
                 self._packet_out(dp, effect.port, effect.data)
             elif isinstance(effect, AddGatewayAddress):
-                self._add_gateway_address(effect.subnet)
+                # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
+                self.gateway_jobs.put(effect.subnet)
             elif isinstance(effect, ForwardDns):
                 if self.dns_slots.acquire(blocking=False):
                     self._start_thread(self._relay_dns, effect)
                 else:
                     self.router.counters["dns_overload_dropped"] += 1
             elif isinstance(effect, TellHousehold):
-                LOG.warning("EVENT %s %s: %s", effect.kind, effect.mac, effect.message)
+                LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
@@ -213,15 +218,23 @@ class HomeworkController(app_manager.OSKenApp):
         dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                         actions=[parser.OFPActionOutput(self._port(dp, port))], data=data))
 
+    def _add_gateway_addresses(self):
+        while True:
+            self._add_gateway_address(self.gateway_jobs.get())
+
     def _add_gateway_address(self, subnet):
         try:
-            index = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
-            if not index:
-                LOG.error("no interface %s to hold gateway %s", CONFIG.lan_iface, subnet.gateway)
-                return
-            self.ipr.addr("add", index=index[0], address=subnet.gateway, prefixlen=subnet.prefixlen,
+            if self.lan_index is None:
+                found = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
+                if not found:
+                    LOG.error("no interface %s to hold gateway %s", CONFIG.lan_iface, subnet.gateway)
+                    return
+                self.lan_index = found[0]
+            self.ipr.addr("add", index=self.lan_index, address=subnet.gateway, prefixlen=subnet.prefixlen,
                           broadcast=subnet.broadcast)
         except NetlinkError as exc:
+            if exc.code == 19:  # ENODEV: the interface was recreated; look it up again next time
+                self.lan_index = None
             if exc.code != 17:  # EEXIST: already there from an earlier run
                 LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
 

@@ -120,7 +120,7 @@ class HomeRouter:
         now = self.clock()
         before = self.devices.get(req.chaddr)
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
-        LOG.info("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
+        LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
         effects: list = []
         if outcome.device is not None and outcome.device != before:
             if before is None or before.subnet != outcome.device.subnet:
@@ -197,10 +197,12 @@ class HomeRouter:
     # -- the clock
 
     def tick(self) -> list:
-        """Withdraw the rules of devices whose lease ran out."""
+        """Withdraw the rules of devices whose lease ran out (only those: this runs every few seconds)."""
+        now = self.clock()
         effects = []
-        for device in list(self.devices.values()):
-            effects += self._reconcile(device)
+        for mac in [m for m in self.installed if not self.devices[m].lease_active(now)
+                    and self.devices[m].state is not State.BLACKLISTED]:
+            effects += self._reconcile(self.devices[mac])
         return effects
 
     # -- queries

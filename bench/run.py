@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""make bench: measure the router beside a baseline in the same run, write bench/results/*.json
+and regenerate docs/PERFORMANCE.md.
+
+    bench/run.py [dhcp_storm] [first_packet]     (default: all)
+
+Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
+baseline) and tears it down again. These machines are noisy: results are medians and
+p99s over many samples, and comparisons are ratios within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+RESULTS = BENCH / "results"
+HOMENET = str(REPO / "tests" / "homenet" / "homenet")
+PY = str(REPO / ".venv" / "bin" / "python")
+API = "http://127.0.0.1:8081/ws.v1"
+
+
+def sh(*cmd, check=True, timeout=300, input=None):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def summary(samples_s: list[float]) -> dict:
+    ms = sorted(s * 1000 for s in samples_s)
+    if not ms:
+        return {"n": 0}
+    p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+    return {"n": len(ms), "median_ms": round(statistics.median(ms), 3), "p99_ms": round(p99, 3),
+            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(ms[-1], 3)}
+
+
+def git_rev() -> str:
+    return sh("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).strip() or "unknown"
+
+
+def write_result(name: str, result: dict) -> None:
+    result = {"benchmark": name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "git": git_rev(), "cpus": os.cpu_count(), **result}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["rows"], indent=1))
+
+
+# ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
+
+class PlainBridge:
+    """Two namespaces on an OVS userspace bridge that just does L2 learning (no controller)."""
+
+    BRIDGE, SERVER_NS, CLIENT_NS = "br-bench", "hw-bench-srv", "hw-bench-cli"
+    SERVER_IP, CLIENT_IP = "10.9.0.1", "10.9.0.2"
+
+    def __enter__(self):
+        self.__exit__()
+        sh("ovs-vsctl", "add-br", self.BRIDGE, "--", "set", "bridge", self.BRIDGE, "datapath_type=netdev",
+           "fail-mode=standalone")
+        for ns, ip, port in ((self.SERVER_NS, self.SERVER_IP, "bsrv"), (self.CLIENT_NS, None, "bcli")):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ovs-vsctl", "add-port", self.BRIDGE, port)
+            for dev, where in ((port, None), ("eth0", ns)):
+                prefix = ["ip", "netns", "exec", where] if where else []
+                sh(*prefix, "ethtool", "-K", dev, "tx", "off")
+                sh(*prefix, "ip", "link", "set", dev, "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            if ip:
+                sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ip}/16", "dev", "eth0")
+        return self
+
+    def exec(self, ns, *cmd, **kw):
+        return sh("ip", "netns", "exec", ns, *cmd, **kw)
+
+    def spawn(self, ns, *cmd):
+        return subprocess.Popen(["ip", "netns", "exec", ns, *map(str, cmd)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def __exit__(self, *exc):
+        for ns in (self.SERVER_NS, self.CLIENT_NS):
+            for pid in sh("ip", "netns", "pids", ns, check=False).split():
+                subprocess.run(["kill", "-9", pid], capture_output=True)
+            sh("ip", "netns", "delete", ns, check=False)
+        sh("ovs-vsctl", "--if-exists", "del-br", self.BRIDGE, check=False)
+
+
+# ---- the emulated home ----------------------------------------------------------------------------
+
+def homenet_up():
+    sh(HOMENET, "down", check=False)
+    sh(HOMENET, "up")
+
+
+def add_client(name, permit=False):
+    sh(HOMENET, "client", "add", name)
+    sh(HOMENET, "client", "dhcp", name)
+    mac = sh(HOMENET, "client", "exec", name, "--", "cat", "/sys/class/net/wlan0/address").strip()
+    if permit:
+        sh("curl", "-sf", "-X", "POST", f"{API}/permit/{mac}")
+        sh(HOMENET, "client", "dhcp", name)  # renew into the permitted lease
+    return sh(HOMENET, "client", "exec", name, "--", "ip", "-4", "-o", "addr", "show", "wlan0").split()[3].split("/")[0]
+
+
+def in_client(name, *cmd, timeout=300):
+    return sh(HOMENET, "client", "exec", name, "--", *cmd, timeout=timeout)
+
+
+# ---- benchmarks -----------------------------------------------------------------------------------
+
+def dhcp_storm(rounds: int, devices: int) -> None:
+    """100 devices (10 people x 10 devices) DISCOVER at once; each device's time to its ACK."""
+    storm = [PY, BENCH / "dhcp_storm_client.py"]
+    baseline_acks, homework_acks, unanswered = [], [], {"baseline": 0, "homework": 0}
+    homenet_up()  # also starts Open vSwitch, which the baseline bridge needs too
+    try:
+        sh(HOMENET, "client", "add", "storm")
+        with PlainBridge() as plain:
+            # dnsmasq is what most home routers run: the reference for a plain DHCP server.
+            server = plain.spawn(plain.SERVER_NS, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+                                 "--no-resolv", "--no-hosts", "--port=0", "--bind-interfaces", "--interface=eth0",
+                                 "--dhcp-range=10.9.0.10,10.9.255.250,255.255.0.0,30s", "--dhcp-authoritative",
+                                 # no ping-before-offer: the fastest dnsmasq, a strict baseline
+                                 "--no-ping",
+                                 "--dhcp-leasefile=/dev/null", "--log-facility=/dev/null")
+            time.sleep(1)
+            for _ in range(rounds):  # interleaved, so drift in machine load hits both alike
+                out = json.loads(plain.exec(plain.CLIENT_NS, *storm, "eth0", devices, 20))
+                baseline_acks += out["ack_s"]
+                unanswered["baseline"] += devices - out["acked"]
+                out = json.loads(in_client("storm", *storm, "wlan0", devices, 20))
+                homework_acks += out["ack_s"]
+                unanswered["homework"] += devices - out["acked"]
+                time.sleep(1)
+            server.kill()
+    finally:
+        sh(HOMENET, "down", check=False)
+    hw, base = summary(homework_acks), summary(baseline_acks)
+    write_result("dhcp_storm", {
+        "what": f"{devices} devices send DISCOVER at once; per-device DISCOVER-to-ACK time; {rounds} rounds, "
+                "fresh MACs each round",
+        "homework": hw, "baseline_dnsmasq_plain_ovs": base,
+        "unanswered": unanswered,
+        "rows": [
+            ["DHCP storm: DISCOVER to ACK, median", f"{hw['median_ms']} ms", f"{base['median_ms']} ms (dnsmasq)",
+             ratio(hw["median_ms"], base["median_ms"]), "< 50 ms (original router: 700 ms)"],
+            ["DHCP storm: DISCOVER to ACK, p99", f"{hw['p99_ms']} ms", f"{base['p99_ms']} ms (dnsmasq)",
+             ratio(hw["p99_ms"], base["p99_ms"]), ""],
+        ]})
+
+
+def first_packet(count: int) -> None:
+    """Connection set-up time through the router's proactive rules vs. a plain NORMAL bridge."""
+    connect = [PY, BENCH / "connect_latency.py"]
+    homenet_up()
+    try:
+        with PlainBridge() as plain:
+            server = plain.spawn(plain.SERVER_NS, PY, BENCH / "accept_server.py", plain.SERVER_IP, 9000)
+            plain.exec(plain.CLIENT_NS, "ip", "addr", "add", f"{plain.CLIENT_IP}/16", "dev", "eth0")
+            server_ip = add_client("benchsrv", permit=True)
+            add_client("benchcli", permit=True)
+            srv = subprocess.Popen([HOMENET, "client", "exec", "benchsrv", "--", PY, BENCH / "accept_server.py",
+                                    "0.0.0.0", "9000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+            base, hairpin, internet = [], [], []
+            for _ in range(5):  # interleaved batches
+                n = count // 5
+                base += json.loads(plain.exec(plain.CLIENT_NS, *connect, plain.SERVER_IP, 9000, n))["connect_s"]
+                hairpin += json.loads(in_client("benchcli", *connect, server_ip, 9000, n))["connect_s"]
+                internet += json.loads(in_client("benchcli", *connect, "198.51.100.80", 80, n))["connect_s"]
+            srv.kill()
+            server.kill()
+    finally:
+        sh(HOMENET, "down", check=False)
+    b, h, i = summary(base), summary(hairpin), summary(internet)
+    write_result("first_packet", {
+        "what": f"{count} new TCP connections one after another; time from SYN sent to SYN/ACK received",
+        "baseline_plain_ovs_normal": b, "homework_device_to_device": h, "homework_device_to_internet": i,
+        "rows": [
+            ["New connection, device to device (routed, hairpin), median", f"{h['median_ms']} ms",
+             f"{b['median_ms']} ms (plain OVS NORMAL)", ratio(h["median_ms"], b["median_ms"]),
+             "no packet-in: proactive rules"],
+            ["New connection, device to device, p99", f"{h['p99_ms']} ms", f"{b['p99_ms']} ms",
+             ratio(h["p99_ms"], b["p99_ms"]), ""],
+            ["New connection, device to internet (routed + NAT), median", f"{i['median_ms']} ms",
+             f"{b['median_ms']} ms (plain OVS NORMAL)", ratio(i["median_ms"], b["median_ms"]), ""],
+        ]})
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+BENCHMARKS = {
+    "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices),
+    "first_packet": lambda a: first_packet(a.connections),
+}
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench needs root (network namespaces, OVS)")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="*", help=f"any of: {', '.join(BENCHMARKS)}")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--devices", type=int, default=100)
+    p.add_argument("--connections", type=int, default=300)
+    args = p.parse_args()
+    unknown = set(args.names) - set(BENCHMARKS)
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHMARKS)}")
+    for name in args.names or BENCHMARKS:
+        print(f"== {name}")
+        BENCHMARKS[name](args)
+    sh(PY, BENCH / "report.py")
+
+
+if __name__ == "__main__":
+    main()
