@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from typing import Callable
+from urllib.parse import parse_qs
 
 from .model import BadMac
 from .router import ApiError
@@ -26,6 +27,7 @@ ROUTES = {
     "deny": ("POST", (1,), "deny"),
     "whitelist": ("POST", (1,), "whitelist"),
     "blacklist": ("POST", (1,), "blacklist"),
+    "name": ("POST", (1,), "rename"),  # the name itself in the query string: ?name=Grandma%27s%20iPad
     "permit-dns": ("POST", (2,), "permit_dns"),
     "deny-dns": ("POST", (2,), "deny_dns"),
     "dns-rules": ("GET", (1,), "dns_rules"),
@@ -40,7 +42,8 @@ def make_app(call: Callable[..., object]):
     """`call(name, *args)` runs a service method and returns its JSON-able result."""
 
     def app(environ, start_response):
-        status, body = _dispatch(call, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""))
+        status, body = _dispatch(call, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""),
+                                 parse_qs(environ.get("QUERY_STRING", "")))
         data = json.dumps(body).encode()
         start_response(f"{status} {_REASONS.get(status, '')}".strip(),
                        [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
@@ -54,7 +57,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
 
 
-def _dispatch(call, verb: str, path: str) -> tuple[int, object]:
+def _dispatch(call, verb: str, path: str, query: dict) -> tuple[int, object]:
     if not path.startswith(PREFIX):
         return 404, {"error": f"unknown path {path!r}; the API lives under {PREFIX}"}
     parts = [p for p in path[len(PREFIX):].split("/") if p]
@@ -67,6 +70,10 @@ def _dispatch(call, verb: str, path: str) -> tuple[int, object]:
         return 405, {"error": f"{method} needs {want_verb}, not {verb}"}
     if len(args) not in arities:
         return 400, {"error": f"{method} takes {' or '.join(map(str, arities))} path argument(s), got {len(args)}"}
+    if method == "name":
+        if "name" not in query:
+            return 400, {"error": "name needs ?name=... (empty to clear)"}
+        args = [*args, query["name"][0]]
     try:
         return 200, call(service_name, *args)
     except BadMac as exc:

@@ -288,7 +288,7 @@ class HomeworkController(app_manager.OSKenApp):
         if name in ("permit_dns", "deny_dns", "dns_rules"):
             raise api.NotImplementedYet(f"{name.replace('_', '-')} is not implemented yet")
         result = getattr(self.router, name)(*args)
-        if name in ("permit", "deny", "whitelist", "blacklist"):
+        if name in ("permit", "deny", "whitelist", "blacklist", "rename"):
             if self.datapath is not None:
                 self._apply(result)
             return self.router.status(args[0])

@@ -190,6 +190,14 @@ class HomeRouter:
         device = self.devices.get(mac) or Device(mac=mac, first_seen=self.clock())
         return self._decide(device, State.BLACKLISTED)
 
+    def rename(self, mac: str, name: str) -> list:
+        """What the household calls the device ("Grandma's iPad"); empty clears it."""
+        device = self._known(mac)
+        name = "".join(ch for ch in name if ch.isprintable()).strip()
+        if len(name) > 64:
+            raise ApiError("a device name has at most 64 characters")
+        return self._update(device.with_(name=name))
+
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
         return self._update(device.with_(state=state))

@@ -7,12 +7,13 @@ from homework_controller.model import BadMac
 from homework_controller.router import UnknownDevice
 
 
-def request(app, verb, path):
+def request(app, verb, path, query=""):
     out = {}
 
     def start_response(status, headers):
         out["status"], out["headers"] = int(status.split()[0]), dict(headers)
-    body = b"".join(app({"REQUEST_METHOD": verb, "PATH_INFO": path, "wsgi.input": io.BytesIO()}, start_response))
+    body = b"".join(app({"REQUEST_METHOD": verb, "PATH_INFO": path, "QUERY_STRING": query,
+                         "wsgi.input": io.BytesIO()}, start_response))
     return out["status"], json.loads(body)
 
 
@@ -50,3 +51,9 @@ def test_every_original_method_is_routed():
         assert method in api.ROUTES
     assert request(APP, "POST", "/ws.v1/deny-dns/02:00:00:00:00:01/games.example.test")[0] == 501
     assert request(APP, "GET", "/ws.v1/status/02:00:00:00:00:01")[1]["args"] == ["02:00:00:00:00:01"]
+
+
+def test_a_name_with_slashes_and_quotes_arrives_whole():
+    status, body = request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01", "name=Grandma%27s%20iPad%2FAir")
+    assert status == 200 and body["args"] == ["02:00:00:00:00:01", "Grandma's iPad/Air"]
+    assert request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01")[0] == 400

@@ -139,3 +139,11 @@ def test_mac_addresses_are_normalised():
     assert normalize_mac("02-00-00-00-00-AA") == "02:00:00:00:00:aa"
     with pytest.raises(BadMac, match="multicast"):
         normalize_mac("01:00:5e:00:00:01")
+
+
+def test_household_names_are_kept_clean_and_bounded(router):
+    lease(router, PHONE)
+    router.rename(PHONE, "Grandma's\x00 iPad ")
+    assert router.status(PHONE)["name"] == "Grandma's iPad"
+    with pytest.raises(Exception, match="64 characters"):
+        router.rename(PHONE, "x" * 65)
