@@ -6,8 +6,10 @@ export PYTHONPATH := $(CURDIR)/controller
 
 .PHONY: deps demo down test unit e2e bench clean
 
+# deps also builds hwdb: the emulated home runs the real binary.
 deps:
 	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory -s -C hwdb build
 
 demo: deps
 	@scripts/demo.sh
@@ -19,6 +21,7 @@ test: deps unit e2e
 
 unit:
 	$(PY) -m pytest -q controller/tests
+	$(MAKE) -C hwdb test PYTHON=$(CURDIR)/$(PY)
 
 # The end-to-end tests bring the emulated home up and down themselves.
 e2e:

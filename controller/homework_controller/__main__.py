@@ -19,13 +19,21 @@ def parse_args(argv):
     p.add_argument("--of-port", type=int, default=CONFIG.of_port, help="OpenFlow listen port on loopback")
     p.add_argument("--pending-lease", type=int, default=CONFIG.pending_lease)
     p.add_argument("--permitted-lease", type=int, default=CONFIG.permitted_lease)
+    p.add_argument("--hwdb", default=CONFIG.hwdb, help="hwdb address HOST:PORT to log to (default: none)")
+    p.add_argument("--dns-port", type=int, default=CONFIG.dns_port, help="local port of the router's resolver")
+    p.add_argument("--stats-interval", type=float, default=CONFIG.stats_interval,
+                   help="seconds between flow statistics polls")
+    p.add_argument("--flow-budget", type=int, default=CONFIG.flow_budget,
+                   help="flows counted one by one per device before it is counted as a whole")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
         ipaddress.IPv4Address(args.upstream_dns)
     except ValueError:
         p.error(f"--upstream-dns must be an IPv4 address, not {args.upstream_dns!r}")
-    for port in (args.api_port, args.of_port):
+    if args.stats_interval < 0.5:
+        p.error("--stats-interval below 0.5 s would keep the switch busy answering")
+    for port in (args.api_port, args.of_port, args.dns_port):
         if not 0 < port < 65536:
             p.error(f"port {port} out of range")
     if min(args.pending_lease, args.permitted_lease) < 10:
@@ -40,6 +48,8 @@ def main(argv=None):
     CONFIG.db, CONFIG.wlan_port, CONFIG.lan_iface = args.db, args.wlan_port, args.lan_iface
     CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
     CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
+    CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port
+    CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

@@ -30,12 +30,8 @@ ROUTES = {
     "name": ("POST", (1,), "rename"),  # the name itself in the query string: ?name=Grandma%27s%20iPad
     "permit-dns": ("POST", (2,), "permit_dns"),
     "deny-dns": ("POST", (2,), "deny_dns"),
-    "dns-rules": ("GET", (1,), "dns_rules"),
+    "dns-rules": ("GET", (1,), "dns_rules_of"),
 }
-
-
-class NotImplementedYet(ApiError):
-    status = 501
 
 
 def make_app(call: Callable[..., object]):

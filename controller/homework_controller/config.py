@@ -21,6 +21,10 @@ class Config:
     permitted_lease: int = 3600
     per_device_queue: int = 64
     tick_seconds: float = 2.0
+    hwdb: str = ""                   # host:port of hwdb; empty: log nothing
+    dns_port: int = 5354             # where the router's stack redirects the LAN's DNS
+    stats_interval: float = 5.0      # seconds between flow statistics polls (Flows rows)
+    flow_budget: int = 200           # learnt flows per device before it is counted as a whole
 
 
 CONFIG = Config()

@@ -7,7 +7,6 @@ builds the wire message. Nothing here touches a socket, a switch or a clock.
 """
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -100,6 +99,7 @@ class Outcome:
     device: Device | None  # the device's record after this request (None: unknown and untouched)
     events: list[tuple[str, str]] = field(default_factory=list)  # (kind, message) for the household
     log: str = ""
+    lease_action: str | None = None  # "granted", "renewed" or "released", for the Leases log
 
 
 def _ip(raw: bytes | int) -> str:
@@ -233,7 +233,7 @@ def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePoli
     if req.msg_type == RELEASE:
         if device is None or device.subnet is None or req.ciaddr != device.subnet.device_ip:
             return Outcome(None, device, log="release for an address it does not hold: ignored")
-        return Outcome(None, device.with_(lease_expires=0.0), log="released")
+        return Outcome(None, device.with_(lease_expires=0.0), log="released", lease_action="released")
     if req.msg_type == DECLINE:
         # Each /30 belongs to one device, so a conflict means another host is
         # squatting on it; source-address rules already keep the squatter out.
@@ -286,13 +286,7 @@ def _request(req, device, now, policy) -> Outcome:
         return Outcome(_reply(req, NAK, device.subnet, None, "wrong address for this device"), device,
                        log=f"asked for {wanted}: nak")
     lease = policy.seconds_for(device.state)
+    action = "renewed" if device.lease_active(now) else "granted"
     device = device.with_(lease_expires=now + lease)
-    return Outcome(_reply(req, ACK, device.subnet, lease), device, log=f"acked {lease}s")
+    return Outcome(_reply(req, ACK, device.subnet, lease), device, log=f"acked {lease}s", lease_action=action)
 
-
-def is_ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-        return True
-    except ValueError:
-        return False

@@ -1,21 +1,28 @@
 """The switch's rule set, compiled from state by pure functions.
 
-Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; the
-os-ken app turns them into FlowMods. Two tables keep rule counts additive:
+Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; the os-ken app
+turns them into FlowMods. Three tables keep rule counts additive:
 
-table 0 (admission): what may enter at all.
-  1100  blacklisted device (eth_src)                     -> drop
-  1000  wlan: UDP to port 67 (DHCP)                      -> controller
-   900  wlan or router: ARP                              -> controller (proxy ARP)
-   500  wlan: permitted device, its MAC *and* its IP     -> goto table 1
-   500  router: to a permitted device's MAC              -> wlan
-     0  anything else                                    -> drop
-table 1 (routing), only for traffic that passed the source check:
-   700  DNS (UDP 53)                                     -> controller (the router's resolver)
-   600  to a permitted device's address                  -> rewrite MACs, dec TTL, out the port it came in
-   600  to a device's /30 broadcast                      -> rewritten to 255.255.255.255, all devices + router
-   550  to 255.255.255.255 or 224.0.0.0/4                -> all devices + router
-     0  anything else                                    -> router (its stack routes and NATs)
+table 0, admission: what may enter at all.
+  1100  blacklisted device (eth_src)                          -> drop
+  1000  wlan: UDP to port 67 (DHCP)                           -> controller
+   900  wlan or router: ARP                                   -> controller (proxy ARP)
+   500  wlan: permitted device, its MAC *and* its IP          -> goto 1
+   500  router: IPv4 to a permitted device's MAC              -> goto 1
+     0  anything else                                         -> drop
+table 1, accounting: one rule per flow, so OVS counts each flow's packets and bytes.
+   900  device to an address learnt for a name denied to it   -> drop
+   300  a learnt flow (exact 5-tuple, 30 s idle timeout)      -> goto 2
+   100  a permitted device's traffic, either way, not yet learnt
+                                                              -> copy to controller, goto 2
+        (over its flow budget: the same match without the copy: one rule for the device)
+     0  anything else                                         -> goto 2
+table 2, routing:
+   600  from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out the port it came in
+   600  from the router, to a permitted device's address      -> wlan (the router's stack set the MACs)
+   600  to a device's /30 broadcast                           -> rewritten to 255.255.255.255, all devices + router
+   550  to 255.255.255.255 or 224.0.0.0/4                     -> all devices + router
+     0  anything else                                         -> router (its stack routes and NATs; DNS is redirected to the controller there)
 """
 from __future__ import annotations
 
@@ -24,7 +31,8 @@ from dataclasses import dataclass
 from .model import Device, State
 
 TABLE_ADMISSION = 0
-TABLE_ROUTING = 1
+TABLE_ACCOUNTING = 1
+TABLE_ROUTING = 2
 
 # Symbolic ports, resolved by the os-ken app.
 IN_PORT = "IN_PORT"
@@ -32,11 +40,16 @@ LOCAL = "LOCAL"
 CONTROLLER = "CONTROLLER"
 
 ETH_IPV4, ETH_ARP = 0x0800, 0x0806
-PROTO_UDP = 17
+PROTO_TCP, PROTO_UDP = 6, 17
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
+
+PRIORITY_LEARNT_FLOW = 300
+PRIORITY_LEARNING = 100
+FLOW_IDLE_TIMEOUT_S = 30
 
 BASE_COOKIE = 0x1
 _DEVICE_COOKIE_BASE = 0x1_0000_0000
+DEVICE_COOKIE_MASK = 0xFFFF_FFFF_FFFF_FFFF
 
 
 @dataclass(frozen=True)
@@ -67,22 +80,47 @@ class FlowRule:
     match: tuple[tuple[str, object], ...]
     actions: tuple = ()  # empty: drop
     cookie: int = BASE_COOKIE
+    idle_timeout: int = 0
+    notify_removal: bool = False
 
     @property
     def match_dict(self) -> dict:
         return dict(self.match)
 
 
-def rule(table: int, priority: int, actions=(), cookie: int = BASE_COOKIE, **match) -> FlowRule:
-    return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie)
+def rule(table: int, priority: int, actions=(), cookie: int = BASE_COOKIE, idle_timeout: int = 0,
+         notify_removal: bool = False, **match) -> FlowRule:
+    return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie, idle_timeout,
+                    notify_removal)
+
+
+@dataclass(frozen=True)
+class FiveTuple:
+    proto: int
+    saddr: str
+    sport: int
+    daddr: str
+    dport: int
+
+    def match(self) -> dict:
+        fields = {"eth_type": ETH_IPV4, "ip_proto": self.proto, "ipv4_src": self.saddr, "ipv4_dst": self.daddr}
+        if self.proto == PROTO_TCP:
+            fields.update(tcp_src=self.sport, tcp_dst=self.dport)
+        elif self.proto == PROTO_UDP:
+            fields.update(udp_src=self.sport, udp_dst=self.dport)
+        return fields
+
+    @classmethod
+    def from_match(cls, match: dict) -> "FiveTuple":
+        proto = match.get("ip_proto", 0)
+        prefix = {PROTO_TCP: "tcp", PROTO_UDP: "udp"}.get(proto)
+        return cls(proto, match.get("ipv4_src", "0.0.0.0"), match.get(f"{prefix}_src", 0) if prefix else 0,
+                   match.get("ipv4_dst", "0.0.0.0"), match.get(f"{prefix}_dst", 0) if prefix else 0)
 
 
 def device_cookie(device: Device) -> int:
-    """A cookie per device so its rules can be removed in one delete."""
+    """A cookie per device so its rules (learnt flows included) go in one delete."""
     return _DEVICE_COOKIE_BASE | int(device.mac.replace(":", ""), 16)
-
-
-DEVICE_COOKIE_MASK = 0xFFFF_FFFF_FFFF_FFFF
 
 
 def base_rules(wlan_port: int) -> list[FlowRule]:
@@ -94,29 +132,47 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
         rule(TABLE_ADMISSION, 900, to_controller, in_port=wlan_port, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, 900, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, 0, ()),
-        rule(TABLE_ROUTING, 700, to_controller, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=53),
+        rule(TABLE_ACCOUNTING, 0, (GotoTable(TABLE_ROUTING),)),
         rule(TABLE_ROUTING, 550, everyone, eth_type=ETH_IPV4, ipv4_dst="255.255.255.255"),
         rule(TABLE_ROUTING, 550, everyone, eth_type=ETH_IPV4, ipv4_dst=("224.0.0.0", "240.0.0.0")),
         rule(TABLE_ROUTING, 0, (Output(LOCAL),)),
     ]
 
 
-def device_rules(device: Device, now: float, wlan_port: int, router_mac: str) -> frozenset[FlowRule]:
-    """The rules a device should have right now; empty if it should have none."""
+def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True,
+                 blocked: frozenset[str] = frozenset()) -> frozenset[FlowRule]:
+    """The rules a device should have right now (learnt flows aside); empty if none.
+
+    learning=False is the device over its flow budget: one rule each way instead of a
+    rule per flow, and no copies to the controller.
+    """
     cookie = device_cookie(device)
     if device.state is State.BLACKLISTED:
         return frozenset({rule(TABLE_ADMISSION, 1100, (), cookie, in_port=wlan_port, eth_src=device.mac)})
     if not (device.forwards and device.lease_active(now)):
         return frozenset()
-    sub = device.subnet
-    return frozenset({
-        rule(TABLE_ADMISSION, 500, (GotoTable(TABLE_ROUTING),), cookie, in_port=wlan_port,
-             eth_src=device.mac, eth_type=ETH_IPV4, ipv4_src=sub.device_ip),
-        rule(TABLE_ADMISSION, 500, (Output(wlan_port),), cookie, in_port=LOCAL, eth_dst=device.mac),
+    ip = device.subnet.device_ip
+    count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
+    rules = {
+        rule(TABLE_ADMISSION, 500, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
+             eth_src=device.mac, eth_type=ETH_IPV4, ipv4_src=ip),
+        rule(TABLE_ADMISSION, 500, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
+             eth_dst=device.mac, eth_type=ETH_IPV4),
+        rule(TABLE_ACCOUNTING, PRIORITY_LEARNING, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
+        rule(TABLE_ACCOUNTING, PRIORITY_LEARNING, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip),
         rule(TABLE_ROUTING, 600, (SetField("eth_src", router_mac), SetField("eth_dst", device.mac),
                                   DecTtl(), Output(IN_PORT)), cookie,
-             eth_type=ETH_IPV4, ipv4_dst=sub.device_ip),
+             in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
+        rule(TABLE_ROUTING, 600, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4, ipv4_dst=ip),
         rule(TABLE_ROUTING, 600, (SetField("ipv4_dst", "255.255.255.255"), SetField("eth_dst", BROADCAST_MAC),
                                   Output(IN_PORT), Output(LOCAL)), cookie,
-             eth_type=ETH_IPV4, ipv4_dst=sub.broadcast),
-    })
+             eth_type=ETH_IPV4, ipv4_dst=device.subnet.broadcast),
+    }
+    rules |= {rule(TABLE_ACCOUNTING, 900, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip, ipv4_dst=addr)
+              for addr in blocked}
+    return frozenset(rules)
+
+
+def learnt_flow_rule(device: Device, flow: FiveTuple) -> FlowRule:
+    return rule(TABLE_ACCOUNTING, PRIORITY_LEARNT_FLOW, (GotoTable(TABLE_ROUTING),), device_cookie(device),
+                idle_timeout=FLOW_IDLE_TIMEOUT_S, notify_removal=True, **flow.match())

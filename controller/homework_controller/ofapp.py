@@ -21,18 +21,15 @@ from os_ken.ofproto import ofproto_v1_3
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import api, dhcp, flows, packets
+from . import api, dhcp, dns_server, flows, packets
 from .config import CONFIG
 from .fairness import FairQueue
-from .router import (AddGatewayAddress, ForwardDns, HomeRouter, InstallRules,
-                     RemoveRules, SendFrame, TellHousehold)
+from .hwdb_log import HwdbLog
+from .router import (AddGatewayAddress, HomeRouter, InstallRules, LogRow, RemoveRules, ResolveName,
+                     SendFrame, TellHousehold)
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
-
-DNS_TIMEOUT_S = 3.0
-DNS_MAX_ANSWER = 4096
-DNS_MAX_IN_FLIGHT = 64
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -50,26 +47,32 @@ class HomeworkController(app_manager.OSKenApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.router = HomeRouter(DeviceStore(CONFIG.db), dhcp.LeasePolicy(
-            CONFIG.pending_lease, CONFIG.permitted_lease))
+            CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget)
+        self.hwdb = HwdbLog(CONFIG.hwdb)
         self.datapath = None
         self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
         self.packet_ins_ready = threading.Event()
         self.ipr = IPRoute()
         self.lan_index = None
         self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
         self.lock = threading.Lock()
-        self.dns_slots = threading.BoundedSemaphore(DNS_MAX_IN_FLIGHT)
         self._start_thread(self._serve_packet_ins)
         self._start_thread(self._tick)
+        self._start_thread(self._poll_flow_stats)
         self._start_thread(self._add_gateway_addresses)
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
             server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
         self._start_thread(self.api_server.serve_forever)
         LOG.info("ws.v1 API on http://%s:%d/ws.v1/", CONFIG.api_host, CONFIG.api_port)
+        self.dns = dns_server.DnsServer(CONFIG.dns_port, CONFIG.upstream_dns, self._dns_verdict, self._dns_learn)
+        dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
+        self.dns.start()
+        LOG.info("resolver on port %d (LAN DNS redirected here), upstream %s", CONFIG.dns_port, CONFIG.upstream_dns)
 
     @staticmethod
     def _start_thread(target, *args):
@@ -128,7 +131,7 @@ class HomeworkController(app_manager.OSKenApp):
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
         with self.lock:
-            queued = self.packet_ins.put(frame.eth_src, (in_port, frame))
+            queued = self.packet_ins.put(frame.eth_src, (msg.table_id, in_port, frame))
         if queued:
             self.packet_ins_ready.set()
 
@@ -140,20 +143,63 @@ class HomeworkController(app_manager.OSKenApp):
                 with self.lock:
                     if not self.packet_ins:
                         break
-                    in_port, frame = self.packet_ins.pop()
+                    table, in_port, frame = self.packet_ins.pop()
                     try:
-                        self._apply(self._dispatch(in_port, frame))
+                        self._apply(self._dispatch(table, in_port, frame))
                     except Exception:
                         LOG.exception("packet-in from %s failed", frame.eth_src)
 
-    def _dispatch(self, in_port, frame: packets.Frame) -> list:
+    def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
+        if table == flows.TABLE_ACCOUNTING:
+            return self.router.on_flow_copy(in_port, frame)
         if frame.arp is not None:
             return self.router.on_arp(in_port, frame)
-        if frame.udp_dst == 67 and in_port != flows.LOCAL:
+        if frame.is_udp and frame.dport == 67 and in_port != flows.LOCAL:
             return self.router.on_dhcp(frame)
-        if frame.udp_dst == 53:
-            return self.router.on_dns(frame)
         return []
+
+    # ---- flow accounting
+
+    def _poll_flow_stats(self):
+        while True:
+            time.sleep(CONFIG.stats_interval)
+            dp = self.datapath
+            if dp is not None:
+                dp.send_msg(dp.ofproto_parser.OFPFlowStatsRequest(dp, table_id=flows.TABLE_ACCOUNTING))
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _on_flow_stats(self, ev):
+        # Replies come in parts; the router compares each part with the last poll.
+        self.stats_parts.extend((s.priority, dict(s.match.items()), s.packet_count, s.byte_count)
+                                for s in ev.msg.body)
+        if ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+            return
+        entries, self.stats_parts = self.stats_parts, []
+        with self.lock:
+            self._apply(self.router.on_flow_stats(entries))
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _on_flow_removed(self, ev):
+        msg = ev.msg
+        with self.lock:
+            self._apply(self.router.on_flow_removed(msg.priority, dict(msg.match.items()),
+                                                    msg.packet_count, msg.byte_count))
+
+    # ---- DNS (the resolver's threads call in here)
+
+    def _dns_verdict(self, client_ip: str, query: bytes):
+        with self.lock:
+            return self.router.dns_query(client_ip, query)
+
+    def _dns_learn(self, qname: str, answer: bytes):
+        with self.lock:
+            self._apply(self.router.dns_answer(qname, answer))
+
+    def _resolve(self, domain: str):
+        import dnslib
+        answer = self.dns.ask_upstream_udp(dnslib.DNSRecord.question(domain, "A").pack())
+        if answer is not None:
+            self._dns_learn(domain, answer)
 
     # ---- effects
 
@@ -173,13 +219,13 @@ class HomeworkController(app_manager.OSKenApp):
             elif isinstance(effect, AddGatewayAddress):
                 # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
                 self.gateway_jobs.put(effect.subnet)
-            elif isinstance(effect, ForwardDns):
-                if self.dns_slots.acquire(blocking=False):
-                    self._start_thread(self._relay_dns, effect)
-                else:
-                    self.router.counters["dns_overload_dropped"] += 1
+            elif isinstance(effect, ResolveName):
+                self._start_thread(self._resolve, effect.domain)
+            elif isinstance(effect, LogRow):
+                self.hwdb.write(effect.table, effect.row)
             elif isinstance(effect, TellHousehold):
                 LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
+                self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
@@ -211,6 +257,8 @@ class HomeworkController(app_manager.OSKenApp):
         instructions += [parser.OFPInstructionGotoTable(a.table) for a in r.actions
                          if isinstance(a, flows.GotoTable)]
         return parser.OFPFlowMod(dp, cookie=r.cookie, table_id=r.table, priority=r.priority,
+                                 idle_timeout=r.idle_timeout,
+                                 flags=ofp.OFPFF_SEND_FLOW_REM if r.notify_removal else 0,
                                  match=parser.OFPMatch(**match), instructions=instructions)
 
     def _packet_out(self, dp, port, data: bytes):
@@ -238,33 +286,6 @@ class HomeworkController(app_manager.OSKenApp):
             if exc.code != 17:  # EEXIST: already there from an earlier run
                 LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
 
-    def _relay_dns(self, job: ForwardDns):
-        try:
-            self._relay_dns_once(job)
-        finally:
-            self.dns_slots.release()
-
-    def _relay_dns_once(self, job: ForwardDns):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            sock.settimeout(DNS_TIMEOUT_S)
-            sock.sendto(job.query, (CONFIG.upstream_dns, 53))
-            while True:
-                answer, peer = sock.recvfrom(DNS_MAX_ANSWER)
-                # Only the resolver's answer to this very query is relayed.
-                if peer[0] == CONFIG.upstream_dns and answer[:2] == job.query[:2]:
-                    break
-        except OSError as exc:
-            LOG.info("DNS relay for %s failed: %s", job.device_mac, exc)
-            return
-        finally:
-            sock.close()
-        eth_src, eth_dst, ip_src, ip_dst, sport, dport = job.reply_to
-        with self.lock:
-            if self.datapath is not None:
-                self._packet_out(self.datapath, self.router.wlan_port,
-                                 packets.udp_frame(eth_src, eth_dst, ip_src, ip_dst, sport, dport, answer))
-
     # ---- the clock and the API
 
     def _tick(self):
@@ -284,10 +305,13 @@ class HomeworkController(app_manager.OSKenApp):
 
     def _call(self, name: str, *args):
         if name == "counters":
-            return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped)
-        if name in ("permit_dns", "deny_dns", "dns_rules"):
-            raise api.NotImplementedYet(f"{name.replace('_', '-')} is not implemented yet")
+            return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped,
+                        hwdb_rows_written=self.hwdb.written, hwdb_rows_dropped=self.hwdb.dropped,
+                        dns_overload_dropped=self.dns.overloaded)
         result = getattr(self.router, name)(*args)
+        if name in ("permit_dns", "deny_dns"):
+            self._apply(result)
+            return self.router.dns_rules_of(args[0])
         if name in ("permit", "deny", "whitelist", "blacklist", "rename"):
             if self.datapath is not None:
                 self._apply(result)

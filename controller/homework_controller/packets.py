@@ -41,9 +41,14 @@ class Frame:
     arp: Arp | None = None
     ip_src: str | None = None
     ip_dst: str | None = None
-    udp_src: int | None = None
-    udp_dst: int | None = None
+    ip_proto: int = 0
+    sport: int = 0     # TCP or UDP ports; 0 for other protocols
+    dport: int = 0
     payload: bytes = b""  # UDP payload
+
+    @property
+    def is_udp(self) -> bool:
+        return self.ip_proto == dpkt.ip.IP_PROTO_UDP
 
 
 class MalformedFrame(ValueError):
@@ -66,13 +71,18 @@ def parse(data: bytes) -> Frame:
         if not isinstance(ip, dpkt.ip.IP):
             raise ValueError("truncated IPv4 header")
         ip_src, ip_dst = socket.inet_ntoa(ip.src), socket.inet_ntoa(ip.dst)
-        if ip.p != dpkt.ip.IP_PROTO_UDP or ip.offset:
-            return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst)
-        udp = ip.data
-        if not isinstance(udp, dpkt.udp.UDP) or udp.ulen < 8 or udp.ulen - 8 > len(udp.data):
+        if ip.offset or ip.p not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
+            return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p)
+        l4 = ip.data
+        if ip.p == dpkt.ip.IP_PROTO_TCP:
+            if not isinstance(l4, dpkt.tcp.TCP):
+                raise ValueError("truncated TCP header")
+            return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p,
+                         sport=l4.sport, dport=l4.dport)
+        if not isinstance(l4, dpkt.udp.UDP) or l4.ulen < 8 or l4.ulen - 8 > len(l4.data):
             raise ValueError("truncated UDP datagram")
-        return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, udp_src=udp.sport, udp_dst=udp.dport,
-                     payload=bytes(udp.data[:udp.ulen - 8]))
+        return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p, sport=l4.sport,
+                     dport=l4.dport, payload=bytes(l4.data[:l4.ulen - 8]))
     except (dpkt.UnpackError, ValueError, OSError) as exc:
         raise MalformedFrame(f"{type(exc).__name__}: {exc}") from None
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import dnslib
+import idna
 
-from . import dhcp, flows, packets
+from . import dhcp, dnsgate, flows, packets
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
 from .store import DeviceStore, StoreError
 
@@ -46,12 +46,19 @@ class AddGatewayAddress:
 
 
 @dataclass(frozen=True)
-class ForwardDns:
-    """Relay a query upstream; the answer goes back as a frame built from `reply_to`."""
+class ResolveName:
+    """Look a name up upstream and feed the answer to `HomeRouter.dns_answer`."""
 
-    query: bytes
-    device_mac: str
-    reply_to: tuple  # (eth_src, eth_dst, ip_src, ip_dst, sport, dport) of the answer frame
+    domain: str
+
+
+@dataclass(frozen=True)
+class DnsVerdict:
+    """What to do with one query: "drop" it, "answer" it with `reply`, or "forward" it upstream."""
+
+    action: str
+    qname: str = ""
+    reply: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,14 @@ class TellHousehold:
     kind: str
     mac: str
     message: str
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """A row for one of hwdb's tables."""
+
+    table: str
+    row: tuple
 
 
 class ApiError(Exception):
@@ -77,18 +92,27 @@ class NoFreeSubnet(RuntimeError):
 
 class HomeRouter:
     def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, flow_budget: int = 200,
+                 budget_cooldown_s: float = 120.0):
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
         self.devices: dict[str, Device] = store.load()
         self.used_subnets = {d.subnet.index for d in self.devices.values() if d.subnet}
         self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
+        self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.installed: dict[str, frozenset[flows.FlowRule]] = {}
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
+        self.dns_rules: dict[str, dict[str, str]] = store.load_dns_rules()
+        self.addresses = dnsgate.AddressBook(clock=clock)
+        self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
+        self.learnt: dict[str, set[flows.FiveTuple]] = {}
+        self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
+        self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
         self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
-                         "frames_malformed": 0, "store_errors": 0, "dns_overload_dropped": 0}
+                         "frames_malformed": 0, "store_errors": 0, "dns_overload_dropped": 0,
+                         "dns_refused": 0, "dns_not_a_device": 0}
 
     # -- switch lifecycle
 
@@ -127,6 +151,8 @@ class HomeRouter:
                 effects.append(AddGatewayAddress(outcome.device.subnet))
             effects += self._update(outcome.device)
         effects += [TellHousehold(kind, req.chaddr, msg) for kind, msg in outcome.events]
+        if outcome.lease_action:
+            effects.append(self._lease_row(outcome.device, outcome.lease_action))
         if outcome.reply is not None:
             reply = outcome.reply
             effects.append(SendFrame(self.wlan_port, packets.udp_frame(
@@ -153,16 +179,165 @@ class HomeRouter:
         return [SendFrame(self.wlan_port, packets.arp_reply(self.router_mac, req.dst_ip,
                                                              req.src_mac, req.src_ip))]
 
-    def on_dns(self, frame: packets.Frame) -> list:
-        """A DNS query from a permitted device (the switch only sends those here)."""
-        try:
-            dnslib.DNSRecord.parse(frame.payload)
-        except Exception:  # dnslib raises DNSError, struct errors, IndexError on garbage
-            self.counters["dns_malformed"] += 1
+    def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
+        """First packet(s) of a flow not yet counted: give it a rule of its own, within budget."""
+        device = self._device_by_ip(frame.ip_dst if in_port == flows.LOCAL else frame.ip_src)
+        if device is None or device.mac not in self.installed or device.mac in self.over_budget:
+            return []  # copies still in flight after a change: nothing to learn
+        flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
+        learnt = self.learnt.setdefault(device.mac, set())
+        if flow in learnt:
             return []
-        # Answer from the address the device asked, so it accepts the reply.
-        reply_to = (self.router_mac, frame.eth_src, frame.ip_dst, frame.ip_src, 53, frame.udp_src)
-        return [ForwardDns(frame.payload, frame.eth_src, reply_to)]
+        if len(learnt) >= self.flow_budget:
+            self.over_budget[device.mac] = self.clock() + self.budget_cooldown_s
+            label = device.name or device.hostname or device.mac
+            return self._reconcile(device) + [TellHousehold(
+                "flow-budget", device.mac,
+                f"{label} opened more than {self.flow_budget} connections at once; its traffic is counted "
+                f"as a whole for the next {int(self.budget_cooldown_s // 60)} minutes")]
+        learnt.add(flow)
+        return [InstallRules((flows.learnt_flow_rule(device, flow),))]
+
+    def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
+        """Counters of the accounting table -> Flows rows with what each rule saw since last time.
+
+        entries: (priority, match, packets, bytes) per rule. A learnt flow is its 5-tuple;
+        a device's learning rule (traffic not yet, or no longer, counted per flow) is a row
+        with protocol 0 and the far side 0.0.0.0.
+        """
+        rows = []
+        seen = set()
+        for priority, match, pkts, nbytes in entries:
+            key = self._counter_key(priority, match)
+            if key is None:
+                continue
+            seen.add(key)
+            before_p, before_b = self.flow_counters.get(key, (0, 0))
+            if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
+                before_p, before_b = 0, 0
+            self.flow_counters[key] = (pkts, nbytes)
+            if pkts > before_p:
+                rows.append(LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b)))
+        for key in set(self.flow_counters) - seen:  # rules that are gone, counted at removal
+            del self.flow_counters[key]
+        return rows
+
+    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
+        """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
+        key = self._counter_key(priority, match)
+        if key is None:
+            return []
+        flow = key[1]
+        for learnt in self.learnt.values():
+            learnt.discard(flow)
+        before_p, before_b = self.flow_counters.pop(key, (0, 0))
+        if pkts <= before_p:
+            return []
+        return [LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b))]
+
+    @staticmethod
+    def _counter_key(priority: int, match: dict):
+        if priority == flows.PRIORITY_LEARNT_FLOW:
+            return ("flow", flows.FiveTuple.from_match(match))
+        if priority == flows.PRIORITY_LEARNING:
+            return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
+        return None
+
+    @staticmethod
+    def _flow_row(key, pkts: int, nbytes: int) -> tuple:
+        if key[0] == "flow":
+            f = key[1]
+            return (f.proto, f.saddr, f.sport, f.daddr, f.dport, pkts, nbytes)
+        return (0, key[1], 0, key[2], 0, pkts, nbytes)
+
+    # -- DNS gating
+
+    def dns_query(self, client_ip: str, wire: bytes) -> DnsVerdict:
+        """A query that reached the router's resolver from client_ip."""
+        device = self._device_by_ip(client_ip)
+        if device is None or device.mac not in self.installed:
+            # Only permitted devices get here through the switch; anyone else (the WAN side,
+            # a stale address) gets no answer at all.
+            self.counters["dns_not_a_device"] += 1
+            return DnsVerdict("drop")
+        try:
+            query, qname = dnsgate.parse_query(wire)
+        except dnsgate.MalformedQuery:
+            self.counters["dns_malformed"] += 1
+            return DnsVerdict("drop")
+        if dnsgate.decide(self.dns_rules.get(device.mac, {}), qname) == dnsgate.DENY:
+            self.counters["dns_refused"] += 1
+            return DnsVerdict("answer", qname, dnsgate.refusal(query))
+        return DnsVerdict("forward", qname)
+
+    def dns_answer(self, qname: str, answer: bytes) -> list:
+        """An upstream answer the router relayed (or looked up itself): learn its addresses."""
+        learnt_new = False
+        for names, ip, ttl in dnsgate.learnable(answer, qname):
+            learnt_new |= self.addresses.learn(names, ip, ttl)
+        if not learnt_new:
+            return []
+        return self._reconcile_dns_gated()
+
+    def deny_dns(self, mac: str, domain: str) -> list:
+        return self._set_dns_rule(mac, domain, dnsgate.DENY)
+
+    def permit_dns(self, mac: str, domain: str) -> list:
+        return self._set_dns_rule(mac, domain, dnsgate.ALLOW)
+
+    def dns_rules_of(self, mac: str) -> list[dict]:
+        device = self._known(mac)
+        return [{"domain": domain, "display": _display_domain(domain), "action": action}
+                for domain, action in sorted(self.dns_rules.get(device.mac, {}).items())]
+
+    def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
+        device = self._known(mac)
+        try:
+            domain = dnsgate.normalize_domain(domain)
+        except dnsgate.BadDomain as exc:
+            raise ApiError(str(exc)) from None
+        rules = self.dns_rules.setdefault(device.mac, {})
+        if action == dnsgate.ALLOW and rules.get(domain) == dnsgate.DENY:
+            new = None  # lifting a block: remove it rather than pile an exception on it
+        elif action == dnsgate.ALLOW and dnsgate.decide(rules, domain) == dnsgate.ALLOW:
+            new = None  # already allowed: nothing to remember
+        else:
+            new = action
+        if new is None:
+            rules.pop(domain, None)
+        else:
+            rules[domain] = new
+        changes = {domain: new}
+        # Exceptions that no block covers any more are dropped, so lifting a block lifts it all.
+        for other, act in list(rules.items()):
+            if act == dnsgate.ALLOW and dnsgate.decide({d: a for d, a in rules.items() if d != other},
+                                                       other) == dnsgate.ALLOW:
+                del rules[other]
+                changes[other] = None
+        try:
+            for changed, act in changes.items():
+                self.store.save_dns_rule(device.mac, changed, act)
+        except StoreError as exc:
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
+        LOG.info("household: DNS %s %s for %s", action, domain, device.mac)
+        effects = self._reconcile(device)
+        if new == dnsgate.DENY:
+            effects.append(ResolveName(domain))  # learn its addresses now, not when someone asks
+        return effects
+
+    def _blocked_addresses(self, mac: str) -> frozenset[str]:
+        rules = self.dns_rules.get(mac)
+        if not rules or dnsgate.DENY not in rules.values():
+            return frozenset()
+        return frozenset(self.addresses.blocked_for(lambda name: dnsgate.decide(rules, name) == dnsgate.DENY))
+
+    def _reconcile_dns_gated(self) -> list:
+        effects = []
+        for mac, rules in self.dns_rules.items():
+            if dnsgate.DENY in rules.values() and mac in self.devices:
+                effects += self._reconcile(self.devices[mac])
+        return effects
 
     # -- the household's decisions
 
@@ -205,12 +380,16 @@ class HomeRouter:
     # -- the clock
 
     def tick(self) -> list:
-        """Withdraw the rules of devices whose lease ran out (only those: this runs every few seconds)."""
+        """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
-        effects = []
-        for mac in [m for m in self.installed if not self.devices[m].lease_active(now)
-                    and self.devices[m].state is not State.BLACKLISTED]:
+        effects = [self._lease_row(self.devices[mac], "expired")
+                   for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
+        for mac in [m for m, until in self.over_budget.items() if until <= now]:
+            del self.over_budget[mac]
+        for mac in list(self.installed):
             effects += self._reconcile(self.devices[mac])
+        if self.addresses.expire():
+            effects += self._reconcile_dns_gated()
         return effects
 
     # -- queries
@@ -233,6 +412,13 @@ class HomeRouter:
 
     # -- internals
 
+    def _lease_row(self, device: Device, action: str) -> LogRow:
+        if action in ("released", "expired"):
+            self.leased.discard(device.mac)
+        else:
+            self.leased.add(device.mac)
+        return LogRow("Leases", (device.mac, device.subnet.device_ip, device.hostname, action, device.state.value))
+
     def _update(self, device: Device) -> list:
         self.devices[device.mac] = device
         if device.subnet:
@@ -249,14 +435,18 @@ class HomeRouter:
         """Bring the switch's rules for one device in line with its state."""
         if self.wlan_port is None:
             return []
-        wanted = flows.device_rules(device, self.clock(), self.wlan_port, self.router_mac)
+        wanted = flows.device_rules(device, self.clock(), self.wlan_port, self.router_mac,
+                                    learning=device.mac not in self.over_budget,
+                                    blocked=self._blocked_addresses(device.mac))
         have = self.installed.get(device.mac, frozenset())
         if wanted == have:
             return []
         effects: list = []
         if have:
-            # Deleting by cookie also ends flows in progress: a denied device is cut off at once.
+            # Deleting by cookie also ends flows in progress (a denied device is cut off at
+            # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
+            self.learnt.pop(device.mac, None)
         if wanted:
             effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
             self.installed[device.mac] = wanted
@@ -276,3 +466,10 @@ class HomeRouter:
         if subnet is None or ip != subnet.device_ip:
             return None
         return self.devices.get(self.mac_by_subnet.get(subnet.index))
+
+
+def _display_domain(domain: str) -> str:
+    try:
+        return idna.decode(domain)
+    except idna.IDNAError:
+        return domain

@@ -29,6 +29,12 @@ CREATE TABLE IF NOT EXISTS devices (
     last_seen REAL NOT NULL DEFAULT 0,
     lease_expires REAL NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS dns_rules (
+    mac TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('deny', 'allow')),
+    PRIMARY KEY (mac, domain)
+);
 """
 
 
@@ -96,8 +102,23 @@ class DeviceStore:
         except sqlite3.Error as exc:  # e.g. disk full: the caller keeps serving from memory
             raise StoreError(f"could not save {device.mac}: {exc}") from exc
 
-    def delete(self, mac: str) -> None:
-        self.db.execute("DELETE FROM devices WHERE mac = ?", (mac,))
+    def load_dns_rules(self) -> dict[str, dict[str, str]]:
+        rules: dict[str, dict[str, str]] = {}
+        for mac, domain, action in self.db.execute("SELECT mac, domain, action FROM dns_rules"):
+            rules.setdefault(mac, {})[domain] = action
+        return rules
+
+    def save_dns_rule(self, mac: str, domain: str, action: str | None) -> None:
+        """Set (or, with action None, remove) one device's rule for one domain."""
+        try:
+            if action is None:
+                self.db.execute("DELETE FROM dns_rules WHERE mac = ? AND domain = ?", (mac, domain))
+            else:
+                self.db.execute("INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
+                                "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action",
+                                (mac, domain, action))
+        except sqlite3.Error as exc:
+            raise StoreError(f"could not save the DNS rule {domain} for {mac}: {exc}") from exc
 
     def close(self) -> None:
         self.db.close()

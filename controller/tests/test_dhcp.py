@@ -152,7 +152,7 @@ def test_malformed_requests_are_dropped_and_counted(router, mangle):
     except packets.MalformedFrame:
         return  # dropped even earlier, at the frame level
     f = packets.Frame(f.eth_src, f.eth_dst, f.ethertype, ip_src=f.ip_src, ip_dst=f.ip_dst,
-                      udp_src=68, udp_dst=67, payload=mangle(good[eth_ip_udp:]))
+                      ip_proto=17, sport=68, dport=67, payload=mangle(good[eth_ip_udp:]))
     assert router.on_dhcp(f) == []
     assert router.counters["dhcp_malformed"] == 1
     # ...and the next good client is served as usual.

@@ -3,7 +3,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from homework_controller import flows, packets
 from homework_controller.model import normalize_mac, BadMac
-from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallRules, RemoveRules,
+from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallRules, LogRow, RemoveRules,
                                         SendFrame, UnknownDevice)
 from homework_controller.store import DeviceStore
 from homework_controller import dhcp
@@ -41,7 +41,8 @@ def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
     rules = installed(router.permit(PHONE))
     admit = [r for r in rules if r.table == flows.TABLE_ADMISSION and r.match_dict.get("in_port") == WLAN]
     assert admit and admit[0].match_dict == {"in_port": WLAN, "eth_src": PHONE, "eth_type": 0x0800, "ipv4_src": ip}
-    to_phone = [r for r in rules if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip]
+    to_phone = [r for r in rules if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip
+                and r.match_dict.get("in_port") == WLAN]
     assert flows.DecTtl() in to_phone[0].actions and flows.Output(flows.IN_PORT) in to_phone[0].actions
     removed = router.deny(PHONE)
     assert removed == [RemoveRules(flows.device_cookie(router.devices[PHONE]))]
@@ -74,7 +75,8 @@ def test_rules_go_when_the_lease_runs_out(router, clock):
     lease(router, PHONE)
     router.permit(PHONE)
     clock.now += 31  # the pending lease it holds has run out and it never renewed
-    assert router.tick() == [RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+    assert router.tick() == [LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
+                             RemoveRules(flows.device_cookie(router.devices[PHONE]))]
 
 
 def test_decisions_and_subnets_survive_a_restart(db_path, clock):
@@ -147,3 +149,14 @@ def test_household_names_are_kept_clean_and_bounded(router):
     assert router.status(PHONE)["name"] == "Grandma's iPad"
     with pytest.raises(Exception, match="64 characters"):
         router.rename(PHONE, "x" * 65)
+
+
+def test_every_dhcp_decision_is_logged_to_leases(router):
+    effects = router.on_dhcp(frame(PHONE, "discover"))
+    assert not [e for e in effects if isinstance(e, LogRow)]  # an offer is not a lease
+    ip = lease(router, PHONE)
+    router.permit(PHONE)
+    renewal = router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    released = router.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
+    rows = [e.row for e in renewal + released if isinstance(e, LogRow)]
+    assert rows == [(PHONE, ip, "", "renewed", "permitted"), (PHONE, ip, "", "released", "permitted")]

@@ -1,0 +1,69 @@
+"""Per-flow accounting: each flow gets a counting rule, within a per-device budget."""
+from homework_controller import flows, packets
+from homework_controller.router import InstallRules, LogRow, RemoveRules, TellHousehold
+
+from dhcp_frames import frame
+from test_router import PHONE, lease
+
+INTERNET = "198.51.100.80"
+
+
+def tcp_frame(src_ip, dst_ip, sport, dport):
+    return packets.Frame(PHONE, "02:48:57:00:00:01", 0x0800, ip_src=src_ip, ip_dst=dst_ip, ip_proto=6,
+                         sport=sport, dport=dport)
+
+
+def permitted_phone(router):
+    ip = lease(router, PHONE)
+    router.permit(PHONE)
+    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    return ip
+
+
+def test_a_new_flow_gets_its_own_counting_rule_once(router):
+    ip = permitted_phone(router)
+    [install] = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80))
+    [r] = install.rules
+    assert r.table == flows.TABLE_ACCOUNTING and r.idle_timeout == flows.FLOW_IDLE_TIMEOUT_S and r.notify_removal
+    assert r.match_dict == {"eth_type": 0x0800, "ip_proto": 6, "ipv4_src": ip, "ipv4_dst": INTERNET,
+                            "tcp_src": 40000, "tcp_dst": 80}
+    assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80)) == []  # a second copy in flight
+    # The answer direction, arriving from the router's stack, is a flow of its own.
+    [back] = router.on_flow_copy(flows.LOCAL, tcp_frame(INTERNET, ip, 80, 40000))
+    assert back.rules[0].match_dict["ipv4_dst"] == ip
+
+
+def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_told(router):
+    router.flow_budget = 10
+    ip = permitted_phone(router)
+    for port in range(10):
+        router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000 + port, 80))
+    effects = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 50000, 80))
+    assert RemoveRules(flows.device_cookie(router.devices[PHONE])) in effects  # its per-flow rules go
+    [new_rules] = [e.rules for e in effects if isinstance(e, InstallRules)]
+    learning = [r for r in new_rules if r.priority == flows.PRIORITY_LEARNING]
+    assert learning and all(flows.Output(flows.CONTROLLER) not in r.actions for r in learning)
+    [told] = [e for e in effects if isinstance(e, TellHousehold)]
+    assert told.kind == "flow-budget" and "more than 10 connections" in told.message
+    assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 50001, 80)) == []  # no more learning
+    # ...until it cools down.
+    router.clock.now += router.budget_cooldown_s + 1
+    resumed = [r for e in router.tick() if isinstance(e, InstallRules) for r in e.rules
+               if r.priority == flows.PRIORITY_LEARNING]
+    assert resumed and all(flows.Output(flows.CONTROLLER) in r.actions for r in resumed)
+
+
+def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(router):
+    ip = permitted_phone(router)
+    flow = flows.FiveTuple(6, ip, 40000, INTERNET, 80).match()
+    device_up = {"eth_type": 0x0800, "ipv4_src": ip}
+    first = router.on_flow_stats([(flows.PRIORITY_LEARNT_FLOW, flow, 10, 1500),
+                                  (flows.PRIORITY_LEARNING, device_up, 2, 120)])
+    assert [e.row for e in first] == [(6, ip, 40000, INTERNET, 80, 10, 1500), (0, ip, 0, "0.0.0.0", 0, 2, 120)]
+    second = router.on_flow_stats([(flows.PRIORITY_LEARNT_FLOW, flow, 15, 2000),
+                                   (flows.PRIORITY_LEARNING, device_up, 2, 120)])
+    assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500)]  # idle rules add nothing
+    # It idles out with 3 more packets since that poll: those are counted, once.
+    assert [e.row for e in router.on_flow_removed(flows.PRIORITY_LEARNT_FLOW, flow, 18, 2300)] == \
+        [(6, ip, 40000, INTERNET, 80, 3, 300)]
+    assert all(isinstance(e, LogRow) and e.table == "Flows" for e in first + second)

@@ -1,0 +1,3 @@
+module homework/hwdb/go/hwdbclient
+
+go 1.21

@@ -1,0 +1,237 @@
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use hwdb::client::{Client, ClientError, Reply, Subscriber};
+use hwdb::db::{system_clock, Db};
+use hwdb::exec::Limits;
+use hwdb::server;
+
+#[derive(Parser)]
+#[command(name = "hwdb", version, about = "Homework stream database")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the database server.
+    Serve {
+        /// Address for the full-rights (loopback) RPC socket.
+        #[arg(long, default_value = "127.0.0.1:987")]
+        listen: SocketAddr,
+        /// Extra sockets for LAN hosts (end-host agents); repeatable.
+        #[arg(long = "lan-listen")]
+        lan_listen: Vec<SocketAddr>,
+        /// SQLite file for persistent tables (":memory:" keeps nothing across restarts).
+        #[arg(long, default_value = "/var/lib/hwdb/hwdb.sqlite")]
+        db: String,
+        /// Row budget of each table's in-memory ring.
+        #[arg(long = "ring-rows", default_value_t = 200_000)]
+        ring_rows: usize,
+        /// First retransmission timeout in milliseconds.
+        #[arg(long = "rto-ms", default_value_t = 100)]
+        rto_ms: u64,
+        /// TEST ONLY: give peers with this address LAN rights even though it is loopback.
+        #[arg(long = "treat-as-lan")]
+        treat_as_lan: Vec<IpAddr>,
+    },
+    /// Run one statement against a server and print the result.
+    Query {
+        text: String,
+        #[arg(long, default_value = "127.0.0.1:987")]
+        server: String,
+        /// Print the server's JSON reply instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Subscribe to a select and print new matching rows as they arrive.
+    Subscribe {
+        /// A plain select, e.g. "select * from Flows where dport = 53".
+        query: String,
+        #[arg(long, default_value = "127.0.0.1:987")]
+        server: String,
+        /// Local address to receive notifications on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure ingest rate, query latency and memory; prints JSON (see README.md).
+    Bench {
+        /// Also write the JSON here.
+        #[arg(long)]
+        out: Option<String>,
+        /// Smaller, faster run (for smoke tests).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn render(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "NULL".into(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_table(r: &Reply) {
+    if r.columns.is_empty() {
+        if let Some(m) = &r.message {
+            println!("{m}");
+        }
+        return;
+    }
+    let cells: Vec<Vec<String>> = r.rows.iter().map(|row| row.iter().map(render).collect()).collect();
+    let mut widths: Vec<usize> = r.columns.iter().map(|c| c.name.chars().count()).collect();
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let numeric: Vec<bool> = r.columns.iter().map(|c| matches!(c.ty.as_str(), "integer" | "real" | "timestamp")).collect();
+    let line = |vals: &[String]| {
+        let parts: Vec<String> = vals
+            .iter()
+            .zip(&widths)
+            .zip(&numeric)
+            .map(|((v, w), num)| if *num { format!("{v:>w$}") } else { format!("{v:<w$}") })
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(&r.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+    println!("{}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+    for row in &cells {
+        line(row);
+    }
+    println!("({} row{})", cells.len(), if cells.len() == 1 { "" } else { "s" });
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Serve { listen, lan_listen, db, ring_rows, rto_ms, treat_as_lan } => {
+            if db != ":memory:" {
+                if let Some(dir) = Path::new(&db).parent().filter(|d| !d.as_os_str().is_empty()) {
+                    if let Err(e) = std::fs::create_dir_all(dir) {
+                        eprintln!("hwdb: cannot create {}: {e}", dir.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            let database = match Db::open(&db, ring_rows, system_clock(), Limits::default()) {
+                Ok(d) => Arc::new(d),
+                Err(e) => {
+                    eprintln!("hwdb: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("hwdb: cannot start runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let mut addrs = vec![listen];
+            addrs.extend(lan_listen);
+            let cfg = server::Config { listen: addrs, treat_as_lan, rto: Duration::from_millis(rto_ms.max(1)) };
+            let result = rt.block_on(async {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                tokio::select! {
+                    r = server::serve(database, cfg) => r,
+                    _ = tokio::signal::ctrl_c() => Ok(()),
+                    _ = term.recv() => Ok(()),
+                }
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("hwdb: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Query { text, server, json, timeout } => {
+            let result = Client::connect(&server).and_then(|mut c| {
+                c.opts.deadline = Duration::from_secs(timeout.max(1));
+                c.request(&text)
+            });
+            let raw = match result {
+                Ok(raw) => raw,
+                Err(e) => {
+                    eprintln!("hwdb: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let reply = match hwdb::client::parse_reply(&raw) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("hwdb: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if json {
+                println!("{}", String::from_utf8_lossy(&raw));
+            }
+            if reply.status != "ok" {
+                eprintln!("hwdb: {}", reply.message.unwrap_or_default());
+                return ExitCode::FAILURE;
+            }
+            if !json {
+                print_table(&reply);
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Subscribe { query, server, listen, json } => {
+            let run = || -> Result<(), ClientError> {
+                let mut sub = Subscriber::bind(&listen)?;
+                let addr = sub.local_addr()?;
+                let mut c = Client::connect(&server)?;
+                let r = c.query(&format!("subscribe {query} to {} {}", addr.ip(), addr.port()))?;
+                eprintln!("hwdb: {}", r.message.unwrap_or_default());
+                loop {
+                    if let Some(n) = sub.recv(Duration::from_secs(3600))? {
+                        if json {
+                            println!("{}", serde_json::json!({"subscription": n.subscription, "rows": n.rows}));
+                        } else {
+                            print_table(&n);
+                        }
+                    }
+                }
+            };
+            match run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("hwdb: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Bench { out, quick } => match hwdb::bench::run(quick) {
+            Ok(json) => {
+                let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+                println!("{text}");
+                if let Some(path) = out {
+                    if let Err(e) = std::fs::write(&path, text + "\n") {
+                        eprintln!("hwdb: cannot write {path}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hwdb: bench failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

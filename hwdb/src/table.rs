@@ -1,0 +1,435 @@
+//! One table: a fixed-budget ring of rows stored column by column.
+//!
+//! Columns are typed vectors (no per-row allocation, no per-cell enum tag); strings are
+//! interned per table with reference counts so repeated addresses and names cost four
+//! bytes a row and evicted strings are freed.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::parse::Window;
+use crate::value::{Cell, ColType, Value};
+
+/// A multiply-rotate hash over 8-byte words (the FxHash scheme): interned keys are short
+/// strings and group keys are `u64` words, for which it is several times faster than
+/// SipHash; only local clients choose keys, so flooding resistance buys nothing here.
+#[derive(Default)]
+pub struct WordHash(u64);
+
+impl WordHash {
+    #[inline]
+    fn mix(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517cc1b727220a95);
+    }
+}
+
+impl Hasher for WordHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, b: u8) {
+        self.mix(b as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.mix(v as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.mix(v);
+    }
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
+    }
+}
+
+pub type WordHashBuild = BuildHasherDefault<WordHash>;
+
+
+#[derive(Default)]
+pub struct Interner {
+    ids: HashMap<Arc<str>, u32, WordHashBuild>,
+    strs: Vec<Option<(Arc<str>, u32)>>,
+    free: Vec<u32>,
+}
+
+impl Interner {
+    pub fn lookup(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
+
+    fn acquire(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            if let Some((_, rc)) = &mut self.strs[id as usize] {
+                *rc += 1;
+            }
+            return id;
+        }
+        let arc: Arc<str> = Arc::from(s);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.strs[id as usize] = Some((arc.clone(), 1));
+                id
+            }
+            None => {
+                self.strs.push(Some((arc.clone(), 1)));
+                (self.strs.len() - 1) as u32
+            }
+        };
+        self.ids.insert(arc, id);
+        id
+    }
+
+    fn release(&mut self, id: u32) {
+        let slot = &mut self.strs[id as usize];
+        if let Some((s, rc)) = slot {
+            *rc -= 1;
+            if *rc == 0 {
+                self.ids.remove(&**s);
+                *slot = None;
+                self.free.push(id);
+            }
+        }
+    }
+
+    pub fn get(&self, id: u32) -> &str {
+        match &self.strs[id as usize] {
+            Some((s, _)) => s,
+            None => "",
+        }
+    }
+
+    pub fn distinct(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+enum ColData {
+    Int(Vec<i64>),
+    Real(Vec<f64>),
+    Str(Vec<u32>),
+    Bool(Vec<bool>),
+    Ts(Vec<u64>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColType,
+}
+
+pub const TSTAMP: &str = "tstamp";
+
+pub struct Table {
+    pub name: String,
+    /// `columns[0]` is the implicit `tstamp`.
+    pub columns: Vec<Column>,
+    pub persistent: bool,
+    cap: usize,
+    len: usize,
+    /// Physical slot of the oldest row once the ring has wrapped.
+    head: usize,
+    data: Vec<ColData>,
+    pub strings: Interner,
+    pub inserted: u64,
+    pub dropped: u64,
+    last_ts: u64,
+}
+
+/// Grow a column towards the ring budget without overshooting it, so a full table
+/// holds exactly `cap` slots and not the next power of two.
+fn reserve<T>(v: &mut Vec<T>, cap: usize) {
+    if v.len() == v.capacity() {
+        let want = v.capacity().max(1024).min(cap - v.len());
+        v.reserve_exact(want);
+    }
+}
+
+impl Table {
+    pub fn new(name: &str, user_cols: Vec<Column>, persistent: bool, cap: usize) -> Table {
+        let mut columns = vec![Column { name: TSTAMP.into(), ty: ColType::Timestamp }];
+        columns.extend(user_cols);
+        let data = columns
+            .iter()
+            .map(|c| match c.ty {
+                ColType::Integer => ColData::Int(Vec::new()),
+                ColType::Real => ColData::Real(Vec::new()),
+                ColType::Varchar => ColData::Str(Vec::new()),
+                ColType::Boolean => ColData::Bool(Vec::new()),
+                ColType::Timestamp => ColData::Ts(Vec::new()),
+            })
+            .collect();
+        Table {
+            name: name.into(),
+            columns,
+            persistent,
+            cap: cap.max(1),
+            len: 0,
+            head: 0,
+            data,
+            strings: Interner::default(),
+            inserted: 0,
+            dropped: 0,
+            last_ts: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub fn col_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Timestamps never go backwards within a table, so windows are binary searches.
+    /// One batch shares one timestamp; the next batch is at least one ns later.
+    pub fn next_ts(&self, now: u64) -> u64 {
+        if self.inserted == 0 {
+            now
+        } else {
+            now.max(self.last_ts + 1)
+        }
+    }
+
+    pub fn last_ts(&self) -> u64 {
+        self.last_ts
+    }
+
+    /// Physical slot of the `i`th oldest row.
+    pub fn phys(&self, i: usize) -> usize {
+        let p = self.head + i;
+        if p >= self.cap {
+            p - self.cap
+        } else {
+            p
+        }
+    }
+
+    /// Append one row. `cells` must match `columns[1..]` in number and type (checked by
+    /// the caller); `ts` must not be older than the newest row.
+    pub fn push(&mut self, ts: u64, cells: &[Cell]) {
+        debug_assert_eq!(cells.len() + 1, self.columns.len());
+        let full = self.len == self.cap;
+        let slot = if full { self.head } else { self.len };
+        if full {
+            for d in &self.data {
+                if let ColData::Str(v) = d {
+                    let old = v[slot];
+                    self.strings.release(old);
+                }
+            }
+            self.head = if self.head + 1 == self.cap { 0 } else { self.head + 1 };
+            self.dropped += 1;
+        } else {
+            self.len += 1;
+        }
+        let cap = self.cap;
+        for (i, d) in self.data.iter_mut().enumerate() {
+            let cell = if i == 0 { Cell::Ts(ts) } else { cells[i - 1] };
+            macro_rules! put {
+                ($v:expr, $x:expr) => {
+                    if full {
+                        $v[slot] = $x;
+                    } else {
+                        reserve($v, cap);
+                        $v.push($x);
+                    }
+                };
+            }
+            match (d, cell) {
+                (ColData::Int(v), Cell::Int(x)) => put!(v, x),
+                (ColData::Real(v), Cell::Real(x)) => put!(v, x),
+                (ColData::Real(v), Cell::Int(x)) => put!(v, x as f64),
+                (ColData::Str(v), Cell::Str(s)) => {
+                    let id = self.strings.acquire(s);
+                    put!(v, id)
+                }
+                (ColData::Bool(v), Cell::Bool(x)) => put!(v, x),
+                (ColData::Ts(v), Cell::Ts(x)) => put!(v, x),
+                (ColData::Ts(v), Cell::Int(x)) => put!(v, x.max(0) as u64),
+                (d, c) => unreachable!("cell {c:?} does not fit column type {}", match d {
+                    ColData::Int(_) => "integer",
+                    ColData::Real(_) => "real",
+                    ColData::Str(_) => "varchar",
+                    ColData::Bool(_) => "boolean",
+                    ColData::Ts(_) => "timestamp",
+                }),
+            }
+        }
+        self.inserted += 1;
+        self.last_ts = ts;
+    }
+
+    pub fn int(&self, phys: usize, col: usize) -> i64 {
+        match &self.data[col] {
+            ColData::Int(v) => v[phys],
+            _ => 0,
+        }
+    }
+    pub fn real(&self, phys: usize, col: usize) -> f64 {
+        match &self.data[col] {
+            ColData::Real(v) => v[phys],
+            _ => 0.0,
+        }
+    }
+    pub fn str_id(&self, phys: usize, col: usize) -> u32 {
+        match &self.data[col] {
+            ColData::Str(v) => v[phys],
+            _ => 0,
+        }
+    }
+    pub fn str(&self, phys: usize, col: usize) -> &str {
+        self.strings.get(self.str_id(phys, col))
+    }
+    pub fn boolean(&self, phys: usize, col: usize) -> bool {
+        match &self.data[col] {
+            ColData::Bool(v) => v[phys],
+            _ => false,
+        }
+    }
+    pub fn ts(&self, phys: usize, col: usize) -> u64 {
+        match &self.data[col] {
+            ColData::Ts(v) => v[phys],
+            _ => 0,
+        }
+    }
+
+    pub fn value(&self, phys: usize, col: usize) -> Value {
+        match &self.data[col] {
+            ColData::Int(v) => Value::Int(v[phys]),
+            ColData::Real(v) => Value::Real(v[phys]),
+            ColData::Str(v) => Value::Str(self.strings.get(v[phys]).into()),
+            ColData::Bool(v) => Value::Bool(v[phys]),
+            ColData::Ts(v) => Value::Ts(v[phys]),
+        }
+    }
+
+    /// A compact fixed-width key for grouping: the column's raw bits (string id for varchar).
+    pub fn key_bits(&self, phys: usize, col: usize) -> u64 {
+        match &self.data[col] {
+            ColData::Int(v) => v[phys] as u64,
+            ColData::Real(v) => v[phys].to_bits(),
+            ColData::Str(v) => v[phys] as u64,
+            ColData::Bool(v) => v[phys] as u64,
+            ColData::Ts(v) => v[phys],
+        }
+    }
+
+    /// First logical index whose timestamp satisfies `!pred` (timestamps are sorted).
+    fn ts_partition(&self, pred: impl Fn(u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if pred(self.ts(self.phys(mid), 0)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The logical index range a window selects, given the query's `now`.
+    pub fn window(&self, w: Window, now: u64) -> std::ops::Range<usize> {
+        let n = self.len;
+        match w {
+            Window::All => 0..n,
+            Window::Range(d) => {
+                let from = now.saturating_sub(d);
+                self.ts_partition(|t| t < from)..n
+            }
+            Window::Rows(k) => n - (k.min(n as u64) as usize)..n,
+            Window::Since(t) => self.ts_partition(|x| x <= t)..n,
+            Window::Now if self.is_empty() => 0..0,
+            Window::Now => {
+                let newest = self.ts(self.phys(n - 1), 0);
+                self.ts_partition(|t| t < newest)..n
+            }
+            Window::Last => n.saturating_sub(1)..n,
+        }
+    }
+
+    /// Bytes reserved by the column vectors (shown by `show tables`; interned strings excluded).
+    pub fn data_bytes(&self) -> usize {
+        self.data
+            .iter()
+            .map(|d| match d {
+                ColData::Int(v) => v.capacity() * 8,
+                ColData::Real(v) => v.capacity() * 8,
+                ColData::Str(v) => v.capacity() * 4,
+                ColData::Bool(v) => v.capacity(),
+                ColData::Ts(v) => v.capacity() * 8,
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(cap: usize) -> Table {
+        Table::new("T", vec![Column { name: "s".into(), ty: ColType::Varchar }], false, cap)
+    }
+
+    #[test]
+    fn ring_drops_oldest_and_frees_strings() {
+        let mut tb = t(3);
+        for i in 0..5u64 {
+            let s = format!("s{i}");
+            tb.push(100 + i, &[Cell::Str(&s)]);
+        }
+        assert_eq!(tb.len(), 3);
+        assert_eq!(tb.dropped, 2);
+        let got: Vec<_> = (0..3).map(|i| tb.str(tb.phys(i), 1).to_string()).collect();
+        assert_eq!(got, ["s2", "s3", "s4"]);
+        assert_eq!(tb.strings.distinct(), 3);
+        assert_eq!(tb.strings.lookup("s0"), None);
+        assert!(tb.data_bytes() <= 3 * 12);
+    }
+
+    #[test]
+    fn windows() {
+        let mut tb = t(10);
+        for ts in [10, 20, 20, 30] {
+            tb.push(ts, &[Cell::Str("x")]);
+        }
+        assert_eq!(tb.window(Window::Range(10), 30), 1..4, "boundary row at now-range is included");
+        assert_eq!(tb.window(Window::Range(10), 31), 3..4);
+        assert_eq!(tb.window(Window::Since(20), 0), 3..4, "since is exclusive");
+        assert_eq!(tb.window(Window::Since(19), 0), 1..4);
+        assert_eq!(tb.window(Window::Rows(2), 0), 2..4);
+        assert_eq!(tb.window(Window::Rows(99), 0), 0..4);
+        assert_eq!(tb.window(Window::Last, 0), 3..4);
+        assert_eq!(tb.window(Window::Now, 0), 3..4);
+        tb.push(30, &[Cell::Str("y")]);
+        assert_eq!(tb.window(Window::Now, 0), 3..5);
+        assert_eq!(t(1).window(Window::Now, 0), 0..0);
+        assert_eq!(t(1).window(Window::Last, 0), 0..0);
+    }
+}
