@@ -15,6 +15,9 @@ cat <<EOT
 
 The emulated home is up: the laptop is permitted; the phone and the tablet are pending.
 
+  The Guest Board:                 http://127.0.0.1:8080  (first visit: choose the owner password;
+                                   then drag the phone to "Connected" to let it in)
+
   Devices the router knows:        curl -s http://127.0.0.1:8081/ws.v1/status | python3 -m json.tool
   The laptop browses by name:      $H client exec laptop -- curl -s http://www.example.test/
   The phone cannot (pending):      $H client exec phone -- curl -s -m 3 http://www.example.test/

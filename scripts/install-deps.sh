@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   openvswitch-switch isc-dhcp-client iproute2 ethtool nftables iputils-ping iperf3
   dnsutils tcpdump dnsmasq-base hostapd wpasupplicant curl procps python3-venv
+  chromium   # the web UI's browser tests (Playwright drives Debian's Chromium)
 )
 
 missing=()

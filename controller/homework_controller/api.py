@@ -23,6 +23,7 @@ ROUTES = {
     "dhcp-status": ("GET", (0,), "dhcp_status"),
     "blacklist-status": ("GET", (0,), "blacklist_status"),
     "counters": ("GET", (0,), "counters"),
+    "health": ("GET", (0,), "health"),
     "permit": ("POST", (1,), "permit"),
     "deny": ("POST", (1,), "deny"),
     "whitelist": ("POST", (1,), "whitelist"),

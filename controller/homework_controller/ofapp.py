@@ -10,6 +10,7 @@ import logging
 import queue
 import socket
 import socketserver
+import subprocess
 import threading
 import time
 from wsgiref import simple_server
@@ -21,7 +22,7 @@ from os_ken.ofproto import ofproto_v1_3
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import api, dhcp, dns_server, flows, packets
+from . import api, dhcp, dns_server, flows, packets, stations
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_log import HwdbLog
@@ -50,6 +51,7 @@ class HomeworkController(app_manager.OSKenApp):
             CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget)
         self.hwdb = HwdbLog(CONFIG.hwdb)
         self.datapath = None
+        self.switch_ready = False
         self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
         self.packet_ins_ready = threading.Event()
         self.ipr = IPRoute()
@@ -62,7 +64,7 @@ class HomeworkController(app_manager.OSKenApp):
         self.lock = threading.Lock()
         self._start_thread(self._serve_packet_ins)
         self._start_thread(self._tick)
-        self._start_thread(self._poll_flow_stats)
+        self._start_thread(self._poll_counters)
         self._start_thread(self._add_gateway_addresses)
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
@@ -95,20 +97,28 @@ class HomeworkController(app_manager.OSKenApp):
             LOG.error("bridge has no port %r (ports: %s); waiting for it", CONFIG.wlan_port, sorted(ports))
             return
         local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
-        self.datapath = dp
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        LOG.info("switch %016x ready: %s is port %d, router MAC %s", dp.id, CONFIG.wlan_port,
-                 ports[CONFIG.wlan_port].port_no, local.hw_addr)
         with self.lock:
+            self.datapath, self.switch_ready = dp, False
+            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
             self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
+            # Ready once the switch has acted on all of that, not when it is merely queued.
+            dp.send_msg(parser.OFPBarrierRequest(dp))
+        LOG.info("switch %016x connected: %s is port %d, router MAC %s", dp.id, CONFIG.wlan_port,
+                 ports[CONFIG.wlan_port].port_no, local.hw_addr)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _on_barrier(self, ev):
+        if ev.msg.datapath is self.datapath and not self.switch_ready:
+            self.switch_ready = True
+            LOG.info("switch ready: rules installed")
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _on_disconnect(self, ev):
         if ev.datapath is self.datapath:
             LOG.warning("switch disconnected; its rules stay in place (fail-mode secure)")
-            self.datapath = None
+            self.datapath, self.switch_ready = None, False
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _on_port_status(self, ev):
@@ -160,12 +170,23 @@ class HomeworkController(app_manager.OSKenApp):
 
     # ---- flow accounting
 
-    def _poll_flow_stats(self):
+    def _poll_counters(self):
+        """Every interval: ask the switch for flow counters, and the radio for link quality."""
+        last_stations: dict = {}
         while True:
             time.sleep(CONFIG.stats_interval)
             dp = self.datapath
             if dp is not None:
                 dp.send_msg(dp.ofproto_parser.OFPFlowStatsRequest(dp, table_id=flows.TABLE_ACCOUNTING))
+            if CONFIG.stations:
+                try:
+                    now = stations.parse_station_dump(stations.read_stations(CONFIG.stations))
+                except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                    LOG.debug("no station list from %s: %s", CONFIG.stations, exc)
+                    continue
+                for row in stations.link_rows(last_stations, now):
+                    self.hwdb.write("Links", row)
+                last_stations = now
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev):
@@ -304,6 +325,11 @@ class HomeworkController(app_manager.OSKenApp):
             return self._call(name, *args)
 
     def _call(self, name: str, *args):
+        if name == "health":
+            # switch_ready: the switch is connected and holds this controller's rules.
+            return {"switch_ready": self.switch_ready, "devices": len(self.router.devices),
+                    "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written,
+                             "rows_dropped": self.hwdb.dropped}}
         if name == "counters":
             return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped,
                         hwdb_rows_written=self.hwdb.written, hwdb_rows_dropped=self.hwdb.dropped,

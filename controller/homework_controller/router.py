@@ -15,7 +15,7 @@ from typing import Callable
 
 import idna
 
-from . import dhcp, dnsgate, flows, packets
+from . import apps, dhcp, dnsgate, flows, packets
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
 from .store import DeviceStore, StoreError
 
@@ -220,7 +220,19 @@ class HomeRouter:
                 rows.append(LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b)))
         for key in set(self.flow_counters) - seen:  # rules that are gone, counted at removal
             del self.flow_counters[key]
-        return rows
+        return rows + self._app_rows(rows)
+
+    @staticmethod
+    def _app_rows(flow_rows: list[LogRow]) -> list[LogRow]:
+        """AppTimeseries: this interval's learnt-flow traffic summed per application."""
+        per_app: dict[str, list[int]] = {}
+        for r in flow_rows:
+            proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
+            if proto:  # device totals (proto 0) are not attributable to an application
+                totals = per_app.setdefault(apps.infer(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
+                totals[0] += nbytes
+                totals[1] += pkts
+        return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
@@ -233,7 +245,8 @@ class HomeRouter:
         before_p, before_b = self.flow_counters.pop(key, (0, 0))
         if pkts <= before_p:
             return []
-        return [LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b))]
+        rows = [LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b))]
+        return rows + self._app_rows(rows)
 
     @staticmethod
     def _counter_key(priority: int, match: dict):
@@ -255,7 +268,7 @@ class HomeRouter:
     def dns_query(self, client_ip: str, wire: bytes) -> DnsVerdict:
         """A query that reached the router's resolver from client_ip."""
         device = self._device_by_ip(client_ip)
-        if device is None or device.mac not in self.installed:
+        if device is None or not (device.forwards and device.lease_active(self.clock())):
             # Only permitted devices get here through the switch; anyone else (the WAN side,
             # a stale address) gets no answer at all.
             self.counters["dns_not_a_device"] += 1

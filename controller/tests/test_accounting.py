@@ -59,11 +59,21 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
     device_up = {"eth_type": 0x0800, "ipv4_src": ip}
     first = router.on_flow_stats([(flows.PRIORITY_LEARNT_FLOW, flow, 10, 1500),
                                   (flows.PRIORITY_LEARNING, device_up, 2, 120)])
-    assert [e.row for e in first] == [(6, ip, 40000, INTERNET, 80, 10, 1500), (0, ip, 0, "0.0.0.0", 0, 2, 120)]
+    assert [(e.table, e.row) for e in first] == [("Flows", (6, ip, 40000, INTERNET, 80, 10, 1500)),
+                                                 ("Flows", (0, ip, 0, "0.0.0.0", 0, 2, 120)),
+                                                 ("AppTimeseries", ("web", 1500, 10))]
     second = router.on_flow_stats([(flows.PRIORITY_LEARNT_FLOW, flow, 15, 2000),
                                    (flows.PRIORITY_LEARNING, device_up, 2, 120)])
-    assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500)]  # idle rules add nothing
+    assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500), ("web", 500, 5)]  # idle rules add nothing
     # It idles out with 3 more packets since that poll: those are counted, once.
     assert [e.row for e in router.on_flow_removed(flows.PRIORITY_LEARNT_FLOW, flow, 18, 2300)] == \
-        [(6, ip, 40000, INTERNET, 80, 3, 300)]
-    assert all(isinstance(e, LogRow) and e.table == "Flows" for e in first + second)
+        [(6, ip, 40000, INTERNET, 80, 3, 300), ("web", 300, 3)]
+    assert all(isinstance(e, LogRow) for e in first + second)
+
+
+def test_applications_are_inferred_from_the_service_port_either_way():
+    from homework_controller import apps
+    assert apps.infer(flows.FiveTuple(6, "10.2.0.6", 40000, INTERNET, 443)) == "web"
+    assert apps.infer(flows.FiveTuple(6, INTERNET, 443, "10.2.0.6", 40000)) == "web"
+    assert apps.infer(flows.FiveTuple(17, "10.2.0.6", 50000, INTERNET, 19305)) == "video-call"
+    assert apps.infer(flows.FiveTuple(1, "10.2.0.6", 0, INTERNET, 0)) == "other"

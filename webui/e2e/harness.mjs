@@ -1,0 +1,170 @@
+// Browser-test harness: starts (or finds) a web UI, drives Chromium, and makes devices
+// join through injectable hooks, so the same flow runs against the fake-controller stack
+// and against the live emulated home.
+//
+// Environment:
+//   WEBUI_URL          a running web UI (e.g. http://127.0.0.1:8080); unset = start the fake stack
+//   E2E_USER, E2E_PASSWORD   the owner's account (created on a fresh install)
+//   E2E_JOIN_CMD       shell command that makes a new device ask to join; gets E2E_NAME,
+//                      must print the device's MAC address as the last line of its stdout
+//   E2E_CHECK_CMD      shell command run with E2E_MAC and E2E_EXPECT=connected|refused; exits 0
+//                      once the device's connectivity is as expected (it may wait for a renewal)
+//   E2E_HWDB_QUERY_CMD shell command run with E2E_QUERY; prints hwdb's JSON reply
+//   E2E_HWDB_RESTART_CMD  shell command that restarts hwdb and returns once it answers
+//   CHROMIUM           browser binary (default /usr/bin/chromium)
+import { execFile, spawn } from 'node:child_process'
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { chromium } from 'playwright-core'
+
+const run = promisify(execFile)
+const here = dirname(fileURLToPath(import.meta.url))
+export const webuiDir = join(here, '..')
+// The live-home run keeps its screenshots apart, so the README's stay the lived-in fake home's.
+export const screenshotDir = process.env.E2E_SCREENSHOT_DIR || join(webuiDir, 'docs', 'screenshots')
+export const WALL = { width: 1280, height: 800 }
+export const PHONE = { width: 390, height: 844 }
+export const user = process.env.E2E_USER || 'owner'
+export const password = process.env.E2E_PASSWORD || 'e2e owner password'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+async function sh(cmd, env = {}) {
+  const { stdout } = await run('/bin/sh', ['-c', cmd], { env: { ...process.env, ...env }, maxBuffer: 1 << 24, timeout: 120000 })
+  return stdout
+}
+
+/** The web UI under test and the hooks that act on devices. */
+export async function startStack() {
+  if (process.env.WEBUI_URL) {
+    for (const name of ['E2E_JOIN_CMD', 'E2E_CHECK_CMD']) {
+      if (!process.env[name]) throw new Error(`${name} is needed with WEBUI_URL`)
+    }
+    return {
+      url: process.env.WEBUI_URL,
+      fake: false,
+      async join(name) {
+        const out = (await sh(process.env.E2E_JOIN_CMD, { E2E_NAME: name })).trim().split('\n')
+        return out[out.length - 1].trim().toLowerCase()
+      },
+      async check(mac, expect) {
+        await sh(process.env.E2E_CHECK_CMD, { E2E_MAC: mac, E2E_EXPECT: expect })
+      },
+      hwdb: process.env.E2E_HWDB_QUERY_CMD ? async (q) => JSON.parse(await sh(process.env.E2E_HWDB_QUERY_CMD, { E2E_QUERY: q })) : null,
+      restartHwdb: process.env.E2E_HWDB_RESTART_CMD ? () => sh(process.env.E2E_HWDB_RESTART_CMD) : null,
+      async stop() {},
+    }
+  }
+  const python = process.env.PYTHON || join(webuiDir, '..', '.venv', 'bin', 'python')
+  const port = 18000 + Math.floor(Math.random() * 2000)
+  const ready = join('/tmp', `webui-e2e-${process.pid}.json`)
+  rmSync(ready, { force: true })
+  const proc = spawn(python, [join(webuiDir, 'tests', 'fakes.py'), '--webui-port', String(port), '--ready-file', ready],
+    { cwd: webuiDir, stdio: ['ignore', 'ignore', 'inherit'] })
+  for (let i = 0; i < 300 && !existsSync(ready); i++) await sleep(50)
+  if (!existsSync(ready)) throw new Error('fake stack did not start')
+  const info = JSON.parse(readFileSync(ready, 'utf8'))
+  let n = 0
+  const hwdb = async (q) => JSON.parse((await run(info.hwdb_bin, ['query', '--json', '--server', `127.0.0.1:${info.hwdb_port}`, q])).stdout)
+  const ctl = async (method, path, body) => {
+    const r = await fetch(info.controller + path, { method, body: body && JSON.stringify(body) })
+    return r.json()
+  }
+  return {
+    url: info.webui,
+    fake: true,
+    info,
+    hwdb,
+    ctl,
+    // The fake controller records a pending device and writes the new-device Event, as the real one does.
+    async join(name, extra = {}) {
+      n++
+      const mac = `02:e2:e0:00:${(process.pid % 256).toString(16).padStart(2, '0')}:${n.toString(16).padStart(2, '0')}`
+      await ctl('POST', '/fake/join', { mac, hostname: name, ...extra })
+      return mac
+    },
+    async check(mac, expect) {
+      const want = expect === 'connected' ? 'permitted' : 'denied'
+      for (let i = 0; i < 50; i++) {
+        if ((await ctl('GET', `/ws.v1/status/${mac}`)).state === want) return
+        await sleep(100)
+      }
+      throw new Error(`${mac} is not ${want}`)
+    },
+    async restartHwdb() {
+      const flag = ready + '.restarted'
+      rmSync(flag, { force: true })
+      proc.kill('SIGUSR1')
+      for (let i = 0; i < 200 && !existsSync(flag); i++) await sleep(50)
+    },
+    async stop() {
+      proc.kill('SIGTERM')
+      await new Promise((r) => proc.once('exit', r))
+      rmSync(ready, { force: true })
+    },
+  }
+}
+
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--disable-quic', '--no-first-run'],
+  })
+}
+
+/** A signed-in page: creates the owner on a fresh install, else signs in. */
+export async function signIn(browser, url, viewport, opts = {}) {
+  const context = await browser.newContext({ viewport, hasTouch: !!opts.touch, isMobile: !!opts.mobile,
+    deviceScaleFactor: opts.mobile ? 2 : 1 })
+  const page = await context.newPage()
+  await page.goto(url + '/')
+  await page.waitForSelector('form.signin, .topbar')
+  if (await page.$('form.signin')) {
+    const setup = await page.$('text=Choose the owner')
+    if (setup && opts.screenshot) await shot(page, opts.screenshot)
+    await page.fill('input[autocomplete=username]', user)
+    const pw = await page.$$('input[type=password]')
+    for (const p of pw) await p.fill(password)
+    await page.click('button.primary')
+  }
+  await page.waitForSelector('.topbar')
+  return { context, page }
+}
+
+export async function shot(page, name) {
+  mkdirSync(screenshotDir, { recursive: true })
+  await page.screenshot({ path: join(screenshotDir, `${name}.png`) })
+}
+
+export const label = (zone, mac) => `.zone-${zone} .label[data-mac="${mac}"]`
+
+/** Drag with real pointer events (mouse): press on the label, move in steps, release over the zone. */
+export async function dragTo(page, mac, zone) {
+  const from = await page.locator(`.label[data-mac="${mac}"]`).boundingBox()
+  const to = await page.locator(`.zone-${zone}`).boundingBox()
+  await page.mouse.move(from.x + from.width / 2, from.y + from.height / 2)
+  await page.mouse.down()
+  await page.mouse.move(to.x + to.width / 2, to.y + to.height / 2, { steps: 12 })
+  await page.mouse.up()
+}
+
+/** The same drag with a finger: raw touch events through the DevTools protocol. */
+export async function touchDragTo(page, mac, zone) {
+  const from = await page.locator(`.label[data-mac="${mac}"]`).boundingBox()
+  const to = await page.locator(`.zone-${zone}`).boundingBox()
+  const cdp = await page.context().newCDPSession(page)
+  const point = (x, y) => [{ x: Math.round(x), y: Math.round(y), id: 1 }]
+  const [x0, y0] = [from.x + from.width / 2, from.y + from.height / 2]
+  const [x1, y1] = [to.x + to.width / 2, to.y + to.height / 2]
+  await cdp.send('Input.dispatchTouchEvent', { type: 'touchStart', touchPoints: point(x0, y0) })
+  for (let i = 1; i <= 12; i++) {
+    await cdp.send('Input.dispatchTouchEvent', { type: 'touchMove', touchPoints: point(x0 + ((x1 - x0) * i) / 12, y0 + ((y1 - y0) * i) / 12) })
+  }
+  await cdp.send('Input.dispatchTouchEvent', { type: 'touchEnd', touchPoints: [] })
+  await cdp.detach()
+}
+
+export { sleep }

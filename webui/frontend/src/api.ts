@@ -1,0 +1,34 @@
+// Talks to the Flask backend: every state-changing call carries the CSRF token.
+
+export interface User { id: number; username: string; role: 'owner' | 'member' | 'kiosk' }
+export interface Health { controller: boolean | null; hwdb: boolean | null }
+
+let csrf = ''
+
+export class ApiError extends Error {
+  constructor(public status: number, message: string, public code?: string, public component?: string) {
+    super(message)
+  }
+}
+
+export function setCsrf(token: string) {
+  csrf = token
+}
+
+export async function api<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+  let resp: Response
+  try {
+    resp = await fetch(path, {
+      method,
+      credentials: 'same-origin',
+      headers: { 'Content-Type': 'application/json', ...(method === 'GET' ? {} : { 'X-CSRF-Token': csrf }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    })
+  } catch {
+    throw new ApiError(0, 'The router is not answering. Is this device still on the home network?')
+  }
+  const data = resp.headers.get('Content-Type')?.includes('json') ? await resp.json() : { error: await resp.text() }
+  if (!resp.ok) throw new ApiError(resp.status, data.error || resp.statusText, data.code, data.component)
+  if (data && typeof data.csrf_token === 'string') csrf = data.csrf_token
+  return data as T
+}

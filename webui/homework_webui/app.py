@@ -1,0 +1,499 @@
+"""The Flask application: JSON API, Server-Sent Events and the built single-page app."""
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import queue
+import re
+import secrets
+import time
+from datetime import timedelta
+
+from flask import Flask, Response, abort, g, jsonify, request, send_from_directory, session
+
+from .accounts import AccountError, AccountStore
+from .controller import ControllerClient, ControllerDown, ControllerError
+from .hwdb import APP_RE, PRIORITIES, Hwdb, HwdbError
+from .live import APP_ROLES, OVERLOAD_KIND, LiveHub
+from .security import PUBLIC, SIGNED_IN, RateLimiter, access, is_loopback, load_or_create_secret
+
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+APP_RANGES = {"hour": (3600, 60), "day": (86400, 96)}
+DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, **extra):
+        super().__init__(message)
+        self.status, self.extra = status, extra
+
+
+def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hwdb_addr: tuple = ("127.0.0.1", 987),
+               dist_dir: str = DEFAULT_DIST, cookie_secure: bool = False, start_live: bool = True,
+               login_limit: int = 5, login_window: float = 300.0) -> Flask:
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    app = Flask(__name__, static_folder=None)
+    app.config.update(
+        SECRET_KEY=load_or_create_secret(state_dir),
+        SESSION_COOKIE_NAME="hw_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        SESSION_COOKIE_SECURE=cookie_secure,
+        # The cookie may live a year (a paired kiosk); the server-side session row decides
+        # how long a sign-in really lasts (accounts.SESSION_TTL).
+        PERMANENT_SESSION_LIFETIME=timedelta(days=365),
+        MAX_CONTENT_LENGTH=16 * 1024,
+        JSON_SORT_KEYS=False,
+    )
+    accounts = AccountStore(os.path.join(state_dir, "accounts.sqlite"))
+    controller = ControllerClient(controller_url)
+    hwdb = Hwdb(*hwdb_addr)
+    hub = LiveHub(controller, hwdb)
+    limiter = RateLimiter(login_limit, login_window)
+    app.extensions["homework"] = {"accounts": accounts, "controller": controller, "hwdb": hwdb, "hub": hub,
+                                  "limiter": limiter}
+    if start_live:
+        hub.start()
+
+    # --- every request: who is asking, may they, and is the request genuine -------------
+
+    @app.before_request
+    def gatekeeper():
+        addr = request.remote_addr
+        g.client_ip = addr
+        if not is_loopback(addr):
+            state = hub.device_state_for_ip(addr)
+            if state is None:
+                return _plain(503, "The router cannot check this device right now. Try again in a moment.")
+            if state != "permitted":
+                return _plain(403, "This device has not been let into the home network, so it cannot manage it.")
+        view = app.view_functions.get(request.endpoint) if request.endpoint else None
+        if view is None:
+            return None  # 404/405 follow
+        rule = getattr(view, "access", None)
+        if rule is None:
+            return _error(403, "this endpoint declares no access rule")
+        g.user = accounts.session(session.get("sid"))
+        if request.method not in SAFE_METHODS:
+            expected = g.user["csrf"] if g.user else session.get("csrf")
+            sent = request.headers.get("X-CSRF-Token", "")
+            if not expected or not hmac.compare_digest(sent, expected):
+                return _error(403, "missing or wrong CSRF token; reload the page", code="csrf")
+        if rule == PUBLIC:
+            return None
+        if g.user is None:
+            return _error(401, "please sign in", code="signin")
+        if g.user["role"] not in rule:
+            return _error(403, f"a {g.user['role']} account may not do this", code="role")
+        return None
+
+    @app.after_request
+    def headers(resp):
+        resp.headers.setdefault("Cache-Control", "no-store")
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        resp.headers["X-Frame-Options"] = "DENY"
+        resp.headers["Content-Security-Policy"] = (
+            "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+            "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+        return resp
+
+    @app.errorhandler(ApiError)
+    def api_error(exc):
+        return _error(exc.status, str(exc), **exc.extra)
+
+    @app.errorhandler(ControllerDown)
+    def controller_down(exc):
+        hub._set_health("controller", False)
+        return _error(503, "The router's controller is not answering; this page will recover when it is back.",
+                      component="controller")
+
+    @app.errorhandler(ControllerError)
+    def controller_error(exc):
+        return _error(exc.status if 400 <= exc.status < 600 else 502, str(exc), component="controller")
+
+    @app.errorhandler(HwdbError)
+    def hwdb_down(exc):
+        return _error(503, f"The router's database is not answering ({exc}); this page will recover when it is back.",
+                      component="hwdb")
+
+    @app.errorhandler(404)
+    @app.errorhandler(405)
+    @app.errorhandler(413)
+    def http_error(exc):
+        return _error(exc.code, exc.description)
+
+    # --- session --------------------------------------------------------------------------
+
+    def _start_session(account: dict) -> dict:
+        sid, csrf = accounts.create_session(account, request.headers.get("User-Agent", "")[:200])
+        session.clear()
+        session.permanent = True
+        session["sid"] = sid
+        if account["role"] == "member":
+            # A member's own devices are the ones they sign in from.
+            mac = _mac_for_ip(g.client_ip)
+            if mac:
+                accounts.claim_device(mac, account["id"])
+        return {"user": _public_user(account), "csrf_token": csrf}
+
+    def _mac_for_ip(ip):
+        for d in hub.devices():
+            if d.get("ip") == ip:
+                return d["mac"]
+        return None
+
+    def _limited(key: str):
+        wait = limiter.retry_after(key)
+        if wait:
+            raise ApiError(429, f"too many attempts; try again in {wait} s", retry_after=wait)
+
+    @app.get("/api/session")
+    @access(PUBLIC)
+    def get_session():
+        user = g.user
+        if user is None and "csrf" not in session:
+            session["csrf"] = secrets.token_urlsafe(32)
+        return {"setup_required": accounts.needs_setup(), "user": _public_user(user) if user else None,
+                "csrf_token": user["csrf"] if user else session["csrf"], "health": hub.health}
+
+    @app.post("/api/setup")
+    @access(PUBLIC)
+    def setup():
+        key = f"ip:{g.client_ip}"
+        _limited(key)
+        body = _body()
+        try:
+            account = accounts.create_first_owner(body.get("username", ""), body.get("password", ""))
+        except AccountError as exc:
+            if not accounts.needs_setup():
+                limiter.fail(key)
+                raise ApiError(409, str(exc))
+            raise ApiError(400, str(exc))
+        return _start_session(account), 201
+
+    @app.post("/api/login")
+    @access(PUBLIC)
+    def login():
+        body = _body()
+        username = str(body.get("username", ""))
+        keys = (f"ip:{g.client_ip}", f"user:{username.strip().lower()}")
+        for key in keys:
+            _limited(key)
+        account = accounts.authenticate(username, str(body.get("password", "")))
+        if account is None:
+            for key in keys:
+                limiter.fail(key)
+            raise ApiError(401, "wrong user name or password")
+        for key in keys:
+            limiter.succeed(key)
+        return _start_session(account)
+
+    @app.post("/api/pair")
+    @access(PUBLIC)
+    def pair():
+        key = f"pair:{g.client_ip}"
+        _limited(key)
+        body = _body()
+        account = accounts.redeem_pairing_code(str(body.get("code", "")), str(body.get("name", "")))
+        if account is None:
+            limiter.fail(key)
+            raise ApiError(400, "that pairing code is wrong or has expired")
+        return _start_session(account), 201
+
+    @app.post("/api/logout")
+    @access(*SIGNED_IN)
+    def logout():
+        accounts.end_session(session.get("sid"))
+        session.clear()
+        return {"ok": True}
+
+    @app.post("/api/me/password")
+    @access("owner", "member")
+    def change_own_password():
+        body = _body()
+        if accounts.authenticate(g.user["username"], str(body.get("current", ""))) is None:
+            raise ApiError(403, "the current password is wrong")
+        _account_call(accounts.set_password, g.user["id"], str(body.get("password", "")))
+        return _start_session(accounts.get_account(g.user["id"]))
+
+    # --- accounts (owner) -----------------------------------------------------------------
+
+    @app.get("/api/accounts")
+    @access("owner")
+    def list_accounts():
+        owners = accounts.device_owners()
+        out = []
+        for a in accounts.list_accounts():
+            a["devices"] = sorted(m for m, o in owners.items() if o == a["id"])
+            out.append(a)
+        return {"accounts": out}
+
+    @app.post("/api/accounts")
+    @access("owner")
+    def create_account():
+        body = _body()
+        role = body.get("role", "member")
+        if role not in ("owner", "member"):
+            raise ApiError(400, "create owners and members here; wall panels are paired with a code")
+        return _account_call(accounts.create_account, body.get("username", ""), body.get("password", ""), role), 201
+
+    @app.delete("/api/accounts/<int:account_id>")
+    @access("owner")
+    def delete_account(account_id):
+        try:
+            _account_call(accounts.delete_account, account_id)
+        except KeyError:
+            raise ApiError(404, "no such account")
+        return {"ok": True}
+
+    @app.post("/api/accounts/<int:account_id>/password")
+    @access("owner")
+    def reset_password(account_id):
+        if accounts.get_account(account_id) is None:
+            raise ApiError(404, "no such account")
+        _account_call(accounts.set_password, account_id, str(_body().get("password", "")))
+        return {"ok": True}
+
+    @app.post("/api/pairing-codes")
+    @access("owner")
+    def new_pairing_code():
+        code, expires = accounts.create_pairing_code(g.user["id"])
+        return {"code": code, "expires": expires}, 201
+
+    # --- devices --------------------------------------------------------------------------
+
+    @app.get("/api/devices")
+    @access(*SIGNED_IN)
+    def list_devices():
+        if hub.refresh_devices() is None:
+            raise ControllerDown("status")
+        return {"devices": _with_owners(hub.devices()), "health": hub.health}
+
+    @app.get("/api/devices/<mac>")
+    @access(*SIGNED_IN)
+    def device_detail(mac):
+        mac = _mac(mac)
+        hub.update_device(controller.device(mac))
+        device = next(d for d in _with_owners(hub.devices()) if d["mac"] == mac)
+        if g.user["role"] != "kiosk":
+            device["dns"] = _dns_rules(mac)
+        return {"device": device}
+
+    def _decision(action):
+        def view(mac):
+            device = controller.decide(action, _mac(mac))
+            hub.update_device(device)
+            return {"device": device}
+        view.__name__ = f"device_{action}"
+        return view
+
+    app.post("/api/devices/<mac>/permit")(access("owner", "kiosk")(_decision("permit")))
+    app.post("/api/devices/<mac>/deny")(access("owner", "kiosk")(_decision("deny")))
+    app.post("/api/devices/<mac>/blacklist")(access("owner")(_decision("blacklist")))
+    app.post("/api/devices/<mac>/whitelist")(access("owner")(_decision("whitelist")))
+
+    @app.post("/api/devices/<mac>/name")
+    @access("owner", "member")
+    def rename_device(mac):
+        mac = _mac(mac)
+        if g.user["role"] == "member" and accounts.device_owners().get(mac) != g.user["id"]:
+            raise ApiError(403, "members may name only their own devices", code="role")
+        name = str(_body().get("name", "")).strip()
+        if len(name) > 64 or any(ord(c) < 32 for c in name):
+            raise ApiError(400, "a name is at most 64 printable characters")
+        device = controller.rename(mac, name)
+        hub.update_device(device)
+        return {"device": device}
+
+    @app.post("/api/devices/<mac>/owner")
+    @access("owner")
+    def set_device_owner(mac):
+        account_id = _body().get("account_id")
+        if not isinstance(account_id, int) or accounts.get_account(account_id) is None:
+            raise ApiError(400, "account_id must name an account")
+        accounts.claim_device(_mac(mac), account_id, force=True)
+        return {"ok": True}
+
+    @app.post("/api/devices/<mac>/dns-blocks")
+    @access("owner")
+    def block_domain(mac):
+        return _dns_change("deny-dns", mac)
+
+    @app.post("/api/devices/<mac>/dns-unblocks")
+    @access("owner")
+    def unblock_domain(mac):
+        return _dns_change("permit-dns", mac)
+
+    def _dns_change(action, mac):
+        mac = _mac(mac)
+        domain = str(_body().get("domain", "")).strip().lower().rstrip(".")
+        if not DOMAIN_RE.match(domain):
+            raise ApiError(400, "not a domain name")
+        try:
+            controller.dns(action, mac, domain)
+        except ControllerError as exc:
+            if exc.status == 501:
+                raise ApiError(501, "This router cannot block names for a device yet.", code="dns-unavailable")
+            raise
+        return {"dns": _dns_rules(mac)}
+
+    def _dns_rules(mac):
+        try:
+            return {"available": True, "rules": controller.dns_rules(mac)}
+        except ControllerError as exc:
+            if exc.status == 501:
+                return {"available": False, "rules": []}
+            raise
+
+    # --- applications and priorities --------------------------------------------------------
+
+    @app.get("/api/apps")
+    @access(*APP_ROLES)
+    def list_apps():
+        span = request.args.get("range", "hour")
+        if span not in APP_RANGES:
+            raise ApiError(400, f"range is one of {', '.join(APP_RANGES)}")
+        seconds, nbuckets = APP_RANGES[span]
+        width = seconds / nbuckets
+        now = time.time()
+        start = now - seconds
+        series: dict[str, list[int]] = {}
+        for tstamp, app_name, nbytes in hwdb.query(
+                f"select tstamp, app, bytes from AppTimeseries [range {seconds} seconds]").tuples:
+            idx = min(nbuckets - 1, max(0, int((tstamp / 1e9 - start) / width)))
+            series.setdefault(app_name, [0] * nbuckets)[idx] += nbytes
+        current = {r["app"]: r["b"] for r in hwdb.query(
+            "select app, sum(bytes) as b from AppTimeseries [range 10 seconds] group by app").rows}
+        priorities = hwdb.priorities()
+        alerts = [{"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]}
+                  for r in hwdb.query(f"select tstamp, kind, message from Events [range 1 hours] "
+                                      f"where kind = '{OVERLOAD_KIND}'").rows]
+        names = set(series) | set(priorities)
+        apps = [{"app": a, "priority": priorities.get(a, "default"), "bytes_per_s": round(current.get(a, 0) / 10),
+                 "total_bytes": sum(series.get(a, [])), "series": series.get(a, [0] * nbuckets)} for a in names]
+        apps.sort(key=lambda a: (-a["total_bytes"], a["app"].lower()))
+        return {"range": span, "start": start, "bucket_seconds": width, "apps": apps, "alerts": alerts[-5:]}
+
+    @app.put("/api/apps/<path:app_name>/priority")
+    @access(*APP_ROLES)
+    def set_priority(app_name):
+        if not APP_RE.match(app_name):
+            raise ApiError(400, "not an application name")
+        priority = _body().get("priority")
+        if priority not in PRIORITIES:
+            raise ApiError(400, f"priority is one of {', '.join(PRIORITIES)}")
+        hwdb.set_priority(app_name, priority)
+        return {"app": app_name, "priority": priority}
+
+    # --- live updates -------------------------------------------------------------------------
+
+    @app.get("/api/events")
+    @access(*SIGNED_IN)
+    def events():
+        role, sid = g.user["role"], session.get("sid")
+        client = hub.register(role)
+        first = [("health", hub.health), ("devices", _with_owners(hub.devices()))]
+
+        def stream():
+            try:
+                yield "retry: 2000\n\n"
+                for name, data in first:
+                    yield f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                while True:
+                    try:
+                        message = client.queue.get(timeout=15)
+                    except queue.Empty:
+                        # Also ends the stream of a session that was signed out or unpaired.
+                        if accounts.session(sid) is None:
+                            return
+                        yield ": keepalive\n\n"
+                        continue
+                    if message is None:
+                        return
+                    yield message
+            finally:
+                hub.unregister(client)
+
+        return Response(stream(), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.get("/api/health")
+    @access(PUBLIC)
+    def health():
+        return {"health": hub.health}
+
+    # --- the single-page app ----------------------------------------------------------------
+
+    @app.get("/")
+    @access(PUBLIC)
+    def index():
+        if not os.path.exists(os.path.join(dist_dir, "index.html")):
+            return _plain(503, "The web UI has not been built: run `make -C webui build`.")
+        resp = send_from_directory(dist_dir, "index.html")
+        resp.headers["Cache-Control"] = "no-cache"
+        return resp
+
+    @app.get("/assets/<path:name>")
+    @access(PUBLIC)
+    def assets(name):
+        resp = send_from_directory(os.path.join(dist_dir, "assets"), name)
+        # Vite puts a content hash in every asset name, so they never change.
+        resp.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+        return resp
+
+    @app.get("/favicon.svg")
+    @access(PUBLIC)
+    def favicon():
+        return send_from_directory(dist_dir, "favicon.svg")
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _with_owners(devices):
+        owners = accounts.device_owners()
+        for d in devices:
+            d["owner_id"] = owners.get(d["mac"])
+        return devices
+
+    return app
+
+
+def _account_call(fn, *args):
+    try:
+        return fn(*args)
+    except AccountError as exc:
+        raise ApiError(400, str(exc))
+
+
+def _public_user(user: dict) -> dict:
+    return {"id": user["id"], "username": user["username"], "role": user["role"]}
+
+
+def _body() -> dict:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise ApiError(400, "send a JSON object")
+    return body
+
+
+def _mac(text: str) -> str:
+    mac = text.strip().lower().replace("-", ":")
+    if not MAC_RE.match(mac):
+        abort(400, f"not a MAC address: {text!r}")
+    return mac
+
+
+def _error(status: int, message: str, **extra):
+    resp = jsonify({"error": message, **extra})
+    resp.status_code = status
+    if "retry_after" in extra:
+        resp.headers["Retry-After"] = str(extra["retry_after"])
+    return resp
+
+
+def _plain(status: int, message: str):
+    return Response(message + "\n", status=status, mimetype="text/plain")

@@ -1,0 +1,65 @@
+"""Client for the controller's loopback ws.v1 JSON API."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+
+class ControllerDown(Exception):
+    """The controller did not answer (not running, restarting, or hung)."""
+
+
+class ControllerError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class ControllerClient:
+    def __init__(self, base_url: str, timeout: float = 3.0):
+        self.base = base_url.rstrip("/") + "/ws.v1/"
+        self.timeout = timeout
+
+    def _call(self, verb: str, path: str, query: dict | None = None):
+        url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        req = urllib.request.Request(url, method=verb, data=b"" if verb == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error") or exc.reason
+            except (ValueError, AttributeError):
+                message = str(exc.reason)
+            raise ControllerError(exc.code, message) from None
+        except (OSError, ValueError) as exc:  # refused, reset, timeout, garbage
+            raise ControllerDown(str(exc)) from None
+
+    @staticmethod
+    def _mac(mac: str) -> str:
+        return urllib.parse.quote(mac, safe="")
+
+    def status(self) -> list[dict]:
+        return self._call("GET", "status")
+
+    def device(self, mac: str) -> dict:
+        return self._call("GET", f"status/{self._mac(mac)}")
+
+    def decide(self, action: str, mac: str) -> dict:
+        assert action in ("permit", "deny", "whitelist", "blacklist")
+        return self._call("POST", f"{action}/{self._mac(mac)}")
+
+    def rename(self, mac: str, name: str) -> dict:
+        return self._call("POST", f"name/{self._mac(mac)}", {"name": name})
+
+    def dns_rules(self, mac: str):
+        return self._call("GET", f"dns-rules/{self._mac(mac)}")
+
+    def dns(self, action: str, mac: str, domain: str):
+        assert action in ("deny-dns", "permit-dns")
+        return self._call("POST", f"{action}/{self._mac(mac)}/{urllib.parse.quote(domain, safe='')}")
+
+    def counters(self) -> dict:
+        return self._call("GET", "counters")

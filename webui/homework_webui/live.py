@@ -1,0 +1,316 @@
+"""The live picture of the home, fed by hwdb subscriptions, fanned out to browsers by SSE.
+
+hwdb pushes Events and Leases rows when a device asks to join or its lease changes; only
+then does the hub ask the controller for the devices' states (one GET), so a new device
+reaches the browsers within one notification plus one loopback request. Links and Flows
+rows update signal strength, retransmissions and bandwidth shares, pushed at most once a
+second. A watchdog re-subscribes when hwdb restarts (its subscriptions die with it) and
+notices the controller coming back, so pages recover without a reload.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import deque
+
+from .controller import ControllerClient, ControllerDown, ControllerError
+from .hwdb import Hwdb, HwdbError
+
+LOG = logging.getLogger(__name__)
+
+LINK_WINDOW = 30.0   # seconds of Links rows behind rssi / retransmission figures
+FLOW_WINDOW = 10.0   # seconds of Flows rows behind bandwidth shares
+OVERLOAD_KIND = "qos-overload"
+SUBSCRIPTIONS = {
+    "Events": "select kind, mac, message from Events",
+    "Leases": "select mac, ip, hostname, action, state from Leases",
+    "Links": "select mac, rssi, retries, packets from Links",
+    "Flows": "select saddr, daddr, bytes from Flows",
+    "AppTimeseries": "select app, bytes from AppTimeseries",
+}
+APP_ROLES = ("owner", "member")
+
+
+class Client:
+    def __init__(self, role: str):
+        self.role = role
+        self.queue: queue.Queue = queue.Queue(maxsize=256)
+
+
+class LiveHub:
+    def __init__(self, controller: ControllerClient, hwdb: Hwdb, watchdog_interval: float = 1.0):
+        self.controller, self.hwdb = controller, hwdb
+        self.interval = watchdog_interval
+        self._lock = threading.RLock()
+        self._devices: dict[str, dict] = {}
+        self._provisional: dict[str, dict] = {}
+        self._status_at = 0.0
+        self._links: dict[str, deque] = {}
+        self._flows: deque = deque()
+        self._alerts: deque = deque(maxlen=20)
+        self.health = {"controller": None, "hwdb": None}
+        self._clients: set[Client] = set()
+        self._dirty = False
+        self._apps_dirty = False
+        self._subs: dict = {}
+        self._sub_client = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="webui-live", daemon=True)
+
+    # lifecycle
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(3)
+        self._drop_subscriptions()
+
+    def _run(self) -> None:
+        next_probe = 0.0
+        while not self._stop.is_set():
+            try:
+                self._check_hwdb()
+                now = time.monotonic()
+                # When the controller is down, look every tick; when up, only a slow
+                # heartbeat: device changes arrive through hwdb, not by polling.
+                if self.health["controller"] is not True or now >= next_probe:
+                    self.refresh_devices()
+                    next_probe = now + 5.0
+                if self._dirty:
+                    self._dirty = False
+                    self.broadcast("devices", self.devices())
+                if self._apps_dirty:
+                    self._apps_dirty = False
+                    self.broadcast("apps", {"changed": True}, APP_ROLES)
+            except Exception:  # the watchdog must outlive any one bad round
+                LOG.exception("live hub round failed")
+            self._stop.wait(self.interval)
+
+    # hwdb subscriptions
+
+    def _set_health(self, part: str, ok: bool) -> None:
+        if self.health[part] != ok:
+            if ok and self.health[part] is None:
+                LOG.info("%s answers", part)
+            else:
+                LOG.warning("%s is %s", part, "back" if ok else "not answering")
+            self.health[part] = ok
+            self.broadcast("health", dict(self.health))
+
+    def _check_hwdb(self) -> None:
+        try:
+            if self._sub_client is None:
+                self._sub_client = self.hwdb.client()
+            if self._subs:
+                alive = {(r["id"], r["destination"]) for r in self._sub_client.query("show subscriptions").rows}
+                ours = {(s.id, "%s:%d" % s.address[:2]) for s in self._subs.values()}
+                if ours <= alive:
+                    self._set_health("hwdb", True)
+                    return
+                LOG.warning("hwdb lost our subscriptions (restarted?): subscribing again")
+                self._drop_subscriptions(unsubscribe=False)
+            self._subscribe()
+            self._seed()
+            self._set_health("hwdb", True)
+            self.refresh_devices()
+            self.broadcast("devices", self.devices())
+        except (HwdbError, OSError) as exc:
+            LOG.debug("hwdb check failed: %s", exc)
+            self._drop_subscriptions(unsubscribe=False)
+            if self._sub_client is not None:
+                self._sub_client.close()
+                self._sub_client = None
+            self._set_health("hwdb", False)
+
+    def _subscribe(self) -> None:
+        handlers = {"Events": self._on_events, "Leases": self._on_leases, "Links": self._on_links,
+                    "Flows": self._on_flows, "AppTimeseries": self._on_apps}
+        for table, text in SUBSCRIPTIONS.items():
+            self._subs[table] = self._sub_client.subscribe(text, self._guard(handlers[table]))
+
+    def _drop_subscriptions(self, unsubscribe: bool = True) -> None:
+        for sub in self._subs.values():
+            try:
+                sub.close() if unsubscribe else sub.stop()
+            except (HwdbError, OSError):
+                sub.stop()
+        self._subs = {}
+
+    @staticmethod
+    def _guard(handler):
+        def run(result):
+            try:
+                handler(result.rows)
+            except Exception:
+                LOG.exception("handling hwdb notification")
+        return run
+
+    def _seed(self) -> None:
+        """Fill the windows from history, so a restart does not show blank bars."""
+        links = self.hwdb.query(f"select tstamp, mac, rssi, retries, packets from Links [range {int(LINK_WINDOW)} seconds]")
+        flows = self.hwdb.query(f"select tstamp, saddr, daddr, bytes from Flows [range {int(FLOW_WINDOW)} seconds]")
+        with self._lock:
+            self._links.clear()
+            self._flows.clear()
+            for r in links.rows:
+                self._links.setdefault(r["mac"], deque()).append((r["tstamp"] / 1e9, r["rssi"], r["retries"], r["packets"]))
+            for r in flows.rows:
+                self._flows.append((r["tstamp"] / 1e9, r["saddr"], r["daddr"], r["bytes"]))
+
+    def _on_events(self, rows) -> None:
+        now = time.time()
+        for r in rows:
+            if r["kind"] == "new-device" and r["mac"]:
+                with self._lock:
+                    if r["mac"] not in self._devices:
+                        self._provisional[r["mac"]] = {
+                            "mac": r["mac"], "state": "pending", "ip": None, "hostname": "", "name": "",
+                            "vendor_class": "", "first_seen": now, "last_seen": now, "lease_seconds_left": 0}
+            elif r["kind"] == OVERLOAD_KIND:
+                alert = {"time": now, "kind": r["kind"], "message": r["message"]}
+                self._alerts.append(alert)
+                self.broadcast("alert", alert, APP_ROLES)
+        # Show what the event says at once, then what the controller says.
+        self.broadcast("devices", self.devices())
+        self.refresh_devices()
+        self.broadcast("devices", self.devices())
+
+    def _on_leases(self, rows) -> None:
+        self.refresh_devices()
+        self.broadcast("devices", self.devices())
+
+    def _on_links(self, rows) -> None:
+        now = time.time()
+        with self._lock:
+            for r in rows:
+                self._links.setdefault(r["mac"], deque()).append((now, r["rssi"], r["retries"], r["packets"]))
+        self._dirty = True
+
+    def _on_flows(self, rows) -> None:
+        now = time.time()
+        with self._lock:
+            for r in rows:
+                self._flows.append((now, r["saddr"], r["daddr"], r["bytes"]))
+        self._dirty = True
+
+    def _on_apps(self, rows) -> None:
+        self._apps_dirty = True
+
+    # the controller's view
+
+    def refresh_devices(self) -> list[dict] | None:
+        try:
+            status = self.controller.status()
+        except (ControllerDown, ControllerError):
+            self._set_health("controller", False)
+            return None
+        with self._lock:
+            self._devices = {d["mac"]: d for d in status}
+            for mac in list(self._provisional):
+                if mac in self._devices:
+                    del self._provisional[mac]
+            self._status_at = time.monotonic()
+        self._set_health("controller", True)
+        return status
+
+    def device_state_for_ip(self, ip: str, max_age: float = 2.0) -> str | None:
+        """The state of the device holding `ip` ("unknown" if none), or None when the
+        controller cannot say."""
+        if time.monotonic() - self._status_at > max_age:
+            self.refresh_devices()
+        state = self._state_of(ip)
+        # A device just let in, or just given its lease, must not wait for the cache.
+        if state not in (None, "permitted"):
+            self.refresh_devices()
+            state = self._state_of(ip)
+        return state
+
+    def _state_of(self, ip: str) -> str | None:
+        with self._lock:
+            if not self._status_at:
+                return None
+            for d in self._devices.values():
+                if d.get("ip") == ip:
+                    return d["state"]
+        return "unknown"
+
+    def update_device(self, device: dict) -> None:
+        with self._lock:
+            self._devices[device["mac"]] = device
+            self._provisional.pop(device["mac"], None)
+        self.broadcast("devices", self.devices())
+
+    def alerts(self) -> list[dict]:
+        with self._lock:
+            return list(self._alerts)
+
+    def devices(self) -> list[dict]:
+        """Controller devices + provisional joiners + devices only heard over the air,
+        with their link figures and bandwidth share."""
+        now = time.time()
+        with self._lock:
+            for mac, samples in list(self._links.items()):
+                while samples and samples[0][0] < now - LINK_WINDOW:
+                    samples.popleft()
+                if not samples:
+                    del self._links[mac]
+            while self._flows and self._flows[0][0] < now - FLOW_WINDOW:
+                self._flows.popleft()
+            per_ip: dict[str, int] = {}
+            for _, saddr, daddr, nbytes in self._flows:
+                per_ip[saddr] = per_ip.get(saddr, 0) + nbytes
+                per_ip[daddr] = per_ip.get(daddr, 0) + nbytes
+            merged = {**self._provisional, **self._devices}
+            out = []
+            for mac, d in merged.items():
+                out.append(dict(d))
+            for mac in self._links:
+                if mac not in merged:
+                    out.append({"mac": mac, "state": "nearby", "ip": None, "hostname": "", "name": "",
+                                "vendor_class": "", "first_seen": None, "last_seen": None, "lease_seconds_left": 0})
+            device_bytes = {d["mac"]: per_ip.get(d.get("ip"), 0) for d in out if d.get("ip")}
+            total = sum(device_bytes.values())
+            for d in out:
+                samples = self._links.get(d["mac"])
+                if samples:
+                    packets = sum(s[3] for s in samples)
+                    retries = sum(s[2] for s in samples)
+                    d["rssi"] = samples[-1][1]
+                    d["retry_ratio"] = round(retries / packets, 3) if packets else 0.0
+                else:
+                    d["rssi"], d["retry_ratio"] = None, 0.0
+                nbytes = device_bytes.get(d["mac"], 0)
+                d["bytes_per_s"] = round(nbytes / FLOW_WINDOW)
+                d["share"] = round(nbytes / total, 3) if total else 0.0
+            return sorted(out, key=lambda d: (d.get("first_seen") or 0, d["mac"]))
+
+    # browsers
+
+    def register(self, role: str) -> Client:
+        c = Client(role)
+        with self._lock:
+            self._clients.add(c)
+        return c
+
+    def unregister(self, c: Client) -> None:
+        with self._lock:
+            self._clients.discard(c)
+
+    def broadcast(self, event: str, data, roles=None) -> None:
+        message = f"event: {event}\ndata: {json.dumps(data)}\n\n"
+        with self._lock:
+            clients = list(self._clients)
+        for c in clients:
+            if roles is None or c.role in roles:
+                try:
+                    c.queue.put_nowait(message)
+                except queue.Full:
+                    # A browser that stopped reading: let its stream end; EventSource reconnects.
+                    self.unregister(c)
+                    c.queue = queue.Queue(maxsize=1)
+                    c.queue.put_nowait(None)

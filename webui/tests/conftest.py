@@ -1,0 +1,99 @@
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+from fakes import FakeController, HwdbServer  # noqa: E402
+from homework_webui.app import create_app  # noqa: E402
+
+OWNER = ("owner", "correct horse battery")
+
+
+@pytest.fixture
+def hwdb(tmp_path):
+    server = HwdbServer(str(tmp_path / "hwdb.sqlite")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def controller(hwdb):
+    ctl = FakeController(hwdb.port).start()
+    yield ctl
+    ctl.stop()
+
+
+@pytest.fixture
+def app(tmp_path, controller, hwdb):
+    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist"))
+    yield app
+    app.extensions["homework"]["hub"].stop()
+
+
+class Api:
+    """A browser: keeps its cookie and sends the CSRF token the page would."""
+
+    def __init__(self, app, ip="127.0.0.1"):
+        self.client = app.test_client()
+        self.ip = ip
+        self.csrf = None
+
+    def session(self):
+        r = self.client.get("/api/session", environ_base={"REMOTE_ADDR": self.ip})
+        if r.status_code == 200:
+            self.csrf = r.json["csrf_token"]
+        return r
+
+    def call(self, method, url, json=None, csrf=True):
+        headers = {"X-CSRF-Token": self.csrf} if csrf and self.csrf else {}
+        r = self.client.open(url, method=method, json=json, headers=headers, environ_base={"REMOTE_ADDR": self.ip})
+        if r.is_json and isinstance(r.json, dict) and r.json.get("csrf_token"):
+            self.csrf = r.json["csrf_token"]
+        return r
+
+    def get(self, url):
+        return self.call("GET", url)
+
+    def post(self, url, json=None, **kw):
+        return self.call("POST", url, json if json is not None else {}, **kw)
+
+    def put(self, url, json=None, **kw):
+        return self.call("PUT", url, json if json is not None else {}, **kw)
+
+    def delete(self, url, **kw):
+        return self.call("DELETE", url, None, **kw)
+
+
+def setup_owner(app) -> Api:
+    api = Api(app)
+    api.session()
+    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1]})
+    assert r.status_code == 201, r.json
+    return api
+
+
+def signed_in(app, role, owner_api=None) -> Api:
+    """An Api signed in with `role`, creating the account through the owner."""
+    owner_api = owner_api or setup_owner(app)
+    if role == "owner":
+        return owner_api
+    api = Api(app)
+    api.session()
+    if role == "kiosk":
+        code = owner_api.post("/api/pairing-codes").json["code"]
+        assert api.post("/api/pair", {"code": code, "name": "Hall panel"}).status_code == 201
+    else:
+        name = f"{role}-{os.urandom(3).hex()}"
+        assert owner_api.post("/api/accounts", {"username": name, "password": "member password 1",
+                                                "role": role}).status_code == 201
+        assert api.post("/api/login", {"username": name, "password": "member password 1"}).status_code == 200
+    return api
+
+
+@pytest.fixture
+def owner(app):
+    return setup_owner(app)

@@ -1,0 +1,168 @@
+"""The JSON API and the live stream against a fake controller and a real hwdb."""
+import json
+import queue
+import threading
+import time
+
+from conftest import Api
+
+
+def sse(api):
+    """Start reading /api/events; returns a queue of (event, data)."""
+    r = api.client.get("/api/events", buffered=False)
+    assert r.status_code == 200 and r.mimetype == "text/event-stream"
+    out = queue.Queue()
+
+    def pump():
+        buf = ""
+        for chunk in r.response:
+            buf += chunk.decode() if isinstance(chunk, bytes) else chunk
+            while "\n\n" in buf:
+                block, buf = buf.split("\n\n", 1)
+                fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":") and ": " in line)
+                if "event" in fields:
+                    out.put((fields["event"], json.loads(fields["data"])))
+    threading.Thread(target=pump, daemon=True).start()
+    return out
+
+
+def wait_for(q, pred, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            ev, data = q.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            break
+        if pred(ev, data):
+            return data
+    raise AssertionError("event not seen in time")
+
+
+def wait_hwdb(app):
+    """The hub subscribes in the background; a row inserted before that would not be pushed."""
+    hub = app.extensions["homework"]["hub"]
+    end = time.time() + 5
+    while not hub.health["hwdb"] and time.time() < end:
+        time.sleep(0.05)
+    assert hub.health["hwdb"]
+
+
+def test_new_device_reaches_browser_within_a_second(app, owner, controller):
+    stream = sse(owner)
+    wait_for(stream, lambda e, d: e == "devices", 5)
+    wait_hwdb(app)
+    t0 = time.monotonic()
+    controller.add("02:00:00:00:00:21", hostname="htc-one")
+    devices = wait_for(stream, lambda e, d: e == "devices" and any(x["mac"] == "02:00:00:00:00:21" for x in d), 1.0)
+    assert time.monotonic() - t0 < 1.0
+    assert next(x for x in devices if x["mac"] == "02:00:00:00:00:21")["state"] == "pending"
+
+
+def test_devices_carry_link_and_bandwidth_figures(app, owner, controller, hwdb):
+    a = controller.add("02:00:00:00:00:31", state="permitted", event=False)
+    b = controller.add("02:00:00:00:00:32", state="permitted", event=False)
+    wait_hwdb(app)
+    hwdb.query("insert into Links values ('02:00:00:00:00:31', -45, 30, 100), ('02:00:00:00:00:33', -88, 0, 10)")
+    hwdb.query(f"insert into Flows values (6, '{a['ip']}', 5000, '1.1.1.1', 443, 10, 30000), "
+               f"(6, '{b['ip']}', 5001, '1.1.1.1', 443, 10, 10000)")
+    time.sleep(0.3)
+    devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
+    assert devices["02:00:00:00:00:31"]["rssi"] == -45
+    assert devices["02:00:00:00:00:31"]["retry_ratio"] == 0.3
+    assert devices["02:00:00:00:00:31"]["share"] == 0.75
+    assert devices["02:00:00:00:00:32"]["share"] == 0.25
+    # Heard over the air but never asked for an address: "in range".
+    assert devices["02:00:00:00:00:33"]["state"] == "nearby"
+
+
+def test_decisions_and_names_go_to_controller(app, owner, controller):
+    controller.add("02:00:00:00:00:41", event=False)
+    r = owner.post("/api/devices/02:00:00:00:00:41/permit")
+    assert r.status_code == 200 and r.json["device"]["state"] == "permitted"
+    assert owner.post("/api/devices/02:00:00:00:00:41/deny").json["device"]["state"] == "denied"
+    assert owner.post("/api/devices/02:00:00:00:00:41/blacklist").json["device"]["state"] == "blacklisted"
+    r = owner.post("/api/devices/02:00:00:00:00:41/name", {"name": "Grandma's iPad " + "é" * 10})
+    assert r.status_code == 200
+    assert controller.devices["02:00:00:00:00:41"]["name"].startswith("Grandma's iPad")
+    assert ("permit", "02:00:00:00:00:41") in controller.calls
+    assert owner.post("/api/devices/not-a-mac/permit").status_code == 400
+    assert owner.post("/api/devices/02:00:00:00:00:99/permit").status_code == 404
+
+
+def test_dns_blocks_degrade_when_not_implemented(app, owner, controller):
+    controller.add("02:00:00:00:00:51", event=False)
+    detail = owner.get("/api/devices/02:00:00:00:00:51").json["device"]
+    assert detail["dns"] == {"available": False, "rules": []}
+    r = owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "example.com"})
+    assert r.status_code == 501 and r.json["code"] == "dns-unavailable"
+    assert owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "bad domain!"}).status_code == 400
+
+
+def test_apps_usage_and_priorities_persist(app, owner, hwdb):
+    hwdb.query("insert into AppTimeseries values ('video', 500000, 400), ('web', 100000, 90)")
+    hwdb.query("insert into AppTimeseries values ('video', 250000, 200)")
+    r = owner.get("/api/apps?range=hour").json
+    apps = {a["app"]: a for a in r["apps"]}
+    assert apps["video"]["total_bytes"] == 750000 and apps["video"]["bytes_per_s"] == 75000
+    assert len(apps["video"]["series"]) == 60 and sum(apps["web"]["series"]) == 100000
+    assert [a["app"] for a in r["apps"]][:2] == ["video", "web"]
+    assert owner.put("/api/apps/video/priority", {"priority": "high"}).status_code == 200
+    assert owner.put("/api/apps/video/priority", {"priority": "urgent"}).status_code == 400
+    assert owner.put("/api/apps/bad'app;/priority", {"priority": "high"}).status_code == 400
+    hwdb.stop()
+    hwdb.start()
+    rows = hwdb.query("select app, priority from AppPriority").rows
+    assert rows[-1] == {"app": "video", "priority": "high"}
+    assert {a["app"]: a["priority"] for a in owner.get("/api/apps?range=day").json["apps"]}["video"] == "high"
+
+
+def test_overload_alert(app, owner, hwdb):
+    stream = sse(owner)
+    wait_hwdb(app)
+    hwdb.query("insert into Events values ('qos-overload', '', 'high-priority queue dropped 120 packets')")
+    alert = wait_for(stream, lambda e, d: e == "alert", 2)
+    assert "dropped" in alert["message"]
+    assert owner.get("/api/apps").json["alerts"][0]["message"].startswith("high-priority")
+
+
+def test_controller_down_is_reported_and_recovers(app, owner, controller):
+    hub = app.extensions["homework"]["hub"]
+    real = controller.url
+    hub.controller.base = "http://127.0.0.1:9/ws.v1/"  # nothing listens on the discard port
+    r = owner.get("/api/devices")
+    assert r.status_code == 503 and r.json["component"] == "controller"
+    assert hub.health["controller"] is False
+    hub.controller.base = real + "/ws.v1/"
+    end = time.time() + 5
+    while hub.health["controller"] is not True and time.time() < end:
+        time.sleep(0.05)
+    assert hub.health["controller"] is True
+    assert owner.get("/api/devices").status_code == 200
+
+
+def test_hwdb_restart_resubscribes(app, owner, controller, hwdb):
+    hub = app.extensions["homework"]["hub"]
+    stream = sse(owner)
+    hwdb.stop()
+    wait_for(stream, lambda e, d: e == "health" and d["hwdb"] is False, 5)
+    assert owner.get("/api/apps").json["component"] == "hwdb"
+    hwdb.start()
+    wait_for(stream, lambda e, d: e == "health" and d["hwdb"] is True, 5)
+    controller.add("02:00:00:00:00:61")
+    wait_for(stream, lambda e, d: e == "devices" and any(x["mac"] == "02:00:00:00:00:61" for x in d), 1.0)
+    assert hub.health["hwdb"]
+
+
+def test_spa_served_when_built(tmp_path, controller, hwdb):
+    from homework_webui.app import create_app
+    dist = tmp_path / "dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text("<!doctype html><div id=app></div>")
+    (dist / "assets" / "index-abc.js").write_text("console.log(1)")
+    app = create_app(str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist), start_live=False)
+    api = Api(app)
+    r = api.get("/")
+    assert r.status_code == 200 and b"id=app" in r.data
+    assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+    assert "immutable" in api.get("/assets/index-abc.js").headers["Cache-Control"]
+    assert api.get("/assets/../../etc/passwd").status_code == 404
