@@ -3,6 +3,7 @@ each OFFER, and the time from each device's DISCOVER to its ACK.
 
 Runs inside one emulated device (a raw packet socket can speak for many MACs).
 Usage: dhcp_storm_client.py IFACE COUNT TIMEOUT_S  -> JSON on stdout
+(dhcp_probe.py reuses `handshakes` for one device, again and again.)
 """
 import json
 import os
@@ -44,14 +45,10 @@ def fill_request(template, server, addr):
     return bytes(data)
 
 
-def main():
-    iface, count, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    rng = random.Random(os.getpid())
-    prefix = [0x02, rng.randrange(256), rng.randrange(256)]
-    devices = {}
-    for i in range(count):
-        mac = ":".join(f"{b:02x}" for b in prefix + [i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff])
-        devices[rng.getrandbits(32)] = {"mac": mac}
+def handshakes(iface: str, macs: list[str], timeout: float) -> dict:
+    """DISCOVER from every MAC at once, REQUEST on each OFFER; per-device DISCOVER-to-OFFER/ACK times."""
+    rng = random.Random()
+    devices = {rng.getrandbits(32): {"mac": mac} for mac in macs}
     discovers = {xid: frame(d["mac"], xid, "discover") for xid, d in devices.items()}
     # REQUESTs are built before the clock starts, with the two addresses the OFFER will
     # fill in patched into place later: building with scapy inside the loop would time the client.
@@ -65,7 +62,7 @@ def main():
         sock.send(data)
     deadline = time.monotonic() + timeout
     done = 0
-    while done < count and time.monotonic() < deadline:
+    while done < len(devices) and time.monotonic() < deadline:
         try:
             data = sock.recv(2048)
         except socket.timeout:
@@ -91,9 +88,18 @@ def main():
         elif mtype == 5 and "ack" not in device:
             device["ack"] = now - device["t0"]
             done += 1
-    print(json.dumps({"count": count, "acked": done,
-                      "offer_s": [d["offer"] for d in devices.values() if "offer" in d],
-                      "ack_s": [d["ack"] for d in devices.values() if "ack" in d]}))
+    sock.close()
+    return {"count": len(devices), "acked": done,
+            "offer_s": [d["offer"] for d in devices.values() if "offer" in d],
+            "ack_s": [d["ack"] for d in devices.values() if "ack" in d]}
+
+
+def main():
+    iface, count, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    rng = random.Random(os.getpid())
+    prefix = [0x02, rng.randrange(256), rng.randrange(256)]
+    macs = [":".join(f"{b:02x}" for b in prefix + [i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff]) for i in range(count)]
+    print(json.dumps(handshakes(iface, macs, timeout)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet]     (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui]     (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -198,6 +198,81 @@ def first_packet(count: int) -> None:
         ]})
 
 
+def flood(samples: int) -> None:
+    """A second device's DHCP and page times while one device floods, beside the same when quiet."""
+    probe = [PY, BENCH / "dhcp_probe.py", "wlan0", samples]
+
+    failures = []
+
+    def page_times(n):
+        times = []
+        for _ in range(n):
+            proc = subprocess.run([HOMENET, "client", "exec", "victim", "--", "curl", "-sS", "-o", "/dev/null",
+                                   "-m", "5", "-w", "%{time_total} %{http_code}", "http://www.example.test/"],
+                                  capture_output=True, text=True, timeout=30)
+            seconds, code = proc.stdout.split()[-2:]
+            if code != "200":
+                failures.append(proc.stderr.strip())
+            times.append(float(seconds) if code == "200" else 5.0)  # a failed fetch counts as the time-out
+        return times
+
+    homenet_up()
+    try:
+        add_client("victim", permit=True)
+        add_client("flooder", permit=True)
+        quiet = json.loads(in_client("victim", *probe))
+        quiet_pages = page_times(samples // 3)
+        floods = [subprocess.Popen([HOMENET, "client", "exec", "flooder", "--", PY, BENCH / "flood.py", mode,
+                                    "wlan0", pps, "60"], stdout=subprocess.PIPE, text=True)
+                  for mode, pps in (("udp", "3000"), ("dhcp", "1000"))]
+        time.sleep(3)
+        loud = json.loads(in_client("victim", *probe))
+        loud_pages = page_times(samples // 3)
+        sent = [int(f.communicate(timeout=120)[0] or 0) for f in floods]
+        counters = json.loads(sh("curl", "-s", f"{API}/counters"))
+    finally:
+        sh(HOMENET, "down", check=False)
+    q, l = summary(quiet["ack_s"]), summary(loud["ack_s"])
+    qp, lp = summary(quiet_pages), summary(loud_pages)
+    write_result("flood", {
+        "what": "a permitted device floods (UDP to random ports/addresses of the emulated internet at 3000 pps, "
+                "and DISCOVERs from random forged MACs at 1000 pps) while a second, known device runs full DHCP "
+                f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first",
+        "quiet": {"dhcp": q, "page": qp, "dhcp_lost": quiet["lost"]},
+        "page_failures": failures,
+        "flood": {"dhcp": l, "page": lp, "dhcp_lost": loud["lost"], "flood_packets_sent": sent,
+                  "pending_evicted": counters.get("pending_evicted"), "packet_in_dropped": counters.get("packet_in_dropped")},
+        "rows": [
+            ["2nd device DHCP (DISCOVER to ACK) under flood, p99", f"{l['p99_ms']} ms (lost {loud['lost']})",
+             f"{q['p99_ms']} ms quiet (lost {quiet['lost']})", ratio(l["p99_ms"], q["p99_ms"]), "< 100 ms"],
+            ["2nd device DHCP under flood, median", f"{l['median_ms']} ms", f"{q['median_ms']} ms quiet",
+             ratio(l["median_ms"], q["median_ms"]), ""],
+            ["2nd device page fetch under flood, median", f"{lp['median_ms']} ms", f"{qp['median_ms']} ms quiet",
+             ratio(lp["median_ms"], qp["median_ms"]), ""],
+            ["2nd device page fetch under flood, p99", f"{lp['p99_ms']} ms", f"{qp['p99_ms']} ms quiet",
+             ratio(lp["p99_ms"], qp["p99_ms"]), ""],
+        ]})
+
+
+def hwdb(_args) -> None:
+    """hwdb's own benchmark (ingest, query latency, memory); it writes bench/results/hwdb.json."""
+    sh("make", "-C", REPO / "hwdb", "bench", f"BENCH_OUT={RESULTS / 'hwdb.json'}", timeout=900)
+
+
+def webui(_args) -> None:
+    """The web UI's numbers against the live emulated home: join to label visible, drop to connected, size."""
+    homenet_up()
+    try:
+        hooks = REPO / "tests" / "e2e" / "hooks"
+        env = dict(os.environ, WEBUI_URL="http://127.0.0.1:8080", E2E_USER="owner",
+                   E2E_PASSWORD="a long household passphrase", E2E_JOIN_CMD=str(hooks / "join.sh"),
+                   E2E_CHECK_CMD=str(hooks / "check.sh"), PYTHON=PY)
+        subprocess.run(["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
+                       env=env, check=True, timeout=1800)
+    finally:
+        sh(HOMENET, "down", check=False)
+
+
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "n/a"
 
@@ -205,6 +280,9 @@ def ratio(a, b):
 BENCHMARKS = {
     "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices),
     "first_packet": lambda a: first_packet(a.connections),
+    "flood": lambda a: flood(a.samples),
+    "hwdb": hwdb,
+    "webui": webui,
 }
 
 
@@ -216,6 +294,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--connections", type=int, default=300)
+    p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:

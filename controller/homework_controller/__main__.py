@@ -25,6 +25,8 @@ def parse_args(argv):
                    help="seconds between flow statistics polls")
     p.add_argument("--flow-budget", type=int, default=CONFIG.flow_budget,
                    help="flows counted one by one per device before it is counted as a whole")
+    p.add_argument("--max-pending", type=int, default=CONFIG.max_pending,
+                   help="devices that may wait for a decision at once")
     p.add_argument("--stations", default=CONFIG.stations,
                    help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio")
     p.add_argument("--log-level", default="INFO")
@@ -52,7 +54,7 @@ def main(argv=None):
     CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
     CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port
     CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
-    CONFIG.stations = args.stations
+    CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

@@ -4,9 +4,12 @@ Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; the os-ken
 turns them into FlowMods. Three tables keep rule counts additive:
 
 table 0, admission: what may enter at all.
-  1100  blacklisted device (eth_src)                          -> drop
-  1000  wlan: UDP to port 67 (DHCP)                           -> controller
-   900  wlan or router: ARP                                   -> controller (proxy ARP)
+  1100  blacklisted device (from it, or to it)                -> drop
+  1001  wlan: a known device's DHCP                           -> its own meter, controller
+  1000  wlan: UDP to port 67 (DHCP)                           -> newcomers' meter, controller
+  1000  EAPOL (0x888e) wlan <-> router                        -> the other side (hostapd)
+   901  wlan: a known device's ARP                            -> its own meter, controller
+   900  wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
    500  wlan: permitted device, its MAC *and* its IP          -> goto 1
    500  router: IPv4 to a permitted device's MAC              -> goto 1
      0  anything else                                         -> drop
@@ -39,7 +42,7 @@ IN_PORT = "IN_PORT"
 LOCAL = "LOCAL"
 CONTROLLER = "CONTROLLER"
 
-ETH_IPV4, ETH_ARP = 0x0800, 0x0806
+ETH_IPV4, ETH_ARP, ETH_EAPOL = 0x0800, 0x0806, 0x888E
 PROTO_TCP, PROTO_UDP = 6, 17
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
@@ -71,6 +74,31 @@ class DecTtl:
 @dataclass(frozen=True)
 class GotoTable:
     table: int
+
+
+@dataclass(frozen=True)
+class Meter:
+    """Send the packet through an OpenFlow meter first (a packet-in budget)."""
+
+    meter_id: int
+
+
+@dataclass(frozen=True)
+class MeterBand:
+    meter_id: int
+    rate_pps: int
+    burst: int
+
+
+# Packet-in budgets (packets per second). Every device the router knows has its own meter for
+# what it sends the controller (DHCP, ARP); devices it does not know yet share one, so a storm
+# of forged MACs eats only the newcomers' budget, never a known device's.
+NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=50)
+DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
+
+
+def device_meter(device: Device) -> MeterBand:
+    return MeterBand(2 + device.subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
 
 
 @dataclass(frozen=True)
@@ -125,11 +153,15 @@ def device_cookie(device: Device) -> int:
 
 def base_rules(wlan_port: int) -> list[FlowRule]:
     to_controller = (Output(CONTROLLER),)
+    newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
     everyone = (Output(IN_PORT), Output(LOCAL))
     return [
-        rule(TABLE_ADMISSION, 1000, to_controller, in_port=wlan_port, eth_type=ETH_IPV4,
+        rule(TABLE_ADMISSION, 1000, newcomer, in_port=wlan_port, eth_type=ETH_IPV4,
              ip_proto=PROTO_UDP, udp_dst=67),
-        rule(TABLE_ADMISSION, 900, to_controller, in_port=wlan_port, eth_type=ETH_ARP),
+        # EAPOL between devices and the authenticator (hostapd) on the router's side.
+        rule(TABLE_ADMISSION, 1000, (Output(LOCAL),), in_port=wlan_port, eth_type=ETH_EAPOL),
+        rule(TABLE_ADMISSION, 1000, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
+        rule(TABLE_ADMISSION, 900, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, 900, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, 0, ()),
         rule(TABLE_ACCOUNTING, 0, (GotoTable(TABLE_ROUTING),)),
@@ -148,9 +180,18 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
     """
     cookie = device_cookie(device)
     if device.state is State.BLACKLISTED:
-        return frozenset({rule(TABLE_ADMISSION, 1100, (), cookie, in_port=wlan_port, eth_src=device.mac)})
-    if not (device.forwards and device.lease_active(now)):
+        # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
+        return frozenset({rule(TABLE_ADMISSION, 1100, (), cookie, in_port=wlan_port, eth_src=device.mac),
+                          rule(TABLE_ADMISSION, 1100, (), cookie, in_port=LOCAL, eth_dst=device.mac)})
+    if device.subnet is None:
         return frozenset()
+    # Its own packet-in budget, whatever its state: a known device's DHCP is never starved.
+    metered = (Meter(device_meter(device).meter_id), Output(CONTROLLER))
+    budget = {rule(TABLE_ADMISSION, 1001, metered, cookie, in_port=wlan_port, eth_src=device.mac,
+                   eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),
+              rule(TABLE_ADMISSION, 901, metered, cookie, in_port=wlan_port, eth_src=device.mac, eth_type=ETH_ARP)}
+    if not (device.forwards and device.lease_active(now)):
+        return frozenset(budget)
     ip = device.subnet.device_ip
     count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
     rules = {
@@ -170,7 +211,7 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
     }
     rules |= {rule(TABLE_ACCOUNTING, 900, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip, ipv4_dst=addr)
               for addr in blocked}
-    return frozenset(rules)
+    return frozenset(rules | budget)
 
 
 def learnt_flow_rule(device: Device, flow: FiveTuple) -> FlowRule:

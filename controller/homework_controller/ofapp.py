@@ -26,8 +26,8 @@ from . import api, dhcp, dns_server, flows, packets, stations
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_log import HwdbLog
-from .router import (AddGatewayAddress, HomeRouter, InstallRules, LogRow, RemoveRules, ResolveName,
-                     SendFrame, TellHousehold)
+from .router import (AddGatewayAddress, HomeRouter, InstallMeter, InstallRules, LogRow, RemoveMeter,
+                     RemoveRules, ResolveName, SendFrame, TellHousehold)
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
@@ -48,7 +48,8 @@ class HomeworkController(app_manager.OSKenApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.router = HomeRouter(DeviceStore(CONFIG.db), dhcp.LeasePolicy(
-            CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget)
+            CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget,
+            max_pending=CONFIG.max_pending)
         self.hwdb = HwdbLog(CONFIG.hwdb)
         self.datapath = None
         self.switch_ready = False
@@ -102,6 +103,7 @@ class HomeworkController(app_manager.OSKenApp):
             self.datapath, self.switch_ready = dp, False
             dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+            dp.send_msg(parser.OFPMeterMod(dp, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL))
             self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
             # Ready once the switch has acted on all of that, not when it is merely queued.
             dp.send_msg(parser.OFPBarrierRequest(dp))
@@ -235,6 +237,14 @@ class HomeworkController(app_manager.OSKenApp):
                 dp.send_msg(dp.ofproto_parser.OFPFlowMod(
                     dp, cookie=effect.cookie, cookie_mask=flows.DEVICE_COOKIE_MASK, command=ofp.OFPFC_DELETE,
                     table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+            elif isinstance(effect, InstallMeter):
+                ofp, parser, band = dp.ofproto, dp.ofproto_parser, effect.band
+                dp.send_msg(parser.OFPMeterMod(
+                    dp, command=ofp.OFPMC_ADD, flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST, meter_id=band.meter_id,
+                    bands=[parser.OFPMeterBandDrop(rate=band.rate_pps, burst_size=band.burst)]))
+            elif isinstance(effect, RemoveMeter):
+                dp.send_msg(dp.ofproto_parser.OFPMeterMod(dp, command=dp.ofproto.OFPMC_DELETE,
+                                                          meter_id=effect.meter_id))
             elif isinstance(effect, SendFrame):
                 self._packet_out(dp, effect.port, effect.data)
             elif isinstance(effect, AddGatewayAddress):
@@ -271,8 +281,10 @@ class HomeworkController(app_manager.OSKenApp):
     def _flow_mod(self, dp, r: flows.FlowRule):
         parser, ofp = dp.ofproto_parser, dp.ofproto
         match = {k: self._port(dp, v) if k == "in_port" else v for k, v in r.match}
-        instructions = []
-        applied = self._actions(dp, [a for a in r.actions if not isinstance(a, flows.GotoTable)])
+        # OpenFlow 1.3 order: meter, then actions, then goto.
+        instructions = [parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER) for a in r.actions
+                        if isinstance(a, flows.Meter)]
+        applied = self._actions(dp, [a for a in r.actions if not isinstance(a, (flows.GotoTable, flows.Meter))])
         if applied:
             instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
         instructions += [parser.OFPInstructionGotoTable(a.table) for a in r.actions

@@ -35,6 +35,16 @@ class RemoveRules:
 
 
 @dataclass(frozen=True)
+class InstallMeter:
+    band: flows.MeterBand
+
+
+@dataclass(frozen=True)
+class RemoveMeter:
+    meter_id: int
+
+
+@dataclass(frozen=True)
 class SendFrame:
     port: int | str
     data: bytes
@@ -93,7 +103,7 @@ class NoFreeSubnet(RuntimeError):
 class HomeRouter:
     def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
                  clock: Callable[[], float] = time.time, flow_budget: int = 200,
-                 budget_cooldown_s: float = 120.0):
+                 budget_cooldown_s: float = 120.0, max_pending: int = 64):
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
@@ -102,6 +112,8 @@ class HomeRouter:
         self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
         self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.installed: dict[str, frozenset[flows.FlowRule]] = {}
+        self.meters: set[int] = set()
+        self.max_pending = max_pending
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
         self.dns_rules: dict[str, dict[str, str]] = store.load_dns_rules()
@@ -112,15 +124,15 @@ class HomeRouter:
         self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
         self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
                          "frames_malformed": 0, "store_errors": 0, "dns_overload_dropped": 0,
-                         "dns_refused": 0, "dns_not_a_device": 0}
+                         "dns_refused": 0, "dns_not_a_device": 0, "pending_evicted": 0}
 
     # -- switch lifecycle
 
     def switch_ready(self, wlan_port: int, router_mac: str) -> list:
         """The switch (re)connected: it has no rules; give it the whole rule set."""
         self.wlan_port, self.router_mac = wlan_port, router_mac
-        self.installed = {}
-        effects: list = [InstallRules(tuple(flows.base_rules(wlan_port)))]
+        self.installed, self.meters = {}, {flows.NEWCOMERS_METER.meter_id}
+        effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
             if device.subnet:
                 effects.append(AddGatewayAddress(device.subnet))
@@ -143,9 +155,11 @@ class HomeRouter:
             return []
         now = self.clock()
         before = self.devices.get(req.chaddr)
+        effects: list = []
+        if before is None and req.msg_type == dhcp.DISCOVER:
+            effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
-        effects: list = []
         if outcome.device is not None and outcome.device != before:
             if before is None or before.subnet != outcome.device.subnet:
                 effects.append(AddGatewayAddress(outcome.device.subnet))
@@ -182,7 +196,7 @@ class HomeRouter:
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """First packet(s) of a flow not yet counted: give it a rule of its own, within budget."""
         device = self._device_by_ip(frame.ip_dst if in_port == flows.LOCAL else frame.ip_src)
-        if device is None or device.mac not in self.installed or device.mac in self.over_budget:
+        if device is None or not device.forwards or device.mac in self.over_budget:
             return []  # copies still in flight after a change: nothing to learn
         flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
         learnt = self.learnt.setdefault(device.mac, set())
@@ -455,6 +469,11 @@ class HomeRouter:
         if wanted == have:
             return []
         effects: list = []
+        if device.subnet and device.state is not State.BLACKLISTED:
+            band = flows.device_meter(device)
+            if band.meter_id not in self.meters:
+                self.meters.add(band.meter_id)
+                effects.append(InstallMeter(band))
         if have:
             # Deleting by cookie also ends flows in progress (a denied device is cut off at
             # once) and takes its learnt flows with it: they are learnt again as they pass.
@@ -465,6 +484,38 @@ class HomeRouter:
             self.installed[device.mac] = wanted
         else:
             self.installed.pop(device.mac, None)
+        return effects
+
+    def _make_room_for_a_newcomer(self) -> list:
+        """At most max_pending devices wait for a decision; the one silent longest makes way.
+
+        A DHCP storm of forged MACs would otherwise take a /30, a meter and two rules per
+        MAC. Devices the household has decided about are never evicted.
+        """
+        pending = [d for d in self.devices.values() if d.state is State.PENDING]
+        if len(pending) < self.max_pending:
+            return []
+        oldest = min(pending, key=lambda d: d.last_seen)
+        LOG.info("pending devices at their cap (%d): forgetting %s, silent since %.0f", self.max_pending,
+                 oldest.mac, oldest.last_seen)
+        self.counters["pending_evicted"] += 1
+        del self.devices[oldest.mac]
+        try:
+            self.store.delete(oldest.mac)
+        except StoreError as exc:
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
+        self.leased.discard(oldest.mac)
+        effects = []
+        if oldest.subnet:
+            self.used_subnets.discard(oldest.subnet.index)
+            self.mac_by_subnet.pop(oldest.subnet.index, None)
+            meter = flows.device_meter(oldest).meter_id
+            if self.installed.pop(oldest.mac, None) is not None:
+                effects.append(RemoveRules(flows.device_cookie(oldest)))
+            if meter in self.meters:
+                self.meters.discard(meter)
+                effects.append(RemoveMeter(meter))
         return effects
 
     def _allocate_subnet(self) -> Subnet:

@@ -120,5 +120,12 @@ class DeviceStore:
         except sqlite3.Error as exc:
             raise StoreError(f"could not save the DNS rule {domain} for {mac}: {exc}") from exc
 
+    def delete(self, mac: str) -> None:
+        try:
+            self.db.execute("DELETE FROM devices WHERE mac = ?", (mac,))
+            self.db.execute("DELETE FROM dns_rules WHERE mac = ?", (mac,))
+        except sqlite3.Error as exc:
+            raise StoreError(f"could not forget {mac}: {exc}") from exc
+
     def close(self) -> None:
         self.db.close()

@@ -2,9 +2,9 @@
 from scapy.layers.l2 import ARP, Ether
 
 from homework_controller import flows, packets
-from homework_controller.model import normalize_mac, BadMac
-from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallRules, LogRow, RemoveRules,
-                                        SendFrame, UnknownDevice)
+from homework_controller.model import BadMac, Device, normalize_mac
+from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallMeter, InstallRules, LogRow,
+                                        RemoveMeter, RemoveRules, SendFrame, UnknownDevice)
 from homework_controller.store import DeviceStore
 from homework_controller import dhcp
 
@@ -30,22 +30,28 @@ def installed(effects):
     return [r for e in effects if isinstance(e, InstallRules) for r in e.rules]
 
 
-def test_pending_device_gets_no_forwarding_rules(router):
+def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(router):
     effects = router.on_dhcp(frame(PHONE, "discover"))
-    assert installed(effects) == []
+    [meter] = [e for e in effects if isinstance(e, InstallMeter)]
+    rules = installed(effects)
+    assert {r.priority for r in rules} == {1001, 901}
+    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in rules)
     assert any(isinstance(e, AddGatewayAddress) for e in effects)  # the router holds its gateway
 
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
     ip = lease(router, PHONE)
     rules = installed(router.permit(PHONE))
-    admit = [r for r in rules if r.table == flows.TABLE_ADMISSION and r.match_dict.get("in_port") == WLAN]
+    admit = [r for r in rules if r.table == flows.TABLE_ADMISSION and r.priority == 500
+             and r.match_dict.get("in_port") == WLAN]
     assert admit and admit[0].match_dict == {"in_port": WLAN, "eth_src": PHONE, "eth_type": 0x0800, "ipv4_src": ip}
     to_phone = [r for r in rules if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip
                 and r.match_dict.get("in_port") == WLAN]
     assert flows.DecTtl() in to_phone[0].actions and flows.Output(flows.IN_PORT) in to_phone[0].actions
     removed = router.deny(PHONE)
-    assert removed == [RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+    assert removed[0] == RemoveRules(flows.device_cookie(router.devices[PHONE]))
+    # What stays is its own packet-in budget for DHCP and ARP, nothing that forwards.
+    assert {r.priority for r in installed(removed)} == {1001, 901}
 
 
 def test_permit_of_an_unknown_device_is_a_clear_error(router):
@@ -66,8 +72,9 @@ def test_blacklisted_device_is_dropped_at_the_door(router):
     lease(router, PHONE)
     router.permit(PHONE)
     effects = router.blacklist(PHONE)
-    [drop] = installed(effects)
-    assert drop.priority > 1000 and drop.actions == () and drop.match_dict["eth_src"] == PHONE
+    drops = installed(effects)
+    assert all(d.priority > 1000 and d.actions == () for d in drops)
+    assert {(d.match_dict.get("eth_src"), d.match_dict.get("eth_dst")) for d in drops} == {(PHONE, None), (None, PHONE)}
     assert router.blacklist_status() == [PHONE]
 
 
@@ -75,8 +82,10 @@ def test_rules_go_when_the_lease_runs_out(router, clock):
     lease(router, PHONE)
     router.permit(PHONE)
     clock.now += 31  # the pending lease it holds has run out and it never renewed
-    assert router.tick() == [LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
-                             RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+    effects = router.tick()
+    assert effects[:2] == [LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
+                           RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+    assert not [r for r in installed(effects) if r.table != flows.TABLE_ADMISSION or r.priority == 500]
 
 
 def test_decisions_and_subnets_survive_a_restart(db_path, clock):
@@ -160,3 +169,26 @@ def test_every_dhcp_decision_is_logged_to_leases(router):
     released = router.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
     rows = [e.row for e in renewal + released if isinstance(e, LogRow)]
     assert rows == [(PHONE, ip, "", "renewed", "permitted"), (PHONE, ip, "", "released", "permitted")]
+
+
+def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(router, clock):
+    router.max_pending = 3
+    router.whitelist(LAPTOP)
+    lease(router, LAPTOP)
+    macs = [f"02:00:00:00:01:{i:02x}" for i in range(6)]
+    for mac in macs:
+        clock.now += 1
+        router.on_dhcp(frame(mac, "discover"))
+    pending = sorted(d["mac"] for d in router.status() if d["state"] == "pending")
+    assert pending == macs[-3:]  # the three silent longest made way
+    assert router.status(LAPTOP)["state"] == "permitted"  # decided devices are never evicted
+    assert router.counters["pending_evicted"] == 3
+
+
+def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
+    router.max_pending = 1
+    first = router.on_dhcp(frame(PHONE, "discover"))
+    [meter] = [e.band.meter_id for e in first if isinstance(e, InstallMeter)]
+    clock.now += 1
+    effects = router.on_dhcp(frame(LAPTOP, "discover"))
+    assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects

@@ -33,8 +33,8 @@ class Home:
     def __init__(self):
         self.clients: list[str] = []
 
-    def add(self, name, mac=None):
-        sh(HOMENET, "client", "add", name, *(["--mac", mac] if mac else []))
+    def add(self, name, *options):
+        sh(HOMENET, "client", "add", name, *options)
         self.clients.append(name)
         return self.mac(name)
 
@@ -83,6 +83,12 @@ class Home:
 
     def permit(self, name):
         status, body = self.api("POST", f"permit/{self.mac(name)}")
+        assert status == 200, body
+        return body
+
+    def decide(self, method, name):
+        """whitelist, blacklist, permit, deny... as the household's tools call it."""
+        status, body = self.api("POST", f"{method}/{self.mac(name)}")
         assert status == 200, body
         return body
 

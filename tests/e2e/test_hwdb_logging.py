@@ -33,7 +33,7 @@ def wait_for_rows(text, predicate, timeout=15):
 
 
 def test_a_devices_lease_traffic_link_and_arrival_are_in_hwdb(home):
-    mac = home.add("reader", mac=None)
+    mac = home.add("reader")
     sh(HOMENET, "client", "radio", "reader", "--rssi", "-67", "--retries", "2")
     ip = home.dhcp("reader").split("/")[0]
     [granted] = wait_for_rows("select * from Leases [range 1 minutes]", lambda r: r["mac"] == mac)
