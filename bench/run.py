@@ -48,9 +48,18 @@ def git_rev() -> str:
     return sh("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).strip() or "unknown"
 
 
+def provenance() -> dict:
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git": git_rev(), "cpus": os.cpu_count()}
+
+
+def stamp(path: Path) -> None:
+    """Add when and at which commit to a result a component's own bench wrote."""
+    path.write_text(json.dumps({**json.loads(path.read_text()), **provenance()}, indent=2) + "\n")
+
+
 def write_result(name: str, result: dict) -> None:
-    result = {"benchmark": name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "git": git_rev(), "cpus": os.cpu_count(), **result}
+    result = {"benchmark": name, **provenance(), **result}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["rows"], indent=1))
@@ -257,6 +266,7 @@ def flood(samples: int) -> None:
 def hwdb(_args) -> None:
     """hwdb's own benchmark (ingest, query latency, memory); it writes bench/results/hwdb.json."""
     sh("make", "-C", REPO / "hwdb", "bench", f"BENCH_OUT={RESULTS / 'hwdb.json'}", timeout=900)
+    stamp(RESULTS / "hwdb.json")
 
 
 def webui(_args) -> None:
@@ -269,6 +279,7 @@ def webui(_args) -> None:
                    E2E_CHECK_CMD=str(hooks / "check.sh"), PYTHON=PY)
         subprocess.run(["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
                        env=env, check=True, timeout=1800)
+        stamp(RESULTS / "webui.json")
     finally:
         sh(HOMENET, "down", check=False)
 

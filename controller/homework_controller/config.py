@@ -25,7 +25,7 @@ class Config:
     dns_port: int = 5354             # where the router's stack redirects the LAN's DNS
     stats_interval: float = 5.0      # seconds between flow statistics polls (Flows rows)
     flow_budget: int = 200           # learnt flows per device before it is counted as a whole
-    max_pending: int = 64            # devices waiting for a decision; beyond, the silent longest makes way
+    max_pending: int = 256           # devices waiting for a decision; beyond, the silent longest makes way
     stations: str = ""               # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
 
 

@@ -92,8 +92,9 @@ class MeterBand:
 
 # Packet-in budgets (packets per second). Every device the router knows has its own meter for
 # what it sends the controller (DHCP, ARP); devices it does not know yet share one, so a storm
-# of forged MACs eats only the newcomers' budget, never a known device's.
-NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=50)
+# of forged MACs eats only the newcomers' budget, never a known device's. The newcomers' burst
+# lets a whole household (100 devices after a power cut) ask at once.
+NEWCOMERS_METER = MeterBand(1, rate_pps=200, burst=200)
 DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
 
 

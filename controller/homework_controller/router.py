@@ -103,7 +103,7 @@ class NoFreeSubnet(RuntimeError):
 class HomeRouter:
     def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
                  clock: Callable[[], float] = time.time, flow_budget: int = 200,
-                 budget_cooldown_s: float = 120.0, max_pending: int = 64):
+                 budget_cooldown_s: float = 120.0, max_pending: int = 256):
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
