@@ -94,7 +94,7 @@ class MeterBand:
 # what it sends the controller (DHCP, ARP); devices it does not know yet share one, so a storm
 # of forged MACs eats only the newcomers' budget, never a known device's. The newcomers' burst
 # lets a whole household (100 devices after a power cut) ask at once.
-NEWCOMERS_METER = MeterBand(1, rate_pps=200, burst=200)
+NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=150)
 DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
 
 
@@ -184,9 +184,11 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
         # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
         return frozenset({rule(TABLE_ADMISSION, 1100, (), cookie, in_port=wlan_port, eth_src=device.mac),
                           rule(TABLE_ADMISSION, 1100, (), cookie, in_port=LOCAL, eth_dst=device.mac)})
-    if device.subnet is None:
+    if device.subnet is None or (device.state is State.PENDING and not device.lease_active(now)):
+        # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
+        # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return frozenset()
-    # Its own packet-in budget, whatever its state: a known device's DHCP is never starved.
+    # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
     metered = (Meter(device_meter(device).meter_id), Output(CONTROLLER))
     budget = {rule(TABLE_ADMISSION, 1001, metered, cookie, in_port=wlan_port, eth_src=device.mac,
                    eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),

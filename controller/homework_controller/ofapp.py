@@ -33,6 +33,9 @@ from .store import DeviceStore
 LOG = logging.getLogger("homework.controller")
 
 
+NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
     daemon_threads = True
 
@@ -143,7 +146,10 @@ class HomeworkController(app_manager.OSKenApp):
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
         with self.lock:
-            queued = self.packet_ins.put(frame.eth_src, (msg.table_id, in_port, frame))
+            # Devices the router knows get a queue each; everyone else shares one, or a storm of
+            # forged MACs would be a thousand "devices" each served as often as a real one.
+            key = frame.eth_src if frame.eth_src in self.router.devices else NEWCOMERS
+            queued = self.packet_ins.put(key, (msg.table_id, in_port, frame))
         if queued:
             self.packet_ins_ready.set()
 

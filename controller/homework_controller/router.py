@@ -469,7 +469,7 @@ class HomeRouter:
         if wanted == have:
             return []
         effects: list = []
-        if device.subnet and device.state is not State.BLACKLISTED:
+        if any(isinstance(a, flows.Meter) for r in wanted for a in r.actions):
             band = flows.device_meter(device)
             if band.meter_id not in self.meters:
                 self.meters.add(band.meter_id)

@@ -31,12 +31,19 @@ def installed(effects):
 
 
 def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(router):
+    # A DISCOVER alone (all a forged MAC ever sends) costs the switch nothing...
     effects = router.on_dhcp(frame(PHONE, "discover"))
+    assert installed(effects) == [] and not [e for e in effects if isinstance(e, InstallMeter)]
+    assert any(isinstance(e, AddGatewayAddress) for e in effects)  # the router holds its gateway
+    # ...a lease brings the device its own budget.
+    [offer] = [e for e in effects if isinstance(e, SendFrame)]
+    pkt, opts = reply_of(offer.data)
+    effects = router.on_dhcp(frame(PHONE, "request", options=[("server_id", opts["server_id"]),
+                                                             ("requested_addr", pkt["BOOTP"].yiaddr)]))
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
     rules = installed(effects)
     assert {r.priority for r in rules} == {1001, 901}
     assert all(flows.Meter(meter.band.meter_id) in r.actions for r in rules)
-    assert any(isinstance(e, AddGatewayAddress) for e in effects)  # the router holds its gateway
 
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
@@ -187,8 +194,9 @@ def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(router, cl
 
 def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
     router.max_pending = 1
-    first = router.on_dhcp(frame(PHONE, "discover"))
-    [meter] = [e.band.meter_id for e in first if isinstance(e, InstallMeter)]
+    lease(router, PHONE)
+    meter = flows.device_meter(router.devices[PHONE]).meter_id
+    assert meter in router.meters
     clock.now += 1
     effects = router.on_dhcp(frame(LAPTOP, "discover"))
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects
