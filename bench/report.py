@@ -12,6 +12,15 @@ Every number is measured on this project's 2-core machine, with the baseline mea
 same run as the router (these machines are noisy: read the ratios and medians, not single values).
 A ratio above 1 means the router is slower than the baseline.
 
+What the baselines are: `dhcp_storm` runs the same storm client against dnsmasq (what most home
+routers run, ping-before-offer off) on a plain OVS bridge; `first_packet` against a plain OVS
+bridge with the NORMAL action between two namespaces; `flood` against the same device's numbers
+with nobody flooding. hwdb's throughput and latency are against the issue's goals and its
+memory against the raw size of the rows it holds. Where the DHCP storm time goes (measured with
+py-spy and CPU accounting): each DHCP message is a packet-in and a packet-out through OVS's
+userspace slow path (OVS used about as much CPU as the controller), plus os-ken's parsing on
+the controller side; the controller's own decision is about 0.3 ms a message.
+
 """
 
 
