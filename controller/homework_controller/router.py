@@ -113,6 +113,7 @@ class HomeRouter:
         self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.installed: dict[str, frozenset[flows.FlowRule]] = {}
         self.meters: set[int] = set()
+        self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
         self.max_pending = max_pending
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
@@ -131,11 +132,9 @@ class HomeRouter:
     def switch_ready(self, wlan_port: int, router_mac: str) -> list:
         """The switch (re)connected: it has no rules; give it the whole rule set."""
         self.wlan_port, self.router_mac = wlan_port, router_mac
-        self.installed, self.meters = {}, {flows.NEWCOMERS_METER.meter_id}
+        self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
         effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
-            if device.subnet:
-                effects.append(AddGatewayAddress(device.subnet))
             effects += self._reconcile(device)
         return effects
 
@@ -161,8 +160,6 @@ class HomeRouter:
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
         if outcome.device is not None and outcome.device != before:
-            if before is None or before.subnet != outcome.device.subnet:
-                effects.append(AddGatewayAddress(outcome.device.subnet))
             effects += self._update(outcome.device)
         effects += [TellHousehold(kind, req.chaddr, msg) for kind, msg in outcome.events]
         if outcome.lease_action:
@@ -469,6 +466,11 @@ class HomeRouter:
         if wanted == have:
             return []
         effects: list = []
+        if device.forwards and device.lease_active(self.clock()) and device.subnet.index not in self.gateways:
+            # Only a permitted device talks to the router's own stack; a pending one gets DHCP
+            # and ARP from the controller, so a storm of newcomers costs no netlink work.
+            self.gateways.add(device.subnet.index)
+            effects.append(AddGatewayAddress(device.subnet))
         if any(isinstance(a, flows.Meter) for r in wanted for a in r.actions):
             band = flows.device_meter(device)
             if band.meter_id not in self.meters:
