@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 LAN_NETWORK = ipaddress.IPv4Network("10.2.0.0/16")
 # Subnet index 0 (10.2.0.0/30) is kept for the router itself: 10.2.0.1 is the
@@ -97,7 +97,6 @@ class Device:
     first_seen: float = 0.0
     last_seen: float = 0.0
     lease_expires: float = 0.0  # epoch seconds; 0 = no active lease
-    extra: dict = field(default_factory=dict, compare=False)
 
     def with_(self, **changes) -> "Device":
         return replace(self, **changes)

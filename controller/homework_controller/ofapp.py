@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import socket
 import socketserver
 import subprocess
 import threading

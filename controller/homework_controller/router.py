@@ -174,7 +174,7 @@ class HomeRouter:
     def on_arp(self, in_port, frame: packets.Frame) -> list:
         """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
         req = frame.arp
-        if req.opcode != 1:  # only requests get answers; replies and gratuitous ARP are dropped
+        if req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
             target = self._device_by_ip(req.dst_ip)

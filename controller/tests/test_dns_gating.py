@@ -70,6 +70,8 @@ def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(rou
     router.deny_dns(PHONE, "games.example.test")
     effects = router.dns_answer("games.example.test", answer("games.example.test", "198.51.100.81"))
     assert blocked_rules(effects) == {"198.51.100.81"}
+    assert {r.match_dict["ipv4_src"] for e in effects if isinstance(e, InstallRules) for r in e.rules
+            if r.priority == 900} == {ip}  # from this device only
     # A CNAME chain teaches the final address under the denied name too.
     effects = router.dns_answer("cdn.games.example.test",
                                 answer("cdn.games.example.test", "203.0.113.9", cname="edge.cdn.net"))
