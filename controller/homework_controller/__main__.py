@@ -29,6 +29,8 @@ def parse_args(argv):
                    help="devices that may wait for a decision at once")
     p.add_argument("--stations", default=CONFIG.stations,
                    help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio")
+    p.add_argument("--hostapd-ctrl", default=CONFIG.hostapd_ctrl,
+                   help="hostapd control socket, e.g. /run/hostapd/wlan0: blacklisted devices go on its deny list")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
@@ -55,6 +57,7 @@ def main(argv=None):
     CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port
     CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
+    CONFIG.hostapd_ctrl = args.hostapd_ctrl
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

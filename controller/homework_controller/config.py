@@ -26,6 +26,7 @@ class Config:
     stats_interval: float = 5.0      # seconds between flow statistics polls (Flows rows)
     flow_budget: int = 200           # learnt flows per device before it is counted as a whole
     max_pending: int = 256           # devices waiting for a decision; beyond, the silent longest makes way
+    hostapd_ctrl: str = ""           # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
     stations: str = ""               # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
 
 

@@ -25,7 +25,7 @@ from . import api, dhcp, dns_server, flows, packets, stations
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_log import HwdbLog
-from .router import (AddGatewayAddress, HomeRouter, InstallMeter, InstallRules, LogRow, RemoveMeter,
+from .router import (AddGatewayAddress, AuthenticatorDeny, HomeRouter, InstallMeter, InstallRules, LogRow, RemoveMeter,
                      RemoveRules, ResolveName, SendFrame, TellHousehold)
 from .store import DeviceStore
 
@@ -257,6 +257,9 @@ class HomeworkController(app_manager.OSKenApp):
                 self.gateway_jobs.put(effect.subnet)
             elif isinstance(effect, ResolveName):
                 self._start_thread(self._resolve, effect.domain)
+            elif isinstance(effect, AuthenticatorDeny):
+                if CONFIG.hostapd_ctrl:
+                    self._start_thread(self._tell_hostapd, effect)
             elif isinstance(effect, LogRow):
                 self.hwdb.write(effect.table, effect.row)
             elif isinstance(effect, TellHousehold):
@@ -323,6 +326,17 @@ class HomeworkController(app_manager.OSKenApp):
                 self.lan_index = None
             if exc.code != 17:  # EEXIST: already there from an earlier run
                 LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
+
+    def _tell_hostapd(self, effect: AuthenticatorDeny):
+        ctrl_dir, _, iface = CONFIG.hostapd_ctrl.rpartition("/")
+        commands = [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        if effect.deny:
+            commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
+        for command in commands:
+            proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *command],
+                                  capture_output=True, text=True, timeout=5)
+            if proc.returncode != 0 or "FAIL" in proc.stdout:
+                LOG.error("hostapd did not take `%s`: %s", " ".join(command), (proc.stdout + proc.stderr).strip())
 
     # ---- the clock and the API
 

@@ -51,6 +51,18 @@ class SendFrame:
 
 
 @dataclass(frozen=True)
+class AuthenticatorDeny:
+    """Tell the authenticator (hostapd) to refuse, or accept again, a device's association.
+
+    The switch already drops a blacklisted device's EAPOL; on a real radio hostapd gets
+    EAPOL from the driver before the switch sees it, so it must be told as well.
+    """
+
+    mac: str
+    deny: bool
+
+
+@dataclass(frozen=True)
 class AddGatewayAddress:
     subnet: Subnet
 
@@ -136,6 +148,7 @@ class HomeRouter:
         effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
             effects += self._reconcile(device)
+        effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
         return effects
 
     # -- packets
@@ -399,7 +412,10 @@ class HomeRouter:
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
-        return self._update(device.with_(state=state))
+        effects = self._update(device.with_(state=state))
+        if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
+            effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
+        return effects
 
     # -- the clock
 

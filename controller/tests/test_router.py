@@ -3,7 +3,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from homework_controller import flows, packets
 from homework_controller.model import BadMac, Device, normalize_mac
-from homework_controller.router import (AddGatewayAddress, HomeRouter, InstallMeter, InstallRules, LogRow,
+from homework_controller.router import (AddGatewayAddress, AuthenticatorDeny, HomeRouter, InstallMeter, InstallRules, LogRow,
                                         RemoveMeter, RemoveRules, SendFrame, UnknownDevice)
 from homework_controller.store import DeviceStore
 from homework_controller import dhcp
@@ -84,6 +84,9 @@ def test_blacklisted_device_is_dropped_at_the_door(router):
     assert all(d.priority > 1000 and d.actions == () for d in drops)
     assert {(d.match_dict.get("eth_src"), d.match_dict.get("eth_dst")) for d in drops} == {(PHONE, None), (None, PHONE)}
     assert router.blacklist_status() == [PHONE]
+    assert AuthenticatorDeny(PHONE, True) in effects  # the radio's authenticator is told too
+    assert AuthenticatorDeny(PHONE, False) in router.whitelist(PHONE)
+    assert not [e for e in router.permit(PHONE) if isinstance(e, AuthenticatorDeny)]
 
 
 def test_rules_go_when_the_lease_runs_out(router, clock):

@@ -4,10 +4,15 @@ from __future__ import annotations
 import subprocess
 import time
 
-from conftest import HOMENET, REPO, sh
+from conftest import HOMENET, REPO, RUN, sh
 
 PY = str(REPO / ".venv" / "bin" / "python")
 BENCH = REPO / "bench"
+
+
+def hostapd_denied():
+    time.sleep(0.5)  # the controller tells hostapd from its own thread
+    return sh("hostapd_cli", "-p", str(RUN / "hostapd"), "-i", "br-lan", "deny_acl", "SHOW").stdout
 
 
 def eap_state(home, name):
@@ -37,11 +42,13 @@ def test_whitelisted_device_authenticates_blacklisted_never_until_lifted(home):
     home.decide("blacklist", "banned")
     status, listed = home.api("GET", "blacklist-status")
     assert home.mac("banned") in listed
+    assert home.mac("banned") in hostapd_denied()  # what a real radio's hostapd needs to refuse it
     sh(HOMENET, "client", "auth", "banned")
     assert not wait_for_eap(home, "banned", "SUCCESS", 8)
     assert sh(HOMENET, "client", "dhcp", "banned", "--timeout", "6", check=False).returncode != 0
 
     home.decide("whitelist", "banned")
+    assert home.mac("banned") not in hostapd_denied()
     sh(HOMENET, "client", "auth", "banned")  # the supplicant starts over, as a device re-joining would
     assert wait_for_eap(home, "banned", "SUCCESS", 15)
     home.dhcp("banned")
