@@ -14,6 +14,7 @@ import threading
 import time
 from wsgiref import simple_server
 
+import dnslib
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
@@ -224,7 +225,6 @@ class HomeworkController(app_manager.OSKenApp):
             self._apply(self.router.dns_answer(qname, answer))
 
     def _resolve(self, domain: str):
-        import dnslib
         answer = self.dns.ask_upstream_udp(dnslib.DNSRecord.question(domain, "A").pack())
         if answer is not None:
             self._dns_learn(domain, answer)
