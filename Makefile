@@ -1,10 +1,10 @@
 # Homework router: the two commands are `make demo` and `make test`.
 SHELL := /bin/bash
 PY := .venv/bin/python
-HOMENET := tests/homenet/homenet
-export PYTHONPATH := $(CURDIR)/controller
+HOMENET := .venv/bin/homenet
+N ?= 10
 
-.PHONY: deps demo down test unit e2e bench clean
+.PHONY: deps demo down test lint unit e2e bench test-repeat clean
 
 # deps also builds hwdb and the web UI: the emulated home runs the real things.
 deps:
@@ -16,9 +16,15 @@ demo: deps
 	@scripts/demo.sh
 
 down:
-	@$(HOMENET) down
+	@if [[ -x $(HOMENET) ]]; then $(HOMENET) down; fi
 
-test: deps unit e2e
+test: deps lint unit e2e
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/mypy controller/homework_controller tests/homenet/homenet
+	$(MAKE) -C hwdb lint
+	$(MAKE) -C webui lint PYTHON=$(CURDIR)/$(PY)
 
 unit:
 	$(PY) -m pytest -q controller/tests
@@ -30,6 +36,10 @@ unit:
 e2e:
 	$(MAKE) -C webui test-e2e PYTHON=$(CURDIR)/$(PY)
 	$(PY) -m pytest -q tests/e2e
+
+# make test, N times in a row from a fresh clone of HEAD (HOG=1: with a busy loop on one core).
+test-repeat:
+	scripts/test-repeat.sh $(N)
 
 bench: deps
 	$(PY) bench/run.py

@@ -7,8 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from dhcp_storm_client import handshakes  # noqa: E402
+from dhcp_storm_client import handshakes  # beside this script, which Python puts first on the path
 
 
 def main():

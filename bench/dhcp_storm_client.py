@@ -65,7 +65,7 @@ def handshakes(iface: str, macs: list[str], timeout: float) -> dict:
     while done < len(devices) and time.monotonic() < deadline:
         try:
             data = sock.recv(2048)
-        except socket.timeout:
+        except TimeoutError:
             continue
         now = time.monotonic()
         try:

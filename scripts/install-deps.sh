@@ -25,14 +25,20 @@ for svc in iperf3 hostapd dnsmasq; do
   systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 
-# Python: one venv for the controller, the web UI backend and the tests, from the lock file.
+# Python: one venv for the controller, the web UI backend, hwdb's client and the emulated home,
+# from the lock file; the project's own packages are installed editable, so nothing needs PYTHONPATH.
 PYTHON=${PYTHON:-python3}
+PACKAGES=(controller webui hwdb/python tests/homenet)
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.lock | cut -d' ' -f1)
+want=$(cat requirements.lock "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "deps: building the Python venv from requirements.lock"
   "$PYTHON" -m venv .venv
   .venv/bin/pip install -q --require-virtualenv -r requirements.lock
+  # --no-deps: every dependency is already pinned above; --no-build-isolation: build with the pinned setuptools.
+  editable=()
+  for pkg in "${PACKAGES[@]}"; do editable+=(-e "$pkg"); done
+  .venv/bin/pip install -q --require-virtualenv --no-deps --no-build-isolation "${editable[@]}"
   echo "$want" > "$stamp"
 fi
 echo "deps: ready"

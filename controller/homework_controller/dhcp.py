@@ -162,6 +162,7 @@ def encode_reply(reply: DhcpReply) -> bytes:
             opts.append((OPT_MESSAGE, reply.message.encode()[:250]))
     else:
         sub = reply.subnet
+        assert sub is not None, "a reply other than NAK always names the device's /30"
         if reply.lease_seconds is not None:
             lease = reply.lease_seconds
             opts += [(OPT_LEASE_TIME, struct.pack("!I", lease)),

@@ -1,31 +1,31 @@
 """The switch's rule set, compiled from state by pure functions.
 
-Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; the os-ken app
-turns them into FlowMods. Three tables keep rule counts additive:
+Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
+them into FlowMods. Three tables keep rule counts additive. Rule priorities are named bands
+per table (`Admission`, `Accounting`, `Routing`), highest first:
 
 table 0, admission: what may enter at all.
-  1100  blacklisted device (from it, or to it)                -> drop
-  1001  wlan: a known device's DHCP                           -> its own meter, controller
-  1000  wlan: UDP to port 67 (DHCP)                           -> newcomers' meter, controller
-  1000  EAPOL (0x888e) wlan <-> router                        -> the other side (hostapd)
-   901  wlan: a known device's ARP                            -> its own meter, controller
-   900  wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
-   500  wlan: permitted device, its MAC *and* its IP          -> goto 1
-   500  router: IPv4 to a permitted device's MAC              -> goto 1
-     0  anything else                                         -> drop
-table 1, accounting: one rule per flow, so OVS counts each flow's packets and bytes.
-   900  device to an address learnt for a name denied to it   -> drop
-   300  a learnt flow (exact 5-tuple, 30 s idle timeout)      -> goto 2
-   100  a permitted device's traffic, either way, not yet learnt
-                                                              -> copy to controller, goto 2
-        (over its flow budget: the same match without the copy: one rule for the device)
-     0  anything else                                         -> goto 2
+  BLACKLISTED    blacklisted device (from it, or to it)                -> drop
+  DEVICE_DHCP    wlan: a known device's DHCP                           -> its own meter, controller
+  CONTROL        wlan: UDP to port 67 (DHCP) / EAPOL wlan <-> router   -> newcomers' meter, controller / hostapd
+  DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
+  ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
+  SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
+                 router: IPv4 to a permitted device's MAC              -> goto 1
+  MISS           anything else                                         -> drop
+table 1, accounting: one counting rule per flow, so OVS counts each flow's packets and bytes.
+  BLOCKED        device to an address learnt for a name blocked for it -> drop
+  LEARNT_FLOW    a learnt flow (exact 5-tuple, 30 s idle timeout)      -> goto 2
+  DEVICE_SOURCE  a permitted device's traffic (sent by it), and
+  DEVICE_DEST    traffic to it, not yet learnt                         -> copy to controller, goto 2
+                 (over its flow budget: the same match without the copy: one rule for the device)
+  MISS           anything else                                         -> goto 2
 table 2, routing:
-   600  from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out the port it came in
-   600  from the router, to a permitted device's address      -> wlan (the router's stack set the MACs)
-   600  to a device's /30 broadcast                           -> rewritten to 255.255.255.255, all devices + router
-   550  to 255.255.255.255 or 224.0.0.0/4                     -> all devices + router
-     0  anything else                                         -> router (its stack routes and NATs; DNS is redirected to the controller there)
+  TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out the port it came in
+                 from the router, to a permitted device's address      -> wlan (the router's stack set the MACs)
+                 to a device's /30 broadcast                           -> as 255.255.255.255, all devices + router
+  BROADCAST      to 255.255.255.255 or 224.0.0.0/4                     -> all devices + router
+  MISS           anything else                                         -> router (its stack routes and NATs)
 """
 from __future__ import annotations
 
@@ -37,7 +37,33 @@ TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
 TABLE_ROUTING = 2
 
-# Symbolic ports, resolved by the os-ken app.
+
+class Admission:
+    BLACKLISTED = 1100
+    DEVICE_DHCP = 1001
+    CONTROL = 1000
+    DEVICE_ARP = 901
+    ARP = 900
+    SOURCE_CHECKED = 500
+    MISS = 0
+
+
+class Accounting:
+    BLOCKED = 900
+    LEARNT_FLOW = 300
+    # Device-to-device traffic matches both; the sender's rule wins, so the flow is the sender's.
+    DEVICE_SOURCE = 110
+    DEVICE_DEST = 100
+    MISS = 0
+
+
+class Routing:
+    TO_DEVICE = 600
+    BROADCAST = 550
+    MISS = 0
+
+
+# Symbolic ports, resolved when the rule becomes a FlowMod.
 IN_PORT = "IN_PORT"
 LOCAL = "LOCAL"
 CONTROLLER = "CONTROLLER"
@@ -45,13 +71,10 @@ CONTROLLER = "CONTROLLER"
 ETH_IPV4, ETH_ARP, ETH_EAPOL = 0x0800, 0x0806, 0x888E
 PROTO_TCP, PROTO_UDP = 6, 17
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
-
-PRIORITY_LEARNT_FLOW = 300
-PRIORITY_LEARNING = 100
 FLOW_IDLE_TIMEOUT_S = 30
 
 BASE_COOKIE = 0x1
-_DEVICE_COOKIE_BASE = 0x1_0000_0000
+_DEVICE_COOKIE_BASE = 1 << 48  # above the MAC's 48 bits
 DEVICE_COOKIE_MASK = 0xFFFF_FFFF_FFFF_FFFF
 
 
@@ -99,6 +122,7 @@ DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
 
 
 def device_meter(device: Device) -> MeterBand:
+    assert device.subnet is not None, "only a device with a /30 has its own meter"
     return MeterBand(2 + device.subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
 
 
@@ -140,7 +164,7 @@ class FiveTuple:
         return fields
 
     @classmethod
-    def from_match(cls, match: dict) -> "FiveTuple":
+    def from_match(cls, match: dict) -> FiveTuple:
         proto = match.get("ip_proto", 0)
         prefix = {PROTO_TCP: "tcp", PROTO_UDP: "udp"}.get(proto)
         return cls(proto, match.get("ipv4_src", "0.0.0.0"), match.get(f"{prefix}_src", 0) if prefix else 0,
@@ -157,18 +181,18 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
     newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
     everyone = (Output(IN_PORT), Output(LOCAL))
     return [
-        rule(TABLE_ADMISSION, 1000, newcomer, in_port=wlan_port, eth_type=ETH_IPV4,
+        rule(TABLE_ADMISSION, Admission.CONTROL, newcomer, in_port=wlan_port, eth_type=ETH_IPV4,
              ip_proto=PROTO_UDP, udp_dst=67),
         # EAPOL between devices and the authenticator (hostapd) on the router's side.
-        rule(TABLE_ADMISSION, 1000, (Output(LOCAL),), in_port=wlan_port, eth_type=ETH_EAPOL),
-        rule(TABLE_ADMISSION, 1000, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
-        rule(TABLE_ADMISSION, 900, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
-        rule(TABLE_ADMISSION, 900, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
-        rule(TABLE_ADMISSION, 0, ()),
-        rule(TABLE_ACCOUNTING, 0, (GotoTable(TABLE_ROUTING),)),
-        rule(TABLE_ROUTING, 550, everyone, eth_type=ETH_IPV4, ipv4_dst="255.255.255.255"),
-        rule(TABLE_ROUTING, 550, everyone, eth_type=ETH_IPV4, ipv4_dst=("224.0.0.0", "240.0.0.0")),
-        rule(TABLE_ROUTING, 0, (Output(LOCAL),)),
+        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(LOCAL),), in_port=wlan_port, eth_type=ETH_EAPOL),
+        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
+        rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
+        rule(TABLE_ADMISSION, Admission.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
+        rule(TABLE_ADMISSION, Admission.MISS, ()),
+        rule(TABLE_ACCOUNTING, Accounting.MISS, (GotoTable(TABLE_ROUTING),)),
+        rule(TABLE_ROUTING, Routing.BROADCAST, everyone, eth_type=ETH_IPV4, ipv4_dst="255.255.255.255"),
+        rule(TABLE_ROUTING, Routing.BROADCAST, everyone, eth_type=ETH_IPV4, ipv4_dst=("224.0.0.0", "240.0.0.0")),
+        rule(TABLE_ROUTING, Routing.MISS, (Output(LOCAL),)),
     ]
 
 
@@ -182,41 +206,45 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
     cookie = device_cookie(device)
     if device.state is State.BLACKLISTED:
         # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
-        return frozenset({rule(TABLE_ADMISSION, 1100, (), cookie, in_port=wlan_port, eth_src=device.mac),
-                          rule(TABLE_ADMISSION, 1100, (), cookie, in_port=LOCAL, eth_dst=device.mac)})
+        return frozenset({rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port,
+                               eth_src=device.mac),
+                          rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL,
+                               eth_dst=device.mac)})
     if device.subnet is None or (device.state is State.PENDING and not device.lease_active(now)):
         # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return frozenset()
     # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
     metered = (Meter(device_meter(device).meter_id), Output(CONTROLLER))
-    budget = {rule(TABLE_ADMISSION, 1001, metered, cookie, in_port=wlan_port, eth_src=device.mac,
+    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_DHCP, metered, cookie, in_port=wlan_port, eth_src=device.mac,
                    eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),
-              rule(TABLE_ADMISSION, 901, metered, cookie, in_port=wlan_port, eth_src=device.mac, eth_type=ETH_ARP)}
+              rule(TABLE_ADMISSION, Admission.DEVICE_ARP, metered, cookie, in_port=wlan_port, eth_src=device.mac,
+                   eth_type=ETH_ARP)}
     if not (device.forwards and device.lease_active(now)):
         return frozenset(budget)
     ip = device.subnet.device_ip
-    count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
     rules = {
-        rule(TABLE_ADMISSION, 500, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
+        rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
              eth_src=device.mac, eth_type=ETH_IPV4, ipv4_src=ip),
-        rule(TABLE_ADMISSION, 500, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
+        rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
              eth_dst=device.mac, eth_type=ETH_IPV4),
-        rule(TABLE_ACCOUNTING, PRIORITY_LEARNING, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
-        rule(TABLE_ACCOUNTING, PRIORITY_LEARNING, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip),
-        rule(TABLE_ROUTING, 600, (SetField("eth_src", router_mac), SetField("eth_dst", device.mac),
-                                  DecTtl(), Output(IN_PORT)), cookie,
+        rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("eth_src", router_mac), SetField("eth_dst", device.mac),
+                                                DecTtl(), Output(IN_PORT)), cookie,
              in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
-        rule(TABLE_ROUTING, 600, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4, ipv4_dst=ip),
-        rule(TABLE_ROUTING, 600, (SetField("ipv4_dst", "255.255.255.255"), SetField("eth_dst", BROADCAST_MAC),
-                                  Output(IN_PORT), Output(LOCAL)), cookie,
-             eth_type=ETH_IPV4, ipv4_dst=device.subnet.broadcast),
+        rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
+             ipv4_dst=ip),
+        rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("ipv4_dst", "255.255.255.255"),
+                                                SetField("eth_dst", BROADCAST_MAC), Output(IN_PORT), Output(LOCAL)),
+             cookie, eth_type=ETH_IPV4, ipv4_dst=device.subnet.broadcast),
     }
-    rules |= {rule(TABLE_ACCOUNTING, 900, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip, ipv4_dst=addr)
+    count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
+    rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
+              rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
+    rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip, ipv4_dst=addr)
               for addr in blocked}
     return frozenset(rules | budget)
 
 
 def learnt_flow_rule(device: Device, flow: FiveTuple) -> FlowRule:
-    return rule(TABLE_ACCOUNTING, PRIORITY_LEARNT_FLOW, (GotoTable(TABLE_ROUTING),), device_cookie(device),
+    return rule(TABLE_ACCOUNTING, Accounting.LEARNT_FLOW, (GotoTable(TABLE_ROUTING),), device_cookie(device),
                 idle_timeout=FLOW_IDLE_TIMEOUT_S, notify_removal=True, **flow.match())

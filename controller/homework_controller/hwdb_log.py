@@ -53,7 +53,8 @@ class HwdbLog:
     def _connect(self):
         if self._client is None:
             if self._client_factory is None:
-                from hwdb_client import HwdbClient  # hwdb/python, on PYTHONPATH beside the controller
+                from hwdb_client import HwdbClient  # imported late: a router without hwdb never needs it
+                assert self.address is not None, "nothing is written when no hwdb is configured"
                 host, port = self.address.rsplit(":", 1)
                 self._client_factory = lambda: HwdbClient(host, int(port), timeout=2.0)
             self._client = self._client_factory()

@@ -22,7 +22,7 @@ from os_ken.ofproto import ofproto_v1_3
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import api, dhcp, dns_server, flows, packets, stations
+from . import api, dhcp, dns_server, flows, openflow, packets, stations
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_log import HwdbLog
@@ -101,15 +101,13 @@ class HomeworkController(app_manager.OSKenApp):
             LOG.error("bridge has no port %r (ports: %s); waiting for it", CONFIG.wlan_port, sorted(ports))
             return
         local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
-        ofp, parser = dp.ofproto, dp.ofproto_parser
         with self.lock:
             self.datapath, self.switch_ready = dp, False
-            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-            dp.send_msg(parser.OFPMeterMod(dp, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL))
+            for msg in openflow.delete_everything():
+                self._send(dp, msg)
             self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
             # Ready once the switch has acted on all of that, not when it is merely queued.
-            dp.send_msg(parser.OFPBarrierRequest(dp))
+            dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         LOG.info("switch %016x connected: %s is port %d, router MAC %s", dp.id, CONFIG.wlan_port,
                  ports[CONFIG.wlan_port].port_no, local.hw_addr)
 
@@ -185,7 +183,7 @@ class HomeworkController(app_manager.OSKenApp):
             time.sleep(CONFIG.stats_interval)
             dp = self.datapath
             if dp is not None:
-                dp.send_msg(dp.ofproto_parser.OFPFlowStatsRequest(dp, table_id=flows.TABLE_ACCOUNTING))
+                self._send(dp, openflow.flow_counters_request())
             if CONFIG.stations:
                 try:
                     now = stations.parse_station_dump(stations.read_stations(CONFIG.stations))
@@ -236,22 +234,15 @@ class HomeworkController(app_manager.OSKenApp):
         for effect in effects:
             if isinstance(effect, InstallRules):
                 for r in effect.rules:
-                    dp.send_msg(self._flow_mod(dp, r))
+                    self._send(dp, openflow.flow_mod(r))
             elif isinstance(effect, RemoveRules):
-                ofp = dp.ofproto
-                dp.send_msg(dp.ofproto_parser.OFPFlowMod(
-                    dp, cookie=effect.cookie, cookie_mask=flows.DEVICE_COOKIE_MASK, command=ofp.OFPFC_DELETE,
-                    table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+                self._send(dp, openflow.delete_cookie(effect.cookie))
             elif isinstance(effect, InstallMeter):
-                ofp, parser, band = dp.ofproto, dp.ofproto_parser, effect.band
-                dp.send_msg(parser.OFPMeterMod(
-                    dp, command=ofp.OFPMC_ADD, flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST, meter_id=band.meter_id,
-                    bands=[parser.OFPMeterBandDrop(rate=band.rate_pps, burst_size=band.burst)]))
+                self._send(dp, openflow.add_meter(effect.band))
             elif isinstance(effect, RemoveMeter):
-                dp.send_msg(dp.ofproto_parser.OFPMeterMod(dp, command=dp.ofproto.OFPMC_DELETE,
-                                                          meter_id=effect.meter_id))
+                self._send(dp, openflow.delete_meter(effect.meter_id))
             elif isinstance(effect, SendFrame):
-                self._packet_out(dp, effect.port, effect.data)
+                self._send(dp, openflow.packet_out(effect.port, effect.data))
             elif isinstance(effect, AddGatewayAddress):
                 # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
                 self.gateway_jobs.put(effect.subnet)
@@ -268,44 +259,10 @@ class HomeworkController(app_manager.OSKenApp):
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
-    def _port(self, dp, port):
-        ofp = dp.ofproto
-        return {flows.IN_PORT: ofp.OFPP_IN_PORT, flows.LOCAL: ofp.OFPP_LOCAL,
-                flows.CONTROLLER: ofp.OFPP_CONTROLLER}.get(port, port)
-
-    def _actions(self, dp, actions):
-        parser, ofp = dp.ofproto_parser, dp.ofproto
-        out = []
-        for action in actions:
-            if isinstance(action, flows.Output):
-                max_len = ofp.OFPCML_NO_BUFFER if action.port == flows.CONTROLLER else 0
-                out.append(parser.OFPActionOutput(self._port(dp, action.port), max_len))
-            elif isinstance(action, flows.SetField):
-                out.append(parser.OFPActionSetField(**{action.field: action.value}))
-            elif isinstance(action, flows.DecTtl):
-                out.append(parser.OFPActionDecNwTtl())
-        return out
-
-    def _flow_mod(self, dp, r: flows.FlowRule):
-        parser, ofp = dp.ofproto_parser, dp.ofproto
-        match = {k: self._port(dp, v) if k == "in_port" else v for k, v in r.match}
-        # OpenFlow 1.3 order: meter, then actions, then goto.
-        instructions = [parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER) for a in r.actions
-                        if isinstance(a, flows.Meter)]
-        applied = self._actions(dp, [a for a in r.actions if not isinstance(a, (flows.GotoTable, flows.Meter))])
-        if applied:
-            instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
-        instructions += [parser.OFPInstructionGotoTable(a.table) for a in r.actions
-                         if isinstance(a, flows.GotoTable)]
-        return parser.OFPFlowMod(dp, cookie=r.cookie, table_id=r.table, priority=r.priority,
-                                 idle_timeout=r.idle_timeout,
-                                 flags=ofp.OFPFF_SEND_FLOW_REM if r.notify_removal else 0,
-                                 match=parser.OFPMatch(**match), instructions=instructions)
-
-    def _packet_out(self, dp, port, data: bytes):
-        parser, ofp = dp.ofproto_parser, dp.ofproto
-        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                        actions=[parser.OFPActionOutput(self._port(dp, port))], data=data))
+    @staticmethod
+    def _send(dp, msg) -> None:
+        msg.datapath = dp
+        dp.send_msg(msg)
 
     def _add_gateway_addresses(self):
         while True:

@@ -45,6 +45,7 @@ class Frame:
     sport: int = 0     # TCP or UDP ports; 0 for other protocols
     dport: int = 0
     payload: bytes = b""  # UDP payload
+    size: int = 0  # octets on the wire, as OVS counts them
 
     @property
     def is_udp(self) -> bool:
@@ -72,17 +73,17 @@ def parse(data: bytes) -> Frame:
             raise ValueError("truncated IPv4 header")
         ip_src, ip_dst = socket.inet_ntoa(ip.src), socket.inet_ntoa(ip.dst)
         if ip.offset or ip.p not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
-            return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p)
+            return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p, size=len(data))
         l4 = ip.data
         if ip.p == dpkt.ip.IP_PROTO_TCP:
             if not isinstance(l4, dpkt.tcp.TCP):
                 raise ValueError("truncated TCP header")
             return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p,
-                         sport=l4.sport, dport=l4.dport)
+                         sport=l4.sport, dport=l4.dport, size=len(data))
         if not isinstance(l4, dpkt.udp.UDP) or l4.ulen < 8 or l4.ulen - 8 > len(l4.data):
             raise ValueError("truncated UDP datagram")
         return Frame(src, dst, eth.type, ip_src=ip_src, ip_dst=ip_dst, ip_proto=ip.p, sport=l4.sport,
-                     dport=l4.dport, payload=bytes(l4.data[:l4.ulen - 8]))
+                     dport=l4.dport, payload=bytes(l4.data[:l4.ulen - 8]), size=len(data))
     except (dpkt.UnpackError, ValueError, OSError) as exc:
         raise MalformedFrame(f"{type(exc).__name__}: {exc}") from None
 

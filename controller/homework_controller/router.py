@@ -133,6 +133,7 @@ class HomeRouter:
         self.addresses = dnsgate.AddressBook(clock=clock)
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.learnt: dict[str, set[flows.FiveTuple]] = {}
+        self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
         self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
         self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
@@ -204,14 +205,22 @@ class HomeRouter:
                                                              req.src_mac, req.src_ip))]
 
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
-        """First packet(s) of a flow not yet counted: give it a rule of its own, within budget."""
-        device = self._device_by_ip(frame.ip_dst if in_port == flows.LOCAL else frame.ip_src)
+        """A packet of a flow with no counting rule yet, copied to the controller while it is
+        forwarded: count it here (a connection may end before its rule is in place) and give
+        the flow a rule of its own, within the device's budget."""
+        outgoing = in_port != flows.LOCAL
+        device = self._device_by_ip(frame.ip_src if outgoing else frame.ip_dst)
         if device is None or not device.forwards or device.mac in self.over_budget:
-            return []  # copies still in flight after a change: nothing to learn
+            return []  # copies still in flight after a change: the device's own rule counted them
         flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
+        # The device's learning rule counted this packet too: it is the flow's, not the device's.
+        device_key = ("device", frame.ip_src, "0.0.0.0") if outgoing else ("device", "0.0.0.0", frame.ip_dst)
+        for key in (("flow", flow), device_key):
+            pkts, nbytes = self.copied.get(key, (0, 0))
+            self.copied[key] = (pkts + 1, nbytes + frame.size)
         learnt = self.learnt.setdefault(device.mac, set())
         if flow in learnt:
-            return []
+            return []  # its rule is on its way
         if len(learnt) >= self.flow_budget:
             self.over_budget[device.mac] = self.clock() + self.budget_cooldown_s
             label = device.name or device.hostname or device.mac
@@ -223,11 +232,12 @@ class HomeRouter:
         return [InstallRules((flows.learnt_flow_rule(device, flow),))]
 
     def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
-        """Counters of the accounting table -> Flows rows with what each rule saw since last time.
+        """Counters of the accounting table -> Flows rows with what each flow did since last time.
 
-        entries: (priority, match, packets, bytes) per rule. A learnt flow is its 5-tuple;
-        a device's learning rule (traffic not yet, or no longer, counted per flow) is a row
-        with protocol 0 and the far side 0.0.0.0.
+        entries: (priority, match, packets, bytes) per rule. A learnt flow is its 5-tuple: what
+        its rule counted plus what the controller saw of it before the rule was in place. A
+        device's learning rule (traffic not counted per flow) is a row with protocol 0 and the
+        far side 0.0.0.0.
         """
         rows = []
         seen = set()
@@ -236,15 +246,44 @@ class HomeRouter:
             if key is None:
                 continue
             seen.add(key)
-            before_p, before_b = self.flow_counters.get(key, (0, 0))
-            if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
-                before_p, before_b = 0, 0
-            self.flow_counters[key] = (pkts, nbytes)
-            if pkts > before_p:
-                rows.append(LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b)))
+            row = self._count(key, pkts, nbytes)
+            if row is not None:
+                rows.append(row)
         for key in set(self.flow_counters) - seen:  # rules that are gone, counted at removal
             del self.flow_counters[key]
+        # Flows that ended before their rule was in place: what the controller saw is all there is.
+        for key in [k for k in self.copied if k not in seen]:
+            row = self._count(key, 0, 0, keep=False)
+            if row is not None and key[0] == "flow":
+                rows.append(row)
         return rows + self._app_rows(rows)
+
+    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
+        """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
+        key = self._counter_key(priority, match)
+        if key is None:
+            return []
+        for learnt in self.learnt.values():
+            learnt.discard(key[1])
+        row = self._count(key, pkts, nbytes, keep=False)
+        rows = [row] if row is not None else []
+        return rows + self._app_rows(rows)
+
+    def _count(self, key, pkts: int, nbytes: int, keep: bool = True) -> LogRow | None:
+        """The row for what a counter saw since it was last read, if it saw anything."""
+        before_p, before_b = self.flow_counters.pop(key, (0, 0))
+        if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
+            before_p, before_b = 0, 0
+        if keep:
+            self.flow_counters[key] = (pkts, nbytes)
+        copied_p, copied_b = self.copied.pop(key, (0, 0))
+        if key[0] == "flow":
+            delta_p, delta_b = pkts - before_p + copied_p, nbytes - before_b + copied_b
+        else:  # a device's rule also counted the copies that were then counted as flows
+            delta_p, delta_b = max(0, pkts - before_p - copied_p), max(0, nbytes - before_b - copied_b)
+        if delta_p <= 0:
+            return None
+        return LogRow("Flows", self._flow_row(key, delta_p, delta_b))
 
     @staticmethod
     def _app_rows(flow_rows: list[LogRow]) -> list[LogRow]:
@@ -258,25 +297,11 @@ class HomeRouter:
                 totals[1] += pkts
         return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
 
-    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
-        """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
-        key = self._counter_key(priority, match)
-        if key is None:
-            return []
-        flow = key[1]
-        for learnt in self.learnt.values():
-            learnt.discard(flow)
-        before_p, before_b = self.flow_counters.pop(key, (0, 0))
-        if pkts <= before_p:
-            return []
-        rows = [LogRow("Flows", self._flow_row(key, pkts - before_p, nbytes - before_b))]
-        return rows + self._app_rows(rows)
-
     @staticmethod
     def _counter_key(priority: int, match: dict):
-        if priority == flows.PRIORITY_LEARNT_FLOW:
+        if priority == flows.Accounting.LEARNT_FLOW:
             return ("flow", flows.FiveTuple.from_match(match))
-        if priority == flows.PRIORITY_LEARNING:
+        if priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST):
             return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
         return None
 

@@ -26,7 +26,9 @@ def parse_station_dump(text: str) -> dict[str, Station]:
     starts = [m.start() for m in _STATION.finditer(text)] + [len(text)]
     for start, end in zip(starts, starts[1:]):
         block = text[start:end]
-        mac = _STATION.match(block).group(1).lower()
+        station = _STATION.match(block)
+        assert station is not None  # every block starts where _STATION matched
+        mac = station.group(1).lower()
         fields = dict(re.findall(r"^\s+([a-z ]+):\s+(-?\d+)", block, re.M))
         try:
             stations[mac] = Station(mac, int(fields["signal"]), int(fields.get("tx retries", 0)),

@@ -53,7 +53,7 @@ class DeviceStore:
             os.replace(path, quarantined)
             LOG.error("device database %s is unreadable (%s); kept it as %s and started empty",
                       path, exc, quarantined)
-            self.quarantined = quarantined
+            self.quarantined: str | None = quarantined
             self.db = self._open()
         else:
             self.quarantined = None

@@ -1,0 +1,80 @@
+"""OpenFlow 1.3 messages built from the router's rule values, without a switch.
+
+`flows.FlowRule` and the router's effects are plain data; this module turns them into
+os-ken message objects (`datapath=None`), so unit tests can build, serialise and inspect
+exactly what the switch would get. The os-ken app only sets the datapath and sends.
+"""
+from __future__ import annotations
+
+from typing import cast
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from . import flows
+
+_SYMBOLIC_PORTS = {flows.IN_PORT: ofp.OFPP_IN_PORT, flows.LOCAL: ofp.OFPP_LOCAL,
+                   flows.CONTROLLER: ofp.OFPP_CONTROLLER}
+def port_number(port: int | str) -> int:
+    return _SYMBOLIC_PORTS[port] if isinstance(port, str) else port
+
+
+def actions(values) -> list:
+    out = []
+    for action in values:
+        if isinstance(action, flows.Output):
+            max_len = ofp.OFPCML_NO_BUFFER if action.port == flows.CONTROLLER else 0
+            out.append(parser.OFPActionOutput(port_number(action.port), max_len))
+        elif isinstance(action, flows.SetField):
+            out.append(parser.OFPActionSetField(**{action.field: action.value}))
+        elif isinstance(action, flows.DecTtl):
+            out.append(parser.OFPActionDecNwTtl())
+        else:
+            raise TypeError(f"not an apply-action: {action!r}")
+    return out
+
+
+def flow_mod(rule: flows.FlowRule):
+    match = {k: port_number(cast("int | str", v)) if k == "in_port" else v for k, v in rule.match}
+    # OpenFlow 1.3's order: meter, then apply-actions, then goto.
+    instructions = [parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER) for a in rule.actions
+                    if isinstance(a, flows.Meter)]
+    applied = actions([a for a in rule.actions if not isinstance(a, (flows.GotoTable, flows.Meter))])
+    if applied:
+        instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
+    instructions += [parser.OFPInstructionGotoTable(a.table) for a in rule.actions if isinstance(a, flows.GotoTable)]
+    return parser.OFPFlowMod(None, cookie=rule.cookie, table_id=rule.table, priority=rule.priority,
+                             idle_timeout=rule.idle_timeout,
+                             flags=ofp.OFPFF_SEND_FLOW_REM if rule.notify_removal else 0,
+                             match=parser.OFPMatch(**match), instructions=instructions)
+
+
+def delete_cookie(cookie: int, mask: int = flows.DEVICE_COOKIE_MASK):
+    """Every rule carrying the cookie, in every table."""
+    return parser.OFPFlowMod(None, cookie=cookie, cookie_mask=mask, command=ofp.OFPFC_DELETE,
+                             table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+
+
+def delete_everything() -> list:
+    return [parser.OFPFlowMod(None, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                              out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY),
+            parser.OFPMeterMod(None, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL)]
+
+
+def add_meter(band: flows.MeterBand):
+    return parser.OFPMeterMod(None, command=ofp.OFPMC_ADD, flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST,
+                              meter_id=band.meter_id,
+                              bands=[parser.OFPMeterBandDrop(rate=band.rate_pps, burst_size=band.burst)])
+
+
+def delete_meter(meter_id: int):
+    return parser.OFPMeterMod(None, command=ofp.OFPMC_DELETE, meter_id=meter_id)
+
+
+def packet_out(port: int | str, data: bytes):
+    return parser.OFPPacketOut(None, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                               actions=[parser.OFPActionOutput(port_number(port))], data=data)
+
+
+def flow_counters_request():
+    return parser.OFPFlowStatsRequest(None, table_id=flows.TABLE_ACCOUNTING)

@@ -1,0 +1,103 @@
+"""A switch in a test: where does a packet end up, given the rules the router computed?
+
+Plays the router's effects (`InstallRules`, `RemoveRules`) into tables of `flows.FlowRule`
+values and runs packets through them the way OVS does: the highest-priority matching rule
+of a table wins (two of the same priority matching is a bug, reported), apply-actions run in
+order, `GotoTable` continues. Tests assert outcomes (which port, with which headers) rather
+than rule shapes.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from homework_controller import flows
+from homework_controller.router import InstallRules, RemoveRules
+
+WLAN = 1
+
+
+@dataclass
+class Delivery:
+    port: int | str
+    packet: dict
+
+
+@dataclass
+class FakeSwitch:
+    rules: list[flows.FlowRule] = field(default_factory=list)
+    hits: dict[flows.FlowRule, int] = field(default_factory=dict)
+
+    def apply(self, effects) -> None:
+        for effect in effects:
+            if isinstance(effect, InstallRules):
+                for r in effect.rules:
+                    self._add(r)
+            elif isinstance(effect, RemoveRules):
+                self.rules = [r for r in self.rules if r.cookie != effect.cookie]
+
+    def _add(self, new: flows.FlowRule) -> None:
+        # OpenFlow: a rule with the same table, priority and match replaces the old one.
+        self.rules = [r for r in self.rules if (r.table, r.priority, r.match) != (new.table, new.priority, new.match)]
+        self.rules.append(new)
+
+    def table(self, table: int) -> list[flows.FlowRule]:
+        return [r for r in self.rules if r.table == table]
+
+    def send(self, packet: dict) -> list[Delivery]:
+        """Run one packet (a dict of os-ken match field names, plus `ip_ttl`) from table 0."""
+        deliveries: list[Delivery] = []
+        self._run_table(0, dict(packet), deliveries)
+        return deliveries
+
+    def _lookup(self, table: int, packet: dict) -> flows.FlowRule | None:
+        matching = [r for r in self.table(table) if _matches(r, packet)]
+        if not matching:
+            return None
+        best = max(r.priority for r in matching)
+        winners = [r for r in matching if r.priority == best]
+        assert len(winners) == 1, f"ambiguous: {len(winners)} rules of priority {best} in table {table} match"
+        return winners[0]
+
+    def _run_table(self, table: int, packet: dict, deliveries) -> None:
+        r = self._lookup(table, packet)
+        if r is None:
+            return  # OpenFlow 1.3 table miss: drop
+        self.hits[r] = self.hits.get(r, 0) + 1
+        goto = None
+        for action in r.actions:
+            if isinstance(action, flows.Output):
+                port = packet["in_port"] if action.port == flows.IN_PORT else action.port
+                deliveries.append(Delivery(port, dict(packet)))
+            elif isinstance(action, flows.SetField):
+                packet[action.field] = action.value
+            elif isinstance(action, flows.DecTtl):
+                packet["ip_ttl"] = packet.get("ip_ttl", 64) - 1
+            elif isinstance(action, flows.GotoTable):
+                goto = action.table
+        if goto is not None:
+            self._run_table(goto, packet, deliveries)
+
+
+def _matches(r: flows.FlowRule, packet: dict) -> bool:
+    for name, want in r.match:
+        have = packet.get(name)
+        if have is None:
+            return False
+        if isinstance(want, tuple):  # (address, mask)
+            value, mask = (int(ipaddress.IPv4Address(x)) for x in want)
+            if int(ipaddress.IPv4Address(have)) & mask != value & mask:
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def ipv4(in_port, eth_src, eth_dst, src, dst, proto=flows.PROTO_TCP, sport=40000, dport=80, ttl=64) -> dict:
+    """A packet as the switch sees it."""
+    packet = {"in_port": in_port, "eth_src": eth_src, "eth_dst": eth_dst, "eth_type": flows.ETH_IPV4,
+              "ipv4_src": src, "ipv4_dst": dst, "ip_proto": proto, "ip_ttl": ttl}
+    prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}.get(proto)
+    if prefix:
+        packet.update({f"{prefix}_src": sport, f"{prefix}_dst": dport})
+    return packet

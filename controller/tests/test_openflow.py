@@ -1,0 +1,68 @@
+"""The rule values as the switch receives them: built without a switch, serialised by os-ken, read back."""
+from os_ken.ofproto import ofproto_parser, ofproto_protocol
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from homework_controller import flows, openflow
+from homework_controller.model import Device, State, Subnet
+
+DATAPATH = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
+WLAN = 1
+PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
+
+
+def wire(msg):
+    """What the switch would read: the message serialised, then parsed again."""
+    serialised(msg)
+    return ofproto_parser.msg(DATAPATH, *ofproto_parser.header(msg.buf), msg.buf)
+
+
+def serialised(msg):
+    """The message, once os-ken has encoded it (os-ken parses only some kinds back)."""
+    msg.datapath = DATAPATH
+    msg.serialize()
+    assert len(msg.buf) == msg.msg_len
+    return msg
+
+
+def every_rule():
+    blacklisted = Device(mac="02:00:00:00:00:bb", state=State.BLACKLISTED)
+    return (flows.base_rules(WLAN) + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01",
+                                                              blocked=frozenset({"198.51.100.81"})))
+            + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", learning=False))
+            + list(flows.device_rules(blacklisted, 0, WLAN, "02:48:57:00:00:01")))
+
+
+def test_every_rule_the_router_makes_reaches_the_switch_as_it_was_meant():
+    for rule in every_rule():
+        got = wire(openflow.flow_mod(rule))
+        assert (got.table_id, got.priority, got.cookie) == (rule.table, rule.priority, rule.cookie)
+        want_match = {k: openflow.port_number(v) if k == "in_port" else v for k, v in rule.match}
+        assert dict(got.match.items()) == want_match, rule
+        kinds = [type(i).__name__ for i in got.instructions]
+        # OpenFlow 1.3's instruction order: meter, apply-actions, goto.
+        assert kinds == sorted(kinds, key=["OFPInstructionMeter", "OFPInstructionActions",
+                                           "OFPInstructionGotoTable"].index)
+        if not rule.actions:
+            assert got.instructions == []  # a drop rule
+
+
+def test_a_learnt_flows_rule_counts_its_5_tuple_and_tells_the_controller_when_it_goes():
+    flow = flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 5000, "198.51.100.80", 53)
+    got = wire(openflow.flow_mod(flows.learnt_flow_rule(PHONE, flow)))
+    assert dict(got.match.items()) == flow.match()
+    assert got.flags & ofp.OFPFF_SEND_FLOW_REM and got.idle_timeout == flows.FLOW_IDLE_TIMEOUT_S
+    assert got.cookie == flows.device_cookie(PHONE)  # it goes when the device's rules go
+
+
+def test_symbolic_ports_become_openflow_ports():
+    out = serialised(openflow.packet_out(flows.LOCAL, b"\x00" * 60))
+    assert out.actions[0].port == ofp.OFPP_LOCAL and out.in_port == ofp.OFPP_CONTROLLER
+    assert openflow.port_number(flows.IN_PORT) == ofp.OFPP_IN_PORT and openflow.port_number(7) == 7
+
+
+def test_device_and_meter_deletes_name_exactly_what_they_delete():
+    delete = wire(openflow.delete_cookie(flows.device_cookie(PHONE)))
+    assert delete.command == ofp.OFPFC_DELETE and delete.table_id == ofp.OFPTT_ALL
+    assert (delete.cookie, delete.cookie_mask) == (flows.device_cookie(PHONE), flows.DEVICE_COOKIE_MASK)
+    meter = serialised(openflow.add_meter(flows.device_meter(PHONE)))
+    assert meter.meter_id == flows.device_meter(PHONE).meter_id and meter.bands[0].rate == flows.DEVICE_METER_PPS

@@ -1,0 +1,134 @@
+"""Where packets end up through the rules the router computes (fakeoftable), decision by decision."""
+import pytest
+from conftest import ROUTER_MAC, WLAN
+from dhcp_frames import frame
+from fakeoftable import FakeSwitch, ipv4
+from test_router import LAPTOP, PHONE, lease
+
+from homework_controller import flows, packets
+from homework_controller.router import AddGatewayAddress
+
+INTERNET = "198.51.100.80"
+LOCAL = flows.LOCAL
+
+
+@pytest.fixture
+def switch(router):
+    sw = FakeSwitch()
+    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return sw
+
+
+def join(router, switch, mac, permit=True):
+    """A device leases its /30 (and renews after a permit, as it would); returns its address."""
+    ip = lease(router, mac)
+    if permit:
+        switch.apply(router.permit(mac))
+        switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip)))
+    return ip
+
+
+def ports(deliveries):
+    return sorted(str(d.port) for d in deliveries)
+
+
+def forwarded(deliveries):
+    """Where the packet went, leaving out the copy a new flow's packets send the controller."""
+    return [d for d in deliveries if d.port != flows.CONTROLLER]
+
+
+def test_a_permitted_device_reaches_the_internet_and_a_pending_one_nothing(router, switch):
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP, permit=False)
+    [out] = forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))
+    assert out.port == LOCAL and out.packet["ipv4_dst"] == INTERNET  # to the router's stack, which NATs
+    assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET)) == []
+    # ...but the pending laptop's DHCP still reaches the controller.
+    dhcp = ipv4(WLAN, LAPTOP, flows.BROADCAST_MAC, "0.0.0.0", "255.255.255.255", flows.PROTO_UDP, 68, 67)
+    assert ports(switch.send(dhcp)) == [flows.CONTROLLER]
+
+
+def test_a_forged_source_address_is_dropped_and_the_real_one_passes(router, switch):
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, laptop, INTERNET)) == []  # the phone claims the laptop's IP
+    assert switch.send(ipv4(WLAN, "02:66:66:66:66:66", ROUTER_MAC, phone, INTERNET)) == []  # a MAC claims the phone's
+    assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))) == [LOCAL]
+
+
+def test_device_to_device_is_routed_back_out_of_the_air_with_the_routers_mac(router, switch):
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    [out] = forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, laptop, ttl=64)))
+    assert out.port == WLAN
+    assert (out.packet["eth_src"], out.packet["eth_dst"], out.packet["ip_ttl"]) == (ROUTER_MAC, LAPTOP, 63)
+    [back] = forwarded(switch.send(ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, sport=80, dport=40000)))
+    assert back.port == WLAN and back.packet["eth_dst"] == PHONE
+
+
+def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_only_counted(router, switch):
+    phone = join(router, switch, PHONE)
+    fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40001, dport=80)
+    first = switch.send(fetch)
+    assert ports(first) == sorted([flows.CONTROLLER, LOCAL])  # no waiting for the controller
+    [copy] = [d for d in first if d.port == flows.CONTROLLER]
+    switch.apply(router.on_flow_copy(WLAN, packets.Frame(
+        PHONE, ROUTER_MAC, flows.ETH_IPV4, ip_src=phone, ip_dst=INTERNET, ip_proto=6, sport=40001, dport=80,
+        size=60)))
+    assert ports(switch.send(fetch)) == [LOCAL]  # its own counting rule now, no more copies
+    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.Accounting.LEARNT_FLOW]
+    assert switch.hits[counter] == 1
+    # Another flow of the same device is copied again.
+    assert flows.CONTROLLER in ports(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40002)))
+
+
+def test_deny_cuts_the_device_off_at_once(router, switch):
+    phone = join(router, switch, PHONE)
+    fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)
+    switch.send(fetch)
+    assert ports(forwarded(switch.send(fetch))) == [LOCAL]
+    switch.apply(router.deny(PHONE))
+    assert switch.send(fetch) == []
+    assert switch.send(ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, sport=80, dport=40000)) == []
+    assert not [r for r in switch.rules if r.cookie == flows.device_cookie(router.devices[PHONE])
+                and r.table != flows.TABLE_ADMISSION]  # its learnt flows too
+
+
+def test_a_blacklisted_device_gets_not_even_eapol_through_while_others_do(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    switch.apply(router.blacklist(PHONE))
+    eapol = {"eth_type": flows.ETH_EAPOL, "eth_dst": "01:80:c2:00:00:03"}
+    assert switch.send({"in_port": WLAN, "eth_src": PHONE, **eapol}) == []
+    assert ports(switch.send({"in_port": WLAN, "eth_src": LAPTOP, **eapol})) == [LOCAL]
+    assert switch.send({"in_port": LOCAL, "eth_src": ROUTER_MAC, **eapol, "eth_dst": PHONE}) == []
+
+
+def test_an_address_learnt_for_a_blocked_name_is_dropped_for_that_device_only(router, switch):
+    import dnslib
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    answer = dnslib.DNSRecord.question("games.example.test").reply()
+    answer.add_answer(dnslib.RR("games.example.test", rdata=dnslib.A("198.51.100.81"), ttl=300))
+    switch.apply(router.dns_answer("games.example.test", answer.pack()))
+    assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "198.51.100.81")) == []
+    assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "198.51.100.81")))) == [LOCAL]
+    assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))) == [LOCAL]
+
+
+def test_broadcast_from_a_device_reaches_the_air_and_the_router(router, switch):
+    phone = join(router, switch, PHONE)
+    out = forwarded(switch.send(ipv4(WLAN, PHONE, flows.BROADCAST_MAC, phone, "255.255.255.255", flows.PROTO_UDP,
+                                     5000, 5000)))
+    assert ports(out) == sorted([str(WLAN), LOCAL])
+    subnet_broadcast = router.devices[PHONE].subnet.broadcast
+    out = forwarded(switch.send(ipv4(WLAN, PHONE, flows.BROADCAST_MAC, phone, subnet_broadcast, flows.PROTO_UDP,
+                                     5000, 5000)))
+    assert {d.packet["ipv4_dst"] for d in out} == {"255.255.255.255"}
+
+
+def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(router, switch):
+    lease(router, PHONE)
+    effects = router.permit(PHONE)
+    assert AddGatewayAddress(router.devices[PHONE].subnet) in effects
