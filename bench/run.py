@@ -2,7 +2,7 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui]     (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load]     (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -285,6 +285,13 @@ def webui(_args) -> None:
         home.down()
 
 
+def ui_load(_args) -> None:
+    """The web UI under load (100 live streams, a guest's sign-in flood) beside the same quiet."""
+    out = RESULTS / "ui_load.json"
+    sh("make", "-C", REPO / "webui", "bench-load", f"LOAD_OUT={out}", f"PYTHON={PY}", timeout=1800)
+    stamp(out)
+
+
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "n/a"
 
@@ -295,6 +302,7 @@ BENCHMARKS = {
     "flood": lambda a: flood(a.samples),
     "hwdb": hwdb,
     "webui": webui,
+    "ui_load": ui_load,
 }
 
 

@@ -5,6 +5,8 @@
 // Environment:
 //   WEBUI_URL          a running web UI (e.g. http://127.0.0.1:8080); unset = start the fake stack
 //   E2E_USER, E2E_PASSWORD   the owner's account (created on a fresh install)
+//   E2E_SETUP_CODE     the one-time setup code a fresh install asks for (the fake stack's is
+//                      read from its state directory)
 //   E2E_JOIN_CMD       shell command that makes a new device ask to join; gets E2E_NAME,
 //                      must print the device's MAC address as the last line of its stdout
 //   E2E_CHECK_CMD      shell command run with E2E_MAC and E2E_EXPECT=connected|refused; exits 0
@@ -28,6 +30,8 @@ export const WALL = { width: 1280, height: 800 }
 export const PHONE = { width: 390, height: 844 }
 export const user = process.env.E2E_USER || 'owner'
 export const password = process.env.E2E_PASSWORD || 'e2e owner password'
+// Where the first-run setup code comes from: the environment, or the fake stack's state dir.
+let setupCode = () => process.env.E2E_SETUP_CODE || ''
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
@@ -66,6 +70,7 @@ export async function startStack() {
   for (let i = 0; i < 300 && !existsSync(ready); i++) await sleep(50)
   if (!existsSync(ready)) throw new Error('fake stack did not start')
   const info = JSON.parse(readFileSync(ready, 'utf8'))
+  setupCode = () => readFileSync(info.setup_code_file, 'utf8').trim()
   let n = 0
   const hwdb = async (q) => JSON.parse((await run(info.hwdb_bin, ['query', '--json', '--server', `127.0.0.1:${info.hwdb_port}`, q])).stdout)
   const ctl = async (method, path, body) => {
@@ -125,6 +130,7 @@ export async function signIn(browser, url, viewport, opts = {}) {
   if (await page.$('form.signin')) {
     const setup = await page.$('text=Choose the owner')
     if (setup && opts.screenshot) await shot(page, opts.screenshot)
+    if (setup) await page.fill('input[name=setup-code]', setupCode())
     await page.fill('input[autocomplete=username]', user)
     const pw = await page.$$('input[type=password]')
     for (const p of pw) await p.fill(password)

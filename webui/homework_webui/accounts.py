@@ -1,19 +1,29 @@
 """Accounts, sessions, kiosk pairing codes and device ownership, in one SQLite file.
 
 The file lives in the state directory with 0600 permissions (SQLite gives its -wal and
--shm files the database file's permissions). Every change is one transaction, so a
-power cut leaves either the old or the new state.
+-shm files the database file's permissions). Every change, with the checks it depends on,
+is one transaction, so a power cut leaves either the old or the new state and concurrent
+requests cannot interleave. A damaged file is kept aside and the store starts empty, which
+needs the setup code again (see security.SetupCode).
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
+import itertools
+import logging
 import os
 import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+
+from .security import normalise_code, random_code
+
+LOG = logging.getLogger(__name__)
 
 ROLES = ("owner", "member", "kiosk")
 MIN_PASSWORD = 8
@@ -28,12 +38,19 @@ class AccountError(ValueError):
     pass
 
 
+class AlreadyOwnedError(AccountError):
+    """First run is over: an owner exists."""
+
+
 def hash_password(password: str) -> str:
     salt = os.urandom(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
                             maxmem=64 * 1024 * 1024, dklen=32)
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${b64(salt)}${b64(digest)}"
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def verify_password(password: str, encoded: str | None) -> bool:
@@ -67,31 +84,77 @@ create table if not exists device_owners (
 """
 
 
+def printable_name(text: str, max_length: int, what: str, allow_empty: bool = False) -> str:
+    """A name as people see it: printable characters only (no tabs, line or paragraph
+    separators, zero-width or other invisible characters), trimmed, at most `max_length`."""
+    name = (text or "").strip()
+    if not (allow_empty or name) or len(name) > max_length or not name.isprintable():
+        raise AccountError(f"{what} is {'up to' if allow_empty else '1 to'} {max_length} printable characters")
+    return name
+
+
 class AccountStore:
     def __init__(self, path: str):
         self.path = path
-        if path != ":memory:":
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-            os.close(fd)
-            os.chmod(path, 0o600)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=full")
-        self._db.execute("pragma foreign_keys=on")
-        self._db.executescript(SCHEMA)
+        self.set_aside: str | None = None  # where a damaged database was moved, if it was
+        db = self._open()
+        if db is None:
+            self.set_aside = self._set_aside()
+            LOG.error("the accounts database was damaged: kept it as %s and started with no accounts; "
+                      "the router needs its setup code to be claimed again", self.set_aside)
+            db = self._open()
+            if db is None:
+                raise RuntimeError(f"cannot create a working accounts database at {path}")
+        self._db: sqlite3.Connection = db
 
-    def _tx(self, sql: str, args=()) -> list[sqlite3.Row]:
+    def _open(self) -> sqlite3.Connection | None:
+        """A checked connection, or None if the file is not a sound SQLite database."""
+        if self.path != ":memory:":
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+            os.chmod(self.path, 0o600)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            if db.execute("pragma quick_check").fetchone()[0] != "ok":
+                db.close()
+                return None
+            db.row_factory = sqlite3.Row
+            db.execute("pragma journal_mode=wal")
+            db.execute("pragma synchronous=full")
+            db.execute("pragma foreign_keys=on")
+            db.executescript(SCHEMA)
+        except sqlite3.DatabaseError:
+            db.close()
+            return None
+        return db
+
+    def _set_aside(self) -> str:
+        kept = f"{self.path}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.replace(self.path + suffix, kept + suffix)
+        return kept
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: its checks and changes are atomic, also against other processes."""
         with self._lock:
             self._db.execute("begin immediate")
             try:
-                rows = self._db.execute(sql, args).fetchall()
+                yield self._db
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
                 raise
-            return rows
+
+    def _tx(self, sql: str, args=()) -> list[sqlite3.Row]:
+        with self._transaction() as db:
+            return db.execute(sql, args).fetchall()
 
     def _read(self, sql: str, args=()) -> list[sqlite3.Row]:
         with self._lock:
@@ -102,30 +165,41 @@ class AccountStore:
     def needs_setup(self) -> bool:
         return not self._read("select 1 from accounts where role = 'owner' limit 1")
 
-    def create_account(self, username: str, password: str | None, role: str) -> dict:
-        username = (username or "").strip()
+    @staticmethod
+    def _checked(username: str, password: str | None, role: str) -> tuple[str, str | None]:
+        """The name to store and the password hash, or AccountError; hashing happens here,
+        before any transaction, so the slow part holds no lock."""
         if role not in ROLES:
             raise AccountError(f"role must be one of {', '.join(ROLES)}")
-        if not 1 <= len(username) <= 40 or any(ord(c) < 32 for c in username):
-            raise AccountError("a user name is 1 to 40 printable characters")
-        if role != "kiosk" and (password is None or len(password) < MIN_PASSWORD):
+        username = printable_name(username, 40, "a user name")
+        if role == "kiosk":
+            return username, None
+        if password is None or len(password) < MIN_PASSWORD:
             raise AccountError(f"a password needs at least {MIN_PASSWORD} characters")
-        pw_hash = hash_password(password) if role != "kiosk" else None
+        return username, hash_password(password)
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, username: str, role: str, pw_hash: str | None) -> dict:
         try:
-            rows = self._tx("insert into accounts (username, role, pw_hash, created) values (?, ?, ?, ?) "
-                            "returning id", (username, role, pw_hash, time.time()))
+            row = db.execute("insert into accounts (username, role, pw_hash, created) values (?, ?, ?, ?) "
+                             "returning id", (username, role, pw_hash, time.time())).fetchone()
         except sqlite3.IntegrityError:
-            raise AccountError(f"there is already an account called {username!r}")
-        return {"id": rows[0]["id"], "username": username, "role": role}
+            raise AccountError(f"there is already an account called {username!r}") from None
+        return {"id": row["id"], "username": username, "role": role}
+
+    def create_account(self, username: str, password: str | None, role: str) -> dict:
+        username, pw_hash = self._checked(username, password, role)
+        with self._transaction() as db:
+            return self._insert(db, username, role, pw_hash)
 
     def create_first_owner(self, username: str, password: str) -> dict:
-        """Only while no owner exists; the check and insert share one lock so two browsers
-        racing through the first-run page cannot both become owner."""
-        with self._lock:
-            exists = self._db.execute("select 1 from accounts where role = 'owner'").fetchone()
-        if exists:
-            raise AccountError("this router already has an owner")
-        return self.create_account(username, password, "owner")
+        """Only while no owner exists: the check and the insert are one transaction, so two
+        browsers racing through the first-run page cannot both become owner."""
+        username, pw_hash = self._checked(username, password, "owner")
+        with self._transaction() as db:
+            if db.execute("select 1 from accounts where role = 'owner'").fetchone():
+                raise AlreadyOwnedError("this router already has an owner")
+            return self._insert(db, username, "owner", pw_hash)
 
     def authenticate(self, username: str, password: str) -> dict | None:
         rows = self._read("select id, username, role, pw_hash from accounts where username = ? and role != 'kiosk'",
@@ -137,10 +211,11 @@ class AccountStore:
     def set_password(self, account_id: int, password: str) -> None:
         if len(password or "") < MIN_PASSWORD:
             raise AccountError(f"a password needs at least {MIN_PASSWORD} characters")
-        self._tx("update accounts set pw_hash = ? where id = ? and role != 'kiosk'",
-                 (hash_password(password), account_id))
-        # A new password signs every other browser out.
-        self._tx("delete from sessions where account_id = ?", (account_id,))
+        pw_hash = hash_password(password)
+        with self._transaction() as db:
+            db.execute("update accounts set pw_hash = ? where id = ? and role != 'kiosk'", (pw_hash, account_id))
+            # A new password signs every other browser out.
+            db.execute("delete from sessions where account_id = ?", (account_id,))
 
     def list_accounts(self) -> list[dict]:
         return [dict(r) for r in self._read("select id, username, role, created from accounts order by id")]
@@ -150,28 +225,35 @@ class AccountStore:
         return dict(rows[0]) if rows else None
 
     def delete_account(self, account_id: int) -> None:
-        account = self.get_account(account_id)
-        if account is None:
-            raise KeyError(account_id)
-        if account["role"] == "owner" and len(self._read("select 1 from accounts where role = 'owner'")) == 1:
-            raise AccountError("the last owner cannot be removed")
-        self._tx("delete from accounts where id = ?", (account_id,))
+        """The last-owner check and the delete are one transaction: two owners removing each
+        other at once leave one owner, never none."""
+        with self._transaction() as db:
+            account = db.execute("select role from accounts where id = ?", (account_id,)).fetchone()
+            if account is None:
+                raise KeyError(account_id)
+            if account["role"] == "owner" and \
+                    db.execute("select count(*) from accounts where role = 'owner'").fetchone()[0] == 1:
+                raise AccountError("the last owner cannot be removed")
+            db.execute("delete from accounts where id = ?", (account_id,))
 
     # sessions
 
     def create_session(self, account: dict, client: str = "") -> tuple[str, str]:
         sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         now = time.time()
-        self._tx("delete from sessions where expires < ?", (now,))
-        self._tx("insert into sessions (id_hash, account_id, csrf, created, expires, client) values (?, ?, ?, ?, ?, ?)",
-                 (_token_hash(sid), account["id"], csrf, now, now + SESSION_TTL[account["role"]], client))
+        with self._transaction() as db:
+            db.execute("delete from sessions where expires < ?", (now,))
+            db.execute("insert into sessions (id_hash, account_id, csrf, created, expires, client) "
+                       "values (?, ?, ?, ?, ?, ?)",
+                       (_token_hash(sid), account["id"], csrf, now, now + SESSION_TTL[account["role"]], client))
         return sid, csrf
 
     def session(self, sid: str | None) -> dict | None:
         if not sid:
             return None
         rows = self._read("select a.id, a.username, a.role, s.csrf from sessions s join accounts a "
-                          "on a.id = s.account_id where s.id_hash = ? and s.expires > ?", (_token_hash(sid), time.time()))
+                          "on a.id = s.account_id where s.id_hash = ? and s.expires > ?",
+                          (_token_hash(sid), time.time()))
         return dict(rows[0]) if rows else None
 
     def end_session(self, sid: str) -> None:
@@ -180,30 +262,29 @@ class AccountStore:
     # kiosk pairing
 
     def create_pairing_code(self, owner_id: int) -> tuple[str, float]:
-        # 8 characters from an alphabet without look-alikes: easy to type on a wall panel,
-        # and with 10 minutes' life plus the rate limit, not guessable.
-        alphabet = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-        code = "".join(secrets.choice(alphabet) for _ in range(8))
-        expires = time.time() + PAIRING_TTL
-        self._tx("delete from pairing_codes where expires < ?", (time.time(),))
-        self._tx("insert into pairing_codes (code_hash, expires, created_by) values (?, ?, ?)",
-                 (_token_hash(code), expires, owner_id))
-        return code, expires
+        # 8 characters people can type on a wall panel; with 10 minutes' life and the rate
+        # limit, not guessable.
+        code = random_code(8)
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("delete from pairing_codes where expires < ?", (now,))
+            db.execute("insert into pairing_codes (code_hash, expires, created_by) values (?, ?, ?)",
+                       (_token_hash(code), now + PAIRING_TTL, owner_id))
+        return code, now + PAIRING_TTL
 
     def redeem_pairing_code(self, code: str, kiosk_name: str) -> dict | None:
-        code = (code or "").strip().upper().replace("-", "").replace(" ", "")
-        rows = self._tx("delete from pairing_codes where code_hash = ? and expires > ? returning created_by",
-                        (_token_hash(code), time.time()))
-        if not rows:
-            return None
-        name = (kiosk_name or "").strip() or "Wall panel"
-        base, n = name[:32], 1
-        while True:
-            try:
-                return self.create_account(name, None, "kiosk")
-            except AccountError:
-                n += 1
-                name = f"{base} {n}"
+        """The kiosk account for a valid code (spent), None for a wrong or expired one. A bad
+        name is refused before the code is looked at, so it does not cost the code."""
+        name = printable_name((kiosk_name or "").strip() or "Wall panel", 32, "a panel name")
+        with self._transaction() as db:
+            if db.execute("delete from pairing_codes where code_hash = ? and expires > ? returning created_by",
+                          (_token_hash(normalise_code(code or "")), time.time())).fetchone() is None:
+                return None
+            taken = {r["username"] for r in db.execute("select username from accounts")}
+            # "Hall", "Hall 2", "Hall 3"…: the first free one (at most len(taken) + 1 tries).
+            unique = next(candidate for n in itertools.count(1)
+                          if (candidate := name if n == 1 else f"{name} {n}") not in taken)
+            return self._insert(db, unique, "kiosk", None)
 
     # device ownership (what a member may rename)
 

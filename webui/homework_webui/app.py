@@ -8,20 +8,36 @@ import queue
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 
 from flask import Flask, Response, abort, g, jsonify, request, send_from_directory, session
 
-from .accounts import AccountError, AccountStore
-from .controller import ControllerClient, ControllerDown, ControllerError
+from .accounts import AccountError, AccountStore, AlreadyOwnedError, printable_name
+from .controller import ControllerClient, ControllerDownError, ControllerError
 from .hwdb import APP_RE, PRIORITIES, Hwdb, HwdbError
-from .live import APP_ROLES, OVERLOAD_KIND, LiveHub
-from .security import PUBLIC, SIGNED_IN, RateLimiter, access, is_loopback, load_or_create_secret
+from .live import APP_ROLES, OVERLOAD_KIND, LiveHub, StreamLimits
+from .security import (
+    PUBLIC,
+    SIGNED_IN,
+    RateLimiter,
+    SetupCode,
+    SignInGuard,
+    access,
+    host_name,
+    is_loopback,
+    load_or_create_secret,
+    same_origin,
+)
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# What the router is called on its own: a page reached under any other name (DNS rebinding)
+# is refused. The router's LAN addresses and names are added by the caller.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 APP_RANGES = {"hour": (3600, 60), "day": (86400, 96)}
+KEEPALIVE_SECONDS = 15.0
 DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
 
 
@@ -33,7 +49,11 @@ class ApiError(Exception):
 
 def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hwdb_addr: tuple = ("127.0.0.1", 987),
                dist_dir: str = DEFAULT_DIST, cookie_secure: bool = False, start_live: bool = True,
-               login_limit: int = 5, login_window: float = 300.0) -> Flask:
+               hostnames: Iterable[str] = (), setup_code_file: str | None = None,
+               stream_limits: StreamLimits = StreamLimits()) -> Flask:
+    """`hostnames`: the names and addresses the router answers to besides loopback (its
+    listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
+    by the firmware image, if any (see security.SetupCode)."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
     app = Flask(__name__, static_folder=None)
@@ -50,12 +70,19 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         JSON_SORT_KEYS=False,
     )
     accounts = AccountStore(os.path.join(state_dir, "accounts.sqlite"))
+    setup_code = SetupCode(state_dir, setup_code_file)
+    if accounts.needs_setup():
+        setup_code.issue()
+    else:
+        setup_code.spend()
     controller = ControllerClient(controller_url)
     hwdb = Hwdb(*hwdb_addr)
-    hub = LiveHub(controller, hwdb)
-    limiter = RateLimiter(login_limit, login_window)
+    hub = LiveHub(controller, hwdb, limits=stream_limits)
+    sign_ins = SignInGuard()
+    setup_guesses, pairing_guesses = RateLimiter(5), RateLimiter(5)
+    own_names = {host_name(h) for h in (*LOOPBACK_NAMES, *hostnames)} - {None}
     app.extensions["homework"] = {"accounts": accounts, "controller": controller, "hwdb": hwdb, "hub": hub,
-                                  "limiter": limiter}
+                                  "setup_code": setup_code}
     if start_live:
         hub.start()
 
@@ -63,7 +90,10 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
 
     @app.before_request
     def gatekeeper():
-        addr = request.remote_addr
+        # A page under someone else's name that resolves to us (DNS rebinding) gets nothing.
+        if host_name(request.headers.get("Host")) not in own_names:
+            return _plain(400, "This router answers only to its own names and addresses.")
+        addr = request.remote_addr or ""
         g.client_ip = addr
         if not is_loopback(addr):
             state = hub.device_state_for_ip(addr)
@@ -79,6 +109,9 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             return _error(403, "this endpoint declares no access rule")
         g.user = accounts.session(session.get("sid"))
         if request.method not in SAFE_METHODS:
+            origin = request.headers.get("Origin")
+            if origin is not None and not same_origin(origin, request.scheme, request.host):
+                return _error(403, "this request comes from another site's page", code="origin")
             expected = g.user["csrf"] if g.user else session.get("csrf")
             sent = request.headers.get("X-CSRF-Token", "")
             if not expected or not hmac.compare_digest(sent, expected):
@@ -106,7 +139,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     def api_error(exc):
         return _error(exc.status, str(exc), **exc.extra)
 
-    @app.errorhandler(ControllerDown)
+    @app.errorhandler(ControllerDownError)
     def controller_down(exc):
         hub._set_health("controller", False)
         return _error(503, "The router's controller is not answering; this page will recover when it is back.",
@@ -147,8 +180,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
                 return d["mac"]
         return None
 
-    def _limited(key: str):
-        wait = limiter.retry_after(key)
+    def _limited(wait: int):
         if wait:
             raise ApiError(429, f"too many attempts; try again in {wait} s", retry_after=wait)
 
@@ -164,16 +196,21 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @app.post("/api/setup")
     @access(PUBLIC)
     def setup():
-        key = f"ip:{g.client_ip}"
-        _limited(key)
+        if not accounts.needs_setup():
+            raise ApiError(409, "this router already has an owner")
+        _limited(setup_guesses.retry_after(g.client_ip))
         body = _body()
+        setup_guesses.charge(g.client_ip)
+        if not setup_code.matches(str(body.get("setup_code") or "")):
+            raise ApiError(403, "That setup code is wrong. It is on the router's label and console.", code="setup-code")
+        setup_guesses.clear(g.client_ip)
         try:
-            account = accounts.create_first_owner(body.get("username", ""), body.get("password", ""))
+            account = accounts.create_first_owner(str(body.get("username", "")), str(body.get("password", "")))
+        except AlreadyOwnedError as exc:
+            raise ApiError(409, str(exc)) from None
         except AccountError as exc:
-            if not accounts.needs_setup():
-                limiter.fail(key)
-                raise ApiError(409, str(exc))
-            raise ApiError(400, str(exc))
+            raise ApiError(400, str(exc)) from None
+        setup_code.spend()
         return _start_session(account), 201
 
     @app.post("/api/login")
@@ -181,34 +218,30 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     def login():
         body = _body()
         username = str(body.get("username", ""))
-        keys = (f"ip:{g.client_ip}", f"user:{username.strip().lower()}")
-        for key in keys:
-            _limited(key)
+        _limited(sign_ins.retry_after(g.client_ip, username))
+        sign_ins.attempt(g.client_ip, username)
         account = accounts.authenticate(username, str(body.get("password", "")))
         if account is None:
-            for key in keys:
-                limiter.fail(key)
             raise ApiError(401, "wrong user name or password")
-        for key in keys:
-            limiter.succeed(key)
+        sign_ins.succeeded(g.client_ip, username)
         return _start_session(account)
 
     @app.post("/api/pair")
     @access(PUBLIC)
     def pair():
-        key = f"pair:{g.client_ip}"
-        _limited(key)
+        _limited(pairing_guesses.retry_after(g.client_ip))
         body = _body()
-        account = accounts.redeem_pairing_code(str(body.get("code", "")), str(body.get("name", "")))
+        account = _account_call(accounts.redeem_pairing_code, str(body.get("code", "")), str(body.get("name", "")))
         if account is None:
-            limiter.fail(key)
+            pairing_guesses.charge(g.client_ip)
             raise ApiError(400, "that pairing code is wrong or has expired")
         return _start_session(account), 201
 
     @app.post("/api/logout")
     @access(*SIGNED_IN)
     def logout():
-        accounts.end_session(session.get("sid"))
+        accounts.end_session(session["sid"])
+        hub.end_streams(session_id=session["sid"])
         session.clear()
         return {"ok": True}
 
@@ -219,7 +252,8 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         if accounts.authenticate(g.user["username"], str(body.get("current", ""))) is None:
             raise ApiError(403, "the current password is wrong")
         _account_call(accounts.set_password, g.user["id"], str(body.get("password", "")))
-        return _start_session(accounts.get_account(g.user["id"]))
+        hub.end_streams(account_id=g.user["id"])
+        return _start_session(g.user)
 
     # --- accounts (owner) -----------------------------------------------------------------
 
@@ -248,7 +282,8 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         try:
             _account_call(accounts.delete_account, account_id)
         except KeyError:
-            raise ApiError(404, "no such account")
+            raise ApiError(404, "no such account") from None
+        hub.end_streams(account_id=account_id)
         return {"ok": True}
 
     @app.post("/api/accounts/<int:account_id>/password")
@@ -257,6 +292,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         if accounts.get_account(account_id) is None:
             raise ApiError(404, "no such account")
         _account_call(accounts.set_password, account_id, str(_body().get("password", "")))
+        hub.end_streams(account_id=account_id)
         return {"ok": True}
 
     @app.post("/api/pairing-codes")
@@ -271,7 +307,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @access(*SIGNED_IN)
     def list_devices():
         if hub.refresh_devices() is None:
-            raise ControllerDown("status")
+            raise ControllerDownError("status")
         return {"devices": _with_owners(hub.devices()), "health": hub.health}
 
     @app.get("/api/devices/<mac>")
@@ -303,9 +339,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         mac = _mac(mac)
         if g.user["role"] == "member" and accounts.device_owners().get(mac) != g.user["id"]:
             raise ApiError(403, "members may name only their own devices", code="role")
-        name = str(_body().get("name", "")).strip()
-        if len(name) > 64 or any(ord(c) < 32 for c in name):
-            raise ApiError(400, "a name is at most 64 printable characters")
+        name = _account_call(printable_name, str(_body().get("name", "")), 64, "a device name", True)
         device = controller.rename(mac, name)
         hub.update_device(device)
         return {"device": device}
@@ -338,7 +372,8 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             controller.dns(action, mac, domain)
         except ControllerError as exc:
             if exc.status == 501:
-                raise ApiError(501, "This router cannot block names for a device yet.", code="dns-unavailable")
+                raise ApiError(501, "This router cannot block names for a device yet.",
+                               code="dns-unavailable") from None
             raise
         return {"dns": _dns_rules(mac)}
 
@@ -395,32 +430,41 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @app.get("/api/events")
     @access(*SIGNED_IN)
     def events():
-        role, sid = g.user["role"], session.get("sid")
-        client = hub.register(role)
+        role, sid = g.user["role"], session["sid"]
+        client = hub.register(role, sid, g.user["id"])
+        if client is None:
+            raise ApiError(429, "too many live pages are open; close some and this one will reconnect",
+                           retry_after=5)
         first = [("health", hub.health), ("devices", _with_owners(hub.devices()))]
+        # waitress reads ahead on the connection, so it knows when the page has gone: the
+        # stream's slot is given back within a second rather than at the next write.
+        disconnected = request.environ.get("waitress.client_disconnected", lambda: False)
 
         def stream():
-            try:
-                yield "retry: 2000\n\n"
-                for name, data in first:
-                    yield f"event: {name}\ndata: {json.dumps(data)}\n\n"
-                while True:
-                    try:
-                        message = client.queue.get(timeout=15)
-                    except queue.Empty:
-                        # Also ends the stream of a session that was signed out or unpaired.
-                        if accounts.session(sid) is None:
-                            return
-                        yield ": keepalive\n\n"
+            yield "retry: 2000\n\n"
+            for name, data in first:
+                yield f"event: {name}\ndata: {json.dumps(data)}\n\n"
+            next_keepalive = time.monotonic() + KEEPALIVE_SECONDS
+            while not client.ended and not disconnected():
+                try:
+                    message = client.queue.get(timeout=1.0)
+                except queue.Empty:
+                    if time.monotonic() < next_keepalive:
                         continue
-                    if message is None:
+                    # Sign-out and deletion end streams at once; this catches expiry.
+                    if accounts.session(sid) is None:
                         return
-                    yield message
-            finally:
-                hub.unregister(client)
+                    next_keepalive = time.monotonic() + KEEPALIVE_SECONDS
+                    message = ": keepalive\n\n"
+                if message is None:
+                    return
+                yield message
 
-        return Response(stream(), mimetype="text/event-stream",
+        resp = Response(stream(), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        # The server closes every response it was given, even one it never started to send.
+        resp.call_on_close(lambda: hub.unregister(client))
+        return resp
 
     @app.get("/api/health")
     @access(PUBLIC)
@@ -459,14 +503,32 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             d["owner_id"] = owners.get(d["mac"])
         return devices
 
+    # A device already held back is answered before Flask does any work (cookie, database,
+    # routing), so a flood of guesses costs the router as little as it can.
+    app.wsgi_app = _refuse_held_back(app.wsgi_app, {  # type: ignore[method-assign]
+        "/api/login": sign_ins.devices, "/api/setup": setup_guesses, "/api/pair": pairing_guesses})
     return app
+
+
+def _refuse_held_back(wsgi_app, limiters: dict[str, RateLimiter]):
+    def held_back_first(environ, start_response):
+        limiter = limiters.get(environ.get("PATH_INFO", "")) if environ["REQUEST_METHOD"] == "POST" else None
+        wait = limiter.retry_after(environ.get("REMOTE_ADDR", "")) if limiter else 0
+        if not wait:
+            return wsgi_app(environ, start_response)
+        body = json.dumps({"error": f"too many attempts; try again in {wait} s", "retry_after": wait}).encode()
+        start_response("429 Too Many Requests", [
+            ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Retry-After", str(wait)),
+            ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
+        return [body]
+    return held_back_first
 
 
 def _account_call(fn, *args):
     try:
         return fn(*args)
     except AccountError as exc:
-        raise ApiError(400, str(exc))
+        raise ApiError(400, str(exc)) from None
 
 
 def _public_user(user: dict) -> dict:

@@ -7,7 +7,7 @@ import urllib.parse
 import urllib.request
 
 
-class ControllerDown(Exception):
+class ControllerDownError(Exception):
     """The controller did not answer (not running, restarting, or hung)."""
 
 
@@ -35,7 +35,7 @@ class ControllerClient:
                 message = str(exc.reason)
             raise ControllerError(exc.code, message) from None
         except (OSError, ValueError) as exc:  # refused, reset, timeout, garbage
-            raise ControllerDown(str(exc)) from None
+            raise ControllerDownError(str(exc)) from None
 
     @staticmethod
     def _mac(mac: str) -> str:

@@ -2,18 +2,12 @@
 dead database turns into a clear error rather than a hung page."""
 from __future__ import annotations
 
-import os
 import re
-import sys
 import threading
 
-try:
-    from hwdb_client import HwdbClient, HwdbError  # installed beside us on the router
-except ImportError:  # a source checkout: hwdb/python next to webui/
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "hwdb", "python"))
-    from hwdb_client import HwdbClient, HwdbError  # noqa: E402
+from hwdb_client import HwdbClient, HwdbError
 
-__all__ = ["Hwdb", "HwdbError", "HwdbClient", "quote", "APP_RE", "PRIORITIES"]
+__all__ = ["APP_RE", "PRIORITIES", "Hwdb", "HwdbClient", "HwdbError", "quote"]
 
 PRIORITIES = ("high", "medium", "default")
 # App names come from agents and port guesses: allow what such names look like, nothing

@@ -15,9 +15,10 @@ import queue
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
-from .controller import ControllerClient, ControllerDown, ControllerError
-from .hwdb import Hwdb, HwdbError
+from .controller import ControllerClient, ControllerDownError, ControllerError
+from .hwdb import Hwdb, HwdbClient, HwdbError
 
 LOG = logging.getLogger(__name__)
 
@@ -34,15 +35,37 @@ SUBSCRIPTIONS = {
 APP_ROLES = ("owner", "member")
 
 
+@dataclass(frozen=True)
+class StreamLimits:
+    """How many live streams may be open. Each holds a server thread for its whole life, so
+    the server is given `max_total` threads on top of those for ordinary requests (see
+    __main__.waitress_options), and streams beyond these limits are refused at once."""
+    max_total: int = 100
+    per_session: int = 4    # a few tabs
+    per_account: int = 16   # a few devices
+
+
 class Client:
-    def __init__(self, role: str):
-        self.role = role
+    """One browser's live stream: messages to send, and whether it must end now."""
+
+    def __init__(self, role: str, session_id: str, account_id: int):
+        self.role, self.session_id, self.account_id = role, session_id, account_id
         self.queue: queue.Queue = queue.Queue(maxsize=256)
+        self.ended = False
+
+    def end(self) -> None:
+        self.ended = True
+        try:
+            self.queue.put_nowait(None)  # wakes a stream waiting for its next message
+        except queue.Full:
+            pass  # it is not waiting: it sees `ended` before its next message
 
 
 class LiveHub:
-    def __init__(self, controller: ControllerClient, hwdb: Hwdb, watchdog_interval: float = 1.0):
+    def __init__(self, controller: ControllerClient, hwdb: Hwdb, watchdog_interval: float = 1.0,
+                 limits: StreamLimits = StreamLimits()):
         self.controller, self.hwdb = controller, hwdb
+        self.limits = limits
         self.interval = watchdog_interval
         self._lock = threading.RLock()
         self._devices: dict[str, dict] = {}
@@ -51,12 +74,12 @@ class LiveHub:
         self._links: dict[str, deque] = {}
         self._flows: deque = deque()
         self._alerts: deque = deque(maxlen=20)
-        self.health = {"controller": None, "hwdb": None}
+        self.health: dict[str, bool | None] = {"controller": None, "hwdb": None}
         self._clients: set[Client] = set()
         self._dirty = False
         self._apps_dirty = False
         self._subs: dict = {}
-        self._sub_client = None
+        self._sub_client: HwdbClient | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="webui-live", daemon=True)
 
@@ -106,15 +129,16 @@ class LiveHub:
         try:
             if self._sub_client is None:
                 self._sub_client = self.hwdb.client()
+            client = self._sub_client
             if self._subs:
-                alive = {(r["id"], r["destination"]) for r in self._sub_client.query("show subscriptions").rows}
-                ours = {(s.id, "%s:%d" % s.address[:2]) for s in self._subs.values()}
+                alive = {(r["id"], r["destination"]) for r in client.query("show subscriptions").rows}
+                ours = {(s.id, f"{s.address[0]}:{s.address[1]}") for s in self._subs.values()}
                 if ours <= alive:
                     self._set_health("hwdb", True)
                     return
                 LOG.warning("hwdb lost our subscriptions (restarted?): subscribing again")
                 self._drop_subscriptions(unsubscribe=False)
-            self._subscribe()
+            self._subscribe(client)
             self._seed()
             self._set_health("hwdb", True)
             self.refresh_devices()
@@ -127,11 +151,11 @@ class LiveHub:
                 self._sub_client = None
             self._set_health("hwdb", False)
 
-    def _subscribe(self) -> None:
+    def _subscribe(self, client: HwdbClient) -> None:
         handlers = {"Events": self._on_events, "Leases": self._on_leases, "Links": self._on_links,
                     "Flows": self._on_flows, "AppTimeseries": self._on_apps}
         for table, text in SUBSCRIPTIONS.items():
-            self._subs[table] = self._sub_client.subscribe(text, self._guard(handlers[table]))
+            self._subs[table] = client.subscribe(text, self._guard(handlers[table]))
 
     def _drop_subscriptions(self, unsubscribe: bool = True) -> None:
         for sub in self._subs.values():
@@ -152,13 +176,15 @@ class LiveHub:
 
     def _seed(self) -> None:
         """Fill the windows from history, so a restart does not show blank bars."""
-        links = self.hwdb.query(f"select tstamp, mac, rssi, retries, packets from Links [range {int(LINK_WINDOW)} seconds]")
+        links = self.hwdb.query(
+            f"select tstamp, mac, rssi, retries, packets from Links [range {int(LINK_WINDOW)} seconds]")
         flows = self.hwdb.query(f"select tstamp, saddr, daddr, bytes from Flows [range {int(FLOW_WINDOW)} seconds]")
         with self._lock:
             self._links.clear()
             self._flows.clear()
             for r in links.rows:
-                self._links.setdefault(r["mac"], deque()).append((r["tstamp"] / 1e9, r["rssi"], r["retries"], r["packets"]))
+                sample = (r["tstamp"] / 1e9, r["rssi"], r["retries"], r["packets"])
+                self._links.setdefault(r["mac"], deque()).append(sample)
             for r in flows.rows:
                 self._flows.append((r["tstamp"] / 1e9, r["saddr"], r["daddr"], r["bytes"]))
 
@@ -206,7 +232,7 @@ class LiveHub:
     def refresh_devices(self) -> list[dict] | None:
         try:
             status = self.controller.status()
-        except (ControllerDown, ControllerError):
+        except (ControllerDownError, ControllerError):
             self._set_health("controller", False)
             return None
         with self._lock:
@@ -266,17 +292,15 @@ class LiveHub:
                 per_ip[saddr] = per_ip.get(saddr, 0) + nbytes
                 per_ip[daddr] = per_ip.get(daddr, 0) + nbytes
             merged = {**self._provisional, **self._devices}
-            out = []
-            for mac, d in merged.items():
-                out.append(dict(d))
+            out = [dict(d) for d in merged.values()]
             for mac in self._links:
                 if mac not in merged:
                     out.append({"mac": mac, "state": "nearby", "ip": None, "hostname": "", "name": "",
                                 "vendor_class": "", "first_seen": None, "last_seen": None, "lease_seconds_left": 0})
-            device_bytes = {d["mac"]: per_ip.get(d.get("ip"), 0) for d in out if d.get("ip")}
+            device_bytes = {d["mac"]: per_ip.get(d["ip"], 0) for d in out if d.get("ip")}
             total = sum(device_bytes.values())
             for d in out:
-                samples = self._links.get(d["mac"])
+                samples = self._links.get(d["mac"], deque())
                 if samples:
                     packets = sum(s[3] for s in samples)
                     retries = sum(s[2] for s in samples)
@@ -291,15 +315,34 @@ class LiveHub:
 
     # browsers
 
-    def register(self, role: str) -> Client:
-        c = Client(role)
+    def register(self, role: str, session_id: str, account_id: int) -> Client | None:
+        """A new live stream, or None when the session, the account or the router already
+        has as many as it may."""
         with self._lock:
+            if len(self._clients) >= self.limits.max_total or \
+                    sum(c.session_id == session_id for c in self._clients) >= self.limits.per_session or \
+                    sum(c.account_id == account_id for c in self._clients) >= self.limits.per_account:
+                return None
+            c = Client(role, session_id, account_id)
             self._clients.add(c)
-        return c
+            return c
 
     def unregister(self, c: Client) -> None:
         with self._lock:
             self._clients.discard(c)
+
+    def stream_count(self) -> int:
+        with self._lock:
+            return len(self._clients)
+
+    def end_streams(self, session_id: str | None = None, account_id: int | None = None) -> None:
+        """End at once the streams of a session signed out, or of an account deleted or
+        given a new password."""
+        with self._lock:
+            ending = [c for c in self._clients if c.session_id == session_id or c.account_id == account_id]
+            self._clients.difference_update(ending)
+        for c in ending:
+            c.end()
 
     def broadcast(self, event: str, data, roles=None) -> None:
         message = f"event: {event}\ndata: {json.dumps(data)}\n\n"
@@ -312,5 +355,4 @@ class LiveHub:
                 except queue.Full:
                     # A browser that stopped reading: let its stream end; EventSource reconnects.
                     self.unregister(c)
-                    c.queue = queue.Queue(maxsize=1)
-                    c.queue.put_nowait(None)
+                    c.end()

@@ -1,13 +1,18 @@
 """Secrets on disk, rate limiting, and the access declarations every view must carry."""
 from __future__ import annotations
 
+import hmac
 import ipaddress
+import logging
 import os
 import secrets
 import tempfile
 import threading
 import time
 from collections import deque
+from urllib.parse import urlsplit
+
+LOG = logging.getLogger(__name__)
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -47,35 +52,161 @@ def load_or_create_secret(state_dir: str) -> bytes:
 
 
 class RateLimiter:
-    """At most `limit` failures per key in `window` seconds; a success clears the key."""
+    """At most `limit` attempts per key in `window` seconds.
 
-    def __init__(self, limit: int = 5, window: float = 300.0):
+    Attempts are charged before the slow check they guard (a password hash), so a burst of
+    concurrent requests cannot slip past the count; a success refunds or clears its charge."""
+
+    def __init__(self, limit: int, window: float = 300.0):
         self.limit, self.window = limit, window
-        self._fails: dict[str, deque] = {}
+        self._attempts: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        q = self._attempts.get(key) or deque()
+        while q and q[0] < now - self.window:
+            q.popleft()
+        return q
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            return len(self._recent(key, time.monotonic()))
 
     def retry_after(self, key: str) -> int:
         """Seconds to wait before the next attempt; 0 if allowed now."""
         now = time.monotonic()
         with self._lock:
-            q = self._fails.get(key)
-            if not q:
-                return 0
-            while q and q[0] < now - self.window:
-                q.popleft()
+            q = self._recent(key, now)
             if len(q) < self.limit:
                 return 0
-            return int(q[0] + self.window - now) + 1
+            return int(q[-self.limit] + self.window - now) + 1
 
-    def fail(self, key: str) -> None:
+    def charge(self, key: str) -> None:
         with self._lock:
-            self._fails.setdefault(key, deque()).append(time.monotonic())
-            if len(self._fails) > 10000:  # bounded memory when many addresses try
-                self._fails.pop(next(iter(self._fails)))
+            self._attempts.setdefault(key, deque()).append(time.monotonic())
+            if len(self._attempts) > 10000:  # bounded memory when many addresses try
+                self._attempts.pop(next(iter(self._attempts)))
 
-    def succeed(self, key: str) -> None:
+    def refund(self, key: str) -> None:
         with self._lock:
-            self._fails.pop(key, None)
+            q = self._attempts.get(key)
+            if q:
+                q.pop()
+
+    def clear(self, key: str) -> None:
+        with self._lock:
+            self._attempts.pop(key, None)
+
+
+class SignInGuard:
+    """Wrong passwords are held back per device, so a guest's guesses cost only that guest.
+
+    Guessing from many devices is held back per account too, but that limit applies only to
+    devices that have themselves failed recently: a household device that has not failed
+    is never locked out of its own account by someone else's failures."""
+
+    def __init__(self, per_device: int = 5, per_account: int = 20, window: float = 300.0):
+        self.devices = RateLimiter(per_device, window)
+        self.accounts = RateLimiter(per_account, window)
+
+    def retry_after(self, device: str, username: str) -> int:
+        wait = self.devices.retry_after(device)
+        if not wait and self.devices.count(device):
+            wait = self.accounts.retry_after(_account_key(username))
+        return wait
+
+    def attempt(self, device: str, username: str) -> None:
+        self.devices.charge(device)
+        self.accounts.charge(_account_key(username))
+
+    def succeeded(self, device: str, username: str) -> None:
+        self.devices.clear(device)
+        # Only this attempt's charge: others' failures against the account still count.
+        self.accounts.refund(_account_key(username))
+
+
+def _account_key(username: str) -> str:
+    return username.strip().lower()
+
+
+# Codes people type: no look-alikes (0/O, 1/I/L).
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+
+
+def random_code(length: int) -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(length))
+
+
+def normalise_code(typed: str) -> str:
+    """What the person meant: case, spaces and dashes do not matter."""
+    return "".join(typed.split()).replace("-", "").upper()
+
+
+class SetupCode:
+    """The one-time code that lets the household, and only it, create the first owner.
+
+    It is read from `provisioned_path` when the firmware image provides one (printed on the
+    router's label and console); otherwise generated once into `<state_dir>/setup-code`
+    (0600), which the router's console and `make demo` show. It is spent once an owner exists."""
+
+    GROUPS, GROUP_LENGTH = 3, 4
+
+    def __init__(self, state_dir: str, provisioned_path: str | None = None):
+        self.provisioned = bool(provisioned_path and os.path.exists(provisioned_path))
+        self.path = provisioned_path if provisioned_path and self.provisioned else os.path.join(state_dir, "setup-code")
+
+    def issue(self) -> None:
+        """No owner yet: make sure there is a code, and say where (never the code itself)."""
+        if not self.provisioned and not os.path.exists(self.path):
+            code = random_code(self.GROUPS * self.GROUP_LENGTH)
+            groups = [code[i:i + self.GROUP_LENGTH] for i in range(0, len(code), self.GROUP_LENGTH)]
+            write_atomic(self.path, ("-".join(groups) + "\n").encode())
+        LOG.warning("no owner yet: the first-run setup code is in %s", self.path)
+
+    def matches(self, typed: str) -> bool:
+        try:
+            with open(self.path) as f:
+                expected = normalise_code(f.read())
+        except FileNotFoundError:
+            return False
+        return bool(expected) and hmac.compare_digest(normalise_code(typed).encode(), expected.encode())
+
+    def spend(self) -> None:
+        if not self.provisioned:  # a provisioned code is on a label: nothing to delete
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def host_name(host: str | None) -> str | None:
+    """The name or address part of a Host header or origin (or a bare address), normalised;
+    None if malformed."""
+    try:
+        return ipaddress.ip_address(host or "").compressed
+    except ValueError:
+        pass
+    try:
+        parts = urlsplit(host if host and "//" in host else f"//{host or ''}")
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError:
+        return None
+    name = (parts.hostname or "").rstrip(".")
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return name or None
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether the Origin header names this page: same scheme, name and port."""
+    try:
+        got, want = urlsplit(origin), urlsplit(f"{scheme}://{host}")
+        default = {"http": 80, "https": 443}
+        return (got.scheme, host_name(origin), got.port or default.get(got.scheme)) == \
+            (want.scheme, host_name(host), want.port or default.get(want.scheme))
+    except ValueError:
+        return False
 
 
 PUBLIC = "public"

@@ -1,14 +1,13 @@
+import json
 import os
-import sys
+import queue
+import threading
+import time
 
 import pytest
+from fakes import FakeController, HwdbServer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, HERE)
-
-from fakes import FakeController, HwdbServer  # noqa: E402
-from homework_webui.app import create_app  # noqa: E402
+from homework_webui.app import create_app
 
 OWNER = ("owner", "correct horse battery")
 
@@ -29,7 +28,8 @@ def controller(hwdb):
 
 @pytest.fixture
 def app(tmp_path, controller, hwdb):
-    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist"))
+    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port),
+                     dist_dir=str(tmp_path / "nodist"))
     yield app
     app.extensions["homework"]["hub"].stop()
 
@@ -41,6 +41,7 @@ class Api:
         self.client = app.test_client()
         self.ip = ip
         self.csrf = None
+        self.username = None
 
     def session(self):
         r = self.client.get("/api/session", environ_base={"REMOTE_ADDR": self.ip})
@@ -48,15 +49,15 @@ class Api:
             self.csrf = r.json["csrf_token"]
         return r
 
-    def call(self, method, url, json=None, csrf=True):
-        headers = {"X-CSRF-Token": self.csrf} if csrf and self.csrf else {}
+    def call(self, method, url, json=None, csrf=True, headers=None):
+        headers = {**({"X-CSRF-Token": self.csrf} if csrf and self.csrf else {}), **(headers or {})}
         r = self.client.open(url, method=method, json=json, headers=headers, environ_base={"REMOTE_ADDR": self.ip})
         if r.is_json and isinstance(r.json, dict) and r.json.get("csrf_token"):
             self.csrf = r.json["csrf_token"]
         return r
 
-    def get(self, url):
-        return self.call("GET", url)
+    def get(self, url, **kw):
+        return self.call("GET", url, **kw)
 
     def post(self, url, json=None, **kw):
         return self.call("POST", url, json if json is not None else {}, **kw)
@@ -68,10 +69,16 @@ class Api:
         return self.call("DELETE", url, None, **kw)
 
 
+def setup_code(app) -> str:
+    """What the household reads from the router's console: the one-time setup code."""
+    with open(app.extensions["homework"]["setup_code"].path) as f:
+        return f.read().strip()
+
+
 def setup_owner(app) -> Api:
     api = Api(app)
     api.session()
-    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1]})
+    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1], "setup_code": setup_code(app)})
     assert r.status_code == 201, r.json
     return api
 
@@ -91,9 +98,46 @@ def signed_in(app, role, owner_api=None) -> Api:
         assert owner_api.post("/api/accounts", {"username": name, "password": "member password 1",
                                                 "role": role}).status_code == 201
         assert api.post("/api/login", {"username": name, "password": "member password 1"}).status_code == 200
+        api.username = name
     return api
 
 
 @pytest.fixture
 def owner(app):
     return setup_owner(app)
+
+
+STREAM_END = "<end of stream>"
+
+
+def sse(api):
+    """Start reading /api/events; returns a queue of (event, data), then (STREAM_END, None)."""
+    r = api.client.get("/api/events", buffered=False, environ_base={"REMOTE_ADDR": api.ip})
+    assert r.status_code == 200 and r.mimetype == "text/event-stream"
+    out = queue.Queue()
+
+    def pump():
+        buf = ""
+        for chunk in r.response:
+            buf += chunk.decode() if isinstance(chunk, bytes) else chunk
+            while "\n\n" in buf:
+                block, buf = buf.split("\n\n", 1)
+                fields = dict(line.split(": ", 1) for line in block.splitlines()
+                              if not line.startswith(":") and ": " in line)
+                if "event" in fields:
+                    out.put((fields["event"], json.loads(fields["data"])))
+        out.put((STREAM_END, None))
+    threading.Thread(target=pump, daemon=True).start()
+    return out
+
+
+def wait_for(q, pred, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            ev, data = q.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            break
+        if pred(ev, data):
+            return data
+    raise AssertionError("event not seen in time")

@@ -19,13 +19,13 @@ import sys
 import tempfile
 import threading
 import time
+from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-from socketserver import ThreadingMixIn
+
+from hwdb_client import HwdbClient, HwdbError, default_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "hwdb", "python"))
-from hwdb_client import HwdbClient, default_binary  # noqa: E402
 
 
 def free_port(kind=socket.SOCK_STREAM) -> int:
@@ -52,7 +52,7 @@ class HwdbServer:
                 with HwdbClient("127.0.0.1", self.port, timeout=0.5, max_tries=2) as c:
                     c.query("show tables")
                 return self
-            except Exception:
+            except (HwdbError, OSError):  # not listening yet
                 time.sleep(0.05)
         raise RuntimeError("hwdb did not start")
 
@@ -104,8 +104,9 @@ class FakeController:
             n = self.next_subnet
             self.next_subnet += 1
             now = time.time()
+            net = f"10.2.{n * 4 // 256}.{n * 4 % 256}"
             dev = {"mac": mac, "state": state, "ip": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 2}",
-                   "gateway": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 1}", "subnet": f"10.2.{n * 4 // 256}.{n * 4 % 256}/30",
+                   "gateway": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 1}", "subnet": f"{net}/30",
                    "hostname": hostname, "vendor_class": "", "name": name, "first_seen": now, "last_seen": now,
                    "lease_expires": now + 30, "lease_seconds_left": 30}
             self.devices[mac] = dev
@@ -141,7 +142,8 @@ class FakeController:
         if method in ("permit", "deny", "whitelist", "blacklist"):
             if args[0] not in self.devices:
                 return 404, {"error": "unknown device"}
-            state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted", "blacklist": "blacklisted"}[method]
+            state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted",
+                     "blacklist": "blacklisted"}[method]
             self.devices[args[0]]["state"] = state
             return 200, self.devices[args[0]]
         if method == "name":
@@ -167,7 +169,8 @@ def main():
                               "--state-dir", os.path.join(tmp, "state"), "--log-level", "WARNING"],
                              cwd=os.path.join(HERE, ".."))
     info = {"webui": f"http://127.0.0.1:{args.webui_port}", "controller": ctl.url, "hwdb_port": hwdb.port,
-            "hwdb_bin": hwdb.binary, "hwdb_db": hwdb.db_path, "tmp": tmp}
+            "hwdb_bin": hwdb.binary, "hwdb_db": hwdb.db_path, "tmp": tmp,
+            "setup_code_file": os.path.join(tmp, "state", "setup-code")}
     deadline = time.time() + 15
     while time.time() < deadline:
         try:

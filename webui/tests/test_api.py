@@ -1,41 +1,7 @@
 """The JSON API and the live stream against a fake controller and a real hwdb."""
-import json
-import queue
-import threading
 import time
 
-from conftest import Api
-
-
-def sse(api):
-    """Start reading /api/events; returns a queue of (event, data)."""
-    r = api.client.get("/api/events", buffered=False)
-    assert r.status_code == 200 and r.mimetype == "text/event-stream"
-    out = queue.Queue()
-
-    def pump():
-        buf = ""
-        for chunk in r.response:
-            buf += chunk.decode() if isinstance(chunk, bytes) else chunk
-            while "\n\n" in buf:
-                block, buf = buf.split("\n\n", 1)
-                fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":") and ": " in line)
-                if "event" in fields:
-                    out.put((fields["event"], json.loads(fields["data"])))
-    threading.Thread(target=pump, daemon=True).start()
-    return out
-
-
-def wait_for(q, pred, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            ev, data = q.get(timeout=max(0.01, end - time.monotonic()))
-        except queue.Empty:
-            break
-        if pred(ev, data):
-            return data
-    raise AssertionError("event not seen in time")
+from conftest import Api, sse, wait_for
 
 
 def wait_hwdb(app):
@@ -159,7 +125,8 @@ def test_spa_served_when_built(tmp_path, controller, hwdb):
     (dist / "assets").mkdir(parents=True)
     (dist / "index.html").write_text("<!doctype html><div id=app></div>")
     (dist / "assets" / "index-abc.js").write_text("console.log(1)")
-    app = create_app(str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist), start_live=False)
+    app = create_app(str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist),
+                     start_live=False)
     api = Api(app)
     r = api.get("/")
     assert r.status_code == 200 and b"id=app" in r.data

@@ -3,8 +3,8 @@ import os
 import stat
 
 import pytest
+from conftest import OWNER, Api, setup_code, signed_in
 
-from conftest import OWNER, Api, setup_owner, signed_in
 from homework_webui.security import PUBLIC
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
@@ -48,7 +48,7 @@ def test_without_session_refused(app, owner, controller):
 
 def test_without_csrf_refused(app, owner, controller):
     controller.add("02:00:00:00:00:01", event=False)
-    for rule, method, url, view in state_changing(app):
+    for rule, method, url, _view in state_changing(app):
         r = owner.call(method, url, {}, csrf=False)
         assert r.status_code == 403 and r.json["code"] == "csrf", (method, rule, r.status_code)
         # A token from another browser's session is no better than none.
@@ -93,9 +93,11 @@ def test_first_run_requires_owner_password(app):
     for user, password in [("admin", "admin"), ("admin", "password"), ("root", ""), ("owner", "")]:
         assert api.post("/api/login", {"username": user, "password": password}).status_code == 401
     assert api.get("/api/devices").status_code == 401
-    assert api.post("/api/setup", {"username": "owner", "password": "short"}).status_code == 400
-    assert api.post("/api/setup", {"username": "o", "password": OWNER[1]}, csrf=False).status_code == 403
-    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1]})
+    code = setup_code(app)
+    assert api.post("/api/setup", {"username": "owner", "password": "short", "setup_code": code}).status_code == 400
+    r = api.post("/api/setup", {"username": "o", "password": OWNER[1], "setup_code": code}, csrf=False)
+    assert r.status_code == 403
+    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1], "setup_code": code})
     assert r.status_code == 201 and r.json["user"]["role"] == "owner"
     # Nobody can "set up" an owned router again.
     other = Api(app)
@@ -117,7 +119,7 @@ def test_password_hash_and_state_files(app, owner, tmp_path):
 def test_cookie_flags(app):
     api = Api(app)
     api.session()
-    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1]})
+    r = api.post("/api/setup", {"username": OWNER[0], "password": OWNER[1], "setup_code": setup_code(app)})
     cookie = r.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
 
@@ -129,10 +131,10 @@ def test_login_rate_limited(app, owner):
         assert api.post("/api/login", {"username": "owner", "password": "wrong password"}).status_code == 401
     r = api.post("/api/login", {"username": OWNER[0], "password": OWNER[1]})
     assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
-    # Another address is limited too, because the account is under attack.
+    # Another device is not held back by this one's failures (test_hardening.py has more).
     other = Api(app, ip="127.0.0.2")
     other.session()
-    assert other.post("/api/login", {"username": OWNER[0], "password": OWNER[1]}).status_code == 429
+    assert other.post("/api/login", {"username": OWNER[0], "password": OWNER[1]}).status_code == 200
 
 
 def test_logout_ends_session(app, owner):

@@ -1,7 +1,11 @@
 // Talks to the Flask backend: every state-changing call carries the CSRF token.
 
+import type { Device } from './lib/board'
+
 export interface User { id: number; username: string; role: 'owner' | 'member' | 'kiosk' }
 export interface Health { controller: boolean | null; hwdb: boolean | null }
+export interface Session { setup_required: boolean; user: User | null; csrf_token: string; health: Health }
+export interface DeviceReply { device: Device }
 
 let csrf = ''
 
@@ -15,7 +19,13 @@ export function setCsrf(token: string) {
   csrf = token
 }
 
-export async function api<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+/** What to show for a failed call: the router's own words when it gave some. */
+export function errorMessage(e: unknown): string {
+  return e instanceof Error ? e.message : String(e)
+}
+
+/** One call to the backend; `T` is the shape of its JSON answer (see openapi.yaml). */
+export async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
   let resp: Response
   try {
     resp = await fetch(path, {
