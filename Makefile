@@ -23,7 +23,7 @@ test: deps lint unit e2e
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/mypy controller/homework_controller tests/homenet/homenet
-	$(MAKE) -C hwdb lint
+	$(MAKE) -C hwdb lint PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui lint PYTHON=$(CURDIR)/$(PY)
 
 unit:

@@ -2,7 +2,7 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load]     (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse]  (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -285,6 +285,13 @@ def webui(_args) -> None:
         home.down()
 
 
+def hwdb_abuse(_args) -> None:
+    """A loopback client's queries while LAN peers hold the most half-sent requests they may."""
+    out = RESULTS / "hwdb_abuse.json"
+    sh("make", "-C", REPO / "hwdb", "bench-abuse", f"BENCH_OUT={out}", timeout=300)
+    stamp(out)
+
+
 def ui_load(_args) -> None:
     """The web UI under load (100 live streams, a guest's sign-in flood) beside the same quiet."""
     out = RESULTS / "ui_load.json"
@@ -303,6 +310,7 @@ BENCHMARKS = {
     "hwdb": hwdb,
     "webui": webui,
     "ui_load": ui_load,
+    "hwdb_abuse": hwdb_abuse,
 }
 
 

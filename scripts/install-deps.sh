@@ -25,6 +25,11 @@ for svc in iperf3 hostapd dnsmasq; do
   systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 
+# Rust's linters for hwdb (make lint): rustup components, not Debian packages.
+for component in clippy rustfmt; do
+  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+done
+
 # Python: one venv for the controller, the web UI backend, hwdb's client and the emulated home,
 # from the lock file; the project's own packages are installed editable, so nothing needs PYTHONPATH.
 PYTHON=${PYTHON:-python3}

@@ -264,6 +264,21 @@ func TestLiveServer(t *testing.T) {
 	if !errors.As(err, &se) || !strings.HasPrefix(se.Msg, "forbidden: LAN clients may only insert into AppTuples rows for their own address") {
 		t.Fatalf("forbidden insert: %v", err)
 	}
+	// A LAN batch over its size limit is refused at its first fragment, clearly and at
+	// once; the same batch from loopback is inserted.
+	batch := "insert into AppTuples values " +
+		strings.TrimSuffix(strings.Repeat("(6,'127.0.0.2',5000,'1.1.1.1',443,'firefox','laptop'),", 1500), ",")
+	started := time.Now()
+	_, err = lan.Query(batch)
+	if !errors.As(err, &se) || se.Msg != "query is longer than the limit of 65536 bytes for LAN clients" {
+		t.Fatalf("oversized LAN batch: %v", err)
+	}
+	if took := time.Since(started); took > time.Second {
+		t.Fatalf("the refusal took %v", took)
+	}
+	if r, err := c.Query(batch); err != nil || r.Message != "inserted 1500 rows" {
+		t.Fatalf("the same batch from loopback: %v %+v", err, r)
+	}
 }
 
 func TestTimeout(t *testing.T) {

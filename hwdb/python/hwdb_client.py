@@ -55,8 +55,9 @@ class Header:
         return isinstance(other, Header) and all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
 
     def __repr__(self):
-        return "Header(%s, conn=%#x, seq=%d, frag=%d/%d, flags=%#x)" % (
-            KIND_NAMES.get(self.kind, self.kind), self.conn, self.seq, self.frag, self.count, self.flags)
+        kind = KIND_NAMES.get(self.kind, self.kind)
+        frag = f"{self.frag}/{self.count}"
+        return f"Header({kind}, conn={self.conn:#x}, seq={self.seq}, frag={frag}, flags={self.flags:#x})"
 
 
 def encode(h, payload=b""):
@@ -107,7 +108,7 @@ class Result:
         self.columns = [c["name"] for c in cols]
         self.types = [c["type"] for c in cols]
         self.tuples = reply.get("rows") or []
-        self.rows = [dict(zip(self.columns, r)) for r in self.tuples]
+        self.rows = [dict(zip(self.columns, r, strict=False)) for r in self.tuples]
         self.message = reply.get("message")
         self.subscription = reply.get("subscription")
         self.raw = reply
@@ -119,14 +120,14 @@ class Result:
         return iter(self.rows)
 
     def __repr__(self):
-        return "Result(columns=%r, rows=%d, message=%r)" % (self.columns, len(self.rows), self.message)
+        return f"Result(columns={self.columns!r}, rows={len(self.rows)}, message={self.message!r})"
 
 
 def parse_reply(payload):
     try:
         reply = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise HwdbError("malformed reply: %s" % e)
+        raise HwdbError(f"malformed reply: {e}") from e
     if reply.get("status") != "ok":
         raise HwdbError(reply.get("message") or "unknown error")
     return Result(reply)
@@ -174,7 +175,7 @@ class HwdbClient:
             self.sock.settimeout(left)
             try:
                 data = self.sock.recv(65535)
-            except socket.timeout:
+            except TimeoutError:
                 return None
             except ConnectionRefusedError:
                 time.sleep(min(0.005, max(0.0, until - time.monotonic())))
@@ -193,6 +194,7 @@ class HwdbClient:
         count = len(parts)
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         end = time.monotonic() + self.timeout
+        where = f"{self.server[0]}:{self.server[1]}"
         first = None
         working = False
         i = 0
@@ -219,7 +221,7 @@ class HwdbClient:
                     break
                 tries += 1
                 if tries >= self.max_tries or time.monotonic() >= end:
-                    raise HwdbTimeout("no answer from the server at %s:%d (request not acknowledged)" % self.server)
+                    raise HwdbTimeout(f"no answer from the server at {where} (request not acknowledged)")
                 rto, flags = min(rto * 2, self.max_rto), FLAG_RETRANSMIT
             i += 1
 
@@ -230,7 +232,7 @@ class HwdbClient:
                 got = self._recv(min(time.monotonic() + self.ping_interval, end))
                 if got is None:
                     if time.monotonic() >= end or missed >= self.max_tries:
-                        raise HwdbTimeout("no answer from the server at %s:%d (no reply to pings)" % self.server)
+                        raise HwdbTimeout(f"no answer from the server at {where} (no reply to pings)")
                     missed += 1
                     self._send(PING)
                 elif got[0].kind == RESPONSE:
@@ -256,7 +258,7 @@ class HwdbClient:
                         self._send(RESPONSE_ACK, h.frag, rcount)
             pkt = self._recv(end)
             if pkt is None:
-                raise HwdbTimeout("no answer from the server at %s:%d (response incomplete)" % self.server)
+                raise HwdbTimeout(f"no answer from the server at {where} (response incomplete)")
 
     def query(self, text):
         """Run a statement and return a Result; raise HwdbError with the server's message."""
@@ -268,7 +270,7 @@ class HwdbClient:
         sub = Subscription(listen, callback)
         try:
             host, port = sub.address[0], sub.address[1]
-            result = self.query("subscribe %s to %s %d" % (query, host, port))
+            result = self.query(f"subscribe {query} to {host} {port}")
         except Exception:
             sub.stop()
             raise
@@ -332,7 +334,7 @@ class Subscription:
         while not self._stop.is_set():
             try:
                 data, peer = self.sock.recvfrom(65535)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -350,7 +352,7 @@ class Subscription:
         """Unsubscribe (best effort) and stop listening."""
         if self.client is not None and self.id is not None:
             try:
-                self.client.query("unsubscribe %d" % self.id)
+                self.client.query(f"unsubscribe {self.id}")
             except HwdbError:
                 pass
         self.stop()

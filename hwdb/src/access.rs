@@ -1,8 +1,13 @@
-//! Who may do what: a pure function of the peer address and the parsed statement.
+//! Who may do what: pure functions of the peer address and the statement.
+//!
+//! A LAN caller is judged twice: `screen` looks only at a statement's size and first words,
+//! so anything a LAN peer may not run is refused before it is reassembled or parsed; then
+//! `authorize` checks the parsed insert row by row.
 
 use std::net::IpAddr;
 
-use crate::parse::{Lit, Stmt};
+use crate::exec::Limits;
+use crate::parse::{Lexer, Lit, Stmt, Tok};
 
 pub const FORBIDDEN: &str = "forbidden: LAN clients may only insert into AppTuples rows for their own address";
 
@@ -29,6 +34,46 @@ pub fn caller_for(peer: IpAddr, treat_as_lan: &[IpAddr]) -> Caller {
     } else {
         Caller::Lan(peer)
     }
+}
+
+/// The only statement a LAN caller may run begins with these words.
+const LAN_STATEMENT_START: [&str; 4] = ["insert", "into", "apptuples", "values"];
+
+impl Caller {
+    pub fn max_statement_bytes(&self, limits: &Limits) -> usize {
+        match self {
+            Caller::Local => limits.max_query_bytes,
+            Caller::Lan(_) => limits.max_lan_query_bytes,
+        }
+    }
+}
+
+/// What can be judged from the start of a statement: its size (`len`, or a lower bound on it
+/// while the rest is still on the way) and, for a LAN caller, its first words. `head` is the
+/// statement's beginning, all of it when `whole`; words it cuts off are not judged.
+pub fn screen(caller: &Caller, limits: &Limits, len: usize, head: &str, whole: bool) -> Result<(), String> {
+    if matches!(caller, Caller::Lan(_)) && !may_start_lan_statement(head, whole) {
+        return Err(FORBIDDEN.into());
+    }
+    let limit = caller.max_statement_bytes(limits);
+    if len > limit {
+        let who = if matches!(caller, Caller::Lan(_)) { " for LAN clients" } else { "" };
+        return Err(format!("query is longer than the limit of {limit} bytes{who}"));
+    }
+    Ok(())
+}
+
+/// False once the words in `head` show it is not the statement a LAN caller may run.
+fn may_start_lan_statement(head: &str, whole: bool) -> bool {
+    let mut lex = Lexer::new(head);
+    for word in LAN_STATEMENT_START {
+        match lex.next_token() {
+            Ok(t) if !whole && t.end >= head.len() => return true,
+            Ok(t) if matches!(t.tok, Tok::Ident(w) if w.eq_ignore_ascii_case(word)) => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Column position of `saddr` among AppTuples' user columns.
@@ -73,6 +118,25 @@ mod tests {
         assert_eq!(caller_for(ip("10.2.0.10"), &[]), Caller::Lan(ip("10.2.0.10")));
         assert_eq!(caller_for(ip("::ffff:10.2.0.10"), &[]), Caller::Lan(ip("10.2.0.10")));
         assert_eq!(caller_for(ip("127.0.0.2"), &[ip("127.0.0.2")]), Caller::Lan(ip("127.0.0.2")));
+    }
+
+    #[test]
+    fn screening_judges_only_what_has_arrived() {
+        let lan = Caller::Lan(ip("10.2.0.10"));
+        let limits = Limits::default();
+        let insert = "insert into AppTuples values (6, '10.2.0.10', 5000, '1.1.1.1', 443, 'x', 'y')";
+        assert_eq!(screen(&lan, &limits, insert.len(), insert, true), Ok(()));
+        assert_eq!(screen(&lan, &limits, 9000, "  -- agent\nINSERT into apptuples VALUES (6", false), Ok(()));
+        // A fragment that ends inside the third word cannot be judged on it yet.
+        assert_eq!(screen(&lan, &limits, 9000, "insert into AppTup", false), Ok(()));
+        for head in ["select * from Flows", "insert into Flows values", "insert into AppTuplesX values", "'"] {
+            assert_eq!(screen(&lan, &limits, 9000, head, false).unwrap_err(), FORBIDDEN, "{head:?}");
+            assert_eq!(screen(&Caller::Local, &limits, 9000, head, false), Ok(()), "{head:?}");
+        }
+        assert_eq!(screen(&lan, &limits, 100, "insert into", true).unwrap_err(), FORBIDDEN);
+        let too_long = limits.max_lan_query_bytes + 1;
+        assert!(screen(&lan, &limits, too_long, insert, false).unwrap_err().ends_with("bytes for LAN clients"));
+        assert_eq!(screen(&Caller::Local, &limits, too_long, insert, false), Ok(()));
     }
 
     #[test]

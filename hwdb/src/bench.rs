@@ -1,5 +1,7 @@
 //! `hwdb bench`: runs the server binary as a child process on loopback and measures
 //! ingest rate, window-query latency and resident memory against the project's goals.
+//! `hwdb bench --abuse`: a loopback client's query latency while LAN peers hold all the
+//! half-sent requests they may, against the same client's latency to an unattacked server.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::client::Client;
+use crate::client::{parse_reply, Client};
+use crate::conns::LAN;
+use crate::proto::{self, Header, Kind};
 
 struct ServerProcess {
     child: Child,
@@ -22,12 +26,15 @@ impl Drop for ServerProcess {
     }
 }
 
-fn spawn_server(ring_rows: usize) -> Result<ServerProcess, String> {
+fn spawn_server(ring_rows: usize, extra: &[String]) -> Result<ServerProcess, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let port = UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map_err(|e| e.to_string())?.port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let child = Command::new(exe)
+        // A byte budget large enough that only the row budget binds (1 M Flows-like rows are ~60 MB).
         .args(["serve", "--listen", &addr.to_string(), "--db", ":memory:", "--ring-rows", &ring_rows.to_string()])
+        .args(["--ring-mib", "1024"])
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start server: {e}"))?;
@@ -109,7 +116,8 @@ fn ingest(addr: SocketAddr, clients: usize, batches: &[String], batch_rows: usiz
                 let mut rows = 0;
                 let mut i = k;
                 while start.elapsed().as_secs_f64() < secs {
-                    c.query(&format!("insert into BenchFlows values {}", batches[i % batches.len()])).map_err(|e| e.to_string())?;
+                    c.query(&format!("insert into BenchFlows values {}", batches[i % batches.len()]))
+                        .map_err(|e| e.to_string())?;
                     rows += batch_rows;
                     i += 1;
                 }
@@ -129,7 +137,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-const SCHEMA: &str = "(proto integer, saddr varchar, sport integer, daddr varchar, dport integer, packets integer, bytes integer)";
+const SCHEMA: &str =
+    "(proto integer, saddr varchar, sport integer, daddr varchar, dport integer, packets integer, bytes integer)";
 
 pub fn run(quick: bool) -> Result<Value, String> {
     let secs = if quick { 0.5 } else { 3.0 };
@@ -138,7 +147,7 @@ pub fn run(quick: bool) -> Result<Value, String> {
     // Ingest: batches of 1000 rows (about 48 KiB, 37 datagrams each).
     let batch_rows = 1000;
     let batches: Vec<String> = (0..32).map(|_| gen.batch(batch_rows).0).collect();
-    let server = spawn_server(1_000_000)?;
+    let server = spawn_server(1_000_000, &[])?;
     let mut c = client(server.addr)?;
     c.query(&format!("create table BenchFlows {SCHEMA}")).map_err(|e| e.to_string())?;
     let one = ingest(server.addr, 1, &batches, batch_rows, secs)?;
@@ -147,7 +156,7 @@ pub fn run(quick: bool) -> Result<Value, String> {
     drop(server);
 
     // Query latency over a 100k-row table, every row inside the 10-second window.
-    let server = spawn_server(1_000_000)?;
+    let server = spawn_server(1_000_000, &[])?;
     let mut c = client(server.addr)?;
     c.query(&format!("create table BenchQ {SCHEMA}")).map_err(|e| e.to_string())?;
     for _ in 0..100 {
@@ -177,13 +186,14 @@ pub fn run(quick: bool) -> Result<Value, String> {
             json!({"query": q, "rows_returned": rows, "p50_ms": percentile(&times, 0.5), "p99_ms": percentile(&times, 0.99)}),
         );
     }
-    let in_window = c.query("select count(*) from BenchQ [range 10 seconds]").map_err(|e| e.to_string())?.rows[0][0].clone();
+    let in_window =
+        c.query("select count(*) from BenchQ [range 10 seconds]").map_err(|e| e.to_string())?.rows[0][0].clone();
     drop(c);
     drop(server);
 
     // Memory: resident growth of a fresh server holding 1M rows, against their raw size.
     let total_rows = if quick { 100_000 } else { 1_000_000 };
-    let server = spawn_server(total_rows)?;
+    let server = spawn_server(total_rows, &[])?;
     let mut c = client(server.addr)?;
     c.query(&format!("create table BenchMem {SCHEMA}")).map_err(|e| e.to_string())?;
     let pid = server.child.id();
@@ -223,5 +233,163 @@ pub fn run(quick: bool) -> Result<Value, String> {
             "total_rss_over_raw": (after * 1024) as f64 / raw as f64,
             "goal_ratio": 2.0,
         },
+    }))
+}
+
+fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(f64::total_cmp);
+    let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+    json!({
+        "n": ms.len(),
+        "median_ms": r3(percentile(&ms, 0.5)),
+        "p99_ms": r3(percentile(&ms, 0.99)),
+        "mean_ms": r3(ms.iter().sum::<f64>() / ms.len() as f64),
+        "max_ms": r3(ms.last().copied().unwrap_or(0.0)),
+    })
+}
+
+/// A LAN peer at `ip` sends the first fragment of `attempts` two-fragment AppTuples inserts
+/// (each on a new connection) and never the second. Returns (held, refused) as the server
+/// answered: an ack for the next fragment, or a refusal.
+fn hold_half_sent(server: SocketAddr, ip: &str, attempts: u32) -> Result<(u32, u32), String> {
+    let sock = UdpSocket::bind((ip, 0)).map_err(|e| format!("cannot bind {ip}: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_millis(500))).map_err(|e| e.to_string())?;
+    let text = format!(
+        "insert into AppTuples values (6,'{ip}',5000,'1.1.1.1',443,'{}','laptop')",
+        "x".repeat(proto::MAX_PAYLOAD)
+    );
+    let (mut held, mut refused) = (0, 0);
+    let mut buf = [0u8; 2048];
+    // In bursts that fit the server's socket buffer, so that every attempt is answered.
+    for burst in (1..=attempts).collect::<Vec<_>>().chunks(50) {
+        for &conn in burst {
+            let d = proto::encode(&Header::new(Kind::Request, conn, 1, 0, 2), proto::fragment(text.as_bytes(), 0));
+            sock.send_to(&d, server).map_err(|e| e.to_string())?;
+        }
+        let expected = held + refused + burst.len() as u32;
+        while held + refused < expected {
+            let Ok(n) = sock.recv(&mut buf) else { break };
+            match proto::decode(&buf[..n]) {
+                Ok((h, _)) if h.kind == Kind::RequestAck => held += 1,
+                Ok((h, p)) if h.kind == Kind::Response => {
+                    let reply = parse_reply(p).map_err(|e| e.to_string())?;
+                    if !reply.message.unwrap_or_default().starts_with("busy:") {
+                        return Err("a half-sent request was refused for something other than its budget".into());
+                    }
+                    refused += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok((held, refused))
+}
+
+/// The loopback client's query, timed against `quiet` and `attacked` alternately so that
+/// both see the same machine load; returns (quiet, attacked) latencies in ms.
+fn interleaved(
+    quiet: &mut Client,
+    attacked: &mut Client,
+    query: &str,
+    n: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (mut q, mut a) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..2 * n {
+        let (c, out) = if i % 2 == 0 { (&mut *quiet, &mut q) } else { (&mut *attacked, &mut a) };
+        let t = Instant::now();
+        c.query(query).map_err(|e| format!("the loopback client's query failed: {e}"))?;
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((q, a))
+}
+
+pub fn abuse(quick: bool) -> Result<Value, String> {
+    let n = if quick { 200 } else { 1000 };
+    // 127.0.0.2 .. : as many LAN peers as it takes to fill the whole LAN's allowance.
+    let peers: Vec<String> = (0..LAN.conns / LAN.conns_per_owner).map(|i| format!("127.0.1.{}", i + 2)).collect();
+    let lan_flags: Vec<String> = peers.iter().flat_map(|p| ["--treat-as-lan".to_string(), p.clone()]).collect();
+    let quiet_server = spawn_server(200_000, &lan_flags)?;
+    let attacked_server = spawn_server(200_000, &lan_flags)?;
+    let mut gen = Gen(0x2545F4914F6CDD1D);
+    let (mut quiet, mut attacked) = (client(quiet_server.addr)?, client(attacked_server.addr)?);
+    for c in [&mut quiet, &mut attacked] {
+        for _ in 0..10 {
+            c.query(&format!("insert into Flows values {}", gen.batch(1000).0)).map_err(|e| e.to_string())?;
+        }
+    }
+    // What the web UI asks: traffic per device over the last seconds.
+    let query = "select saddr, sum(bytes), count(*) from Flows [range 1 hours] group by saddr order by saddr";
+    interleaved(&mut quiet, &mut attacked, query, n / 10)?; // warm-up
+
+    // The reported attack: one LAN peer sends 1,100 half-sent requests.
+    let (held_one, refused_one) = hold_half_sent(attacked_server.addr, &peers[0], 1100)?;
+    let (quiet_one, under_one) = interleaved(&mut quiet, &mut attacked, query, n)?;
+    // Then the whole LAN holds all it may.
+    let (mut held_all, mut refused_all) = (held_one, refused_one);
+    for p in &peers[1..] {
+        let (h, r) = hold_half_sent(attacked_server.addr, p, 2 * LAN.conns_per_owner as u32)?;
+        held_all += h;
+        refused_all += r;
+    }
+    let (quiet_all, under_all) = interleaved(&mut quiet, &mut attacked, query, n)?;
+    // Half-sent requests are forgotten after 30 s idle; everything above took far less.
+    let (still_held, _) = hold_half_sent(attacked_server.addr, &peers[0], 1)?;
+
+    let (q1, a1, q2, a2) = (summary(quiet_one), summary(under_one), summary(quiet_all), summary(under_all));
+    let ratio = |a: &Value, q: &Value, k: &str| {
+        let r = a[k].as_f64().unwrap_or(0.0) / q[k].as_f64().unwrap_or(1.0).max(1e-9);
+        (r * 100.0).round() / 100.0
+    };
+    let rows = json!([
+        [
+            "loopback query p99, one LAN peer holding its maximum of half-sent requests",
+            format!("{} ms", a1["p99_ms"]),
+            format!("{} ms quiet", q1["p99_ms"]),
+            format!("{:.2}x", ratio(&a1, &q1, "p99_ms")),
+            "< 2x quiet"
+        ],
+        [
+            "loopback query p99, the whole LAN holding its maximum",
+            format!("{} ms", a2["p99_ms"]),
+            format!("{} ms quiet", q2["p99_ms"]),
+            format!("{:.2}x", ratio(&a2, &q2, "p99_ms")),
+            "< 2x quiet"
+        ],
+        [
+            "loopback query median, the whole LAN holding its maximum",
+            format!("{} ms", a2["median_ms"]),
+            format!("{} ms quiet", q2["median_ms"]),
+            format!("{:.2}x", ratio(&a2, &q2, "median_ms")),
+            ""
+        ],
+    ]);
+    Ok(json!({
+        "benchmark": "hwdb_abuse",
+        "cpus": thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "what": format!(
+            "a loopback client's query ({query}, 10 000 rows) timed alternately against two identical servers, \
+             one of which LAN peers flood with half-sent requests (first fragment of two, never the second): \
+             first one peer sending 1,100, then {} peers each filling its allowance of {}",
+            peers.len(), LAN.conns_per_owner
+        ),
+        "one_lan_peer": {
+            "half_sent_held": held_one,
+            "half_sent_refused_busy": refused_one,
+            "quiet": q1,
+            "attacked": a1,
+            "p99_ratio": ratio(&a1, &q1, "p99_ms"),
+        },
+        "whole_lan": {
+            "peers": peers.len(),
+            "half_sent_held": held_all,
+            "half_sent_refused_busy": refused_all,
+            "first_peer_still_at_its_maximum_at_the_end": still_held == 0,
+            "quiet": q2,
+            "attacked": a2,
+            "p99_ratio": ratio(&a2, &q2, "p99_ms"),
+            "median_ratio": ratio(&a2, &q2, "median_ms"),
+        },
+        "goal_p99_ratio": 2.0,
+        "rows": rows,
     }))
 }

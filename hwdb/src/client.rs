@@ -152,7 +152,9 @@ impl Client {
                         }
                     }
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Ok(Got::Timeout),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Ok(Got::Timeout)
+                }
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     std::thread::sleep(Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())));
                 }
@@ -170,7 +172,8 @@ impl Client {
         let start = Instant::now();
         let end = start + self.opts.deadline;
         let mut buf = vec![0u8; 2048];
-        let no_answer = |what: &str| ClientError::Timeout(format!("no answer from the server ({what}); is hwdb serve running?"));
+        let no_answer =
+            |what: &str| ClientError::Timeout(format!("no answer from the server ({what}); is hwdb serve running?"));
 
         // Send fragments stop-and-wait; the response itself acknowledges the last one.
         let mut first_response: Option<(Header, Vec<u8>)> = None;
@@ -287,7 +290,11 @@ pub struct Subscriber {
 
 impl Subscriber {
     pub fn bind(addr: &str) -> Result<Subscriber, ClientError> {
-        Ok(Subscriber { sock: UdpSocket::bind(resolve(addr)?)?, delivered: Default::default(), partial: Default::default() })
+        Ok(Subscriber {
+            sock: UdpSocket::bind(resolve(addr)?)?,
+            delivered: Default::default(),
+            partial: Default::default(),
+        })
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {

@@ -13,7 +13,7 @@ use crate::access::{self, Caller};
 use crate::exec::{run_select, ColId, Limits, Pred, QueryResult, Scope};
 use crate::parse::{self, Error, ItemKind, Lit, Select, Stmt};
 use crate::persist::Persist;
-use crate::table::{Column, Table, TSTAMP};
+use crate::table::{Column, Ring, Table, TSTAMP};
 use crate::value::{Cell, ColType, Value};
 
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -33,11 +33,39 @@ pub type Schema = &'static [(&'static str, ColType)];
 /// (name, persistent, columns). Leases, Events and AppPriority survive a reboot:
 /// they are what the household configured or what explains the home's history.
 pub const BUILTIN: &[(&str, bool, Schema)] = &[
-    ("Flows", false, &[("proto", Integer), ("saddr", Varchar), ("sport", Integer), ("daddr", Varchar), ("dport", Integer), ("packets", Integer), ("bytes", Integer)]),
+    (
+        "Flows",
+        false,
+        &[
+            ("proto", Integer),
+            ("saddr", Varchar),
+            ("sport", Integer),
+            ("daddr", Varchar),
+            ("dport", Integer),
+            ("packets", Integer),
+            ("bytes", Integer),
+        ],
+    ),
     ("Links", false, &[("mac", Varchar), ("rssi", Integer), ("retries", Integer), ("packets", Integer)]),
-    ("Leases", true, &[("mac", Varchar), ("ip", Varchar), ("hostname", Varchar), ("action", Varchar), ("state", Varchar)]),
+    (
+        "Leases",
+        true,
+        &[("mac", Varchar), ("ip", Varchar), ("hostname", Varchar), ("action", Varchar), ("state", Varchar)],
+    ),
     ("Events", true, &[("kind", Varchar), ("mac", Varchar), ("message", Varchar)]),
-    ("AppTuples", false, &[("proto", Integer), ("saddr", Varchar), ("sport", Integer), ("daddr", Varchar), ("dport", Integer), ("app", Varchar), ("host", Varchar)]),
+    (
+        "AppTuples",
+        false,
+        &[
+            ("proto", Integer),
+            ("saddr", Varchar),
+            ("sport", Integer),
+            ("daddr", Varchar),
+            ("dport", Integer),
+            ("app", Varchar),
+            ("host", Varchar),
+        ],
+    ),
     ("AppTimeseries", false, &[("app", Varchar), ("bytes", Integer), ("packets", Integer)]),
     ("AppPriority", true, &[("app", Varchar), ("priority", Varchar)]),
 ];
@@ -74,7 +102,7 @@ struct SubInfo {
 
 pub struct Db {
     tables: RwLock<HashMap<String, Arc<RwLock<Entry>>>>,
-    ring_rows: usize,
+    ring: Ring,
     persist: Mutex<Persist>,
     clock: Clock,
     pub limits: Limits,
@@ -115,7 +143,7 @@ fn describe_columns(cols: &[Column]) -> String {
 impl Db {
     /// Open (or create) the SQLite file and build the built-in and persisted tables.
     /// `path` may be `:memory:` to keep nothing across restarts.
-    pub fn open(path: &str, ring_rows: usize, clock: Clock, limits: Limits) -> Result<Db, String> {
+    pub fn open(path: &str, ring: Ring, clock: Clock, limits: Limits) -> crate::Result<Db> {
         let mut persist = Persist::open(path)?;
         let mut tables = HashMap::new();
         let catalog = persist.catalog()?;
@@ -128,20 +156,21 @@ impl Db {
                             "database {path}: table {name} has columns ({}), this hwdb expects ({})",
                             describe_columns(&stored),
                             describe_columns(&cols)
-                        ))
+                        )
+                        .into())
                     }
                     Some(_) => {}
                     None => persist.create(name, &cols)?,
                 }
             }
-            tables.insert(name.to_ascii_lowercase(), Table::new(name, cols, *persistent, ring_rows));
+            tables.insert(name.to_ascii_lowercase(), Table::new(name, cols, *persistent, ring));
         }
         for (name, cols) in catalog {
-            tables.entry(name.to_ascii_lowercase()).or_insert_with(|| Table::new(&name, cols, true, ring_rows));
+            tables.entry(name.to_ascii_lowercase()).or_insert_with(|| Table::new(&name, cols, true, ring));
         }
         for t in tables.values_mut().filter(|t| t.persistent) {
             let user_cols = t.columns[1..].to_vec();
-            let rows = persist.load(&t.name, &user_cols, ring_rows).map_err(|e| format!("database {path}: {e}"))?;
+            let rows = persist.load(&t.name, &user_cols, ring.rows).map_err(|e| format!("database {path}: {e}"))?;
             for (ts, vals) in rows {
                 let cells: Vec<Cell> = vals.iter().filter_map(Cell::from_value).collect();
                 let ts = ts.max(t.last_ts());
@@ -149,8 +178,13 @@ impl Db {
             }
         }
         Ok(Db {
-            tables: RwLock::new(tables.into_iter().map(|(k, t)| (k, Arc::new(RwLock::new(Entry { table: t, subs: Vec::new() })))).collect()),
-            ring_rows,
+            tables: RwLock::new(
+                tables
+                    .into_iter()
+                    .map(|(k, t)| (k, Arc::new(RwLock::new(Entry { table: t, subs: Vec::new() }))))
+                    .collect(),
+            ),
+            ring,
             persist: Mutex::new(persist),
             clock,
             limits,
@@ -175,11 +209,9 @@ impl Db {
             .ok_or_else(|| Error::at(pos, format!("unknown table '{name}'")))
     }
 
-    /// Parse, authorize and run one statement. Errors come back as text for the client.
+    /// Screen, parse, authorize and run one statement. Errors come back as text for the client.
     pub fn execute(&self, text: &str, caller: &Caller) -> Result<QueryResult, String> {
-        if text.len() > self.limits.max_query_bytes {
-            return Err(format!("query is {} bytes, more than the limit of {}", text.len(), self.limits.max_query_bytes));
-        }
+        access::screen(caller, &self.limits, text.len(), text, true)?;
         let stmt = parse::parse(text).map_err(|e| e.render(text))?;
         access::authorize(caller, &stmt)?;
         self.run(stmt, text).map_err(|e| e.render(text))
@@ -204,7 +236,10 @@ impl Db {
                 let mut seen: Vec<&str> = Vec::new();
                 for c in &cols {
                     if c.name.eq_ignore_ascii_case(TSTAMP) {
-                        return Err(Error::at(c.pos, "'tstamp' is implicit in every table; choose another column name"));
+                        return Err(Error::at(
+                            c.pos,
+                            "'tstamp' is implicit in every table; choose another column name",
+                        ));
                     }
                     if seen.iter().any(|s| s.eq_ignore_ascii_case(c.name)) {
                         return Err(Error::at(c.pos, format!("duplicate column '{}'", c.name)));
@@ -261,7 +296,11 @@ impl Db {
             } else {
                 Err(Error::at(
                     pos,
-                    format!("table {} already exists with columns ({})", e.table.name, describe_columns(&e.table.columns[1..])),
+                    format!(
+                        "table {} already exists with columns ({})",
+                        e.table.name,
+                        describe_columns(&e.table.columns[1..])
+                    ),
                 ))
             };
         }
@@ -269,9 +308,14 @@ impl Db {
             return Err(Error::at(pos, format!("too many tables (limit {MAX_TABLES})")));
         }
         if persistent {
-            lock(&self.persist).create(name, &cols).map_err(|e| Error::plain(format!("cannot persist table {name}: {e}")))?;
+            lock(&self.persist)
+                .create(name, &cols)
+                .map_err(|e| Error::plain(format!("cannot persist table {name}: {e}")))?;
         }
-        map.insert(key, Arc::new(RwLock::new(Entry { table: Table::new(name, cols, persistent, self.ring_rows), subs: Vec::new() })));
+        map.insert(
+            key,
+            Arc::new(RwLock::new(Entry { table: Table::new(name, cols, persistent, self.ring), subs: Vec::new() })),
+        );
         Ok(QueryResult::message(format!("created {}table {name}", if persistent { "persistent " } else { "" })))
     }
 
@@ -282,15 +326,35 @@ impl Db {
         if arity != ncols {
             return Err(Error::at(
                 pos,
-                format!("table {} has {ncols} columns ({}), got {arity} values per row", t.name, describe_columns(&t.columns[1..])),
+                format!(
+                    "table {} has {ncols} columns ({}), got {arity} values per row",
+                    t.name,
+                    describe_columns(&t.columns[1..])
+                ),
             ));
         }
         let mut cells = Vec::with_capacity(values.len());
         for (i, (lit, vpos)) in values.iter().enumerate() {
             let col = &t.columns[1 + i % ncols];
             cells.push(cell_for(lit, col.ty).ok_or_else(|| {
-                Error::at(*vpos as usize, format!("column {} is {}, got {} value", col.name, col.ty.name(), lit.type_name()))
+                Error::at(
+                    *vpos as usize,
+                    format!("column {} is {}, got {} value", col.name, col.ty.name(), lit.type_name()),
+                )
             })?);
+        }
+        for (row, vals) in cells.chunks(ncols).zip(values.chunks(ncols)) {
+            let need = t.row_bytes(row);
+            if need > t.byte_capacity() {
+                return Err(Error::at(
+                    vals[0].1 as usize,
+                    format!(
+                        "row of {need} bytes is larger than table {}'s ring of {} bytes",
+                        t.name,
+                        t.byte_capacity()
+                    ),
+                ));
+            }
         }
         let ts = t.next_ts(self.now());
         if t.persistent {
@@ -331,9 +395,19 @@ impl Db {
         run_select(sel, [&ga.table, &gb.table], now, &self.limits)
     }
 
-    fn subscribe(&self, sel: &Select, host: &str, host_pos: usize, port: u16, text: &str) -> Result<QueryResult, Error> {
+    fn subscribe(
+        &self,
+        sel: &Select,
+        host: &str,
+        host_pos: usize,
+        port: u16,
+        text: &str,
+    ) -> Result<QueryResult, Error> {
         if sel.sources.len() != 1 || !sel.group_by.is_empty() || !sel.order_by.is_empty() || sel.limit.is_some() {
-            return Err(Error::at(sel.pos, "subscribe takes a plain select: one table, optional where, no group by, order by or limit"));
+            return Err(Error::at(
+                sel.pos,
+                "subscribe takes a plain select: one table, optional where, no group by, order by or limit",
+            ));
         }
         let hub = self.hub.get().ok_or_else(|| Error::plain("subscriptions need the network server"))?;
         let dest = (host, port)
@@ -351,7 +425,9 @@ impl Db {
                 conj.push(Pred::compile(&scope, f)?);
             }
             let proj: Vec<ColId> = match &sel.items {
-                None => (0..e.table.columns.len()).map(|col| ColId { side: 0, col, ty: e.table.columns[col].ty }).collect(),
+                None => {
+                    (0..e.table.columns.len()).map(|col| ColId { side: 0, col, ty: e.table.columns[col].ty }).collect()
+                }
                 Some(items) => items
                     .iter()
                     .map(|it| match &it.kind {
@@ -419,7 +495,10 @@ impl Db {
         }
         for row in &result.rows {
             if let Some(i) = row.iter().position(|v| *v == Value::Null) {
-                return Err(Error::plain(format!("column {} of the result holds NULL, which tables cannot store", result.columns[i].0)));
+                return Err(Error::plain(format!(
+                    "column {} of the result holds NULL, which tables cannot store",
+                    result.columns[i].0
+                )));
             }
         }
         self.create_table(name, pos, cols, true)?;
@@ -457,6 +536,8 @@ impl Db {
                     Value::Int(t.dropped as i64),
                     Value::Int(e.subs.len() as i64),
                     Value::Int(t.data_bytes() as i64),
+                    Value::Int(t.bytes() as i64),
+                    Value::Int(t.byte_capacity() as i64),
                 ]
             })
             .collect();
@@ -472,6 +553,8 @@ impl Db {
                 ("dropped".into(), Integer),
                 ("subscriptions".into(), Integer),
                 ("column_bytes".into(), Integer),
+                ("bytes".into(), Integer),
+                ("byte_budget".into(), Integer),
             ],
             rows,
             message: None,
@@ -570,9 +653,12 @@ pub fn encode_reply(r: &Result<QueryResult, String>) -> Vec<u8> {
             columns: q.columns.iter().map(|(n, t)| ColumnJson { name: n, ty: t.name() }).collect(),
             rows: &q.rows,
         },
-        Err(msg) => ReplyJson { status: "error", message: Some(msg), subscription: None, columns: Vec::new(), rows: &[] },
+        Err(msg) => {
+            ReplyJson { status: "error", message: Some(msg), subscription: None, columns: Vec::new(), rows: &[] }
+        }
     };
-    serde_json::to_vec(&json).unwrap_or_else(|_| br#"{"status":"error","message":"cannot encode result","columns":[],"rows":[]}"#.to_vec())
+    serde_json::to_vec(&json)
+        .unwrap_or_else(|_| br#"{"status":"error","message":"cannot encode result","columns":[],"rows":[]}"#.to_vec())
 }
 
 /// The payload of a NOTIFY message: new rows for one subscription.

@@ -7,13 +7,15 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use crate::parse::{AggFn, CmpOp, ColRef, Error, Expr, ItemKind, Operand, Select, Lit};
-use crate::table::{WordHashBuild, Table};
+use crate::parse::{AggFn, CmpOp, ColRef, Error, Expr, ItemKind, Lit, Operand, Select};
+use crate::table::{Table, WordHashBuild};
 use crate::value::{ColType, Value};
 
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_query_bytes: usize,
+    /// LAN peers only insert their own flows' rows, in modest batches.
+    pub max_lan_query_bytes: usize,
     pub max_scan_rows: usize,
     pub max_result_rows: usize,
     pub max_result_bytes: usize,
@@ -24,6 +26,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_query_bytes: 1 << 20,
+            max_lan_query_bytes: 64 << 10,
             max_scan_rows: 4_000_000,
             max_result_rows: 1_000_000,
             max_result_bytes: 32 << 20,
@@ -89,10 +92,11 @@ impl<'t> Scope<'t> {
         }
         match found.len() {
             1 => Ok(found[0]),
-            0 if c.qual.is_some() && !(0..self.names.len()).any(|s| {
-                let (table, alias) = self.names[s];
-                alias.unwrap_or(table).eq_ignore_ascii_case(c.qual.unwrap_or(""))
-            }) =>
+            0 if c.qual.is_some()
+                && !(0..self.names.len()).any(|s| {
+                    let (table, alias) = self.names[s];
+                    alias.unwrap_or(table).eq_ignore_ascii_case(c.qual.unwrap_or(""))
+                }) =>
             {
                 Err(Error::at(c.pos, format!("unknown table or alias '{}'", c.qual.unwrap_or(""))))
             }
@@ -102,7 +106,12 @@ impl<'t> Scope<'t> {
             }
             _ => Err(Error::at(
                 c.pos,
-                format!("column '{}' is ambiguous; write {}.{0} or {}.{0}", c.name, self.qualifier(0), self.qualifier(1)),
+                format!(
+                    "column '{}' is ambiguous; write {}.{0} or {}.{0}",
+                    c.name,
+                    self.qualifier(0),
+                    self.qualifier(1)
+                ),
             )),
         }
     }
@@ -197,14 +206,31 @@ pub enum Pred {
     And(Box<Pred>, Box<Pred>),
     Or(Box<Pred>, Box<Pred>),
     Not(Box<Pred>),
-    Cmp { op: CmpOp, l: Opd, r: Opd },
+    Cmp {
+        op: CmpOp,
+        l: Opd,
+        r: Opd,
+    },
     /// String equality against a literal compares interned ids, not bytes. `id` is bound
     /// to the table's interner before each evaluation pass; `None` means no row can hold it.
-    StrEq { c: ColId, lit: Box<str>, id: Option<u32>, negate: bool },
+    StrEq {
+        c: ColId,
+        lit: Box<str>,
+        id: Option<u32>,
+        negate: bool,
+    },
     /// Integer column against an integer literal: the common case, read without `Scalar`.
-    IntCmp { c: ColId, op: CmpOp, v: i64 },
+    IntCmp {
+        c: ColId,
+        op: CmpOp,
+        v: i64,
+    },
     /// Timestamp column against a non-negative literal.
-    TsCmp { c: ColId, op: CmpOp, v: u64 },
+    TsCmp {
+        c: ColId,
+        op: CmpOp,
+        v: u64,
+    },
 }
 
 /// `lit op col` is `col flip(op) lit`.
@@ -330,9 +356,7 @@ impl Pred {
             }
             Pred::IntCmp { c, op, v } => eval_op(*op, Some(tables[c.side].int(row[c.side] as usize, c.col).cmp(v))),
             Pred::TsCmp { c, op, v } => eval_op(*op, Some(tables[c.side].ts(row[c.side] as usize, c.col).cmp(v))),
-            Pred::Cmp { op, l, r } => {
-                eval_op(*op, compare(operand(tables, row, l), operand(tables, row, r)))
-            }
+            Pred::Cmp { op, l, r } => eval_op(*op, compare(operand(tables, row, l), operand(tables, row, r))),
         }
     }
 
@@ -481,7 +505,9 @@ fn agg_type(f: AggFn, arg: Option<ColId>, pos: usize, shown: &ItemKind) -> Resul
         (AggFn::Sum, Some(c)) if matches!(c.ty, ColType::Integer | ColType::Real) => Ok(c.ty),
         (AggFn::Avg, Some(c)) if c.ty.is_numeric() => Ok(ColType::Real),
         (AggFn::Min | AggFn::Max, Some(c)) => Ok(c.ty),
-        (_, Some(c)) => Err(Error::at(pos, format!("{shown} needs a numeric column, {} is {}", shown_arg(shown), c.ty.name()))),
+        (_, Some(c)) => {
+            Err(Error::at(pos, format!("{shown} needs a numeric column, {} is {}", shown_arg(shown), c.ty.name())))
+        }
         (_, None) => Err(Error::at(pos, format!("{shown} needs a column"))),
     }
 }
@@ -619,7 +645,10 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
         for (it, (_, o)) in items.iter().zip(&outs) {
             if let Out::Col(c) = o {
                 if !group_cols.contains(c) {
-                    return Err(Error::at(it.pos, format!("column '{}' must appear in group by or inside an aggregate", it.kind)));
+                    return Err(Error::at(
+                        it.pos,
+                        format!("column '{}' must appear in group by or inside an aggregate", it.kind),
+                    ));
                 }
             }
         }
@@ -711,9 +740,8 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
                     outs.iter().position(|(_, o)| *o == Out::Agg(*f, arg))
                 }
             };
-            let idx = idx.ok_or_else(|| {
-                Error::at(k.pos, format!("order by {} must name a column of the select list", k.key))
-            })?;
+            let idx = idx
+                .ok_or_else(|| Error::at(k.pos, format!("order by {} must name a column of the select list", k.key)))?;
             keys.push((idx, k.desc));
         }
         out_rows.sort_by(|a, b| {

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod bench;
 pub mod client;
+pub mod conns;
 pub mod db;
 pub mod exec;
 pub mod parse;
@@ -12,3 +13,9 @@ pub mod proto;
 pub mod server;
 pub mod table;
 pub mod value;
+
+/// The error of hwdb's own operations (mini-redis's model): anything that can say what went
+/// wrong. What a statement did wrong is not an error of the server's: it is the client's
+/// reply, text in a `status: "error"` message.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, Error>;

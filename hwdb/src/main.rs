@@ -10,6 +10,7 @@ use hwdb::client::{Client, ClientError, Reply, Subscriber};
 use hwdb::db::{system_clock, Db};
 use hwdb::exec::Limits;
 use hwdb::server;
+use hwdb::table::Ring;
 
 #[derive(Parser)]
 #[command(name = "hwdb", version, about = "Homework stream database")]
@@ -32,14 +33,20 @@ enum Cmd {
         #[arg(long, default_value = "/var/lib/hwdb/hwdb.sqlite")]
         db: String,
         /// Row budget of each table's in-memory ring.
-        #[arg(long = "ring-rows", default_value_t = 200_000)]
+        #[arg(long = "ring-rows", default_value_t = Ring::DEFAULT.rows)]
         ring_rows: usize,
+        /// Byte budget of each table's in-memory ring, in MiB (rows' cells and their strings).
+        #[arg(long = "ring-mib", default_value_t = Ring::DEFAULT.bytes >> 20)]
+        ring_mib: usize,
         /// First retransmission timeout in milliseconds.
         #[arg(long = "rto-ms", default_value_t = 100)]
         rto_ms: u64,
         /// TEST ONLY: give peers with this address LAN rights even though it is loopback.
         #[arg(long = "treat-as-lan")]
         treat_as_lan: Vec<IpAddr>,
+        /// Log level on stderr: error, warn, info, debug (refused requests) or trace.
+        #[arg(long, default_value_t = tracing::Level::INFO)]
+        log: tracing::Level,
     },
     /// Run one statement against a server and print the result.
     Query {
@@ -73,6 +80,9 @@ enum Cmd {
         /// Smaller, faster run (for smoke tests).
         #[arg(long)]
         quick: bool,
+        /// Measure instead a loopback client's latency while LAN peers hold half-sent requests.
+        #[arg(long)]
+        abuse: bool,
     },
 }
 
@@ -98,7 +108,8 @@ fn print_table(r: &Reply) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let numeric: Vec<bool> = r.columns.iter().map(|c| matches!(c.ty.as_str(), "integer" | "real" | "timestamp")).collect();
+    let numeric: Vec<bool> =
+        r.columns.iter().map(|c| matches!(c.ty.as_str(), "integer" | "real" | "timestamp")).collect();
     let line = |vals: &[String]| {
         let parts: Vec<String> = vals
             .iter()
@@ -116,46 +127,42 @@ fn print_table(r: &Reply) {
     println!("({} row{})", cells.len(), if cells.len() == 1 { "" } else { "s" });
 }
 
+/// Open the database and serve until SIGTERM or SIGINT; then finish what is in progress.
+fn serve(db: &str, ring: Ring, cfg: server::Config) -> hwdb::Result<()> {
+    if db != ":memory:" {
+        if let Some(dir) = Path::new(db).parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+    }
+    let database = Arc::new(Db::open(db, ring, system_clock(), Limits::default())?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let stopped = async {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        server::serve(database, cfg, stopped).await
+    })
+}
+
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Serve { listen, lan_listen, db, ring_rows, rto_ms, treat_as_lan } => {
-            if db != ":memory:" {
-                if let Some(dir) = Path::new(&db).parent().filter(|d| !d.as_os_str().is_empty()) {
-                    if let Err(e) = std::fs::create_dir_all(dir) {
-                        eprintln!("hwdb: cannot create {}: {e}", dir.display());
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            let database = match Db::open(&db, ring_rows, system_clock(), Limits::default()) {
-                Ok(d) => Arc::new(d),
-                Err(e) => {
-                    eprintln!("hwdb: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("hwdb: cannot start runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+        Cmd::Serve { listen, lan_listen, db, ring_rows, ring_mib, rto_ms, treat_as_lan, log } => {
+            tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_max_level(log).init();
             let mut addrs = vec![listen];
             addrs.extend(lan_listen);
             let cfg = server::Config { listen: addrs, treat_as_lan, rto: Duration::from_millis(rto_ms.max(1)) };
-            let result = rt.block_on(async {
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                tokio::select! {
-                    r = server::serve(database, cfg) => r,
-                    _ = tokio::signal::ctrl_c() => Ok(()),
-                    _ = term.recv() => Ok(()),
-                }
-            });
-            match result {
+            match serve(&db, Ring { rows: ring_rows, bytes: ring_mib << 20 }, cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("hwdb: {e}");
+                    tracing::error!("{e}");
                     ExitCode::FAILURE
                 }
             }
@@ -216,22 +223,24 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench { out, quick } => match hwdb::bench::run(quick) {
-            Ok(json) => {
-                let text = serde_json::to_string_pretty(&json).unwrap_or_default();
-                println!("{text}");
-                if let Some(path) = out {
-                    if let Err(e) = std::fs::write(&path, text + "\n") {
-                        eprintln!("hwdb: cannot write {path}: {e}");
-                        return ExitCode::FAILURE;
+        Cmd::Bench { out, quick, abuse } => {
+            match if abuse { hwdb::bench::abuse(quick) } else { hwdb::bench::run(quick) } {
+                Ok(json) => {
+                    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+                    println!("{text}");
+                    if let Some(path) = out {
+                        if let Err(e) = std::fs::write(&path, text + "\n") {
+                            eprintln!("hwdb: cannot write {path}: {e}");
+                            return ExitCode::FAILURE;
+                        }
                     }
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(e) => {
+                    eprintln!("hwdb: bench failed: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("hwdb: bench failed: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
     }
 }

@@ -10,6 +10,9 @@ use crate::value::ColType;
 
 /// Deeper nesting than this is refused rather than risking the stack.
 pub const MAX_DEPTH: usize = 64;
+/// A `where` clause's trees are walked recursively when compiled, evaluated and dropped,
+/// and a flat `a and b and c ...` chain is as deep as it is long: bound its size too.
+pub const MAX_COMPARISONS: usize = 1024;
 pub const MAX_SOURCES: usize = 2;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -409,16 +412,38 @@ pub struct ColDef<'a> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stmt<'a> {
-    Create { name: &'a str, pos: usize, persistent: bool, cols: Vec<ColDef<'a>> },
+    Create {
+        name: &'a str,
+        pos: usize,
+        persistent: bool,
+        cols: Vec<ColDef<'a>>,
+    },
     /// `values` is row-major and flat: `rows` tuples of `values.len() / rows` literals each.
-    Insert { table: &'a str, pos: usize, values: Vec<(Lit<'a>, u32)>, rows: usize },
+    Insert {
+        table: &'a str,
+        pos: usize,
+        values: Vec<(Lit<'a>, u32)>,
+        rows: usize,
+    },
     Select(Select<'a>),
-    Subscribe { query: Select<'a>, host: Cow<'a, str>, host_pos: usize, port: u16 },
+    Subscribe {
+        query: Select<'a>,
+        host: Cow<'a, str>,
+        host_pos: usize,
+        port: u16,
+    },
     Unsubscribe(u32),
-    Save { query: Select<'a>, name: &'a str, pos: usize },
+    Save {
+        query: Select<'a>,
+        name: &'a str,
+        pos: usize,
+    },
     ShowTables,
     ShowSubscriptions,
-    Describe { table: &'a str, pos: usize },
+    Describe {
+        table: &'a str,
+        pos: usize,
+    },
 }
 
 // ---------------------------------------------------------------- parser
@@ -442,13 +467,14 @@ struct Parser<'a> {
     lex: Lexer<'a>,
     cur: Token<'a>,
     depth: usize,
+    comparisons: usize,
 }
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Result<Parser<'a>> {
         let mut lex = Lexer::new(src);
         let cur = lex.next_token()?;
-        Ok(Parser { src, lex, cur, depth: 0 })
+        Ok(Parser { src, lex, cur, depth: 0, comparisons: 0 })
     }
 
     fn advance(&mut self) -> Result<Token<'a>> {
@@ -688,7 +714,10 @@ impl<'a> Parser<'a> {
                     self.advance()?;
                     let arg = if self.is_sym("*") {
                         if f != AggFn::Count {
-                            return Err(Error::at(self.cur.pos, format!("{}(*) is not allowed; name a column", f.name())));
+                            return Err(Error::at(
+                                self.cur.pos,
+                                format!("{}(*) is not allowed; name a column", f.name()),
+                            ));
                         }
                         self.advance()?;
                         None
@@ -838,7 +867,9 @@ impl<'a> Parser<'a> {
                     _ => {
                         return Err(Error::at(
                             upos,
-                            format!("expected a time unit (milliseconds, seconds, minutes, hours, days), found '{unit}'"),
+                            format!(
+                                "expected a time unit (milliseconds, seconds, minutes, hours, days), found '{unit}'"
+                            ),
                         ))
                     }
                 };
@@ -916,6 +947,10 @@ impl<'a> Parser<'a> {
             return Ok(e);
         }
         let pos = self.cur.pos;
+        self.comparisons += 1;
+        if self.comparisons > MAX_COMPARISONS {
+            return Err(Error::at(pos, format!("expression has more than {MAX_COMPARISONS} comparisons")));
+        }
         let left = self.operand()?;
         let op = match self.cur.tok {
             Tok::Sym("=") => CmpOp::Eq,
@@ -955,13 +990,19 @@ mod tests {
     #[test]
     fn precise_errors() {
         assert_eq!(err("select a, b, c form Flows"), "1:16: expected 'from', found 'form'");
-        assert_eq!(err("select *\nfrom Flows [range 5 weeks]"), "2:21: expected a time unit (milliseconds, seconds, minutes, hours, days), found 'weeks'");
+        assert_eq!(
+            err("select *\nfrom Flows [range 5 weeks]"),
+            "2:21: expected a time unit (milliseconds, seconds, minutes, hours, days), found 'weeks'"
+        );
         assert_eq!(err("select * from"), "1:14: expected table name, found end of input");
         assert_eq!(err("insert into T values (1, 'x"), "1:26: unterminated string");
         assert_eq!(err("insert into T values (1), (1, 2)"), "1:27: row has 2 values, the first row has 1");
         assert_eq!(err("select * from T where a = "), "1:27: expected a column or a value, found end of input");
         assert_eq!(err("select * from T limit 5 x"), "1:25: expected end of input, found 'x'");
-        assert_eq!(err("frobnicate"), "1:1: expected a statement (select, insert, create, subscribe, ...), found 'frobnicate'");
+        assert_eq!(
+            err("frobnicate"),
+            "1:1: expected a statement (select, insert, create, subscribe, ...), found 'frobnicate'"
+        );
         assert_eq!(err("select * from T # "), "1:17: unexpected character '#'");
     }
 
@@ -971,6 +1012,13 @@ mod tests {
         assert!(err(&q).contains("nested deeper"));
         let q = format!("select * from T where {}a = 1", "not ".repeat(1000));
         assert!(err(&q).contains("nested deeper"));
+        for op in [" and ", " or "] {
+            let chain = |n| format!("select * from T where {}", vec!["a = 1"; n].join(op));
+            assert!(parse(&chain(MAX_COMPARISONS)).is_ok());
+            let q = chain(MAX_COMPARISONS + 1);
+            let at = q.rfind("a = 1").unwrap() + 1;
+            assert_eq!(err(&q), format!("1:{at}: expression has more than 1024 comparisons"));
+        }
     }
 
     #[test]

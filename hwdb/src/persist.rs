@@ -66,14 +66,15 @@ impl Persist {
 
     /// Persistent tables recorded in the database, as (name, user columns).
     pub fn catalog(&self) -> Result<Vec<(String, Vec<Column>)>, String> {
-        let mut st = self.conn.prepare("SELECT name, columns FROM hwdb_catalog ORDER BY name").map_err(|e| e.to_string())?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| e.to_string())?;
+        let mut st =
+            self.conn.prepare("SELECT name, columns FROM hwdb_catalog ORDER BY name").map_err(|e| e.to_string())?;
+        let rows =
+            st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for row in rows {
             let (name, cols) = row.map_err(|e| e.to_string())?;
-            let cols = decode_columns(&cols).ok_or_else(|| format!("catalog entry for {name} is malformed: {cols:?}"))?;
+            let cols =
+                decode_columns(&cols).ok_or_else(|| format!("catalog entry for {name} is malformed: {cols:?}"))?;
             out.push((name, cols));
         }
         Ok(out)
@@ -145,9 +146,8 @@ impl Persist {
                 .map_err(|e| e.to_string())?;
             let tsc = Cell::Ts(ts);
             for row in cells.chunks(ncols) {
-                let params: Vec<&dyn ToSql> = std::iter::once(&tsc as &dyn ToSql)
-                    .chain(row.iter().map(|c| c as &dyn ToSql))
-                    .collect();
+                let params: Vec<&dyn ToSql> =
+                    std::iter::once(&tsc as &dyn ToSql).chain(row.iter().map(|c| c as &dyn ToSql)).collect();
                 st.execute(params.as_slice()).map_err(|e| e.to_string())?;
             }
             let last = tx.last_insert_rowid();

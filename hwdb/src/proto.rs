@@ -160,6 +160,37 @@ mod tests {
         assert!(decode(&bad_frag).is_err());
     }
 
+    /// Random and mutated datagrams: decoding never panics, and whatever decodes is exactly
+    /// what encoding its header and payload gives back (so no malformed datagram is accepted).
+    #[test]
+    fn decoding_accepts_only_what_encodes_back() {
+        let valid = encode(&Header { kind: Kind::Request, conn: 9, seq: 3, frag: 1, count: 4, flags: 0 }, b"select 1");
+        let mut state: u64 = 0x9E3779B97F4A7C15;
+        let mut rnd = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut accepted = 0;
+        for _ in 0..100_000 {
+            let mut d = valid.clone();
+            if rnd(4) == 0 {
+                d = (0..rnd(40)).map(|_| rnd(256) as u8).collect();
+            } else {
+                for _ in 0..1 + rnd(3) {
+                    let i = rnd(d.len());
+                    d[i] ^= 1 << rnd(8);
+                }
+            }
+            if let Ok((h, p)) = decode(&d) {
+                assert_eq!(encode(&h, p), d);
+                accepted += 1;
+            }
+        }
+        assert!(accepted > 1000, "the mutations should keep some datagrams valid ({accepted})");
+    }
+
     #[test]
     fn fragments_cover_message() {
         assert_eq!(frag_count(0), Some(1));

@@ -6,19 +6,22 @@
 //! and keep the last response to answer retransmitted requests without re-executing them.
 
 use std::collections::HashMap;
-use std::io;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{timeout_at, Instant};
+use tracing::{debug, info, warn};
 
-use crate::access::caller_for;
+use crate::access::{self, caller_for, Caller};
+use crate::conns::{ConnTable, Owner, ReassemblyPools};
 use crate::db::{encode_notification, encode_reply, Db, SubSink, SubscriptionHub};
+use crate::exec::Limits;
 use crate::proto::{self, Header, Kind, FLAG_RETRANSMIT, FLAG_UNKNOWN};
 use crate::value::{ColType, Value};
 
@@ -35,21 +38,50 @@ const MAX_RTO: Duration = Duration::from_secs(2);
 const MAX_TRIES: u32 = 10;
 /// A connection with no traffic for this long is forgotten (with its cached response).
 const IDLE: Duration = Duration::from_secs(30);
-const MAX_CONNS_PER_SOCKET: usize = 1024;
 const CONN_QUEUE: usize = 64;
 /// Rows coalesced into one NOTIFY message at most.
 const NOTIFY_BATCH_ROWS: usize = 5_000;
+/// On shutdown, exchanges in progress get this long to finish.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Tells every task to stop, and learns when they all have (mini-redis's pattern: each task
+/// holds a `done` sender; the last one dropped closes the channel).
+#[derive(Clone)]
+struct Shutdown {
+    notify: Arc<watch::Sender<bool>>,
+    done: mpsc::Sender<()>,
+}
+
+/// One task's view of a shutdown: `recv` returns once it should stop (at once if it already
+/// should); `_done` is dropped with the task.
+struct Stop {
+    stop: watch::Receiver<bool>,
+    _done: mpsc::Sender<()>,
+}
+
+impl Shutdown {
+    fn subscribe(&self) -> Stop {
+        Stop { stop: self.notify.subscribe(), _done: self.done.clone() }
+    }
+}
+
+impl Stop {
+    async fn recv(&mut self) {
+        let _ = self.stop.wait_for(|&stop| stop).await;
+    }
+}
 
 struct Packet {
     h: Header,
     payload: Vec<u8>,
 }
 
-/// Bind every listening socket and serve until the process is stopped.
-pub async fn serve(db: Arc<Db>, cfg: Config) -> io::Result<()> {
+/// Bind every listening socket and serve until `until` completes; then stop taking new
+/// requests and give the exchanges in progress up to `DRAIN` to finish.
+pub async fn serve(db: Arc<Db>, cfg: Config, until: impl Future<Output = ()>) -> crate::Result<()> {
     let mut socks = Vec::new();
     for addr in &cfg.listen {
-        let s = UdpSocket::bind(addr).await.map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        let s = UdpSocket::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         socks.push(Arc::new(s));
     }
     // Dual-stack when the host has IPv6, so subscribers may be on either family.
@@ -66,33 +98,73 @@ pub async fn serve(db: Arc<Db>, cfg: Config) -> io::Result<()> {
         rto: cfg.rto,
     });
     db.set_hub(hub.clone());
-    tokio::spawn(notify_ack_loop(notify_sock, hub.acks.clone()));
-    for s in &socks {
-        eprintln!("hwdb: listening on udp {}", s.local_addr()?);
-    }
-    let mut loops = Vec::new();
+    let (done, mut all_done) = mpsc::channel::<()>(1);
+    let shutdown = Shutdown { notify: Arc::new(watch::Sender::new(false)), done };
+    tokio::spawn(notify_ack_loop(notify_sock, hub.acks.clone(), shutdown.subscribe()));
+    let mut loops = tokio::task::JoinSet::new();
     for s in socks {
-        loops.push(tokio::spawn(receive_loop(s, db.clone(), cfg.clone())));
+        info!(addr = %s.local_addr()?, "listening on udp");
+        loops.spawn(receive_loop(s, db.clone(), cfg.clone(), shutdown.clone()));
     }
-    for l in loops {
-        l.await.map_err(io::Error::other)??;
+    tokio::pin!(until);
+    let result = tokio::select! {
+        // A receive loop ends only on shutdown, so one ending first has panicked.
+        Some(r) = loops.join_next() => r.map_err(crate::Error::from),
+        _ = &mut until => Ok(()),
+    };
+    info!("shutting down");
+    shutdown.notify.send_replace(true);
+    drop(shutdown);
+    if tokio::time::timeout(DRAIN, all_done.recv()).await.is_err() {
+        warn!("exchanges still in progress after {DRAIN:?}; stopping anyway");
     }
-    Ok(())
+    result
 }
 
-async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config) -> io::Result<()> {
-    let mut conns: HashMap<(SocketAddr, u32), mpsc::Sender<Packet>> = HashMap::new();
+/// Everything a request's first fragment says about whether to take it on at all: its
+/// declared size and, from a LAN peer, its first words (`access::screen`).
+fn screen_first_fragment(caller: &Caller, limits: &Limits, h: &Header, payload: &[u8]) -> Result<(), String> {
+    let whole = h.count == 1;
+    // Every fragment but the last is full, so this is the least the whole request can be.
+    let len = if whole { payload.len() } else { (h.count as usize - 1) * proto::MAX_PAYLOAD + 1 };
+    // The fragment may end inside a character; judge the complete ones.
+    let head = match std::str::from_utf8(payload) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&payload[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    access::screen(caller, limits, len, head, whole)
+}
+
+/// A one-datagram answer that needs no connection state: a refusal, or "no such request".
+async fn answer_statelessly(sock: &UdpSocket, peer: SocketAddr, h: &Header, kind: Kind, flags: u16, payload: &[u8]) {
+    let reply = Header { kind, conn: h.conn, seq: h.seq, frag: 0, count: 1, flags };
+    let _ = sock.send_to(&proto::encode(&reply, proto::fragment(payload, 0)), peer).await;
+}
+
+async fn refuse(sock: &UdpSocket, peer: SocketAddr, h: &Header, msg: String) {
+    debug!(%peer, conn = h.conn, seq = h.seq, "refused: {msg}");
+    answer_statelessly(sock, peer, h, Kind::Response, 0, &encode_reply(&Err(msg))).await;
+}
+
+async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config, shutdown: Shutdown) {
+    let mut conns: ConnTable<Packet> = ConnTable::default();
+    let pools = Arc::new(ReassemblyPools::default());
     let mut buf = vec![0u8; 65536];
     let mut last_sweep = Instant::now();
+    let mut stop = shutdown.subscribe();
     loop {
-        let (n, peer) = match sock.recv_from(&mut buf).await {
-            Ok(x) => x,
-            // ICMP errors from earlier sends surface here on some systems; they concern
-            // one peer, never the socket.
-            Err(_) => continue,
+        let (n, peer) = tokio::select! {
+            biased;
+            _ = stop.recv() => return,
+            r = sock.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                // ICMP errors from earlier sends surface here on some systems; they concern
+                // one peer, never the socket.
+                Err(_) => continue,
+            },
         };
         if last_sweep.elapsed() > Duration::from_secs(5) {
-            conns.retain(|_, tx| !tx.is_closed());
+            conns.sweep();
             last_sweep = Instant::now();
         }
         let Ok((h, payload)) = proto::decode(&buf[..n]) else { continue };
@@ -101,24 +173,41 @@ async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config) -> io::Res
         }
         let key = (peer, h.conn);
         let mut pkt = Packet { h, payload: payload.to_vec() };
-        if let Some(tx) = conns.get(&key) {
-            match tx.try_send(pkt) {
+        if let Some(c) = conns.get_mut(&key) {
+            c.last_used = Instant::now();
+            match c.tx.try_send(pkt) {
                 Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => continue,
                 Err(mpsc::error::TrySendError::Closed(p)) => pkt = p,
             }
+            conns.remove(&key);
         }
-        if h.kind == Kind::ResponseAck {
-            continue;
-        }
-        if conns.len() >= MAX_CONNS_PER_SOCKET {
-            conns.retain(|_, tx| !tx.is_closed());
-            if conns.len() >= MAX_CONNS_PER_SOCKET {
+        // No state for this connection: answer what needs no state, and take on only the
+        // start of a request that this peer may send and has room for.
+        match h.kind {
+            Kind::Ping => {
+                answer_statelessly(&sock, peer, &h, Kind::Pong, FLAG_UNKNOWN, &[]).await;
                 continue;
             }
+            Kind::Request if h.frag != 0 => {
+                let msg = "the server holds no earlier fragments of this request (it restarted or forgot an idle connection); send it again";
+                refuse(&sock, peer, &h, msg.into()).await;
+                continue;
+            }
+            Kind::Request => {}
+            _ => continue,
+        }
+        let caller = caller_for(peer.ip(), &cfg.treat_as_lan);
+        let owner = Owner::of(&caller);
+        if let Err(msg) =
+            screen_first_fragment(&caller, &db.limits, &h, &pkt.payload).and_then(|()| conns.make_room(owner))
+        {
+            refuse(&sock, peer, &h, msg).await;
+            continue;
         }
         let (tx, rx) = mpsc::channel(CONN_QUEUE);
         let _ = tx.try_send(pkt);
-        conns.insert(key, tx);
+        let idle = Arc::new(AtomicBool::new(false));
+        conns.insert(key, owner, tx, idle.clone());
         let conn = Conn {
             sock: sock.clone(),
             peer,
@@ -128,9 +217,11 @@ async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config) -> io::Res
             last: None,
             db: db.clone(),
             rto: cfg.rto,
-            treat_as_lan: cfg.treat_as_lan.clone(),
+            caller,
+            idle,
+            pools: pools.clone(),
         };
-        tokio::spawn(conn.run());
+        tokio::spawn(conn.run(shutdown.subscribe()));
     }
 }
 
@@ -145,7 +236,10 @@ struct Conn {
     last: Option<(u32, Arc<Vec<u8>>)>,
     db: Arc<Db>,
     rto: Duration,
-    treat_as_lan: Vec<IpAddr>,
+    caller: Caller,
+    /// Set while no exchange is in progress (the connection table may then forget us).
+    idle: Arc<AtomicBool>,
+    pools: Arc<ReassemblyPools>,
 }
 
 enum Next {
@@ -172,12 +266,20 @@ impl Conn {
         let _ = self.sock.send_to(&proto::encode(&h, payload), self.peer).await;
     }
 
-    async fn run(mut self) {
+    /// Serve exchanges until the connection is idle for `IDLE`, is forgotten by the
+    /// connection table, or the server shuts down (an exchange in progress is finished first).
+    async fn run(mut self, mut stop: Stop) {
         loop {
-            let p = match self.next(Instant::now() + IDLE).await {
-                Next::Packet(p) => p,
-                Next::Timeout | Next::Closed => return,
+            self.idle.store(self.pending.is_none(), Ordering::Relaxed);
+            let p = tokio::select! {
+                biased;
+                _ = stop.recv() => return,
+                n = self.next(Instant::now() + IDLE) => match n {
+                    Next::Packet(p) => p,
+                    Next::Timeout | Next::Closed => return,
+                },
             };
+            self.idle.store(false, Ordering::Relaxed);
             match p.h.kind {
                 Kind::Request => self.on_request(p).await,
                 Kind::Ping => {
@@ -204,11 +306,15 @@ impl Conn {
             // The start of this request went to a connection state we no longer have.
             return;
         }
-        let count = p.h.count;
-        if count as usize * proto::MAX_PAYLOAD > self.db.limits.max_query_bytes + proto::MAX_PAYLOAD {
-            let msg = format!("request of {count} fragments is larger than the limit of {} bytes", self.db.limits.max_query_bytes);
+        if let Err(msg) = screen_first_fragment(&self.caller, &self.db.limits, &p.h, &p.payload) {
             return self.finish(seq, Arc::new(encode_reply(&Err(msg)))).await;
         }
+        let count = p.h.count;
+        let pools = self.pools.clone();
+        let held = match pools.reserve(Owner::of(&self.caller), count as usize * proto::MAX_PAYLOAD) {
+            Ok(r) => r,
+            Err(msg) => return self.finish(seq, Arc::new(encode_reply(&Err(msg)))).await,
+        };
         let mut buf = p.payload;
         if count > 1 {
             self.send(Kind::RequestAck, seq, 0, count, 0, &[]).await;
@@ -239,7 +345,7 @@ impl Conn {
                 _ => {}
             }
         }
-        let caller = caller_for(self.peer.ip(), &self.treat_as_lan);
+        let caller = self.caller.clone();
         let db = self.db.clone();
         let work = tokio::task::spawn_blocking(move || match String::from_utf8(buf) {
             Ok(text) => db.execute_json(&text, &caller),
@@ -261,6 +367,7 @@ impl Conn {
                 },
             }
         };
+        drop(held);
         self.finish(seq, Arc::new(resp)).await;
     }
 
@@ -360,10 +467,14 @@ impl SubscriptionHub for NetHub {
     }
 }
 
-async fn notify_ack_loop(sock: Arc<UdpSocket>, acks: AckMap) {
+async fn notify_ack_loop(sock: Arc<UdpSocket>, acks: AckMap, mut stop: Stop) {
     let mut buf = vec![0u8; 2048];
     loop {
-        let Ok((n, peer)) = sock.recv_from(&mut buf).await else { continue };
+        let received = tokio::select! {
+            r = sock.recv_from(&mut buf) => r,
+            _ = stop.recv() => return,
+        };
+        let Ok((n, peer)) = received else { continue };
         let Ok((h, _)) = proto::decode(&buf[..n]) else { continue };
         if h.kind != Kind::NotifyAck {
             continue;
@@ -402,6 +513,7 @@ impl Notifier {
             self.pending.fetch_sub(rows.len(), Ordering::Relaxed);
             for chunk in rows.chunks(NOTIFY_BATCH_ROWS) {
                 if !self.send_rows(&mut seq, chunk).await {
+                    info!(subscription = self.id, dest = %self.dest, "the subscriber stopped acknowledging; cancelled");
                     return;
                 }
             }

@@ -61,12 +61,17 @@ impl Hasher for WordHash {
 
 pub type WordHashBuild = BuildHasherDefault<WordHash>;
 
+/// What one distinct string costs beyond its bytes: its `Arc` header, its map entry and
+/// its slot (an estimate, so that a ring's byte budget follows its real footprint).
+pub const STRING_OVERHEAD: usize = 64;
 
 #[derive(Default)]
 pub struct Interner {
     ids: HashMap<Arc<str>, u32, WordHashBuild>,
     strs: Vec<Option<(Arc<str>, u32)>>,
     free: Vec<u32>,
+    /// The distinct strings held, each counted as its length plus `STRING_OVERHEAD`.
+    bytes: usize,
 }
 
 impl Interner {
@@ -82,6 +87,7 @@ impl Interner {
             return id;
         }
         let arc: Arc<str> = Arc::from(s);
+        self.bytes += s.len() + STRING_OVERHEAD;
         let id = match self.free.pop() {
             Some(id) => {
                 self.strs[id as usize] = Some((arc.clone(), 1));
@@ -101,6 +107,7 @@ impl Interner {
         if let Some((s, rc)) = slot {
             *rc -= 1;
             if *rc == 0 {
+                self.bytes -= s.len() + STRING_OVERHEAD;
                 self.ids.remove(&**s);
                 *slot = None;
                 self.free.push(id);
@@ -136,12 +143,31 @@ pub struct Column {
 
 pub const TSTAMP: &str = "tstamp";
 
+/// How much one table's ring may hold: the oldest rows make way once either is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring {
+    pub rows: usize,
+    /// Fixed-width cells of the rows held plus their distinct strings (see `Table::bytes`).
+    pub bytes: usize,
+}
+
+impl Ring {
+    pub const DEFAULT: Ring = Ring { rows: 200_000, bytes: 16 << 20 };
+
+    pub fn rows(rows: usize) -> Ring {
+        Ring { rows, ..Ring::DEFAULT }
+    }
+}
+
 pub struct Table {
     pub name: String,
     /// `columns[0]` is the implicit `tstamp`.
     pub columns: Vec<Column>,
     pub persistent: bool,
     cap: usize,
+    byte_cap: usize,
+    /// Bytes of one row's fixed-width cells.
+    row_bytes: usize,
     len: usize,
     /// Physical slot of the oldest row once the ring has wrapped.
     head: usize,
@@ -162,7 +188,7 @@ fn reserve<T>(v: &mut Vec<T>, cap: usize) {
 }
 
 impl Table {
-    pub fn new(name: &str, user_cols: Vec<Column>, persistent: bool, cap: usize) -> Table {
+    pub fn new(name: &str, user_cols: Vec<Column>, persistent: bool, ring: Ring) -> Table {
         let mut columns = vec![Column { name: TSTAMP.into(), ty: ColType::Timestamp }];
         columns.extend(user_cols);
         let data = columns
@@ -175,11 +201,14 @@ impl Table {
                 ColType::Timestamp => ColData::Ts(Vec::new()),
             })
             .collect();
+        let row_bytes = columns.iter().map(|c| c.ty.cell_bytes()).sum();
         Table {
             name: name.into(),
             columns,
             persistent,
-            cap: cap.max(1),
+            cap: ring.rows.max(1),
+            byte_cap: ring.bytes,
+            row_bytes,
             len: 0,
             head: 0,
             data,
@@ -230,30 +259,55 @@ impl Table {
         }
     }
 
-    /// Append one row. `cells` must match `columns[1..]` in number and type (checked by
-    /// the caller); `ts` must not be older than the newest row.
+    pub fn byte_capacity(&self) -> usize {
+        self.byte_cap
+    }
+
+    /// What the ring's byte budget counts: the rows' fixed-width cells and their distinct strings.
+    pub fn bytes(&self) -> usize {
+        self.len * self.row_bytes + self.strings.bytes
+    }
+
+    /// The most a row can add to `bytes()`: its cells, and its strings if none is held yet.
+    pub fn row_bytes(&self, cells: &[Cell]) -> usize {
+        let strings: usize =
+            cells.iter().map(|c| if let Cell::Str(s) = c { s.len() + STRING_OVERHEAD } else { 0 }).sum();
+        self.row_bytes + strings
+    }
+
+    /// Forget the oldest row, freeing strings no other row holds.
+    fn evict_oldest(&mut self) {
+        let slot = self.head;
+        for d in &self.data {
+            if let ColData::Str(v) = d {
+                self.strings.release(v[slot]);
+            }
+        }
+        self.head = if self.head + 1 == self.cap { 0 } else { self.head + 1 };
+        self.len -= 1;
+        self.dropped += 1;
+    }
+
+    /// Append one row, dropping the oldest rows until it fits the ring's row and byte budgets
+    /// (a row larger than the whole byte budget is the only one kept; callers refuse those).
+    /// `cells` must match `columns[1..]` in number and type (checked by the caller); `ts`
+    /// must not be older than the newest row.
     pub fn push(&mut self, ts: u64, cells: &[Cell]) {
         debug_assert_eq!(cells.len() + 1, self.columns.len());
-        let full = self.len == self.cap;
-        let slot = if full { self.head } else { self.len };
-        if full {
-            for d in &self.data {
-                if let ColData::Str(v) = d {
-                    let old = v[slot];
-                    self.strings.release(old);
-                }
-            }
-            self.head = if self.head + 1 == self.cap { 0 } else { self.head + 1 };
-            self.dropped += 1;
-        } else {
-            self.len += 1;
+        let need = self.row_bytes(cells);
+        while self.len > 0 && (self.len == self.cap || self.bytes() + need > self.byte_cap) {
+            self.evict_oldest();
         }
+        // Slots fill in order from 0 and are reused once the ring has wrapped, so the next
+        // slot is either one already allocated or the next one to allocate.
+        let slot = self.phys(self.len);
+        self.len += 1;
         let cap = self.cap;
         for (i, d) in self.data.iter_mut().enumerate() {
             let cell = if i == 0 { Cell::Ts(ts) } else { cells[i - 1] };
             macro_rules! put {
                 ($v:expr, $x:expr) => {
-                    if full {
+                    if slot < $v.len() {
                         $v[slot] = $x;
                     } else {
                         reserve($v, cap);
@@ -272,13 +326,16 @@ impl Table {
                 (ColData::Bool(v), Cell::Bool(x)) => put!(v, x),
                 (ColData::Ts(v), Cell::Ts(x)) => put!(v, x),
                 (ColData::Ts(v), Cell::Int(x)) => put!(v, x.max(0) as u64),
-                (d, c) => unreachable!("cell {c:?} does not fit column type {}", match d {
-                    ColData::Int(_) => "integer",
-                    ColData::Real(_) => "real",
-                    ColData::Str(_) => "varchar",
-                    ColData::Bool(_) => "boolean",
-                    ColData::Ts(_) => "timestamp",
-                }),
+                (d, c) => unreachable!(
+                    "cell {c:?} does not fit column type {}",
+                    match d {
+                        ColData::Int(_) => "integer",
+                        ColData::Real(_) => "real",
+                        ColData::Str(_) => "varchar",
+                        ColData::Bool(_) => "boolean",
+                        ColData::Ts(_) => "timestamp",
+                    }
+                ),
             }
         }
         self.inserted += 1;
@@ -394,7 +451,7 @@ mod tests {
     use super::*;
 
     fn t(cap: usize) -> Table {
-        Table::new("T", vec![Column { name: "s".into(), ty: ColType::Varchar }], false, cap)
+        Table::new("T", vec![Column { name: "s".into(), ty: ColType::Varchar }], false, Ring::rows(cap))
     }
 
     #[test]
@@ -411,6 +468,32 @@ mod tests {
         assert_eq!(tb.strings.distinct(), 3);
         assert_eq!(tb.strings.lookup("s0"), None);
         assert!(tb.data_bytes() <= 3 * 12);
+    }
+
+    #[test]
+    fn ring_keeps_to_its_byte_budget() {
+        // Each row: 8 bytes of tstamp, 4 of string id, and its own 100-byte string.
+        let per_row = 8 + 4 + 100 + STRING_OVERHEAD;
+        let mut tb = Table::new(
+            "T",
+            vec![Column { name: "s".into(), ty: ColType::Varchar }],
+            false,
+            Ring { rows: 100, bytes: 10 * per_row },
+        );
+        for i in 0..25u64 {
+            tb.push(i, &[Cell::Str(&format!("{i:0100}"))]);
+            assert!(tb.bytes() <= 10 * per_row);
+        }
+        assert_eq!((tb.len(), tb.dropped, tb.strings.distinct()), (10, 15, 10));
+        assert_eq!(tb.window(Window::All, 0), 0..10);
+        assert_eq!(tb.ts(tb.phys(0), 0), 15, "the oldest rows made way");
+        // Repeated strings cost their bytes once, so short rows fill the row budget instead.
+        for i in 0..200u64 {
+            tb.push(100 + i, &[Cell::Str("same")]);
+        }
+        assert_eq!(tb.len(), 100);
+        assert_eq!(tb.bytes(), 100 * 12 + 4 + STRING_OVERHEAD);
+        assert_eq!(tb.str(tb.phys(99), 1), "same");
     }
 
     #[test]

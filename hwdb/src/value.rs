@@ -33,6 +33,15 @@ impl ColType {
         })
     }
 
+    /// Bytes a cell of this type takes in a table's column vector (a string: its interned id).
+    pub fn cell_bytes(self) -> usize {
+        match self {
+            ColType::Integer | ColType::Real | ColType::Timestamp => 8,
+            ColType::Varchar => 4,
+            ColType::Boolean => 1,
+        }
+    }
+
     pub fn is_numeric(self) -> bool {
         matches!(self, ColType::Integer | ColType::Real | ColType::Timestamp)
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use hwdb::access::{Caller, FORBIDDEN};
 use hwdb::db::Db;
 use hwdb::exec::{Limits, QueryResult};
+use hwdb::table::Ring;
 use hwdb::value::Value;
 
 const SEC: u64 = 1_000_000_000;
@@ -24,7 +25,7 @@ impl Fixture {
     fn with(path: &str, ring: usize, limits: Limits) -> Fixture {
         let clock = Arc::new(AtomicU64::new(T0));
         let c = clock.clone();
-        let db = Db::open(path, ring, Arc::new(move || c.load(Ordering::SeqCst)), limits).unwrap();
+        let db = Db::open(path, Ring::rows(ring), Arc::new(move || c.load(Ordering::SeqCst)), limits).unwrap();
         Fixture { db, clock }
     }
 
@@ -97,7 +98,10 @@ fn select_forms() {
     assert_eq!(f.rows("select sport from Flows where bytes >= 700"), ["5000", "7000"]);
     assert_eq!(f.rows("select sport from Flows where proto = 17 or dport = 80"), ["5353", "6001"]);
     assert_eq!(f.rows("select sport from Flows where not (proto = 6 and dport = 443)"), ["5353", "6001"]);
-    assert_eq!(f.rows("select sport from Flows where (dport = 80 or dport = 53) and not saddr = '10.2.0.14'"), ["5353"]);
+    assert_eq!(
+        f.rows("select sport from Flows where (dport = 80 or dport = 53) and not saddr = '10.2.0.14'"),
+        ["5353"]
+    );
     assert_eq!(f.rows("select sport from Flows where saddr = 'nobody'"), Vec::<String>::new());
     assert_eq!(f.rows("select sport from Flows where saddr != 'nobody' limit 2"), ["5000", "5353"]);
     assert_eq!(f.rows("select sport from Flows where daddr > '8'"), ["5353", "6001"], "strings order bytewise");
@@ -120,14 +124,25 @@ fn aggregates_and_groups() {
         f.rows("select daddr, sum(bytes) as total from Flows group by daddr order by total desc, daddr limit 2"),
         ["1.1.1.1|2200", "9.9.9.9|200"]
     );
-    assert_eq!(f.rows("select dport, count(*) from Flows group by dport order by count(*) desc, dport"), ["443|3", "53|1", "80|1"]);
-    assert_eq!(f.rows("select proto, dport, count(*) from Flows where proto = 6 group by proto, dport"), ["6|443|3", "6|80|1"]);
-    assert_eq!(f.rows("select count(*), sum(bytes), avg(bytes), min(sport) from Flows where proto = 99"), ["0|NULL|NULL|NULL"]);
+    assert_eq!(
+        f.rows("select dport, count(*) from Flows group by dport order by count(*) desc, dport"),
+        ["443|3", "53|1", "80|1"]
+    );
+    assert_eq!(
+        f.rows("select proto, dport, count(*) from Flows where proto = 6 group by proto, dport"),
+        ["6|443|3", "6|80|1"]
+    );
+    assert_eq!(
+        f.rows("select count(*), sum(bytes), avg(bytes), min(sport) from Flows where proto = 99"),
+        ["0|NULL|NULL|NULL"]
+    );
     assert_eq!(f.rows("select saddr, count(*) from Flows where proto = 99 group by saddr"), Vec::<String>::new());
     assert!(f.err("select saddr, count(*) from Flows").contains("column 'saddr' must appear in group by"));
     assert!(f.err("select sum(saddr) from Flows").contains("sum(saddr) needs a numeric column"));
     assert!(f.err("select * from Flows group by saddr").contains("select * cannot be combined with group by"));
-    assert!(f.err("select saddr from Flows group by saddr order by bytes").contains("must name a column of the select list"));
+    assert!(f
+        .err("select saddr from Flows group by saddr order by bytes")
+        .contains("must name a column of the select list"));
 }
 
 #[test]
@@ -135,7 +150,11 @@ fn window_edges() {
     let f = Fixture::new();
     f.flows(); // batches at T0, T0+1s (2 rows), T0+2s, T0+3s
     f.at(T0 + 3 * SEC);
-    assert_eq!(f.rows("select sport from Flows [range 1 seconds]"), ["6001", "7000"], "a row exactly at now-range is included");
+    assert_eq!(
+        f.rows("select sport from Flows [range 1 seconds]"),
+        ["6001", "7000"],
+        "a row exactly at now-range is included"
+    );
     f.at(T0 + 3 * SEC + 1);
     assert_eq!(f.rows("select sport from Flows [range 1 seconds]"), ["7000"], "one ns later it is out");
     f.at(T0 + 10 * SEC);
@@ -172,9 +191,15 @@ fn ring_budget_and_show_tables() {
     assert_eq!(f.rows("select packets from Links"), ["2", "3", "4"]);
     let show = f.rows("show tables");
     let links = show.iter().find(|r| r.starts_with("Links|")).unwrap();
-    assert_eq!(links, "Links|false|mac varchar, rssi integer, retries integer, packets integer|3|3|5|2|0|108");
+    assert_eq!(
+        links,
+        "Links|false|mac varchar, rssi integer, retries integer, packets integer|3|3|5|2|0|108|351|16777216"
+    );
     assert!(show.iter().any(|r| r.starts_with("AppPriority|true|")));
-    assert_eq!(f.rows("describe Links"), ["tstamp|timestamp", "mac|varchar", "rssi|integer", "retries|integer", "packets|integer"]);
+    assert_eq!(
+        f.rows("describe Links"),
+        ["tstamp|timestamp", "mac|varchar", "rssi|integer", "retries|integer", "packets|integer"]
+    );
     // A batch larger than the ring keeps its newest rows.
     f.ok("insert into Links values ('x',1,1,10),('x',1,1,11),('x',1,1,12),('x',1,1,13)");
     assert_eq!(f.rows("select packets from Links"), ["11", "12", "13"]);
@@ -184,7 +209,10 @@ fn ring_budget_and_show_tables() {
 fn create_insert_types() {
     let f = Fixture::new();
     f.ok("create table Dev (name varchar, up boolean, load real, seen timestamp, n integer)");
-    assert_eq!(f.ok("create table Dev (name varchar, up boolean, load real, seen timestamp, n integer)").message.unwrap(), "table Dev already exists");
+    assert_eq!(
+        f.ok("create table Dev (name varchar, up boolean, load real, seen timestamp, n integer)").message.unwrap(),
+        "table Dev already exists"
+    );
     assert!(f.err("create table dev (name varchar)").contains("already exists with columns"));
     f.ok("insert into Dev values ('tv', true, 1, @10@, -3), ('pc', false, 2.5, 99, 4)");
     assert_eq!(f.rows("select name, up, load, seen, n from dev where up = true"), ["tv|true|1|t-1699999999|-3"]);
@@ -196,7 +224,10 @@ fn create_insert_types() {
     assert_eq!(f.err("select * from Dev where name = 3"), "1:25: cannot compare name (varchar) with integer value");
     assert!(f.err("create table X (tstamp integer)").contains("'tstamp' is implicit"));
     assert!(f.err("create table X (a integer, A real)").contains("duplicate column 'A'"));
-    assert_eq!(f.err("create table X (a blob)"), "1:19: expected column type (integer, real, varchar, boolean, timestamp), found 'blob'");
+    assert_eq!(
+        f.err("create table X (a blob)"),
+        "1:19: expected column type (integer, real, varchar, boolean, timestamp), found 'blob'"
+    );
 }
 
 #[test]
@@ -224,7 +255,10 @@ fn join_maps_flows_to_apps() {
     assert_eq!(star.rows.len(), 1);
     assert!(f.err("select saddr from Flows f, AppTuples a").contains("column 'saddr' is ambiguous"));
     assert!(f.err("select * from Flows, Flows").contains("give one an alias"));
-    assert_eq!(f.rows("select x.sport, y.sport from Flows x, Flows y where x.sport = y.sport and x.dport = 53"), ["5353|5353"]);
+    assert_eq!(
+        f.rows("select x.sport, y.sport from Flows x, Flows y where x.sport = y.sport and x.dport = 53"),
+        ["5353|5353"]
+    );
 }
 
 #[test]
@@ -250,7 +284,10 @@ fn save_and_persistence() {
     let f = Fixture::with(p, 100, Limits::default());
     assert_eq!(f.rows("select app, priority from AppPriority"), ["zoom|high", "steam|default"]);
     assert_eq!(f.rows("select * from Names"), ["t3|aa|tv"], "original timestamps survive");
-    assert_eq!(f.rows("select saddr, sum_bytes from Usage order by saddr"), ["10.2.0.10|1080", "10.2.0.14|700", "10.2.0.18|700"]);
+    assert_eq!(
+        f.rows("select saddr, sum_bytes from Usage order by saddr"),
+        ["10.2.0.10|1080", "10.2.0.14|700", "10.2.0.18|700"]
+    );
     assert_eq!(f.rows("select count(*) from Flows"), ["0"], "ephemeral tables start empty");
     assert!(f.err("select * from Scratch").contains("unknown table"));
     // The persisted copy is trimmed to the ring budget like the ring itself.
@@ -262,17 +299,25 @@ fn save_and_persistence() {
     assert_eq!(f.rows("select count(*), min(mac) from Names where mac != 'aa'"), ["100|m100"]);
     drop(f);
 
-    std::fs::write(&path, b"this is not a database, just some text that is long enough to look like a header...").unwrap();
+    std::fs::write(&path, b"this is not a database, just some text that is long enough to look like a header...")
+        .unwrap();
     let _ = std::fs::remove_file(dir.join("p.sqlite-wal"));
     let _ = std::fs::remove_file(dir.join("p.sqlite-shm"));
-    let err = Db::open(p, 10, Arc::new(|| 0), Limits::default()).err().expect("corrupt file must not open");
-    assert!(err.contains("not a database"), "{err}");
+    let err = Db::open(p, Ring::rows(10), Arc::new(|| 0), Limits::default()).err().expect("corrupt file must not open");
+    assert!(err.to_string().contains("not a database"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn work_is_bounded() {
-    let limits = Limits { max_query_bytes: 4096, max_scan_rows: 50, max_result_rows: 20, max_result_bytes: 1 << 20, max_join_pairs: 100 };
+    let limits = Limits {
+        max_query_bytes: 4096,
+        max_lan_query_bytes: 4096,
+        max_scan_rows: 50,
+        max_result_rows: 20,
+        max_result_bytes: 1 << 20,
+        max_join_pairs: 100,
+    };
     let f = Fixture::with(":memory:", 1000, limits);
     let batch: Vec<String> = (0..40).map(|i| format!("(6,'10.0.0.{i}',{i},'1.1.1.1',443,1,1)")).collect();
     f.ok(&format!("insert into Flows values {}", batch.join(",")));
@@ -283,7 +328,7 @@ fn work_is_bounded() {
     assert!(f.err("select * from Flows [rows 20] a, Flows [rows 20] b").contains("more than 100 row pairs"));
     assert_eq!(f.ok("select * from Flows [rows 20] a, Flows [rows 20] b where a.sport = b.sport").rows.len(), 20);
     let long = format!("select * from Flows where {}", vec!["sport = 1"; 1000].join(" or "));
-    assert!(f.err(&long).contains("more than the limit of 4096"));
+    assert!(f.err(&long).contains("longer than the limit of 4096 bytes"));
 }
 
 #[test]
@@ -300,6 +345,17 @@ fn lan_callers_are_confined() {
         assert!(f.db.execute(q, &lan).unwrap_err().starts_with(FORBIDDEN), "{q}");
     }
     assert_eq!(f.rows("select count(*) from AppTuples"), ["1"]);
+    // Rights are checked before anything costly: a LAN caller's select is refused as such,
+    // however malformed, and its statements are held to a smaller size.
+    let malformed = format!("select * from Flows where {}", "(".repeat(10_000));
+    assert!(f.db.execute(&malformed, &lan).unwrap_err().starts_with(FORBIDDEN));
+    assert!(f.err(&malformed).contains("nested deeper"), "the same from loopback is parsed");
+    let row = "(6,'10.2.0.10',5000,'1.1.1.1',443,'firefox','laptop')";
+    let big = format!("insert into AppTuples values {}", vec![row; 1500].join(","));
+    assert!(big.len() > 64 << 10);
+    let err = f.db.execute(&big, &lan).unwrap_err();
+    assert!(err.contains("longer than the limit of 65536 bytes for LAN clients"), "{err}");
+    assert_eq!(f.ok(&big).message.as_deref(), Some("inserted 1500 rows"));
 }
 
 /// Thousands of random and mutated statements: the parser and executor must answer every
@@ -322,10 +378,63 @@ fn random_input_never_panics() {
         "unsubscribe 4",
     ];
     let alphabet: Vec<&str> = vec![
-        "select", "from", "where", "and", "or", "not", "(", ")", "[", "]", ",", "*", "=", "!=", "<", ">=", "'s'", "\"", "'",
-        "1", "-1", "1.5", "@ff@", "@", "Flows", "AppTuples", "saddr", "count(", "sum(", "group", "by", "order", "limit",
-        "range", "rows", "since", "now", "last", "seconds", "insert", "into", "values", "create", "table", "save", "as",
-        "subscribe", "to", ".", ";", "--", "\n", "é", "\u{0}", "99999999999999999999", "true", "false",
+        "select",
+        "from",
+        "where",
+        "and",
+        "or",
+        "not",
+        "(",
+        ")",
+        "[",
+        "]",
+        ",",
+        "*",
+        "=",
+        "!=",
+        "<",
+        ">=",
+        "'s'",
+        "\"",
+        "'",
+        "1",
+        "-1",
+        "1.5",
+        "@ff@",
+        "@",
+        "Flows",
+        "AppTuples",
+        "saddr",
+        "count(",
+        "sum(",
+        "group",
+        "by",
+        "order",
+        "limit",
+        "range",
+        "rows",
+        "since",
+        "now",
+        "last",
+        "seconds",
+        "insert",
+        "into",
+        "values",
+        "create",
+        "table",
+        "save",
+        "as",
+        "subscribe",
+        "to",
+        ".",
+        ";",
+        "--",
+        "\n",
+        "é",
+        "\u{0}",
+        "99999999999999999999",
+        "true",
+        "false",
     ];
     let mut state: u64 = 0x9e3779b97f4a7c15;
     let mut rnd = |n: usize| {
@@ -362,5 +471,40 @@ fn random_input_never_panics() {
         let _ = f.db.execute(&q, &Caller::Local);
         let _ = f.db.execute(&q, &Caller::Lan("10.2.0.10".parse().unwrap()));
     }
-    assert_eq!(f.rows("select count(*) from Flows where sport = 5000") .len(), 1);
+    assert_eq!(f.rows("select count(*) from Flows where sport = 5000").len(), 1);
+}
+
+/// Issue 10, item 9: AppTuples rows were bounded in count but not in bytes (44 MiB from
+/// 1 KB strings). The ring's default byte budget holds whatever the strings' size.
+#[test]
+fn rings_are_bounded_by_bytes() {
+    let f = Fixture::with(":memory:", 200_000, Limits::default());
+    let big = "x".repeat(1000);
+    for batch in 0..50 {
+        let rows: Vec<String> =
+            (0..1000).map(|i| format!("(6,'10.2.0.10',{i},'1.1.1.1',443,'{batch}-{i}-{big}','h')")).collect();
+        f.ok(&format!("insert into AppTuples values {}", rows.join(",")));
+    }
+    let stats = |table: &str| {
+        let r = f.ok("show tables");
+        let col =
+            |name: &str| r.columns.iter().position(|(n, _)| n == name).unwrap_or_else(|| panic!("no column {name}"));
+        let row = r.rows.iter().find(|row| row[col("table")] == Value::Str(table.into())).unwrap();
+        let int = |name: &str| match row[col(name)] {
+            Value::Int(v) => v,
+            ref v => panic!("{name}: {v:?}"),
+        };
+        (int("rows"), int("bytes"), int("byte_budget"))
+    };
+    let (rows, bytes, budget) = stats("AppTuples");
+    assert!(bytes <= budget && budget <= 16 << 20, "{bytes} bytes held, budget {budget}");
+    assert!(rows > 1000 && rows < 50_000, "{rows} rows");
+    // The newest rows are the ones kept.
+    assert_eq!(f.rows(&format!("select count(*) from AppTuples where app = '49-999-{big}'")), ["1"]);
+    // Small rows still fill the row budget.
+    let small: Vec<String> = (0..1000).map(|i| format!("('aa:{i}', -50, 1, 2)")).collect();
+    for _ in 0..201 {
+        f.ok(&format!("insert into Links values {}", small.join(",")));
+    }
+    assert_eq!(stats("Links").0, 200_000);
 }

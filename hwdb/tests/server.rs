@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hwdb::client::{Client, ClientError, Subscriber};
+use hwdb::conns::LAN;
 use hwdb::proto::{self, Header, Kind};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hwdb");
@@ -183,6 +184,13 @@ fn retransmitted_request_is_not_executed_twice() {
     let (n, _) = sock.recv_from(&mut buf).unwrap();
     let (h, _) = proto::decode(&buf[..n]).unwrap();
     assert_eq!((h.kind, h.seq, h.flags), (Kind::Pong, 9, proto::FLAG_UNKNOWN));
+    // So does a request fragment whose start the server never saw: an error, not silence.
+    sock.send_to(&proto::encode(&Header::new(Kind::Request, conn + 1, 1, 1, 2), b"x"), server.addr).unwrap();
+    let (n, _) = sock.recv_from(&mut buf).unwrap();
+    let (h, p) = proto::decode(&buf[..n]).unwrap();
+    assert_eq!((h.kind, h.conn, h.seq), (Kind::Response, conn + 1, 1));
+    let msg = hwdb::client::parse_reply(p).unwrap().message.unwrap_or_default();
+    assert!(msg.starts_with("the server holds no earlier fragments of this request"), "{msg}");
     // Garbage does not disturb the server.
     sock.send_to(b"\x00\x01garbage", server.addr).unwrap();
     sock.send_to(&[0x48, 0x57, 1, 1, 0, 0], server.addr).unwrap();
@@ -198,7 +206,10 @@ fn subscription_delivers_each_row_once() {
     // Notifications pass a lossy relay too; the subscriber must still see each row once.
     let relay = LossyRelay::new(sub.local_addr().unwrap(), 100, 0x9E3779B97F4A7C15);
     let r = c
-        .query(&format!("subscribe select sport, bytes from Flows where dport = 443 and saddr != '10.2.0.99' to 127.0.0.1 {}", relay.addr.port()))
+        .query(&format!(
+            "subscribe select sport, bytes from Flows where dport = 443 and saddr != '10.2.0.99' to 127.0.0.1 {}",
+            relay.addr.port()
+        ))
         .unwrap();
     let id = r.rows[0][0].as_u64().unwrap();
     let mut expected = Vec::new();
@@ -236,7 +247,9 @@ fn subscription_delivers_each_row_once() {
     c.query(&format!("unsubscribe {id}")).unwrap();
     c.query("insert into Flows values (6,'10.2.0.10',9,'1.1.1.1',443,1,1)").unwrap();
     assert!(sub.recv(Duration::from_millis(500)).unwrap().is_none());
-    assert!(matches!(c.query(&format!("unsubscribe {id}")), Err(ClientError::Server(m)) if m == format!("no subscription {id}")));
+    assert!(
+        matches!(c.query(&format!("unsubscribe {id}")), Err(ClientError::Server(m)) if m == format!("no subscription {id}"))
+    );
 }
 
 #[test]
@@ -253,8 +266,17 @@ fn restart_keeps_persistent_tables() {
     let s = Server::start(&db, &[]);
     let mut c = s.client();
     let prio = c.query("select app, priority from AppPriority").unwrap();
-    assert_eq!(prio.rows, vec![vec![serde_json::json!("zoom"), serde_json::json!("high")], vec![serde_json::json!("steam"), serde_json::json!("default")]]);
-    assert_eq!(c.query("select name from Names where mac = 'aa:bb'").unwrap().rows, vec![vec![serde_json::json!("tv")]]);
+    assert_eq!(
+        prio.rows,
+        vec![
+            vec![serde_json::json!("zoom"), serde_json::json!("high")],
+            vec![serde_json::json!("steam"), serde_json::json!("default")]
+        ]
+    );
+    assert_eq!(
+        c.query("select name from Names where mac = 'aa:bb'").unwrap().rows,
+        vec![vec![serde_json::json!("tv")]]
+    );
     assert_eq!(c.query("select count(*) from Flows").unwrap().rows[0][0], serde_json::json!(0));
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
@@ -302,7 +324,9 @@ fn lan_clients_may_only_report_their_own_flows() {
 #[test]
 fn cli_prints_tables_and_fails_with_the_server_message() {
     let server = Server::start(Path::new(":memory:"), &[]);
-    let run = |q: &str, extra: &[&str]| Command::new(BIN).args(["query", q, "--server", &server.addr.to_string()]).args(extra).output().unwrap();
+    let run = |q: &str, extra: &[&str]| {
+        Command::new(BIN).args(["query", q, "--server", &server.addr.to_string()]).args(extra).output().unwrap()
+    };
     assert!(run("insert into Links values ('aa:bb', -41, 0, 7)", &[]).status.success());
     let out = run("select mac, rssi from Links", &[]);
     assert!(out.status.success());
@@ -313,7 +337,179 @@ fn cli_prints_tables_and_fails_with_the_server_message() {
     let out = run("select * form Links", &[]);
     assert!(!out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "hwdb: 1:10: expected 'from', found 'form'");
-    let out = Command::new(BIN).args(["query", "show tables", "--server", &format!("127.0.0.1:{}", free_port()), "--timeout", "1"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["query", "show tables", "--server", &format!("127.0.0.1:{}", free_port()), "--timeout", "1"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no answer from the server"));
+}
+
+/// Issue 10, item 8: a flat chain of 120,000 comparisons (about 960 KB, under the 1 MiB
+/// statement limit) overflowed a worker's stack and killed the server.
+#[test]
+fn a_huge_flat_where_clause_is_an_error_not_a_crash() {
+    let server = Server::start(Path::new(":memory:"), &["--treat-as-lan", "127.0.0.2"]);
+    let mut local = server.client();
+    local.query("insert into Links values ('aa', -50, 1, 2)").unwrap();
+    for op in [" and ", " or "] {
+        let huge = format!("select count(*) from Links where {}", vec!["1=1"; 120_000].join(op));
+        match local.query(&huge) {
+            Err(ClientError::Server(m)) => assert!(m.contains("more than 1024 comparisons"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // The server is still up, and a long but reasonable chain works.
+        let fine = format!("select count(*) from Links where {}", vec!["1=1"; 1000].join(op));
+        assert_eq!(local.query(&fine).unwrap().rows[0][0], serde_json::json!(1));
+    }
+    // A LAN peer is refused before the server parses anything it may not run.
+    let mut lan = Client::connect_from(server.addr, "127.0.0.2:0".parse().unwrap()).unwrap();
+    lan.opts.rto = Duration::from_millis(20);
+    let huge = format!("select count(*) from Links where {}", vec!["1=1"; 120_000].join(" and "));
+    match lan.query(&huge) {
+        Err(ClientError::Server(m)) => assert!(m.starts_with("forbidden:"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    lan.query("insert into AppTuples values (6,'127.0.0.2',5000,'1.1.1.1',443,'firefox','laptop')").unwrap();
+}
+
+/// The first fragment of a two-fragment AppTuples insert for 127.0.0.2, on connection `conn`.
+fn half_sent_request(conn: u32) -> Vec<u8> {
+    let text = format!(
+        "insert into AppTuples values (6,'127.0.0.2',5000,'1.1.1.1',443,'{}','laptop')",
+        "x".repeat(proto::MAX_PAYLOAD)
+    );
+    proto::encode(&Header::new(Kind::Request, conn, 1, 0, 2), proto::fragment(text.as_bytes(), 0))
+}
+
+/// Issue 10, item 9: 1,099 half-sent requests from one LAN peer filled the connection
+/// table and locked loopback clients out for 30 s.
+#[test]
+fn half_sent_requests_from_a_lan_peer_cannot_lock_out_anyone_else() {
+    let server = Server::start(Path::new(":memory:"), &["--treat-as-lan", "127.0.0.2", "--treat-as-lan", "127.0.0.3"]);
+    let attacker = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let sent = 1100u32;
+    // Every request gets an answer: an ack for the next fragment, or a clear refusal. Sent
+    // in bursts that fit the server's socket buffer, so nothing is lost on the way in.
+    attacker.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let (mut acked, mut refused) = (0u32, Vec::new());
+    let mut buf = [0u8; 2048];
+    let conns: Vec<u32> = (1..=sent).collect();
+    for burst in conns.chunks(50) {
+        for &conn in burst {
+            attacker.send_to(&half_sent_request(conn), server.addr).unwrap();
+        }
+        let answered = acked + refused.len() as u32;
+        while acked + (refused.len() as u32) < answered + burst.len() as u32 {
+            let Ok(n) = attacker.recv(&mut buf) else { break };
+            let (h, p) = proto::decode(&buf[..n]).unwrap();
+            match h.kind {
+                Kind::RequestAck => acked += 1,
+                Kind::Response => refused.push(hwdb::client::parse_reply(p).unwrap().message.unwrap_or_default()),
+                k => panic!("unexpected {k:?}"),
+            }
+        }
+    }
+    // The loopback client is served at once, and so is another LAN peer.
+    let mut local = server.client();
+    local.opts.deadline = Duration::from_secs(2);
+    assert!(local.query("show tables").is_ok(), "a loopback client was locked out");
+    let mut neighbour = Client::connect_from(server.addr, "127.0.0.3:0".parse().unwrap()).unwrap();
+    neighbour.opts.rto = Duration::from_millis(20);
+    neighbour.opts.deadline = Duration::from_secs(2);
+    neighbour.query("insert into AppTuples values (6,'127.0.0.3',5000,'1.1.1.1',443,'firefox','laptop')").unwrap();
+    assert_eq!(acked as usize, LAN.conns_per_owner, "the peer may hold its allowance of half-sent requests");
+    assert_eq!(acked + refused.len() as u32, sent, "some requests were dropped without an answer");
+    assert!(refused.iter().all(|m| m.starts_with("busy:")), "{:?}", refused.first());
+}
+
+/// Issue 10, item 10: a bounded random-mutation pass over the RPC framing, run by `make test`.
+/// Mutations of every test vector and of real requests, sent from a loopback and a LAN peer,
+/// interleaved with a real client whose answers must stay right throughout.
+#[test]
+fn mutated_datagrams_never_break_the_server() {
+    let server = Server::start(Path::new(":memory:"), &["--treat-as-lan", "127.0.0.2"]);
+    let mut client = server.client();
+    client.query("create table Canary (n integer)").unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testvectors");
+    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    seeds.push(half_sent_request(1));
+    for (kind, text) in [
+        (Kind::Request, "select count(*) from Links where rssi < 0 or mac = 'aa'"),
+        (Kind::Request, "insert into AppTuples values (6,'127.0.0.2',5000,'1.1.1.1',443,'firefox','laptop')"),
+        (Kind::ResponseAck, ""),
+        (Kind::Ping, ""),
+    ] {
+        seeds.push(proto::encode(&Header::new(kind, 7, 1, 0, 1), text.as_bytes()));
+    }
+    let peers = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.2:0").unwrap()];
+    for p in &peers {
+        p.set_nonblocking(true).unwrap();
+    }
+    let mut state: u64 = 0x2545F4914F6CDD1D;
+    let mut rnd = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    };
+    let started = Instant::now();
+    let mut canaries = 0;
+    let mut sink = [0u8; 2048];
+    for round in 0..20_000 {
+        let mut d = seeds[rnd(seeds.len())].clone();
+        match rnd(6) {
+            0 => {
+                for _ in 0..1 + rnd(4) {
+                    let i = rnd(d.len());
+                    d[i] ^= 1 << rnd(8);
+                }
+            }
+            // A header field set to a small or extreme value: kind, conn, seq, frag, count, flags.
+            1 => {
+                let (at, width) = [(3, 1), (4, 4), (8, 4), (12, 2), (14, 2), (16, 2)][rnd(6)];
+                let v = [0u64, 1, 2, 7, 255, u64::MAX][rnd(6)].wrapping_add(rnd(3) as u64);
+                d[at..at + width].copy_from_slice(&v.to_be_bytes()[8 - width..]);
+            }
+            2 => d.truncate(rnd(d.len() + 1)),
+            3 => d.extend((0..rnd(64)).map(|_| rnd(256) as u8)),
+            4 => d = (0..rnd(80)).map(|_| rnd(256) as u8).collect(),
+            _ => {}
+        }
+        let peer = &peers[rnd(2)];
+        let _ = peer.send_to(&d, server.addr);
+        while peer.recv(&mut sink).is_ok() {}
+        if round % 250 == 0 {
+            canaries += 1;
+            client.query(&format!("insert into Canary values ({canaries})")).unwrap();
+            let r = client.query("select count(*), sum(n) from Canary").unwrap();
+            assert_eq!(r.rows[0], vec![serde_json::json!(canaries), serde_json::json!(canaries * (canaries + 1) / 2)]);
+        }
+    }
+    let mut server = server;
+    assert!(server.child.try_wait().unwrap().is_none(), "the server died");
+    assert!(client.query("show tables").is_ok());
+    eprintln!("20000 mutated datagrams in {:?}", started.elapsed());
+}
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let mut server = Server::start(Path::new(":memory:"), &[]);
+    server.client().query("insert into Links values ('aa', -50, 1, 2)").unwrap();
+    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "the server did not stop");
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
 }

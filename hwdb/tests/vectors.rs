@@ -18,7 +18,17 @@ struct Vector {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn vec_of(file: &str, description: &str, kind: Kind, conn: u32, seq: u32, frag: u16, count: u16, flags: u16, payload: &[u8]) -> Vector {
+fn vec_of(
+    file: &str,
+    description: &str,
+    kind: Kind,
+    conn: u32,
+    seq: u32,
+    frag: u16,
+    count: u16,
+    flags: u16,
+    payload: &[u8],
+) -> Vector {
     Vector {
         file: file.into(),
         description: description.into(),
@@ -50,42 +60,123 @@ fn build() -> (Vec<Vector>, serde_json::Value) {
     const CONN: u32 = 0x1234abcd;
     let select = b"select * from AppPriority [last]";
     let long_insert = {
-        let rows: Vec<String> =
-            (0..30).map(|i| format!("('admit','aa:bb:cc:dd:ee:{i:02x}','device {i} admitted by the household owner')")).collect();
+        let rows: Vec<String> = (0..30)
+            .map(|i| format!("('admit','aa:bb:cc:dd:ee:{i:02x}','device {i} admitted by the household owner')"))
+            .collect();
         format!("insert into Events values {}", rows.join(","))
     };
     let ok = encode_reply(&Ok(QueryResult {
-        columns: vec![("tstamp".into(), ColType::Timestamp), ("app".into(), ColType::Varchar), ("priority".into(), ColType::Varchar)],
+        columns: vec![
+            ("tstamp".into(), ColType::Timestamp),
+            ("app".into(), ColType::Varchar),
+            ("priority".into(), ColType::Varchar),
+        ],
         rows: vec![vec![Value::Ts(1_700_000_000_123_456_789), Value::Str("zoom".into()), Value::Str("high".into())]],
         message: None,
     }));
     let err = encode_reply(&Err("1:10: expected 'from', found 'form'".into()));
     let big = encode_reply(&Ok(QueryResult {
-        columns: vec![("sport".into(), ColType::Integer), ("saddr".into(), ColType::Varchar), ("ok".into(), ColType::Boolean), ("load".into(), ColType::Real)],
-        rows: (0..60).map(|i| vec![Value::Int(50000 + i), Value::Str(format!("10.2.0.{}", 10 + i * 4).into()), Value::Bool(i % 2 == 0), Value::Real(i as f64 / 4.0)]).collect(),
+        columns: vec![
+            ("sport".into(), ColType::Integer),
+            ("saddr".into(), ColType::Varchar),
+            ("ok".into(), ColType::Boolean),
+            ("load".into(), ColType::Real),
+        ],
+        rows: (0..60)
+            .map(|i| {
+                vec![
+                    Value::Int(50000 + i),
+                    Value::Str(format!("10.2.0.{}", 10 + i * 4).into()),
+                    Value::Bool(i % 2 == 0),
+                    Value::Real(i as f64 / 4.0),
+                ]
+            })
+            .collect(),
         message: None,
     }));
-    let note = encode_notification(7, &[("saddr".into(), ColType::Varchar), ("bytes".into(), ColType::Integer)], &[vec![Value::Str("10.2.0.10".into()), Value::Int(1500)]]);
+    let note = encode_notification(
+        7,
+        &[("saddr".into(), ColType::Varchar), ("bytes".into(), ColType::Integer)],
+        &[vec![Value::Str("10.2.0.10".into()), Value::Int(1500)]],
+    );
 
     let mut v = vec![
         vec_of("request_select.bin", "single-fragment request", Kind::Request, CONN, 1, 0, 1, 0, select),
-        vec_of("request_select_retransmit.bin", "the same request retransmitted (RETRANSMIT flag)", Kind::Request, CONN, 1, 0, 1, proto::FLAG_RETRANSMIT, select),
+        vec_of(
+            "request_select_retransmit.bin",
+            "the same request retransmitted (RETRANSMIT flag)",
+            Kind::Request,
+            CONN,
+            1,
+            0,
+            1,
+            proto::FLAG_RETRANSMIT,
+            select,
+        ),
         vec_of("response_ok.bin", "successful reply to request_select.bin", Kind::Response, CONN, 1, 0, 1, 0, &ok),
-        vec_of("response_ack.bin", "client acknowledges response fragment 0 of 1", Kind::ResponseAck, CONN, 1, 0, 1, 0, b""),
+        vec_of(
+            "response_ack.bin",
+            "client acknowledges response fragment 0 of 1",
+            Kind::ResponseAck,
+            CONN,
+            1,
+            0,
+            1,
+            0,
+            b"",
+        ),
     ];
-    v.extend(fragmented("request_insert", "two-fragment insert request", Kind::Request, CONN, 2, long_insert.as_bytes()));
+    v.extend(fragmented(
+        "request_insert",
+        "two-fragment insert request",
+        Kind::Request,
+        CONN,
+        2,
+        long_insert.as_bytes(),
+    ));
     let n = proto::frag_count(long_insert.len()).unwrap();
     assert_eq!(n, 2);
-    v.push(vec_of("request_ack.bin", "server acknowledges request fragment 0 of 2", Kind::RequestAck, CONN, 2, 0, n, 0, b""));
+    v.push(vec_of(
+        "request_ack.bin",
+        "server acknowledges request fragment 0 of 2",
+        Kind::RequestAck,
+        CONN,
+        2,
+        0,
+        n,
+        0,
+        b"",
+    ));
     v.push(vec_of("response_error.bin", "error reply", Kind::Response, CONN, 3, 0, 1, 0, &err));
     v.extend(fragmented("response_big", "multi-fragment reply", Kind::Response, CONN, 4, &big));
     v.push(vec_of("ping.bin", "keep-alive ping for request 5", Kind::Ping, CONN, 5, 0, 1, 0, b""));
     v.push(vec_of("pong.bin", "server still working on request 5", Kind::Pong, CONN, 5, 0, 1, 0, b""));
-    v.push(vec_of("pong_unknown.bin", "server has no state for request 6 (UNKNOWN flag)", Kind::Pong, CONN, 6, 0, 1, proto::FLAG_UNKNOWN, b""));
-    v.push(vec_of("notify.bin", "subscription 7 delivers one row (conn = subscription id)", Kind::Notify, 7, 1, 0, 1, 0, &note));
+    v.push(vec_of(
+        "pong_unknown.bin",
+        "server has no state for request 6 (UNKNOWN flag)",
+        Kind::Pong,
+        CONN,
+        6,
+        0,
+        1,
+        proto::FLAG_UNKNOWN,
+        b"",
+    ));
+    v.push(vec_of(
+        "notify.bin",
+        "subscription 7 delivers one row (conn = subscription id)",
+        Kind::Notify,
+        7,
+        1,
+        0,
+        1,
+        0,
+        &note,
+    ));
     v.push(vec_of("notify_ack.bin", "subscriber acknowledges notify fragment", Kind::NotifyAck, 7, 1, 0, 1, 0, b""));
 
-    let files = |p: &str| -> Vec<String> { v.iter().filter(|x| x.file.starts_with(p)).map(|x| x.file.clone()).collect() };
+    let files =
+        |p: &str| -> Vec<String> { v.iter().filter(|x| x.file.starts_with(p)).map(|x| x.file.clone()).collect() };
     let reply = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
     let messages = json!([
         {"name": "request_insert", "files": files("request_insert_"), "text": long_insert},

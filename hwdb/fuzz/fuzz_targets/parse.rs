@@ -5,12 +5,14 @@ use std::sync::{Arc, OnceLock};
 use hwdb::access::Caller;
 use hwdb::db::Db;
 use hwdb::exec::Limits;
+use hwdb::table::Ring;
 use libfuzzer_sys::fuzz_target;
 
 fn db() -> &'static Db {
     static DB: OnceLock<Db> = OnceLock::new();
     DB.get_or_init(|| {
-        let db = Db::open(":memory:", 1000, Arc::new(|| 1_700_000_000_000_000_000), Limits::default()).expect("in-memory db");
+        let db = Db::open(":memory:", Ring::rows(1000), Arc::new(|| 1_700_000_000_000_000_000), Limits::default())
+            .expect("in-memory db");
         let _ = db.execute("insert into Flows values (6,'10.2.0.10',5000,'1.1.1.1',443,10,1000)", &Caller::Local);
         db
     })
