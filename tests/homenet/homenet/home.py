@@ -363,11 +363,14 @@ table netdev {NFT_WLAN_TABLE} {{
 
     def _stop_dhclient(self, name: str) -> None:
         # One dhclient per device (two would fight over the interface). Not with `dhclient -x`:
-        # with none running, that starts a DHCP exchange of its own.
+        # with none running, that starts a DHCP exchange of its own. Wait until it is gone: its
+        # exit runs dhclient-script, which would flush the address the next one configures.
         try:
-            os.kill(int((self._state(name) / "dhclient.pid").read_text()), signal.SIGTERM)
+            pid = int((self._state(name) / "dhclient.pid").read_text())
+            os.kill(pid, signal.SIGTERM)
         except (OSError, ValueError):
-            pass
+            return
+        wait_until(f"{name}'s previous dhclient to exit", lambda: not services.pid_alive(pid), 10, 0.05)
 
     def address(self, name: str, with_prefix: bool = False) -> str | None:
         info = json.loads(run("ip", "-json", "-4", "addr", "show", "dev", WLAN, ns=self._ns(name)) or "[]")
