@@ -2,15 +2,15 @@
 import random
 
 import pytest
+from dhcp_frames import client_frame, frame, reply_of
 from scapy.layers.dhcp import BOOTP, DHCP
-from scapy.layers.inet import IP
+from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 
 from homework_controller import dhcp, packets
 from homework_controller.model import Subnet
 from homework_controller.router import SendFrame
-
-from dhcp_frames import client_frame, frame, reply_of
 
 PHONE = "02:00:00:00:00:aa"
 TABLET = "02:00:00:00:00:bb"
@@ -145,18 +145,22 @@ def test_a_device_cannot_ask_for_another_devices_lease(router):
 ])
 def test_malformed_requests_are_dropped_and_counted(router, mangle):
     good = client_frame(PHONE, "discover")
-    eth_ip_udp = 42
-    bad = good[:eth_ip_udp] + mangle(good[eth_ip_udp:])
-    try:
-        f = packets.parse(bad)
-    except packets.MalformedFrame:
-        return  # dropped even earlier, at the frame level
-    f = packets.Frame(f.eth_src, f.eth_dst, f.ethertype, ip_src=f.ip_src, ip_dst=f.ip_dst,
-                      ip_proto=17, sport=68, dport=67, payload=mangle(good[eth_ip_udp:]))
-    assert router.on_dhcp(f) == []
+    # A well-formed frame (scapy sets the IP and UDP lengths) carrying a malformed DHCP message.
+    wire = bytes(Ether(good[:14]) / IP(src="0.0.0.0", dst="255.255.255.255") / UDP(sport=68, dport=67)
+                 / Raw(mangle(good[42:])))
+    assert router.on_dhcp(packets.parse(wire)) == []
     assert router.counters["dhcp_malformed"] == 1
-    # ...and the next good client is served as usual.
+    assert PHONE not in router.devices  # nothing was allocated for it
+    # ...and the next good client is served as usual, as is the same device with a good message.
     assert join(router, TABLET)[1]["message-type"] == 5
+    assert join(router, PHONE)[1]["message-type"] == 5
+
+
+def test_a_frame_whose_lengths_lie_is_refused_before_dhcp_sees_it():
+    good = client_frame(PHONE, "discover")
+    with pytest.raises(packets.MalformedFrame):
+        packets.parse(good[:42] + good[42:100])  # the UDP header promises more than the frame holds
+    assert packets.parse(good).payload == good[42:]
 
 
 def test_random_garbage_never_raises():
