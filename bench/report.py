@@ -52,7 +52,20 @@ def webui_rows(r: dict) -> dict:
          "small for a router's flash"]]}
 
 
-ADAPTERS = {"hwdb.json": hwdb_rows, "webui.json": webui_rows}
+def ui_load_rows(r: dict) -> dict:
+    load = r["load"]
+    rows = []
+    for key, label in (("owner_sign_in", "the owner's sign-in"), ("devices", "`GET /api/devices`")):
+        quiet, loaded = r["quiet"][key], r["loaded"][key]
+        for stat in ("p99_ms", "median_ms"):
+            rows.append([f"{label}, {stat[:-3]}, under load", f"{loaded[stat]} ms", f"{quiet[stat]} ms quiet",
+                         f"{loaded[stat] / quiet[stat]:.2f}x", "< 2x quiet" if stat == "p99_ms" else ""])
+    return {"benchmark": "ui_load", "what": f"{r['setup']}; load: {load['streams_accepted']} live streams open "
+            f"({load['streams_refused']} more refused) and a guest's sign-in flood "
+            f"({sum(load['guest_sign_in_attempts'].values()):,} attempts)", "rows": rows}
+
+
+ADAPTERS = {"hwdb.json": hwdb_rows, "webui.json": webui_rows, "ui_load.json": ui_load_rows}
 
 
 def main():
