@@ -2,7 +2,7 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse]  (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]  (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -11,58 +11,14 @@ p99s over many samples, and comparisons are ratios within one run.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from homenet import REPO, Home
-
-BENCH = REPO / "bench"
-RESULTS = BENCH / "results"
-PY = sys.executable
-
-
-def sh(*cmd, check=True, timeout=300, input=None):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, input=input)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
-def summary(samples_s: list[float]) -> dict:
-    ms = sorted(s * 1000 for s in samples_s)
-    if not ms:
-        return {"n": 0}
-    p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-    return {"n": len(ms), "median_ms": round(statistics.median(ms), 3), "p99_ms": round(p99, 3),
-            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(ms[-1], 3)}
-
-
-def git_rev() -> str:
-    return sh("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).strip() or "unknown"
-
-
-def provenance() -> dict:
-    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "git": git_rev(), "cpus": os.cpu_count()}
-
-
-def stamp(path: Path) -> None:
-    """Add when and at which commit to a result a component's own bench wrote."""
-    path.write_text(json.dumps({**json.loads(path.read_text()), **provenance()}, indent=2) + "\n")
-
-
-def write_result(name: str, result: dict) -> None:
-    result = {"benchmark": name, **provenance(), **result}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["rows"], indent=1))
-
+import hostile
+from common import BENCH, PY, REPO, RESULTS, add_client, homenet_up, in_client, ratio, sh, stamp, summary, write_result
 
 # ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
 
@@ -102,29 +58,6 @@ class PlainBridge:
                 subprocess.run(["kill", "-9", pid], capture_output=True)
             sh("ip", "netns", "delete", ns, check=False)
         sh("ovs-vsctl", "--if-exists", "del-br", self.BRIDGE, check=False)
-
-
-# ---- the emulated home ----------------------------------------------------------------------------
-
-def homenet_up() -> Home:
-    home = Home()
-    home.down()
-    home.up()
-    return home
-
-
-def add_client(home: Home, name: str, permit: bool = False) -> str:
-    """A device joins (and, permitted, renews into its hour-long lease); returns its address."""
-    home.add(name)
-    address = home.dhcp(name)
-    if permit:
-        home.permit(name)
-        address = home.dhcp(name)
-    return address.split("/")[0]
-
-
-def in_client(home: Home, name: str, *cmd, timeout=300) -> str:
-    return home.exec(name, *cmd, timeout=timeout).stdout
 
 
 # ---- benchmarks -----------------------------------------------------------------------------------
@@ -285,6 +218,11 @@ def webui(_args) -> None:
         home.down()
 
 
+def hostile_dns(args) -> None:
+    """Hostile DNS from one device; another device's lookups and DHCP, quiet and under attack."""
+    write_result("hostile", hostile.measure_home(args.seconds))
+
+
 def hwdb_abuse(_args) -> None:
     """A loopback client's queries while LAN peers hold the most half-sent requests they may."""
     out = RESULTS / "hwdb_abuse.json"
@@ -299,10 +237,6 @@ def ui_load(_args) -> None:
     stamp(out)
 
 
-def ratio(a, b):
-    return f"{a / b:.2f}x" if a and b else "n/a"
-
-
 BENCHMARKS = {
     "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices),
     "first_packet": lambda a: first_packet(a.connections),
@@ -311,6 +245,7 @@ BENCHMARKS = {
     "webui": webui,
     "ui_load": ui_load,
     "hwdb_abuse": hwdb_abuse,
+    "hostile": hostile_dns,
 }
 
 
@@ -323,6 +258,7 @@ def main():
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--connections", type=int, default=300)
     p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
+    p.add_argument("--seconds", type=float, default=10.0, help="hostile: seconds of lookups per phase")
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:

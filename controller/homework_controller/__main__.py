@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import sys
 
+from . import dnsgate
 from .config import CONFIG
 
 
@@ -31,12 +32,19 @@ def parse_args(argv):
                    help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio")
     p.add_argument("--hostapd-ctrl", default=CONFIG.hostapd_ctrl,
                    help="hostapd control socket, e.g. /run/hostapd/wlan0: blacklisted devices go on its deny list")
+    p.add_argument("--rebind-allow", action="append", default=[], metavar="DOMAIN",
+                   help="names under DOMAIN may answer with private addresses (a household's own local "
+                        "names); any other name that does is refused (rebind protection); repeatable")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
         ipaddress.IPv4Address(args.upstream_dns)
     except ValueError:
         p.error(f"--upstream-dns must be an IPv4 address, not {args.upstream_dns!r}")
+    try:
+        args.rebind_allow = tuple(dnsgate.normalize_domain(d) for d in args.rebind_allow)
+    except dnsgate.BadDomain as exc:
+        p.error(f"--rebind-allow: {exc}")
     if args.stats_interval < 0.5:
         p.error("--stats-interval below 0.5 s would keep the switch busy answering")
     for port in (args.api_port, args.of_port, args.dns_port):
@@ -58,6 +66,7 @@ def main(argv=None):
     CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
     CONFIG.hostapd_ctrl = args.hostapd_ctrl
+    CONFIG.rebind_allow = args.rebind_allow
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

@@ -28,6 +28,7 @@ class Config:
     max_pending: int = 256           # devices waiting for a decision; beyond, the silent longest makes way
     hostapd_ctrl: str = ""           # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
     stations: str = ""               # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
+    rebind_allow: tuple[str, ...] = ()  # domains whose names may answer with private addresses (rebind protection)
 
 
 CONFIG = Config()

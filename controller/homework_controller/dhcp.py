@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import dpkt
 
-from .model import Device, ROUTER_FALLBACK_IP, State, Subnet
+from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
 DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
 MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK",

@@ -2,32 +2,58 @@
 
 The router's stack redirects every DNS packet arriving from the LAN (whatever address
 the device sent it to) to this server, so a device that ignores the DHCP-given resolver
-is still answered here. What to do with each query is the router core's decision
-(`verdict(client_ip, query)`); this module only moves bytes: it answers, relays to the
-upstream resolver, and reports relayed answers (`learn(qname, answer)`) so the core can
-block the addresses of denied names.
+is still answered here. The server listens on the LAN interface only. What to do with
+each query is the router core's decision (`verdict(client_ip, query)`, a cheap call under
+the controller's lock); everything that touches untrusted bytes happens here, outside that
+lock: the size and header checks and the parse (`dnsgate.parse_query`), building the
+answer, relaying it upstream, and reading the upstream answer (`dnsgate.inspect_answer`:
+rebind protection, and the addresses it teaches, reported with `learn(learnt)`).
+
+Nothing one message does may stop the service: every failure costs that query only (it is
+counted, logged at most every few seconds, and answered FORMERR where a reply can be
+built), and a supervisor restarts a service thread that dies anyway (`health()`).
 """
 from __future__ import annotations
 
 import logging
 import socket
-import socketserver
 import struct
 import subprocess
 import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import dnslib
+
+from . import dnsgate
 
 LOG = logging.getLogger(__name__)
 
 UPSTREAM_TIMEOUT_S = 3.0
 MAX_MESSAGE = 65535
-MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT = 64              # relays waiting for upstream at once...
+MAX_IN_FLIGHT_PER_CLIENT = 16   # ...of which one device may hold this many
+MAX_TCP_CLIENTS = 20            # connections at once (dnsmasq's limit)...
+MAX_TCP_PER_CLIENT = 4          # ...of which one device may hold this many
+DEVICE_QPS, DEVICE_BURST = 100, 200  # queries a second one device may send (UDP and TCP together), and at once
+TCP_MESSAGE_S = 5.0             # a connection must deliver each whole query within this (idle or slow: closed)
+SUPERVISE_S = 0.5               # how often the supervisor looks at the service threads
+POLL_S = 0.5                    # service loops wake this often to notice close()
+ERROR_LOG_EVERY_S = 10.0
+RCODE_SERVFAIL = 2
 NFT_TABLE = "homework_dns"
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)  # Linux's value; Python defines the name from 3.12
 PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst (source to use), addr (header dst)
+LENGTH = struct.Struct("!H")
 
 
 def redirect_lan_dns(lan_iface: str, port: int) -> None:
-    """Send every DNS packet from the LAN to this server (nftables, replaced atomically)."""
+    """Send every DNS packet from the LAN to this server (nftables, replaced atomically).
+
+    `redirect` rewrites the destination to the primary address of the interface the packet
+    came in on, so the server, bound to that interface, sees every redirected query.
+    """
     ruleset = f"""
 table ip {NFT_TABLE}
 flush table ip {NFT_TABLE}
@@ -44,9 +70,14 @@ table ip {NFT_TABLE} {{
         raise RuntimeError(f"could not redirect LAN DNS to port {port}: {proc.stderr.strip()}")
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """n bytes, all before deadline (a monotonic time): a slow sender is as bad as a silent one."""
     data = b""
     while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("too slow")
+        sock.settimeout(left)
         chunk = sock.recv(n - len(data))
         if not chunk:
             raise ConnectionError("peer closed")
@@ -54,107 +85,335 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-class DnsServer:
-    def __init__(self, port: int, upstream: str, verdict, learn):
-        self.upstream = upstream
-        self.verdict, self.learn = verdict, learn
-        self.slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.overloaded = 0
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # The redirect rewrote each query's destination to one address of the LAN interface;
-        # the answer must leave from that same address or conntrack cannot undo the rewrite.
-        self.udp.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
-        self.udp.bind(("0.0.0.0", port))
-        server = self
+def _error_reply(wire: bytes, rcode: int) -> bytes | None:
+    """The header of the query with QR set and rcode (SERVFAIL when upstream gave nothing usable)."""
+    formerr = dnsgate.format_error(wire)
+    return None if formerr is None else formerr[:3] + bytes([formerr[3] & 0xF0 | rcode]) + formerr[4:]
 
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self):
-                server._serve_tcp(self.request, self.client_address[0])
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.tcp = socketserver.ThreadingTCPServer(("0.0.0.0", port), Handler)
-        self.tcp.daemon_threads = True
+class _Service:
+    """One supervised service: a socket and the thread serving it, recreated together if the thread dies."""
+
+    def __init__(self, name: str, open_socket: Callable[[], socket.socket], serve: Callable[[socket.socket], None]):
+        self.name, self.open_socket, self.serve = name, open_socket, serve
+        self.sock: socket.socket | None = None
+        self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._serve_udp, name="dns-udp", daemon=True).start()
-        threading.Thread(target=self.tcp.serve_forever, name="dns-tcp", daemon=True).start()
+        if self.sock is not None:
+            self.sock.close()
+        self.sock = self.open_socket()
+        self.thread = threading.Thread(target=self._run, args=(self.sock,), name=f"dns-{self.name}", daemon=True)
+        self.thread.start()
 
-    # -- UDP: one thread reads; relays run on their own threads, bounded
+    def _run(self, sock):
+        try:
+            self.serve(sock)
+        except BaseException:  # the thread ends here either way; say why
+            LOG.exception("resolver %s thread died; the supervisor restarts it", self.name)
 
-    def _serve_udp(self):
-        while True:
-            query, ancillary, _, client = self.udp.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO.size))
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+class DnsServer:
+    """The resolver's sockets. `listen` is (address, port); `interface` (the LAN's) confines it
+    to packets that arrived there (SO_BINDTODEVICE), whatever address they were sent to."""
+
+    def __init__(self, listen: tuple[str, int], upstream: tuple[str, int], verdict, learn, *,
+                 interface: str | None = None, rebind_allowed: tuple[str, ...] = ()):
+        self.listen, self.upstream, self.interface = listen, upstream, interface
+        self.verdict, self.learn = verdict, learn
+        self.rebind_allowed = rebind_allowed
+        self.counters = Counter({name: 0 for name in (
+            "dns_errors", "dns_overload_dropped", "dns_tcp_refused", "dns_tcp_closed_slow",
+            "dns_rebind_blocked", "dns_upstream_failed", "dns_upstream_unreadable", "dns_rate_limited")})
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._guard = threading.Lock()  # this server's own bookkeeping, never the controller's lock
+        self._relays: Counter[str] = Counter()
+        self._tcp_clients: Counter[str] = Counter()
+        self._allowance: dict[str, tuple[float, float]] = {}  # client -> (queries it may still send, when)
+        self._last_error_log = 0.0
+        self.services = [_Service("udp", self._open_udp, self._serve_udp),
+                         _Service("tcp", self._open_tcp, self._serve_tcp)]
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        for service in self.services:
+            service.start()
+        threading.Thread(target=self._supervise, name="dns-supervisor", daemon=True).start()
+
+    def close(self) -> None:
+        self._stopping.set()
+        for service in self.services:
+            if service.thread is not None:
+                service.thread.join(POLL_S * 4)
+            if service.sock is not None:
+                service.sock.close()
+
+    def health(self) -> dict:
+        """E.g. {"udp": "running", "tcp": "running", "restarts": 0}."""
+        return dict({s.name: "running" if s.running else "stopped" for s in self.services}, restarts=self.restarts)
+
+    def _supervise(self):
+        while not self._stopping.wait(SUPERVISE_S):
+            for service in self.services:
+                if service.running:
+                    continue
+                try:
+                    service.start()
+                    self.restarts += 1
+                    LOG.warning("resolver %s restarted (%d restarts so far)", service.name, self.restarts)
+                except Exception as exc:  # the supervisor itself must not die: try again next round
+                    LOG.error("resolver %s could not restart: %s", service.name, exc)
+
+    def _bound(self, kind: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, kind)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.interface:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, self.interface.encode())
+            sock.bind(self.listen)
+            sock.settimeout(POLL_S)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _failed(self, what: str, client_ip: str) -> None:
+        """A query failed in a way no check foresaw: count it, and log now and then (a device can repeat it)."""
+        self.counters["dns_errors"] += 1
+        now = time.monotonic()
+        if now - self._last_error_log >= ERROR_LOG_EVERY_S:
+            self._last_error_log = now
+            LOG.warning("resolver: %s from %s failed (%d so far)", what, client_ip, self.counters["dns_errors"],
+                        exc_info=True)
+
+    def _within_rate(self, client_ip: str) -> bool:
+        """A token bucket per device: a flood of queries (random names, garbage) costs the device
+        its own excess, before any parsing, relaying or locking."""
+        now = time.monotonic()
+        with self._guard:
+            tokens, then = self._allowance.get(client_ip, (DEVICE_BURST, now))
+            tokens = min(DEVICE_BURST, tokens + (now - then) * DEVICE_QPS)
+            if len(self._allowance) > 4096:  # forget devices that have been quiet long enough to be full
+                self._allowance = {c: (t, w) for c, (t, w) in self._allowance.items()
+                                   if t + (now - w) * DEVICE_QPS < DEVICE_BURST}
+            if tokens < 1:
+                self._allowance[client_ip] = (tokens, now)
+                self.counters["dns_rate_limited"] += 1
+                return False
+            self._allowance[client_ip] = (tokens - 1, now)
+            return True
+
+    def _decide(self, client_ip: str, wire: bytes, over_tcp: bool):
+        """Parse (here, outside the controller's lock), then ask the core. (verdict, query or None)."""
+        try:
+            query = dnsgate.parse_query(wire, over_tcp)
+        except dnsgate.MalformedQuery as exc:
+            LOG.debug("malformed query from %s: %s", client_ip, exc)
+            query = None
+        return self.verdict(client_ip, query), query
+
+    def _answer(self, verdict, query: dnsgate.Query | None, wire: bytes) -> bytes | None:
+        """The reply the server gives itself, without asking upstream (None: no reply)."""
+        if verdict.action == "malformed":
+            return dnsgate.format_error(wire)
+        if verdict.action == "block":
+            assert query is not None, "only a parsed query can be blocked"
+            return dnsgate.refusal(query)
+        return None
+
+    def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes) -> bytes | None:
+        """What the device gets for an upstream answer: it as is, a refusal if it rebinds, SERVFAIL if unusable."""
+        if answer is None:
+            self.counters["dns_upstream_failed"] += 1
+            return _error_reply(wire, RCODE_SERVFAIL)
+        inspected = dnsgate.inspect_answer(answer, query.qname, self.rebind_allowed)
+        if not inspected.readable:
+            self.counters["dns_upstream_unreadable"] += 1
+            return _error_reply(wire, RCODE_SERVFAIL)
+        if inspected.rebinds:
+            self.counters["dns_rebind_blocked"] += 1
+            LOG.info("rebind protection: %s answered with a private address; refused", query.qname)
+            return dnsgate.refusal(query, "private address for a public name (rebind protection)",
+                                   dnsgate.EDE_FILTERED)
+        if inspected.learnt:
+            self.learn(inspected.learnt)
+        return answer
+
+    # -- UDP: one thread reads and answers; relays run on their own threads, bounded
+
+    def _open_udp(self) -> socket.socket:
+        sock = self._bound(socket.SOCK_DGRAM)
+        # The redirect rewrote each query's destination to one address of the LAN interface;
+        # the answer must leave from that same address or conntrack cannot undo the rewrite.
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        # Room for bursts (a household's devices all waking up): the rate limit, not the kernel, drops a flood.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        return sock
+
+    def _serve_udp(self, sock: socket.socket):
+        while not self._stopping.is_set():
+            try:
+                wire, ancillary, _, client = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO.size))
+            except TimeoutError:
+                continue
             local = next((data[:PKTINFO.size] for level, kind, data in ancillary
                           if level == socket.IPPROTO_IP and kind == IP_PKTINFO), None)
             if local is None:
                 continue
             reply_from = PKTINFO.pack(0, PKTINFO.unpack(local)[2], b"\0\0\0\0")
-            decision = self.verdict(client[0], query)
-            if decision.action == "answer":
-                self._send_udp(decision.reply, client, reply_from)
-            elif decision.action == "forward":
-                if self.slots.acquire(blocking=False):
-                    threading.Thread(target=self._relay_udp, daemon=True,
-                                     args=(query, decision.qname, client, reply_from)).start()
+            if not self._within_rate(client[0]):
+                continue
+            verdict = None
+            try:
+                verdict, query = self._decide(client[0], wire, over_tcp=False)
+                if verdict.action == "allow":
+                    self._relay_udp_later(sock, wire, query, client, reply_from)
                 else:
-                    self.overloaded += 1
+                    self._send_udp(sock, self._answer(verdict, query, wire), client, reply_from)
+            except Exception:  # whatever one query does costs that query only
+                self._failed("a query over UDP", client[0])
+                if verdict is not None and verdict.action != "drop":
+                    self._send_udp(sock, dnsgate.format_error(wire), client, reply_from)
 
-    def _send_udp(self, data: bytes, client, reply_from: bytes):
+    @staticmethod
+    def _send_udp(sock, data: bytes | None, client, reply_from: bytes):
+        if data is None:
+            return
         try:
-            self.udp.sendmsg([data], [(socket.IPPROTO_IP, IP_PKTINFO, reply_from)], 0, client)
+            sock.sendmsg([data], [(socket.IPPROTO_IP, IP_PKTINFO, reply_from)], 0, client)
         except OSError as exc:
             LOG.debug("answer to %s lost: %s", client[0], exc)
 
-    def _relay_udp(self, query: bytes, qname: str, client, reply_from: bytes):
+    def _relay_udp_later(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
+        with self._guard:
+            if sum(self._relays.values()) >= MAX_IN_FLIGHT or self._relays[client[0]] >= MAX_IN_FLIGHT_PER_CLIENT:
+                self.counters["dns_overload_dropped"] += 1
+                return
+            self._relays[client[0]] += 1
         try:
-            answer = self.ask_upstream_udp(query)
-            if answer is not None:
-                self._send_udp(answer, client, reply_from)
-                self.learn(qname, answer)
-        finally:
-            self.slots.release()
+            threading.Thread(target=self._relay_udp, args=(sock, wire, query, client, reply_from),
+                             daemon=True).start()
+        except RuntimeError:  # no thread to be had: the slot goes back, the query fails
+            self._relay_done(client[0])
+            raise
 
-    def ask_upstream_udp(self, query: bytes) -> bytes | None:
+    def _relay_udp(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
+        try:
+            self._send_udp(sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire), client, reply_from)
+        except Exception:
+            self._failed("relaying a query", client[0])
+            self._send_udp(sock, _error_reply(wire, RCODE_SERVFAIL), client, reply_from)
+        finally:
+            self._relay_done(client[0])
+
+    def _relay_done(self, client_ip: str) -> None:
+        with self._guard:
+            self._relays[client_ip] -= 1
+            if not self._relays[client_ip]:
+                del self._relays[client_ip]
+
+    def ask_upstream_udp(self, wire: bytes) -> bytes | None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(UPSTREAM_TIMEOUT_S)
+            deadline = time.monotonic() + UPSTREAM_TIMEOUT_S
             try:
-                sock.connect((self.upstream, 53))
-                sock.send(query)
-                while True:
+                sock.connect(self.upstream)
+                sock.send(wire)
+                while (left := deadline - time.monotonic()) > 0:
+                    sock.settimeout(left)
                     answer = sock.recv(MAX_MESSAGE)
-                    if answer[:2] == query[:2]:  # the answer to this query, not a stray one
+                    if answer[:2] == wire[:2]:  # the answer to this query, not a stray one
                         return answer
             except OSError as exc:
-                LOG.info("upstream resolver %s: %s", self.upstream, exc)
-                return None
+                LOG.info("upstream resolver %s: %s", self.upstream[0], exc)
+            return None
 
-    # -- TCP: length-prefixed messages, relayed over TCP (answers too big for UDP)
+    def resolve(self, domain: str) -> dnsgate.Answer:
+        """The router's own lookup (a name just blocked): what upstream says, read like any answer."""
+        query = dnslib.DNSRecord.question(domain, "A").pack()
+        answer = self.ask_upstream_udp(query)
+        return dnsgate.Answer() if answer is None else dnsgate.inspect_answer(answer, domain, self.rebind_allowed)
 
-    def _serve_tcp(self, conn: socket.socket, client_ip: str):
-        conn.settimeout(10)
+    # -- TCP: length-prefixed messages, relayed over TCP (answers too big for UDP); connections capped
+
+    def _open_tcp(self) -> socket.socket:
+        sock = self._bound(socket.SOCK_STREAM)
+        sock.listen(MAX_TCP_CLIENTS)
+        return sock
+
+    def _serve_tcp(self, listener: socket.socket):
+        while not self._stopping.is_set():
+            try:
+                conn, (client_ip, _) = listener.accept()
+            except TimeoutError:
+                continue
+            with self._guard:
+                admitted = (sum(self._tcp_clients.values()) < MAX_TCP_CLIENTS
+                            and self._tcp_clients[client_ip] < MAX_TCP_PER_CLIENT)
+                if admitted:
+                    self._tcp_clients[client_ip] += 1
+                else:
+                    self.counters["dns_tcp_refused"] += 1
+            if not admitted:
+                conn.close()
+                continue
+            threading.Thread(target=self._serve_tcp_client, args=(conn, client_ip), daemon=True).start()
+
+    def _serve_tcp_client(self, conn: socket.socket, client_ip: str):
         try:
-            while True:
-                (length,) = struct.unpack("!H", _recv_exact(conn, 2))
-                query = _recv_exact(conn, length)
-                decision = self.verdict(client_ip, query)
-                if decision.action == "drop":
-                    return
-                answer = decision.reply if decision.action == "answer" else self._ask_upstream_tcp(query)
-                if answer is None:
-                    return
-                conn.sendall(struct.pack("!H", len(answer)) + answer)
-                if decision.action == "forward":
-                    self.learn(decision.qname, answer)
-        except (OSError, ConnectionError, struct.error):
-            return
+            with conn:
+                while self._serve_tcp_query(conn, client_ip):
+                    pass
+        except TimeoutError:
+            self.counters["dns_tcp_closed_slow"] += 1
+        except (OSError, ConnectionError):
+            pass
+        except Exception:
+            self._failed("a query over TCP", client_ip)
+        finally:
+            with self._guard:
+                self._tcp_clients[client_ip] -= 1
+                if not self._tcp_clients[client_ip]:
+                    del self._tcp_clients[client_ip]
 
-    def _ask_upstream_tcp(self, query: bytes) -> bytes | None:
+    def _serve_tcp_query(self, conn: socket.socket, client_ip: str) -> bool:
+        """Read, decide and answer one query; False when the connection should end."""
+        deadline = time.monotonic() + TCP_MESSAGE_S
         try:
-            with socket.create_connection((self.upstream, 53), timeout=UPSTREAM_TIMEOUT_S) as up:
-                up.sendall(struct.pack("!H", len(query)) + query)
-                (length,) = struct.unpack("!H", _recv_exact(up, 2))
-                return _recv_exact(up, length)
-        except (OSError, ConnectionError, struct.error) as exc:
-            LOG.info("upstream resolver %s over TCP: %s", self.upstream, exc)
+            (length,) = LENGTH.unpack(_recv_exact(conn, LENGTH.size, deadline))
+        except ConnectionError:
+            return False  # the device is done
+        if length > dnsgate.TCP_LIMIT:
+            self.verdict(client_ip, None)  # counted as malformed; not worth reading
+            return False
+        wire = _recv_exact(conn, length, deadline)
+        if not self._within_rate(client_ip):
+            return False
+        verdict, query = self._decide(client_ip, wire, over_tcp=True)
+        if verdict.action == "drop":
+            return False
+        if verdict.action == "allow":
+            reply = self._read_upstream(self._ask_upstream_tcp(wire), query, wire)
+        else:
+            reply = self._answer(verdict, query, wire)
+        if reply is None:
+            return False
+        conn.settimeout(TCP_MESSAGE_S)  # a device that does not read its answers is as slow as one that does not send
+        conn.sendall(LENGTH.pack(len(reply)) + reply)
+        return verdict.action != "malformed"
+
+    def _ask_upstream_tcp(self, wire: bytes) -> bytes | None:
+        deadline = time.monotonic() + UPSTREAM_TIMEOUT_S
+        try:
+            with socket.create_connection(self.upstream, timeout=UPSTREAM_TIMEOUT_S) as up:
+                up.sendall(LENGTH.pack(len(wire)) + wire)
+                (length,) = LENGTH.unpack(_recv_exact(up, LENGTH.size, deadline))
+                return _recv_exact(up, length, deadline)
+        except (OSError, ConnectionError) as exc:
+            LOG.info("upstream resolver %s over TCP: %s", self.upstream[0], exc)
             return None

@@ -5,9 +5,11 @@ them into FlowMods. Three tables keep rule counts additive. Rule priorities are 
 per table (`Admission`, `Accounting`, `Routing`), highest first:
 
 table 0, admission: what may enter at all.
+  TAGGED         wlan: any VLAN-tagged frame                           -> drop (a station sends untagged frames)
   BLACKLISTED    blacklisted device (from it, or to it)                -> drop
-  DEVICE_DHCP    wlan: a known device's DHCP                           -> its own meter, controller
-  CONTROL        wlan: UDP to port 67 (DHCP) / EAPOL wlan <-> router   -> newcomers' meter, controller / hostapd
+  DEVICE_CONTROL wlan: a known device's DHCP / EAPOL                   -> its own meter, controller / hostapd
+  CONTROL        wlan: DHCP / EAPOL from anyone else                   -> newcomers' meter, controller / hostapd
+                 router: EAPOL                                         -> wlan
   DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
   ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
   SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
@@ -23,8 +25,10 @@ table 1, accounting: one counting rule per flow, so OVS counts each flow's packe
 table 2, routing:
   TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out the port it came in
                  from the router, to a permitted device's address      -> wlan (the router's stack set the MACs)
-                 to a device's /30 broadcast                           -> as 255.255.255.255, all devices + router
-  BROADCAST      to 255.255.255.255 or 224.0.0.0/4                     -> all devices + router
+  BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
+                 broadcast                                             -> one unicast copy to each *other* permitted
+                                                                          device, and the router: a pending or
+                                                                          denied device hears none of it
   MISS           anything else                                         -> router (its stack routes and NATs)
 """
 from __future__ import annotations
@@ -39,8 +43,9 @@ TABLE_ROUTING = 2
 
 
 class Admission:
+    TAGGED = 1200
     BLACKLISTED = 1100
-    DEVICE_DHCP = 1001
+    DEVICE_CONTROL = 1001
     CONTROL = 1000
     DEVICE_ARP = 901
     ARP = 900
@@ -69,11 +74,13 @@ LOCAL = "LOCAL"
 CONTROLLER = "CONTROLLER"
 
 ETH_IPV4, ETH_ARP, ETH_EAPOL = 0x0800, 0x0806, 0x888E
+VLAN_PRESENT = 0x1000  # OpenFlow 1.3's OFPVID_PRESENT bit of vlan_vid
+DNS_OVER_TLS_PORT = 853
 PROTO_TCP, PROTO_UDP = 6, 17
-BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 FLOW_IDLE_TIMEOUT_S = 30
 
 BASE_COOKIE = 0x1
+BROADCAST_COOKIE = 0x2
 _DEVICE_COOKIE_BASE = 1 << 48  # above the MAC's 48 bits
 DEVICE_COOKIE_MASK = 0xFFFF_FFFF_FFFF_FFFF
 
@@ -178,27 +185,60 @@ def device_cookie(device: Device) -> int:
 
 def base_rules(wlan_port: int) -> list[FlowRule]:
     to_controller = (Output(CONTROLLER),)
-    newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
-    everyone = (Output(IN_PORT), Output(LOCAL))
+    newcomers_meter = Meter(NEWCOMERS_METER.meter_id)
+    newcomer = (newcomers_meter, Output(CONTROLLER))
     return [
+        # OVS matches an untagged frame's fields whatever tag it carries: refuse tags outright.
+        rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=wlan_port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
         rule(TABLE_ADMISSION, Admission.CONTROL, newcomer, in_port=wlan_port, eth_type=ETH_IPV4,
              ip_proto=PROTO_UDP, udp_dst=67),
-        # EAPOL between devices and the authenticator (hostapd) on the router's side.
-        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(LOCAL),), in_port=wlan_port, eth_type=ETH_EAPOL),
+        # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
+        # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
+        rule(TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port,
+             eth_type=ETH_EAPOL),
         rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
         rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, Admission.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, Admission.MISS, ()),
         rule(TABLE_ACCOUNTING, Accounting.MISS, (GotoTable(TABLE_ROUTING),)),
-        rule(TABLE_ROUTING, Routing.BROADCAST, everyone, eth_type=ETH_IPV4, ipv4_dst="255.255.255.255"),
-        rule(TABLE_ROUTING, Routing.BROADCAST, everyone, eth_type=ETH_IPV4, ipv4_dst=("224.0.0.0", "240.0.0.0")),
         rule(TABLE_ROUTING, Routing.MISS, (Output(LOCAL),)),
     ]
 
 
+ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
+
+
+def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRule]:
+    """Broadcast and multicast among permitted devices, as unicast copies (an access point's
+    multicast-to-unicast): a pending or denied device shares the radio but hears none of it, and
+    no device hears its own frames back. One rule per sender and destination, each naming
+    every other permitted device, so it is rebuilt whenever the permitted set changes."""
+    def copies_to(receivers):
+        out: list = []
+        for d in receivers:
+            out += [SetField("eth_dst", d.mac), Output(IN_PORT)]
+        return tuple(out)
+
+    rules = set()
+    for sender in permitted:
+        assert sender.subnet is not None
+        others = copies_to(d for d in permitted if d.mac != sender.mac)
+        for dst in (ALL_HOSTS, MULTICAST):
+            rules.add(rule(TABLE_ROUTING, Routing.BROADCAST, others + (Output(LOCAL),), BROADCAST_COOKIE,
+                           in_port=wlan_port, eth_src=sender.mac, eth_type=ETH_IPV4, ipv4_dst=dst))
+        # A /30's own broadcast address becomes the all-hosts broadcast (where a device expects it).
+        rules.add(rule(TABLE_ROUTING, Routing.BROADCAST,
+                       (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others, BROADCAST_COOKIE,
+                       in_port=wlan_port, eth_src=sender.mac, eth_type=ETH_IPV4, ipv4_dst=sender.subnet.broadcast))
+    return frozenset(rules)
+
+
 def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True,
-                 blocked: frozenset[str] = frozenset()) -> frozenset[FlowRule]:
+                 dns_gated: bool = False) -> frozenset[FlowRule]:
     """The rules a device should have right now (learnt flows aside); empty if none.
+
+    dns_gated: the household blocks names for it, so its encrypted DNS (DNS over TLS or QUIC, port
+    853), which the router cannot read, is refused: the device falls back to plain DNS.
 
     learning=False is the device over its flow budget: one rule each way instead of a
     rule per flow, and no copies to the controller.
@@ -215,9 +255,12 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return frozenset()
     # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
-    metered = (Meter(device_meter(device).meter_id), Output(CONTROLLER))
-    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_DHCP, metered, cookie, in_port=wlan_port, eth_src=device.mac,
-                   eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),
+    meter = Meter(device_meter(device).meter_id)
+    metered = (meter, Output(CONTROLLER))
+    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, metered, cookie, in_port=wlan_port,
+                   eth_src=device.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),
+              rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
+                   eth_src=device.mac, eth_type=ETH_EAPOL),
               rule(TABLE_ADMISSION, Admission.DEVICE_ARP, metered, cookie, in_port=wlan_port, eth_src=device.mac,
                    eth_type=ETH_ARP)}
     if not (device.forwards and device.lease_active(now)):
@@ -233,16 +276,23 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
              in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
         rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
              ipv4_dst=ip),
-        rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("ipv4_dst", "255.255.255.255"),
-                                                SetField("eth_dst", BROADCAST_MAC), Output(IN_PORT), Output(LOCAL)),
-             cookie, eth_type=ETH_IPV4, ipv4_dst=device.subnet.broadcast),
     }
     count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
     rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
               rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
-    rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip, ipv4_dst=addr)
-              for addr in blocked}
+    if dns_gated:
+        rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
+                       ip_proto=PROTO_TCP, tcp_dst=DNS_OVER_TLS_PORT),
+                  rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
+                       ip_proto=PROTO_UDP, udp_dst=DNS_OVER_TLS_PORT)}
     return frozenset(rules | budget)
+
+
+def dns_block_rule(device: Device, addr: str) -> FlowRule:
+    """The device may not reach an address learnt for a name blocked for it (even by address)."""
+    assert device.subnet is not None
+    return rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), device_cookie(device), eth_type=ETH_IPV4,
+                ipv4_src=device.subnet.device_ip, ipv4_dst=addr)
 
 
 def learnt_flow_rule(device: Device, flow: FiveTuple) -> FlowRule:

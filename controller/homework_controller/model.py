@@ -73,7 +73,7 @@ class Subnet:
     prefixlen = 30
 
     @classmethod
-    def containing(cls, ip: str) -> "Subnet | None":
+    def containing(cls, ip: str) -> Subnet | None:
         try:
             addr = ipaddress.IPv4Address(ip)
         except ValueError:
@@ -98,7 +98,7 @@ class Device:
     last_seen: float = 0.0
     lease_expires: float = 0.0  # epoch seconds; 0 = no active lease
 
-    def with_(self, **changes) -> "Device":
+    def with_(self, **changes) -> Device:
         return replace(self, **changes)
 
     def lease_active(self, now: float) -> bool:

@@ -14,7 +14,6 @@ import threading
 import time
 from wsgiref import simple_server
 
-import dnslib
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
@@ -26,8 +25,19 @@ from . import api, dhcp, dns_server, flows, openflow, packets, stations
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_log import HwdbLog
-from .router import (AddGatewayAddress, AuthenticatorDeny, HomeRouter, InstallMeter, InstallRules, LogRow, RemoveMeter,
-                     RemoveRules, ResolveName, SendFrame, TellHousehold)
+from .router import (
+    AddGatewayAddress,
+    AuthenticatorDeny,
+    HomeRouter,
+    InstallMeter,
+    InstallRules,
+    LogRow,
+    RemoveMeter,
+    RemoveRules,
+    ResolveName,
+    SendFrame,
+    TellHousehold,
+)
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
@@ -45,6 +55,30 @@ class _QuietHandler(simple_server.WSGIRequestHandler):
         LOG.debug("ws.v1 %s " + fmt, self.client_address[0], *args)
 
 
+class TimedLock:
+    """The controller's lock, remembering its longest hold and who held it (ws.v1 `counters`).
+
+    Everything under it delays every device's DHCP, ARP and DNS, so its longest hold is the
+    number that says whether one device can stall the others.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._since = 0.0
+        self.max_hold_s, self.max_hold_by = 0.0, ""
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        held = time.monotonic() - self._since
+        if held > self.max_hold_s:
+            self.max_hold_s, self.max_hold_by = held, threading.current_thread().name
+        self._lock.release()
+
+
 class HomeworkController(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
@@ -54,6 +88,8 @@ class HomeworkController(app_manager.OSKenApp):
             CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget,
             max_pending=CONFIG.max_pending)
         self.hwdb = HwdbLog(CONFIG.hwdb)
+        if self.router.store.recovered:
+            self.hwdb.write("Events", ("device-database", "", self.router.store.recovered))
         self.datapath = None
         self.switch_ready = False
         self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
@@ -61,24 +97,32 @@ class HomeworkController(app_manager.OSKenApp):
         self.ipr = IPRoute()
         self.lan_index = None
         self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # hostapd is told in the order the household decided, by one thread.
+        self.hostapd_jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
-        self.lock = threading.Lock()
+        self.lock = TimedLock()
         self._start_thread(self._serve_packet_ins)
         self._start_thread(self._tick)
         self._start_thread(self._poll_counters)
         self._start_thread(self._add_gateway_addresses)
+        self._start_thread(self._tell_hostapd_in_order)
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
             server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
         self._start_thread(self.api_server.serve_forever)
         LOG.info("ws.v1 API on http://%s:%d/ws.v1/", CONFIG.api_host, CONFIG.api_port)
-        self.dns = dns_server.DnsServer(CONFIG.dns_port, CONFIG.upstream_dns, self._dns_verdict, self._dns_learn)
+        # On the LAN interface only (the redirect delivers there whatever address a device asked):
+        # nothing from the WAN side reaches it.
+        self.dns = dns_server.DnsServer(("0.0.0.0", CONFIG.dns_port), (CONFIG.upstream_dns, 53), self._dns_verdict,
+                                        self._dns_learn, interface=CONFIG.lan_iface,
+                                        rebind_allowed=CONFIG.rebind_allow)
         dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
         self.dns.start()
-        LOG.info("resolver on port %d (LAN DNS redirected here), upstream %s", CONFIG.dns_port, CONFIG.upstream_dns)
+        LOG.info("resolver on %s port %d (LAN DNS redirected here), upstream %s", CONFIG.lan_iface, CONFIG.dns_port,
+                 CONFIG.upstream_dns)
 
     @staticmethod
     def _start_thread(target, *args):
@@ -214,24 +258,28 @@ class HomeworkController(app_manager.OSKenApp):
 
     # ---- DNS (the resolver's threads call in here)
 
-    def _dns_verdict(self, client_ip: str, query: bytes):
+    # The resolver parses queries and answers before calling in: only decisions run under the lock.
+
+    def _dns_verdict(self, client_ip: str, query):
         with self.lock:
             return self.router.dns_query(client_ip, query)
 
-    def _dns_learn(self, qname: str, answer: bytes):
+    def _dns_learn(self, learnt):
         with self.lock:
-            self._apply(self.router.dns_answer(qname, answer))
+            self._apply(self.router.dns_answer(learnt))
 
     def _resolve(self, domain: str):
-        answer = self.dns.ask_upstream_udp(dnslib.DNSRecord.question(domain, "A").pack())
-        if answer is not None:
-            self._dns_learn(domain, answer)
+        self._dns_learn(self.dns.resolve(domain).learnt)
 
     # ---- effects
+
+    _SWITCH_EFFECTS = (InstallRules, RemoveRules, InstallMeter, RemoveMeter, SendFrame)
 
     def _apply(self, effects: list) -> None:
         dp = self.datapath
         for effect in effects:
+            if dp is None and isinstance(effect, self._SWITCH_EFFECTS):
+                continue  # the switch gets the whole rule set from the router's state when it reconnects
             if isinstance(effect, InstallRules):
                 for r in effect.rules:
                     self._send(dp, openflow.flow_mod(r))
@@ -250,7 +298,7 @@ class HomeworkController(app_manager.OSKenApp):
                 self._start_thread(self._resolve, effect.domain)
             elif isinstance(effect, AuthenticatorDeny):
                 if CONFIG.hostapd_ctrl:
-                    self._start_thread(self._tell_hostapd, effect)
+                    self.hostapd_jobs.put(effect)
             elif isinstance(effect, LogRow):
                 self.hwdb.write(effect.table, effect.row)
             elif isinstance(effect, TellHousehold):
@@ -284,14 +332,22 @@ class HomeworkController(app_manager.OSKenApp):
             if exc.code != 17:  # EEXIST: already there from an earlier run
                 LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
 
+    def _tell_hostapd_in_order(self):
+        while True:
+            self._tell_hostapd(self.hostapd_jobs.get())
+
     def _tell_hostapd(self, effect: AuthenticatorDeny):
         ctrl_dir, _, iface = CONFIG.hostapd_ctrl.rpartition("/")
         commands = [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
         if effect.deny:
             commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
         for command in commands:
-            proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *command],
-                                  capture_output=True, text=True, timeout=5)
+            try:
+                proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *command],
+                                      capture_output=True, text=True, timeout=5)
+            except (OSError, subprocess.SubprocessError) as exc:
+                LOG.error("hostapd did not take `%s`: %s", " ".join(command), exc)
+                continue
             if proc.returncode != 0 or "FAIL" in proc.stdout:
                 LOG.error("hostapd did not take `%s`: %s", " ".join(command), (proc.stdout + proc.stderr).strip())
 
@@ -307,27 +363,36 @@ class HomeworkController(app_manager.OSKenApp):
                     except Exception:
                         LOG.exception("lease expiry pass failed")
 
+    DECISIONS = ("permit", "deny", "whitelist", "blacklist", "rename", "permit_dns", "deny_dns")
+
     def call(self, name: str, *args):
-        """Run one ws.v1 method; state changes reach the switch before the answer."""
+        """Run one ws.v1 method; state changes reach the switch, and the disk, before the answer."""
         with self.lock:
-            return self._call(name, *args)
+            result = self._call(name, *args)
+        if name in self.DECISIONS and not self.router.store.flush():
+            LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
+        return result
 
     def _call(self, name: str, *args):
         if name == "health":
             # switch_ready: the switch is connected and holds this controller's rules.
             return {"switch_ready": self.switch_ready, "devices": len(self.router.devices),
+                    "store": {"recovered": self.router.store.recovered, "write_errors": self.router.store.errors},
                     "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written,
-                             "rows_dropped": self.hwdb.dropped}}
+                             "rows_dropped": self.hwdb.dropped},
+                    "resolver": self.dns.health()}
         if name == "counters":
             return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped,
+                        store_write_errors=self.router.store.errors,
                         hwdb_rows_written=self.hwdb.written, hwdb_rows_dropped=self.hwdb.dropped,
-                        dns_overload_dropped=self.dns.overloaded)
+                        lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1), lock_max_hold_by=self.lock.max_hold_by,
+                        **self.dns.counters)
         result = getattr(self.router, name)(*args)
         if name in ("permit_dns", "deny_dns"):
             self._apply(result)
             return self.router.dns_rules_of(args[0])
         if name in ("permit", "deny", "whitelist", "blacklist", "rename"):
-            if self.datapath is not None:
-                self._apply(result)
-            return self.router.status(args[0])
+            self._apply(result)
+            # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
+            return dict(self.router.status(args[0]), applied=self.switch_ready)
         return result

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import idna
 
@@ -69,18 +70,17 @@ class AddGatewayAddress:
 
 @dataclass(frozen=True)
 class ResolveName:
-    """Look a name up upstream and feed the answer to `HomeRouter.dns_answer`."""
+    """Look a name up upstream and feed what it teaches to `HomeRouter.dns_answer`."""
 
     domain: str
 
 
 @dataclass(frozen=True)
 class DnsVerdict:
-    """What to do with one query: "drop" it, "answer" it with `reply`, or "forward" it upstream."""
+    """What the resolver does with one query: "drop" it (not from a device: no answer at all),
+    answer FORMERR ("malformed"), refuse it ("block"), or relay it upstream ("allow")."""
 
     action: str
-    qname: str = ""
-    reply: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,25 @@ class NoFreeSubnet(RuntimeError):
 
 # ---- the core --------------------------------------------------------------
 
+SIGHTINGS_WRITE_INTERVAL_S = 300
+BLOCK_CLEANUP_S = 60  # how late the switch may lift a DNS block whose addresses expired
+NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
+
+
+def _is_decision(before: Device | None, device: Device) -> bool:
+    """Whether a change is worth the disk: the household's decisions, names and reservations, and
+    leases renewed; not when a device was last seen, and nothing of a newcomer still waiting
+    (a storm of forged MACs writes nothing). Leases matter after a restart: the controller
+    installs a permitted device's rules at once if its lease still runs."""
+    if device.state is State.PENDING and not device.name:
+        return False
+    if before is None:
+        return True
+    decided = ("state", "subnet", "name", "hostname", "vendor_class", "first_seen")
+    return (any(getattr(before, f) != getattr(device, f) for f in decided)
+            or abs(device.lease_expires - before.lease_expires) > 60)
+
+
 class HomeRouter:
     def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
                  clock: Callable[[], float] = time.time, flow_budget: int = 200,
@@ -126,18 +145,31 @@ class HomeRouter:
         self.installed: dict[str, frozenset[flows.FlowRule]] = {}
         self.meters: set[int] = set()
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
+        self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
+        self.broadcast: frozenset[flows.FlowRule] = frozenset()
         self.max_pending = max_pending
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
         self.dns_rules: dict[str, dict[str, str]] = store.load_dns_rules()
         self.addresses = dnsgate.AddressBook(clock=clock)
+        # Per device, the addresses blocked for it (address -> live (name, address) pairs that block
+        # it), kept up to date as answers teach and TTLs run out, and which of them the switch holds.
+        self.dns_blocked: dict[str, Counter[str]] = {}
+        self.blocks_on_switch: dict[str, set[str]] = {}
+        self.stale_blocks: set[str] = set()  # devices whose switch holds blocks no longer wanted
+        self.next_block_cleanup = clock() + BLOCK_CLEANUP_S
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.learnt: dict[str, set[flows.FiveTuple]] = {}
+        self.persisted: set[str] = set(self.devices)  # in the store; pending newcomers live in memory
+        self.sighted: set[str] = set()  # persisted devices seen since their record was written
+        self.next_sightings_write = clock() + SIGHTINGS_WRITE_INTERVAL_S
+        self.newcomer_times: deque[float] = deque()
+        self.storm_reported = False
         self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
         self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
         self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
-                         "frames_malformed": 0, "store_errors": 0, "dns_overload_dropped": 0,
+                         "frames_malformed": 0, "store_errors": 0,
                          "dns_refused": 0, "dns_not_a_device": 0, "pending_evicted": 0}
 
     # -- switch lifecycle
@@ -146,6 +178,8 @@ class HomeRouter:
         """The switch (re)connected: it has no rules; give it the whole rule set."""
         self.wlan_port, self.router_mac = wlan_port, router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
+        self.blocks_on_switch, self.stale_blocks = {}, set()
+        self.forwarding, self.broadcast = set(), frozenset()
         effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
             effects += self._reconcile(device)
@@ -175,20 +209,28 @@ class HomeRouter:
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
-        effects += [TellHousehold(kind, req.chaddr, msg) for kind, msg in outcome.events]
-        if outcome.lease_action:
+        for kind, msg in outcome.events:
+            effects += self._newcomer_event(req.chaddr, msg) if kind == "new-device" else \
+                [TellHousehold(kind, req.chaddr, msg)]
+        if outcome.lease_action and outcome.device is not None:
             effects.append(self._lease_row(outcome.device, outcome.lease_action))
         if outcome.reply is not None:
+            wlan_port, router_mac = self._switch()
             reply = outcome.reply
-            effects.append(SendFrame(self.wlan_port, packets.udp_frame(
-                self.router_mac, reply.dst_mac, reply.server_ip, reply.dst_ip, 67, 68,
-                dhcp.encode_reply(reply))))
+            effects.append(SendFrame(wlan_port, packets.udp_frame(
+                router_mac, reply.dst_mac, reply.server_ip, reply.dst_ip, 67, 68, dhcp.encode_reply(reply))))
         return effects
+
+    def _switch(self) -> tuple[int, str]:
+        """The wireless port and the router's MAC: known once the switch has connected, which
+        it has whenever a packet arrives from it."""
+        assert self.wlan_port is not None and self.router_mac is not None, "no switch yet"
+        return self.wlan_port, self.router_mac
 
     def on_arp(self, in_port, frame: packets.Frame) -> list:
         """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
         req = frame.arp
-        if req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
+        if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
             target = self._device_by_ip(req.dst_ip)
@@ -201,14 +243,16 @@ class HomeRouter:
                 or req.src_ip not in (device.subnet.device_ip, dhcp.ZERO_IP)
                 or req.dst_ip != device.subnet.gateway):
             return []
-        return [SendFrame(self.wlan_port, packets.arp_reply(self.router_mac, req.dst_ip,
-                                                             req.src_mac, req.src_ip))]
+        wlan_port, router_mac = self._switch()
+        return [SendFrame(wlan_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
         forwarded: count it here (a connection may end before its rule is in place) and give
         the flow a rule of its own, within the device's budget."""
         outgoing = in_port != flows.LOCAL
+        if frame.ip_src is None or frame.ip_dst is None:
+            return []  # not IPv4: nothing the accounting table copies
         device = self._device_by_ip(frame.ip_src if outgoing else frame.ip_dst)
         if device is None or not device.forwards or device.mac in self.over_budget:
             return []  # copies still in flight after a change: the device's own rule counted them
@@ -314,32 +358,47 @@ class HomeRouter:
 
     # -- DNS gating
 
-    def dns_query(self, client_ip: str, wire: bytes) -> DnsVerdict:
-        """A query that reached the router's resolver from client_ip."""
+    def dns_query(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
+        """A query that reached the router's resolver from client_ip, parsed (None: it was malformed).
+
+        Runs under the controller's lock: a lookup and the device's rules, nothing more.
+        """
         device = self._device_by_ip(client_ip)
         if device is None or not (device.forwards and device.lease_active(self.clock())):
             # Only permitted devices get here through the switch; anyone else (the WAN side,
             # a stale address) gets no answer at all.
             self.counters["dns_not_a_device"] += 1
             return DnsVerdict("drop")
-        try:
-            query, qname = dnsgate.parse_query(wire)
-        except dnsgate.MalformedQuery:
+        if query is None:
             self.counters["dns_malformed"] += 1
-            return DnsVerdict("drop")
-        if dnsgate.decide(self.dns_rules.get(device.mac, {}), qname) == dnsgate.DENY:
+            return DnsVerdict("malformed")
+        if dnsgate.decide(self.dns_rules.get(device.mac, {}), query.qname) == dnsgate.DENY:
             self.counters["dns_refused"] += 1
-            return DnsVerdict("answer", qname, dnsgate.refusal(query))
-        return DnsVerdict("forward", qname)
+            return DnsVerdict("block")
+        return DnsVerdict("allow")
 
-    def dns_answer(self, qname: str, answer: bytes) -> list:
-        """An upstream answer the router relayed (or looked up itself): learn its addresses."""
-        learnt_new = False
-        for names, ip, ttl in dnsgate.learnable(answer, qname):
-            learnt_new |= self.addresses.learn(names, ip, ttl)
-        if not learnt_new:
-            return []
-        return self._reconcile_dns_gated()
+    def dns_answer(self, learnt) -> list:
+        """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
+        `dnsgate.inspect_answer`): block new addresses of blocked names at once.
+
+        Costs time in what the answer taught, times the devices with rules, not in what the
+        router has learnt before.
+        """
+        newly_blocked: dict[str, list[str]] = {}
+        for name, ip, ttl in learnt:
+            blocking = self._blocking(name)
+            new, forgotten = self.addresses.learn(name, ip, ttl, keep=bool(blocking))
+            if new:
+                for mac in blocking:
+                    blocked = self.dns_blocked.setdefault(mac, Counter())
+                    blocked[ip] += 1
+                    if blocked[ip] == 1:
+                        newly_blocked.setdefault(mac, []).append(ip)
+            self._forget_addresses(forgotten)
+        effects: list = []
+        for mac, ips in newly_blocked.items():
+            effects += self._install_blocks(self.devices.get(mac), ips)
+        return effects
 
     def deny_dns(self, mac: str, domain: str) -> list:
         return self._set_dns_rule(mac, domain, dnsgate.DENY)
@@ -359,6 +418,7 @@ class HomeRouter:
         except dnsgate.BadDomain as exc:
             raise ApiError(str(exc)) from None
         rules = self.dns_rules.setdefault(device.mac, {})
+        new: str | None
         if action == dnsgate.ALLOW and rules.get(domain) == dnsgate.DENY:
             new = None  # lifting a block: remove it rather than pile an exception on it
         elif action == dnsgate.ALLOW and dnsgate.decide(rules, domain) == dnsgate.ALLOW:
@@ -369,7 +429,7 @@ class HomeRouter:
             rules.pop(domain, None)
         else:
             rules[domain] = new
-        changes = {domain: new}
+        changes: dict[str, str | None] = {domain: new}
         # Exceptions that no block covers any more are dropped, so lifting a block lifts it all.
         for other, act in list(rules.items()):
             if act == dnsgate.ALLOW and dnsgate.decide({d: a for d, a in rules.items() if d != other},
@@ -377,29 +437,62 @@ class HomeRouter:
                 del rules[other]
                 changes[other] = None
         try:
-            for changed, act in changes.items():
-                self.store.save_dns_rule(device.mac, changed, act)
+            for changed, change in changes.items():
+                self.store.save_dns_rule(device.mac, changed, change)
         except StoreError as exc:
             self.counters["store_errors"] += 1
             LOG.error("%s", exc)
         LOG.info("household: DNS %s %s for %s", action, domain, device.mac)
-        effects = self._reconcile(device)
+        effects = self._recompute_blocks(device)
         if new == dnsgate.DENY:
             effects.append(ResolveName(domain))  # learn its addresses now, not when someone asks
         return effects
 
-    def _blocked_addresses(self, mac: str) -> frozenset[str]:
-        rules = self.dns_rules.get(mac)
-        if not rules or dnsgate.DENY not in rules.values():
-            return frozenset()
-        return frozenset(self.addresses.blocked_for(lambda name: dnsgate.decide(rules, name) == dnsgate.DENY))
+    def _blocking(self, name: str) -> list[str]:
+        """The devices for which name is blocked."""
+        return [mac for mac, rules in self.dns_rules.items() if dnsgate.decide(rules, name) == dnsgate.DENY]
 
-    def _reconcile_dns_gated(self) -> list:
-        effects = []
-        for mac, rules in self.dns_rules.items():
-            if dnsgate.DENY in rules.values() and mac in self.devices:
-                effects += self._reconcile(self.devices[mac])
-        return effects
+    def _forget_addresses(self, entries) -> None:
+        """(name, address) pairs the book forgot (expired, or made room): unblock what they alone blocked.
+
+        The switch keeps the drop rule until the next clean-up (`tick`): lifting a block a
+        minute late costs nothing, reinstalling a device's rules on every expiry would.
+        """
+        for name, ip in entries:
+            for mac in self._blocking(name):
+                blocked = self.dns_blocked.get(mac)
+                if blocked is None or ip not in blocked:
+                    continue
+                blocked[ip] -= 1
+                if not blocked[ip]:
+                    del blocked[ip]
+                    if ip in self.blocks_on_switch.get(mac, ()):
+                        self.stale_blocks.add(mac)
+
+    def _recompute_blocks(self, device: Device) -> list:
+        """The device's rules changed: its blocked set afresh from the book, lifted blocks lifted now.
+
+        Costs time in the pairs learnt under the device's blocked domains, not in the book.
+        """
+        rules = self.dns_rules.get(device.mac, {})
+        blocking = {entry for domain, action in rules.items() if action == dnsgate.DENY
+                    for entry in self.addresses.under(domain) if dnsgate.decide(rules, entry[0]) == dnsgate.DENY}
+        for entry in blocking:
+            self.addresses.keep(entry)
+        blocked = Counter(ip for _, ip in blocking)
+        self.dns_blocked[device.mac] = blocked
+        lifted = bool(self.blocks_on_switch.get(device.mac, set()) - set(blocked))
+        return self._reconcile(device, reinstall=lifted) + self._install_blocks(device, list(blocked))
+
+    def _install_blocks(self, device: Device | None, ips) -> list:
+        """Drop rules from the device to those of ips the switch does not hold yet, if it forwards."""
+        if device is None or device.mac not in self.installed or not (
+                device.forwards and device.lease_active(self.clock())):
+            return []
+        on_switch = self.blocks_on_switch.setdefault(device.mac, set())
+        new = [addr for addr in ips if addr not in on_switch]
+        on_switch.update(new)
+        return [InstallRules(tuple(flows.dns_block_rule(device, addr) for addr in sorted(new)))] if new else []
 
     # -- the household's decisions
 
@@ -444,17 +537,48 @@ class HomeRouter:
 
     # -- the clock
 
+    def _newcomer_event(self, mac: str, message: str) -> list:
+        """The household hears of each new device, but of a storm of them (forged MACs) only once."""
+        now = self.clock()
+        window = self.newcomer_times
+        window.append(now)
+        while window and window[0] < now - NEWCOMER_STORM_WINDOW_S:
+            window.popleft()
+        if len(window) < NEWCOMER_STORM:
+            if len(window) < NEWCOMER_STORM // 2:
+                self.storm_reported = False  # calm again: the next storm is news
+            return [TellHousehold("new-device", mac, message)]
+        if self.storm_reported:
+            return []
+        self.storm_reported = True
+        return [TellHousehold("newcomer-storm", "", f"{len(window)} devices asked to join within "
+                              f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; the ones "
+                              "that keep asking stay on the board, the rest are forgotten")]
+
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
+        if self.sighted and now >= self.next_sightings_write:
+            # When decided devices were last seen: written in one batch every few minutes,
+            # not on every DHCP message (a storm must not wear the flash).
+            for mac in self.sighted:
+                if mac in self.devices:
+                    self._persist(self.devices[mac])
+            self.sighted.clear()
+            self.next_sightings_write = now + SIGHTINGS_WRITE_INTERVAL_S
         effects = [self._lease_row(self.devices[mac], "expired")
                    for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
         for mac in [m for m, until in self.over_budget.items() if until <= now]:
             del self.over_budget[mac]
         for mac in list(self.installed):
             effects += self._reconcile(self.devices[mac])
-        if self.addresses.expire():
-            effects += self._reconcile_dns_gated()
+        self._forget_addresses(self.addresses.expire())
+        if self.stale_blocks and now >= self.next_block_cleanup:
+            for mac in self.stale_blocks:
+                if mac in self.devices:
+                    effects += self._reconcile(self.devices[mac], reinstall=True)
+            self.stale_blocks.clear()
+            self.next_block_cleanup = now + BLOCK_CLEANUP_S
         return effects
 
     # -- queries
@@ -467,10 +591,11 @@ class HomeRouter:
 
     def dhcp_status(self) -> list:
         now = self.clock()
-        return [{"mac": d.mac, "ip": d.subnet.device_ip, "state": d.state.value, "hostname": d.hostname,
-                 "lease_expires": d.lease_expires, "lease_seconds_left": max(0, int(d.lease_expires - now))}
-                for d in sorted(self.devices.values(), key=lambda d: d.subnet.index)
-                if d.lease_active(now)]
+        leased = sorted((d for d in self.devices.values() if d.subnet and d.lease_active(now)),
+                        key=lambda d: d.subnet.index if d.subnet else 0)
+        return [{"mac": d.mac, "ip": d.subnet.device_ip if d.subnet else None, "state": d.state.value,
+                 "hostname": d.hostname, "lease_expires": d.lease_expires,
+                 "lease_seconds_left": max(0, int(d.lease_expires - now))} for d in leased]
 
     def blacklist_status(self) -> list:
         return sorted(d.mac for d in self.devices.values() if d.state is State.BLACKLISTED)
@@ -482,32 +607,42 @@ class HomeRouter:
             self.leased.discard(device.mac)
         else:
             self.leased.add(device.mac)
+        assert device.subnet is not None, "a lease is always of the device's /30"
         return LogRow("Leases", (device.mac, device.subnet.device_ip, device.hostname, action, device.state.value))
 
     def _update(self, device: Device) -> list:
+        before = self.devices.get(device.mac)
         self.devices[device.mac] = device
         if device.subnet:
             self.mac_by_subnet[device.subnet.index] = device.mac
+        if _is_decision(before, device):
+            self._persist(device)
+        elif device.mac in self.persisted and before != device:
+            self.sighted.add(device.mac)  # written with the next batch of sightings
+        return self._reconcile(device)
+
+    def _persist(self, device: Device) -> None:
         try:
             self.store.save(device)
+            self.persisted.add(device.mac)
         except StoreError as exc:
             # Keep serving from memory: a full disk must not take the network down.
             self.counters["store_errors"] += 1
             LOG.error("%s", exc)
-        return self._reconcile(device)
 
-    def _reconcile(self, device: Device) -> list:
-        """Bring the switch's rules for one device in line with its state."""
-        if self.wlan_port is None:
-            return []
+    def _reconcile(self, device: Device, reinstall: bool = False) -> list:
+        """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
+        if self.wlan_port is None or self.router_mac is None:
+            return []  # no switch yet: it gets everything when it connects
         wanted = flows.device_rules(device, self.clock(), self.wlan_port, self.router_mac,
                                     learning=device.mac not in self.over_budget,
-                                    blocked=self._blocked_addresses(device.mac))
+                                    dns_gated=dnsgate.DENY in self.dns_rules.get(device.mac, {}).values())
         have = self.installed.get(device.mac, frozenset())
-        if wanted == have:
+        if wanted == have and not reinstall:
             return []
         effects: list = []
-        if device.forwards and device.lease_active(self.clock()) and device.subnet.index not in self.gateways:
+        if (device.forwards and device.lease_active(self.clock()) and device.subnet
+                and device.subnet.index not in self.gateways):
             # Only a permitted device talks to the router's own stack; a pending one gets DHCP
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
             self.gateways.add(device.subnet.index)
@@ -522,11 +657,30 @@ class HomeRouter:
             # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
             self.learnt.pop(device.mac, None)
+            self.blocks_on_switch.pop(device.mac, None)
         if wanted:
             effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
             self.installed[device.mac] = wanted
+            effects += self._install_blocks(device, list(self.dns_blocked.get(device.mac, ())))
         else:
             self.installed.pop(device.mac, None)
+        forwards = device.forwards and device.lease_active(self.clock())
+        if forwards != (device.mac in self.forwarding):
+            (self.forwarding.add if forwards else self.forwarding.discard)(device.mac)
+            effects += self._reconcile_broadcast()
+        return effects
+
+    def _reconcile_broadcast(self) -> list:
+        """Broadcast reaches exactly the devices that forward: rebuilt when that set changes."""
+        assert self.wlan_port is not None
+        permitted = [self.devices[mac] for mac in sorted(self.forwarding)]
+        wanted = flows.broadcast_rules(permitted, self.wlan_port)
+        if wanted == self.broadcast:
+            return []
+        effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
+        if wanted:
+            effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
+        self.broadcast = wanted
         return effects
 
     def _make_room_for_a_newcomer(self) -> list:
@@ -538,18 +692,25 @@ class HomeRouter:
         pending = [d for d in self.devices.values() if d.state is State.PENDING]
         if len(pending) < self.max_pending:
             return []
-        oldest = min(pending, key=lambda d: d.last_seen)
+        # One the household has named is one it is looking at: it stays.
+        pending = [d for d in pending if not d.name] or pending
+        # A device that only ever sent DISCOVERs (all a forged MAC does) goes before one that took
+        # a lease (a real newcomer renews and waits for the household to look).
+        oldest = min(pending, key=lambda d: (d.lease_expires > 0, d.last_seen))
         LOG.info("pending devices at their cap (%d): forgetting %s, silent since %.0f", self.max_pending,
                  oldest.mac, oldest.last_seen)
         self.counters["pending_evicted"] += 1
         del self.devices[oldest.mac]
-        try:
-            self.store.delete(oldest.mac)
-        except StoreError as exc:
-            self.counters["store_errors"] += 1
-            LOG.error("%s", exc)
+        self.sighted.discard(oldest.mac)
+        if oldest.mac in self.persisted:
+            self.persisted.discard(oldest.mac)
+            try:
+                self.store.delete(oldest.mac)
+            except StoreError as exc:
+                self.counters["store_errors"] += 1
+                LOG.error("%s", exc)
         self.leased.discard(oldest.mac)
-        effects = []
+        effects: list = []
         if oldest.subnet:
             self.used_subnets.discard(oldest.subnet.index)
             self.mac_by_subnet.pop(oldest.subnet.index, None)
@@ -572,7 +733,8 @@ class HomeRouter:
         subnet = Subnet.containing(ip)
         if subnet is None or ip != subnet.device_ip:
             return None
-        return self.devices.get(self.mac_by_subnet.get(subnet.index))
+        mac = self.mac_by_subnet.get(subnet.index)
+        return self.devices.get(mac) if mac else None
 
 
 def _display_domain(domain: str) -> str:

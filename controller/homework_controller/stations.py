@@ -24,7 +24,7 @@ class Station:
 def parse_station_dump(text: str) -> dict[str, Station]:
     stations = {}
     starts = [m.start() for m in _STATION.finditer(text)] + [len(text)]
-    for start, end in zip(starts, starts[1:]):
+    for start, end in zip(starts, starts[1:], strict=False):
         block = text[start:end]
         station = _STATION.match(block)
         assert station is not None  # every block starts where _STATION matched

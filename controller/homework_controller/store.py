@@ -1,16 +1,24 @@
-"""The controller's own SQLite file: device decisions and /30 reservations.
+"""The controller's own SQLite file: device decisions, /30 reservations and DNS rules.
 
-Every change is one transaction (WAL journal), so a crash or power cut leaves
-either the old record or the new one, never half of each. synchronous=NORMAL
-keeps commits off the fsync path (a DHCP storm must not wait on the disk):
-a power cut may roll back the last second of changes, never corrupt them.
-A file that is not a readable database is moved aside, never deleted.
+Writes never run on the caller's thread: `save`, `save_dns_rule` and `delete` queue the
+change and return at once (the router calls them under the controller's lock, where nothing
+slow may run); one writer thread commits whatever has queued up in one transaction. Commits
+are `synchronous=FULL` (fsynced): `flush()` returns once everything queued before it is on
+the disk, and the ws.v1 API answers a decision only after that, so an acknowledged decision
+survives a power cut. A crash leaves either the old record or the new one, never half.
+
+After each commit the writer refreshes a copy (`PATH.backup`, SQLite's backup API). A file
+that is not a readable database is moved aside (never deleted) and the copy restored, so
+a corrupt file does not silently lift the household's blacklist; only if the copy is
+unreadable too does the controller start empty, and says so (`recovered`).
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
+import threading
 import time
 
 from .model import Device, State, Subnet
@@ -42,35 +50,58 @@ class StoreError(RuntimeError):
     pass
 
 
+def _open(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        result = db.execute("PRAGMA quick_check").fetchone()[0]
+        if result != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {result}")
+        db.executescript(SCHEMA)
+    except sqlite3.DatabaseError:
+        db.close()
+        raise
+    return db
+
+
 class DeviceStore:
     def __init__(self, path: str):
-        self.path = path
+        self.path, self.backup_path = path, f"{path}.backup"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        try:
-            self.db = self._open()
-        except sqlite3.DatabaseError as exc:
-            quarantined = f"{path}.corrupt-{int(time.time())}"
-            os.replace(path, quarantined)
-            LOG.error("device database %s is unreadable (%s); kept it as %s and started empty",
-                      path, exc, quarantined)
-            self.quarantined: str | None = quarantined
-            self.db = self._open()
-        else:
-            self.quarantined = None
+        self.quarantined: str | None = None
+        self.recovered = ""  # what happened at start, if the file was unreadable
+        self.db = self._open_or_recover()
+        self.errors = 0
+        self._queue: list[tuple] = []
+        self._queued = self._written = 0
+        self._closing = False
+        self._changed = threading.Condition()
+        self._writer = threading.Thread(target=self._write_batches, name="store-writer", daemon=True)
+        self._writer.start()
 
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+    def _open_or_recover(self) -> sqlite3.Connection:
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            result = db.execute("PRAGMA quick_check").fetchone()[0]
-            if result != "ok":
-                raise sqlite3.DatabaseError(f"integrity check failed: {result}")
-            db.executescript(SCHEMA)
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
-        return db
+            return _open(self.path)
+        except sqlite3.DatabaseError as exc:
+            self.quarantined = f"{self.path}.corrupt-{int(time.time())}"
+            os.replace(self.path, self.quarantined)
+            for suffix in ("-wal", "-shm"):
+                if os.path.exists(self.path + suffix):
+                    os.replace(self.path + suffix, self.quarantined + suffix)
+            try:
+                _open(self.backup_path).close()
+                shutil.copyfile(self.backup_path, self.path)
+                self.recovered = (f"the device database was unreadable ({exc}); kept it as {self.quarantined} "
+                                  "and restored the last copy: the household's decisions stand")
+            except (OSError, sqlite3.DatabaseError) as backup_exc:
+                self.recovered = (f"the device database was unreadable ({exc}) and so was its copy ({backup_exc}); "
+                                  f"kept it as {self.quarantined} and started with no decisions: every device "
+                                  "must be admitted again")
+            LOG.error("%s", self.recovered)
+            return _open(self.path)
+
+    # -- reading (at start, before the writer runs)
 
     def load(self) -> dict[str, Device]:
         devices = {}
@@ -87,45 +118,92 @@ class DeviceStore:
                 LOG.error("skipping unreadable device record %s: %s", mac, exc)
         return devices
 
-    def save(self, device: Device) -> None:
-        try:
-            self.db.execute(
-                "INSERT INTO devices (mac, state, subnet, hostname, vendor_class, name, first_seen, "
-                "last_seen, lease_expires) VALUES (?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(mac) DO UPDATE SET state=excluded.state, subnet=excluded.subnet, "
-                "hostname=excluded.hostname, vendor_class=excluded.vendor_class, name=excluded.name, "
-                "first_seen=excluded.first_seen, last_seen=excluded.last_seen, "
-                "lease_expires=excluded.lease_expires",
-                (device.mac, device.state.value, device.subnet.index if device.subnet else None,
-                 device.hostname, device.vendor_class, device.name, device.first_seen,
-                 device.last_seen, device.lease_expires))
-        except sqlite3.Error as exc:  # e.g. disk full: the caller keeps serving from memory
-            raise StoreError(f"could not save {device.mac}: {exc}") from exc
-
     def load_dns_rules(self) -> dict[str, dict[str, str]]:
         rules: dict[str, dict[str, str]] = {}
         for mac, domain, action in self.db.execute("SELECT mac, domain, action FROM dns_rules"):
             rules.setdefault(mac, {})[domain] = action
         return rules
 
+    # -- writing: queued, committed by the writer thread
+
+    def save(self, device: Device) -> None:
+        self._submit("INSERT INTO devices (mac, state, subnet, hostname, vendor_class, name, first_seen, "
+                     "last_seen, lease_expires) VALUES (?,?,?,?,?,?,?,?,?) "
+                     "ON CONFLICT(mac) DO UPDATE SET state=excluded.state, subnet=excluded.subnet, "
+                     "hostname=excluded.hostname, vendor_class=excluded.vendor_class, name=excluded.name, "
+                     "first_seen=excluded.first_seen, last_seen=excluded.last_seen, "
+                     "lease_expires=excluded.lease_expires",
+                     (device.mac, device.state.value, device.subnet.index if device.subnet else None,
+                      device.hostname, device.vendor_class, device.name, device.first_seen,
+                      device.last_seen, device.lease_expires))
+
     def save_dns_rule(self, mac: str, domain: str, action: str | None) -> None:
         """Set (or, with action None, remove) one device's rule for one domain."""
-        try:
-            if action is None:
-                self.db.execute("DELETE FROM dns_rules WHERE mac = ? AND domain = ?", (mac, domain))
-            else:
-                self.db.execute("INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
-                                "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action",
-                                (mac, domain, action))
-        except sqlite3.Error as exc:
-            raise StoreError(f"could not save the DNS rule {domain} for {mac}: {exc}") from exc
+        if action is None:
+            self._submit("DELETE FROM dns_rules WHERE mac = ? AND domain = ?", (mac, domain))
+        else:
+            self._submit("INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
+                         "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action", (mac, domain, action))
 
     def delete(self, mac: str) -> None:
-        try:
-            self.db.execute("DELETE FROM devices WHERE mac = ?", (mac,))
-            self.db.execute("DELETE FROM dns_rules WHERE mac = ?", (mac,))
-        except sqlite3.Error as exc:
-            raise StoreError(f"could not forget {mac}: {exc}") from exc
+        self._submit("DELETE FROM devices WHERE mac = ?", (mac,))
+        self._submit("DELETE FROM dns_rules WHERE mac = ?", (mac,))
+
+    def _submit(self, sql: str, args: tuple) -> None:
+        with self._changed:
+            if self._closing:
+                raise StoreError("the store is closed")
+            self._queue.append((sql, args))
+            self._queued += 1
+            self._changed.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far is on the disk (or failed, counted in `errors`)."""
+        with self._changed:
+            target = self._queued
+            return self._changed.wait_for(lambda: self._written >= target, timeout)
 
     def close(self) -> None:
+        self.flush()
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._writer.join(timeout=10)
         self.db.close()
+
+    def _write_batches(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._queue or self._closing)
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                for sql, args in batch:
+                    self.db.execute(sql, args)
+                self.db.execute("COMMIT")
+                self._refresh_backup()
+            except (sqlite3.Error, OSError) as exc:
+                # e.g. a full disk: the router keeps serving from memory; the batch is lost, and said so.
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                self.errors += 1
+                LOG.error("could not write %d change(s) to %s: %s", len(batch), self.path, exc)
+            with self._changed:
+                self._written += len(batch)
+                self._changed.notify_all()
+
+    def _refresh_backup(self) -> None:
+        tmp = self.backup_path + ".tmp"
+        copy = sqlite3.connect(tmp)
+        try:
+            self.db.backup(copy)
+        finally:
+            copy.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.backup_path)  # the copy is always whole: the old one or the new one

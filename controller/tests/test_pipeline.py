@@ -5,11 +5,13 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch, ipv4
 from test_router import LAPTOP, PHONE, lease
 
-from homework_controller import flows, packets
+from homework_controller import dnsgate, flows, packets
 from homework_controller.router import AddGatewayAddress
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL
+BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
+TABLET = "02:00:00:00:00:dd"
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def test_a_permitted_device_reaches_the_internet_and_a_pending_one_nothing(route
     assert out.port == LOCAL and out.packet["ipv4_dst"] == INTERNET  # to the router's stack, which NATs
     assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET)) == []
     # ...but the pending laptop's DHCP still reaches the controller.
-    dhcp = ipv4(WLAN, LAPTOP, flows.BROADCAST_MAC, "0.0.0.0", "255.255.255.255", flows.PROTO_UDP, 68, 67)
+    dhcp = ipv4(WLAN, LAPTOP, BROADCAST_MAC, "0.0.0.0", "255.255.255.255", flows.PROTO_UDP, 68, 67)
     assert ports(switch.send(dhcp)) == [flows.CONTROLLER]
 
 
@@ -111,21 +113,55 @@ def test_an_address_learnt_for_a_blocked_name_is_dropped_for_that_device_only(ro
     switch.apply(router.deny_dns(PHONE, "games.example.test"))
     answer = dnslib.DNSRecord.question("games.example.test").reply()
     answer.add_answer(dnslib.RR("games.example.test", rdata=dnslib.A("198.51.100.81"), ttl=300))
-    switch.apply(router.dns_answer("games.example.test", answer.pack()))
+    switch.apply(router.dns_answer(dnsgate.inspect_answer(answer.pack(), "games.example.test").learnt))
     assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "198.51.100.81")) == []
     assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "198.51.100.81")))) == [LOCAL]
     assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))) == [LOCAL]
 
 
-def test_broadcast_from_a_device_reaches_the_air_and_the_router(router, switch):
+def test_broadcast_reaches_the_other_permitted_devices_and_the_router_and_no_one_else(router, switch):
     phone = join(router, switch, PHONE)
-    out = forwarded(switch.send(ipv4(WLAN, PHONE, flows.BROADCAST_MAC, phone, "255.255.255.255", flows.PROTO_UDP,
-                                     5000, 5000)))
-    assert ports(out) == sorted([str(WLAN), LOCAL])
-    subnet_broadcast = router.devices[PHONE].subnet.broadcast
-    out = forwarded(switch.send(ipv4(WLAN, PHONE, flows.BROADCAST_MAC, phone, subnet_broadcast, flows.PROTO_UDP,
-                                     5000, 5000)))
-    assert {d.packet["ipv4_dst"] for d in out} == {"255.255.255.255"}
+    join(router, switch, LAPTOP)
+    join(router, switch, TABLET, permit=False)  # pending: shares the radio, hears nothing
+    for dst in ("255.255.255.255", "224.0.0.251", router.devices[PHONE].subnet.broadcast):
+        out = forwarded(switch.send(ipv4(WLAN, PHONE, BROADCAST_MAC, phone, dst, flows.PROTO_UDP, 5353, 5353)))
+        heard = {d.packet["eth_dst"] for d in out if d.port == WLAN}
+        assert heard == {LAPTOP}, dst  # not the pending tablet, not the phone itself
+        [to_router] = [d for d in out if d.port == LOCAL]
+        assert to_router.packet["ipv4_dst"] == ("224.0.0.251" if dst.startswith("224") else "255.255.255.255")
+    # Who hears it follows the household's decisions.
+    switch.apply(router.permit(TABLET))
+    switch.apply(router.deny(LAPTOP))
+    out = forwarded(switch.send(ipv4(WLAN, PHONE, BROADCAST_MAC, phone, "224.0.0.251", flows.PROTO_UDP, 5353, 5353)))
+    assert {d.packet["eth_dst"] for d in out if d.port == WLAN} == {TABLET}
+
+
+def test_vlan_tagged_frames_from_the_air_are_dropped_and_untagged_ones_pass(router, switch):
+    phone = join(router, switch, PHONE)
+    tagged = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET) | {"vlan_vid": flows.VLAN_PRESENT | 7}
+    assert switch.send(tagged) == []
+    assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))) == [LOCAL]
+
+
+def test_a_device_with_blocked_names_cannot_use_encrypted_dns_and_others_can(router, switch):
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    for proto in (flows.PROTO_TCP, flows.PROTO_UDP):
+        assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "9.9.9.9", proto, 40000, 853)) == []
+        assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "9.9.9.9", proto, 40000, 853)))) \
+            == [LOCAL]
+    assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, dport=443)))) == [LOCAL]
+
+
+def test_eapol_from_anyone_is_metered_and_a_known_device_has_its_own_budget(router, switch):
+    join(router, switch, PHONE)
+    eapol = {"eth_type": flows.ETH_EAPOL, "eth_dst": "01:80:c2:00:00:03"}
+    newcomer_rule = switch._lookup(flows.TABLE_ADMISSION, {"in_port": WLAN, "eth_src": "02:66:66:66:66:66", **eapol})
+    phone_rule = switch._lookup(flows.TABLE_ADMISSION, {"in_port": WLAN, "eth_src": PHONE, **eapol})
+    assert flows.Meter(flows.NEWCOMERS_METER.meter_id) in newcomer_rule.actions
+    assert flows.Meter(flows.device_meter(router.devices[PHONE]).meter_id) in phone_rule.actions
+    assert ports(switch.send({"in_port": WLAN, "eth_src": PHONE, **eapol})) == [LOCAL]
 
 
 def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(router, switch):

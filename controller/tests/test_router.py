@@ -1,17 +1,25 @@
 """Admission and forwarding rules as the household's decisions change them."""
-from scapy.layers.l2 import ARP, Ether
-
-from homework_controller import flows, packets
-from homework_controller.model import BadMac, Device, normalize_mac
-from homework_controller.router import (AddGatewayAddress, AuthenticatorDeny, HomeRouter, InstallMeter, InstallRules, LogRow,
-                                        RemoveMeter, RemoveRules, SendFrame, UnknownDevice)
-from homework_controller.store import DeviceStore
-from homework_controller import dhcp
-
 import pytest
-
 from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame, reply_of
+from scapy.layers.l2 import ARP, Ether
+
+from homework_controller import dhcp, flows, packets
+from homework_controller.model import BadMac, Device, normalize_mac
+from homework_controller.router import (
+    AddGatewayAddress,
+    AuthenticatorDeny,
+    HomeRouter,
+    InstallMeter,
+    InstallRules,
+    LogRow,
+    RemoveMeter,
+    RemoveRules,
+    SendFrame,
+    TellHousehold,
+    UnknownDevice,
+)
+from homework_controller.store import DeviceStore
 
 PHONE = "02:00:00:00:00:aa"
 LAPTOP = "02:00:00:00:00:cc"
@@ -115,24 +123,6 @@ def test_decisions_and_subnets_survive_a_restart(db_path, clock):
     assert any(r.match_dict.get("ipv4_src") == ip for r in installed(effects))
 
 
-def test_corrupt_database_is_kept_aside_and_the_router_still_starts(tmp_path):
-    path = tmp_path / "controller.sqlite"
-    path.write_bytes(b"this is not a database" * 100)
-    store = DeviceStore(str(path))
-    assert store.quarantined and open(store.quarantined, "rb").read().startswith(b"this is not")
-    assert store.load() == {}
-
-
-def test_full_disk_does_not_stop_dhcp(router):
-    class FullDisk:
-        def save(self, device):
-            from homework_controller.store import StoreError
-            raise StoreError("database or disk is full")
-    router.store = FullDisk()
-    assert lease(router, PHONE).startswith("10.2.")
-    assert router.counters["store_errors"] >= 1
-
-
 def arp_request(src_mac, src_ip, target_ip):
     return packets.parse(bytes(Ether(src=src_mac, dst="ff:ff:ff:ff:ff:ff") /
                                ARP(op=1, hwsrc=src_mac, psrc=src_ip, pdst=target_ip)))
@@ -204,3 +194,44 @@ def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
     clock.now += 1
     effects = router.on_dhcp(frame(LAPTOP, "discover"))
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects
+
+
+def forged_discovers(router, count, start=0):
+    events = []
+    for n in range(start, start + count):
+        events += router.on_dhcp(frame(f"02:ff:00:00:{n // 256:02x}:{n % 256:02x}", "discover"))
+    return events
+
+
+def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newcomer_stays(router):
+    router.max_pending = 50
+    ip = lease(router, PHONE)  # a real newcomer: it took its lease and waits for the household
+    told = [e for e in forged_discovers(router, 400) if isinstance(e, TellHousehold)]
+    assert [e.kind for e in told].count("newcomer-storm") == 1
+    assert [e.kind for e in told].count("new-device") < 40  # the first few, then the storm is news, once
+    assert router.status(PHONE)["ip"] == ip  # still on the board after 400 forged ones
+    assert router.counters["pending_evicted"] >= 350
+    router.store.flush()
+    assert router.store.load() == {}  # no newcomer touched the disk
+    # Once things calm down, a new device is news again.
+    router.clock.now += 120
+    router.on_dhcp(frame(PHONE, "discover"))
+    assert [e.kind for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == \
+        ["new-device"]
+
+
+def test_decisions_are_written_and_sightings_batched(router):
+    ip = lease(router, PHONE)
+    router.permit(PHONE)
+    router.store.flush()
+    assert router.store.load()[PHONE].state.value == "permitted"
+    saved_at = router.store.load()[PHONE].last_seen
+    router.clock.now += 20
+    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))  # a renewal: the lease is worth writing
+    router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip))   # a sighting only
+    router.store.flush()
+    assert router.store.load()[PHONE].lease_expires == router.devices[PHONE].lease_expires
+    router.clock.now += 400
+    router.tick()
+    router.store.flush()
+    assert router.store.load()[PHONE].last_seen > saved_at

@@ -237,9 +237,9 @@ class LiveHub:
             return None
         with self._lock:
             self._devices = {d["mac"]: d for d in status}
-            for mac in list(self._provisional):
-                if mac in self._devices:
-                    del self._provisional[mac]
+            # The controller's word is final: a joiner it no longer knows (one of a storm of
+            # forged MACs it let go) leaves the board with it.
+            self._provisional.clear()
             self._status_at = time.monotonic()
         self._set_health("controller", True)
         return status

@@ -1,0 +1,80 @@
+"""What every benchmark shares: running commands, summarising samples, writing results, the emulated home."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from homenet import REPO, Home
+
+BENCH = REPO / "bench"
+RESULTS = BENCH / "results"
+PY = sys.executable
+
+
+def sh(*cmd, check=True, timeout=300, input=None):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def summary(samples_s: list[float]) -> dict:
+    ms = sorted(s * 1000 for s in samples_s)
+    if not ms:
+        return {"n": 0}
+    p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+    return {"n": len(ms), "median_ms": round(statistics.median(ms), 3), "p99_ms": round(p99, 3),
+            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(ms[-1], 3)}
+
+
+def git_rev() -> str:
+    return sh("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).strip() or "unknown"
+
+
+def provenance() -> dict:
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "git": git_rev(), "cpus": os.cpu_count()}
+
+
+def stamp(path: Path) -> None:
+    """Add when and at which commit to a result a component's own bench wrote."""
+    path.write_text(json.dumps({**json.loads(path.read_text()), **provenance()}, indent=2) + "\n")
+
+
+def write_result(name: str, result: dict) -> None:
+    result = {"benchmark": name, **provenance(), **result}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["rows"], indent=1))
+
+
+# ---- the emulated home ----------------------------------------------------------------------------
+
+def homenet_up() -> Home:
+    home = Home()
+    home.down()
+    home.up()
+    return home
+
+
+def add_client(home: Home, name: str, permit: bool = False) -> str:
+    """A device joins (and, permitted, renews into its hour-long lease); returns its address."""
+    home.add(name)
+    address = home.dhcp(name)
+    if permit:
+        home.permit(name)
+        address = home.dhcp(name)
+    return address.split("/")[0]
+
+
+def in_client(home: Home, name: str, *cmd, timeout=300) -> str:
+    return home.exec(name, *cmd, timeout=timeout).stdout
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"

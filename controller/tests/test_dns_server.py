@@ -1,0 +1,290 @@
+"""The resolver over real loopback sockets, with a real upstream: what one hostile device can
+and cannot do to everyone else's DNS (issue 9 items 1, 2 and 4; rebind protection)."""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import dnslib
+import pytest
+from dns_upstream import Upstream
+from test_accounting import permitted_phone
+from test_router import PHONE
+
+from homenet.attacks import pointer_chain, raw_query
+from homework_controller import dns_server, dnsgate
+from homework_controller.ofapp import TimedLock
+
+WWW, WWW_IP = "www.example.test", "198.51.100.80"
+
+
+def wait_until(condition, timeout=5.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    """A port free for both UDP and TCP on 127.0.0.1."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            tcp.bind(("127.0.0.1", 0))
+            try:
+                udp.bind(tcp.getsockname())
+            except OSError:
+                continue
+            return tcp.getsockname()[1]
+
+
+class Resolver:
+    """A DnsServer wired to a HomeRouter as ofapp wires it (the same lock type), on loopback.
+
+    Every loopback client is taken for the permitted phone: the address check itself is the
+    router core's, tested in test_dns_gating.
+    """
+
+    def __init__(self, router, device_ip, upstream: Upstream, **options):
+        self.router, self.lock = router, TimedLock()
+        self.port = free_port()
+        self.learnt = []
+        self.server = dns_server.DnsServer(("127.0.0.1", self.port), upstream.address, self.verdict, self.learn,
+                                           **options)
+        self.device_ip = device_ip
+        self.server.start()
+
+    def verdict(self, client_ip, query):
+        with self.lock:
+            return self.router.dns_query(self.device_ip, query)
+
+    def learn(self, learnt):
+        with self.lock:
+            self.learnt += learnt
+            self.router.dns_answer(learnt)
+
+    def udp(self, wire, timeout=2.0):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            s.sendto(wire, ("127.0.0.1", self.port))
+            try:
+                return s.recv(65535)
+            except TimeoutError:
+                return None
+
+    def tcp(self, wire, timeout=2.0, source="127.0.0.1"):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout, source_address=(source, 0)) as s:
+            try:
+                s.sendall(struct.pack("!H", len(wire)) + wire)
+                head = s.recv(2, socket.MSG_WAITALL)
+            except ConnectionResetError:  # closed with the message unread
+                return None
+            if len(head) < 2:
+                return None
+            return s.recv(struct.unpack("!H", head)[0], socket.MSG_WAITALL)
+
+    def lookup(self, name, over_tcp=False):
+        """(rcode name, addresses) as a device's stub resolver sees them."""
+        wire = (self.tcp if over_tcp else self.udp)(dnslib.DNSRecord.question(name).pack())
+        if wire is None:
+            return "TIMEOUT", []
+        reply = dnslib.DNSRecord.parse(wire)
+        return dnslib.RCODE.get(reply.header.rcode), [str(rr.rdata) for rr in reply.rr]
+
+
+@pytest.fixture
+def upstream():
+    up = Upstream({WWW: [WWW_IP], "games.example.test": ["198.51.100.81"]})
+    yield up
+    up.close()
+
+
+@pytest.fixture
+def resolver(router, upstream):
+    ip = permitted_phone(router)
+    r = Resolver(router, ip, upstream)
+    yield r
+    r.server.close()
+
+
+def test_a_name_over_255_octets_costs_only_that_query(router, resolver):
+    """Issue 9 item 1: this datagram used to kill the UDP thread, and every device's DNS with it."""
+    router.deny_dns(PHONE, "example.test")
+    router.permit_dns(PHONE, WWW)
+    too_long = ".".join(["a" * 60] * 5) + ".example.test"
+    reply = resolver.udp(raw_query(too_long))
+    assert reply is not None and dnslib.DNSRecord.parse(reply).header.rcode == dnslib.RCODE.FORMERR
+    assert resolver.lookup("games.example.test") == ("NXDOMAIN", [])  # blocked, answered
+    assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])               # allowed, relayed
+    assert resolver.server.health() == {"udp": "running", "tcp": "running", "restarts": 0}
+    assert router.counters["dns_malformed"] == 1 and resolver.server.counters["dns_errors"] == 0
+
+
+def test_a_dead_service_thread_is_seen_by_health_and_restarted(router, resolver):
+    class Crash(BaseException):  # escapes the per-query catch, as a bug would
+        pass
+
+    crash_once = threading.Event()
+    verdict = resolver.verdict
+
+    def crashing(client_ip, query):
+        if not crash_once.is_set():
+            crash_once.set()
+            raise Crash()
+        return verdict(client_ip, query)
+
+    resolver.server.verdict = crashing
+    assert resolver.lookup(WWW)[0] == "TIMEOUT"  # the query that killed the thread
+    wait_until(lambda: resolver.server.health()["restarts"] == 1, what="the supervisor to restart dns-udp")
+    assert resolver.server.health() == {"udp": "running", "tcp": "running", "restarts": 1}
+    assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
+
+
+def test_hostile_messages_are_refused_before_parsing_and_never_hold_the_lock(router, resolver):
+    """Issue 9 item 2: a 64 KB message of pointer chains held the controller's lock for ~19 s."""
+    hostile = pointer_chain()
+    started = time.monotonic()
+    assert resolver.tcp(hostile) is None  # over 4096 octets: the connection ends unread
+    assert resolver.udp(pointer_chain(1400)) is not None  # FORMERR: answer records in a query
+    assert time.monotonic() - started < 1.0
+    # Queries are capped at 512 octets without EDNS and 1232 with it.
+    padded = dnslib.DNSRecord.question(WWW)
+    padded.add_ar(dnslib.EDNS0(udp_len=1232, opts=[dnslib.EDNSOption(12, bytes(1000))]))  # RFC 7830 padding
+    assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
+    assert dnslib.DNSRecord.parse(resolver.udp(padded.pack())).header.rcode == dnslib.RCODE.NOERROR
+    padded.ar[0].rdata[0].data = bytes(1300)
+    assert dnslib.DNSRecord.parse(resolver.udp(padded.pack())).header.rcode == dnslib.RCODE.FORMERR
+    assert resolver.lock.max_hold_s < 0.05, resolver.lock.max_hold_s
+    assert router.counters["dns_malformed"] == 3
+
+
+def test_parsing_a_hostile_message_takes_time_linear_in_its_size():
+    for message in (pointer_chain(), pointer_chain(4096)):
+        started = time.monotonic()
+        with pytest.raises(dnsgate.MalformedQuery):
+            dnsgate.parse_query(message, over_tcp=True)
+        assert time.monotonic() - started < 0.01
+    # An upstream answer of chained pointers, within the record cap, is read in bounded time.
+    started = time.monotonic()
+    assert not dnsgate.inspect_answer(pointer_chain(256 * 16, qr=True), "a").readable
+    assert not dnsgate.inspect_answer(pointer_chain(qr=True), "a").readable
+    assert time.monotonic() - started < 0.2
+
+
+def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(resolver, monkeypatch):
+    """Issue 9 item 4: every connection had a thread of its own, without limit or deadline."""
+    monkeypatch.setattr(dns_server, "TCP_MESSAGE_S", 0.5)
+    idle = [socket.create_connection(("127.0.0.1", resolver.port)) for _ in range(dns_server.MAX_TCP_PER_CLIENT)]
+    wait_until(lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_PER_CLIENT)
+    extra = socket.create_connection(("127.0.0.1", resolver.port), timeout=2)
+    assert extra.recv(1) == b""  # one device holds at most MAX_TCP_PER_CLIENT
+    # Another device still gets its answer over TCP...
+    assert resolver.lookup(WWW, over_tcp=False)[0] == "NOERROR"
+    assert resolver.tcp(dnslib.DNSRecord.question(WWW).pack(), source="127.0.0.2") is not None
+    # ...and the idle ones are closed at the deadline.
+    for conn in idle:
+        conn.settimeout(3)
+        assert conn.recv(1) == b""
+    # A device sending its query a byte at a time is closed too.
+    slow = socket.create_connection(("127.0.0.1", resolver.port), timeout=3)
+    wire = dnslib.DNSRecord.question(WWW).pack()
+    started = time.monotonic()
+    with pytest.raises((ConnectionError, BrokenPipeError)):
+        for byte in struct.pack("!H", len(wire)) + wire:
+            slow.send(bytes([byte]))
+            time.sleep(0.1)
+        if slow.recv(2) == b"":
+            raise ConnectionError("closed")
+    assert time.monotonic() - started < 2.5
+    assert resolver.server.counters["dns_tcp_refused"] == 1
+    assert resolver.server.counters["dns_tcp_closed_slow"] >= dns_server.MAX_TCP_PER_CLIENT + 1
+    # In total at most MAX_TCP_CLIENTS, from however many devices.
+    held = [socket.create_connection(("127.0.0.1", resolver.port), source_address=(f"127.0.1.{i}", 0))
+            for i in range(1, dns_server.MAX_TCP_CLIENTS + 1)]
+    wait_until(lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_CLIENTS)
+    late = socket.create_connection(("127.0.0.1", resolver.port), timeout=2, source_address=("127.0.2.1", 0))
+    assert late.recv(1) == b""
+    for conn in [*held, extra, slow, late]:
+        conn.close()
+
+
+def test_the_resolver_is_bound_to_its_interface(router, upstream):
+    resolver = Resolver(router, permitted_phone(router), upstream, interface="lo")
+    try:
+        for service in resolver.server.services:
+            assert service.sock.getsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, 16).rstrip(b"\0") == b"lo"
+        assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
+    finally:
+        resolver.server.close()
+
+
+def test_rebind_protection_refuses_public_names_answering_private_addresses(router, upstream):
+    upstream.names.update({"evil.example": ["10.2.0.1"], "evil6.example": ["::ffff:c0a8:101"],
+                           "loop.example": ["127.0.0.1"], "cgnat.example": ["100.64.0.9"],
+                           "nas.home.lan": ["192.168.1.10"], "mixed.example": ["198.51.100.9", "169.254.1.1"]})
+    resolver = Resolver(router, permitted_phone(router), upstream, rebind_allowed=("home.lan",))
+    try:
+        for name in ("evil.example", "evil6.example", "loop.example", "cgnat.example", "mixed.example"):
+            query = dnslib.DNSRecord.question(name, "AAAA" if "6" in name else "A")
+            query.add_ar(dnslib.EDNS0(udp_len=1232))
+            reply = dnslib.DNSRecord.parse(resolver.udp(query.pack()))
+            assert reply.header.rcode == dnslib.RCODE.NXDOMAIN and not reply.rr, name
+            assert reply.ar[0].rdata[0].data[:2] == dnsgate.EDE_FILTERED.to_bytes(2, "big")
+            assert dnslib.RCODE.get(dnslib.DNSRecord.parse(resolver.tcp(query.pack())).header.rcode) == "NXDOMAIN"
+        # The household's own names pass, and so do public ones (TEST-NET-2 is the emulated internet).
+        assert resolver.lookup("nas.home.lan") == ("NOERROR", ["192.168.1.10"])
+        assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
+        assert resolver.server.counters["dns_rebind_blocked"] == 10
+        assert {name for name, _, _ in resolver.learnt} == {"nas.home.lan", WWW}  # a refused answer teaches nothing
+    finally:
+        resolver.server.close()
+
+
+def test_an_upstream_answer_the_router_cannot_read_is_not_passed_on(router, upstream):
+    upstream.raw["chains.example"] = pointer_chain(256 * 16, qr=True)
+    resolver = Resolver(router, permitted_phone(router), upstream)
+    try:
+        assert resolver.lookup("chains.example")[0] == "SERVFAIL"
+        assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
+        assert resolver.server.counters["dns_upstream_unreadable"] == 1
+    finally:
+        resolver.server.close()
+
+
+def test_a_blocked_name_over_tcp_and_the_routers_own_lookup(router, resolver):
+    router.deny_dns(PHONE, "games.example.test")
+    assert resolver.lookup("games.example.test", over_tcp=True) == ("NXDOMAIN", [])
+    assert resolver.lookup(WWW, over_tcp=True) == ("NOERROR", [WWW_IP])
+    assert resolver.server.resolve("games.example.test").learnt == (("games.example.test", "198.51.100.81", 300),)
+
+
+def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
+    wire = dnslib.DNSRecord.question(WWW).pack()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+        flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        flood.settimeout(0.5)
+        for _ in range(12):  # 1,000 queries a second for 0.6 s
+            for _ in range(50):
+                flood.sendto(wire, ("127.0.0.1", resolver.port))
+            time.sleep(0.05)
+        answered = 0
+        try:
+            while flood.recv(4096):
+                answered += 1
+        except TimeoutError:
+            pass
+    # Its burst, and what its allowance refilled while the flood lasted (under a second).
+    assert dns_server.DEVICE_BURST <= answered < dns_server.DEVICE_BURST + dns_server.DEVICE_QPS
+    assert resolver.server.counters["dns_rate_limited"] >= 600 - dns_server.DEVICE_BURST - dns_server.DEVICE_QPS
+    # Another device is answered at once...
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.bind(("127.0.0.2", 0))
+        other.settimeout(1)
+        other.sendto(wire, ("127.0.0.1", resolver.port))
+        assert dnslib.DNSRecord.parse(other.recv(4096)).rr
+    # ...and the flooder again once its allowance refills.
+    wait_until(lambda: resolver.lookup(WWW) == ("NOERROR", [WWW_IP]), what="the allowance to refill")
