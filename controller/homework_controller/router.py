@@ -164,6 +164,7 @@ class HomeRouter:
         self.sighted: set[str] = set()  # persisted devices seen since their record was written
         self.next_sightings_write = clock() + SIGHTINGS_WRITE_INTERVAL_S
         self.newcomer_times: deque[float] = deque()
+        self.unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it takes a lease
         self.storm_reported = False
         self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
@@ -214,6 +215,9 @@ class HomeRouter:
                 [TellHousehold(kind, req.chaddr, msg)]
         if outcome.lease_action and outcome.device is not None:
             effects.append(self._lease_row(outcome.device, outcome.lease_action))
+            if req.chaddr in self.unannounced:
+                # Asked during a storm, and real: it took its lease, which a forged MAC never does.
+                effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
         if outcome.reply is not None:
             wlan_port, router_mac = self._switch()
             reply = outcome.reply
@@ -548,12 +552,13 @@ class HomeRouter:
             if len(window) < NEWCOMER_STORM // 2:
                 self.storm_reported = False  # calm again: the next storm is news
             return [TellHousehold("new-device", mac, message)]
+        self.unannounced[mac] = message  # told when it takes a lease
         if self.storm_reported:
             return []
         self.storm_reported = True
         return [TellHousehold("newcomer-storm", "", f"{len(window)} devices asked to join within "
-                              f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; the ones "
-                              "that keep asking stay on the board, the rest are forgotten")]
+                              f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
+                              "that takes an address is announced, the rest are forgotten")]
 
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
@@ -702,6 +707,7 @@ class HomeRouter:
         self.counters["pending_evicted"] += 1
         del self.devices[oldest.mac]
         self.sighted.discard(oldest.mac)
+        self.unannounced.pop(oldest.mac, None)
         if oldest.mac in self.persisted:
             self.persisted.discard(oldest.mac)
             try:

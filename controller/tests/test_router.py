@@ -23,6 +23,7 @@ from homework_controller.store import DeviceStore
 
 PHONE = "02:00:00:00:00:aa"
 LAPTOP = "02:00:00:00:00:cc"
+TABLET = "02:00:00:00:00:dd"
 
 
 def lease(router, mac):
@@ -213,6 +214,12 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     assert router.counters["pending_evicted"] >= 350
     router.store.flush()
     assert router.store.load() == {}  # no newcomer touched the disk
+    # A real device asking during the storm is announced once it takes its lease.
+    [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, SendFrame)]
+    pkt, opts = reply_of(offer.data)
+    granted = router.on_dhcp(frame(TABLET, "request", options=[("server_id", opts["server_id"]),
+                                                               ("requested_addr", pkt["BOOTP"].yiaddr)]))
+    assert [e.kind for e in granted if isinstance(e, TellHousehold)] == ["new-device"]
     # Once things calm down, a new device is news again.
     router.clock.now += 120
     router.on_dhcp(frame(PHONE, "discover"))
