@@ -4,7 +4,7 @@ PY := .venv/bin/python
 HOMENET := .venv/bin/homenet
 N ?= 10
 
-.PHONY: deps demo down test lint unit e2e bench test-repeat clean
+.PHONY: deps demo down test lint unit e2e bench test-repeat agent-dist clean
 
 # deps also builds hwdb and the web UI: the emulated home runs the real things.
 deps:
@@ -25,11 +25,13 @@ lint:
 	.venv/bin/mypy controller/homework_controller tests/homenet/homenet
 	$(MAKE) -C hwdb lint PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui lint PYTHON=$(CURDIR)/$(PY)
+	$(MAKE) -C endhost-agent lint
 
 unit:
 	$(PY) -m pytest -q controller/tests
 	$(MAKE) -C hwdb test PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui test-py test-js PYTHON=$(CURDIR)/$(PY)
+	$(MAKE) -C endhost-agent test HWDB_BIN=$(CURDIR)/hwdb/target/release/hwdb
 
 # The end-to-end tests bring the emulated home up and down themselves; the web UI's own
 # browser tests run first, against its fake controller.
@@ -43,6 +45,11 @@ test-repeat:
 
 bench: deps
 	$(PY) bench/run.py
+	$(MAKE) -C endhost-agent bench
+
+# The end-host agent's static binaries for linux/darwin/windows on amd64/arm64 (endhost-agent/dist/).
+agent-dist:
+	$(MAKE) -C endhost-agent dist
 
 clean: down
 	rm -rf .venv .pytest_cache

@@ -65,7 +65,20 @@ def ui_load_rows(r: dict) -> dict:
             f"({sum(load['guest_sign_in_attempts'].values()):,} attempts)", "rows": rows}
 
 
-ADAPTERS = {"hwdb.json": hwdb_rows, "webui.json": webui_rows, "ui_load.json": ui_load_rows}
+def agent_rows(r: dict) -> dict:
+    rows = []
+    for run in r["runs"]:
+        n = f"{run['connections']:,} open connections"
+        rows += [[f"{n}: one scan (sock_diag + cached owners), median", f"{run['scan_ms']['median']} ms",
+                  f"{run['gopsutil_connections_ms']['median']} ms (gopsutil's /proc walk)",
+                  f"{run['scan_ms']['median'] / run['gopsutil_connections_ms']['median']:.3f}x", "report"],
+                 [f"{n}: a new connection to its row in hwdb, median", f"{run['report_latency_ms']['median']} ms",
+                  "", "", "report"],
+                 [f"{n}: agent CPU", f"{run['agent_cpu_percent_of_one_core']:.1f}% of a core", "", "", "report"]]
+    return {"benchmark": "agent", "what": r["what"], "cpus": r.get("cores"), "rows": rows}
+
+
+ADAPTERS = {"hwdb.json": hwdb_rows, "webui.json": webui_rows, "ui_load.json": ui_load_rows, "agent.json": agent_rows}
 
 
 def main():

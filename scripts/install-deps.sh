@@ -46,4 +46,7 @@ if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; the
   .venv/bin/pip install -q --require-virtualenv --no-deps --no-build-isolation "${editable[@]}"
   echo "$want" > "$stamp"
 fi
+# Go modules of the end-host agent (pinned in its go.sum), fetched once.
+(cd endhost-agent && go mod download)
+
 echo "deps: ready"

@@ -1,0 +1,92 @@
+// Package hwdbtest runs a real hwdb server for tests, the way the router runs it for agents.
+package hwdbtest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"homework/hwdb/go/hwdbclient"
+)
+
+// LANPeer is the loopback address the server is told to treat as a LAN host: the tests'
+// agents report from it, and rows about any other address must be refused.
+const LANPeer = "127.0.0.2"
+
+// Binary is the hwdb server binary from HWDB_BIN; the test is skipped without it.
+func Binary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("HWDB_BIN")
+	if bin == "" {
+		t.Skip("HWDB_BIN is not set: skipping the tests against a live hwdb (build it with make -C ../hwdb build and set HWDB_BIN=../hwdb/target/release/hwdb)")
+	}
+	return bin
+}
+
+// FreeAddr is a loopback UDP address nothing listens on.
+func FreeAddr(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().String()
+}
+
+// Start runs a server at addr and stops it when the test ends; it does not wait for it.
+func Start(t *testing.T, addr string) {
+	t.Helper()
+	cmd := exec.Command(Binary(t), "serve", "--listen", addr, "--db", filepath.Join(t.TempDir(), "hwdb.sqlite"),
+		"--rto-ms", "20", "--treat-as-lan", LANPeer)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// StartReady runs a server and returns its address once it answers.
+func StartReady(t *testing.T) string {
+	t.Helper()
+	addr := FreeAddr(t)
+	Start(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := Query(t, addr, "show tables"); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("hwdb did not start")
+		}
+	}
+}
+
+// Query runs a statement as the router's own services do (from loopback).
+func Query(t *testing.T, addr, stmt string) (*hwdbclient.Result, error) {
+	t.Helper()
+	c, err := hwdbclient.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Timeout = 300 * time.Millisecond
+	return c.Query(stmt)
+}
+
+// AppTuples lists the table's rows as "[proto saddr sport daddr dport app host]".
+func AppTuples(t *testing.T, addr string) []string {
+	t.Helper()
+	res, err := Query(t, addr, "select proto, saddr, sport, daddr, dport, app, host from AppTuples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]string, 0, len(res.Rows))
+	for _, r := range res.Rows {
+		rows = append(rows, fmt.Sprint(r))
+	}
+	return rows
+}

@@ -1,0 +1,124 @@
+package reporter
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"homework/endhost-agent/internal/agenterr"
+	"homework/endhost-agent/internal/flow"
+	"homework/endhost-agent/internal/hwdbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func report(proto flow.Proto, local, remote, program string) flow.Report {
+	t := flow.Tuple{Proto: proto, Local: netip.MustParseAddrPort(local)}
+	if remote != "" {
+		t.Remote = netip.MustParseAddrPort(remote)
+	}
+	return flow.Report{Tuple: t, Program: program}
+}
+
+func TestRowsQuoteNamesAndMarkUnconnectedUDP(t *testing.T) {
+	got := Row(report(flow.UDP, "10.2.0.10:5060", "", "o'phone"), "ann's laptop")
+	want := `(17,'10.2.0.10',5060,'*',0,'o''phone','ann''s laptop')`
+	if got != want {
+		t.Fatalf("row %s, want %s", got, want)
+	}
+}
+
+func TestStatementsStayUnderTheLANLimit(t *testing.T) {
+	var reports []flow.Report
+	for i := 0; i < 2000; i++ {
+		reports = append(reports, report(flow.TCP, fmt.Sprintf("10.2.0.10:%d", 10000+i), "93.184.216.34:443", "firefox"))
+	}
+	total := 0
+	for rest := reports; len(rest) > 0; {
+		stmt, n := Statement(rest, "laptop")
+		if len(stmt) > MaxStatementBytes || n == 0 {
+			t.Fatalf("statement of %d rows is %d bytes (limit %d)", n, len(stmt), MaxStatementBytes)
+		}
+		rest = rest[n:]
+		total += n
+	}
+	if total != len(reports) {
+		t.Fatalf("statements hold %d rows, want %d", total, len(reports))
+	}
+}
+
+// The agent's reports about its own address arrive in AppTuples, in several statements when
+// there are more than one LAN statement holds; a report about another address is refused by
+// the router and does not arrive, and the refusal does not block later reports.
+func TestReportsArriveAndForgedOnesAreRefused(t *testing.T) {
+	addr := hwdbtest.StartReady(t)
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", quiet)
+
+	own := []flow.Report{
+		report(flow.TCP, "127.0.0.2:40000", "93.184.216.34:443", "firefox"),
+		report(flow.UDP, "127.0.0.2:5060", "", "linphone"),
+	}
+	r.Add(own...)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"[6 127.0.0.2 40000 93.184.216.34 443 firefox laptop]", "[17 127.0.0.2 5060 * 0 linphone laptop]"}
+	if got := hwdbtest.AppTuples(t, addr); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("AppTuples holds %q, want %q", got, want)
+	}
+
+	r.Add(report(flow.TCP, "127.0.0.3:40001", "93.184.216.34:443", "firefox")) // another host's address
+	err := r.Flush()
+	if agenterr.KindOf(err) != agenterr.Refused || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("forged report: err %v, want a refusal (forbidden)", err)
+	}
+	if r.Queued() != 0 {
+		t.Fatalf("a refused report stays queued (%d) and would be retried forever", r.Queued())
+	}
+
+	var many []flow.Report
+	for i := 0; i < 1500; i++ {
+		many = append(many, report(flow.TCP, fmt.Sprintf("127.0.0.2:%d", 20000+i), "1.1.1.1:443", "backup"))
+	}
+	r.Add(many...)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := hwdbtest.AppTuples(t, addr)
+	if len(got) != len(want)+len(many) {
+		t.Fatalf("AppTuples holds %d rows, want %d (no forged row, all 1500 batched ones)", len(got), len(want)+len(many))
+	}
+	for _, row := range got {
+		if strings.Contains(row, "127.0.0.3") {
+			t.Fatalf("forged row arrived: %s", row)
+		}
+	}
+	r.Close()
+}
+
+// While the router does not answer, reports wait; once it answers they are delivered.
+func TestReportsWaitForAnUnreachableRouter(t *testing.T) {
+	addr := hwdbtest.FreeAddr(t)
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", quiet)
+	r.Timeout = 300 * time.Millisecond
+	r.Add(report(flow.TCP, "127.0.0.2:40000", "93.184.216.34:443", "firefox"))
+	if err := r.Flush(); agenterr.KindOf(err) != agenterr.Transient || r.Queued() != 1 {
+		t.Fatalf("with no server: err %v, queued %d; want a transient error and the report kept", err, r.Queued())
+	}
+
+	hwdbtest.Start(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Flush() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("reports never delivered after the server started")
+		}
+	}
+	if got := hwdbtest.AppTuples(t, addr); len(got) != 1 || !strings.Contains(got[0], "firefox") {
+		t.Fatalf("AppTuples holds %q, want the waiting report", got)
+	}
+	r.Close()
+}

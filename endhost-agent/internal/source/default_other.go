@@ -1,0 +1,6 @@
+//go:build !linux
+
+package source
+
+// Default is the source for this operating system.
+func Default() Source { return Gopsutil{} }
