@@ -64,26 +64,18 @@ def test_vlan_tagged_frames_get_nothing_through_and_untagged_ones_do(home):
     home.permit("tagger")
     home.dhcp("tagger")
     mac, ip = home.mac("tagger"), home.address("tagger")
-    with tempfile.TemporaryDirectory() as tmp:
-        seen, log = Path(tmp) / "seen.txt", Path(tmp) / "tcpdump.log"
-        with seen.open("w") as out, log.open("w") as err:
-            capture = subprocess.Popen(["ip", "netns", "exec", "hw-inet", "tcpdump", "-nli", "eth0", "-l",
-                                        "udp port 7777"], stdout=out, stderr=err)
-        try:
-            wait_until("tcpdump to listen", lambda: "listening on" in log.read_text(), 10)
-            send = ("from scapy.all import Ether, Dot1Q, IP, UDP, sendp\n"
-                    f"base = IP(src='{ip}', dst='{INTERNET_IP}') / UDP(sport=7777, dport=7777)\n"
-                    f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / Dot1Q(vlan=5) / base / b'tagged',"
-                    " iface='wlan0', count=5, verbose=False)\n"
-                    f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / base / b'plain', iface='wlan0',"
-                    " verbose=False)\n")
-            home.exec("tagger", sys.executable, "-c", send)
-            # Positive control: the untagged datagram, sent after the tagged ones, arrives.
-            wait_until("the untagged datagram", lambda: "UDP" in seen.read_text(), 5)
-        finally:
-            capture.terminate()
-            capture.wait(timeout=10)
-        assert len([line for line in seen.read_text().splitlines() if line.strip()]) == 1
+    with home.internet_capture("udp port 7777") as captured:
+        send = ("from scapy.all import Ether, Dot1Q, IP, UDP, sendp\n"
+                f"base = IP(src='{ip}', dst='{INTERNET_IP}') / UDP(sport=7777, dport=7777)\n"
+                f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / Dot1Q(vlan=5) / base / b'tagged',"
+                " iface='wlan0', count=5, verbose=False)\n"
+                f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / base / b'plain', iface='wlan0',"
+                " verbose=False)\n")
+        home.exec("tagger", sys.executable, "-c", send)
+        # Positive control: the untagged datagram, sent after the tagged ones, arrives.
+        wait_until("the untagged datagram", captured, 5)
+        lines = captured()
+    assert len(lines) == 1, "a tagged frame got through:\n" + "\n".join(lines)
 
 
 def test_a_storm_of_forged_macs_is_reported_once_and_a_real_newcomer_stays_on_the_board(home):

@@ -130,26 +130,17 @@ def test_a_device_forging_another_devices_address_gets_nothing_through(home):
     mallory_mac = home.add("mallory")
     home.dhcp("mallory")
     home.permit("mallory")
-    with tempfile.TemporaryDirectory() as tmp:
-        seen, log = Path(tmp) / "seen.txt", Path(tmp) / "tcpdump.log"
-        with seen.open("w") as out, log.open("w") as err:
-            capture = subprocess.Popen(["ip", "netns", "exec", "hw-inet", "tcpdump", "-nli", "eth0", "-l",
-                                        "icmp and icmp[icmptype] = icmp-echo"], stdout=out, stderr=err)
-        try:
-            wait_until("tcpdump to listen", lambda: "listening on" in log.read_text(), 10)
-            forge = (
-                "from scapy.all import Ether, IP, ICMP, sendp\n"
-                f"sendp(Ether(src='{mallory_mac}', dst='02:48:57:00:00:01') / IP(src='{honest_ip}', "
-                f"dst='{INTERNET_IP}') / ICMP(id=4242), iface='wlan0', count=10, inter=0.05, verbose=False)\n")
-            home.exec("mallory", sys.executable, "-c", forge)
-            # Positive control: one honest ping from mallory's own address, sent after the forged
-            # ones, is seen by the capture (NATed, as everything from the home is).
-            home.exec("mallory", "ping", "-c", "1", "-W", "2", INTERNET_IP)
-            wait_until("the honest ping in the capture", lambda: "echo request" in seen.read_text(), 5)
-        finally:
-            capture.terminate()
-            capture.wait(timeout=10)
-        lines = [line for line in seen.read_text().splitlines() if line.strip()]
+    with home.internet_capture("icmp and icmp[icmptype] = icmp-echo") as captured:
+        forge = (
+            "from scapy.all import Ether, IP, ICMP, sendp\n"
+            f"sendp(Ether(src='{mallory_mac}', dst='02:48:57:00:00:01') / IP(src='{honest_ip}', "
+            f"dst='{INTERNET_IP}') / ICMP(id=4242), iface='wlan0', count=10, inter=0.05, verbose=False)\n")
+        home.exec("mallory", sys.executable, "-c", forge)
+        # Positive control: one honest ping from mallory's own address, sent after the forged
+        # ones, is seen by the capture (NATed, as everything from the home is).
+        home.exec("mallory", "ping", "-c", "1", "-W", "2", INTERNET_IP)
+        wait_until("the honest ping in the capture", captured, 5)
+        lines = captured()
     assert len(lines) == 1, "forged packets reached the internet:\n" + "\n".join(lines)
 
 

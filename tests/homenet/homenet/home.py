@@ -16,6 +16,7 @@ their association, not from its distribution side).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -466,6 +468,23 @@ table netdev {NFT_WLAN_TABLE} {{
         result = json.loads(run(HWDB_BIN, "query", "--server", "127.0.0.1:987", "--json", query) or "{}")
         names = [c["name"] for c in result.get("columns", [])]
         return [dict(zip(names, row, strict=True)) for row in result.get("rows", [])]
+
+    @contextlib.contextmanager
+    def internet_capture(self, capture_filter: str):
+        """tcpdump on the internet's side of the router, listening before the block runs; yields a
+        function giving the lines captured so far (one a packet)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            seen, log = Path(tmp) / "seen.txt", Path(tmp) / "tcpdump.log"
+            with seen.open("w") as out, log.open("w") as err:
+                capture = subprocess.Popen(["ip", "netns", "exec", NS_INET, "tcpdump", "-nli", "eth0", "-l",
+                                            capture_filter], stdout=out, stderr=err)
+            try:
+                wait_until("tcpdump to listen", lambda: "listening on" in log.read_text(), 10,
+                           hint=log.read_text)
+                yield lambda: [line for line in seen.read_text().splitlines() if line.strip()]
+            finally:
+                capture.terminate()
+                capture.wait(timeout=10)
 
     def setup_code(self) -> str:
         """The web UI's one-time first-run code: what the router's console and label show."""
