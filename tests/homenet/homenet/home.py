@@ -243,11 +243,6 @@ table netdev {NFT_WLAN_TABLE} {{
             "set-controller", BRIDGE, "tcp:127.0.0.1:6653")
         # Reconnect within a second of a controller restart (the default backoff grows to 8 s).
         run("ovs-vsctl", "set", "controller", BRIDGE, "max_backoff=1000", "inactivity_probe=5000")
-        # The switch learns a counter per flow (table 3) with no controller in the loop; the
-        # controller notices a device over its flow budget within one poll, and until then a
-        # flood cannot grow the table without bound: the counters closest to idling out make way.
-        run("ovs-vsctl", "--", "--id=@counters", "create", "Flow_Table", "name=flow-counters", "flow_limit=65536",
-            "overflow_policy=evict", "--", "set", "Bridge", BRIDGE, "flow_tables:3=@counters")
         wait_until(f"{BRIDGE} interface", lambda: link_exists(BRIDGE), 10)
         Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
         run("ip", "link", "set", BRIDGE, "up")
