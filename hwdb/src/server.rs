@@ -205,7 +205,6 @@ async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config, shutdown: 
             continue;
         }
         let (tx, rx) = mpsc::channel(CONN_QUEUE);
-        let _ = tx.try_send(pkt);
         let idle = Arc::new(AtomicBool::new(false));
         conns.insert(key, owner, tx, idle.clone());
         let conn = Conn {
@@ -213,7 +212,9 @@ async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config, shutdown: 
             peer,
             id: h.conn,
             rx,
-            pending: None,
+            // Handed over directly, not through the channel: until the task has taken it the
+            // connection is busy, so the table cannot forget it in between.
+            pending: Some(pkt),
             last: None,
             db: db.clone(),
             rto: cfg.rto,
