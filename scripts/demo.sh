@@ -11,12 +11,13 @@ done
 laptop_mac=$($H client exec laptop -- cat /sys/class/net/wlan0/address)
 curl -sf -X POST "http://127.0.0.1:8081/ws.v1/permit/$laptop_mac" >/dev/null
 phone_mac=$($H client exec phone -- cat /sys/class/net/wlan0/address)
+setup_code=$($H setup-code 2>/dev/null || echo "(none: the owner account exists; sign in)")
 cat <<EOT
 
 The emulated home is up: the laptop is permitted; the phone and the tablet are pending.
 
   The Guest Board:                 http://127.0.0.1:8080  (first visit: enter the setup code
-                                   $($H setup-code) and choose the owner password; then drag the
+                                   $setup_code and choose the owner password; then drag the
                                    phone to "Connected" to let it in)
 
   Devices the router knows:        curl -s http://127.0.0.1:8081/ws.v1/status | python3 -m json.tool

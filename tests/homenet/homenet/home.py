@@ -483,7 +483,10 @@ table netdev {NFT_WLAN_TABLE} {{
 
     def setup_code(self) -> str:
         """The web UI's one-time first-run code: what the router's console and label show."""
-        return (self.run_dir / "webui" / "setup-code").read_text().strip()
+        try:
+            return (self.run_dir / "webui" / "setup-code").read_text().strip()
+        except FileNotFoundError:
+            raise HomenetError("no setup code: the owner account exists already (first run is done)") from None
 
     def status(self) -> dict:
         clients = []
