@@ -4,16 +4,14 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+import hwdb_client as hc
 
-import hwdb_client as hc  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 VECTORS = os.path.join(HERE, "..", "..", "testvectors")
 
