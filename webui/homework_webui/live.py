@@ -5,7 +5,9 @@ then does the hub ask the controller for the devices' states (one GET), so a new
 reaches the browsers within one notification plus one loopback request. Links and Flows
 rows update signal strength, retransmissions and bandwidth shares, pushed at most once a
 second. A watchdog re-subscribes when hwdb restarts (its subscriptions die with it) and
-notices the controller coming back, so pages recover without a reload.
+notices the controller coming back, so pages recover without a reload. Events rows written
+while no subscription was live are read back from the table (it is persistent), so an alert
+is never lost to a restart; none is shown twice.
 """
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ LOG = logging.getLogger(__name__)
 LINK_WINDOW = 30.0   # seconds of Links rows behind rssi / retransmission figures
 FLOW_WINDOW = 10.0   # seconds of Flows rows behind bandwidth shares
 OVERLOAD_KIND = "qos-overload"
+# Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
+CLONE_KIND = "mac-clone"
 SUBSCRIPTIONS = {
-    "Events": "select kind, mac, message from Events",
+    "Events": "select tstamp, kind, mac, message from Events",
     "Leases": "select mac, ip, hostname, action, state from Leases",
     "Links": "select mac, rssi, retries, packets from Links",
     "Flows": "select saddr, daddr, bytes from Flows",
@@ -73,7 +77,10 @@ class LiveHub:
         self._status_at = 0.0
         self._links: dict[str, deque] = {}
         self._flows: deque = deque()
-        self._alerts: deque = deque(maxlen=20)
+        # Events handled, by tstamp: the newest, and the recent ones (a catch-up read and a
+        # notification can both carry a row).
+        self._events_since = time.time_ns()
+        self._events_handled: deque[int] = deque(maxlen=256)
         self.health: dict[str, bool | None] = {"controller": None, "hwdb": None}
         self._clients: set[Client] = set()
         self._dirty = False
@@ -139,6 +146,7 @@ class LiveHub:
                 LOG.warning("hwdb lost our subscriptions (restarted?): subscribing again")
                 self._drop_subscriptions(unsubscribe=False)
             self._subscribe(client)
+            self._catch_up_events()
             self._seed()
             self._set_health("hwdb", True)
             self.refresh_devices()
@@ -188,7 +196,21 @@ class LiveHub:
             for r in flows.rows:
                 self._flows.append((r["tstamp"] / 1e9, r["saddr"], r["daddr"], r["bytes"]))
 
+    def _catch_up_events(self) -> None:
+        """Handle the Events rows written while we had no subscription."""
+        missed = self.hwdb.query(f"select tstamp, kind, mac, message from Events [since {self._events_since}]")
+        if missed.rows:
+            LOG.info("%d Events rows written while not subscribed", len(missed.rows))
+            self._on_events(missed.rows)
+
     def _on_events(self, rows) -> None:
+        with self._lock:
+            rows = [r for r in rows if r["tstamp"] not in self._events_handled]
+            for r in rows:
+                self._events_handled.append(r["tstamp"])
+                self._events_since = max(self._events_since, r["tstamp"])
+        if not rows:
+            return
         now = time.time()
         for r in rows:
             if r["kind"] == "new-device" and r["mac"]:
@@ -198,9 +220,11 @@ class LiveHub:
                             "mac": r["mac"], "state": "pending", "ip": None, "hostname": "", "name": "",
                             "vendor_class": "", "first_seen": now, "last_seen": now, "lease_seconds_left": 0}
             elif r["kind"] == OVERLOAD_KIND:
-                alert = {"time": now, "kind": r["kind"], "message": r["message"]}
-                self._alerts.append(alert)
-                self.broadcast("alert", alert, APP_ROLES)
+                self.broadcast("alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]},
+                               APP_ROLES)
+            elif r["kind"] == CLONE_KIND and r["mac"]:
+                self.broadcast("alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"],
+                                         "message": r["message"]})
         # Show what the event says at once, then what the controller says.
         self.broadcast("devices", self.devices())
         self.refresh_devices()
@@ -271,10 +295,6 @@ class LiveHub:
             self._provisional.pop(device["mac"], None)
         self.broadcast("devices", self.devices())
 
-    def alerts(self) -> list[dict]:
-        with self._lock:
-            return list(self._alerts)
-
     def devices(self) -> list[dict]:
         """Controller devices + provisional joiners + devices only heard over the air,
         with their link figures and bandwidth share."""
@@ -300,6 +320,10 @@ class LiveHub:
             device_bytes = {d["mac"]: per_ip.get(d["ip"], 0) for d in out if d.get("ip")}
             total = sum(device_bytes.values())
             for d in out:
+                # A joiner the controller has not described yet, or an older controller: the
+                # same shape, nothing suspected and no passphrase of its own.
+                d.setdefault("clone_suspected", None)
+                d.setdefault("wifi_key", None)
                 samples = self._links.get(d["mac"], deque())
                 if samples:
                     packets = sum(s[3] for s in samples)

@@ -1,4 +1,11 @@
 """The board follows the controller: a joiner shows at once, and goes when the controller lets it go."""
+import json
+import queue
+import time
+
+from fakes import HwdbServer
+
+from homework_webui.hwdb import Hwdb as RealHwdb
 from homework_webui.live import LiveHub
 
 
@@ -25,8 +32,48 @@ def test_a_joiner_the_controller_forgot_leaves_the_board_and_one_it_knows_stays(
     controller = Controller()
     hub = LiveHub(controller, Hwdb())
     controller.known = [joiner("02:00:00:00:00:01")]
-    hub._on_events([{"kind": "new-device", "mac": "02:00:00:00:00:01", "message": "phone asks to join"},
-                    {"kind": "new-device", "mac": "02:ff:00:00:00:99", "message": "forged, already evicted"}])
+    hub._on_events([
+        {"tstamp": 1, "kind": "new-device", "mac": "02:00:00:00:00:01", "message": "phone asks to join"},
+        {"tstamp": 2, "kind": "new-device", "mac": "02:ff:00:00:00:99", "message": "forged, already evicted"}])
     shown = {d["mac"] for d in hub.devices()}
     assert "02:00:00:00:00:01" in shown
     assert "02:ff:00:00:00:99" not in shown
+
+
+def test_an_overload_event_written_while_hwdb_restarts_still_reaches_the_phone(tmp_path):
+    """hwdb's subscriptions die with it; an Events row written before the hub has subscribed
+    again must still reach the browsers (the hub catches up from the persistent table)."""
+    hwdb = HwdbServer(str(tmp_path / "hwdb.sqlite")).start()
+    hub = LiveHub(Controller(), RealHwdb("127.0.0.1", hwdb.port), watchdog_interval=0.2)
+    hub.start()
+    phone = hub.register("member", "s1", 1)
+    try:
+        first = "high-priority queue dropped 10 packets in 10 s"
+        hwdb.query(f"insert into Events values ('qos-overload', '', '{first}')")
+        assert first in alerts_within(phone, 5)  # positive control: the live path works
+        hwdb.stop()
+        hwdb.start()
+        second = "high-priority queue dropped 312 packets in 10 s"
+        hwdb.query(f"insert into Events values ('qos-overload', '', '{second}')")
+        seen = alerts_within(phone, 5, until=second)
+        assert second in seen
+        assert first not in seen, "an alert already shown is not shown again"
+    finally:
+        hub.stop()
+        hwdb.stop()
+
+
+def alerts_within(client, seconds, until=None) -> list[str]:
+    """The alert messages the client's stream receives within `seconds` (or until `until`)."""
+    seen, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            message = client.queue.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if message and message.startswith("event: alert"):
+            seen.append(json.loads(message.split("data: ", 1)[1])["message"])
+            if until is None or until in seen:
+                # a little longer, to see a duplicate if one comes
+                deadline = min(deadline, time.monotonic() + 1.0)
+    return seen
