@@ -1,0 +1,94 @@
+"""The router's services as `deploy/services.toml` defines them: one definition, read by everyone who
+starts them (the emulated home starts processes; the image renders systemd units; the OpenWrt feed
+renders procd scripts)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVICES_FILE = Path(__file__).resolve().parents[1] / "services.toml"
+_PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
+
+
+class ServicesError(ValueError):
+    """services.toml is wrong, or a caller did not give every setting it names."""
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    description: str
+    command: tuple[str, ...]
+    after: tuple[str, ...]
+    ready: dict
+    ready_timeout_s: float
+
+
+def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
+    """Every setting a starter must fill in, with its explanation."""
+    return dict(tomllib.loads(path.read_text())["settings"])
+
+
+def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Service]:
+    """Every service with its placeholders filled from `values` (all settings must be given)."""
+    spec = tomllib.loads(path.read_text())
+    missing = set(spec["settings"]) - set(values)
+    if missing:
+        raise ServicesError(f"settings missing for {path.name}: {', '.join(sorted(missing))}")
+
+    def fill(value):
+        if isinstance(value, str):
+            return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), value)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        return value
+
+    services = {name: Service(name, s.get("description", name), tuple(fill(s["command"])),
+                              tuple(s.get("after", ())), fill(s.get("ready", {})),
+                              float(s.get("ready_timeout_s", 30)))
+                for name, s in spec["services"].items()}
+    start_order(services)  # refuses unknown names and circles now, not when something starts
+    return services
+
+
+def start_order(services: dict[str, Service]) -> list[str]:
+    """Services ordered so that each starts after those it names in `after`."""
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...] = ()) -> None:
+        if name not in services:
+            raise ServicesError(f"{path[-1]} starts after {name!r}, which is not a service")
+        if name in path:
+            raise ServicesError(f"services start after each other in a circle: {' -> '.join(path + (name,))}")
+        if name not in order:
+            for before in services[name].after:
+                visit(before, path + (name,))
+            order.append(name)
+
+    for name in services:
+        visit(name)
+    return order
+
+
+def ready_now(ready: dict) -> bool:
+    """Whether a service passes its services.toml `ready` check right now."""
+    if "command" in ready:
+        return subprocess.run(ready["command"], capture_output=True).returncode == 0
+    if "path" in ready:
+        return Path(ready["path"]).exists()
+    if "url" in ready:
+        try:
+            with urllib.request.urlopen(ready["url"], timeout=1) as resp:
+                if "json_field" not in ready:
+                    return resp.status == 200
+                return json.loads(resp.read()).get(ready["json_field"]) is True
+        except (OSError, ValueError):
+            return False
+    return True

@@ -1,0 +1,154 @@
+"""systemd units for the router's services, rendered from `deploy/services.toml` (via `load`).
+
+One unit per service: `ExecStart=` is the service's command, `After=`/`Wants=` its `after`,
+it restarts when it fails, and it runs hardened with only the capabilities it needs.
+Readiness: an `ExecStartPost=` runs this module's `--wait-ready` with the service's `ready`
+check, so systemd counts a service as started only once it really serves, and a unit ordered
+after it starts only then (the same moment the emulated home waits for). None of the services
+speaks sd_notify, which is why this is not `Type=notify`.
+
+    python -m homework_deploy.systemd --wait-ready '{"url": "http://..."}' --timeout 40
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from . import Service, ready_now
+
+UNIT_PREFIX = "homework-"
+
+# What each service needs beyond the hardening every one gets: the capabilities it keeps
+# (everything else is dropped from the bounding set) and the socket families it opens.
+# hwdb binds a port below 1024; the controller changes addresses, nftables and qdiscs; hostapd
+# speaks EAPOL on a packet socket (its wired driver also binds a privileged port); the web UI
+# needs nothing.
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "hwdb": ("CAP_NET_BIND_SERVICE",),
+    "hostapd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
+    "controller": ("CAP_NET_ADMIN",),
+    "webui": (),
+}
+ADDRESS_FAMILIES: dict[str, str] = {
+    "hostapd": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
+    "controller": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+}
+DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
+# Services that change network settings under /proc/sys keep it writable.
+TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller"}
+
+
+def unit_name(service: str) -> str:
+    return f"{UNIT_PREFIX}{service}.service"
+
+
+def _quote(arg: str) -> str:
+    """One ExecStart word: systemd expands % specifiers and $ variables, so both are escaped."""
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if not escaped or any(c in escaped for c in " \t\"'\\;"):
+        return "'" + escaped.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return escaped
+
+
+def render(service: Service, python: str, writable: Sequence[str], requires: Sequence[str] = (),
+           slowness: float = 1) -> str:
+    """The unit file text for one service.
+
+    python: the interpreter that runs the readiness check (has homework_deploy installed);
+    writable: the only paths the service may write (its state and runtime directories);
+    requires: units of the system every service starts after (e.g. the router's network);
+    slowness: how many times longer than services.toml's ready_timeout_s a start may take on
+    this hardware (a router's CPU can be several times slower than a developer's)."""
+    if service.name not in CAPABILITIES:
+        raise ValueError(f"no capabilities declared for service {service.name!r}: add it to CAPABILITIES")
+    deps = [*requires, *(unit_name(s) for s in service.after)]
+    caps = " ".join(CAPABILITIES[service.name])
+    lines = [
+        "# Rendered from deploy/services.toml by homework_deploy.systemd: edit that file, not this one.",
+        "[Unit]",
+        f"Description=Homework {service.name}: {service.description}",
+    ]
+    if deps:
+        # Wants=, not Requires=: with Requires=, a dependency whose first start fails (and
+        # that systemd restarts a moment later) leaves this unit's start job failed for good.
+        lines += [f"After={' '.join(deps)}", f"Wants={' '.join(deps)}"]
+    lines += [
+        # Five failures within two minutes and systemd stops trying: the unit is then
+        # "failed", which the router's health check reports at once.
+        "StartLimitIntervalSec=120",
+        "StartLimitBurst=5",
+        "",
+        "[Service]",
+        "Type=exec",
+        f"ExecStart={' '.join(_quote(a) for a in service.command)}",
+        "ExecStartPost=" + " ".join(_quote(a) for a in [
+            python, "-m", "homework_deploy.systemd", "--wait-ready", json.dumps(service.ready, sort_keys=True),
+            "--timeout", f"{service.ready_timeout_s * slowness:g}"]),
+        f"TimeoutStartSec={service.ready_timeout_s * slowness + 10:g}",
+        "Restart=on-failure",
+        "RestartSec=2",
+        # Hardening: read-only system, no privilege gain, only the listed capabilities.
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        *(f"ReadWritePaths=-{path}" for path in writable),
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "ProtectKernelModules=yes",
+        "ProtectKernelLogs=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "RestrictSUIDSGID=yes",
+        "RestrictRealtime=yes",
+        "RestrictNamespaces=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        f"RestrictAddressFamilies={ADDRESS_FAMILIES.get(service.name, DEFAULT_FAMILIES)}",
+        f"CapabilityBoundingSet={caps}",
+        f"AmbientCapabilities={caps}",
+    ]
+    if service.name not in TOUCHES_KERNEL_TUNABLES:
+        lines.append("ProtectKernelTunables=yes")
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def render_all(services: dict[str, Service], python: str, writable: Sequence[str],
+               requires: Sequence[str] = (), slowness: float = 1) -> dict[str, str]:
+    """{unit file name: text} for every service."""
+    return {unit_name(name): render(service, python, writable, requires, slowness)
+            for name, service in services.items()}
+
+
+def wait_ready(ready: dict, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready_now(ready):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m homework_deploy.systemd",
+                                description="Wait until a service passes its services.toml readiness check.")
+    p.add_argument("--wait-ready", required=True, metavar="JSON", help="the service's `ready` table as JSON")
+    p.add_argument("--timeout", type=float, required=True, help="seconds to wait")
+    args = p.parse_args(argv)
+    try:
+        ready = json.loads(args.wait_ready)
+    except ValueError as exc:
+        p.error(f"--wait-ready is not JSON: {exc}")
+    if not isinstance(ready, dict):
+        p.error("--wait-ready must be a JSON object")
+    if wait_ready(ready, args.timeout):
+        return 0
+    print(f"not ready after {args.timeout:g} s: {args.wait_ready}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
