@@ -32,9 +32,31 @@ def parse_args(argv):
                    help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio")
     p.add_argument("--hostapd-ctrl", default=CONFIG.hostapd_ctrl,
                    help="hostapd control socket, e.g. /run/hostapd/wlan0: blacklisted devices go on its deny list")
+    p.add_argument("--wifi-ssid", default=CONFIG.wifi_ssid,
+                   help="the Wi-Fi network's name (SSID), for the QR code of a device's own passphrase")
+    p.add_argument("--wifi-psk-file", default=CONFIG.wifi_psk_file,
+                   help="hostapd's wpa_psk_file, where devices' own passphrases go (its other lines are kept); "
+                        "hostapd is told to reload it through --hostapd-ctrl")
     p.add_argument("--rebind-allow", action="append", default=[], metavar="DOMAIN",
                    help="names under DOMAIN may answer with private addresses (a household's own local "
                         "names); any other name that does is refused (rebind protection); repeatable")
+    p.add_argument("--apps", default=CONFIG.apps_file, metavar="FILE",
+                   help="the table of apps, their DNS names, ports and default priorities (apps.toml's form; "
+                        "default: the one shipped with the controller)")
+    p.add_argument("--upstream-iface", default=CONFIG.upstream_iface,
+                   help="interface towards the internet to shape (with --uplink-kbit); default: no shaping")
+    p.add_argument("--uplink-kbit", type=int, default=CONFIG.uplink_kbit, help="the uplink's line rate, kbit/s")
+    p.add_argument("--downlink-iface", default=CONFIG.downlink_iface,
+                   help="interface towards the devices to shape (the wireless port; with --downlink-kbit)")
+    p.add_argument("--downlink-kbit", type=int, default=CONFIG.downlink_kbit,
+                   help="the downlink's line rate, kbit/s")
+    p.add_argument("--shaper-percent", type=float, default=CONFIG.shaper_percent,
+                   help="shape at this percentage of the line rate (default %(default)s; SQM advises 85-95)")
+    p.add_argument("--high-share", type=float, default=CONFIG.high_share,
+                   help="the High class's cap, a share of the shaped rate (default %(default)s)")
+    p.add_argument("--high-device-share", type=float, default=CONFIG.high_device_share,
+                   help="what one device's High traffic may use, a share of the shaped rate; beyond, its High "
+                        "flows are demoted to Medium for a minute (default %(default)s)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
@@ -45,11 +67,29 @@ def parse_args(argv):
         args.rebind_allow = tuple(dnsgate.normalize_domain(d) for d in args.rebind_allow)
     except dnsgate.BadDomain as exc:
         p.error(f"--rebind-allow: {exc}")
+    if len(args.wifi_ssid.encode()) > 32 or "\n" in args.wifi_ssid:
+        p.error("--wifi-ssid is at most 32 bytes on one line")
     if args.stats_interval < 0.5:
         p.error("--stats-interval below 0.5 s would keep the switch busy answering")
     for port in (args.api_port, args.of_port, args.dns_port):
         if not 0 < port < 65536:
             p.error(f"port {port} out of range")
+    for iface, kbit, name in ((args.upstream_iface, args.uplink_kbit, "uplink"),
+                              (args.downlink_iface, args.downlink_kbit, "downlink")):
+        if kbit and not iface:  # (an interface with rate 0 is not shaped: a deployment may always name it)
+            p.error(f"--{name}-kbit needs the interface to shape")
+        if kbit < 0:
+            p.error(f"--{name}-kbit must be positive (0: not shaped)")
+    if not 10 <= args.shaper_percent <= 100:
+        p.error("--shaper-percent must be between 10 and 100")
+    if not 0 < args.high_device_share <= args.high_share <= 0.9:
+        p.error("need 0 < --high-device-share <= --high-share <= 0.9 (High must leave room for the rest)")
+    if args.apps:
+        from . import apps
+        try:
+            apps.load_table(args.apps)
+        except (OSError, apps.BadAppTable) as exc:
+            p.error(f"--apps {args.apps}: {exc}")
     if min(args.pending_lease, args.permitted_lease) < 10:
         p.error("leases shorter than 10 seconds make clients renew constantly")
     return args
@@ -66,7 +106,13 @@ def main(argv=None):
     CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
     CONFIG.hostapd_ctrl = args.hostapd_ctrl
+    CONFIG.wifi_ssid, CONFIG.wifi_psk_file = args.wifi_ssid, args.wifi_psk_file
     CONFIG.rebind_allow = args.rebind_allow
+    CONFIG.apps_file = args.apps
+    CONFIG.upstream_iface, CONFIG.uplink_kbit = args.upstream_iface, args.uplink_kbit
+    CONFIG.downlink_iface, CONFIG.downlink_kbit = args.downlink_iface, args.downlink_kbit
+    CONFIG.shaper_percent, CONFIG.high_share = args.shaper_percent, args.high_share
+    CONFIG.high_device_share = args.high_device_share
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

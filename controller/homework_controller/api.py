@@ -32,6 +32,10 @@ ROUTES = {
     "permit-dns": ("POST", (2,), "permit_dns"),
     "deny-dns": ("POST", (2,), "deny_dns"),
     "dns-rules": ("GET", (1,), "dns_rules_of"),
+    "apps": ("GET", (0,), "app_priorities"),
+    "wifi-key": ("POST", (1,), "issue_wifi_key"),  # a new passphrase of the device's own, with its QR payload
+    "show-wifi-key": ("GET", (1,), "wifi_key_of"),
+    "revoke-wifi-key": ("POST", (1,), "revoke_wifi_key"),
 }
 
 

@@ -27,8 +27,18 @@ class Config:
     flow_budget: int = 200           # learnt flows per device before it is counted as a whole
     max_pending: int = 256           # devices waiting for a decision; beyond, the silent longest makes way
     hostapd_ctrl: str = ""           # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
+    wifi_ssid: str = ""              # the radio's network name, for the QR code that joins with a device's passphrase
+    wifi_psk_file: str = ""          # hostapd's wpa_psk_file: devices' own passphrases (written atomically)
     stations: str = ""               # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
     rebind_allow: tuple[str, ...] = ()  # domains whose names may answer with private addresses (rebind protection)
+    apps_file: str = ""              # the app table (apps.toml form); empty: the one shipped with the package
+    upstream_iface: str = ""         # shaped towards the internet (egress), with uplink_kbit; empty: not shaped
+    uplink_kbit: int = 0
+    downlink_iface: str = ""         # shaped towards the devices (egress of the wireless port), with downlink_kbit
+    downlink_kbit: int = 0
+    shaper_percent: float = 90.0     # the shaper's rate, in percent of the line rate
+    high_share: float = 0.3          # the High class's cap, a share of the shaped rate
+    high_device_share: float = 0.2   # one device's High traffic at most, a share of the shaped rate
 
 
 CONFIG = Config()

@@ -29,10 +29,12 @@ OPT_REQUESTED_IP = 50
 OPT_LEASE_TIME = 51
 OPT_MESSAGE_TYPE = 53
 OPT_SERVER_ID = 54
+OPT_PARAMETER_LIST = 55
 OPT_MESSAGE = 56
 OPT_RENEWAL_T1 = 58
 OPT_REBINDING_T2 = 59
 OPT_VENDOR_CLASS = 60
+OPT_CLIENT_ID = 61
 
 BROADCAST_FLAG = 0x8000
 ZERO_IP = "0.0.0.0"
@@ -56,6 +58,10 @@ class DhcpRequest:
     server_id: str | None = None
     hostname: str = ""
     vendor_class: str = ""
+    # What tells one DHCP client from another using the same MAC (`clones`): the options it asks
+    # for, in its order (option 55), and its client identifier (option 61), both as hex, bounded.
+    parameter_list: str = ""
+    client_id: str = ""
 
     @property
     def name(self) -> str:
@@ -151,6 +157,8 @@ def decode_request(payload: bytes) -> DhcpRequest:
         server_id=_ip(opts[OPT_SERVER_ID]) if OPT_SERVER_ID in opts else None,
         hostname=_text(opts.get(OPT_HOSTNAME, b"")),
         vendor_class=_text(opts.get(OPT_VENDOR_CLASS, b"")),
+        parameter_list=opts.get(OPT_PARAMETER_LIST, b"")[:64].hex(),
+        client_id=opts.get(OPT_CLIENT_ID, b"")[:64].hex(),
     )
 
 

@@ -7,7 +7,7 @@ each query is the router core's decision (`verdict(client_ip, query)`, a cheap c
 the controller's lock); everything that touches untrusted bytes happens here, outside that
 lock: the size and header checks and the parse (`dnsgate.parse_query`), building the
 answer, relaying it upstream, and reading the upstream answer (`dnsgate.inspect_answer`:
-rebind protection, and the addresses it teaches, reported with `learn(learnt)`).
+rebind protection, and the addresses it teaches, reported with `learn(learnt, client_ip)`).
 
 Nothing one message does may stop the service: every failure costs that query only (it is
 counted, logged at most every few seconds, and answered FORMERR where a reply can be
@@ -227,7 +227,8 @@ class DnsServer:
             return dnsgate.refusal(query)
         return None
 
-    def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes) -> bytes | None:
+    def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes,
+                       client_ip: str) -> bytes | None:
         """What the device gets for an upstream answer: it as is, a refusal if it rebinds, SERVFAIL if unusable."""
         if answer is None:
             self.counters["dns_upstream_failed"] += 1
@@ -242,7 +243,7 @@ class DnsServer:
             return dnsgate.refusal(query, "private address for a public name (rebind protection)",
                                    dnsgate.EDE_FILTERED)
         if inspected.learnt:
-            self.learn(inspected.learnt)
+            self.learn(inspected.learnt, client_ip)
         return answer
 
     # -- UDP: one thread reads and answers; relays run on their own threads, bounded
@@ -305,7 +306,8 @@ class DnsServer:
 
     def _relay_udp(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
         try:
-            self._send_udp(sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire), client, reply_from)
+            self._send_udp(sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire, client[0]), client,
+                           reply_from)
         except Exception:
             self._failed("relaying a query", client[0])
             self._send_udp(sock, _error_reply(wire, RCODE_SERVFAIL), client, reply_from)
@@ -398,7 +400,7 @@ class DnsServer:
         if verdict.action == "drop":
             return False
         if verdict.action == "allow":
-            reply = self._read_upstream(self._ask_upstream_tcp(wire), query, wire)
+            reply = self._read_upstream(self._ask_upstream_tcp(wire), query, wire, client_ip)
         else:
             reply = self._answer(verdict, query, wire)
         if reply is None:

@@ -17,9 +17,10 @@ table 0, admission: what may enter at all.
   MISS           anything else                                         -> drop
 table 1, accounting: one counting rule per flow, so OVS counts each flow's packets and bytes.
   BLOCKED        device to an address learnt for a name blocked for it -> drop
-  LEARNT_FLOW    a learnt flow (exact 5-tuple, 30 s idle timeout)      -> goto 2
+  LEARNT_FLOW    a learnt flow (exact 5-tuple, 30 s idle timeout)      -> mark DSCP (and queue) for its app's
+                                                                          priority, goto 2
   DEVICE_SOURCE  a permitted device's traffic (sent by it), and
-  DEVICE_DEST    traffic to it, not yet learnt                         -> copy to controller, goto 2
+  DEVICE_DEST    traffic to it, not yet learnt                         -> DSCP 0, copy to controller, goto 2
                  (over its flow budget: the same match without the copy: one rule for the device)
   MISS           anything else                                         -> goto 2
 table 2, routing:
@@ -93,7 +94,14 @@ class Output:
 @dataclass(frozen=True)
 class SetField:
     field: str
-    value: str
+    value: str | int
+
+
+@dataclass(frozen=True)
+class SetQueue:
+    """OpenFlow set_queue: the egress queue on a kernel-datapath switch (no effect on the userspace one)."""
+
+    queue_id: int
 
 
 @dataclass(frozen=True)
@@ -277,7 +285,10 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
         rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
              ipv4_dst=ip),
     }
-    count = (Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (GotoTable(TABLE_ROUTING),)
+    # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
+    # first packet, or on everything while it is over its flow budget, must not jump the queue.
+    unmark = SetField("ip_dscp", 0)
+    count = (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (unmark, GotoTable(TABLE_ROUTING))
     rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
               rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
     if dns_gated:
@@ -295,6 +306,7 @@ def dns_block_rule(device: Device, addr: str) -> FlowRule:
                 ipv4_src=device.subnet.device_ip, ipv4_dst=addr)
 
 
-def learnt_flow_rule(device: Device, flow: FiveTuple) -> FlowRule:
-    return rule(TABLE_ACCOUNTING, Accounting.LEARNT_FLOW, (GotoTable(TABLE_ROUTING),), device_cookie(device),
+def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowRule:
+    """One flow's counting rule; mark: the actions that mark its packets for the shaper (`qos.mark_actions`)."""
+    return rule(TABLE_ACCOUNTING, Accounting.LEARNT_FLOW, (*mark, GotoTable(TABLE_ROUTING)), device_cookie(device),
                 idle_timeout=FLOW_IDLE_TIMEOUT_S, notify_removal=True, **flow.match())

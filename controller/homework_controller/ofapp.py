@@ -21,17 +21,22 @@ from os_ken.ofproto import ofproto_v1_3
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import api, dhcp, dns_server, flows, openflow, packets, stations
+from . import api, apps, dhcp, dns_server, flows, hostapd_ctrl, openflow, packets, qos, shaper, stations, wifi_keys
 from .config import CONFIG
 from .fairness import FairQueue
+from .hwdb_feed import AppFeed
 from .hwdb_log import HwdbLog
+from .model import BadMac
 from .router import (
     AddGatewayAddress,
+    AgentReport,
     AuthenticatorDeny,
+    AuthenticatorKick,
     HomeRouter,
     InstallMeter,
     InstallRules,
     LogRow,
+    ModifyRules,
     RemoveMeter,
     RemoveRules,
     ResolveName,
@@ -44,6 +49,14 @@ LOG = logging.getLogger("homework.controller")
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+
+
+def qos_settings(config) -> qos.QosSettings:
+    """The command line's shaping options; a link without an interface and a rate is not shaped."""
+    def link(iface: str, kbit: int) -> qos.LinkShape | None:
+        return qos.LinkShape(iface, kbit, config.shaper_percent, config.high_share) if iface and kbit else None
+    return qos.QosSettings(link(config.upstream_iface, config.uplink_kbit),
+                           link(config.downlink_iface, config.downlink_kbit), config.high_device_share)
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -84,9 +97,13 @@ class HomeworkController(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        settings = qos_settings(CONFIG)
         self.router = HomeRouter(DeviceStore(CONFIG.db), dhcp.LeasePolicy(
             CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget,
-            max_pending=CONFIG.max_pending)
+            max_pending=CONFIG.max_pending, app_table=apps.load_table(CONFIG.apps_file or None),
+            qos_settings=settings, wifi_ssid=CONFIG.wifi_ssid)
+        self.shapers = {way: shaper.Shaper(link) for way, link in (("uplink", settings.uplink),
+                                                                   ("downlink", settings.downlink)) if link}
         self.hwdb = HwdbLog(CONFIG.hwdb)
         if self.router.store.recovered:
             self.hwdb.write("Events", ("device-database", "", self.router.store.recovered))
@@ -99,6 +116,8 @@ class HomeworkController(app_manager.OSKenApp):
         self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
         # hostapd is told in the order the household decided, by one thread.
         self.hostapd_jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # The key file is written by one caller at a time, each writing the router's latest keys.
+        self.wifi_keys_lock = threading.Lock()
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
@@ -109,6 +128,15 @@ class HomeworkController(app_manager.OSKenApp):
         self._start_thread(self._poll_counters)
         self._start_thread(self._add_gateway_addresses)
         self._start_thread(self._tell_hostapd_in_order)
+        self._start_thread(self._publish_wifi_keys)  # the file as the database has it (e.g. after a restore)
+        if CONFIG.hostapd_ctrl and CONFIG.wifi_psk_file:
+            # Which passphrase each station joined with: only a radio with the key file says (keyid=).
+            self._start_thread(hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event).run_forever)
+        if self.shapers:
+            self._start_thread(self._watch_shapers)
+        self.app_feed = AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
+        if self.app_feed is not None:
+            self.app_feed.start()
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
             server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
@@ -264,16 +292,35 @@ class HomeworkController(app_manager.OSKenApp):
         with self.lock:
             return self.router.dns_query(client_ip, query)
 
-    def _dns_learn(self, learnt):
+    def _dns_learn(self, learnt, client_ip: str | None = None):
         with self.lock:
-            self._apply(self.router.dns_answer(learnt))
+            self._apply(self.router.dns_answer(learnt, client_ip))
 
     def _resolve(self, domain: str):
         self._dns_learn(self.dns.resolve(domain).learnt)
 
+    # ---- application priorities (the feed's thread parses; only the decision runs under the lock)
+
+    def _on_priorities(self, priorities: dict[str, str]) -> None:
+        with self.lock:
+            self._apply(self.router.set_app_priorities(priorities))
+
+    def _on_agent_reports(self, reports: list[AgentReport]) -> None:
+        with self.lock:
+            self._apply(self.router.agent_reported(reports))
+
+    def _watch_shapers(self):
+        """The shaped links' trees kept in place, and the household told when High is overloaded (off the lock)."""
+        watch = shaper.Watch(self.shapers)
+        while True:
+            for message in watch.check(time.monotonic()):
+                LOG.info("event qos-overload: %s", message)
+                self.hwdb.write("Events", ("qos-overload", "", message))
+            time.sleep(CONFIG.stats_interval)
+
     # ---- effects
 
-    _SWITCH_EFFECTS = (InstallRules, RemoveRules, InstallMeter, RemoveMeter, SendFrame)
+    _SWITCH_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter, SendFrame)
 
     def _apply(self, effects: list) -> None:
         dp = self.datapath
@@ -283,6 +330,9 @@ class HomeworkController(app_manager.OSKenApp):
             if isinstance(effect, InstallRules):
                 for r in effect.rules:
                     self._send(dp, openflow.flow_mod(r))
+            elif isinstance(effect, ModifyRules):
+                for r in effect.rules:
+                    self._send(dp, openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT))
             elif isinstance(effect, RemoveRules):
                 self._send(dp, openflow.delete_cookie(effect.cookie))
             elif isinstance(effect, InstallMeter):
@@ -296,7 +346,7 @@ class HomeworkController(app_manager.OSKenApp):
                 self.gateway_jobs.put(effect.subnet)
             elif isinstance(effect, ResolveName):
                 self._start_thread(self._resolve, effect.domain)
-            elif isinstance(effect, AuthenticatorDeny):
+            elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
                 if CONFIG.hostapd_ctrl:
                     self.hostapd_jobs.put(effect)
             elif isinstance(effect, LogRow):
@@ -332,24 +382,30 @@ class HomeworkController(app_manager.OSKenApp):
             if exc.code != 17:  # EEXIST: already there from an earlier run
                 LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
 
+    def _on_hostapd_event(self, event: str) -> None:
+        joined = hostapd_ctrl.station_joined(event)  # parsed off the lock
+        if joined is None:
+            return
+        with self.lock:
+            try:
+                self._apply(self.router.station_joined(*joined))
+            except BadMac:
+                LOG.warning("hostapd event with no station address: %r", event)
+
     def _tell_hostapd_in_order(self):
         while True:
             self._tell_hostapd(self.hostapd_jobs.get())
 
-    def _tell_hostapd(self, effect: AuthenticatorDeny):
-        ctrl_dir, _, iface = CONFIG.hostapd_ctrl.rpartition("/")
-        commands = [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
-        if effect.deny:
+    def _tell_hostapd(self, effect: AuthenticatorDeny | AuthenticatorKick):
+        commands = [] if isinstance(effect, AuthenticatorKick) else [
+            ["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        if isinstance(effect, AuthenticatorKick) or effect.deny:
             commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
         for command in commands:
             try:
-                proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *command],
-                                      capture_output=True, text=True, timeout=5)
-            except (OSError, subprocess.SubprocessError) as exc:
-                LOG.error("hostapd did not take `%s`: %s", " ".join(command), exc)
-                continue
-            if proc.returncode != 0 or "FAIL" in proc.stdout:
-                LOG.error("hostapd did not take `%s`: %s", " ".join(command), (proc.stdout + proc.stderr).strip())
+                hostapd_ctrl.command(CONFIG.hostapd_ctrl, *command)
+            except hostapd_ctrl.HostapdError as exc:
+                LOG.error("%s", exc)
 
     # ---- the clock and the API
 
@@ -363,15 +419,41 @@ class HomeworkController(app_manager.OSKenApp):
                     except Exception:
                         LOG.exception("lease expiry pass failed")
 
-    DECISIONS = ("permit", "deny", "whitelist", "blacklist", "rename", "permit_dns", "deny_dns")
+    WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
+    DECISIONS = ("permit", "deny", "whitelist", "blacklist", "rename", "permit_dns", "deny_dns", *WIFI_KEY_CHANGES)
 
     def call(self, name: str, *args):
-        """Run one ws.v1 method; state changes reach the switch, and the disk, before the answer."""
+        """Run one ws.v1 method; state changes reach the switch (and hostapd), and the disk, before the answer."""
         with self.lock:
             result = self._call(name, *args)
         if name in self.DECISIONS and not self.router.store.flush():
             LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
+        if name in self.WIFI_KEY_CHANGES:
+            result = dict(result, **self._publish_wifi_keys())
         return result
+
+    def _publish_wifi_keys(self) -> dict:
+        """hostapd's key file rewritten with the router's keys, and hostapd told to read it again (off the
+        controller's lock). `applied`: hostapd has them; `note` says why not."""
+        if not CONFIG.wifi_psk_file:
+            return {"applied": False, "note": "no key file configured (--wifi-psk-file): the radio does not know it"}
+        with self.wifi_keys_lock:
+            with self.lock:
+                keys = list(self.router.wifi_keys.values())
+            try:
+                wifi_keys.write_psk_file(CONFIG.wifi_psk_file, wifi_keys.render_psk_file(
+                    wifi_keys.read_text(CONFIG.wifi_psk_file), keys))
+            except OSError as exc:
+                LOG.error("could not write %s: %s", CONFIG.wifi_psk_file, exc)
+                return {"applied": False, "note": f"could not write the key file: {exc}"}
+            if not CONFIG.hostapd_ctrl:
+                return {"applied": False, "note": "key file written; no hostapd socket to tell (--hostapd-ctrl)"}
+            try:
+                hostapd_ctrl.command(CONFIG.hostapd_ctrl, "reload_wpa_psk")
+            except hostapd_ctrl.HostapdError as exc:
+                LOG.error("%s", exc)
+                return {"applied": False, "note": f"key file written; {exc}"}
+        return {"applied": True, "note": ""}
 
     def _call(self, name: str, *args):
         if name == "health":
@@ -380,7 +462,12 @@ class HomeworkController(app_manager.OSKenApp):
                     "store": {"recovered": self.router.store.recovered, "write_errors": self.router.store.errors},
                     "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written,
                              "rows_dropped": self.hwdb.dropped},
-                    "resolver": self.dns.health()}
+                    "resolver": self.dns.health(),
+                    "qos": {**{way: s.health() for way, s in self.shapers.items()},
+                            "app_feed": None if self.app_feed is None else {
+                                "subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
+                            "app_priorities": dict(sorted(self.router.app_priority.items())),
+                            "demoted_devices": sorted(self.router.demoted)}}
         if name == "counters":
             return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped,
                         store_write_errors=self.router.store.errors,

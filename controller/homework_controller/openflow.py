@@ -27,6 +27,8 @@ def actions(values) -> list:
             out.append(parser.OFPActionOutput(port_number(action.port), max_len))
         elif isinstance(action, flows.SetField):
             out.append(parser.OFPActionSetField(**{action.field: action.value}))
+        elif isinstance(action, flows.SetQueue):
+            out.append(parser.OFPActionSetQueue(action.queue_id))
         elif isinstance(action, flows.DecTtl):
             out.append(parser.OFPActionDecNwTtl())
         else:
@@ -34,7 +36,9 @@ def actions(values) -> list:
     return out
 
 
-def flow_mod(rule: flows.FlowRule):
+def flow_mod(rule: flows.FlowRule, command: int = ofp.OFPFC_ADD):
+    """The rule as an OFPFC_ADD (or, with command=OFPFC_MODIFY_STRICT, new actions for the rule of the same
+    match and rule priority if the switch still holds it: its counters and timeouts carry on)."""
     match = {k: port_number(cast("int | str", v)) if k == "in_port" else v for k, v in rule.match}
     # OpenFlow 1.3's order: meter, then apply-actions, then goto.
     instructions = [parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER) for a in rule.actions
@@ -43,7 +47,7 @@ def flow_mod(rule: flows.FlowRule):
     if applied:
         instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
     instructions += [parser.OFPInstructionGotoTable(a.table) for a in rule.actions if isinstance(a, flows.GotoTable)]
-    return parser.OFPFlowMod(None, cookie=rule.cookie, table_id=rule.table, priority=rule.priority,
+    return parser.OFPFlowMod(None, cookie=rule.cookie, command=command, table_id=rule.table, priority=rule.priority,
                              idle_timeout=rule.idle_timeout,
                              flags=ofp.OFPFF_SEND_FLOW_REM if rule.notify_removal else 0,
                              match=parser.OFPMatch(**match), instructions=instructions)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import idna
 
-from . import apps, dhcp, dnsgate, flows, packets
+from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
 from .store import DeviceStore, StoreError
 
@@ -27,6 +27,14 @@ LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InstallRules:
+    rules: tuple[flows.FlowRule, ...]
+
+
+@dataclass(frozen=True)
+class ModifyRules:
+    """New actions for rules the switch may hold (same table, match and rule priority); counters carry on.
+    A rule the switch no longer holds (it idled out) is not brought back."""
+
     rules: tuple[flows.FlowRule, ...]
 
 
@@ -61,6 +69,13 @@ class AuthenticatorDeny:
 
     mac: str
     deny: bool
+
+
+@dataclass(frozen=True)
+class AuthenticatorKick:
+    """Tell the authenticator (hostapd) to take a station off the air now; it may join again."""
+
+    mac: str
 
 
 @dataclass(frozen=True)
@@ -106,8 +121,37 @@ class UnknownDevice(ApiError):
     status = 404
 
 
+class NotConfigured(ApiError):
+    status = 501
+
+
 class NoFreeSubnet(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """One end-host agent's AppTuples row, already parsed and checked (`hwdb_feed`): the program
+    (process) owning a connection of the device at saddr. daddr "*" and dport 0: an unconnected
+    UDP socket, for every destination."""
+
+    proto: int
+    saddr: str
+    sport: int
+    daddr: str
+    dport: int
+    process: str
+
+
+@dataclass
+class FlowApp:
+    """What the router decided about one learnt flow: its app, where that came from, the
+    priority its rule carries, and its rate at the last poll (for the behaviour heuristic)."""
+
+    app: str
+    source: str
+    priority: str
+    pps: float = 0.0
 
 
 # ---- the core --------------------------------------------------------------
@@ -115,6 +159,7 @@ class NoFreeSubnet(RuntimeError):
 SIGHTINGS_WRITE_INTERVAL_S = 300
 BLOCK_CLEANUP_S = 60  # how late the switch may lift a DNS block whose addresses expired
 NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
+MAX_AGENT_REPORTS = 50000  # connections agents reported, least recently reported forgotten first
 
 
 def _is_decision(before: Device | None, device: Device) -> bool:
@@ -134,7 +179,9 @@ def _is_decision(before: Device | None, device: Device) -> bool:
 class HomeRouter:
     def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
                  clock: Callable[[], float] = time.time, flow_budget: int = 200,
-                 budget_cooldown_s: float = 120.0, max_pending: int = 256):
+                 budget_cooldown_s: float = 120.0, max_pending: int = 256,
+                 app_table: apps.AppTable | None = None, qos_settings: qos.QosSettings = qos.QosSettings(),
+                 wifi_ssid: str = "", new_passphrase: Callable[[], str] = wifi_keys.new_passphrase):
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
@@ -169,9 +216,27 @@ class HomeRouter:
         self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
         self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
+        # Application priorities: what each learnt flow is, and what the household and agents said.
+        self.app_table = app_table if app_table is not None else apps.load_table()
+        self.qos = qos_settings
+        self.app_priority: dict[str, str] = {}  # the household's choices (hwdb AppPriority), app -> priority
+        self.agent_reports: OrderedDict[tuple, str] = OrderedDict()  # device-side 5-tuple -> process, bounded
+        self.names = apps.NameMemory()
+        self.flow_apps: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
+        self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
+        self.last_stats_at: float | None = None
         self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
                          "frames_malformed": 0, "store_errors": 0,
-                         "dns_refused": 0, "dns_not_a_device": 0, "pending_evicted": 0}
+                         "dns_refused": 0, "dns_not_a_device": 0, "pending_evicted": 0,
+                         "agent_reports_ignored": 0, "mac_clone_suspected": 0}
+        # A copied MAC: the DHCP fingerprint of whoever took each live lease, what the household
+        # should look at, and when it was last told (`clones`). In memory: a restart starts afresh.
+        self.fingerprints: dict[str, clones.Fingerprint] = {}
+        self.clone_suspected: dict[str, clones.Suspicion] = {}
+        self.clone_told: dict[str, float] = {}
+        # Devices' own Wi-Fi passphrases (hostapd's wpa_psk_file, written by the I/O edge).
+        self.wifi_ssid, self.new_passphrase = wifi_ssid, new_passphrase
+        self.wifi_keys: dict[str, wifi_keys.WifiKey] = store.load_wifi_keys()
 
     # -- switch lifecycle
 
@@ -208,6 +273,15 @@ class HomeRouter:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
+        seen = clones.Fingerprint.of(req)
+        differs = self._fingerprint_differs(before, seen, req.msg_type)
+        if differs and before is not None and outcome.device is not None:
+            # Served as the device (refusing would cut off the real one too, and the copier could
+            # set the address by hand), but its name and class stay the lease holder's.
+            outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
+            effects += self._suspect_clone(req.chaddr, differs)
+        if outcome.lease_action == "granted":
+            self.fingerprints[req.chaddr] = seen
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
@@ -224,6 +298,39 @@ class HomeRouter:
             effects.append(SendFrame(wlan_port, packets.udp_frame(
                 router_mac, reply.dst_mac, reply.server_ip, reply.dst_ip, 67, 68, dhcp.encode_reply(reply))))
         return effects
+
+    def _fingerprint_differs(self, before: Device | None, seen: clones.Fingerprint, msg_type: int) -> list[str]:
+        """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
+        if (before is None or not before.lease_active(self.clock())
+                or msg_type not in (dhcp.DISCOVER, dhcp.REQUEST)):
+            return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
+        # After a restart the first sender is taken for the holder.
+        return clones.differences(self.fingerprints.setdefault(before.mac, seen), seen)
+
+    def _suspect_clone(self, mac: str, differs: list[str]) -> list:
+        """Shown in the device's status until the household decides about it; told at most every few minutes."""
+        now = self.clock()
+        self.counters["mac_clone_suspected"] += 1
+        self.clone_suspected[mac] = clones.Suspicion(now, tuple(differs))
+        LOG.warning("%s is in use by a second device: %s", mac, "; ".join(differs))
+        last = self.clone_told.get(mac)
+        if last is not None and now - last < clones.CLONE_EVENT_INTERVAL_S:
+            return []
+        self.clone_told[mac] = now
+        device = self.devices.get(mac)
+        label = (device.name or device.hostname) if device else ""
+        return [TellHousehold("mac-clone", mac, f"{label or mac}: its address {mac} is being used by another "
+                                                f"device too ({'; '.join(differs)})")]
+
+    def station_joined(self, mac: str, keyid: str) -> list:
+        """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
+        mac = normalize_mac(mac)
+        own = self.wifi_keys.get(mac)
+        differs = clones.wrong_key(own.keyid if own else None, keyid)
+        if not differs:
+            return []
+        # Not the device, whose passphrase is its own: off the air, and the household told.
+        return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
 
     def _switch(self) -> tuple[int, str]:
         """The wireless port and the router's MAC: known once the switch has connected, which
@@ -277,7 +384,10 @@ class HomeRouter:
                 f"{label} opened more than {self.flow_budget} connections at once; its traffic is counted "
                 f"as a whole for the next {int(self.budget_cooldown_s // 60)} minutes")]
         learnt.add(flow)
-        return [InstallRules((flows.learnt_flow_rule(device, flow),))]
+        app, source = self._classify(device, flow)
+        info = FlowApp(app, source, self._priority(device, app))
+        self.flow_apps.setdefault(device.mac, {})[flow] = info
+        return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(info.priority)),))]
 
     def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
         """Counters of the accounting table -> Flows rows with what each flow did since last time.
@@ -304,18 +414,27 @@ class HomeRouter:
             row = self._count(key, 0, 0, keep=False)
             if row is not None and key[0] == "flow":
                 rows.append(row)
-        return rows + self._app_rows(rows)
+        now = self.clock()
+        interval = now - self.last_stats_at if self.last_stats_at is not None else 0.0
+        self.last_stats_at = now
+        effects: list = rows + self._app_rows(rows)
+        if interval > 0:
+            effects += self._judge_behaviour(rows, interval) + self._cap_high_per_device(rows, interval)
+        return effects
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
         key = self._counter_key(priority, match)
         if key is None:
             return []
-        for learnt in self.learnt.values():
-            learnt.discard(key[1])
         row = self._count(key, pkts, nbytes, keep=False)
         rows = [row] if row is not None else []
-        return rows + self._app_rows(rows)
+        effects = rows + self._app_rows(rows)
+        for learnt in self.learnt.values():
+            learnt.discard(key[1])
+        for known in self.flow_apps.values():
+            known.pop(key[1], None)
+        return effects
 
     def _count(self, key, pkts: int, nbytes: int, keep: bool = True) -> LogRow | None:
         """The row for what a counter saw since it was last read, if it saw anything."""
@@ -333,17 +452,156 @@ class HomeRouter:
             return None
         return LogRow("Flows", self._flow_row(key, delta_p, delta_b))
 
-    @staticmethod
-    def _app_rows(flow_rows: list[LogRow]) -> list[LogRow]:
+    def _app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
         """AppTimeseries: this interval's learnt-flow traffic summed per application."""
         per_app: dict[str, list[int]] = {}
         for r in flow_rows:
             proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
             if proto:  # device totals (proto 0) are not attributable to an application
-                totals = per_app.setdefault(apps.infer(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
+                totals = per_app.setdefault(self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
                 totals[0] += nbytes
                 totals[1] += pkts
         return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
+
+    # -- application priorities
+
+    def _device_of_flow(self, flow: flows.FiveTuple) -> Device | None:
+        """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
+        return self._device_by_ip(flow.saddr) or self._device_by_ip(flow.daddr)
+
+    @staticmethod
+    def _device_side(device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
+        """The connection as the device sees it (its address first): both directions name it alike."""
+        assert device.subnet is not None
+        if flow.saddr == device.subnet.device_ip:
+            return flow
+        return flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
+
+    def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
+        conn = self._device_side(device, flow)
+        process = (self.agent_reports.get((conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport))
+                   or self.agent_reports.get((conn.proto, conn.saddr, conn.sport, "*", 0)))
+        return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
+
+    def _priority(self, device: Device, app: str) -> str:
+        """The household's priority for the app, else the table's; High only within the device's share."""
+        priority = self.app_priority.get(app) or self.app_table.default_priority(app)
+        if priority == qos.HIGH and device.mac in self.demoted:
+            return qos.MEDIUM
+        return priority
+
+    def _app_of(self, flow: flows.FiveTuple) -> str:
+        device = self._device_of_flow(flow)
+        if device is None:
+            return self.app_table.app_of_ports(flow) or apps.OTHER
+        known = self.flow_apps.get(device.mac, {}).get(flow)
+        return known.app if known is not None else self._classify(device, flow)[0]
+
+    def _remark(self, device: Device, flows_of_device=None) -> list:
+        """Reclassify the device's learnt flows (or those given) and re-mark those whose priority changed.
+
+        The switch keeps each rule's counters (OFPFC_MODIFY_STRICT), so accounting carries on."""
+        known = self.flow_apps.get(device.mac, {})
+        changed = []
+        for flow in list(flows_of_device if flows_of_device is not None else known):
+            info = known.get(flow)
+            if info is None:
+                continue
+            app, source = self._classify(device, flow)
+            if not (source == apps.UNKNOWN and info.source == apps.BEHAVIOUR):  # that verdict waits for a poll
+                info.app, info.source = app, source
+            priority = self._priority(device, info.app)
+            if priority != info.priority:
+                info.priority = priority
+                changed.append(flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)))
+        return [ModifyRules(tuple(changed))] if changed else []
+
+    def set_app_priorities(self, priorities: dict[str, str]) -> list:
+        """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
+        changed = {app for app, priority in priorities.items() if self.app_priority.get(app) != priority}
+        self.app_priority.update(priorities)
+        if not changed:
+            return []
+        LOG.info("household: app priorities %s", {app: priorities[app] for app in sorted(changed)})
+        effects: list = []
+        for mac, known in self.flow_apps.items():
+            affected = [flow for flow, info in known.items() if info.app in changed]
+            if affected:
+                effects += self._remark(self.devices[mac], affected)
+        return effects
+
+    def app_priorities(self) -> list[dict]:
+        """Every app the table or the household names, with the priority its flows get and who chose it."""
+        names = set(self.app_table.priorities) | set(self.app_priority)
+        return [{"app": app, "priority": self.app_priority.get(app) or self.app_table.default_priority(app),
+                 "set_by": "household" if app in self.app_priority else "table"} for app in sorted(names)]
+
+    def agent_reported(self, reports: list[AgentReport]) -> list:
+        """End-host agents said which program owns connections: label those of the device whose lease
+        address is the report's saddr, and only those (an agent speaks for its own device)."""
+        touched: dict[str, Device] = {}
+        for report in reports:
+            device = self._device_by_ip(report.saddr)
+            if device is None or not (device.forwards and device.lease_active(self.clock())):
+                self.counters["agent_reports_ignored"] += 1
+                continue
+            key = (report.proto, report.saddr, report.sport, report.daddr, report.dport)
+            self.agent_reports.pop(key, None)
+            self.agent_reports[key] = report.process
+            while len(self.agent_reports) > MAX_AGENT_REPORTS:
+                self.agent_reports.popitem(last=False)
+            touched[device.mac] = device
+        effects: list = []
+        for device in touched.values():
+            effects += self._remark(device)
+        return effects
+
+    def _judge_behaviour(self, rows: list[LogRow], interval: float) -> list:
+        """Flows nothing else names are judged by their rate over the last two polls."""
+        moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
+        effects: list = []
+        for mac, known in self.flow_apps.items():
+            device = self.devices[mac]
+            changed = []
+            for flow, info in known.items():
+                if info.source not in (apps.UNKNOWN, apps.BEHAVIOUR):
+                    continue
+                pkts, nbytes = moved.get(flow, (0, 0))
+                rates = apps.FlowRates(pkts / interval, info.pps, nbytes / pkts if pkts else 0.0)
+                info.pps = rates.pps
+                app, source = self._classify(device, flow, rates)
+                if (app, source) != (info.app, info.source):
+                    info.app, info.source = app, source
+                    changed.append(flow)
+            if changed:
+                effects += self._remark(device, changed)
+        return effects
+
+    def _cap_high_per_device(self, rows: list[LogRow], interval: float) -> list:
+        """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium."""
+        high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
+        for r in rows:
+            if r.table != "Flows" or not r.row[0]:
+                continue
+            flow = flows.FiveTuple(*r.row[:5])
+            device = self._device_of_flow(flow)
+            info = self.flow_apps.get(device.mac, {}).get(flow) if device else None
+            if device is None or info is None or info.priority != qos.HIGH:
+                continue
+            assert device.subnet is not None
+            high.setdefault(device.mac, [0, 0])[0 if flow.saddr == device.subnet.device_ip else 1] += r.row[6]
+        effects: list = []
+        for mac, (up, down) in high.items():
+            why = qos.over_device_share(self.qos, up, down, interval)
+            if why is None or mac in self.demoted:
+                continue
+            device = self.devices[mac]
+            self.demoted[mac] = self.clock() + self.qos.demotion_s
+            label = device.name or device.hostname or mac
+            effects += self._remark(device) + [TellHousehold(
+                "qos-overload", mac, f"{label} sent {why}: its high-priority traffic is medium for the next "
+                f"{int(self.qos.demotion_s)} seconds")]
+        return effects
 
     @staticmethod
     def _counter_key(priority: int, match: dict):
@@ -381,15 +639,18 @@ class HomeRouter:
             return DnsVerdict("block")
         return DnsVerdict("allow")
 
-    def dns_answer(self, learnt) -> list:
+    def dns_answer(self, learnt, client_ip: str | None = None) -> list:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
-        `dnsgate.inspect_answer`): block new addresses of blocked names at once.
+        `dnsgate.inspect_answer`): block new addresses of blocked names at once. client_ip: the
+        device that asked (None: the router's own lookup), whose connections the names will name.
 
         Costs time in what the answer taught, times the devices with rules, not in what the
         router has learnt before.
         """
         newly_blocked: dict[str, list[str]] = {}
         for name, ip, ttl in learnt:
+            if client_ip is not None:
+                self.names.learn(client_ip, name, ip)
             blocking = self._blocking(name)
             new, forgotten = self.addresses.learn(name, ip, ttl, keep=bool(blocking))
             if new:
@@ -534,10 +795,51 @@ class HomeRouter:
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
+        # The household has looked at it: the device's next DHCP client is taken for its own
+        # (after an OS update, say, it is no longer reported at every renewal).
+        self.clone_suspected.pop(device.mac, None)
+        self.fingerprints.pop(device.mac, None)
         effects = self._update(device.with_(state=state))
         if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
             effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
         return effects
+
+    # -- devices' own Wi-Fi passphrases
+
+    def issue_wifi_key(self, mac: str) -> dict:
+        """A new passphrase of the device's own (replacing one it had); the answer carries it and its QR code."""
+        device = self._known(mac)
+        if not self.wifi_ssid:
+            raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
+        if device.state is not State.PERMITTED:
+            raise ApiError(f"{device.mac} is {device.state.value}: only a permitted device gets its own passphrase")
+        key = wifi_keys.WifiKey(device.mac, self.new_passphrase(), self.clock())
+        self.wifi_keys[device.mac] = key
+        self._persist_wifi_key(device.mac, key)
+        return self.wifi_key_of(device.mac)
+
+    def revoke_wifi_key(self, mac: str) -> dict:
+        """The device joins with the shared passphrase again (from its next association)."""
+        mac = normalize_mac(mac)
+        if self.wifi_keys.pop(mac, None) is None:
+            raise UnknownDevice(f"{mac} has no passphrase of its own")
+        self._persist_wifi_key(mac, None)
+        return {"mac": mac, "revoked": True}
+
+    def wifi_key_of(self, mac: str) -> dict:
+        mac = normalize_mac(mac)
+        key = self.wifi_keys.get(mac)
+        if key is None:
+            raise UnknownDevice(f"{mac} has no passphrase of its own")
+        return {"mac": mac, "keyid": key.keyid, "ssid": self.wifi_ssid, "passphrase": key.passphrase,
+                "qr": wifi_keys.qr_payload(self.wifi_ssid, key.passphrase), "created": key.created}
+
+    def _persist_wifi_key(self, mac: str, key: wifi_keys.WifiKey | None) -> None:
+        try:
+            self.store.save_wifi_key(mac, key)
+        except StoreError as exc:
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
 
     # -- the clock
 
@@ -575,6 +877,9 @@ class HomeRouter:
                    for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
         for mac in [m for m, until in self.over_budget.items() if until <= now]:
             del self.over_budget[mac]
+        for mac in [m for m, until in self.demoted.items() if until <= now]:
+            del self.demoted[mac]
+            effects += self._remark(self.devices[mac])
         for mac in list(self.installed):
             effects += self._reconcile(self.devices[mac])
         self._forget_addresses(self.addresses.expire())
@@ -589,10 +894,15 @@ class HomeRouter:
     # -- queries
 
     def status(self, mac: str | None = None):
-        now = self.clock()
         if mac is not None:
-            return self._known(mac).to_json(now)
-        return [d.to_json(now) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
+            return self._status_of(self._known(mac))
+        return [self._status_of(d) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
+
+    def _status_of(self, device: Device) -> dict:
+        suspicion, key = self.clone_suspected.get(device.mac), self.wifi_keys.get(device.mac)
+        return {**device.to_json(self.clock()),
+                "clone_suspected": suspicion.to_json() if suspicion else None,
+                "wifi_key": {"keyid": key.keyid, "created": key.created} if key else None}
 
     def dhcp_status(self) -> list:
         now = self.clock()
@@ -662,6 +972,7 @@ class HomeRouter:
             # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
             self.learnt.pop(device.mac, None)
+            self.flow_apps.pop(device.mac, None)
             self.blocks_on_switch.pop(device.mac, None)
         if wanted:
             effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
@@ -708,6 +1019,8 @@ class HomeRouter:
         del self.devices[oldest.mac]
         self.sighted.discard(oldest.mac)
         self.unannounced.pop(oldest.mac, None)
+        for memory in (self.fingerprints, self.clone_suspected, self.clone_told):
+            memory.pop(oldest.mac, None)
         if oldest.mac in self.persisted:
             self.persisted.discard(oldest.mac)
             try:

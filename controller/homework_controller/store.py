@@ -1,4 +1,4 @@
-"""The controller's own SQLite file: device decisions, /30 reservations and DNS rules.
+"""The controller's own SQLite file: device decisions, /30 reservations, DNS rules and Wi-Fi passphrases.
 
 Writes never run on the caller's thread: `save`, `save_dns_rule` and `delete` queue the
 change and return at once (the router calls them under the controller's lock, where nothing
@@ -22,6 +22,7 @@ import threading
 import time
 
 from .model import Device, State, Subnet
+from .wifi_keys import WifiKey
 
 LOG = logging.getLogger(__name__)
 
@@ -42,6 +43,11 @@ CREATE TABLE IF NOT EXISTS dns_rules (
     domain TEXT NOT NULL,
     action TEXT NOT NULL CHECK (action IN ('deny', 'allow')),
     PRIMARY KEY (mac, domain)
+);
+CREATE TABLE IF NOT EXISTS wifi_keys (
+    mac TEXT PRIMARY KEY,
+    passphrase TEXT NOT NULL,
+    created REAL NOT NULL
 );
 """
 
@@ -72,6 +78,7 @@ class DeviceStore:
         self.quarantined: str | None = None
         self.recovered = ""  # what happened at start, if the file was unreadable
         self.db = self._open_or_recover()
+        os.chmod(path, 0o600)  # it holds Wi-Fi passphrases (SQLite gives its -wal and -shm the same mode)
         self.errors = 0
         self._queue: list[tuple] = []
         self._queued = self._written = 0
@@ -124,6 +131,10 @@ class DeviceStore:
             rules.setdefault(mac, {})[domain] = action
         return rules
 
+    def load_wifi_keys(self) -> dict[str, WifiKey]:
+        return {mac: WifiKey(mac, passphrase, created)
+                for mac, passphrase, created in self.db.execute("SELECT mac, passphrase, created FROM wifi_keys")}
+
     # -- writing: queued, committed by the writer thread
 
     def save(self, device: Device) -> None:
@@ -145,9 +156,19 @@ class DeviceStore:
             self._submit("INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
                          "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action", (mac, domain, action))
 
+    def save_wifi_key(self, mac: str, key: WifiKey | None) -> None:
+        """Set (or, with None, revoke) a device's own Wi-Fi passphrase."""
+        if key is None:
+            self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
+        else:
+            self._submit("INSERT INTO wifi_keys (mac, passphrase, created) VALUES (?,?,?) ON CONFLICT(mac) "
+                         "DO UPDATE SET passphrase=excluded.passphrase, created=excluded.created",
+                         (mac, key.passphrase, key.created))
+
     def delete(self, mac: str) -> None:
         self._submit("DELETE FROM devices WHERE mac = ?", (mac,))
         self._submit("DELETE FROM dns_rules WHERE mac = ?", (mac,))
+        self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
 
     def _submit(self, sql: str, args: tuple) -> None:
         with self._changed:
@@ -197,6 +218,7 @@ class DeviceStore:
     def _refresh_backup(self) -> None:
         tmp = self.backup_path + ".tmp"
         copy = sqlite3.connect(tmp)
+        os.chmod(tmp, 0o600)
         try:
             self.db.backup(copy)
         finally:

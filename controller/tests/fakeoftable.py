@@ -1,10 +1,10 @@
 """A switch in a test: where does a packet end up, given the rules the router computed?
 
-Plays the router's effects (`InstallRules`, `RemoveRules`) into tables of `flows.FlowRule`
+Plays the router's effects (`InstallRules`, `ModifyRules`, `RemoveRules`) into tables of `flows.FlowRule`
 values and runs packets through them the way OVS does: the highest-priority matching rule
 of a table wins (two of the same priority matching is a bug, reported), apply-actions run in
-order, `GotoTable` continues. Tests assert outcomes (which port, with which headers) rather
-than rule shapes.
+order (`SetQueue` shows in the packet as `queue`), `GotoTable` continues. Tests assert
+outcomes (which port, with which headers) rather than rule shapes.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from homework_controller import flows
-from homework_controller.router import InstallRules, RemoveRules
+from homework_controller.router import InstallRules, ModifyRules, RemoveRules
 
 WLAN = 1
 
@@ -33,6 +33,9 @@ class FakeSwitch:
             if isinstance(effect, InstallRules):
                 for r in effect.rules:
                     self._add(r)
+            elif isinstance(effect, ModifyRules):
+                for r in effect.rules:
+                    self._modify(r)
             elif isinstance(effect, RemoveRules):
                 self.rules = [r for r in self.rules if r.cookie != effect.cookie]
 
@@ -40,6 +43,11 @@ class FakeSwitch:
         # OpenFlow: a rule with the same table, priority and match replaces the old one.
         self.rules = [r for r in self.rules if (r.table, r.priority, r.match) != (new.table, new.priority, new.match)]
         self.rules.append(new)
+
+    def _modify(self, new: flows.FlowRule) -> None:
+        """OFPFC_MODIFY_STRICT: new actions for the rule of the same table, priority and match, if there is one."""
+        self.rules = [new if (r.table, r.priority, r.match) == (new.table, new.priority, new.match) else r
+                      for r in self.rules]
 
     def table(self, table: int) -> list[flows.FlowRule]:
         return [r for r in self.rules if r.table == table]
@@ -71,6 +79,8 @@ class FakeSwitch:
                 deliveries.append(Delivery(port, dict(packet)))
             elif isinstance(action, flows.SetField):
                 packet[action.field] = action.value
+            elif isinstance(action, flows.SetQueue):
+                packet["queue"] = action.queue_id
             elif isinstance(action, flows.DecTtl):
                 packet["ip_ttl"] = packet.get("ip_ttl", 64) - 1
             elif isinstance(action, flows.GotoTable):

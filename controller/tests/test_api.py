@@ -4,7 +4,7 @@ import json
 
 from homework_controller import api
 from homework_controller.model import BadMac
-from homework_controller.router import UnknownDevice
+from homework_controller.router import NotConfigured, UnknownDevice
 
 
 def request(app, verb, path, query=""):
@@ -55,3 +55,16 @@ def test_a_name_with_slashes_and_quotes_arrives_whole():
     status, body = request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01", "name=Grandma%27s%20iPad%2FAir")
     assert status == 200 and body["args"] == ["02:00:00:00:00:01", "Grandma's iPad/Air"]
     assert request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01")[0] == 400
+
+
+def test_wifi_passphrase_methods_are_routed_with_their_verbs_and_a_router_without_wifi_says_501():
+    mac = "02:00:00:00:00:01"
+    assert request(APP, "POST", f"/ws.v1/wifi-key/{mac}")[1] == {"called": "issue_wifi_key", "args": [mac]}
+    assert request(APP, "GET", f"/ws.v1/wifi-key/{mac}")[0] == 405  # a new passphrase is never made by a GET
+    assert request(APP, "GET", f"/ws.v1/show-wifi-key/{mac}")[1]["called"] == "wifi_key_of"
+    assert request(APP, "POST", f"/ws.v1/revoke-wifi-key/{mac}")[1]["called"] == "revoke_wifi_key"
+
+    def no_wifi(name, *args):
+        raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
+    assert request(api.make_app(no_wifi), "POST", f"/ws.v1/wifi-key/{mac}") == (
+        501, {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"})

@@ -62,10 +62,10 @@ class Resolver:
         with self.lock:
             return self.router.dns_query(self.device_ip, query)
 
-    def learn(self, learnt):
+    def learn(self, learnt, client_ip):
         with self.lock:
             self.learnt += learnt
-            self.router.dns_answer(learnt)
+            self.router.dns_answer(learnt, self.device_ip if client_ip == "127.0.0.1" else client_ip)
 
     def udp(self, wire, timeout=2.0):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

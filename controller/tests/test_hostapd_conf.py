@@ -1,19 +1,205 @@
+"""hostapd's configuration as rendered, and real hostapd reading it (and the per-device key file).
+
+This machine has no Wi-Fi radio, so hostapd cannot start on nl80211 here, but it parses the
+whole configuration before it looks for the driver: a rendered file that reaches "Failed to
+initialize driver" is one hostapd accepts, and one it does not accept says which line. The key
+file (wpa_psk_file) is read when an interface comes up: hostapd with driver=wired on a veth in
+a private network namespace (`qh-*`) reads it, and reloads it (`RELOAD_WPA_PSK`) on demand.
+"""
+import os
+import shutil
+import subprocess
+import threading
+import time
+
 import pytest
 
-from homework_controller import hostapd_conf
+from homework_controller import hostapd_conf, hostapd_ctrl, wifi_keys
+from homework_controller.wifi_keys import WifiKey
+
+needs_hostapd = pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+def render(capsys, *args):
+    hostapd_conf.main(list(args))
+    return capsys.readouterr().out
+
+
+def radio(capsys, *extra):
+    return render(capsys, "--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
+                  "--passphrase", "correct horse battery", *extra)
+
+
+def settings(conf: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in conf.splitlines() if line and not line.startswith("#"))
 
 
 def test_one_template_renders_the_emulated_wired_authenticator_and_the_real_radio(capsys):
-    hostapd_conf.main(["--driver", "wired", "--interface", "br-lan", "--eap-users", "/run/x.eap_user"])
-    wired = capsys.readouterr().out
+    wired = render(capsys, "--driver", "wired", "--interface", "br-lan", "--eap-users", "/run/x.eap_user")
     assert "driver=wired" in wired and "ieee8021x=1" in wired and "use_pae_group_addr=0" in wired
-    hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
-                       "--passphrase", "correct horse battery"])
-    radio = capsys.readouterr().out
-    assert "driver=nl80211" in radio and "wpa=2" in radio and "ap_isolate=1" in radio
-    assert "${" not in wired + radio
+    conf = radio(capsys)
+    assert "driver=nl80211" in conf and "wpa=2" in conf and "ap_isolate=1" in conf
+    assert "${" not in wired + conf
 
 
-def test_a_radio_without_a_usable_passphrase_is_refused():
+def test_the_radio_protects_management_frames_for_devices_that_can_and_can_require_it(capsys):
+    optional = settings(radio(capsys))
+    assert optional["ieee80211w"] == "1"  # PMF where the device can; older devices still join
+    assert optional["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256"]
+    assert settings(radio(capsys, "--pmf", "required"))["ieee80211w"] == "2"
+
+
+def test_a_radio_without_a_usable_passphrase_or_ssid_is_refused():
     with pytest.raises(SystemExit, match="passphrase"):
         hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home", "--passphrase", "short"])
+    with pytest.raises(SystemExit, match="passphrase"):
+        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
+                           "--passphrase", "tab\tinside it"])
+    with pytest.raises(SystemExit, match="--psk-file /nonexistent/dir/psk"):
+        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
+                           "--passphrase", "correct horse battery", "--psk-file", "/nonexistent/dir/psk"])
+    with pytest.raises(SystemExit, match="ssid"):
+        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "x" * 33,
+                           "--passphrase", "correct horse battery"])
+
+
+def test_with_a_key_file_the_guest_passphrase_is_its_wildcard_line_and_device_lines_stay(capsys, tmp_path):
+    psk = tmp_path / "hostapd.wpa_psk"
+    phone = WifiKey("02:00:00:00:00:01", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
+    psk.write_text(wifi_keys.render_psk_file("", [phone]))
+    conf = settings(radio(capsys, "--psk-file", str(psk)))
+    assert conf["wpa_psk_file"] == str(psk) and "wpa_passphrase" not in conf
+    assert psk.read_text().splitlines() == [
+        "keyid=guest 00:00:00:00:00:00 correct horse battery",
+        "keyid=dev-020000000001 02:00:00:00:00:01 k7qm-3xhv-9bcd-efgh-jkmn"]
+    assert oct(psk.stat().st_mode & 0o777) == "0o600"  # passphrases: root's only
+    # A new guest passphrase replaces the old one; the device's own passphrase is untouched.
+    hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
+                       "--passphrase", "a new guest passphrase", "--psk-file", str(psk)])
+    assert psk.read_text().splitlines()[0] == "keyid=guest 00:00:00:00:00:00 a new guest passphrase"
+    assert psk.read_text().count("keyid=") == 2
+
+
+def run_hostapd(conf_path, ns=None, timeout=10):
+    argv = (["ip", "netns", "exec", ns] if ns else []) + ["timeout", str(timeout), "hostapd", str(conf_path)]
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+@needs_hostapd
+@pytest.mark.parametrize("pmf", ["optional", "required"])
+def test_real_hostapd_accepts_every_line_of_the_rendered_radio_config(capsys, tmp_path, pmf):
+    conf = radio(capsys, "--pmf", pmf, "--psk-file", str(tmp_path / "psk"), "--ctrl-dir", str(tmp_path / "ctrl"))
+    (tmp_path / "hostapd.conf").write_text(conf.replace("interface=wlan0", "interface=hwnoradio0"))
+    out = run_hostapd(tmp_path / "hostapd.conf")
+    assert "errors found in configuration file" not in out.stdout + out.stderr, out.stdout + out.stderr
+    # It parsed it all: only the radio is missing.
+    assert "Failed to initialize driver 'nl80211'" in out.stdout + out.stderr
+    # Positive control for the check itself: a line hostapd does not know is reported.
+    (tmp_path / "hostapd.conf").write_text(conf + "ieee80211w_typo=1\n")
+    out = run_hostapd(tmp_path / "hostapd.conf")
+    assert "1 errors found in configuration file" in out.stdout + out.stderr
+
+
+@pytest.fixture
+def wired_hostapd(tmp_path):
+    """Start real hostapd (driver=wired) on one end of a veth pair in a private namespace with the
+    given settings; returns its control socket. The other end (qh-b) is where a station would be."""
+    if shutil.which("hostapd") is None or os.geteuid() != 0:
+        pytest.skip("needs root and hostapd")
+    ns = f"qh-{os.getpid()}"
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # left by a killed run
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    started = []
+
+    def start(settings: str) -> str:
+        if subprocess.run(["ip", "-n", ns, "link", "show", "qh-a"], capture_output=True).returncode != 0:
+            subprocess.run(["ip", "-n", ns, "link", "add", "qh-a", "type", "veth", "peer", "name", "qh-b"],
+                           check=True)
+            for dev in ("qh-a", "qh-b"):
+                subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        ctrl = tmp_path / "ctrl"
+        conf = tmp_path / "hostapd.conf"
+        conf.write_text(f"interface=qh-a\ndriver=wired\nctrl_interface={ctrl}\n{settings}")
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, "hostapd", str(conf)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        wait_for(lambda: (ctrl / "qh-a").exists() or proc.poll() is not None)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        return str(ctrl / "qh-a")
+
+    def stop():
+        for proc in started:
+            proc.terminate()
+            proc.wait(10)
+
+    start.ns, start.stop = ns, stop  # type: ignore[attr-defined]
+    try:
+        yield start
+    finally:
+        stop()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def wait_for(condition, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_a_broken_file(
+        wired_hostapd, tmp_path):
+    psk = str(tmp_path / "hostapd.wpa_psk")
+    wifi_keys.write_psk_file(psk, wifi_keys.render_guest_line("", "correct horse battery"))
+    ctrl = wired_hostapd("ssid=home\nwpa=2\nwpa_key_mgmt=WPA-PSK WPA-PSK-SHA256\nieee80211w=1\n"
+                         f"rsn_pairwise=CCMP\nwpa_psk_file={psk}\n")
+    phone = WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)
+    wifi_keys.write_psk_file(psk, wifi_keys.render_psk_file(wifi_keys.read_text(psk), [phone]))
+    assert hostapd_ctrl.command(ctrl, "reload_wpa_psk") == "OK"
+    # The check is real: a line hostapd cannot read makes it refuse the reload, and the controller hears so.
+    with open(psk, "a") as f:
+        f.write("keyid=dev-x not-a-mac somepassphrase\n")
+    with pytest.raises(hostapd_ctrl.HostapdError, match="reload_wpa_psk"):
+        hostapd_ctrl.command(ctrl, "reload_wpa_psk")
+
+
+def test_the_controller_hears_a_station_join_from_real_hostapd_even_after_hostapd_restarts(wired_hostapd, tmp_path):
+    """hostapd's AP-STA-CONNECTED, from a real 802.1X supplicant (a radio would add keyid=...)."""
+    if shutil.which("wpa_supplicant") is None:
+        pytest.skip("wpa_supplicant is not installed")
+    users = tmp_path / "eap_user"
+    users.write_text('"phone" MD5 "phone-secret"\n')
+    settings = f"ieee8021x=1\neap_server=1\neap_user_file={users}\nuse_pae_group_addr=0\neapol_version=2\n"
+    ctrl = wired_hostapd(settings)
+    heard: list[str] = []
+    events = hostapd_ctrl.Events(ctrl, heard.append, keepalive_s=0.5)
+    threading.Thread(target=events.run_forever, daemon=True).start()
+    assert events.attached.wait(10)
+    # hostapd restarts (an upgrade, a crash): it has forgotten its listeners; the controller notices.
+    wired_hostapd.stop()
+    wait_for(lambda: not events.attached.is_set())
+    assert wired_hostapd(settings) == ctrl
+    assert events.attached.wait(15)
+    station = subprocess.run(["ip", "-n", wired_hostapd.ns, "-j", "link", "show", "qh-b"], capture_output=True,
+                             text=True, check=True).stdout.split('"address":"')[1].split('"')[0]
+    conf = tmp_path / "supplicant.conf"
+    conf.write_text('ap_scan=0\nnetwork={\n key_mgmt=IEEE8021X\n eap=MD5\n identity="phone"\n'
+                    ' password="phone-secret"\n eapol_flags=0\n}\n')
+    supplicant = subprocess.Popen(["ip", "netns", "exec", wired_hostapd.ns, "wpa_supplicant", "-D", "wired",
+                                   "-i", "qh-b", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: any(hostapd_ctrl.station_joined(e) for e in heard), 30)
+    finally:
+        events.stop()
+        supplicant.terminate()
+        supplicant.wait(10)
+    assert [hostapd_ctrl.station_joined(e) for e in heard if hostapd_ctrl.station_joined(e)][0] == (station, "")
+
+
+def test_station_joined_events_are_read_with_their_key_id():
+    assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01 keyid=dev-020000000001") == (
+        "02:00:00:00:00:01", "dev-020000000001")
+    assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01") == ("02:00:00:00:00:01", "")
+    assert hostapd_ctrl.station_joined("<3>AP-STA-DISCONNECTED 02:00:00:00:00:01") is None
+    assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED") is None

@@ -2,7 +2,7 @@
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
-from homework_controller import flows, openflow
+from homework_controller import flows, openflow, qos
 from homework_controller.model import Device, State, Subnet
 
 DATAPATH = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
@@ -28,7 +28,8 @@ def every_rule():
     blacklisted = Device(mac="02:00:00:00:00:bb", state=State.BLACKLISTED)
     return (flows.base_rules(WLAN) + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", dns_gated=True))
             + [flows.dns_block_rule(PHONE, "198.51.100.81"), flows.learnt_flow_rule(PHONE, flows.FiveTuple(
-                6, "10.2.0.6", 40000, "198.51.100.80", 80))]
+                6, "10.2.0.6", 40000, "198.51.100.80", 80)), flows.learnt_flow_rule(PHONE, flows.FiveTuple(
+                17, "10.2.0.6", 5004, "198.51.100.7", 3478), qos.mark_actions(qos.HIGH))]
             + list(flows.broadcast_rules([PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED,
                                                         subnet=Subnet(2))], WLAN))
             + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", learning=False))
@@ -55,6 +56,19 @@ def test_a_learnt_flows_rule_counts_its_5_tuple_and_tells_the_controller_when_it
     assert dict(got.match.items()) == flow.match()
     assert got.flags & ofp.OFPFF_SEND_FLOW_REM and got.idle_timeout == flows.FLOW_IDLE_TIMEOUT_S
     assert got.cookie == flows.device_cookie(PHONE)  # it goes when the device's rules go
+
+
+def test_a_marked_flow_sets_its_dscp_and_queue_and_a_re_mark_modifies_the_rule_in_place():
+    flow = flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 5004, "198.51.100.7", 3478)
+    rule = flows.learnt_flow_rule(PHONE, flow, qos.mark_actions(qos.HIGH))
+    added = wire(openflow.flow_mod(rule))
+    [apply_actions, goto] = added.instructions
+    assert [(type(a).__name__, a.key, a.value) if hasattr(a, "key") else (type(a).__name__, a.queue_id)
+            for a in apply_actions.actions] == [("OFPActionSetField", "ip_dscp", 46), ("OFPActionSetQueue", 1)]
+    assert goto.table_id == flows.TABLE_ROUTING and added.command == ofp.OFPFC_ADD
+    modified = wire(openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT))
+    assert modified.command == ofp.OFPFC_MODIFY_STRICT and not modified.flags & ofp.OFPFF_RESET_COUNTS
+    assert dict(modified.match.items()) == flow.match() and modified.priority == flows.Accounting.LEARNT_FLOW
 
 
 def test_symbolic_ports_become_openflow_ports():

@@ -1,0 +1,98 @@
+"""hostapd's control socket, through `hostapd_cli` (the I/O edge; nothing here decides anything)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+
+LOG = logging.getLogger(__name__)
+
+
+class HostapdError(RuntimeError):
+    pass
+
+
+def command(ctrl: str, *words: str, timeout: float = 5) -> str:
+    """Run one control command on hostapd's socket `ctrl` (DIR/IFACE); its answer, or HostapdError."""
+    ctrl_dir, _, iface = ctrl.rpartition("/")
+    try:
+        proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *words],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {exc}") from None
+    answer = (proc.stdout + proc.stderr).strip()
+    # hostapd_cli exits 0 when hostapd answers FAIL, and prints "Failed to connect" when it is not there.
+    if proc.returncode != 0 or "FAIL" in proc.stdout or answer.startswith("Failed to connect"):
+        raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {answer or proc.returncode}")
+    return proc.stdout.strip()
+
+
+def station_joined(event: str) -> tuple[str, str] | None:
+    """`<3>AP-STA-CONNECTED 02:..:01 keyid=dev-0200...` -> (MAC, keyid; "" without one); None for other events."""
+    words = event.split(">", 1)[-1].split()
+    if len(words) < 2 or words[0] != "AP-STA-CONNECTED":
+        return None
+    keyid = next((w[len("keyid="):] for w in words[2:] if w.startswith("keyid=")), "")
+    return words[1], keyid
+
+
+class Events:
+    """hostapd's event stream (its control socket, ATTACHed), for one callback; attached again when
+    hostapd restarts. The callback runs on this object's thread."""
+
+    def __init__(self, ctrl: str, on_event: Callable[[str], None], keepalive_s: float = 10.0):
+        self.ctrl, self.on_event, self.keepalive_s = ctrl, on_event, keepalive_s
+        self.attached, self.stopped = threading.Event(), threading.Event()
+
+    def run_forever(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self._listen()
+            except OSError as exc:
+                LOG.debug("hostapd events from %s: %s; attaching again", self.ctrl, exc)
+            self.attached.clear()
+            self.stopped.wait(1)
+
+    def stop(self) -> None:
+        """Stop listening (within the keep-alive interval)."""
+        self.stopped.set()
+
+    def _listen(self) -> None:
+        # hostapd answers a named socket only (not an abstract one), as hostapd_cli's in /tmp.
+        local = os.path.join(tempfile.gettempdir(), f"homework-hostapd-events-{os.getpid()}-{id(self)}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(local)
+            try:
+                self._attached_to(sock)
+            finally:
+                os.unlink(local)
+
+    def _attached_to(self, sock: socket.socket) -> None:
+        sock.connect(self.ctrl)
+        sock.settimeout(5)
+        sock.send(b"ATTACH")
+        if sock.recv(4096).strip() != b"OK":
+            raise OSError("hostapd refused ATTACH")
+        self.attached.set()
+        sock.settimeout(self.keepalive_s)
+        waiting_for_pong = False
+        while not self.stopped.is_set():
+            try:
+                message = sock.recv(4096).decode("utf-8", "replace").strip()
+            except TimeoutError:
+                if waiting_for_pong:
+                    raise OSError("hostapd stopped answering") from None
+                sock.send(b"PING")  # a restarted hostapd forgot us: notice it
+                waiting_for_pong = True
+                continue
+            if message == "PONG":
+                waiting_for_pong = False
+            elif message.startswith("<"):
+                self.on_event(message)

@@ -1,0 +1,117 @@
+"""Per-device Wi-Fi passphrases: made, written for hostapd, and shown as a QR code. Pure but for `write_psk_file`.
+
+hostapd's `wpa_psk_file` holds one line per key: `keyid=ID MAC PASSPHRASE`; MAC
+00:00:00:00:00:00 is a wildcard any station may use (the household's shared guest
+passphrase, line `keyid=guest ...`, written by `hostapd_conf`). The controller owns the
+lines whose keyid starts with `dev-`, one per device that has its own passphrase; it keeps
+every other line as it finds it. hostapd reports the keyid a station joined with
+(`AP-STA-CONNECTED MAC keyid=ID`), so a station using a device's MAC with the guest
+passphrase is told apart from the device itself.
+"""
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+
+from .model import normalize_mac
+
+# No 0/o, 1/l/i: a passphrase read off a screen and typed on a phone.
+ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
+GROUPS, GROUP_LEN = 5, 4
+# WPA2-PSK lets whoever records a handshake guess offline (PBKDF2-SHA1, 4096 rounds: a few
+# million guesses per second per GPU). ~99 bits: a thousand GPUs for a century try under 2^63.
+PASSPHRASE_BITS = GROUPS * GROUP_LEN * math.log2(len(ALPHABET))
+GUEST_KEYID = "guest"
+DEVICE_KEYID_PREFIX = "dev-"
+WILDCARD_MAC = "00:00:00:00:00:00"
+
+
+class BadPassphrase(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class WifiKey:
+    mac: str
+    passphrase: str
+    created: float
+
+    @property
+    def keyid(self) -> str:
+        return device_keyid(self.mac)
+
+
+def device_keyid(mac: str) -> str:
+    """hostapd's name for a device's key (at most 32 characters, no spaces)."""
+    return DEVICE_KEYID_PREFIX + normalize_mac(mac).replace(":", "")
+
+
+def new_passphrase() -> str:
+    """Five groups of four from a 31-letter alphabet, e.g. `k7qm-3xhv-...`: ~99 bits from `secrets`."""
+    return "-".join("".join(secrets.choice(ALPHABET) for _ in range(GROUP_LEN)) for _ in range(GROUPS))
+
+
+def check_passphrase(passphrase: str) -> str:
+    """A WPA2 passphrase: 8 to 63 printable ASCII characters (IEEE 802.11 Annex J)."""
+    if not 8 <= len(passphrase) <= 63 or any(not 32 <= ord(ch) <= 126 for ch in passphrase):
+        raise BadPassphrase("a WPA2 passphrase is 8 to 63 printable ASCII characters")
+    return passphrase
+
+
+def _escape_qr(text: str) -> str:
+    # The Wi-Fi QR format (ZXing's MECARD-like syntax) escapes \ ; , : and " with a backslash.
+    return "".join("\\" + ch if ch in '\\;,:"' else ch for ch in text)
+
+
+def qr_payload(ssid: str, passphrase: str) -> str:
+    """What a phone's camera reads to join: `WIFI:T:WPA;S:<ssid>;P:<passphrase>;;`."""
+    return f"WIFI:T:WPA;S:{_escape_qr(ssid)};P:{_escape_qr(passphrase)};;"
+
+
+def psk_line(keyid: str, mac: str, passphrase: str) -> str:
+    return f"keyid={keyid} {mac} {check_passphrase(passphrase)}"
+
+
+def render_psk_file(current: str, keys: list[WifiKey]) -> str:
+    """`current` with its device lines replaced by `keys` (guest and other lines kept, in front)."""
+    kept = [line for line in current.splitlines()
+            if line.strip() and not line.startswith(f"keyid={DEVICE_KEYID_PREFIX}")]
+    lines = kept + [psk_line(k.keyid, k.mac, k.passphrase) for k in sorted(keys, key=lambda k: k.mac)]
+    return "".join(line + "\n" for line in lines)
+
+
+def render_guest_line(current: str, passphrase: str) -> str:
+    """`current` with its guest (wildcard) line set to passphrase; device lines kept."""
+    kept = [line for line in current.splitlines() if line.strip() and not line.startswith(f"keyid={GUEST_KEYID} ")]
+    return "".join(line + "\n" for line in [psk_line(GUEST_KEYID, WILDCARD_MAC, passphrase), *kept])
+
+
+def write_psk_file(path: str, text: str) -> None:
+    """Atomically, readable by root only: hostapd reads either the old file or the new one, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".wpa_psk.", dir=directory)  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,125 @@
+"""A copied MAC: the router notices a second DHCP client or a station with the wrong passphrase,
+tells the household once per few minutes, and shows it in the device's status."""
+from conftest import ROUTER_MAC, WLAN
+from dhcp_frames import frame, reply_of
+
+from homework_controller import clones, dhcp
+from homework_controller.dhcp import DhcpRequest
+from homework_controller.router import AuthenticatorKick, HomeRouter, SendFrame, TellHousehold
+from homework_controller.store import DeviceStore
+
+PHONE = "02:00:00:00:00:aa"
+# The phone's DHCP client, and another client using its MAC (dhclient's defaults, another host name).
+PHONE_CLIENT = [("hostname", b"phone"), ("param_req_list", [1, 28, 3, 6])]
+OTHER_CLIENT = [("hostname", b"intruder"), ("param_req_list", [1, 28, 3, 6])]
+
+
+def ask(router, mac, client, msg_type="discover", **kw):
+    return router.on_dhcp(frame(mac, msg_type, options=client, **kw))
+
+
+def lease(router, mac, client):
+    [offer] = [e for e in ask(router, mac, client) if isinstance(e, SendFrame)]
+    pkt, opts = reply_of(offer.data)
+    ask(router, mac, [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client],
+        "request")
+    return pkt["BOOTP"].yiaddr
+
+
+def clone_events(effects):
+    return [e for e in effects if isinstance(e, TellHousehold) and e.kind == "mac-clone"]
+
+
+def request(**fields):
+    return DhcpRequest(msg_type=dhcp.REQUEST, xid=1, flags=0, ciaddr="0.0.0.0", giaddr="0.0.0.0",
+                       chaddr=PHONE, **fields)
+
+
+def test_fingerprints_differ_only_in_fields_both_messages_carry():
+    phone = clones.Fingerprint.of(request(hostname="phone", parameter_list="011c0306"))
+    assert clones.differences(phone, phone) == []
+    # A message that leaves an option out is no evidence (clients do, e.g. in some REQUESTs).
+    assert clones.differences(phone, clones.Fingerprint.of(request(parameter_list="011c0306"))) == []
+    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="intruder", parameter_list="011c0306"))) \
+        == ["host name 'phone' -> 'intruder'"]
+    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="phone", parameter_list="0103061c"))) \
+        == ["requested options differ"]
+    assert clones.differences(clones.Fingerprint.of(request(client_id="01020000")),
+                              clones.Fingerprint.of(request(client_id="01020001"))) == ["client identifier differ"]
+
+
+def test_dhcp_decodes_what_the_fingerprint_needs():
+    req = dhcp.decode_request(frame(PHONE, "request", options=[*PHONE_CLIENT, ("client_id", b"\x01abc")]).payload)
+    assert (req.hostname, req.parameter_list, req.client_id) == ("phone", "011c0306", "01616263")
+
+
+def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until_the_household_looks(
+        router, clock):
+    assert not clone_events(lease(router, PHONE, PHONE_CLIENT))
+    router.permit(PHONE)
+    # Positive control: the phone itself renewing, and re-joining after a reboot, raises nothing.
+    lease(router, PHONE, PHONE_CLIENT)
+    assert not clone_events(ask(router, PHONE, PHONE_CLIENT))
+    assert router.status(PHONE)["clone_suspected"] is None
+    assert router.counters["mac_clone_suspected"] == 0
+
+    effects = ask(router, PHONE, OTHER_CLIENT)
+    [event] = clone_events(effects)
+    assert event.mac == PHONE and "host name 'phone' -> 'intruder'" in event.message
+    status = router.status(PHONE)
+    assert status["clone_suspected"] == {"at": clock.now, "differs": ["host name 'phone' -> 'intruder'"]}
+    # Not changed silently: the device keeps its state and the household keeps seeing its own name.
+    assert status["state"] == "permitted" and status["hostname"] == "phone"
+
+    # No flood: the copier asking again and again is told once per interval, and counted each time.
+    clock.now += 60
+    assert not clone_events(ask(router, PHONE, OTHER_CLIENT) + ask(router, PHONE, OTHER_CLIENT))
+    assert router.counters["mac_clone_suspected"] == 3
+    clock.now += clones.CLONE_EVENT_INTERVAL_S
+    assert len(clone_events(ask(router, PHONE, OTHER_CLIENT))) == 1
+
+    router.permit(PHONE)  # the household has looked at it
+    assert router.status(PHONE)["clone_suspected"] is None
+    # ... and the next DHCP client is the device's own (as after an OS update): no longer reported.
+    counted = router.counters["mac_clone_suspected"]
+    ask(router, PHONE, OTHER_CLIENT)
+    ask(router, PHONE, OTHER_CLIENT)
+    assert router.counters["mac_clone_suspected"] == counted
+
+
+def test_a_mac_whose_lease_ran_out_is_free_for_a_new_client_and_its_fingerprint_replaces_the_old(router, clock):
+    lease(router, PHONE, PHONE_CLIENT)
+    clock.now += 31  # the pending lease ran out: whoever asks next is simply the device
+    router.tick()
+    assert not clone_events(lease(router, PHONE, OTHER_CLIENT))
+    assert router.status(PHONE)["hostname"] == "intruder"
+    assert len(clone_events(ask(router, PHONE, PHONE_CLIENT))) == 1  # now the other one is the second client
+
+
+def test_after_a_restart_the_first_client_is_taken_for_the_lease_holder(db_path, clock):
+    first = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    first.switch_ready(WLAN, ROUTER_MAC)
+    lease(first, PHONE, PHONE_CLIENT)
+    first.permit(PHONE)
+    lease(first, PHONE, PHONE_CLIENT)  # the hour-long lease, written to the disk
+    first.store.close()
+    second = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    second.switch_ready(WLAN, ROUTER_MAC)
+    assert not clone_events(ask(second, PHONE, PHONE_CLIENT, "request", ciaddr=second.status(PHONE)["ip"]))
+    assert len(clone_events(ask(second, PHONE, OTHER_CLIENT))) == 1
+
+
+def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_air(router):
+    lease(router, PHONE, PHONE_CLIENT)
+    router.permit(PHONE)
+    # Without a passphrase of its own, any passphrase is the device's.
+    assert router.station_joined(PHONE, "guest") == []
+    router.wifi_ssid = "home"
+    keyid = router.issue_wifi_key(PHONE)["keyid"]
+    assert router.station_joined(PHONE, keyid) == []  # positive control: the phone with its own
+    effects = router.station_joined(PHONE, "guest")
+    assert AuthenticatorKick(PHONE) in effects
+    [event] = clone_events(effects)
+    assert "joined the Wi-Fi with passphrase 'guest', not its own" in event.message
+    assert router.status(PHONE)["clone_suspected"]["differs"] == [
+        "joined the Wi-Fi with passphrase 'guest', not its own"]

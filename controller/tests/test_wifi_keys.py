@@ -1,0 +1,72 @@
+"""Devices' own Wi-Fi passphrases: made from `secrets`, kept like decisions, shown as a QR code."""
+import math
+
+import pytest
+from conftest import ROUTER_MAC, WLAN
+from test_mac_clone import PHONE, PHONE_CLIENT, lease
+
+from homework_controller import dhcp, wifi_keys
+from homework_controller.router import ApiError, HomeRouter, NotConfigured, UnknownDevice
+from homework_controller.store import DeviceStore
+
+
+def test_a_passphrase_is_typeable_and_strong_enough_for_offline_guessing():
+    made = {wifi_keys.new_passphrase() for _ in range(200)}
+    assert len(made) == 200
+    for p in made:
+        groups = p.split("-")
+        assert len(groups) == 5 and all(len(g) == 4 and set(g) <= set(wifi_keys.ALPHABET) for g in groups)
+        wifi_keys.check_passphrase(p)
+    assert not set("01ilo") & set(wifi_keys.ALPHABET)  # nothing to misread
+    assert pytest.approx(20 * math.log2(31)) == wifi_keys.PASSPHRASE_BITS
+    assert wifi_keys.PASSPHRASE_BITS > 96
+
+
+def test_the_qr_payload_escapes_what_the_wifi_qr_format_reserves():
+    assert wifi_keys.qr_payload("home", "k7qm-3xhv") == "WIFI:T:WPA;S:home;P:k7qm-3xhv;;"
+    assert wifi_keys.qr_payload('Cafe;"A":B,\\', 'p;a:s,s\\w"d') == \
+        r'WIFI:T:WPA;S:Cafe\;\"A\"\:B\,\\;P:p\;a\:s\,s\\w\"d;;'
+
+
+def test_the_key_file_keeps_lines_it_does_not_own():
+    phone = wifi_keys.WifiKey("02:00:00:00:00:aa", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
+    current = "keyid=guest 00:00:00:00:00:00 correct horse battery\nkeyid=dev-0200000000bb 02:00:00:00:00:bb old\n"
+    assert wifi_keys.render_psk_file(current, [phone]).splitlines() == [
+        "keyid=guest 00:00:00:00:00:00 correct horse battery",
+        "keyid=dev-0200000000aa 02:00:00:00:00:aa k7qm-3xhv-9bcd-efgh-jkmn"]
+
+
+def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_survives_a_restart(db_path, clock):
+    made = iter(["aaaa-bbbb-cccc-dddd-eeee", "ffff-gggg-hhhh-jjjj-kkkk"])
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home",
+                        new_passphrase=lambda: next(made))
+    router.switch_ready(WLAN, ROUTER_MAC)
+    lease(router, PHONE, PHONE_CLIENT)
+    with pytest.raises(ApiError, match="only a permitted device"):
+        router.issue_wifi_key(PHONE)  # a pending device: the household has not said yes
+    router.permit(PHONE)
+    assert router.issue_wifi_key(PHONE) == {
+        "mac": PHONE, "keyid": "dev-0200000000aa", "ssid": "home", "passphrase": "aaaa-bbbb-cccc-dddd-eeee",
+        "qr": "WIFI:T:WPA;S:home;P:aaaa-bbbb-cccc-dddd-eeee;;", "created": clock.now}
+    assert router.issue_wifi_key(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"  # replaced
+    # The status shows that it has one, never the passphrase itself.
+    assert router.status(PHONE)["wifi_key"] == {"keyid": "dev-0200000000aa", "created": clock.now}
+    router.store.close()
+
+    again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    assert again.wifi_key_of(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"
+    assert again.revoke_wifi_key(PHONE) == {"mac": PHONE, "revoked": True}
+    assert again.status(PHONE)["wifi_key"] is None
+    with pytest.raises(UnknownDevice, match="no passphrase of its own"):
+        again.revoke_wifi_key(PHONE)
+    again.store.close()
+    assert HomeRouter(DeviceStore(db_path), clock=clock).wifi_keys == {}
+
+
+def test_without_a_wifi_network_a_passphrase_is_a_clear_501(router):
+    lease(router, PHONE, PHONE_CLIENT)
+    router.permit(PHONE)
+    with pytest.raises(NotConfigured, match="--wifi-ssid"):
+        router.issue_wifi_key(PHONE)
+    with pytest.raises(UnknownDevice):
+        router.issue_wifi_key("02:00:00:00:00:99")
