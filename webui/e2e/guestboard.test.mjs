@@ -145,3 +145,94 @@ test('phone: an overloaded high-priority queue is announced', async (t) => {
   await shot(page, 'priorities-alert-phone')
   await context.close()
 })
+
+test('phone: "Test my connection" runs the latency check and shows a grade', async (t) => {
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  // What the controller's health says about its shaper.
+  if (stack.fake) await stack.ctl('POST', '/fake/qos', {
+    uplink: { iface: 'eth0', shaped_kbit: 18000, leaf_qdisc: 'fq_codel', error: '' },
+    downlink: { iface: 'wlan0', shaped_kbit: 45000, leaf_qdisc: 'fq_codel', error: '' },
+  })
+  await page.goto(stack.url + '/#/apps')
+  const button = '[data-test=latency-run]'
+  await page.waitForSelector(button)
+  if (!stack.fake && await page.$('[data-test=latency-unconfigured]')) {
+    await context.close()
+    return t.skip('this web UI has no --latency-target')
+  }
+  if (stack.fake) {
+    await page.waitForSelector('[data-test=shaper]')
+    assert.match(await page.textContent('[data-test=shaper]'), /fq_codel.*45\.0 Mbit\/s down, 18\.0 Mbit\/s up/s)
+  }
+  await page.waitForSelector(`${button}:not([disabled])`)
+  await page.click(button)
+  await page.waitForSelector('[data-test=latency-progress]', { timeout: 3000 })
+  await page.waitForSelector('[data-test=latency-grade]', { timeout: 60000 })
+  const grade = (await page.textContent('[data-test=latency-grade]')).trim()
+  assert.match(grade, /^(A\+|A|B|C|D|F)$/)
+  assert.match(await page.textContent('[data-test=latency-result]'), /Added delay\s*[\d.]+ ms/)
+  await page.$eval('[data-test=latency-check]', (el) => el.scrollIntoView({ block: 'end' }))
+  await shot(page, 'latency-phone')
+  if (stack.hwdb) {
+    const rows = (await stack.hwdb('select grade from LatencyChecks')).rows
+    assert.equal(rows[rows.length - 1][0], grade, 'the check is recorded in hwdb')
+  }
+  await context.close()
+})
+
+// Issue 10, item 11: a device's own Wi-Fi passphrase, on the owner's phone. The fake stack's
+// controller has an SSID; a live home's may have none (then the panel says it is not available).
+test('phone: a device gets its own Wi-Fi passphrase as a QR code, and loses it again', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack')
+  const mac = await stack.join('kids-phone', { state: 'permitted' })
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.waitForSelector(label('inside', mac))
+  await page.click(label('inside', mac))
+  await page.click('[data-test=wifi-key] button.primary')
+  await page.waitForSelector('[data-test=wifi-passphrase]')
+  const shown = (await page.textContent('[data-test=wifi-passphrase]')).trim()
+  assert.match(shown, /^[2-9a-z]{4}(-[2-9a-z]{4}){4}$/)
+  assert.equal(shown, (await stack.ctl('GET', `/ws.v1/show-wifi-key/${mac}`)).passphrase, 'the controller holds what is shown')
+  // The QR code is drawn in the page: a square canvas with dark modules on it.
+  const qr = await page.waitForFunction(() => {
+    const c = document.querySelector('[data-test=wifi-qr]')
+    if (!c || !c.width) return null
+    const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data
+    let dark = 0
+    for (let i = 0; i < px.length; i += 4) if (px[i] < 128) dark++
+    return dark ? { width: c.width, height: c.height, dark: dark / (c.width * c.height) } : null
+  }, null, { timeout: 5000 }).then((h) => h.jsonValue())
+  assert.equal(qr.width, qr.height)
+  assert.ok(qr.dark > 0.2 && qr.dark < 0.8, `a QR code is about half dark, this is ${qr.dark}`)
+  await page.$eval('[data-test=wifi-key]', (el) => el.scrollIntoView({ block: 'end' }))
+  await shot(page, 'wifi-key-phone')
+  page.once('dialog', (d) => d.accept())
+  await page.click('[data-test=wifi-key] button.danger')
+  await page.waitForSelector('[data-test=wifi-key] button.primary:has-text("Make its own passphrase")')
+  assert.equal(await page.$('[data-test=wifi-passphrase]'), null, 'the passphrase is off the screen')
+  const status = await stack.ctl('GET', `/ws.v1/status/${mac}`)
+  assert.equal(status.wifi_key, null, 'the controller no longer has a passphrase for it')
+  await context.close()
+})
+
+test('wall panel: a device whose address another device uses is flagged until let in again', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack: a live copy needs a second client with the same MAC')
+  const { page } = wall
+  await page.click('a[href="#/board"]')
+  const copied = await stack.join('dads-laptop', { state: 'permitted' })
+  const fine = await stack.join('mums-laptop', { state: 'permitted' })
+  await page.waitForSelector(label('inside', fine), { timeout: 10000 })
+  await stack.ctl('POST', '/fake/clone', { mac: copied, differs: "host name 'dads-laptop' -> 'android-5f2a'" })
+  await page.waitForSelector(`${label('inside', copied)} [data-test=clone-badge]`, { timeout: 3000 })
+  await page.waitForSelector('[data-test=clone-alert]:has-text("dads-laptop")', { timeout: 3000 })
+  assert.equal(await page.$(`${label('inside', fine)} [data-test=clone-badge]`), null, 'only the copied device is flagged')
+  await page.click(label('inside', copied))
+  await page.waitForSelector('[data-test=clone-warning]:has-text("android-5f2a")')
+  await shot(page, 'clone-warning-wallpanel')
+  await page.click('[data-test=clone-permit]')
+  await page.waitForSelector('[data-test=clone-warning]', { state: 'detached', timeout: 3000 })
+  await page.keyboard.press('Escape')
+  await page.waitForSelector(`${label('inside', copied)} [data-test=clone-badge]`, { state: 'detached', timeout: 3000 })
+  assert.equal(await page.$('[data-test=clone-alert]'), null, 'the banner goes with the warning')
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${copied}`)).clone_suspected, null)
+})

@@ -15,11 +15,13 @@ from flask import Flask, Response, abort, g, jsonify, request, send_from_directo
 
 from .accounts import AccountError, AccountStore, AlreadyOwnedError, printable_name
 from .controller import ControllerClient, ControllerDownError, ControllerError
-from .hwdb import APP_RE, PRIORITIES, Hwdb, HwdbError
+from .hwdb import APP_RE, PRIORITIES, Hwdb, HwdbError, quote
+from .latency import CheckRunning, LatencyCheck, TargetError
 from .live import APP_ROLES, OVERLOAD_KIND, LiveHub, StreamLimits
 from .security import (
     PUBLIC,
     SIGNED_IN,
+    HeldBack,
     RateLimiter,
     SetupCode,
     SignInGuard,
@@ -38,6 +40,17 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 APP_RANGES = {"hour": (3600, 60), "day": (86400, 96)}
 KEEPALIVE_SECONDS = 15.0
+LATENCY_UNCONFIGURED = ("The connection check is not configured on this router: it needs a test server "
+                        "(the web UI's --latency-target option).")
+# A check loads the home's uplink for its duration: a member's page (or script) looping on it
+# gets this many per account in ten minutes; one runs at a time router-wide.
+LATENCY_RUNNING = "Someone in the home is already running a connection check; try again when it has finished."
+LATENCY_CHECKS_PER_ACCOUNT = 3
+LATENCY_HISTORY = 5
+LATENCY_COLUMNS = ("grade", "idle_ms", "loaded_ms", "loaded_p90_ms", "added_ms", "down_kbit", "up_kbit", "loss_pct")
+WIFI_KEYS_UNAVAILABLE = ("Own passphrases are not available on this router: it has no Wi-Fi network name "
+                         "configured (the controller's --wifi-ssid).")
+WIFI_KEY_FIELDS = ("mac", "keyid", "ssid", "passphrase", "qr", "created")
 DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
 
 
@@ -50,10 +63,11 @@ class ApiError(Exception):
 def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hwdb_addr: tuple = ("127.0.0.1", 987),
                dist_dir: str = DEFAULT_DIST, cookie_secure: bool = False, start_live: bool = True,
                hostnames: Iterable[str] = (), setup_code_file: str | None = None,
-               stream_limits: StreamLimits = StreamLimits()) -> Flask:
+               stream_limits: StreamLimits = StreamLimits(), latency_check: LatencyCheck | None = None) -> Flask:
     """`hostnames`: the names and addresses the router answers to besides loopback (its
     listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
-    by the firmware image, if any (see security.SetupCode)."""
+    by the firmware image, if any (see security.SetupCode). `latency_check`: the
+    "latency under load" check, when a test server is configured."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
     app = Flask(__name__, static_folder=None)
@@ -80,6 +94,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     hub = LiveHub(controller, hwdb, limits=stream_limits)
     sign_ins = SignInGuard()
     setup_guesses, pairing_guesses = RateLimiter(5), RateLimiter(5)
+    latency_checks = RateLimiter(LATENCY_CHECKS_PER_ACCOUNT, 600)
     own_names = {host_name(h) for h in (*LOOPBACK_NAMES, *hostnames)} - {None}
     app.extensions["homework"] = {"accounts": accounts, "controller": controller, "hwdb": hwdb, "hub": hub,
                                   "setup_code": setup_code}
@@ -333,12 +348,18 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     app.post("/api/devices/<mac>/blacklist")(access("owner")(_decision("blacklist")))
     app.post("/api/devices/<mac>/whitelist")(access("owner")(_decision("whitelist")))
 
+    def _own_device(mac: str, what: str) -> str:
+        """The device's MAC, if the signed-in owner or member may `what` for it: an owner for
+        any device, a member only for the devices they signed in from or were given."""
+        mac = _mac(mac)
+        if g.user["role"] == "member" and accounts.device_owners().get(mac) != g.user["id"]:
+            raise ApiError(403, f"members may {what} only their own devices", code="role")
+        return mac
+
     @app.post("/api/devices/<mac>/name")
     @access("owner", "member")
     def rename_device(mac):
-        mac = _mac(mac)
-        if g.user["role"] == "member" and accounts.device_owners().get(mac) != g.user["id"]:
-            raise ApiError(403, "members may name only their own devices", code="role")
+        mac = _own_device(mac, "name")
         name = _account_call(printable_name, str(_body().get("name", "")), 64, "a device name", True)
         device = controller.rename(mac, name)
         hub.update_device(device)
@@ -385,6 +406,52 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
                 return {"available": False, "rules": []}
             raise
 
+    # --- a device's own Wi-Fi passphrase ---------------------------------------------------
+    # Owners and members on their own devices, never a wall panel's kiosk session: a
+    # passphrase on the panel is read by every guest in the room (an owner who signs in on the
+    # panel may, and sees it there by choice). The answers are never logged nor cached.
+
+    @app.post("/api/devices/<mac>/wifi-key")
+    @access("owner", "member")
+    def issue_wifi_key(mac):
+        mac = _own_device(mac, "make a Wi-Fi passphrase")
+        issued = _wifi_key_call(controller.issue_wifi_key, mac)
+        _refresh_device(mac)
+        return _no_store({"wifi_key": _wifi_key_fields(issued, WIFI_KEY_FIELDS + ("applied", "note"))})
+
+    @app.get("/api/devices/<mac>/wifi-key")
+    @access("owner", "member")
+    def show_wifi_key(mac):
+        mac = _own_device(mac, "see the Wi-Fi passphrase of")
+        return _no_store({"wifi_key": _wifi_key_fields(_wifi_key_call(controller.show_wifi_key, mac),
+                                                       WIFI_KEY_FIELDS)})
+
+    @app.post("/api/devices/<mac>/wifi-key/revoke")
+    @access("owner", "member")
+    def revoke_wifi_key(mac):
+        mac = _own_device(mac, "revoke the Wi-Fi passphrase of")
+        revoked = _wifi_key_call(controller.revoke_wifi_key, mac)
+        _refresh_device(mac)
+        return _no_store({"revoked": _wifi_key_fields(revoked, ("mac", "revoked", "applied", "note"))})
+
+    def _wifi_key_call(call, mac: str) -> dict:
+        try:
+            return call(mac)
+        except ControllerError as exc:
+            if exc.status == 501:
+                raise ApiError(501, WIFI_KEYS_UNAVAILABLE, code="wifi-keys-unavailable") from None
+            if exc.status == 404:
+                raise ApiError(404, str(exc), code="no-wifi-key") from None
+            raise
+
+    def _refresh_device(mac: str) -> None:
+        """Every page learns that the device has (or no longer has) a passphrase of its own.
+        The change is made: a controller that stops answering just now costs only the update."""
+        try:
+            hub.update_device(controller.device(mac))
+        except (ControllerDownError, ControllerError):
+            pass
+
     # --- applications and priorities --------------------------------------------------------
 
     @app.get("/api/apps")
@@ -404,7 +471,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             series.setdefault(app_name, [0] * nbuckets)[idx] += nbytes
         current = {r["app"]: r["b"] for r in hwdb.query(
             "select app, sum(bytes) as b from AppTimeseries [range 10 seconds] group by app").rows}
-        priorities = hwdb.priorities()
+        priorities = {**_router_priorities(), **hwdb.priorities()}  # the household's own choice wins
         alerts = [{"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]}
                   for r in hwdb.query(f"select tstamp, kind, message from Events [range 1 hours] "
                                       f"where kind = '{OVERLOAD_KIND}'").rows]
@@ -413,6 +480,15 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
                  "total_bytes": sum(series.get(a, [])), "series": series.get(a, [0] * nbuckets)} for a in names]
         apps.sort(key=lambda a: (-a["total_bytes"], a["app"].lower()))
         return {"range": span, "start": start, "bucket_seconds": width, "apps": apps, "alerts": alerts[-5:]}
+
+    def _router_priorities() -> dict[str, str]:
+        """What the router's app table gives each app until the household chooses (a call is High)."""
+        try:
+            listed = controller.apps()
+        except (ControllerDownError, ControllerError):
+            return {}
+        return {a["app"]: a["priority"] for a in listed if isinstance(a, dict)
+                and isinstance(a.get("app"), str) and APP_RE.match(a["app"]) and a.get("priority") in PRIORITIES}
 
     @app.put("/api/apps/<path:app_name>/priority")
     @access(*APP_ROLES)
@@ -424,6 +500,63 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             raise ApiError(400, f"priority is one of {', '.join(PRIORITIES)}")
         hwdb.set_priority(app_name, priority)
         return {"app": app_name, "priority": priority}
+
+    # --- the "latency under load" check ------------------------------------------------------
+
+    @app.get("/api/latency-check")
+    @access(*APP_ROLES)
+    def latency_history():
+        rows = hwdb.query(f"select tstamp, {', '.join(LATENCY_COLUMNS)} from LatencyChecks "
+                          f"[rows {LATENCY_HISTORY}]").rows
+        results = [{"time": r.pop("tstamp") / 1e9, **r} for r in reversed(rows)]
+        state = {"configured": latency_check is not None, "results": results, "qos": _shaper()}
+        if latency_check is None:
+            return {**state, "message": LATENCY_UNCONFIGURED}
+        return {**state, "running": latency_check.running, "duration_s": latency_check.duration,
+                "target": latency_check.target.address}
+
+    @app.post("/api/latency-check")
+    @access(*APP_ROLES)
+    def run_latency_check():
+        if latency_check is None:
+            raise ApiError(501, LATENCY_UNCONFIGURED, code="latency-unconfigured")
+        key = str(g.user["id"])
+        _limited(latency_checks.retry_after(key))
+        if latency_check.running:
+            raise ApiError(409, LATENCY_RUNNING, code="latency-running")
+        latency_checks.charge(key)
+        try:
+            result = latency_check.run()
+        except CheckRunning:
+            latency_checks.refund(key)
+            raise ApiError(409, LATENCY_RUNNING, code="latency-running") from None
+        except TargetError as exc:
+            raise ApiError(502, f"The connection check could not run: {exc}.", code="latency-target") from None
+        try:
+            hwdb.query("insert into LatencyChecks values ({}, {}, {}, {}, {}, {}, {}, {})".format(
+                quote(result["grade"]), *(float(result[c]) for c in LATENCY_COLUMNS[1:5]),
+                int(result["down_kbit"]), int(result["up_kbit"]), float(result["loss_pct"])))
+            recorded = True
+        except HwdbError:
+            recorded = False  # the household still sees the result it waited for
+        return {"result": {"time": time.time(), **result}, "recorded": recorded}
+
+    def _shaper() -> dict | None:
+        """Which queue discipline the router's shaper uses, when the controller says."""
+        try:
+            qos = controller.health().get("qos")
+        except (ControllerDownError, ControllerError, AttributeError):
+            return None
+        # The controller reports each shaped link: {"uplink": {"shaped_kbit", "leaf_qdisc", ...}, "downlink": ...}
+        reported = [(way, qos.get(way)) for way in ("uplink", "downlink")] if isinstance(qos, dict) else []
+        links: dict[str, dict] = {way: link for way, link in reported
+                                  if isinstance(link, dict) and isinstance(link.get("leaf_qdisc"), str)
+                                  and link["leaf_qdisc"]}
+        if not links:
+            return None
+        rates = {f"{way}_kbit": link["shaped_kbit"] for way, link in links.items()
+                 if isinstance(link.get("shaped_kbit"), int) and not isinstance(link["shaped_kbit"], bool)}
+        return {"leaf": next(iter(links.values()))["leaf_qdisc"][:32], **rates}
 
     # --- live updates -------------------------------------------------------------------------
 
@@ -504,16 +637,17 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         return devices
 
     # A device already held back is answered before Flask does any work (cookie, database,
-    # routing), so a flood of guesses costs the router as little as it can.
-    app.wsgi_app = _refuse_held_back(app.wsgi_app, {  # type: ignore[method-assign]
-        "/api/login": sign_ins.devices, "/api/setup": setup_guesses, "/api/pair": pairing_guesses})
+    # routing), so a flood of guesses costs the router as little as it can; behind waitress
+    # such requests also wait in a lane of their own (serving.HeldBackLane).
+    held_back = HeldBack({"/api/login": sign_ins.devices, "/api/setup": setup_guesses, "/api/pair": pairing_guesses})
+    app.extensions["homework"]["held_back"] = held_back
+    app.wsgi_app = _refuse_held_back(app.wsgi_app, held_back)  # type: ignore[method-assign]
     return app
 
 
-def _refuse_held_back(wsgi_app, limiters: dict[str, RateLimiter]):
+def _refuse_held_back(wsgi_app, held_back: HeldBack):
     def held_back_first(environ, start_response):
-        limiter = limiters.get(environ.get("PATH_INFO", "")) if environ["REQUEST_METHOD"] == "POST" else None
-        wait = limiter.retry_after(environ.get("REMOTE_ADDR", "")) if limiter else 0
+        wait = held_back.wait(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("REMOTE_ADDR", ""))
         if not wait:
             return wsgi_app(environ, start_response)
         body = json.dumps({"error": f"too many attempts; try again in {wait} s", "retry_after": wait}).encode()
@@ -547,6 +681,21 @@ def _mac(text: str) -> str:
     if not MAC_RE.match(mac):
         abort(400, f"not a MAC address: {text!r}")
     return mac
+
+
+def _wifi_key_fields(answer, fields: tuple[str, ...]) -> dict:
+    if not isinstance(answer, dict):
+        raise ControllerError(502, "the controller's answer about the passphrase is not an object")
+    return {f: answer.get(f) for f in fields}
+
+
+def _no_store(body: dict, status: int = 200):
+    """An answer with a secret in it: no browser or proxy may keep a copy."""
+    resp = jsonify(body)
+    resp.status_code = status
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Pragma"] = "no-cache"
+    return resp
 
 
 def _error(status: int, message: str, **extra):

@@ -61,5 +61,25 @@ class ControllerClient:
         assert action in ("deny-dns", "permit-dns")
         return self._call("POST", f"{action}/{self._mac(mac)}/{urllib.parse.quote(domain, safe='')}")
 
+    # A device's own Wi-Fi passphrase. The answers carry the passphrase: never log them.
+
+    def issue_wifi_key(self, mac: str) -> dict:
+        """A new passphrase of the device's own (replacing its old one), with its QR text and
+        whether hostapd took it: {mac, keyid, ssid, passphrase, qr, created, applied, note}."""
+        return self._call("POST", f"wifi-key/{self._mac(mac)}")
+
+    def show_wifi_key(self, mac: str) -> dict:
+        return self._call("GET", f"show-wifi-key/{self._mac(mac)}")
+
+    def revoke_wifi_key(self, mac: str) -> dict:
+        return self._call("POST", f"revoke-wifi-key/{self._mac(mac)}")
+
+    def health(self) -> dict:
+        return self._call("GET", "health")
+
+    def apps(self) -> list[dict]:
+        """Each app the router knows with the priority its flows get: [{app, priority, set_by}]."""
+        return self._call("GET", "apps")
+
     def counters(self) -> dict:
         return self._call("GET", "counters")

@@ -125,6 +125,20 @@ class SignInGuard:
         self.accounts.refund(_account_key(username))
 
 
+class HeldBack:
+    """Which requests come from a client already held back: a POST to one of these paths from
+    an address its limiter refuses. Such a request gets 429 whatever it carries, so it is
+    answered before any other work (see app._refuse_held_back and serving.HeldBackLane)."""
+
+    def __init__(self, limiters: dict[str, RateLimiter]):
+        self.limiters = limiters
+
+    def wait(self, method: str, path: str, addr: str) -> int:
+        """Seconds the client must wait; 0 if the request may go ahead."""
+        limiter = self.limiters.get(path) if method == "POST" else None
+        return limiter.retry_after(addr) if limiter else 0
+
+
 def _account_key(username: str) -> str:
     return username.strip().lower()
 

@@ -82,6 +82,15 @@ def test_apps_usage_and_priorities_persist(app, owner, hwdb):
     assert {a["app"]: a["priority"] for a in owner.get("/api/apps?range=day").json["apps"]}["video"] == "high"
 
 
+def test_apps_show_the_routers_own_priorities_until_the_household_chooses(owner, controller):
+    controller.apps = [{"app": "video-call", "priority": "high", "set_by": "table"},
+                       {"app": "games", "priority": "medium", "set_by": "table"}]
+    shown = {a["app"]: a["priority"] for a in owner.get("/api/apps").json["apps"]}
+    assert shown["video-call"] == "high" and shown["games"] == "medium"  # before any traffic
+    assert owner.put("/api/apps/games/priority", json={"priority": "default"}).status_code == 200
+    assert {a["app"]: a["priority"] for a in owner.get("/api/apps").json["apps"]}["games"] == "default"
+
+
 def test_overload_alert(app, owner, hwdb):
     stream = sse(owner)
     wait_hwdb(app)

@@ -9,15 +9,14 @@ import time
 import urllib.request
 
 import pytest
-import waitress
 from conftest import OWNER, STREAM_END, Api, setup_code, setup_owner, signed_in, sse, wait_for
 from waitress import wasyncore
 
 from homework_webui import accounts
-from homework_webui.__main__ import waitress_options
 from homework_webui.accounts import AccountStore
 from homework_webui.app import create_app
 from homework_webui.live import StreamLimits
+from homework_webui.serving import HELD_BACK_PER_SECOND, create_server
 
 
 def make_app(tmp_path, controller, hwdb, name="state", **kw):
@@ -212,8 +211,7 @@ def small_app(tmp_path, controller, hwdb):
 def served(small_app):
     """The app behind waitress, sized the way `python -m homework_webui` sizes it."""
     limits = small_app.extensions["homework"]["hub"].limits
-    server = waitress.create_server(small_app, **waitress_options(["127.0.0.1:0"], workers=2,
-                                                                   max_streams=limits.max_total))
+    server = create_server(small_app, ["127.0.0.1:0"], workers=2, max_streams=limits.max_total)
     stop = threading.Event()
 
     def run():  # server.run(), in steps, so that it can be stopped between them
@@ -351,6 +349,50 @@ def test_many_guessing_devices_are_held_back_but_a_clean_device_signs_in(app, ow
     clean = Api(app, ip=ips[5])
     clean.session()
     assert clean.post("/api/login", {"username": OWNER[0], "password": OWNER[1]}).status_code == 200
+
+
+def test_a_held_back_guests_flood_waits_in_its_own_lane(small_app, served):
+    """Behind waitress, a guest already held back gets its 429s from a paced lane of its own:
+    its flood slows to the lane's pace instead of taking the household's threads and CPU,
+    while the owner signs in and the API answers as usual."""
+    port = served
+    setup_owner(small_app)
+    answers: dict[int, int] = {}
+    stop = threading.Event()
+
+    def flood():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=("127.0.0.2", 0))
+        conn.request("GET", "/api/session")
+        r = conn.getresponse()
+        headers = {"Content-Type": "application/json", "Cookie": r.getheader("Set-Cookie").split(";")[0],
+                   "X-CSRF-Token": json.loads(r.read())["csrf_token"]}
+        while not stop.is_set():
+            conn.request("POST", "/api/login", json.dumps({"username": OWNER[0], "password": "a guess"}), headers)
+            r = conn.getresponse()
+            r.read()
+            answers[r.status] = answers.get(r.status, 0) + 1
+
+    guests = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    for g in guests:
+        g.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not answers.get(429):
+            assert time.monotonic() < deadline, f"the guest was never held back: {answers}"
+            time.sleep(0.01)
+        held_before, t0 = answers[429], time.monotonic()
+        # The household meanwhile, as usual.
+        assert sign_in_over_http(port, *OWNER) == 200
+        status, took = timed_get(port, "/api/health")
+        assert status == 200 and took < 2.0
+        stop.wait(max(0.0, 2.0 - (time.monotonic() - t0)))
+        rate = (answers[429] - held_before) / (time.monotonic() - t0)
+    finally:
+        stop.set()
+        for g in guests:
+            g.join(10)
+    assert answers.get(401) == 5, answers  # the guest's own five tries were answered in full
+    assert 0 < rate <= HELD_BACK_PER_SECOND * 1.5, f"{rate:.0f} refusals/s"
 
 
 # --- 6. streams end with the session ---------------------------------------------------------------

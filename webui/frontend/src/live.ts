@@ -7,7 +7,8 @@ export const live = reactive({
   devices: [] as Device[],
   health: { controller: null, hwdb: null } as Health,
   connected: false,
-  alerts: [] as { time: number; message: string }[],
+  // qos-overload (owners and members) and mac-clone (everyone: the Guest Board shows it) Events rows.
+  alerts: [] as { time: number; kind: string; mac?: string; message: string }[],
   appsChanged: 0,
 })
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, dropAction, formatRate, keyAction, labelStyle, zoneOf, type Device } from './board'
+import { devicesIn, displayName, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
@@ -63,5 +63,27 @@ describe('words', () => {
   it('formats rates', () => {
     expect(formatRate(0)).toBe('0 bit/s')
     expect(formatRate(125000)).toBe('1.0 Mbit/s')
+    // The latency check and the shaper report kbit/s.
+    expect(formatKbit(18000)).toBe('18.0 Mbit/s')
+    expect(formatKbit(450)).toBe('450 kbit/s')
+    expect(formatMs(0.04)).toBe('0.0 ms')
+    expect(formatMs(4.96)).toBe('5.0 ms')
+    expect(formatMs(212.4)).toBe('212 ms')
+  })
+})
+
+describe('own Wi-Fi passphrase', () => {
+  const owner = { id: 1, role: 'owner' }
+  const member = { id: 2, role: 'member' }
+  const panel = { id: 3, role: 'kiosk' }
+  it('is for the owner, and a member on their own device', () => {
+    expect(mayManageWifiKey(owner, dev({ state: 'permitted' }))).toBe(true)
+    expect(mayManageWifiKey(member, dev({ state: 'permitted', owner_id: 2 }))).toBe(true)
+    expect(mayManageWifiKey(member, dev({ state: 'permitted', owner_id: 1 }))).toBe(false)
+    expect(mayManageWifiKey(member, dev({ state: 'permitted' }))).toBe(false)
+  })
+  it('is never for a wall panel, nor for a device that is not let in', () => {
+    expect(mayManageWifiKey(panel, dev({ state: 'permitted', owner_id: 3 }))).toBe(false)
+    for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayManageWifiKey(owner, dev({ state }))).toBe(false)
   })
 })

@@ -20,6 +20,19 @@ export interface Device {
   share: number
   owner_id?: number | null
   dns?: { available: boolean; rules: unknown }
+  /** The router saw a second device under this one's MAC (until the household decides again). */
+  clone_suspected?: { at: number; differs: string[] } | null
+  /** The device joins Wi-Fi with a passphrase of its own (the passphrase itself is never listed). */
+  wifi_key?: { keyid: string; created: number } | null
+}
+
+/**
+ * Who may make, show and revoke a device's own Wi-Fi passphrase: the owner for any permitted
+ * device, a member for their own; never a wall panel, where every guest in the room can read it.
+ */
+export function mayManageWifiKey(user: { id: number; role: string }, d: Pick<Device, 'state' | 'owner_id'>): boolean {
+  if (d.state !== 'permitted') return false
+  return user.role === 'owner' || (user.role === 'member' && d.owner_id === user.id)
 }
 
 // `hint` suits the wall panel's side-by-side zones, `narrowHint` a phone's stacked ones.
@@ -85,8 +98,20 @@ export function signalWords(rssi: number | null): string {
   return 'very weak'
 }
 
+const BIT_RATES = ['bit/s', 'kbit/s', 'Mbit/s', 'Gbit/s']
+
 export function formatRate(bytesPerSecond: number): string {
-  return formatBytes(bytesPerSecond * 8, ['bit/s', 'kbit/s', 'Mbit/s', 'Gbit/s'])
+  return formatBytes(bytesPerSecond * 8, BIT_RATES)
+}
+
+/** Milliseconds of delay: tenths matter only for small ones (a loopback or a good line). */
+export function formatMs(ms: number): string {
+  return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`
+}
+
+/** A rate the router reports in kbit/s (the latency check, the shaper). */
+export function formatKbit(kbit: number): string {
+  return formatBytes(kbit * 1000, BIT_RATES)
 }
 
 export function formatBytes(n: number, units = ['B', 'kB', 'MB', 'GB', 'TB']): string {
