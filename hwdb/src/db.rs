@@ -30,8 +30,8 @@ pub const MAX_PENDING_ROWS: usize = 100_000;
 
 use ColType::*;
 pub type Schema = &'static [(&'static str, ColType)];
-/// (name, persistent, columns). Leases, Events and AppPriority survive a reboot:
-/// they are what the household configured or what explains the home's history.
+/// (name, persistent, columns). Leases, Events, AppPriority and LatencyChecks survive a
+/// reboot: they are what the household configured or what explains the home's history.
 pub const BUILTIN: &[(&str, bool, Schema)] = &[
     (
         "Flows",
@@ -68,6 +68,20 @@ pub const BUILTIN: &[(&str, bool, Schema)] = &[
     ),
     ("AppTimeseries", false, &[("app", Varchar), ("bytes", Integer), ("packets", Integer)]),
     ("AppPriority", true, &[("app", Varchar), ("priority", Varchar)]),
+    (
+        "LatencyChecks",
+        true,
+        &[
+            ("grade", Varchar),
+            ("idle_ms", Real),
+            ("loaded_ms", Real),
+            ("loaded_p90_ms", Real),
+            ("added_ms", Real),
+            ("down_kbit", Integer),
+            ("up_kbit", Integer),
+            ("loss_pct", Real),
+        ],
+    ),
 ];
 
 /// Where a subscription's rows go; the server implements it with a UDP sender task.

@@ -29,6 +29,10 @@ enum Cmd {
         /// Extra sockets for LAN hosts (end-host agents); repeatable.
         #[arg(long = "lan-listen")]
         lan_listen: Vec<SocketAddr>,
+        /// Bind the --lan-listen sockets to this interface (the router's LAN bridge), so that
+        /// `--lan-listen 0.0.0.0:987` answers agents at every gateway address and never the WAN.
+        #[arg(long = "lan-device")]
+        lan_device: Option<String>,
         /// SQLite file for persistent tables (":memory:" keeps nothing across restarts).
         #[arg(long, default_value = "/var/lib/hwdb/hwdb.sqlite")]
         db: String,
@@ -154,11 +158,15 @@ fn serve(db: &str, ring: Ring, cfg: server::Config) -> hwdb::Result<()> {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Serve { listen, lan_listen, db, ring_rows, ring_mib, rto_ms, treat_as_lan, log } => {
+        Cmd::Serve { listen, lan_listen, lan_device, db, ring_rows, ring_mib, rto_ms, treat_as_lan, log } => {
             tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_max_level(log).init();
-            let mut addrs = vec![listen];
-            addrs.extend(lan_listen);
-            let cfg = server::Config { listen: addrs, treat_as_lan, rto: Duration::from_millis(rto_ms.max(1)) };
+            let cfg = server::Config {
+                listen: vec![listen],
+                lan_listen,
+                lan_device,
+                treat_as_lan,
+                rto: Duration::from_millis(rto_ms.max(1)),
+            };
             match serve(&db, Ring { rows: ring_rows, bytes: ring_mib << 20 }, cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

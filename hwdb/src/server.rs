@@ -28,6 +28,10 @@ use crate::value::{ColType, Value};
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: Vec<SocketAddr>,
+    /// Sockets for LAN hosts (end-host agents), e.g. `0.0.0.0:987` with `lan_device` set.
+    pub lan_listen: Vec<SocketAddr>,
+    /// Bind the LAN sockets to this interface, so a wildcard LAN socket hears only the LAN (never the WAN).
+    pub lan_device: Option<String>,
     /// Test only: peers with these addresses get LAN rights even on loopback.
     pub treat_as_lan: Vec<IpAddr>,
     /// First retransmission timeout; doubles per retry up to `MAX_RTO`.
@@ -80,8 +84,9 @@ struct Packet {
 /// requests and give the exchanges in progress up to `DRAIN` to finish.
 pub async fn serve(db: Arc<Db>, cfg: Config, until: impl Future<Output = ()>) -> crate::Result<()> {
     let mut socks = Vec::new();
-    for addr in &cfg.listen {
-        let s = UdpSocket::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let lan = cfg.lan_listen.iter().map(|a| (a, cfg.lan_device.as_deref()));
+    for (addr, device) in cfg.listen.iter().map(|a| (a, None)).chain(lan) {
+        let s = listen_socket(*addr, device).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         socks.push(Arc::new(s));
     }
     // Dual-stack when the host has IPv6, so subscribers may be on either family.
@@ -136,6 +141,20 @@ fn screen_first_fragment(caller: &Caller, limits: &Limits, h: &Header, payload: 
 }
 
 /// A one-datagram answer that needs no connection state: a refusal, or "no such request".
+/// A listening socket. SO_REUSEADDR lets a wildcard LAN socket share the port with the loopback one
+/// (the kernel gives each datagram to the most specific match); the port is privileged, so no
+/// unprivileged program can join them.
+fn listen_socket(addr: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, None)?;
+    sock.set_reuse_address(true)?;
+    if let Some(device) = device {
+        sock.bind_device(Some(device.as_bytes()))?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    UdpSocket::from_std(sock.into())
+}
+
 async fn answer_statelessly(sock: &UdpSocket, peer: SocketAddr, h: &Header, kind: Kind, flags: u16, payload: &[u8]) {
     let reply = Header { kind, conn: h.conn, seq: h.seq, frag: 0, count: 1, flags };
     let _ = sock.send_to(&proto::encode(&reply, proto::fragment(payload, 0)), peer).await;

@@ -117,8 +117,17 @@ func TestReportsWaitForAnUnreachableRouter(t *testing.T) {
 			t.Fatal("reports never delivered after the server started")
 		}
 	}
-	if got := hwdbtest.AppTuples(t, addr); len(got) != 1 || !strings.Contains(got[0], "firefox") {
-		t.Fatalf("AppTuples holds %q, want the waiting report", got)
+	// At least once: an attempt whose answer came too late (a loaded machine, a server still
+	// starting) was executed and is sent again on a new connection, so the report may be there
+	// twice. Rows are idempotent for the router (the same tuple names the same program).
+	got := hwdbtest.AppTuples(t, addr)
+	if len(got) == 0 {
+		t.Fatal("AppTuples is empty, want the waiting report")
+	}
+	for _, row := range got {
+		if row != got[0] || !strings.Contains(row, "firefox") {
+			t.Fatalf("AppTuples holds %q, want the waiting report (at least once, nothing else)", got)
+		}
 	}
 	r.Close()
 }

@@ -56,7 +56,14 @@ ROUTER_LAN_IP = "10.2.0.1"
 NFT_TABLE, NFT_WLAN_TABLE, NFT_AIR_TABLE = "homenet", "homenet_wlan", "air"
 CLIENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,10}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-EMULATED_PARTS = ("radio", "inet-dns", "inet-http")
+# The emulated broadband line: 20 Mbit/s up, 30 down. The router is told these rates and shapes a
+# little below them; the veths themselves are faster, so the router's shaper is where the queue
+# forms, as SQM arranges on a real line. The downlink's queue is capped by the emulation itself:
+# OVS's userspace datapath sends to the wireless port through a packet socket whose send buffer
+# (~200 KB) counts what waits in the shaper, so at most ~25 ms queue at 50 Mbit/s, ~40 ms at 30
+# (a router's kernel datapath has no such cap). 30 keeps the Normal class's delay measurable.
+LINE_UP_KBIT, LINE_DOWN_KBIT = 20_000, 30_000
+EMULATED_PARTS = ("radio", "inet-dns", "inet-http", "inet-iperf")
 
 
 def run(*cmd, check=True, ns=None, input=None, timeout=60) -> str:
@@ -97,7 +104,9 @@ class Home:
         self.services = services.load({
             "PYTHON": PYTHON, "HWDB_BIN": HWDB_BIN, "STATE": run_dir, "RUN": run_dir, "LAN_IFACE": BRIDGE,
             "WLAN_PORT": WLAN, "UPSTREAM_DNS": INET_DNS_IP, "STATIONS": f"file:{self.station_dump}",
-            "LAN_ADDRESS": ROUTER_LAN_IP})
+            "LAN_ADDRESS": ROUTER_LAN_IP, "HOSTAPD_IFACE": BRIDGE, "WAN_IFACE": WAN,
+            "LATENCY_TARGET": f"http://{INTERNET_IP}", "WIFI_SSID": "Homework", "UPLINK_KBIT": LINE_UP_KBIT,
+            "DOWNLINK_KBIT": LINE_DOWN_KBIT})
 
     # ---- up / down
 
@@ -195,6 +204,8 @@ table bridge {NFT_AIR_TABLE} {{
         args += [f"--host-record={name},{ip}" for name, ip in INET_HOSTS.items()]
         self.processes.start("inet-dns", args, ns=NS_INET)
         self.processes.start("inet-http", [PYTHON, "-m", "homenet.web", "--directory", www], ns=NS_INET)
+        # Bulk transfers that saturate the line, for the priority tests (iperf3's default port 5201).
+        self.processes.start("inet-iperf", ["iperf3", "--server", "--bind", WAN_INET_IP], ns=NS_INET)
 
     def _build_router(self) -> None:
         orig = self.run_dir / "ip_forward.orig"
@@ -308,8 +319,14 @@ table netdev {NFT_WLAN_TABLE} {{
         ns = self._ns(name)
         mac = self.mac(name)
         _kill_all_in(ns)
+        # The air's end first, and synchronously: a deleted namespace takes its links down later
+        # (once its last process is gone), so a device added again under the same name would find
+        # the old port still there, keep it, and lose it a moment later.
+        port = f"c-{name}"
+        run("ip", "link", "delete", port, ns=NS_AIR, check=False)
+        wait_until(f"the air's port {port} to go", lambda: not link_exists(port, NS_AIR), 10)
         run("ip", "netns", "delete", ns)
-        run("nft", "delete", "element", "bridge", NFT_AIR_TABLE, "own", f'{{ "c-{name}" . {mac} }}', ns=NS_AIR,
+        run("nft", "delete", "element", "bridge", NFT_AIR_TABLE, "own", f'{{ "{port}" . {mac} }}', ns=NS_AIR,
             check=False)
         shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         shutil.rmtree(self._state(name), ignore_errors=True)
@@ -463,6 +480,10 @@ table netdev {NFT_WLAN_TABLE} {{
         result = json.loads(run(HWDB_BIN, "query", "--server", "127.0.0.1:987", "--json", query) or "{}")
         names = [c["name"] for c in result.get("columns", [])]
         return [dict(zip(names, row, strict=True)) for row in result.get("rows", [])]
+
+    def internet_spawn(self, *cmd, **popen_args) -> subprocess.Popen:
+        """A process on the internet's side (the emulated internet's namespace)."""
+        return subprocess.Popen(["ip", "netns", "exec", NS_INET, *map(str, cmd)], **popen_args)
 
     @contextlib.contextmanager
     def internet_capture(self, capture_filter: str):

@@ -1,88 +1,34 @@
-"""The router's services as `deploy/services.toml` defines them, started as processes with pid files."""
+"""The router's services as `deploy/services.toml` defines them (read by `homework_deploy`), started as
+processes with pid files."""
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
-import tomllib
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-from .wait import wait_until
+import homework_deploy
+from homework_deploy import Service
 
-SERVICES_FILE = Path(__file__).resolve().parents[3] / "deploy" / "services.toml"
-_PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
+from .wait import wait_until
 
 
 class HomenetError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class Service:
-    name: str
-    command: tuple[str, ...]
-    after: tuple[str, ...]
-    ready: dict
-    ready_timeout_s: float
+def load(settings: dict[str, object]) -> dict[str, Service]:
+    try:
+        return homework_deploy.load(settings)
+    except homework_deploy.ServicesError as exc:
+        raise HomenetError(str(exc)) from exc
 
 
-def load(settings: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Service]:
-    """Every service with its placeholders filled from `settings` (all of them must be given)."""
-    spec = tomllib.loads(path.read_text())
-    missing = set(spec["settings"]) - set(settings)
-    if missing:
-        raise HomenetError(f"settings missing for {path.name}: {', '.join(sorted(missing))}")
-
-    def fill(value):
-        if isinstance(value, str):
-            return _PLACEHOLDER.sub(lambda m: str(settings[m.group(1)]), value)
-        if isinstance(value, list):
-            return [fill(v) for v in value]
-        if isinstance(value, dict):
-            return {k: fill(v) for k, v in value.items()}
-        return value
-
-    return {name: Service(name, tuple(fill(s["command"])), tuple(s.get("after", ())), fill(s.get("ready", {})),
-                          float(s.get("ready_timeout_s", 30)))
-            for name, s in spec["services"].items()}
-
-
-def start_order(services: dict[str, Service]) -> list[str]:
-    """Services ordered so that each starts after those it names in `after`."""
-    order: list[str] = []
-
-    def visit(name, path=()):
-        if name in path:
-            raise HomenetError(f"services start after each other in a circle: {' -> '.join(path + (name,))}")
-        if name not in order:
-            for before in services[name].after:
-                visit(before, path + (name,))
-            order.append(name)
-
-    for name in services:
-        visit(name)
-    return order
+start_order = homework_deploy.start_order
 
 
 def is_ready(service: Service) -> bool:
-    ready = service.ready
-    if "command" in ready:
-        return subprocess.run(ready["command"], capture_output=True).returncode == 0
-    if "path" in ready:
-        return Path(ready["path"]).exists()
-    if "url" in ready:
-        try:
-            with urllib.request.urlopen(ready["url"], timeout=1) as resp:
-                if "json_field" not in ready:
-                    return resp.status == 200
-                return json.loads(resp.read()).get(ready["json_field"]) is True
-        except (OSError, ValueError):
-            return False
-    return True
+    return homework_deploy.ready_now(service.ready)
 
 
 class Processes:

@@ -1,4 +1,6 @@
-"""The emulated internet's web server: static files, and /paced/FILE sent at a fixed rate.
+"""The emulated internet's web server: static files, /paced/FILE sent at a fixed rate, and the
+bulk transfers a speed or bufferbloat test uses: GET /bulk?bytes=N (N bytes as fast as the path
+takes them) and POST /sink (reads the body and throws it away).
 
 A paced download is the server's doing, as on a real slow site: the household sees the
 bytes arrive over time, so a test can tell whether a decision cut a transfer off midway.
@@ -8,16 +10,23 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 PACED_PREFIX = "/paced/"
 PACED_RATE_BPS = 100_000
 CHUNK = 10_000
+BULK_DEFAULT_BYTES = 100_000_000
+BULK_MAX_BYTES = 10_000_000_000
+BULK_BLOCK = bytes(64 * 1024)
 
 
 class Handler(SimpleHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's naming)
+        url = urllib.parse.urlsplit(self.path)
+        if url.path == "/bulk":
+            return self._bulk(urllib.parse.parse_qs(url.query).get("bytes", [str(BULK_DEFAULT_BYTES)])[0])
         if not self.path.startswith(PACED_PREFIX):
             return super().do_GET()
         path = Path(self.directory) / Path(self.path[len(PACED_PREFIX):]).name
@@ -36,6 +45,39 @@ class Handler(SimpleHTTPRequestHandler):
                 self.wfile.flush()
             except OSError:
                 return None
+        return None
+
+    def do_POST(self):  # noqa: N802
+        if urllib.parse.urlsplit(self.path).path != "/sink":
+            return self.send_error(404)
+        try:
+            left = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return self.send_error(411, "send a Content-Length")
+        received = 0
+        while left > 0 and (chunk := self.rfile.read(min(left, len(BULK_BLOCK)))):
+            received += len(chunk)
+            left -= len(chunk)
+        body = str(received).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return None
+
+    def _bulk(self, requested: str) -> None:
+        if not requested.isdigit() or not 0 < int(requested) <= BULK_MAX_BYTES:
+            return self.send_error(400, f"bytes is a whole number from 1 to {BULK_MAX_BYTES}")
+        left = int(requested)
+        self.send_response(200)
+        self.send_header("Content-Length", str(left))
+        self.end_headers()
+        try:
+            while left > 0:
+                self.wfile.write(BULK_BLOCK[:left])
+                left -= min(left, len(BULK_BLOCK))
+        except OSError:
+            pass  # the client stopped reading: a test that ran long enough
         return None
 
     def log_message(self, fmt, *args):
