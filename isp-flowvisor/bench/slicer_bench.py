@@ -1,0 +1,374 @@
+"""`make bench`: the slicer beside the same households connected straight to the same switch.
+
+Parts, each its own process: an emulated switch (cbench-style: answers what a controller asks, counts
+flow-mods), the slicer (`isp-flowvisor`, plain TCP), and this load generator, whose emulated
+households speak OpenFlow 1.3 through os-ken's codec. "direct" = households -> switch;
+"slicer" = households -> slicer -> switch. Results: bench/results/slicer.json.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from harness import SlicerProcess, free_port, wait_until  # noqa: E402
+from os_ken.ofproto import ofproto_v1_3 as ofp  # noqa: E402
+from os_ken.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
+
+from isp_flowvisor import codec, switchside  # noqa: E402
+from isp_flowvisor.relay import read_frame  # noqa: E402
+
+C = codec.CODEC
+
+
+# --- the emulated switch ----------------------------------------------------------------------
+
+
+async def switch_session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counts: list[int]) -> None:
+    writer.write(codec.hello())
+    port = parser.OFPPort(1, "02:00:00:00:00:01", b"uplink", 0, 0, 0, 0, 0, 0, 0, 0)
+    try:
+        while True:
+            frame = await read_frame(reader)
+            _, msg_type, _, xid = codec.header(frame)
+            if msg_type == ofp.OFPT_FLOW_MOD:
+                counts[0] += 1
+            elif msg_type == ofp.OFPT_BARRIER_REQUEST:
+                writer.write(codec.encode(parser.OFPBarrierReply(C), xid))
+            elif msg_type == ofp.OFPT_ECHO_REQUEST:
+                writer.write(codec.encode(parser.OFPEchoReply(C, b""), xid))
+            elif msg_type == ofp.OFPT_FEATURES_REQUEST:
+                writer.write(switchside.features_reply(xid, 0xbe7c4, 254, 0))
+            elif msg_type == ofp.OFPT_MULTIPART_REQUEST:
+                request = codec.decode_request(frame)
+                entries = switchside.port_desc_entries([port]) if isinstance(
+                    request, parser.OFPPortDescStatsRequest) else []
+                for part in switchside.multipart_reply(xid, request.type, entries):
+                    writer.write(part)
+            if writer.transport.get_write_buffer_size() > 1 << 16:
+                await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+
+
+async def run_switch(listen_port: int | None, connect_unix: str | None) -> None:
+    counts = [0]
+    if connect_unix:
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(connect_unix)
+                await switch_session(reader, writer, counts)
+            except OSError:
+                pass
+            await asyncio.sleep(0.2)
+    server = await asyncio.start_server(lambda r, w: switch_session(r, w, counts), "127.0.0.1", listen_port)
+    async with server:
+        await server.serve_forever()
+
+
+# --- emulated households ----------------------------------------------------------------------
+
+
+class BenchHousehold:
+    def __init__(self, index: int):
+        self.index = index
+        self.source = f"127.1.{index // 250}.{index % 250 + 1}"
+        self.network = f"10.{index // 250}.{index % 250}.0/24"
+        host = f"10.{index // 250}.{index % 250}.7"
+        rule = parser.OFPFlowMod(C, priority=10, match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=host),
+                                 instructions=[parser.OFPInstructionActions(
+                                     ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetQueue(1),
+                                                               parser.OFPActionOutput(ofp.OFPP_NORMAL)])])
+        self.flow_mod = codec.encode(rule, 1)
+        self.acked = 0
+        self.reader: asyncio.StreamReader
+        self.writer: asyncio.StreamWriter
+        self.xid = 0
+
+    def record(self) -> dict:
+        return {"name": f"h{self.index}", "slot": self.index + 1, "addresses": [self.network],
+                "source_address": self.source, "flow_quota": 100, "msg_rate": 1e7, "msg_burst": 10**7}
+
+    async def connect(self, port: int) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(self.source, 0),
+                                                                 limit=1 << 20)
+        self.writer.write(codec.hello())
+        await read_frame(self.reader)
+
+    async def barrier(self) -> None:
+        self.xid += 1
+        self.writer.write(codec.encode(parser.OFPBarrierRequest(C), self.xid))
+        while True:
+            frame = await read_frame(self.reader)
+            if codec.header(frame)[1] == ofp.OFPT_BARRIER_REPLY and codec.header(frame)[3] == self.xid:
+                return
+
+    async def window(self, size: int) -> None:
+        self.writer.write(self.flow_mod * size)
+        await self.barrier()
+        self.acked += size
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def connect_all(households: list[BenchHousehold], port: int) -> None:
+    for start in range(0, len(households), 100):
+        await asyncio.gather(*(h.connect(port) for h in households[start:start + 100]))
+
+
+async def throughput(households: list[BenchHousehold], seconds: float, window: int) -> float:
+    stop = time.monotonic() + seconds
+
+    async def run(h: BenchHousehold) -> None:
+        while time.monotonic() < stop:
+            await h.window(window)
+
+    for h in households:
+        h.acked = 0
+    start = time.monotonic()
+    await asyncio.gather(*(run(h) for h in households))
+    return sum(h.acked for h in households) / (time.monotonic() - start)
+
+
+async def latency(probe: BenchHousehold, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await probe.barrier()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def max_min_fair(offered: list[float], capacity: float) -> list[float]:
+    """Water-filling: each gets min(its demand, an equal share of what is left)."""
+    share = [0.0] * len(offered)
+    left, todo = capacity, sorted(range(len(offered)), key=lambda i: offered[i])
+    while todo:
+        equal = left / len(todo)
+        i = todo[0]
+        if offered[i] <= equal:
+            share[i] = offered[i]
+            left -= offered[i]
+            todo.pop(0)
+        else:
+            for j in todo:
+                share[j] = equal
+            break
+    return share
+
+
+async def fairness(households: list[BenchHousehold], offered: list[float], seconds: float) -> dict:
+    """Each household offers its rate open-loop (what is due by the clock, in windows of at most
+    20 plus a barrier), so a slow reply does not lower what it asks for. Served = flow-mods whose
+    window was acknowledged inside the measurement interval (after a 2 s warm-up), per second."""
+    warmup = 2.0
+    begin = time.monotonic() + warmup
+    stop = begin + seconds
+    counted = [0] * len(households)
+
+    async def run(i: int, h: BenchHousehold, rate: float) -> None:
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() < stop:
+            due = int(rate * (time.monotonic() - start)) - sent
+            if due > 0:
+                size = min(due, 20)
+                issued = time.monotonic()
+                await h.window(size)
+                sent += size
+                if issued >= begin and time.monotonic() <= stop:
+                    counted[i] += size
+            else:
+                await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(run(i, h, r) for i, (h, r) in enumerate(zip(households, offered, strict=True))))
+    elapsed = seconds
+    served = [n / elapsed for n in counted]
+    fair = max_min_fair(offered, sum(served))
+    ratios = [s / f for s, f in zip(served, fair, strict=True) if f > 0]
+    deviation = max(abs(r - 1) for r in ratios)
+    jain = sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))
+    return {"households": len(households), "offered_total": round(sum(offered)), "served_total": round(sum(served)),
+            "max_deviation_from_max_min_fair_share": round(deviation, 4), "jain_index": round(jain, 4),
+            "within_5_percent": sum(abs(r - 1) <= 0.05 for r in ratios),
+            "offered": [round(o, 1) for o in offered], "served": [round(x, 1) for x in served],
+            "fair_share": [round(f, 1) for f in fair]}
+
+
+# --- orchestration ----------------------------------------------------------------------------
+
+
+class Setup:
+    """One emulated switch, and (slicer mode) a slicer in front of it with the bench's households."""
+
+    def __init__(self, workdir: Path, mode: str, households: list[BenchHousehold]):
+        self.mode = mode
+        self.procs: list[subprocess.Popen] = []
+        me = [sys.executable, str(Path(__file__).resolve())]
+        if mode == "direct":
+            self.port = free_port()
+            self.procs.append(subprocess.Popen([*me, "switch", "--listen", str(self.port)]))
+            wait_until(lambda: _listening(self.port), 30, "the emulated switch")
+            self.slicer = None
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        registry = workdir / "households.json"
+        registry.write_text(json.dumps({"next_slot": len(households) + 1, "households": {
+            h.record()["name"]: {k: v for k, v in h.record().items() if k != "name"} for h in households}}))
+        self.slicer = SlicerProcess(workdir / "slicer", {"backend": "file", "path": str(registry)},
+                                    switch_socket=workdir / "switch.sock").start()
+        self.port = self.slicer.household_port
+        self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(self.slicer.switch_socket)]))
+        wait_until(self.slicer.switch_connected, 60, "the emulated switch to reach the slicer")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait(10)
+        if self.slicer is not None:
+            self.slicer.stop()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _fds_and_rss(pid: int) -> tuple[int, int]:
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return fds, rss_kb
+
+
+async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, soak: float) -> dict:
+    largest = max(sizes)
+    households = [BenchHousehold(i) for i in range(largest)]
+    setup = Setup(workdir / mode, mode, households)
+    out: dict = {"throughput_msgs_per_s": {}, "latency_ms": {}}
+    try:
+        await connect_all(households[:1], setup.port)
+        samples = await latency(households[0], 2000)
+        out["latency_ms"]["1"] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
+        connected = 1
+        for n in sizes:
+            if n > connected:
+                await connect_all(households[connected:n], setup.port)
+                connected = n
+            out["throughput_msgs_per_s"][str(n)] = round(await throughput(households[:n], seconds, 20))
+        samples = await latency(households[0], 2000)
+        out["latency_ms"][str(largest)] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
+        for h in households[100:]:
+            h.close()
+        capacity = out["throughput_msgs_per_s"].get("100") or out["throughput_msgs_per_s"][str(sizes[0])]
+        weights = [1 / (i + 1) for i in range(100)]  # Zipf: a few heavy households, many light ones
+        offered = [2 * capacity * w / sum(weights) for w in weights]
+        out["fairness"] = await fairness(households[:100], offered, 2 * seconds)
+        if soak and setup.slicer is not None:
+            out["soak"] = await soak_run(setup, households[:100], soak)
+    finally:
+        for h in households:
+            if hasattr(h, "writer"):
+                h.close()
+        setup.stop()
+    return out
+
+
+async def soak_run(setup: Setup, households: list[BenchHousehold], seconds: float) -> dict:
+    """Moderate load with reconnect churn; the slicer's descriptors and memory sampled throughout."""
+    assert setup.slicer is not None and setup.slicer.proc is not None
+    pid = setup.slicer.proc.pid
+    samples = []
+    stop = time.monotonic() + seconds
+    churned = 0
+
+    async def load(h: BenchHousehold) -> None:
+        while time.monotonic() < stop:
+            await h.window(5)
+            await asyncio.sleep(0.05)
+
+    async def churn() -> None:
+        nonlocal churned
+        i = 0
+        while time.monotonic() < stop:
+            await asyncio.sleep(0.5)
+            h = households[50 + i % 50]
+            i += 1
+            h.close()
+            await h.connect(setup.port)
+            churned += 1
+
+    async def sample() -> None:
+        while time.monotonic() < stop:
+            samples.append((round(seconds - (stop - time.monotonic())), *_fds_and_rss(pid)))
+            await asyncio.sleep(max(1.0, seconds / 60))
+
+    await asyncio.gather(*(load(h) for h in households[:50]), churn(), sample())
+    quarter = max(1, len(samples) // 4)
+    first = samples[:quarter]
+    last = samples[-quarter:]
+    return {"seconds": seconds, "reconnects": churned,
+            "fds_first_quarter_max": max(s[1] for s in first), "fds_last_quarter_max": max(s[1] for s in last),
+            "rss_kb_first_quarter_mean": round(statistics.mean(s[2] for s in first)),
+            "rss_kb_last_quarter_mean": round(statistics.mean(s[2] for s in last)),
+            "samples": samples}
+
+
+def main() -> int:
+    parser_ = argparse.ArgumentParser(prog="slicer_bench")
+    sub = parser_.add_subparsers(dest="command", required=True)
+    switch = sub.add_parser("switch", help="run the emulated switch")
+    switch.add_argument("--listen", type=int)
+    switch.add_argument("--connect")
+    run = sub.add_parser("run", help="the whole bench")
+    run.add_argument("--out", type=Path, default=HERE.parent.parent / "bench" / "results" / "slicer.json")
+    run.add_argument("--seconds", type=float, default=10.0, help="length of each throughput/fairness run")
+    run.add_argument("--soak", type=float, default=600.0, help="length of the soak, seconds")
+    run.add_argument("--sizes", default="1,100,1000")
+    args = parser_.parse_args()
+    if args.command == "switch":
+        asyncio.run(run_switch(args.listen, args.connect))
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="fv-bench-") as tmp:
+        direct = asyncio.run(measure("direct", Path(tmp), sizes, args.seconds, 0))
+        relayed = asyncio.run(measure("slicer", Path(tmp), sizes, args.seconds, args.soak))
+    ratio = {n: round(relayed["throughput_msgs_per_s"][n] / direct["throughput_msgs_per_s"][n], 3)
+             for n in direct["throughput_msgs_per_s"]}
+    added = {n: {p: round(relayed["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
+             for n in direct["latency_ms"]}
+    result = {"bench": "isp-flowvisor", "machine": {"cores": os.cpu_count()},
+              "method": "emulated switch + emulated households (os-ken codec), each a process; "
+                        "throughput = flow-mods acknowledged by barrier per second, window 20",
+              "direct": direct, "slicer": relayed, "throughput_ratio_slicer_over_direct": ratio,
+              "added_latency_ms": added, "duration_s": round(time.monotonic() - started)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "slicer")}, indent=2))
+    print("fairness (slicer):", json.dumps(relayed["fairness"]))
+    if "soak" in relayed:
+        print("soak:", json.dumps({k: v for k, v in relayed["soak"].items() if k != "samples"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

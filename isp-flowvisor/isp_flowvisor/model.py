@@ -1,0 +1,106 @@
+"""What the ISP says about each household: the registry's record, validated."""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+MAX_SLOT = 0xFFFFFF  # slots live in the top 24 bits of a rule's cookie
+ON_DISCONNECT = ("keep", "delete")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+
+
+class InvalidHousehold(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Household:
+    """One household's slice.
+
+    `slot` numbers the household's id ranges on the switch (cookies, meters, groups, queues,
+    tc classes); it is assigned once by the registry and never reused while the household exists.
+    `cert_sha256` is the SHA-256 of its controller's client certificate (DER, hex); `source_address`
+    identifies it on a plain-TCP listener, which exists only when configured for tests.
+    """
+
+    name: str
+    slot: int
+    addresses: tuple[ipaddress.IPv4Network, ...]
+    guaranteed_mbit: float = 10.0
+    flow_quota: int = 1000
+    msg_rate: float = 500.0
+    msg_burst: int = 1000
+    cert_sha256: str = ""
+    source_address: str = ""
+    ports: tuple[int, ...] = field(default=())
+    on_disconnect: str = "keep"
+
+    def owns(self, network: ipaddress.IPv4Network) -> bool:
+        return any(network.subnet_of(own) for own in self.addresses)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "slot": self.slot, "addresses": [str(a) for a in self.addresses],
+                "guaranteed_mbit": self.guaranteed_mbit, "flow_quota": self.flow_quota,
+                "msg_rate": self.msg_rate, "msg_burst": self.msg_burst, "cert_sha256": self.cert_sha256,
+                "source_address": self.source_address, "ports": list(self.ports),
+                "on_disconnect": self.on_disconnect}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Household:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise InvalidHousehold(f"unknown household fields: {sorted(unknown)}")
+        try:
+            addresses = tuple(ipaddress.IPv4Network(a) for a in data.get("addresses", ()))
+            household = cls(
+                name=str(data["name"]), slot=int(data.get("slot", 0)), addresses=addresses,
+                guaranteed_mbit=float(data.get("guaranteed_mbit", 10.0)),
+                flow_quota=int(data.get("flow_quota", 1000)), msg_rate=float(data.get("msg_rate", 500.0)),
+                msg_burst=int(data.get("msg_burst", 1000)),
+                cert_sha256=str(data.get("cert_sha256", "")).lower().replace(":", ""),
+                source_address=str(data.get("source_address", "")),
+                ports=tuple(int(p) for p in data.get("ports", ())),
+                on_disconnect=str(data.get("on_disconnect", "keep")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidHousehold(f"bad household record: {exc}") from None
+        household.validate()
+        return household
+
+    def with_slot(self, slot: int) -> Household:
+        return replace(self, slot=slot)
+
+    def validate(self) -> None:
+        if not _NAME.match(self.name):
+            raise InvalidHousehold(f"name {self.name!r}: lower-case letters, digits and '-', at most 32")
+        if not 0 <= self.slot <= MAX_SLOT:
+            raise InvalidHousehold(f"slot {self.slot} out of range")
+        if not self.addresses:
+            raise InvalidHousehold("a household needs at least one address")
+        if self.guaranteed_mbit <= 0 or self.flow_quota < 0 or self.msg_rate <= 0 or self.msg_burst < 1:
+            raise InvalidHousehold("rates, quota and burst must be positive")
+        if self.on_disconnect not in ON_DISCONNECT:
+            raise InvalidHousehold(f"on_disconnect must be one of {ON_DISCONNECT}")
+        if self.source_address:
+            ipaddress.ip_address(self.source_address)
+
+
+def check_disjoint(households: list[Household]) -> None:
+    """Two households may share neither an address, a slot, a certificate nor a private port."""
+    seen_nets: list[tuple[ipaddress.IPv4Network, str]] = []
+    seen: dict[tuple[str, object], str] = {}
+    for h in households:
+        for net in h.addresses:
+            for other_net, other in seen_nets:
+                if net.overlaps(other_net):
+                    raise InvalidHousehold(f"{h.name}: {net} overlaps {other}'s {other_net}")
+            seen_nets.append((net, h.name))
+        keys: list[tuple[str, object]] = [("slot", h.slot), *(("port", p) for p in h.ports)]
+        keys += [("certificate", h.cert_sha256)] if h.cert_sha256 else []
+        keys += [("source address", h.source_address)] if h.source_address else []
+        for key in keys:
+            if key in seen:
+                raise InvalidHousehold(f"{h.name}: {key[0]} {key[1]} already belongs to {seen[key]}")
+            seen[key] = h.name

@@ -1,0 +1,478 @@
+"""The slice policy: what a household may ask of the switch, and how its ids map onto it.
+
+Pure functions of a household record and an os-ken message; no sockets. `Refused` carries the
+OpenFlow error that answers a message outside the household's slice. Nothing is ever widened or
+silently dropped: a message is translated exactly, or refused whole.
+
+Layout on the physical switch (see README, "How slices share the switch"):
+
+- table 0 (the slicer's): one rule per household address block sends its traffic, tagged with the
+  household's slot in the metadata register, to table 1; traffic to a household has its DSCP
+  cleared there, so only a slice rule can choose a queue. Traffic of no household goes to the
+  forwarding table.
+- tables 1..HOUSEHOLD_TABLES: the households' virtual tables 0..HOUSEHOLD_TABLES-1. Every household
+  rule also matches metadata == its slot, so it only ever sees its own traffic; a miss goes on to
+- the forwarding table (the slicer's): NORMAL.
+"""
+from __future__ import annotations
+
+import copy
+import ipaddress
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from os_ken.lib.packet import arp, ipv4, packet
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from .codec import CODEC
+from .model import Household
+
+HOUSEHOLD_TABLES = 4
+TABLE_DISPATCH = 0
+FIRST_HOUSEHOLD_TABLE = 1
+TABLE_FORWARD = FIRST_HOUSEHOLD_TABLE + HOUSEHOLD_TABLES
+COOKIE_BITS = 40
+COOKIE_LOW = (1 << COOKIE_BITS) - 1
+COOKIE_SLOT_MASK = ((1 << 64) - 1) ^ COOKIE_LOW
+MAX_PRIORITY = 0xFFFE  # a household's rule priority p is p + 1 on the switch: the slicer's misses sit at 0
+METERS_PER_HOUSEHOLD = 16
+GROUPS_PER_HOUSEHOLD = 16
+ID_SHIFT = 4  # meters and groups: (slot << 4) | (id - 1)
+QUEUE_SHIFT = 2  # physical queue ids: (slot << 2) | queue
+QUEUE_NAMES = {0: "normal", 1: "medium", 2: "high"}
+# The DSCP a household's queue choice becomes on the downlink: tc classifies on it (queues.py).
+DSCP_OF_QUEUE = {0: 0, 1: 18, 2: 46}
+ETH_IPV4 = 0x0800
+ETH_ARP = 0x0806
+_ADDRESS_FIELDS = {"ipv4_src": ETH_IPV4, "ipv4_dst": ETH_IPV4, "arp_spa": ETH_ARP, "arp_tpa": ETH_ARP}
+_DESTINATION_FIELDS = ("ipv4_dst", "arp_tpa")
+# Fields a household may rewrite. Addresses only to its own; DSCP never (it is the queue choice).
+_SETTABLE = {"eth_src", "eth_dst", "vlan_vid", "vlan_pcp", "ip_ecn", "tcp_src", "tcp_dst", "udp_src", "udp_dst",
+             *_ADDRESS_FIELDS}
+_HARMLESS_ACTIONS = (parser.OFPActionDecNwTtl, parser.OFPActionSetNwTtl, parser.OFPActionPushVlan,
+                     parser.OFPActionPopVlan, parser.OFPActionCopyTtlOut, parser.OFPActionCopyTtlIn)
+_OUTPUT_RESERVED_OK = {ofp.OFPP_CONTROLLER, ofp.OFPP_NORMAL}
+_FLOW_MOD_COMMANDS = {ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT, ofp.OFPFC_DELETE,
+                      ofp.OFPFC_DELETE_STRICT}
+
+
+class Refused(Exception):
+    """A message outside the slice, with the OpenFlow error type and code that answer it."""
+
+    def __init__(self, err_type: int, err_code: int, reason: str):
+        super().__init__(reason)
+        self.err_type = err_type
+        self.err_code = err_code
+
+
+def _network(value: Any) -> ipaddress.IPv4Network:
+    if isinstance(value, tuple):
+        return ipaddress.IPv4Network(f"{value[0]}/{value[1]}", strict=False)
+    return ipaddress.IPv4Network(str(value), strict=False)
+
+
+def slot_of_cookie(cookie: int) -> int:
+    return cookie >> COOKIE_BITS
+
+
+def dispatch_rules(household: Household) -> list[Any]:
+    """Table-0 rules that hand a household's traffic to its tables (the slicer installs them)."""
+    meta = parser.OFPInstructionWriteMetadata(household.slot, (1 << 64) - 1)
+    to_slice = parser.OFPInstructionGotoTable(FIRST_HOUSEHOLD_TABLE)
+    # Downlink traffic starts in the Normal queue whatever DSCP it arrived with.
+    clear_dscp = parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                              [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[0])])
+    cookie = slicer_cookie(household.slot)
+    rules = []
+    for net in household.addresses:
+        masked = (str(net.network_address), str(net.netmask))
+        # Traffic to a household belongs to it even when it comes from another household: the
+        # destination's queues hold on the downlink.
+        rules += [
+            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=200,
+                              match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=masked),
+                              instructions=[clear_dscp, meta, to_slice]),
+            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=200,
+                              match=parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=masked), instructions=[meta, to_slice]),
+            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=100,
+                              match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_src=masked), instructions=[meta, to_slice]),
+            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=100,
+                              match=parser.OFPMatch(eth_type=ETH_ARP, arp_spa=masked), instructions=[meta, to_slice]),
+        ]
+    return rules
+
+
+def slicer_cookie(slot: int) -> int:
+    """Cookie of the slicer's own rules for a household: slot 0's range, low bits = the household."""
+    return slot
+
+
+def baseline_rules() -> list[Any]:
+    """The slicer's fixed rules: misses fall through to forwarding, which is L2 NORMAL."""
+    to_forward = parser.OFPInstructionGotoTable(TABLE_FORWARD)
+    rules = [parser.OFPFlowMod(CODEC, cookie=0, table_id=table, priority=0, match=parser.OFPMatch(),
+                               instructions=[to_forward])
+             for table in range(TABLE_DISPATCH, TABLE_FORWARD)]
+    normal = parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_NORMAL)])
+    rules.append(parser.OFPFlowMod(CODEC, cookie=0, table_id=TABLE_FORWARD, priority=0, match=parser.OFPMatch(),
+                                   instructions=[normal]))
+    return rules
+
+
+def delete_slicer_rules(slot: int) -> Any:
+    """Remove the dispatch rules of a household that left the registry."""
+    return parser.OFPFlowMod(CODEC, cookie=slicer_cookie(slot), cookie_mask=(1 << 64) - 1, table_id=TABLE_DISPATCH,
+                             command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                             match=parser.OFPMatch())
+
+
+def rule_key(table_id: int, priority: int, match: Any) -> tuple:
+    """Identity of a flow entry as OpenFlow defines it (table, priority, match), normalised so a
+    flow-mod and the switch's own flow-stats entry for it compare equal."""
+    fields = []
+    for name, value in match.items():
+        if name in _ADDRESS_FIELDS:
+            value = str(_network(value))
+        elif isinstance(value, tuple):
+            value = tuple(str(v) for v in value)
+        fields.append((name, str(value)))
+    return (table_id, priority, tuple(sorted(fields)))
+
+
+@dataclass
+class _Context:
+    in_port: int | None
+    to_own_address: bool  # the traffic is headed to this household: its queues may be chosen
+    in_group: bool = False
+
+
+class Slice:
+    """One household's view of the switch: checks and translations both ways."""
+
+    def __init__(self, household: Household, shared_ports: frozenset[int]):
+        self.household = household
+        self.slot = household.slot
+        self.view = frozenset(shared_ports) | frozenset(household.ports)
+
+    # --- ids --------------------------------------------------------------------------------
+
+    def cookie(self, cookie: int) -> int:
+        return (self.slot << COOKIE_BITS) | (cookie & COOKIE_LOW)
+
+    def owns_cookie(self, cookie: int) -> bool:
+        return slot_of_cookie(cookie) == self.slot
+
+    def _scoped(self, count: int, value: int, what: str, err: tuple[int, int]) -> int:
+        if not 1 <= value <= count:
+            raise Refused(*err, f"{what} {value} outside 1..{count}")
+        return (self.slot << ID_SHIFT) | (value - 1)
+
+    def meter(self, meter_id: int) -> int:
+        return self._scoped(METERS_PER_HOUSEHOLD, meter_id, "meter",
+                            (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER))
+
+    def group(self, group_id: int) -> int:
+        return self._scoped(GROUPS_PER_HOUSEHOLD, group_id, "group",
+                            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP))
+
+    def owns_scoped(self, physical_id: int) -> bool:
+        return physical_id >> ID_SHIFT == self.slot
+
+    @staticmethod
+    def unscoped(physical_id: int) -> int:
+        return (physical_id & ((1 << ID_SHIFT) - 1)) + 1
+
+    def queue(self, queue_id: int) -> int:
+        if queue_id not in QUEUE_NAMES:
+            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE, f"queue {queue_id}: only 0, 1, 2")
+        return (self.slot << QUEUE_SHIFT) | queue_id
+
+    def owns_queue(self, physical_queue: int) -> bool:
+        return physical_queue >> QUEUE_SHIFT == self.slot and physical_queue & 3 in QUEUE_NAMES
+
+    # --- matches ----------------------------------------------------------------------------
+
+    def _check_match(self, match: Any, *, pinned: bool) -> _Context:
+        fields = dict(match.items())
+        if "metadata" in fields:
+            raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM, "metadata belongs to the slicer")
+        in_port = fields.get("in_port")
+        if in_port is not None and in_port not in self.view:
+            raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM, f"in_port {in_port} is not in the slice")
+        own_fields = set()
+        for name, eth_type in _ADDRESS_FIELDS.items():
+            if name in fields and fields.get("eth_type") == eth_type and self.household.owns(_network(fields[name])):
+                own_fields.add(name)
+        if pinned and not own_fields:
+            raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM,
+                          "the match must pin ipv4_src/ipv4_dst (or arp_spa/arp_tpa) inside the household's addresses")
+        return _Context(in_port=in_port, to_own_address=any(f in own_fields for f in _DESTINATION_FIELDS))
+
+    def _scoped_match(self, match: Any) -> Any:
+        # Building an OFPMatch costs about a third of a relayed flow-mod (os-ken converts every
+        # field), so the freshly decoded match gets the slot prepended to its field list instead.
+        scoped = copy.copy(match)
+        scoped._fields2 = [("metadata", self.slot), *match._fields2]
+        return scoped
+
+    # --- actions and instructions -------------------------------------------------------------
+
+    def _output(self, port: int, ctx: _Context, packet_out: bool) -> None:
+        if port in _OUTPUT_RESERVED_OK or (packet_out and port == ofp.OFPP_TABLE):
+            return
+        if port == ofp.OFPP_IN_PORT or (ctx.in_port is not None and port == ctx.in_port):
+            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, "output back to the in_port would loop")
+        if port not in self.view:
+            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, f"port {port:#x} is not in the slice")
+
+    def _actions(self, actions: list, ctx: _Context, packet_out: bool = False) -> list:
+        out: list = []
+        for action in actions:
+            if isinstance(action, parser.OFPActionOutput):
+                self._output(action.port, ctx, packet_out)
+                out.append(action)
+            elif isinstance(action, parser.OFPActionSetQueue):
+                if not ctx.to_own_address or ctx.in_group:
+                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE,
+                                  "set_queue needs a rule pinning ipv4_dst inside the household's addresses")
+                physical = self.queue(action.queue_id)
+                out += [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[action.queue_id]),
+                        parser.OFPActionSetQueue(physical)]
+            elif isinstance(action, parser.OFPActionSetField):
+                if action.key not in _SETTABLE:
+                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE
+                                  if action.key != "ip_dscp" else ofp.OFPBAC_EPERM,
+                                  f"set_field {action.key} is not allowed (queues: use set_queue)")
+                if action.key in _ADDRESS_FIELDS and not self.household.owns(_network(action.value)):
+                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_EPERM,
+                                  f"set_field {action.key}={action.value} leaves the household's addresses")
+                out.append(action)
+            elif isinstance(action, parser.OFPActionGroup):
+                if ctx.in_group:
+                    raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_CHAINING_UNSUPPORTED, "no group chaining")
+                out.append(parser.OFPActionGroup(self.group(action.group_id)))
+            elif isinstance(action, _HARMLESS_ACTIONS):
+                out.append(action)
+            else:
+                raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_TYPE, f"action {type(action).__name__} not offered")
+        return out
+
+    def _instructions(self, instructions: list, table: int, ctx: _Context) -> list:
+        out: list = []
+        for inst in instructions:
+            if isinstance(inst, parser.OFPInstructionActions):
+                if inst.type == ofp.OFPIT_CLEAR_ACTIONS:
+                    out.append(inst)
+                else:
+                    out.append(parser.OFPInstructionActions(inst.type, self._actions(inst.actions, ctx)))
+            elif isinstance(inst, parser.OFPInstructionGotoTable):
+                if not table < inst.table_id < HOUSEHOLD_TABLES:
+                    raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID,
+                                  f"goto_table {inst.table_id}: tables go forward, {table + 1}..{HOUSEHOLD_TABLES - 1}")
+                out.append(parser.OFPInstructionGotoTable(inst.table_id + FIRST_HOUSEHOLD_TABLE))
+            elif isinstance(inst, parser.OFPInstructionMeter):
+                out.append(parser.OFPInstructionMeter(self.meter(inst.meter_id), ofp.OFPIT_METER))
+            elif isinstance(inst, parser.OFPInstructionWriteMetadata):
+                raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_EPERM, "metadata belongs to the slicer")
+            else:
+                raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST,
+                              f"instruction {type(inst).__name__} not offered")
+        return out
+
+    # --- household -> switch ----------------------------------------------------------------
+
+    def _table(self, table_id: int, allow_all: bool) -> int:
+        if allow_all and table_id == ofp.OFPTT_ALL:
+            return ofp.OFPTT_ALL
+        if not 0 <= table_id < HOUSEHOLD_TABLES:
+            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID,
+                          f"table {table_id}: the slice has tables 0..{HOUSEHOLD_TABLES - 1}")
+        return table_id + FIRST_HOUSEHOLD_TABLE
+
+    def _out_filters(self, out_port: int, out_group: int) -> tuple[int, int]:
+        if out_port != ofp.OFPP_ANY and out_port not in self.view:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"out_port {out_port} is not in the slice")
+        return out_port, out_group if out_group == ofp.OFPG_ANY else self.group(out_group)
+
+    def _cookie_filter(self, cookie: int, mask: int) -> tuple[int, int]:
+        mask &= COOKIE_LOW
+        return self.cookie(cookie & mask), COOKIE_SLOT_MASK | mask
+
+    def flow_mod(self, msg: Any) -> Any:
+        command = msg.command
+        if command not in _FLOW_MOD_COMMANDS:
+            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND, f"command {command}")
+        if msg.buffer_id != ofp.OFP_NO_BUFFER:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
+        if msg.priority > MAX_PRIORITY:
+            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"priority above {MAX_PRIORITY}")
+        deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
+        table = self._table(msg.table_id, allow_all=command == ofp.OFPFC_DELETE)
+        # A household's non-strict delete may be as wide as it likes: metadata and cookie confine it.
+        ctx = self._check_match(msg.match, pinned=command != ofp.OFPFC_DELETE)
+        if command == ofp.OFPFC_ADD:
+            if msg.cookie > COOKIE_LOW:
+                raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"cookie above {COOKIE_LOW:#x}")
+            cookie, cookie_mask = self.cookie(msg.cookie), 0
+        else:
+            cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
+        out_port, out_group = ofp.OFPP_ANY, ofp.OFPG_ANY
+        if deleting:
+            out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
+            instructions: list = []
+        else:
+            instructions = self._instructions(msg.instructions, msg.table_id, ctx)
+        return parser.OFPFlowMod(CODEC, cookie=cookie, cookie_mask=cookie_mask, table_id=table, command=command,
+                                 idle_timeout=msg.idle_timeout, hard_timeout=msg.hard_timeout,
+                                 priority=msg.priority + 1, buffer_id=ofp.OFP_NO_BUFFER, out_port=out_port,
+                                 out_group=out_group, flags=msg.flags, match=self._scoped_match(msg.match),
+                                 instructions=instructions)
+
+    def packet_out(self, msg: Any) -> Any:
+        if msg.buffer_id != ofp.OFP_NO_BUFFER:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
+        if msg.in_port != ofp.OFPP_CONTROLLER and msg.in_port not in self.view:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"in_port {msg.in_port} is not in the slice")
+        ctx = self._packet_context(msg.data or b"")
+        ctx.in_port = None if msg.in_port == ofp.OFPP_CONTROLLER else msg.in_port
+        actions = self._actions(msg.actions, ctx, packet_out=True)
+        return parser.OFPPacketOut(CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions,
+                                   data=msg.data)
+
+    def _packet_context(self, data: bytes) -> _Context:
+        """A packet-out may only carry a packet to or from the household's own addresses."""
+        try:
+            pkt = packet.Packet(data)
+        except Exception:
+            pkt = None
+        ip = pkt.get_protocol(ipv4.ipv4) if pkt else None
+        arp_pkt = pkt.get_protocol(arp.arp) if pkt else None
+        if ip is not None:
+            src, dst = ip.src, ip.dst
+        elif arp_pkt is not None:
+            src, dst = arp_pkt.src_ip, arp_pkt.dst_ip
+        else:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4 or ARP")
+        to_own = self.household.owns(_network(dst))
+        if not to_own and not self.household.owns(_network(src)):
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM,
+                          f"packet {src} -> {dst} is not to or from the household's addresses")
+        return _Context(in_port=None, to_own_address=to_own)
+
+    def _buckets(self, buckets: list) -> list:
+        ctx = _Context(in_port=None, to_own_address=False, in_group=True)
+        out = []
+        for bucket in buckets:
+            if bucket.watch_port != ofp.OFPP_ANY and bucket.watch_port not in self.view:
+                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_port outside the slice")
+            if bucket.watch_group != ofp.OFPG_ANY:
+                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_group is not offered")
+            out.append(parser.OFPBucket(bucket.weight, bucket.watch_port, bucket.watch_group,
+                                        self._actions(bucket.actions, ctx)))
+        return out
+
+    def group_mod(self, msg: Any) -> list[Any]:
+        if msg.command == ofp.OFPGC_DELETE and msg.group_id == ofp.OFPG_ALL:
+            ids = range(1, GROUPS_PER_HOUSEHOLD + 1)
+        else:
+            ids = range(msg.group_id, msg.group_id + 1)
+        buckets = self._buckets(msg.buckets)
+        return [parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.group(g), buckets=buckets)
+                for g in ids]
+
+    def meter_mod(self, msg: Any) -> list[Any]:
+        if msg.command == ofp.OFPMC_DELETE and msg.meter_id == ofp.OFPM_ALL:
+            ids = range(1, METERS_PER_HOUSEHOLD + 1)
+        else:
+            ids = range(msg.meter_id, msg.meter_id + 1)
+        return [parser.OFPMeterMod(CODEC, command=msg.command, flags=msg.flags, meter_id=self.meter(m), bands=msg.bands)
+                for m in ids]
+
+    def flow_stats_request(self, msg: Any) -> Any:
+        """FLOW or AGGREGATE request, confined to the household's rules."""
+        table = self._table(msg.table_id, allow_all=True)
+        self._check_match(msg.match, pinned=False)
+        out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
+        cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
+        return type(msg)(CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask,
+                         self._scoped_match(msg.match))
+
+    def port_stats_request(self, msg: Any) -> Any:
+        if msg.port_no != ofp.OFPP_ANY and msg.port_no not in self.view:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"port {msg.port_no} is not in the slice")
+        return parser.OFPPortStatsRequest(CODEC, msg.flags, msg.port_no)
+
+    def queue_stats_request(self, msg: Any) -> Any:
+        if msg.port_no != ofp.OFPP_ANY and msg.port_no not in self.view:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"port {msg.port_no} is not in the slice")
+        queue = msg.queue_id if msg.queue_id == ofp.OFPQ_ALL else self.queue(msg.queue_id)
+        return parser.OFPQueueStatsRequest(CODEC, msg.flags, msg.port_no, queue)
+
+    # --- switch -> household ----------------------------------------------------------------
+
+    def _own_match(self, match: Any) -> Any:
+        return parser.OFPMatch(**{k: v for k, v in match.items() if k != "metadata"})
+
+    def _back_actions(self, actions: list) -> list:
+        out: list = []
+        for action in actions:
+            if isinstance(action, parser.OFPActionSetQueue):
+                if out and isinstance(out[-1], parser.OFPActionSetField) and out[-1].key == "ip_dscp":
+                    out.pop()  # the slicer's own mark for this queue
+                out.append(parser.OFPActionSetQueue(action.queue_id & 3))
+            elif isinstance(action, parser.OFPActionGroup):
+                out.append(parser.OFPActionGroup(self.unscoped(action.group_id)))
+            else:
+                out.append(action)
+        return out
+
+    def _back_instructions(self, instructions: list) -> list:
+        out: list = []
+        for inst in instructions:
+            if isinstance(inst, parser.OFPInstructionGotoTable):
+                out.append(parser.OFPInstructionGotoTable(inst.table_id - FIRST_HOUSEHOLD_TABLE))
+            elif isinstance(inst, parser.OFPInstructionMeter):
+                out.append(parser.OFPInstructionMeter(self.unscoped(inst.meter_id), ofp.OFPIT_METER))
+            elif isinstance(inst, parser.OFPInstructionActions) and inst.type != ofp.OFPIT_CLEAR_ACTIONS:
+                out.append(parser.OFPInstructionActions(inst.type, self._back_actions(inst.actions)))
+            else:
+                out.append(inst)
+        return out
+
+    def _is_household_table(self, table_id: int) -> bool:
+        return FIRST_HOUSEHOLD_TABLE <= table_id < TABLE_FORWARD
+
+    def packet_in(self, msg: Any) -> Any | None:
+        """The packet-in as this household sees it, or None when it is not this household's."""
+        if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
+            return None
+        return SimpleNamespace(buffer_id=ofp.OFP_NO_BUFFER, total_len=msg.total_len, reason=msg.reason,
+                               table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE, cookie=msg.cookie & COOKIE_LOW,
+                               match=self._own_match(msg.match), data=msg.data)
+
+    def flow_removed(self, msg: Any) -> Any | None:
+        if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
+            return None
+        return SimpleNamespace(cookie=msg.cookie & COOKIE_LOW, priority=msg.priority - 1, reason=msg.reason,
+                               table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE, duration_sec=msg.duration_sec,
+                               duration_nsec=msg.duration_nsec, idle_timeout=msg.idle_timeout,
+                               hard_timeout=msg.hard_timeout, packet_count=msg.packet_count,
+                               byte_count=msg.byte_count, match=self._own_match(msg.match))
+
+    def flow_stats(self, stats: Any) -> Any | None:
+        if not (self._is_household_table(stats.table_id) and self.owns_cookie(stats.cookie)):
+            return None
+        return SimpleNamespace(table_id=stats.table_id - FIRST_HOUSEHOLD_TABLE, duration_sec=stats.duration_sec,
+                               duration_nsec=stats.duration_nsec, priority=stats.priority - 1,
+                               idle_timeout=stats.idle_timeout, hard_timeout=stats.hard_timeout, flags=stats.flags,
+                               cookie=stats.cookie & COOKIE_LOW, packet_count=stats.packet_count,
+                               byte_count=stats.byte_count, match=self._own_match(stats.match),
+                               instructions=self._back_instructions(stats.instructions))
+
+    def queue_stats(self, stats: Any) -> tuple | None:
+        if stats.port_no not in self.view or not self.owns_queue(stats.queue_id):
+            return None
+        return (stats.port_no, stats.queue_id & 3, stats.tx_bytes, stats.tx_packets, stats.tx_errors,
+                stats.duration_sec, stats.duration_nsec)

@@ -1,0 +1,689 @@
+"""The slicer's asyncio layer: it moves bytes between one switch and many household sessions.
+
+Decisions come from `policy.Slice` (what a message may do and how its ids map), `accounting`
+(quotas, rate limits) and the codecs; this module only reads frames, serves households round-robin
+and writes what those modules decided.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import ssl
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from . import codec, policy, switchside
+from .accounting import RuleBook, TokenBucket
+from .config import SlicerConfig
+from .model import Household
+from .registry import Registry
+
+LOG = logging.getLogger("isp_flowvisor")
+HELLO_TIMEOUT = 10.0
+# Relayed messages without a reply (flow-mods, packet-outs, ...) are remembered only to map a switch
+# error back to their sender; the most recent ones suffice, since the switch answers in order.
+_RECENT_LIMIT = 1 << 14
+_REPLY_KINDS = {"own", "barrier", "flow", "aggregate", "port_stats", "queue"}
+_CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readexactly(codec.HEADER_SIZE)
+    length = codec.frame_length(head)
+    if length < codec.HEADER_SIZE:
+        raise ValueError(f"frame length {length} is shorter than a header")
+    return head + await reader.readexactly(length - codec.HEADER_SIZE)
+
+
+async def exchange_hellos(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """Send our HELLO, read the peer's; on an incompatible peer answer HELLO_FAILED and say so."""
+    writer.write(codec.hello())
+    frame = await asyncio.wait_for(read_frame(reader), HELLO_TIMEOUT)
+    version, msg_type, _, xid = codec.header(frame)
+    if msg_type != ofp.OFPT_HELLO or not codec.peer_supports_13(frame):
+        writer.write(codec.hello_failed(version, xid))
+        await writer.drain()
+        return False
+    return True
+
+
+@dataclass
+class Counters:
+    messages_in: int = 0
+    relayed: int = 0
+    refused: int = 0
+    malformed: int = 0
+    throttled: int = 0
+    packet_ins: int = 0
+    sessions: int = 0
+
+
+@dataclass
+class Pending:
+    """A relayed request awaiting its reply or error."""
+
+    session: HouseholdSession | None
+    xid: int  # the household's own xid
+    kind: str
+    head: bytes  # the household's original message (for errors), at most 64 bytes
+    rule_key: tuple | None = None
+    future: asyncio.Future | None = None
+    parts: list = field(default_factory=list)
+
+
+class HouseholdSession:
+    def __init__(self, slicer: Slicer, household: Household, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter):
+        self.slicer = slicer
+        self.household = household
+        self.slice = policy.Slice(household, slicer.config.shared_ports)
+        self.reader = reader
+        self.writer = writer
+        self.inbox: deque[bytes] = deque()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.bucket = TokenBucket(household.msg_rate, household.msg_burst, slicer.clock)
+        self.closed = False
+
+    def retarget(self, household: Household) -> None:
+        """The registry changed this household's record: the session continues under the new one."""
+        self.household = household
+        self.slice = policy.Slice(household, self.slicer.config.shared_ports)
+        self.bucket.reconfigure(household.msg_rate, household.msg_burst)
+
+    def send(self, frame: bytes) -> None:
+        if not self.closed:
+            self.writer.write(frame)
+
+    def close(self) -> None:
+        self.closed = True
+        self.writer.close()
+
+
+class Slicer:
+    def __init__(self, config: SlicerConfig, registry: Registry, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.registry = registry
+        self.clock = clock
+        self.households: dict[str, Household] = {}
+        self.sessions: dict[str, HouseholdSession] = {}
+        self.books: dict[str, RuleBook] = {}
+        self.counters: dict[str, Counters] = {}
+        self.switch_writer: asyncio.StreamWriter | None = None
+        self.switch_ready = asyncio.Event()
+        self.switch_dpid = 0
+        self.switch_connects = 0
+        self.ports: dict[int, Any] = {}
+        # Requests awaiting a reply are kept until it comes (never crowded out by flow-mod traffic);
+        # messages without one only in a bounded window, for errors.
+        self._awaiting: dict[int, Pending] = {}
+        self._recent: OrderedDict[int, Pending] = OrderedDict()
+        self._next_xid = 1
+        self._work = asyncio.Event()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: list[asyncio.Task] = []
+        self._round: deque[str] = deque()
+        self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.households = await self.registry.snapshot()
+        for name in self.households:
+            self.books.setdefault(name, RuleBook())
+            self.counters.setdefault(name, Counters())
+        if self.config.switch_unix:
+            self._servers.append(await asyncio.start_unix_server(self._on_switch, self.config.switch_unix))
+        else:
+            self._servers.append(await asyncio.start_server(self._on_switch, *self.config.switch_listen))
+        ssl_ctx = None if self.config.plain_tcp else self._tls_context()
+        self._servers.append(await asyncio.start_server(self._on_household, *self.config.household_listen,
+                                                        ssl=ssl_ctx, limit=1 << 17))
+        for job in (self._serve_round_robin(), self.registry.follow(self.apply_registry)):
+            task = asyncio.create_task(job)
+            task.add_done_callback(_log_crash)
+            self._tasks.append(task)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.config.tls_cert, self.config.tls_key)
+        ctx.load_verify_locations(self.config.tls_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    def bound_port(self, which: int) -> int:
+        """The port a listener got (0 in the config means any free port): 0 switch, 1 households."""
+        return int(self._servers[which].sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for server in self._servers:
+            server.close()
+        for session in list(self.sessions.values()):
+            session.close()
+        if self.switch_writer is not None:
+            self.switch_writer.close()
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+
+    # --- registry -----------------------------------------------------------------------------
+
+    async def apply_registry(self, households: dict[str, Household]) -> None:
+        """Bring switch and sessions in line with the registry, without dropping other sessions."""
+        old = self.households
+        self.households = households
+        for name, household in households.items():
+            self.books.setdefault(name, RuleBook())
+            self.counters.setdefault(name, Counters())
+            before = old.get(name)
+            if before == household:
+                continue
+            if before is not None and before.addresses != household.addresses:
+                self._to_switch(codec.encode(policy.delete_slicer_rules(before.slot)))
+            for rule in policy.dispatch_rules(household):
+                self._to_switch(codec.encode(rule))
+            if name in self.sessions:
+                self.sessions[name].retarget(household)
+        for name, household in old.items():
+            if name not in households:
+                self._forget(household)
+        for callback in self.on_households_changed:
+            callback(households)
+
+    async def apply_registry_from_source(self) -> None:
+        await self.apply_registry(await self.registry.snapshot())
+
+    def _forget(self, household: Household) -> None:
+        session = self.sessions.pop(household.name, None)
+        if session is not None:
+            session.close()
+        self._to_switch(codec.encode(policy.delete_slicer_rules(household.slot)))
+        self._delete_household_state(household)
+        self.books.pop(household.name, None)
+
+    def _delete_household_state(self, household: Household) -> None:
+        """Every rule, meter and group of the household on the switch."""
+        slice_ = policy.Slice(household, self.config.shared_ports)
+        wide_delete = parser.OFPFlowMod(codec.CODEC, cookie=slice_.cookie(0), cookie_mask=policy.COOKIE_SLOT_MASK,
+                                        table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY,
+                                        out_group=ofp.OFPG_ANY, match=parser.OFPMatch())
+        self._to_switch(codec.encode(wide_delete))
+        for msg in slice_.meter_mod(parser.OFPMeterMod(codec.CODEC, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL)):
+            self._to_switch(codec.encode(msg))
+        for msg in slice_.group_mod(parser.OFPGroupMod(codec.CODEC, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)):
+            self._to_switch(codec.encode(msg))
+        book = self.books.get(household.name)
+        if book is not None:
+            book.replace([])
+
+    # --- switch side --------------------------------------------------------------------------
+
+    def _xid(self) -> int:
+        xid = self._next_xid
+        self._next_xid = xid + 1 if xid < 0xFFFFFFFF else 1
+        return xid
+
+    def _to_switch(self, frame: bytes) -> None:
+        if self.switch_writer is not None:
+            self.switch_writer.write(frame)
+
+    def _relay(self, msg: Any, pending: Pending) -> bytes:
+        """Send a request under a fresh xid of the slicer's, remembering whose it is."""
+        xid = self._xid()
+        if pending.kind in _REPLY_KINDS:
+            self._awaiting[xid] = pending
+        else:
+            self._recent[xid] = pending
+            if len(self._recent) > _RECENT_LIMIT:
+                self._recent.popitem(last=False)
+        frame = codec.encode(msg, xid)
+        self._to_switch(frame)
+        return frame
+
+    async def _ask_switch(self, msg: Any) -> list:
+        """Send a request of the slicer's own and wait for all parts of its reply."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._relay(msg, Pending(None, 0, "own", b"", future=future))
+        return await asyncio.wait_for(future, 30)
+
+    async def _on_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            if not await exchange_hellos(reader, writer):
+                return
+        except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
+            writer.close()
+            return
+        if self.switch_writer is not None:
+            self.switch_writer.close()  # a switch that came back replaces its dead connection
+        self.switch_ready.clear()
+        self.switch_writer = writer
+        self.switch_connects += 1
+        reading = asyncio.create_task(self._read_switch(reader, writer))
+        try:
+            await self._synchronise_switch()
+            self.switch_ready.set()
+            self._work.set()
+            await reading
+        except (TimeoutError, OSError, ConnectionError) as exc:
+            LOG.warning("switch connection: %s", exc)
+        except Exception:
+            LOG.exception("switch connection")  # drop it; the switch reconnects and is synchronised again
+        finally:
+            reading.cancel()
+            if self.switch_writer is writer:
+                self.switch_writer = None
+                self.switch_ready.clear()
+            writer.close()
+
+    async def _synchronise_switch(self) -> None:
+        """(Re)build the switch's slicer rules and every household's rules, then resume relaying."""
+        (features,) = await self._ask_switch(parser.OFPFeaturesRequest(codec.CODEC))
+        self.switch_dpid = features.datapath_id
+        self._to_switch(codec.encode(parser.OFPSetConfig(codec.CODEC, 0, ofp.OFPCML_NO_BUFFER)))
+        self.ports = {p.port_no: p for part in await self._ask_switch(parser.OFPPortDescStatsRequest(codec.CODEC, 0))
+                      for p in part.body}
+        for rule in policy.baseline_rules():
+            self._to_switch(codec.encode(rule))
+        slots = {h.slot for h in self.households.values()}
+        for household in self.households.values():
+            for rule in policy.dispatch_rules(household):
+                self._to_switch(codec.encode(rule))
+        dump = await self._ask_switch(parser.OFPFlowStatsRequest(codec.CODEC, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY,
+                                                                 ofp.OFPG_ANY, 0, 0, parser.OFPMatch()))
+        entries = [stats for part in dump for stats in part.body]
+        for stats in entries:
+            slot = policy.slot_of_cookie(stats.cookie)
+            if slot == 0 and stats.table_id == policy.TABLE_DISPATCH and stats.cookie and stats.cookie not in slots:
+                self._to_switch(codec.encode(policy.delete_slicer_rules(stats.cookie)))  # a household since removed
+        for household in self.households.values():
+            self._resynchronise(household, [s for s in entries if policy.slot_of_cookie(s.cookie) == household.slot])
+
+    def _resynchronise(self, household: Household, entries: list) -> None:
+        """Make the book match the switch; put back rules the switch lost (it restarted)."""
+        book = self.books.setdefault(household.name, RuleBook())
+        on_switch = {policy.rule_key(s.table_id, s.priority, s.match): _flow_mod_from_stats(s) for s in entries}
+        missing = {k: v for k, v in book.rules.items() if k not in on_switch} if not book.stale else {}
+        for frame in missing.values():
+            self._to_switch(frame)
+        book.replace({**on_switch, **missing}.items())
+
+    async def _refresh_book(self, household: Household) -> None:
+        """After a wide delete or modify: read the household's rules back from the switch."""
+        slice_ = policy.Slice(household, self.config.shared_ports)
+        request = parser.OFPFlowStatsRequest(codec.CODEC, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                             slice_.cookie(0), policy.COOKIE_SLOT_MASK, parser.OFPMatch())
+        with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+            dump = await self._ask_switch(request)
+            book = self.books.get(household.name)
+            if book is not None and book.stale:
+                book.replace((policy.rule_key(s.table_id, s.priority, s.match), _flow_mod_from_stats(s))
+                             for part in dump for s in part.body)
+
+    async def usage(self) -> dict[str, dict[str, int]]:
+        """Bytes to ("down") and from ("up") each household, from the counters of its dispatch rules."""
+        request = parser.OFPFlowStatsRequest(codec.CODEC, 0, policy.TABLE_DISPATCH, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                             0, policy.COOKIE_SLOT_MASK, parser.OFPMatch())
+        by_slot: dict[int, dict[str, int]] = {}
+        for part in await self._ask_switch(request):
+            for stats in part.body:
+                fields = dict(stats.match.items())
+                direction = "down" if "ipv4_dst" in fields or "arp_tpa" in fields else "up"
+                totals = by_slot.setdefault(stats.cookie, {"down": 0, "up": 0})
+                totals[direction] += stats.byte_count
+        return {h.name: by_slot[h.slot] for h in self.households.values() if h.slot in by_slot}
+
+    async def _read_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError):
+            while True:
+                frame = await read_frame(reader)
+                try:
+                    msg = codec.decode(frame)
+                except codec.Malformed as exc:
+                    LOG.warning("undecodable message from the switch: %s", exc)
+                    continue
+                try:
+                    self._from_switch(msg, writer)
+                except Exception:
+                    LOG.exception("handling %s from the switch", type(msg).__name__)
+        # Requests the switch will never answer now: the slicer's own fail, households get an error.
+        awaiting, self._awaiting = self._awaiting, {}
+        self._recent.clear()
+        for pending in awaiting.values():
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(ConnectionError("switch disconnected"))
+            elif pending.session is not None and not pending.session.closed:
+                pending.session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
+
+    def _session_of_slot(self, slot: int) -> HouseholdSession | None:
+        for session in self.sessions.values():
+            if session.household.slot == slot:
+                return session
+        return None
+
+    def _from_switch(self, msg: Any, writer: asyncio.StreamWriter) -> None:
+        if isinstance(msg, parser.OFPPacketIn):
+            session = self._session_of_slot(policy.slot_of_cookie(msg.cookie))
+            seen = session.slice.packet_in(msg) if session else None
+            if session and seen is not None:
+                self.counters[session.household.name].packet_ins += 1
+                session.send(switchside.packet_in(0, seen))
+        elif isinstance(msg, parser.OFPFlowRemoved):
+            self._flow_removed(msg)
+        elif isinstance(msg, parser.OFPPortStatus):
+            self._port_status(msg)
+        elif isinstance(msg, parser.OFPEchoRequest):
+            writer.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
+        elif msg.xid in self._awaiting or msg.xid in self._recent:
+            self._reply(msg)
+
+    def _flow_removed(self, msg: Any) -> None:
+        slot = policy.slot_of_cookie(msg.cookie)
+        for name, household in self.households.items():
+            if household.slot == slot:
+                self.books[name].remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
+                session = self.sessions.get(name)
+                seen = session.slice.flow_removed(msg) if session else None
+                if session and seen is not None:
+                    session.send(switchside.flow_removed(0, seen))
+
+    def _port_status(self, msg: Any) -> None:
+        if msg.reason == ofp.OFPPR_DELETE:
+            self.ports.pop(msg.desc.port_no, None)
+        else:
+            self.ports[msg.desc.port_no] = msg.desc
+        for session in self.sessions.values():
+            if msg.desc.port_no in session.slice.view:
+                session.send(switchside.port_status(0, msg.reason, msg.desc))
+
+    def _reply(self, msg: Any) -> None:
+        table = self._awaiting if msg.xid in self._awaiting else self._recent
+        pending = table[msg.xid]
+        more = isinstance(msg, parser.OFPMultipartReply) and bool(msg.flags & ofp.OFPMPF_REPLY_MORE)
+        if not more:
+            del table[msg.xid]
+        if pending.future is not None:
+            if isinstance(msg, parser.OFPErrorMsg):
+                pending.future.set_exception(ConnectionError(f"switch error {msg.type}/{msg.code}"))
+            else:
+                pending.parts.append(msg)
+                if not more:
+                    pending.future.set_result(pending.parts)
+            return
+        session = pending.session
+        if session is None or session.closed:
+            return
+        if isinstance(msg, parser.OFPErrorMsg):
+            if pending.rule_key is not None:
+                self.books[session.household.name].remove(pending.rule_key)
+            session.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
+        elif isinstance(msg, parser.OFPBarrierReply):
+            session.send(codec.encode(parser.OFPBarrierReply(codec.CODEC), pending.xid))
+        elif isinstance(msg, parser.OFPMultipartReply):
+            for frame in self._multipart_for(session, pending, msg, more):
+                session.send(frame)
+
+    def _multipart_for(self, session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
+        slice_ = session.slice
+        entries: list
+        if pending.kind == "flow":
+            entries = [switchside.flow_stats_entry(s) for s in (slice_.flow_stats(x) for x in msg.body) if s]
+        elif pending.kind == "aggregate":
+            entries = [switchside.aggregate_entry(msg.body.packet_count, msg.body.byte_count, msg.body.flow_count)]
+        elif pending.kind == "port_stats":
+            entries = [switchside.port_stats_entry(s) for s in msg.body if s.port_no in slice_.view]
+        else:  # queue
+            entries = [switchside.queue_stats_entry(s) for s in (slice_.queue_stats(x) for x in msg.body) if s]
+        frames = switchside.multipart_reply(pending.xid, msg.type, entries)
+        if more:  # the switch's own part boundary: keep REPLY_MORE on our last part too
+            last = bytearray(frames[-1])
+            last[10:12] = ofp.OFPMPF_REPLY_MORE.to_bytes(2, "big")
+            frames[-1] = bytes(last)
+        return frames
+
+    # --- household side -----------------------------------------------------------------------
+
+    def _identify(self, writer: asyncio.StreamWriter) -> Household | None:
+        if self.config.plain_tcp:
+            host = writer.get_extra_info("peername")[0]
+            return next((h for h in self.households.values() if h.source_address == host), None)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        fingerprint = hashlib.sha256(der).hexdigest() if der else ""
+        return next((h for h in self.households.values() if h.cert_sha256 and h.cert_sha256 == fingerprint), None)
+
+    async def _on_household(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        household = self._identify(writer)
+        if household is None:
+            LOG.warning("refused a household connection from %s: not in the registry",
+                        writer.get_extra_info("peername"))
+            writer.close()
+            return
+        try:
+            if not await exchange_hellos(reader, writer):
+                writer.close()
+                return
+        except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
+            writer.close()
+            return
+        session = HouseholdSession(self, household, reader, writer)
+        previous = self.sessions.get(household.name)
+        if previous is not None:
+            previous.close()  # the household reconnected (its NAT mapping changed, say)
+        self.sessions[household.name] = session
+        self._round.append(household.name)
+        self.counters.setdefault(household.name, Counters()).sessions += 1
+        try:
+            await self._read_household(session)
+        finally:
+            session.closed = True
+            writer.close()
+            if self.sessions.get(household.name) is session:
+                del self.sessions[household.name]
+                current = self.households.get(household.name)
+                if current is not None and current.on_disconnect == "delete":
+                    self._delete_household_state(current)
+
+    async def _read_household(self, session: HouseholdSession) -> None:
+        limit = self.config.inbox
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError, ssl.SSLError):
+            while not session.closed:
+                await session.room.wait()
+                frame = await read_frame(session.reader)
+                session.inbox.append(frame)
+                if len(session.inbox) >= limit:
+                    session.room.clear()  # stop reading: TCP pushes back on a flooding household
+                self._work.set()
+
+    async def _serve_round_robin(self) -> None:
+        """Maestro's fairness: one batch per household per round, bounded by its rate limit."""
+        while True:
+            await self.switch_ready.wait()
+            served = 0
+            wait = 1.0
+            for _ in range(len(self._round)):
+                name = self._round[0]
+                self._round.rotate(-1)
+                session = self.sessions.get(name)
+                if session is None or session.closed:
+                    self._round.remove(name)
+                    continue
+                if not session.inbox:
+                    continue
+                allowed = min(len(session.inbox), session.bucket.available(), self.config.batch)
+                if allowed == 0:
+                    self.counters[name].throttled += 1
+                    wait = min(wait, session.bucket.seconds_until_available())
+                    continue
+                session.bucket.take(allowed)
+                for _ in range(allowed):
+                    self._serve(session, session.inbox.popleft())
+                served += allowed
+                if len(session.inbox) < self.config.inbox // 2:
+                    session.room.set()
+            writer = self.switch_writer
+            if writer is not None and writer.transport.get_write_buffer_size() > 1 << 20:
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+            if served:
+                await asyncio.sleep(0)
+                continue
+            self._work.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._work.wait(), wait)
+
+    def _serve(self, session: HouseholdSession, frame: bytes) -> None:
+        counters = self.counters[session.household.name]
+        counters.messages_in += 1
+        xid = codec.header(frame)[3]
+        try:
+            msg = codec.decode_request(frame)
+            self._handle(session, msg, frame)
+        except codec.Malformed as exc:
+            counters.malformed += 1
+            session.send(codec.error(exc.err_type, exc.err_code, frame, xid))
+        except policy.Refused as exc:
+            counters.refused += 1
+            LOG.info("%s: refused %s", session.household.name, exc)
+            session.send(codec.error(exc.err_type, exc.err_code, frame, xid))
+        except Exception:
+            # A bug must cost only this message, never the slicer or another household.
+            LOG.exception("%s: internal error on a message", session.household.name)
+            counters.malformed += 1
+            session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, frame, xid))
+
+    def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
+        household, slice_ = session.household, session.slice
+        counters = self.counters[household.name]
+        if isinstance(msg, parser.OFPFlowMod):
+            translated = slice_.flow_mod(msg)
+            self._flow_mod(session, msg, translated, frame)
+        elif isinstance(msg, parser.OFPPacketOut):
+            self._relay(slice_.packet_out(msg), Pending(session, msg.xid, "packet_out", frame[:64]))
+        elif isinstance(msg, (parser.OFPGroupMod, parser.OFPMeterMod)):
+            mods = slice_.group_mod(msg) if isinstance(msg, parser.OFPGroupMod) else slice_.meter_mod(msg)
+            for mod in mods:
+                self._relay(mod, Pending(session, msg.xid, "mod", frame[:64]))
+        elif isinstance(msg, codec.Bare):
+            self._bare(session, msg)
+            return
+        elif isinstance(msg, parser.OFPEchoRequest):
+            session.send(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
+            return
+        elif isinstance(msg, parser.OFPQueueGetConfigRequest):
+            self._queue_config(session, msg)
+            return
+        elif isinstance(msg, parser.OFPMultipartRequest):
+            self._multipart(session, msg, frame)
+            return
+        else:
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE,
+                                 f"{type(msg).__name__} is not a controller-to-switch message")
+        counters.relayed += 1
+
+    def _flow_mod(self, session: HouseholdSession, msg: Any, translated: Any, frame: bytes) -> None:
+        household = session.household
+        book = self.books.setdefault(household.name, RuleBook())
+        key = policy.rule_key(translated.table_id, translated.priority, translated.match)
+        command = msg.command
+        if command == ofp.OFPFC_ADD and book.would_exceed(key, household.flow_quota):
+            raise policy.Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL,
+                                 f"flow-table quota of {household.flow_quota} rules reached")
+        pending = Pending(session, msg.xid, "flow_mod", frame[:64], rule_key=key if command == ofp.OFPFC_ADD else None)
+        encoded = self._relay(translated, pending)
+        if command == ofp.OFPFC_ADD:
+            book.add(key, encoded)
+        elif command == ofp.OFPFC_DELETE_STRICT:
+            book.remove(key)
+        elif command == ofp.OFPFC_MODIFY_STRICT:
+            book.modify_strict(key, encoded)
+        else:
+            book.stale = True
+            asyncio.get_running_loop().create_task(self._refresh_book(household))
+
+    def _bare(self, session: HouseholdSession, msg: codec.Bare) -> None:
+        if msg.msg_type == ofp.OFPT_FEATURES_REQUEST:
+            dpid = ((self.switch_dpid & 0xFFFFFFFFFF) << 24) | session.household.slot
+            session.send(switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES))
+        elif msg.msg_type == ofp.OFPT_GET_CONFIG_REQUEST:
+            session.send(switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER))
+        elif msg.msg_type == ofp.OFPT_BARRIER_REQUEST:
+            head = codec.encode(parser.OFPBarrierRequest(codec.CODEC), msg.xid)
+            self._relay(parser.OFPBarrierRequest(codec.CODEC), Pending(session, msg.xid, "barrier", head))
+        elif msg.msg_type in (ofp.OFPT_SET_CONFIG, ofp.OFPT_SET_ASYNC):
+            return  # accepted and without effect: the switch's config is shared, the slicer's own
+        elif msg.msg_type in (ofp.OFPT_HELLO, ofp.OFPT_ECHO_REPLY, ofp.OFPT_ERROR):
+            return
+        elif msg.msg_type == ofp.OFPT_PORT_MOD:
+            raise policy.Refused(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_EPERM, "ports belong to the ISP")
+        elif msg.msg_type == ofp.OFPT_TABLE_MOD:
+            raise policy.Refused(ofp.OFPET_TABLE_MOD_FAILED, ofp.OFPTMFC_EPERM, "tables belong to the ISP")
+        elif msg.msg_type == ofp.OFPT_ROLE_REQUEST:
+            raise policy.Refused(ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_UNSUP, "one controller per slice")
+        elif msg.msg_type == ofp.OFPT_EXPERIMENTER:
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER, "no experimenter messages")
+        else:
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"message type {msg.msg_type}")
+
+    def _queue_config(self, session: HouseholdSession, msg: Any) -> None:
+        if msg.port != ofp.OFPP_ANY and msg.port not in session.slice.view:
+            raise policy.Refused(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT, f"port {msg.port} not in the slice")
+        link = float(self.config.queues.get("link_mbit", 1000))
+        share = min(1000, int(1000 * session.household.guaranteed_mbit / link))
+        session.send(switchside.queue_get_config_reply(msg.xid, msg.port, dict.fromkeys(policy.QUEUE_NAMES, share)))
+
+    def _multipart(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
+        slice_, head = session.slice, frame[:64]
+        if isinstance(msg, parser.OFPDescStatsRequest):
+            entry = switchside.desc_entry("Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "",
+                                          f"slice of {session.household.name}")
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
+        elif isinstance(msg, parser.OFPPortDescStatsRequest):
+            ports = [self.ports[p] for p in sorted(slice_.view) if p in self.ports]
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
+        elif isinstance(msg, parser.OFPTableStatsRequest):
+            counts = [0] * policy.HOUSEHOLD_TABLES
+            for table_id, _, _ in self.books.get(session.household.name, RuleBook()).rules:
+                counts[table_id - policy.FIRST_HOUSEHOLD_TABLE] += 1
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE, [
+                switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)])
+        elif isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPAggregateStatsRequest)):
+            kind = "flow" if isinstance(msg, parser.OFPFlowStatsRequest) else "aggregate"
+            self._relay(slice_.flow_stats_request(msg), Pending(session, msg.xid, kind, head))
+            return
+        elif isinstance(msg, parser.OFPPortStatsRequest):
+            self._relay(slice_.port_stats_request(msg), Pending(session, msg.xid, "port_stats", head))
+            return
+        elif isinstance(msg, parser.OFPQueueStatsRequest):
+            self._relay(slice_.queue_stats_request(msg), Pending(session, msg.xid, "queue", head))
+            return
+        else:
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART,
+                                 f"{type(msg).__name__} is not offered to slices")
+        for f in frames:
+            session.send(f)
+
+
+def _log_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        LOG.critical("slicer task %s died", task.get_name(), exc_info=task.exception())
+
+
+def _flow_mod_from_stats(stats: Any) -> bytes:
+    """An ADD that recreates a flow entry the switch reported."""
+    return codec.encode(parser.OFPFlowMod(codec.CODEC, cookie=stats.cookie, table_id=stats.table_id,
+                                          priority=stats.priority, idle_timeout=stats.idle_timeout,
+                                          hard_timeout=stats.hard_timeout, flags=stats.flags, match=stats.match,
+                                          instructions=stats.instructions), 0)
