@@ -1,0 +1,76 @@
+"""homework-health: is this router really working? Ordered before boot-complete.target, so
+systemd-bless-boot keeps a freshly updated version only when it passes; otherwise the unit
+fails, the router reboots, and after the entry's tries run out the previous slot boots.
+
+Working means: every service passes its own readiness check from deploy/services.toml (the
+build writes them, filled in, to SHARE/services.json), Open vSwitch has br-lan, the switch is
+connected to the controller, and a DHCP request arriving on the LAN port goes to the controller
+(traced through the switch's rules). A service whose unit has failed fails the check at once."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from homework_deploy import ready_now
+from homework_deploy.systemd import unit_name
+
+from . import BRIDGE, LAN_PORT, SHARE
+
+SERVICES_FILE = SHARE / "services.json"
+DHCP_DISCOVER = (f"in_port={LAN_PORT},udp,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
+                 "nw_src=0.0.0.0,nw_dst=255.255.255.255,tp_src=68,tp_dst=67")
+
+
+def _out(*cmd: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _ready_check(ready: dict) -> Callable[[], bool]:
+    return lambda: ready_now(ready)
+
+
+def checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
+    found = {f"{name} ready": _ready_check(ready) for name, ready in services.items()}
+    found["ovs bridge"] = lambda: bool(_out("ovs-vsctl", "--timeout=3", "list-br").split().count(BRIDGE))
+    found["controller connected"] = lambda: _out(
+        "ovs-vsctl", "--timeout=3", "get", "controller", BRIDGE, "is_connected").strip() == "true"
+    found["dhcp reaches controller"] = lambda: "CONTROLLER" in _out(
+        "ovs-appctl", "ofproto/trace", BRIDGE, DHCP_DISCOVER).upper()
+    return found
+
+
+def failed_units(names: list[str]) -> list[str]:
+    units = [unit_name(n) for n in names]
+    states = _out("systemctl", "show", "--property=ActiveState", "--value", *units).split()
+    return [u for u, s in zip(units, states, strict=False) if s == "failed"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="homework-health", description=__doc__.split("\n\n")[0])
+    p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the router to work")
+    args = p.parse_args(argv)
+    services = json.loads(Path(SERVICES_FILE).read_text())
+    pending = checks(services)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        for name in [n for n, check in pending.items() if check()]:
+            del pending[name]
+        if not pending:
+            print("homework-health: the router works (all checks passed)", flush=True)
+            return 0
+        failed = failed_units(list(services))
+        if failed or time.monotonic() > deadline:
+            why = f"{', '.join(failed)} failed" if failed else f"not within {args.timeout:g} s"
+            print(f"homework-health: NOT healthy ({why}); failing: {', '.join(pending)}", flush=True)
+            return 1
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""homework-network: the router's network at boot, as the emulated home sets it up
+(tests/homenet/homenet/home.py) but on real NICs and OVS's kernel datapath.
+
+- the WAN and LAN NICs are chosen (first and second wired NIC in bus order, unless
+  STATE/config/network.conf says `wan=NAME-or-MAC` / `lan=NAME-or-MAC`) and renamed `wan`
+  and `lan`; systemd-networkd runs DHCP on `wan`, nftables (/etc/nftables.conf) NATs out of it;
+- OVS bridge br-lan (OpenFlow 1.3, fail-secure, controller tcp:127.0.0.1:6653) gets `lan` as
+  the port the controller calls the wireless port; its LOCAL port holds the router's LAN address;
+- hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: the AP on the LAN
+  port bridges its stations)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE
+
+SYS_NET = Path("/sys/class/net")
+CONFIG = STATE / "config" / "network.conf"
+
+
+class NetworkError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    mac: str
+    bus_path: str  # where it sits on the bus: its order is the order of the box's ports
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`wan=...` / `lan=...` lines (an interface name or MAC); # comments."""
+    choice = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not sep or key not in ("wan", "lan") or not value:
+            raise NetworkError(f"{CONFIG} line {number}: expected wan=NAME-or-MAC or lan=NAME-or-MAC, got {raw!r}")
+        choice[key] = value
+    return choice
+
+
+def choose(nics: list[Nic], config: dict[str, str]) -> tuple[Nic, Nic]:
+    """(wan, lan): as configured, else the first and second NIC in bus order."""
+    ordered = sorted(nics, key=lambda n: n.bus_path)
+
+    def find(role: str, default_index: int) -> Nic:
+        wanted = config.get(role)
+        if wanted is None:
+            if len(ordered) <= default_index:
+                raise NetworkError(f"the router needs two wired NICs, found {len(ordered)}: "
+                                   f"{', '.join(n.name for n in ordered) or 'none'}")
+            return ordered[default_index]
+        for nic in ordered:
+            if wanted in (nic.name, nic.mac):
+                return nic
+        raise NetworkError(f"{CONFIG}: {role}={wanted} matches no NIC ({', '.join(n.name for n in ordered)})")
+
+    wan, lan = find("wan", 0), find("lan", 1)
+    if wan == lan:
+        raise NetworkError(f"{CONFIG}: wan and lan are the same NIC ({wan.name})")
+    return wan, lan
+
+
+def wired_nics() -> list[Nic]:
+    nics = []
+    for path in SYS_NET.iterdir():
+        if not (path / "device").exists() or (path / "wireless").exists() or (path / "phy80211").exists():
+            continue
+        nics.append(Nic(path.name, (path / "address").read_text().strip().lower(),
+                        os.path.realpath(path / "device")))
+    return nics
+
+
+def run(*cmd: str, input: str | None = None) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if proc.returncode != 0:
+        raise NetworkError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def rename(nic: Nic, name: str) -> None:
+    if nic.name != name:
+        run("ip", "link", "set", "dev", nic.name, "down")
+        run("ip", "link", "set", "dev", nic.name, "name", name)
+
+
+def wait_for_nics(config: dict[str, str], timeout: float = 30) -> tuple[Nic, Nic]:
+    """NICs appear as their drivers probe them; give the slow ones time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nics = wired_nics()
+        named = {n.name: n for n in nics}
+        if WAN_IFACE in named and LAN_PORT in named:  # set up before (a restart of this unit)
+            return named[WAN_IFACE], named[LAN_PORT]
+        try:
+            return choose(nics, config)
+        except NetworkError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
+def setup() -> None:
+    config = parse_config(CONFIG.read_text()) if CONFIG.exists() else {}
+    wan, lan = wait_for_nics(config)
+    print(f"homework-network: WAN is {wan.name} ({wan.mac}), LAN is {lan.name} ({lan.mac})")
+    rename(wan, WAN_IFACE)
+    rename(lan, LAN_PORT)
+    Path(f"/proc/sys/net/ipv6/conf/{LAN_PORT}/disable_ipv6").write_text("1\n")
+    run("ip", "link", "set", LAN_PORT, "up")
+    run("ovs-vsctl", "--may-exist", "add-br", BRIDGE, "--",
+        "set", "bridge", BRIDGE, "protocols=OpenFlow13", "fail-mode=secure",
+        f"other-config:hwaddr={ROUTER_MAC}", "other-config:disable-in-band=true", "--",
+        "--may-exist", "add-port", BRIDGE, LAN_PORT, "--",
+        "set-controller", BRIDGE, "tcp:127.0.0.1:6653")
+    # Reconnect within a second of a controller restart (the default backoff grows to 8 s).
+    run("ovs-vsctl", "set", "controller", BRIDGE, "max_backoff=1000", "inactivity_probe=5000")
+    deadline = time.monotonic() + 10
+    while not (SYS_NET / BRIDGE).exists():
+        if time.monotonic() > deadline:
+            raise NetworkError(f"OVS did not create {BRIDGE}")
+        time.sleep(0.1)
+    Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
+    run("ip", "link", "set", BRIDGE, "up")
+    run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
+    render_hostapd_conf()
+
+
+def render_hostapd_conf() -> None:
+    eap_users = STATE / "hostapd.eap_user"
+    if not eap_users.exists():
+        eap_users.write_text("# identity, EAP method, password: one device a line\n")
+    conf = run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", "--driver", "wired",
+               "--interface", BRIDGE, "--ctrl-dir", str(RUN / "hostapd"), "--eap-users", str(eap_users))
+    RUN.mkdir(parents=True, exist_ok=True)
+    (RUN / "hostapd.conf").write_text(conf)
+
+
+def main() -> int:
+    try:
+        setup()
+    except (NetworkError, OSError) as exc:
+        print(f"homework-network: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""homework-update: install a signed update bundle into the inactive root slot.
+
+    homework-update BUNDLE [--reboot] [--tries N] [--allow-older]   install (prints JSON)
+    homework-update --status                                        slots and boot entries (JSON)
+
+Order of work, so that a power cut at any point leaves a router that boots:
+1. verify the bundle (signature, then every payload's hash) — nothing is written before;
+2. delete the inactive slot's boot entries, so it is never booted half-written;
+3. write the root image to the inactive slot's partition and read it back;
+4. write its kernel and initrd to the EFI system partition;
+5. write its boot entry with a boot counter (`+TRIES`), last and atomically.
+On the next boot systemd-boot tries it; homework-health blesses it when the router works, and
+after TRIES unblessed boots systemd-boot goes back to the slot that was running.
+
+Exit status: 0 installed, 2 refused (bad bundle; nothing written), 1 failed while writing.
+A web UI endpoint calls `homework-update --json-only BUNDLE` and reads the JSON on stdout."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from . import ESP, ROOT_PARTLABEL, UPDATE_KEY, VERSION_FILE, boot, bundle
+from .bundle import BundleError
+
+DEFAULT_TRIES = 3
+
+
+class Router:
+    """Where this router keeps its slots: the real paths, or a test's stand-ins."""
+
+    def __init__(self, esp: Path = ESP, partitions: Path = Path("/dev/disk/by-partlabel"),
+                 cmdline: Path = Path("/proc/cmdline"), version_file: Path = VERSION_FILE,
+                 update_key: Path = UPDATE_KEY):
+        self.esp, self.partitions, self.cmdline = esp, partitions, cmdline
+        self.version_file, self.update_key = version_file, update_key
+
+    @property
+    def entries(self) -> Path:
+        return self.esp / "loader" / "entries"
+
+    def running(self) -> tuple[str, str]:
+        """(slot, version) of the running system."""
+        return boot.running_slot(self.cmdline.read_text()), self.version_file.read_text().strip()
+
+    def partition(self, slot: str) -> Path:
+        return self.partitions / ROOT_PARTLABEL.format(slot=slot)
+
+    def status(self) -> dict:
+        slot, version = self.running()
+        entries = []
+        for path in sorted(self.entries.glob("*.conf")):
+            parsed = boot.parse_entry(path.name)
+            if parsed:
+                entries.append({"file": path.name, **parsed})
+        return {"running": {"slot": slot, "version": version}, "entries": entries}
+
+
+def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow_older: bool = False) -> dict:
+    running_slot, running_version = router.running()
+    manifest, tar = bundle.open_verified(bundle_path, router.update_key)
+    with tar:
+        if not allow_older and boot.version_key(manifest.version) <= boot.version_key(running_version):
+            raise BundleError(f"the bundle's version {manifest.version} is not newer than the running "
+                              f"{running_version} (--allow-older to install it anyway)")
+        target = boot.other_slot(running_slot)
+        for path in router.entries.glob("*.conf"):
+            parsed = boot.parse_entry(path.name)
+            if parsed and parsed["slot"] == target:
+                path.unlink()
+        _sync_dir(router.entries)
+
+        root = manifest.files["root.squashfs"]
+        _write_partition(router.partition(target), bundle.payload_file(tar, "root.squashfs"), root)
+
+        kernel_dir = router.esp / boot.slot_dir(target)
+        kernel_dir.mkdir(parents=True, exist_ok=True)
+        for member, name in (("vmlinuz", boot.KERNEL), ("initrd.img", boot.INITRD)):
+            _write_file(kernel_dir / name, bundle.payload_file(tar, member))
+
+        entry = router.entries / boot.entry_name(manifest.version, target, tries)
+        _write_file(entry, boot.entry_text(manifest.version, target).encode())
+    return {"installed": manifest.version, "slot": target, "entry": entry.name, "tries": tries,
+            "running": {"slot": running_slot, "version": running_version}}
+
+
+def _write_partition(device: Path, source, info: dict) -> None:
+    fd = os.open(device, os.O_WRONLY)
+    try:
+        capacity = os.lseek(fd, 0, os.SEEK_END)
+        if capacity and info["size"] > capacity:
+            raise BundleError(f"the root image ({info['size']} bytes) is larger than slot {device} ({capacity})")
+        os.lseek(fd, 0, os.SEEK_SET)
+        for chunk in bundle.chunks(source):
+            os.write(fd, chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with device.open("rb") as back:
+        size, digest = bundle.file_digest(_Limited(back, info["size"]))
+    if (size, digest) != (info["size"], info["sha256"]):
+        raise OSError(f"{device} does not read back what was written: the disk may be failing")
+
+
+class _Limited:
+    def __init__(self, f, limit: int):
+        self.f, self.left = f, limit
+
+    def read(self, n: int) -> bytes:
+        data = self.f.read(min(n, self.left))
+        self.left -= len(data)
+        return data
+
+
+def _write_file(path: Path, source) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as out:
+        if isinstance(source, bytes):
+            out.write(source)
+        else:
+            for chunk in bundle.chunks(source):
+                out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(path)
+    _sync_dir(path.parent)
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None, router: Router | None = None) -> int:
+    p = argparse.ArgumentParser(prog="homework-update", description=__doc__.split("\n\n")[0])
+    p.add_argument("bundle", nargs="?", type=Path, help="the update bundle (a file or a block device)")
+    p.add_argument("--status", action="store_true", help="show the slots and boot entries")
+    p.add_argument("--tries", type=int, default=DEFAULT_TRIES, help="boots the new version gets to prove healthy")
+    p.add_argument("--allow-older", action="store_true", help="install a version not newer than the running one")
+    p.add_argument("--reboot", action="store_true", help="reboot into the new version once it is installed")
+    p.add_argument("--json-only", action="store_true", help="print only the JSON result (for the web UI)")
+    args = p.parse_args(argv)
+    router = router or Router()
+    if args.status:
+        print(json.dumps(router.status()))
+        return 0
+    if args.bundle is None or not 1 <= args.tries <= 9:
+        p.error("give a BUNDLE (or --status); --tries is 1 to 9")
+    try:
+        result = install(router, args.bundle, args.tries, args.allow_older)
+    except BundleError as exc:
+        print(json.dumps({"refused": str(exc)}))
+        if not args.json_only:
+            print(f"homework-update: refused, nothing written: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, boot.BootError) as exc:
+        print(json.dumps({"failed": str(exc)}))
+        if not args.json_only:
+            print(f"homework-update: failed: {exc}; the running version stays the default", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    if not args.json_only:
+        print(f"homework-update: version {result['installed']} is in slot {result['slot'].upper()}; it starts at "
+              f"the next boot and is kept only if the router comes up healthy", file=sys.stderr)
+    if args.reboot:
+        subprocess.run(["systemctl", "reboot"], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The router image in qemu, with a WAN and a LAN around it, driven over its serial console.
+
+Layout (every namespace is called img-*; nothing outside them is touched):
+
+  netns img-vm:   qemu (KVM if it can, else software), taps tapwan/taplan, bridges brwan/brlan
+  netns img-wan:  eth0 198.51.100.1 (dnsmasq: DHCP for the router's WAN, DNS for example.test)
+                  and 198.51.100.80 (HTTP: www.example.test)
+  netns img-lan*: eth0, a household device running the real ISC dhclient
+
+The router's first NIC (PCI slot 3) is its WAN, the second (slot 4) its LAN.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+NS_VM, NS_WAN = "img-vm", "img-wan"
+WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
+OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
+KVM_PROBE_S = 30
+BOOT_STARTED = re.compile(r"EFI stub|Loading, please wait")
+# No echo, no kernel messages, no colours, pagers or bracketed paste between the markers.
+QUIET_SHELL = ("stty -echo; dmesg -n 1; export SYSTEMD_COLORS=0 SYSTEMD_PAGER= PAGER=cat TERM=dumb; "
+               "bind 'set enable-bracketed-paste off'")
+
+
+class VmError(AssertionError):
+    pass
+
+
+def sh(*cmd: object, ns: str | None = None, check: bool = True, timeout: float = 60,
+       input: str | None = None) -> subprocess.CompletedProcess:
+    argv = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise VmError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def wait_until(what: str, condition, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise VmError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def netns_list() -> list[str]:
+    out = sh("ip", "-json", "netns", "list", check=False).stdout.strip()
+    return [n["name"] for n in json.loads(out)] if out else []
+
+
+class Client:
+    """A household device on the router's LAN: a namespace with the real ISC dhclient."""
+
+    def __init__(self, name: str, mac: str, state: Path):
+        self.name, self.ns, self.mac, self.state = name, f"img-{name}", mac, state / name
+
+    def dhcp(self, timeout: float = 30) -> str:
+        """A new lease (as after waking up); returns e.g. '10.2.0.6/30'."""
+        conf, lease, pid = self.state / "dhclient.conf", self.state / "dhclient.leases", self.state / "dhclient.pid"
+        # Retry every second or two (not dhclient's growing backoff), so the time to a lease
+        # is the router's, not the client's.
+        conf.write_text(f'send host-name "{self.name}";\ninitial-interval 1;\nbackoff-cutoff 2;\n'
+                        f"timeout {int(timeout)};\n"
+                        "request subnet-mask, broadcast-address, routers, domain-name-servers;\n")
+        self.stop_dhclient()
+        sh("ip", "-4", "addr", "flush", "dev", "eth0", ns=self.ns)
+        proc = sh("timeout", int(timeout), "dhclient", "-1", "-v", "-cf", conf, "-pf", pid, "-lf", lease, "eth0",
+                  ns=self.ns, check=False, timeout=timeout + 10)
+        if proc.returncode != 0:
+            raise VmError(f"{self.name} got no lease in {timeout:g} s: {proc.stderr.strip()[-300:]}")
+        return self.address()
+
+    def stop_dhclient(self) -> None:
+        try:
+            pid = int((self.state / "dhclient.pid").read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            return
+        wait_until("the previous dhclient to exit", lambda: not Path(f"/proc/{pid}").exists(), 10, 0.05)
+
+    def address(self) -> str:
+        info = json.loads(sh("ip", "-json", "-4", "addr", "show", "dev", "eth0", ns=self.ns).stdout or "[]")
+        for a in (info[0].get("addr_info", []) if info else []):
+            return f"{a['local']}/{a['prefixlen']}"
+        raise VmError(f"{self.name} has no address")
+
+    def lease_left(self) -> int:
+        out = sh("ip", "-4", "-o", "addr", "show", "dev", "eth0", ns=self.ns).stdout
+        found = re.findall(r"valid_lft (\d+)sec", out)
+        if not found:
+            raise VmError(f"{self.name} has no dynamic address: {out!r}")
+        return int(found[0])
+
+    def fetch(self, url: str = f"http://{WWW_HOST}/", timeout: float = 5) -> tuple[str, str]:
+        """(HTTP status, body) a device gets for a page ('000' when nothing answers)."""
+        proc = sh("curl", "-sS", "-m", timeout, "-w", "\n%{http_code}", url, ns=self.ns, check=False,
+                  timeout=timeout + 10)
+        body, _, status = proc.stdout.rpartition("\n")
+        return status.strip() or "000", body
+
+
+class Network:
+    def __init__(self, state: Path):
+        self.state = state
+        self.clients: dict[str, Client] = {}
+
+    def up(self, clients: dict[str, str]) -> None:
+        self.down()
+        self.state.mkdir(parents=True, exist_ok=True)
+        for ns in (NS_VM, NS_WAN):
+            self._ns(ns)
+        for tap, bridge in (("tapwan", "brwan"), ("taplan", "brlan")):
+            sh("ip", "tuntap", "add", "dev", tap, "mode", "tap", ns=NS_VM)
+            sh("ip", "link", "add", bridge, "type", "bridge", "stp_state", "0", ns=NS_VM)
+            sh("ip", "link", "set", tap, "master", bridge, ns=NS_VM)
+            for link in (tap, bridge):
+                sh("ip", "link", "set", link, "up", ns=NS_VM)
+        self._veth("vwan", "brwan", NS_WAN, None)
+        for ip in (WAN_IP, WWW_IP):
+            sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=NS_WAN)
+        www = self.state / "www"
+        www.mkdir(exist_ok=True)
+        (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
+        self._spawn("dnsmasq", ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
+                                "--no-hosts", "--bind-interfaces", f"--listen-address={WAN_IP}", "--interface=eth0",
+                                "--dhcp-range=198.51.100.100,198.51.100.150,255.255.255.0,1h",
+                                f"--dhcp-option=option:router,{WAN_IP}", f"--dhcp-option=option:dns-server,{WAN_IP}",
+                                f"--dhcp-leasefile={self.state / 'dnsmasq.leases'}", "--local=/example.test/",
+                                f"--host-record={WWW_HOST},{WWW_IP}", "--log-facility=-", "--log-dhcp",
+                                "--log-queries"], NS_WAN)
+        self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], NS_WAN)
+        for i, (name, mac) in enumerate(clients.items()):
+            client = Client(name, mac, self.state)
+            client.state.mkdir(parents=True, exist_ok=True)
+            etc = Path("/etc/netns") / client.ns
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "resolv.conf").write_text("")
+            self._ns(client.ns)
+            self._veth(f"vlan{i}", "brlan", client.ns, mac)
+            self.clients[name] = client
+        wait_until("the web server", lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=NS_WAN,
+                                                check=False).returncode == 0, 20)
+
+    def down(self) -> None:
+        for ns in netns_list():
+            if ns.startswith("img-"):
+                for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                sh("ip", "netns", "delete", ns, check=False)
+                shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+
+    def _ns(self, ns: str) -> None:
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "set", "lo", "up", ns=ns)
+
+    def _veth(self, near: str, bridge: str, ns: str, mac: str | None) -> None:
+        cmd = ["ip", "link", "add", near, "type", "veth", "peer", "name", "eth0", "netns", ns]
+        if mac:
+            cmd[cmd.index("netns"):cmd.index("netns")] = ["address", mac]
+        sh(*cmd, ns=NS_VM)
+        sh("ip", "link", "set", near, "master", bridge, ns=NS_VM)
+        sh("ip", "link", "set", near, "up", ns=NS_VM)
+        sh("ethtool", "-K", "eth0", "tx", "off", ns=ns, check=False)
+        sh("ip", "link", "set", "eth0", "up", ns=ns)
+
+    def _spawn(self, name: str, argv: list, ns: str) -> None:
+        with open(self.state / f"{name}.log", "ab") as log:
+            subprocess.Popen(["ip", "netns", "exec", ns, *map(str, argv)], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+class RouterVm:
+    """The router booted from `disk` with UEFI (OVMF), its serial console on a socket."""
+
+    def __init__(self, disk: Path, state: Path, drives: dict[str, Path]):
+        self.disk, self.state, self.drives = disk, state, drives
+        self.vars = state / "OVMF_VARS.fd"
+        self.console_log = state / "console.log"
+        self.sock_path = state / "serial.sock"
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.buffer = ""
+        self.lock = threading.Lock()
+        self.commands = 0
+        # KVM when it works; some nested hosts offer /dev/kvm but cannot run the firmware.
+        self.kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
+
+    # ---- power
+
+    def start(self) -> float:
+        """Power on; returns the time.monotonic() of power-on. Falls back to software
+        emulation when KVM shows nothing on the console within KVM_PROBE_S."""
+        powered_on = self._launch()
+        if self.kvm:
+            since = self.mark()
+            try:
+                self.expect(r"EFI stub|Loading|systemd", KVM_PROBE_S, since)
+            except VmError:
+                self.kill()
+                self.kvm = False
+                print(f"KVM showed nothing in {KVM_PROBE_S} s ({self._qemu_log_tail()!r}): software emulation",
+                      flush=True)
+                powered_on = self._launch()
+        return powered_on
+
+    def _qemu_log_tail(self) -> str:
+        try:
+            return (self.state / "qemu.log").read_text(errors="replace").strip().splitlines()[-1]
+        except (OSError, IndexError):
+            return ""
+
+    def _launch(self) -> float:
+        if not self.vars.exists():
+            shutil.copy2(OVMF_VARS, self.vars)
+        self.sock_path.unlink(missing_ok=True)
+        # Not `-cpu host`: nested KVM on these machines refuses some of the host's MSRs.
+        accel = ["-machine", "q35,accel=kvm"] if self.kvm else ["-machine", "q35,accel=tcg"]
+        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-smp", "2", "-nodefaults", "-display", "none",
+                "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}",
+                "-drive", f"file={self.disk},format=raw,if=none,id=root,cache=writeback",
+                "-device", "virtio-blk-pci,drive=root,addr=0x5",
+                "-netdev", "tap,id=wan,ifname=tapwan,script=no,downscript=no",
+                "-device", "virtio-net-pci,netdev=wan,mac=52:54:00:00:aa:01,addr=0x3",
+                "-netdev", "tap,id=lan,ifname=taplan,script=no,downscript=no",
+                "-device", "virtio-net-pci,netdev=lan,mac=52:54:00:00:bb:01,addr=0x4",
+                "-chardev", f"socket,id=ser0,path={self.sock_path},server=on,wait=off,logfile={self.console_log},"
+                            "logappend=on",
+                "-serial", "chardev:ser0"]
+        for i, (name, path) in enumerate(self.drives.items()):
+            argv += ["-drive", f"file={path},format=raw,if=none,id=d{i},readonly=on",
+                     "-device", f"virtio-blk-pci,drive=d{i},serial={name},addr={0x8 + i:#x}"]
+        with open(self.state / "qemu.log", "ab") as log:
+            self.proc = subprocess.Popen(["ip", "netns", "exec", NS_VM, *argv], stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        powered_on = time.monotonic()
+        self.sock = wait_until("qemu's serial socket", self._connect, 30, 0.1)
+        threading.Thread(target=self._read, args=(self.sock,), daemon=True).start()
+        return powered_on
+
+    def _connect(self) -> socket.socket | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise VmError(f"qemu exited ({self.proc.returncode}): {(self.state / 'qemu.log').read_text()[-2000:]}")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(self.sock_path))
+        except OSError:
+            s.close()
+            return None
+        return s
+
+    def _read(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self.lock:
+                self.buffer += data.decode(errors="replace").replace("\r", "")
+
+    def kill(self) -> None:
+        """Pull the plug: qemu dies without the guest knowing."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+            self.proc = None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    # ---- the console
+
+    def mark(self) -> int:
+        with self.lock:
+            return len(self.buffer)
+
+    def since(self, pos: int) -> str:
+        with self.lock:
+            return self.buffer[pos:]
+
+    def expect(self, pattern: str | re.Pattern, timeout: float, since: int = 0) -> re.Match:
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+
+        def found():
+            if self.proc is None or self.proc.poll() is not None:
+                raise VmError("qemu is not running")
+            return regex.search(self.since(since))
+        try:
+            return wait_until(f"{regex.pattern!r} on the console", found, timeout, 0.2)
+        except VmError as exc:
+            raise VmError(f"{exc}; last console lines:\n{self.since(since)[-1500:]}") from None
+
+    def send(self, text: str) -> None:
+        assert self.sock is not None
+        self.sock.sendall(text.encode())
+
+    def reboot(self) -> int:
+        """`systemctl reboot` on the console; returns where the new boot's output begins (the
+        old shell may still print a prompt on its way down)."""
+        since = self.mark()
+        self.send("systemctl reboot\n")
+        return self.expect(BOOT_STARTED, 300, since).start() + since
+
+    def wait_for_shell(self, since: int, timeout: float = 180) -> None:
+        """Wait for the autologin shell of a boot that started after `since`; quiet the console."""
+        self.expect(PROMPT, timeout, since)
+        self.run(QUIET_SHELL, timeout=60)
+
+    def run(self, command: str, timeout: float = 60, check: bool = True) -> str:
+        """Run a shell command on the router's console; its output (stdout and stderr)."""
+        self.commands += 1
+        n = self.commands
+        start = self.mark()
+        # The markers are split in what is typed, so the echo of the line never matches them.
+        self.send(f"echo '@@B''EGIN{n}@@'; {command} 2>&1; echo \"@@E\"\"ND{n} $?@@\"\n")
+        m = self.expect(re.compile(rf"@@BEGIN{n}@@\n(.*?)@@END{n} (\d+)@@", re.S), timeout, start)
+        output, status = m.group(1), int(m.group(2))
+        if check and status != 0:
+            raise VmError(f"on the router, `{command}` failed ({status}):\n{output}")
+        return output
+
+    def slot_and_version(self) -> tuple[str, str]:
+        cmdline = self.run("cat /proc/cmdline")
+        slot = re.search(r"homework\.slot=([ab])", cmdline)
+        if not slot:
+            raise VmError(f"no homework.slot in {cmdline!r}")
+        return slot.group(1), self.run("cat /usr/share/homework/version").strip()

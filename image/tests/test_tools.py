@@ -1,0 +1,253 @@
+"""The image's tools without a VM: boot entries, NIC choice, the data format, the signed
+bundle and its installation (real openssl keys, files standing in for the partitions), and the
+systemd units rendered from deploy/services.toml."""
+from __future__ import annotations
+
+import http.server
+import json
+import shlex
+import threading
+from pathlib import Path
+
+import pytest
+
+import build
+import homework_deploy
+from homework_deploy import systemd
+from homework_image import boot, bundle, network, state, update
+from homework_image.bundle import BundleError
+
+SLOT_BYTES = 1 << 20
+
+
+# ---- boot entries
+
+def test_entry_names_count_tries_and_parse_back():
+    assert boot.entry_name("20260101000000.2", "b", 3) == "homework-20260101000000.2-b+3.conf"
+    assert boot.parse_entry("homework-20260101000000.2-b+0-3.conf") == {
+        "version": "20260101000000.2", "slot": "b", "tries_left": 0, "tries_done": 3}
+    assert boot.parse_entry("homework-1-a.conf")["tries_left"] is None
+    assert boot.parse_entry("debian-6.1.conf") is None
+    assert "root=PARTLABEL=homework-root-b" in boot.entry_text("1", "b")
+
+
+def test_running_slot_comes_from_the_kernel_command_line():
+    assert boot.running_slot("root=PARTLABEL=homework-root-b ro homework.slot=b quiet") == "b"
+    with pytest.raises(boot.BootError):
+        boot.running_slot("root=/dev/sda1 ro")
+    with pytest.raises(boot.BootError):
+        boot.entry_name("1; rm -rf /", "a")
+
+
+def test_versions_order_as_numbers_piece_by_piece():
+    assert boot.version_key("20260101000000.10") > boot.version_key("20260101000000.9")
+    assert boot.version_key("20260101000000.1") > boot.version_key("20260101000000")
+
+
+# ---- NIC choice
+
+def nic(name, mac, bus):
+    return network.Nic(name, mac, f"/sys/devices/pci0000:00/0000:00:{bus}")
+
+
+def test_first_and_second_nic_in_bus_order_are_wan_and_lan():
+    nics = [nic("enp2s0", "00:0d:b9:00:00:02", "02.0"), nic("enp1s0", "00:0d:b9:00:00:01", "01.0"),
+            nic("enp3s0", "00:0d:b9:00:00:03", "03.0")]
+    wan, lan = network.choose(nics, {})
+    assert (wan.name, lan.name) == ("enp1s0", "enp2s0")
+
+
+def test_configured_ports_win_by_name_or_mac():
+    nics = [nic("enp1s0", "00:0d:b9:00:00:01", "01.0"), nic("enp2s0", "00:0d:b9:00:00:02", "02.0"),
+            nic("enp3s0", "00:0d:b9:00:00:03", "03.0")]
+    config = network.parse_config("# the modem is on port 3\nwan = 00:0D:B9:00:00:03\nlan=enp1s0\n")
+    wan, lan = network.choose(nics, config)
+    assert (wan.name, lan.name) == ("enp3s0", "enp1s0")
+
+
+def test_bad_network_config_is_refused_clearly():
+    with pytest.raises(network.NetworkError, match="line 1"):
+        network.parse_config("wlan=enp1s0\n")
+    nics = [nic("enp1s0", "00:0d:b9:00:00:01", "01.0"), nic("enp2s0", "00:0d:b9:00:00:02", "02.0")]
+    with pytest.raises(network.NetworkError, match="matches no NIC"):
+        network.choose(nics, {"wan": "eth9"})
+    with pytest.raises(network.NetworkError, match="same NIC"):
+        network.choose(nics, {"wan": "enp1s0", "lan": "enp1s0"})
+    with pytest.raises(network.NetworkError, match="two wired NICs"):
+        network.choose(nics[:1], {})
+
+
+# ---- the data partition's format
+
+def test_new_data_partition_gets_the_current_format(tmp_path):
+    assert "new data partition" in state.migrate(tmp_path, current=1, migrations={})
+    assert (tmp_path / "FORMAT").read_text() == "1\n"
+    assert (tmp_path / "webui").is_dir() and (tmp_path / "config").is_dir()
+
+
+def test_migrations_run_once_in_order(tmp_path):
+    ran = []
+    steps = {1: lambda s: ran.append(1), 2: lambda s: ran.append(2)}
+    (tmp_path / "FORMAT").write_text("1\n")
+    assert "migrated from 1" in state.migrate(tmp_path, current=3, migrations=steps)
+    assert ran == [1, 2]
+    state.migrate(tmp_path, current=3, migrations=steps)
+    assert ran == [1, 2]
+    assert "newer than this image" in state.migrate(tmp_path, current=2, migrations=steps)
+
+
+# ---- bundles and their installation
+
+@pytest.fixture
+def keys(tmp_path):
+    bundle.make_key(tmp_path / "key.pem", tmp_path / "pub.pem")
+    bundle.make_key(tmp_path / "other.pem", tmp_path / "other.pub.pem")
+    return tmp_path
+
+
+def make_bundle(tmp_path: Path, version: str, key: Path, root_bytes: bytes = b"squashfs root" * 1000) -> Path:
+    payload = {"root.squashfs": tmp_path / "root.squashfs", "vmlinuz": tmp_path / "vmlinuz",
+               "initrd.img": tmp_path / "initrd.img"}
+    payload["root.squashfs"].write_bytes(root_bytes)
+    payload["vmlinuz"].write_bytes(b"kernel " + version.encode())
+    payload["initrd.img"].write_bytes(b"initrd " + version.encode())
+    out = tmp_path / f"{version}.bundle"
+    bundle.write(out, version, payload, key)
+    return out
+
+
+@pytest.fixture
+def router(tmp_path, keys):
+    """A router running version 100 from slot A: an ESP directory and two slot files."""
+    esp, parts = tmp_path / "esp", tmp_path / "by-partlabel"
+    (esp / "loader/entries").mkdir(parents=True)
+    (esp / "loader/entries" / boot.entry_name("100", "a")).write_text(boot.entry_text("100", "a"))
+    parts.mkdir()
+    for slot in "ab":
+        (parts / f"homework-root-{slot}").write_bytes(b"\0" * SLOT_BYTES)
+    (tmp_path / "cmdline").write_text("root=PARTLABEL=homework-root-a ro homework.slot=a\n")
+    (tmp_path / "version").write_text("100\n")
+    return update.Router(esp=esp, partitions=parts, cmdline=tmp_path / "cmdline", version_file=tmp_path / "version",
+                         update_key=keys / "pub.pem")
+
+
+def slot_b_untouched(router: update.Router) -> bool:
+    return (router.partition("b").read_bytes() == b"\0" * SLOT_BYTES
+            and [p.name for p in router.entries.iterdir()] == ["homework-100-a.conf"])
+
+
+def test_a_signed_newer_bundle_goes_to_the_other_slot_on_trial(tmp_path, keys, router):
+    result = update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"), tries=3)
+    assert result["slot"] == "b" and result["installed"] == "101"
+    assert router.partition("b").read_bytes().startswith(b"squashfs root")
+    assert (router.esp / "homework/b/vmlinuz").read_bytes() == b"kernel 101"
+    assert sorted(p.name for p in router.entries.iterdir()) == ["homework-100-a.conf", "homework-101-b+3.conf"]
+    status = router.status()
+    assert status["running"] == {"slot": "a", "version": "100"}
+    assert [e["tries_left"] for e in status["entries"]] == [None, 3]
+
+
+def test_a_bundle_signed_with_another_key_writes_nothing(tmp_path, keys, router):
+    with pytest.raises(BundleError, match="signature"):
+        update.install(router, make_bundle(tmp_path, "101", keys / "other.pem"))
+    assert slot_b_untouched(router)
+
+
+def test_a_tampered_payload_writes_nothing(tmp_path, keys, router):
+    good = make_bundle(tmp_path, "101", keys / "key.pem")
+    data = bytearray(good.read_bytes())
+    at = data.find(b"squashfs root")
+    data[at] ^= 0xFF
+    bad = tmp_path / "tampered.bundle"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its signed size and hash"):
+        update.install(router, bad)
+    assert slot_b_untouched(router)
+
+
+def test_an_older_bundle_or_one_too_big_for_the_slot_is_refused(tmp_path, keys, router):
+    with pytest.raises(BundleError, match="not newer"):
+        update.install(router, make_bundle(tmp_path, "99", keys / "key.pem"))
+    assert slot_b_untouched(router)
+    with pytest.raises(BundleError, match="larger than slot"):
+        update.install(router, make_bundle(tmp_path, "102", keys / "key.pem", b"x" * (SLOT_BYTES + 1)))
+
+
+def test_not_a_bundle_is_refused_with_exit_status_2(tmp_path, router, capsys):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"not a tar file")
+    assert update.main([str(junk), "--json-only"], router=router) == 2
+    assert "refused" in json.loads(capsys.readouterr().out)
+    assert slot_b_untouched(router)
+
+
+def test_a_second_update_replaces_the_first_on_the_same_slot(tmp_path, keys, router):
+    update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"))
+    update.install(router, make_bundle(tmp_path, "102", keys / "key.pem"))
+    assert sorted(p.name for p in router.entries.iterdir()) == ["homework-100-a.conf", "homework-102-b+3.conf"]
+
+
+# ---- systemd units from deploy/services.toml
+
+SETTINGS = build.SETTINGS  # the values the image renders its units with
+
+
+def unit_lines(text: str, key: str) -> list[str]:
+    return [line.partition("=")[2] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependencies():
+    services = homework_deploy.load(SETTINGS)
+    units = systemd.render_all(services, str(SETTINGS["PYTHON"]), ["/var/lib/homework", "/run/homework"],
+                               requires=["homework-network.service"])
+    assert set(units) == {f"homework-{name}.service" for name in services}
+    for name, service in services.items():
+        text = units[systemd.unit_name(name)]
+        assert shlex.split(unit_lines(text, "ExecStart")[0]) == list(service.command)
+        assert unit_lines(text, "Restart") == ["on-failure"]
+        assert unit_lines(text, "NoNewPrivileges") == ["yes"]
+        assert unit_lines(text, "ProtectSystem") == ["strict"]
+        after = unit_lines(text, "After")[0].split()
+        assert after == ["homework-network.service", *(f"homework-{a}.service" for a in service.after)]
+        assert unit_lines(text, "Wants")[0].split() == after
+    assert unit_lines(units["homework-webui.service"], "CapabilityBoundingSet") == [""]
+    assert unit_lines(units["homework-hwdb.service"], "CapabilityBoundingSet") == ["CAP_NET_BIND_SERVICE"]
+
+
+def test_a_service_without_declared_capabilities_is_refused():
+    service = homework_deploy.Service("mystery", "?", ("true",), (), {}, 5)
+    with pytest.raises(ValueError, match="no capabilities declared"):
+        systemd.render(service, "python3", [])
+
+
+def test_unit_words_with_spaces_and_specifiers_survive_systemd_quoting():
+    service = homework_deploy.Service("webui", "x", ("/bin/echo", "a b", "100%", "$HOME"), (), {}, 5)
+    text = systemd.render(service, "python3", [])
+    assert unit_lines(text, "ExecStart") == ["/bin/echo 'a b' 100%% $$HOME"]
+
+
+@pytest.fixture
+def health_server():
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json.dumps({"switch_ready": self.path == "/ready"}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_readiness_checks_wait_for_the_real_condition(tmp_path, health_server):
+    assert systemd.wait_ready({"url": f"{health_server}/ready", "json_field": "switch_ready"}, 5)
+    assert not systemd.wait_ready({"url": f"{health_server}/other", "json_field": "switch_ready"}, 0.5)
+    flag = tmp_path / "socket"
+    assert not homework_deploy.ready_now({"path": str(flag)})
+    flag.touch()
+    assert systemd.main(["--wait-ready", json.dumps({"path": str(flag)}), "--timeout", "1"]) == 0
+    assert systemd.main(["--wait-ready", json.dumps({"command": ["false"]}), "--timeout", "0.3"]) == 1
