@@ -4,12 +4,13 @@ PY := .venv/bin/python
 HOMENET := .venv/bin/homenet
 N ?= 10
 
-.PHONY: deps demo down test lint unit e2e bench test-repeat agent-dist clean
+.PHONY: deps demo down test lint unit e2e bench test-repeat agent-dist image image-lock image-test clean
 
-# deps also builds hwdb and the web UI: the emulated home runs the real things.
+# deps also builds hwdb, the web UI and the end-host agent: the emulated home runs the real things.
 deps:
 	@scripts/install-deps.sh
 	@$(MAKE) --no-print-directory -s -C hwdb build
+	@$(MAKE) --no-print-directory -s -C endhost-agent build
 	@$(MAKE) --no-print-directory -s -C webui deps build PYTHON=$(CURDIR)/$(PY)
 
 demo: deps
@@ -22,16 +23,22 @@ test: deps lint unit e2e
 
 lint:
 	.venv/bin/ruff check .
-	.venv/bin/mypy controller/homework_controller tests/homenet/homenet
+	.venv/bin/mypy controller/homework_controller tests/homenet/homenet deploy/homework_deploy
 	$(MAKE) -C hwdb lint PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui lint PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C endhost-agent lint
+	$(MAKE) -C openwrt-feed lint PYTHON=$(CURDIR)/$(PY)
+	$(MAKE) -C isp-flowvisor lint
+	$(MAKE) -C image lint
 
 unit:
 	$(PY) -m pytest -q controller/tests
 	$(MAKE) -C hwdb test PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui test-py test-js PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C endhost-agent test HWDB_BIN=$(CURDIR)/hwdb/target/release/hwdb
+	$(MAKE) -C openwrt-feed test PYTHON=$(CURDIR)/$(PY)
+	$(MAKE) -C isp-flowvisor test PY=$(CURDIR)/$(PY)
+	$(MAKE) -C image test-unit PYTHON=$(CURDIR)/$(PY)
 
 # The end-to-end tests bring the emulated home up and down themselves; the web UI's own
 # browser tests run first, against its fake controller.
@@ -46,6 +53,20 @@ test-repeat:
 bench: deps
 	$(PY) bench/run.py
 	$(MAKE) -C endhost-agent bench
+	$(MAKE) -C isp-flowvisor bench PY=$(CURDIR)/$(PY)
+	cd bench && $(CURDIR)/$(PY) -c "from common import RESULTS, stamp; stamp(RESULTS / 'slicer.json')"
+	$(PY) bench/report.py
+
+# The firmware image (build/homework-router-x86_64.img, its update bundle) and its qemu boot test.
+# Not part of `make test` yet: without KVM a boot test takes ~30 minutes (image/README.md).
+image: deps
+	$(MAKE) -C image image PYTHON=$(CURDIR)/$(PY)
+
+image-lock:
+	$(MAKE) -C image image-lock PYTHON=$(CURDIR)/$(PY)
+
+image-test: image
+	$(MAKE) -C image image-test PYTHON=$(CURDIR)/$(PY)
 
 # The end-host agent's static binaries for linux/darwin/windows on amd64/arm64 (endhost-agent/dist/).
 agent-dist:

@@ -2,7 +2,8 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]  (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile] [qos]
+                 (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -18,6 +19,7 @@ import sys
 import time
 
 import hostile
+import qos
 from common import BENCH, PY, REPO, RESULTS, add_client, homenet_up, in_client, ratio, sh, stamp, summary, write_result
 
 # ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
@@ -246,6 +248,7 @@ BENCHMARKS = {
     "ui_load": ui_load,
     "hwdb_abuse": hwdb_abuse,
     "hostile": hostile_dns,
+    "qos": qos.qos,
 }
 
 
@@ -259,6 +262,7 @@ def main():
     p.add_argument("--connections", type=int, default=300)
     p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
     p.add_argument("--seconds", type=float, default=10.0, help="hostile: seconds of lookups per phase")
+    p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:

@@ -20,6 +20,9 @@ The emulated home is up: the laptop is permitted; the phone and the tablet are p
                                    $setup_code and choose the owner password; then drag the
                                    phone to "Connected" to let it in)
 
+  The phone page (priorities):     http://127.0.0.1:8080/#/apps  (put "video-call" High; "Test my
+                                   connection" grades the line's latency under load)
+
   Devices the router knows:        curl -s http://127.0.0.1:8081/ws.v1/status | python3 -m json.tool
   The laptop browses by name:      $H client exec laptop -- curl -s http://www.example.test/
   The phone cannot (pending):      $H client exec phone -- curl -s -m 3 http://www.example.test/

@@ -8,6 +8,9 @@ APT_PACKAGES=(
   openvswitch-switch isc-dhcp-client iproute2 ethtool nftables iputils-ping iperf3
   dnsutils tcpdump dnsmasq-base hostapd wpasupplicant curl procps python3-venv
   chromium   # the web UI's browser tests (Playwright drives Debian's Chromium)
+  shellcheck # the OpenWrt feed's init scripts (make lint)
+  etcd-server # the slicers' shared household registry (isp-flowvisor's tests start their own)
+  openssl    # the image's update bundles are signed with it (image tests)
 )
 
 missing=()
@@ -21,7 +24,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Debian starts the packaged services; the emulated home starts its own instances when it needs them.
-for svc in iperf3 hostapd dnsmasq; do
+for svc in iperf3 hostapd dnsmasq etcd; do
   systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 
@@ -33,7 +36,7 @@ done
 # Python: one venv for the controller, the web UI backend, hwdb's client and the emulated home,
 # from the lock file; the project's own packages are installed editable, so nothing needs PYTHONPATH.
 PYTHON=${PYTHON:-python3}
-PACKAGES=(controller webui hwdb/python tests/homenet)
+PACKAGES=(deploy controller webui hwdb/python tests/homenet isp-flowvisor image)
 stamp=.venv/.requirements.sha256
 want=$(cat requirements.lock "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
