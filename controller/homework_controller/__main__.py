@@ -57,6 +57,15 @@ def parse_args(argv):
     p.add_argument("--high-device-share", type=float, default=CONFIG.high_device_share,
                    help="what one device's High traffic may use, a share of the shaped rate; beyond, its High "
                         "flows are demoted to Medium for a minute (default %(default)s)")
+    p.add_argument("--slice", default="", metavar="HOST:PORT",
+                   help="the ISP's slicer (isp-flowvisor): the downlink of High and Medium flows goes into the "
+                        "household's queues there (default: no slice)")
+    p.add_argument("--slice-cert", default=CONFIG.slice_cert, help="the household's client certificate (PEM)")
+    p.add_argument("--slice-key", default=CONFIG.slice_key, help="its private key (PEM)")
+    p.add_argument("--slice-ca", default=CONFIG.slice_ca, help="the ISP's CA, which signs the slicer's certificate")
+    p.add_argument("--slice-plain-tcp", action="store_true", help="tests only: talk to the slicer without TLS")
+    p.add_argument("--public-address", action="append", default=[], metavar="IPV4",
+                   help="the household's public address, as the ISP sees it after the router's NAT (repeatable)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
@@ -90,9 +99,37 @@ def parse_args(argv):
             apps.load_table(args.apps)
         except (OSError, apps.BadAppTable) as exc:
             p.error(f"--apps {args.apps}: {exc}")
+    # Empty values are "none" (deploy/services.toml fills every setting in, empty when unused).
+    args.public_address = [a for a in args.public_address if a]
+    if args.slice:
+        _check_slice(p, args)
+    elif args.public_address:
+        p.error("--public-address is for --slice")
     if min(args.pending_lease, args.permitted_lease) < 10:
         p.error("leases shorter than 10 seconds make clients renew constantly")
     return args
+
+
+def _check_slice(p, args) -> None:
+    host, _, port = args.slice.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        p.error(f"--slice takes HOST:PORT, not {args.slice!r}")
+    args.slice_host, args.slice_port = host.strip("[]"), int(port)
+    if not args.public_address:
+        p.error("--slice needs the household's --public-address (the slice's rules match traffic to it)")
+    try:
+        args.public_address = tuple(str(ipaddress.IPv4Address(a)) for a in args.public_address)
+    except ValueError as exc:
+        p.error(f"--public-address: {exc}")
+    if args.slice_plain_tcp:
+        return
+    if not (args.slice_cert and args.slice_key and args.slice_ca):
+        p.error("--slice needs --slice-cert, --slice-key and --slice-ca (or --slice-plain-tcp, for tests)")
+    from . import slice_link
+    try:
+        slice_link.tls_context(args.slice_cert, args.slice_key, args.slice_ca)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        p.error(f"--slice-cert/--slice-key/--slice-ca: {exc}")
 
 
 def main(argv=None):
@@ -113,6 +150,10 @@ def main(argv=None):
     CONFIG.downlink_iface, CONFIG.downlink_kbit = args.downlink_iface, args.downlink_kbit
     CONFIG.shaper_percent, CONFIG.high_share = args.shaper_percent, args.high_share
     CONFIG.high_device_share = args.high_device_share
+    if args.slice:
+        CONFIG.slice_host, CONFIG.slice_port = args.slice_host, args.slice_port
+        CONFIG.slice_cert, CONFIG.slice_key, CONFIG.slice_ca = args.slice_cert, args.slice_key, args.slice_ca
+        CONFIG.slice_plain_tcp, CONFIG.public_addresses = args.slice_plain_tcp, args.public_address
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

@@ -39,6 +39,13 @@ class Config:
     shaper_percent: float = 90.0     # the shaper's rate, in percent of the line rate
     high_share: float = 0.3          # the High class's cap, a share of the shaped rate
     high_device_share: float = 0.2   # one device's High traffic at most, a share of the shaped rate
+    slice_host: str = ""             # the ISP's slicer (isp-flowvisor) for downlink priorities; empty: none
+    slice_port: int = 0
+    slice_cert: str = ""             # the household's client certificate and key, and the ISP's CA (TLS)
+    slice_key: str = ""
+    slice_ca: str = ""
+    slice_plain_tcp: bool = False    # tests only: no TLS
+    public_addresses: tuple[str, ...] = ()  # the household's address(es) as the ISP sees them (after NAT)
 
 
 CONFIG = Config()

@@ -1,0 +1,211 @@
+"""The household's slice link against a real slicer and a real Open vSwitch (isp-flowvisor's test harness):
+where the internet's packets to the household land on the ISP's aggregation switch (`ofproto/trace`), as the
+router learns flows and the household sets priorities; the slicer restarting; the slicer refusing a rule."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+from certs import CA
+from conftest import ROUTER_MAC, WLAN
+from fakeoftable import FakeSwitch
+from harness import PrivateOVS, SlicerProcess, wait_until
+from test_pipeline import join
+from test_qos import WEB, mark_of, up
+from test_router import PHONE
+
+from homework_controller import downlink, flows, qos
+from homework_controller.__main__ import parse_args
+from homework_controller.slice_link import SliceLink, tls_context
+
+# Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
+A = {"slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11", "ports": [2], "flow_quota": 20,
+     "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 20}
+B = {"slot": 2, "addresses": ["100.64.2.0/24"], "source_address": "127.0.0.12", "ports": [3], "flow_quota": 20,
+     "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 10}
+A_PUBLIC, B_PUBLIC = "100.64.1.1", "100.64.2.1"
+UPLINK = 1  # the aggregation switch's shared port towards the internet
+HIGH_DSCP, MEDIUM_DSCP = 46, 18  # what the slicer's queues 2 and 1 become (isp-flowvisor/README.md)
+
+
+@pytest.fixture(scope="module")
+def ovs(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for Open vSwitch")
+    switch = PrivateOVS(tmp_path_factory.mktemp("ovs")).start()
+    yield switch
+    switch.stop()
+
+
+@pytest.fixture
+def slicers(tmp_path, ovs, request):
+    """Start a slicer over a fresh aggregation bridge, households A and B registered."""
+    started: list[SlicerProcess] = []
+
+    def start(tls: dict[str, str] | None = None, **registered) -> SlicerProcess:
+        registry = tmp_path / "households.json"
+        registry.write_text(json.dumps({"next_slot": 3, "households": {"a": A, "b": B, **registered}}))
+        bridge = f"fvhw{os.getpid() % 10000}{abs(hash(request.node.name)) % 100}"
+        proc = SlicerProcess(tmp_path / "slicer", {"backend": "file", "path": str(registry)}, tls=tls,
+                             shared_ports=(UPLINK,), switch_socket=ovs.dir / f"{bridge}.slicer").start()
+        started.append(proc)
+        ovs.add_bridge(bridge, proc.controller)
+        proc.bridge = bridge  # type: ignore[attr-defined]
+        wait_until(proc.switch_connected, 60, "the aggregation switch to connect")
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+        ovs.vsctl("--if-exists", "del-br", proc.bridge)  # type: ignore[attr-defined]
+        ovs.bridges.remove(proc.bridge)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def slicer(slicers):
+    """Plain TCP: the slicer knows each household by its source address."""
+    return slicers()
+
+
+@pytest.fixture
+def links():
+    started: list[SliceLink] = []
+
+    def start(slicer, snapshot, public_addresses, host="127.0.0.1", tls=None) -> SliceLink:
+        """Household A's link (over plain TCP, from A's registered source address)."""
+        link = SliceLink(host, slicer.household_port, snapshot, public_addresses, tls,
+                         source_address=None if tls else A["source_address"], poll_s=0.2, echo_s=0.3,
+                         max_backoff_s=1.0).start()
+        started.append(link)
+        return link
+
+    yield start
+    for link in started:
+        link.stop()
+
+
+def downlink_lands(ovs, slicer, remote: str, public: str, remote_port: int = 443, proto: str = "tcp"):
+    """(DSCP, queue) a packet from the internet to a household's public address leaves the switch with."""
+    trace = ovs.run("ovs-appctl", "-t", str(ovs.dir / "vswitchd.ctl"), "ofproto/trace", slicer.bridge,
+                    f"in_port={UPLINK},{proto},nw_src={remote},{proto}_src={remote_port},nw_dst={public},"
+                    f"{proto}_dst=61000")
+    final = re.search(r"^Final flow: (.*)$", trace, re.M)
+    assert final, trace
+    tos = re.search(r"\bnw_tos=(\d+)", final.group(1))
+    queue = re.search(r"\bskb_priority=(0x[0-9a-f]+)", final.group(1))  # the datapath's queue (set_queue)
+    return (int(tos.group(1)) >> 2 if tos else 0), (int(queue.group(1), 16) if queue else None)
+
+
+def queue_of(household: dict, queue: int) -> tuple[int, int]:
+    """(DSCP, queue) of a household's slice queue on the switch: the slicer's numbering and marks."""
+    return {2: HIGH_DSCP, 1: MEDIUM_DSCP}[queue], household["slot"] << 2 | queue
+
+
+UNTOUCHED = (0, None)  # no rule of the household's: its Normal queue
+
+
+def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_priority(router, ovs, slicer, links):
+    lock = threading.Lock()  # the controller's: the link's snapshot is taken under it
+
+    def snapshot():
+        with lock:
+            return router.learnt_connections()
+
+    switch = FakeSwitch()
+    with lock:
+        switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+        phone = join(router, switch, PHONE)
+        mark_of(router, switch, up(phone, WEB))  # the phone's connection to a web site, Normal for now
+    link = links(slicer, snapshot, [A_PUBLIC])
+    wait_until(lambda: link.health()["connected"], 30, "the link to connect")
+    assert downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED
+
+    with lock:
+        switch.apply(router.set_app_priorities({"web": qos.HIGH}))
+    wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 2), 30,
+               "the web site's downlink to land in A's High queue")
+    # The same site's traffic to the neighbour is the neighbour's, untouched; another site's to A too.
+    assert downlink_lands(ovs, slicer, WEB, B_PUBLIC) == UNTOUCHED
+    assert downlink_lands(ovs, slicer, "198.51.100.99", A_PUBLIC) == UNTOUCHED
+    assert link.health()["rules_installed"] == 1 and link.health()["errors"] == 0
+
+    with lock:
+        switch.apply(router.set_app_priorities({"web": qos.MEDIUM}))
+    wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 1), 30,
+               "the rule to move to A's Medium queue")
+
+    with lock:  # the connection ends: its rule idled out of the router's switch
+        router.on_flow_removed(flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500)
+    wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED, 30, "the rule to go")
+    assert link.health()["rules_installed"] == 0 and link.health()["errors"] == 0
+
+
+CALL_SERVER = "198.51.100.7"
+CALL = (flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 50000, CALL_SERVER, 8801), qos.HIGH)
+
+
+def call_lands(ovs, slicer, public=A_PUBLIC):
+    return downlink_lands(ovs, slicer, CALL_SERVER, public, 8801, "udp")
+
+
+def test_after_the_slicer_restarts_the_link_reconnects_and_its_rules_are_back(ovs, slicer, links):
+    link = links(slicer, lambda: [CALL], [A_PUBLIC])
+    wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 30, "the call's rule")
+    slicer.stop()
+    wait_until(lambda: not link.health()["connected"], 30, "the link to notice")
+    # While the slicer is away the switch loses the rule (as a restarted switch would).
+    ovs.ofctl(slicer.bridge, "del-flows", f"cookie={A['slot'] << 40 | downlink.SLICE_COOKIE:#x}/-1")
+    assert call_lands(ovs, slicer) == UNTOUCHED
+    slicer.start()
+    wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 60, "the rule to be back")
+    assert link.health()["connects"] == 2 and link.health()["connected"]
+
+
+def test_a_rule_outside_the_households_addresses_is_refused_and_counted_and_the_rest_holds(ovs, slicer, links):
+    link = links(slicer, lambda: [CALL], [A_PUBLIC, B_PUBLIC])  # misconfigured: B's address given as A's
+    wait_until(lambda: link.health()["errors"] >= 1, 30, "the slicer's refusal")
+    wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 30, "A's own rule")
+    assert call_lands(ovs, slicer, B_PUBLIC) == UNTOUCHED  # B's traffic stays B's
+    health = link.health()
+    assert health["connected"] and health["rules_installed"] == 1 and health["rules_refused"] == 1
+    assert "BAD_MATCH" in health["last_error"] and B_PUBLIC in health["last_error"]
+    # Refused once, not again at every poll; and the session carries on (kept alive by echoes: it
+    # calls a slicer silent for three echo intervals gone).
+    time.sleep(1.5)
+    assert link.health()["errors"] == health["errors"] and link.health()["connects"] == 1
+
+
+def test_over_tls_the_slicer_knows_the_household_by_its_certificate_and_a_stranger_slicer_is_refused(
+        tmp_path, ovs, slicers, links):
+    ca = CA(tmp_path / "isp-ca")
+    household = ca.issue("household-a")
+    slicer = slicers(tls=ca.issue("localhost", server=True), a={**A, "cert_sha256": household["sha256"]})
+    link = links(slicer, lambda: [CALL], [A_PUBLIC], host="localhost",
+                 tls=tls_context(household["cert"], household["key"], household["ca"]))
+    wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 30, "the call's rule over TLS")
+    assert link.health()["tls"] and link.health()["connects"] == 1
+    # A slicer whose certificate the ISP's CA did not sign (a man in the middle) gets nothing.
+    other = CA(tmp_path / "other-ca", "fv-other-ca")
+    stranger = links(slicer, lambda: [CALL], [A_PUBLIC], host="localhost",
+                     tls=tls_context(household["cert"], household["key"], other.path))
+    wait_until(lambda: "CERTIFICATE_VERIFY_FAILED" in stranger.health()["last_failure"], 30, "the refusal")
+    assert not stranger.health()["connected"] and stranger.health()["connects"] == 0
+    assert link.health()["connected"]  # the real session is not disturbed
+
+
+def test_slice_options_need_a_public_address_and_tls_files_unless_plain_tcp(tmp_path):
+    ok = parse_args(["--slice", "isp.example:6643", "--slice-plain-tcp", "--public-address", A_PUBLIC])
+    assert (ok.slice_host, ok.slice_port, ok.public_address) == ("isp.example", 6643, (A_PUBLIC,))
+    assert not parse_args(["--slice", "", "--public-address", ""]).slice  # settings left empty: no slice
+    for bad in (["--slice", "isp.example:6643", "--slice-plain-tcp"],  # no public address
+                ["--slice", "isp.example", "--slice-plain-tcp", "--public-address", A_PUBLIC],
+                ["--slice", "isp.example:6643", "--public-address", A_PUBLIC],  # no certificate
+                ["--slice", "isp.example:6643", "--public-address", A_PUBLIC, "--slice-cert", str(tmp_path / "no"),
+                 "--slice-key", str(tmp_path / "no"), "--slice-ca", str(tmp_path / "no")],
+                ["--public-address", A_PUBLIC]):  # no slice to use it for
+        with pytest.raises(SystemExit):
+            parse_args(bad)
