@@ -80,10 +80,14 @@ def dhcp_storm(rounds: int, devices: int) -> None:
                                  "--no-ping",
                                  "--dhcp-leasefile=/dev/null", "--log-facility=/dev/null")
             time.sleep(1)
-            for _ in range(rounds):  # interleaved, so drift in machine load hits both alike
+            for round_no in range(rounds):  # interleaved, so drift in machine load hits both alike
                 out = json.loads(plain.exec(plain.CLIENT_NS, *storm, "eth0", devices, 20))
                 baseline_acks += out["ack_s"]
                 unanswered["baseline"] += devices - out["acked"]
+                if round_no:
+                    # Each round is a household meeting a router that has not seen its devices. The last
+                    # round's are still pending, and at most 256 may wait (the rest make way for them).
+                    forget_devices(home)
                 out = json.loads(in_client(home, "storm", *storm, "wlan0", devices, 20))
                 homework_acks += out["ack_s"]
                 unanswered["homework"] += devices - out["acked"]
@@ -102,7 +106,19 @@ def dhcp_storm(rounds: int, devices: int) -> None:
              ratio(hw["median_ms"], base["median_ms"]), "< 50 ms (original router: 700 ms)"],
             ["DHCP storm: DISCOVER to ACK, p99", f"{hw['p99_ms']} ms", f"{base['p99_ms']} ms (dnsmasq)",
              ratio(hw["p99_ms"], base["p99_ms"]), ""],
+            # The storm client sends each DISCOVER once (a real client would retry after ~4 s): a
+            # device left unanswered is not in the times above, so it is counted here.
+            ["DHCP storm: devices left unanswered", f"{unanswered['homework']} of {rounds * devices}",
+             f"{unanswered['baseline']} of {rounds * devices} (dnsmasq)", "", "0"],
         ]})
+
+
+def forget_devices(home) -> None:
+    """The router's controller, restarted with an empty device store."""
+    home.processes.stop("controller")
+    for path in home.run_dir.glob("controller.sqlite*"):
+        path.unlink()
+    home.start("controller")
 
 
 def first_packet(count: int) -> None:

@@ -22,11 +22,11 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import dnslib
 
 from . import dnsgate
+from .supervised import SocketService, Supervisor
 
 LOG = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ MAX_TCP_CLIENTS = 20            # connections at once (dnsmasq's limit)...
 MAX_TCP_PER_CLIENT = 4          # ...of which one device may hold this many
 DEVICE_QPS, DEVICE_BURST = 100, 200  # queries a second one device may send (UDP and TCP together), and at once
 TCP_MESSAGE_S = 5.0             # a connection must deliver each whole query within this (idle or slow: closed)
-SUPERVISE_S = 0.5               # how often the supervisor looks at the service threads
 POLL_S = 0.5                    # service loops wake this often to notice close()
 ERROR_LOG_EVERY_S = 10.0
 RCODE_SERVFAIL = 2
@@ -91,32 +90,6 @@ def _error_reply(wire: bytes, rcode: int) -> bytes | None:
     return None if formerr is None else formerr[:3] + bytes([formerr[3] & 0xF0 | rcode]) + formerr[4:]
 
 
-class _Service:
-    """One supervised service: a socket and the thread serving it, recreated together if the thread dies."""
-
-    def __init__(self, name: str, open_socket: Callable[[], socket.socket], serve: Callable[[socket.socket], None]):
-        self.name, self.open_socket, self.serve = name, open_socket, serve
-        self.sock: socket.socket | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-        self.sock = self.open_socket()
-        self.thread = threading.Thread(target=self._run, args=(self.sock,), name=f"dns-{self.name}", daemon=True)
-        self.thread.start()
-
-    def _run(self, sock):
-        try:
-            self.serve(sock)
-        except BaseException:  # the thread ends here either way; say why
-            LOG.exception("resolver %s thread died; the supervisor restarts it", self.name)
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-
 class DnsServer:
     """The resolver's sockets. `listen` is (address, port); `interface` (the LAN's) confines it
     to packets that arrived there (SO_BINDTODEVICE), whatever address they were sent to."""
@@ -129,46 +102,26 @@ class DnsServer:
         self.counters = Counter({name: 0 for name in (
             "dns_errors", "dns_overload_dropped", "dns_tcp_refused", "dns_tcp_closed_slow",
             "dns_rebind_blocked", "dns_upstream_failed", "dns_upstream_unreadable", "dns_rate_limited")})
-        self.restarts = 0
-        self._stopping = threading.Event()
         self._guard = threading.Lock()  # this server's own bookkeeping, never the controller's lock
         self._relays: Counter[str] = Counter()
         self._tcp_clients: Counter[str] = Counter()
         self._allowance: dict[str, tuple[float, float]] = {}  # client -> (queries it may still send, when)
         self._last_error_log = 0.0
-        self.services = [_Service("udp", self._open_udp, self._serve_udp),
-                         _Service("tcp", self._open_tcp, self._serve_tcp)]
+        self.supervisor = Supervisor("resolver", [SocketService("udp", self._open_udp, self._serve_udp),
+                                                  SocketService("tcp", self._open_tcp, self._serve_tcp)])
+        self.services = self.supervisor.services
 
     # -- lifecycle
 
     def start(self) -> None:
-        for service in self.services:
-            service.start()
-        threading.Thread(target=self._supervise, name="dns-supervisor", daemon=True).start()
+        self.supervisor.start()
 
     def close(self) -> None:
-        self._stopping.set()
-        for service in self.services:
-            if service.thread is not None:
-                service.thread.join(POLL_S * 4)
-            if service.sock is not None:
-                service.sock.close()
+        self.supervisor.stop(join_s=POLL_S * 4)
 
     def health(self) -> dict:
         """E.g. {"udp": "running", "tcp": "running", "restarts": 0}."""
-        return dict({s.name: "running" if s.running else "stopped" for s in self.services}, restarts=self.restarts)
-
-    def _supervise(self):
-        while not self._stopping.wait(SUPERVISE_S):
-            for service in self.services:
-                if service.running:
-                    continue
-                try:
-                    service.start()
-                    self.restarts += 1
-                    LOG.warning("resolver %s restarted (%d restarts so far)", service.name, self.restarts)
-                except Exception as exc:  # the supervisor itself must not die: try again next round
-                    LOG.error("resolver %s could not restart: %s", service.name, exc)
+        return self.supervisor.health()
 
     def _bound(self, kind: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, kind)
@@ -258,7 +211,7 @@ class DnsServer:
         return sock
 
     def _serve_udp(self, sock: socket.socket):
-        while not self._stopping.is_set():
+        while not self.supervisor.stopping:
             try:
                 wire, ancillary, _, client = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO.size))
             except TimeoutError:
@@ -349,7 +302,7 @@ class DnsServer:
         return sock
 
     def _serve_tcp(self, listener: socket.socket):
-        while not self._stopping.is_set():
+        while not self.supervisor.stopping:
             try:
                 conn, (client_ip, _) = listener.accept()
             except TimeoutError:

@@ -9,8 +9,10 @@ from collections import OrderedDict, deque
 
 
 class FairQueue:
-    def __init__(self, per_key_limit: int = 64):
+    def __init__(self, per_key_limit: int = 64, limits: dict | None = None):
+        """per_key_limit: each key's queue length; limits: other lengths for some keys."""
         self.per_key_limit = per_key_limit
+        self.limits = limits or {}
         self._queues: OrderedDict[object, deque] = OrderedDict()
         self.dropped = 0
 
@@ -19,7 +21,7 @@ class FairQueue:
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
-        if len(queue) >= self.per_key_limit:
+        if len(queue) >= self.limits.get(key, self.per_key_limit):
             self.dropped += 1
             return False
         queue.append(item)

@@ -7,9 +7,10 @@ per table (`Admission`, `Accounting`, `Routing`), highest first:
 table 0, admission: what may enter at all.
   TAGGED         wlan: any VLAN-tagged frame                           -> drop (a station sends untagged frames)
   BLACKLISTED    blacklisted device (from it, or to it)                -> drop
-  DEVICE_CONTROL wlan: a known device's DHCP / EAPOL                   -> its own meter, controller / hostapd
-  CONTROL        wlan: DHCP / EAPOL from anyone else                   -> newcomers' meter, controller / hostapd
-                 router: EAPOL                                         -> wlan
+  DEVICE_CONTROL wlan: a known device's DHCP (broadcast, or to its      -> its own meter, then the router (the
+                 gateway) / EAPOL                                         controller's DHCP socket) / hostapd
+  CONTROL        wlan: broadcast DHCP / EAPOL from anyone else         -> newcomers' meter, router / hostapd
+                 router: EAPOL, DHCP answers                           -> wlan
   DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
   ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
   SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
@@ -75,6 +76,8 @@ LOCAL = "LOCAL"
 CONTROLLER = "CONTROLLER"
 
 ETH_IPV4, ETH_ARP, ETH_EAPOL = 0x0800, 0x0806, 0x888E
+DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
+ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
 VLAN_PRESENT = 0x1000  # OpenFlow 1.3's OFPVID_PRESENT bit of vlan_vid
 DNS_OVER_TLS_PORT = 853
 PROTO_TCP, PROTO_UDP = 6, 17
@@ -131,8 +134,9 @@ class MeterBand:
 # Packet-in budgets (packets per second). Every device the router knows has its own meter for
 # what it sends the controller (DHCP, ARP); devices it does not know yet share one, so a storm
 # of forged MACs eats only the newcomers' budget, never a known device's. The newcomers' burst
-# lets a whole household (100 devices after a power cut) ask at once.
-NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=150)
+# lets a whole household (100 devices after a power cut) ask at once: a DISCOVER and a REQUEST
+# each (a device has its own budget only from its first lease on), and some to spare.
+NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=250)
 DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
 
 
@@ -198,8 +202,13 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
     return [
         # OVS matches an untagged frame's fields whatever tag it carries: refuse tags outright.
         rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=wlan_port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
-        rule(TABLE_ADMISSION, Admission.CONTROL, newcomer, in_port=wlan_port, eth_type=ETH_IPV4,
-             ip_proto=PROTO_UDP, udp_dst=67),
+        # DHCP goes to the controller's socket on the router's LAN interface, not as packet-ins:
+        # no OpenFlow round trip on the path a hundred devices take at once after a power cut.
+        # Only to a DHCP server's addresses: the router's stack would route anything else onwards.
+        rule(TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port,
+             eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=ALL_HOSTS, udp_dst=DHCP_SERVER_PORT),
+        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_IPV4,
+             ip_proto=PROTO_UDP, udp_src=DHCP_SERVER_PORT, udp_dst=DHCP_CLIENT_PORT),
         # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
         # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
         rule(TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port,
@@ -213,7 +222,6 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
     ]
 
 
-ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
 
 
 def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRule]:
@@ -264,13 +272,14 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
         return frozenset()
     # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
     meter = Meter(device_meter(device).meter_id)
-    metered = (meter, Output(CONTROLLER))
-    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, metered, cookie, in_port=wlan_port,
-                   eth_src=device.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, udp_dst=67),
-              rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
-                   eth_src=device.mac, eth_type=ETH_EAPOL),
-              rule(TABLE_ADMISSION, Admission.DEVICE_ARP, metered, cookie, in_port=wlan_port, eth_src=device.mac,
-                   eth_type=ETH_ARP)}
+    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
+                   eth_src=device.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=server,
+                   udp_dst=DHCP_SERVER_PORT)
+              for server in (ALL_HOSTS, device.subnet.gateway)}
+    budget |= {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
+                    eth_src=device.mac, eth_type=ETH_EAPOL),
+               rule(TABLE_ADMISSION, Admission.DEVICE_ARP, (meter, Output(CONTROLLER)), cookie, in_port=wlan_port,
+                    eth_src=device.mac, eth_type=ETH_ARP)}
     if not (device.forwards and device.lease_active(now)):
         return frozenset(budget)
     ip = device.subnet.device_ip

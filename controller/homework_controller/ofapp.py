@@ -6,12 +6,14 @@ PacketOuts, netlink address changes, DNS relays and log lines.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import socketserver
 import subprocess
 import threading
 import time
+from collections import deque
 from wsgiref import simple_server
 
 from os_ken.base import app_manager
@@ -21,7 +23,22 @@ from os_ken.ofproto import ofproto_v1_3
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import api, apps, dhcp, dns_server, flows, hostapd_ctrl, openflow, packets, qos, shaper, stations, wifi_keys
+from . import (
+    api,
+    apps,
+    dhcp,
+    dhcp_port,
+    dns_server,
+    flows,
+    hostapd_ctrl,
+    openflow,
+    packets,
+    qos,
+    shaper,
+    slice_link,
+    stations,
+    wifi_keys,
+)
 from .config import CONFIG
 from .fairness import FairQueue
 from .hwdb_feed import AppFeed
@@ -30,6 +47,7 @@ from .model import BadMac
 from .router import (
     AddGatewayAddress,
     AgentReport,
+    AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
     HomeRouter,
@@ -49,6 +67,14 @@ LOG = logging.getLogger("homework.controller")
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+# Rule changes decided while devices wait for DHCP answers are sent once nobody waits: a hundred
+# devices asking at once get their answers first. Once the oldest has waited this long, answers
+# and held rule changes take turns, so neither waits for the other to run out.
+HELD_RULES_MAX_AGE_S = 0.5
+HELD_RULES_PER_TURN = 4  # sent per turn of the lock (about a millisecond)
+# Held rule changes wait for the devices to go quiet this long: the switch's own thread also
+# forwards their frames, and a burst of rule changes in the middle of a storm stalls it.
+HELD_RULES_QUIET_S = 0.03
 
 
 def qos_settings(config) -> qos.QosSettings:
@@ -109,8 +135,16 @@ class HomeworkController(app_manager.OSKenApp):
             self.hwdb.write("Events", ("device-database", "", self.router.store.recovered))
         self.datapath = None
         self.switch_ready = False
-        self.packet_ins = FairQueue(per_key_limit=CONFIG.per_device_queue)
-        self.packet_ins_ready = threading.Event()
+        # What devices send the controller (packet-ins, and DHCP from its socket), queued per device.
+        # Newcomers share one queue, as long as their meter's burst: what the switch lets through
+        # for a household arriving at once is not dropped here.
+        self.from_devices = FairQueue(per_key_limit=CONFIG.per_device_queue,
+                                      limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
+        self.from_devices_ready = threading.Event()
+        self.dhcp_before_switch = 0
+        self.held_rules: deque[tuple[float, object]] = deque()  # (when decided, rule or meter change)
+        self.answered_last = False
+        self.last_answer_at = 0.0
         self.ipr = IPRoute()
         self.lan_index = None
         self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -123,7 +157,9 @@ class HomeworkController(app_manager.OSKenApp):
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
         self.lock = TimedLock()
-        self._start_thread(self._serve_packet_ins)
+        self._start_thread(self._serve_from_devices)
+        self.dhcp_port = dhcp_port.DhcpPort(CONFIG.lan_iface)
+        self.dhcp_port.start(self._on_dhcp)
         self._start_thread(self._tick)
         self._start_thread(self._poll_counters)
         self._start_thread(self._add_gateway_addresses)
@@ -137,6 +173,12 @@ class HomeworkController(app_manager.OSKenApp):
         self.app_feed = AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
         if self.app_feed is not None:
             self.app_feed.start()
+        self.slice_link = None
+        if CONFIG.slice_host:
+            tls = None if CONFIG.slice_plain_tcp else slice_link.tls_context(CONFIG.slice_cert, CONFIG.slice_key,
+                                                                             CONFIG.slice_ca)
+            self.slice_link = slice_link.SliceLink(CONFIG.slice_host, CONFIG.slice_port, self._learnt_connections,
+                                                   CONFIG.public_addresses, tls).start()
         self.api_server = simple_server.make_server(
             CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
             server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
@@ -175,6 +217,7 @@ class HomeworkController(app_manager.OSKenApp):
         local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
         with self.lock:
             self.datapath, self.switch_ready = dp, False
+            self.held_rules.clear()  # the whole rule set, from the router's state, follows
             for msg in openflow.delete_everything():
                 self._send(dp, msg)
             self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
@@ -201,7 +244,7 @@ class HomeworkController(app_manager.OSKenApp):
         if ev.msg.desc.name.decode() == CONFIG.wlan_port and ev.msg.reason == ev.msg.datapath.ofproto.OFPPR_ADD:
             ev.msg.datapath.send_msg(ev.msg.datapath.ofproto_parser.OFPPortDescStatsRequest(ev.msg.datapath, 0))
 
-    # ---- packet-ins: queued per device, served round-robin
+    # ---- packet-ins and DHCP: parsed outside the lock, queued per device, served round-robin
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _on_packet_in(self, ev):
@@ -215,35 +258,68 @@ class HomeworkController(app_manager.OSKenApp):
         in_port = msg.match["in_port"]
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
+        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port))
+
+    def _on_dhcp(self, frame: packets.Frame) -> None:
+        """A client's DHCP frame from the LAN interface (dhcp_port)."""
+        if self.datapath is None:
+            # Rules a restarted controller finds in the switch still send DHCP here; answers wait
+            # until it knows the switch (and the router's MAC), which the client's retry finds.
+            self.dhcp_before_switch += 1
+            return
+        self._queue(frame, self.router.on_dhcp, answers_first=True)
+
+    def _queue(self, frame: packets.Frame, decide, answers_first: bool = False) -> None:
+        """answers_first: DHCP, which a household's devices all ask at once after a power cut; the
+        rule changes it brings wait behind the answers (packet-ins' do not: a learnt flow's rule
+        ends the copies of its packets)."""
         with self.lock:
             # Devices the router knows get a queue each; everyone else shares one, or a storm of
             # forged MACs would be a thousand "devices" each served as often as a real one.
             key = frame.eth_src if frame.eth_src in self.router.devices else NEWCOMERS
-            queued = self.packet_ins.put(key, (msg.table_id, in_port, frame))
+            queued = self.from_devices.put(key, (frame, decide, answers_first))
         if queued:
-            self.packet_ins_ready.set()
+            self.from_devices_ready.set()
 
-    def _serve_packet_ins(self):
+    def _serve_from_devices(self):
         while True:
-            self.packet_ins_ready.wait()
-            self.packet_ins_ready.clear()
-            while True:
-                with self.lock:
-                    if not self.packet_ins:
-                        break
-                    table, in_port, frame = self.packet_ins.pop()
-                    try:
-                        self._apply(self._dispatch(table, in_port, frame))
-                    except Exception:
-                        LOG.exception("packet-in from %s failed", frame.eth_src)
+            self.from_devices_ready.wait()
+            self.from_devices_ready.clear()
+            while (pause := self._serve_one_turn()) is not None:
+                if pause:  # for a new frame, or for the devices to go quiet
+                    self.from_devices_ready.wait(pause)
+                    self.from_devices_ready.clear()
+
+    def _serve_one_turn(self) -> float | None:
+        """Answer the next waiting frame or, when none waits (or the held rules are overdue), send
+        some held rule changes: 0. How long to wait before sending held ones (the devices are not
+        quiet yet), or None when there is nothing to do."""
+        with self.lock:
+            overdue = self.held_rules and time.monotonic() - self.held_rules[0][0] > HELD_RULES_MAX_AGE_S
+            if self.from_devices and not (overdue and self.answered_last):
+                frame, decide, answers_first = self.from_devices.pop()
+                if answers_first:
+                    self.last_answer_at = time.monotonic()
+                try:
+                    self._apply(decide(frame), answers_first=answers_first)
+                except Exception:
+                    LOG.exception("frame from %s failed", frame.eth_src)
+                self.answered_last = True
+                return 0
+            self.answered_last = False
+            if not self.held_rules:
+                return None
+            quiet_in = self.last_answer_at + HELD_RULES_QUIET_S - time.monotonic()
+            if quiet_in > 0 and not overdue:
+                return quiet_in
+            self._send_held_rules(HELD_RULES_PER_TURN)
+            return 0
 
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
             return self.router.on_flow_copy(in_port, frame)
         if frame.arp is not None:
             return self.router.on_arp(in_port, frame)
-        if frame.is_udp and frame.dport == 67 and in_port != flows.LOCAL:
-            return self.router.on_dhcp(frame)
         return []
 
     # ---- flow accounting
@@ -294,7 +370,7 @@ class HomeworkController(app_manager.OSKenApp):
 
     def _dns_learn(self, learnt, client_ip: str | None = None):
         with self.lock:
-            self._apply(self.router.dns_answer(learnt, client_ip))
+            self._apply(self.router.dns_answer(learnt, client_ip), at_once=True)
 
     def _resolve(self, domain: str):
         self._dns_learn(self.dns.resolve(domain).learnt)
@@ -309,6 +385,11 @@ class HomeworkController(app_manager.OSKenApp):
         with self.lock:
             self._apply(self.router.agent_reported(reports))
 
+    def _learnt_connections(self) -> list:
+        """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""
+        with self.lock:
+            return self.router.learnt_connections()
+
     def _watch_shapers(self):
         """The shaped links' trees kept in place, and the household told when High is overloaded (off the lock)."""
         watch = shaper.Watch(self.shapers)
@@ -320,42 +401,66 @@ class HomeworkController(app_manager.OSKenApp):
 
     # ---- effects
 
-    _SWITCH_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter, SendFrame)
+    _RULE_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter)
+    _SWITCH_EFFECTS = (*_RULE_EFFECTS, SendFrame)
 
-    def _apply(self, effects: list) -> None:
-        dp = self.datapath
+    def _apply(self, effects: list, *, answers_first: bool = False, at_once: bool = False) -> None:
+        """Carry out the router's effects. Rule and meter changes reach the switch in the order
+        they were decided: answers_first (devices are waiting) holds them back behind the answers
+        (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
+        (a household's decision; addresses blocked before the DNS answer that names them leaves)
+        sends everything held and then its own."""
+        if at_once:
+            self._send_held_rules()
+        hold = answers_first or bool(self.held_rules)
+        now = time.monotonic()
         for effect in effects:
-            if dp is None and isinstance(effect, self._SWITCH_EFFECTS):
-                continue  # the switch gets the whole rule set from the router's state when it reconnects
-            if isinstance(effect, InstallRules):
-                for r in effect.rules:
-                    self._send(dp, openflow.flow_mod(r))
-            elif isinstance(effect, ModifyRules):
-                for r in effect.rules:
-                    self._send(dp, openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT))
-            elif isinstance(effect, RemoveRules):
-                self._send(dp, openflow.delete_cookie(effect.cookie))
-            elif isinstance(effect, InstallMeter):
-                self._send(dp, openflow.add_meter(effect.band))
-            elif isinstance(effect, RemoveMeter):
-                self._send(dp, openflow.delete_meter(effect.meter_id))
-            elif isinstance(effect, SendFrame):
-                self._send(dp, openflow.packet_out(effect.port, effect.data))
-            elif isinstance(effect, AddGatewayAddress):
-                # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
-                self.gateway_jobs.put(effect.subnet)
-            elif isinstance(effect, ResolveName):
-                self._start_thread(self._resolve, effect.domain)
-            elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-                if CONFIG.hostapd_ctrl:
-                    self.hostapd_jobs.put(effect)
-            elif isinstance(effect, LogRow):
-                self.hwdb.write(effect.table, effect.row)
-            elif isinstance(effect, TellHousehold):
-                LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
-                self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
+            if hold and isinstance(effect, self._RULE_EFFECTS):
+                self.held_rules.append((now, effect))
             else:
-                raise TypeError(f"unknown effect {effect!r}")
+                self._carry_out(effect)
+        if self.held_rules and not answers_first:
+            self.from_devices_ready.set()  # the worker sends them
+
+    def _send_held_rules(self, limit: int | None = None) -> None:
+        for _ in range(len(self.held_rules) if limit is None else min(limit, len(self.held_rules))):
+            self._carry_out(self.held_rules.popleft()[1])
+
+    def _carry_out(self, effect) -> None:
+        dp = self.datapath
+        if dp is None and isinstance(effect, self._SWITCH_EFFECTS):
+            return  # the switch gets the whole rule set from the router's state when it reconnects
+        if isinstance(effect, InstallRules):
+            for r in effect.rules:
+                self._send(dp, openflow.flow_mod(r))
+        elif isinstance(effect, ModifyRules):
+            for r in effect.rules:
+                self._send(dp, openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT))
+        elif isinstance(effect, RemoveRules):
+            self._send(dp, openflow.delete_cookie(effect.cookie))
+        elif isinstance(effect, InstallMeter):
+            self._send(dp, openflow.add_meter(effect.band))
+        elif isinstance(effect, RemoveMeter):
+            self._send(dp, openflow.delete_meter(effect.meter_id))
+        elif isinstance(effect, SendFrame):
+            self._send(dp, openflow.packet_out(effect.port, effect.data))
+        elif isinstance(effect, AnswerDhcp):
+            self.dhcp_port.send(effect.data)
+        elif isinstance(effect, AddGatewayAddress):
+            # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
+            self.gateway_jobs.put(effect.subnet)
+        elif isinstance(effect, ResolveName):
+            self._start_thread(self._resolve, effect.domain)
+        elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
+            if CONFIG.hostapd_ctrl:
+                self.hostapd_jobs.put(effect)
+        elif isinstance(effect, LogRow):
+            self.hwdb.write(effect.table, effect.row)
+        elif isinstance(effect, TellHousehold):
+            LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
+            self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
+        else:
+            raise TypeError(f"unknown effect {effect!r}")
 
     @staticmethod
     def _send(dp, msg) -> None:
@@ -463,23 +568,27 @@ class HomeworkController(app_manager.OSKenApp):
                     "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written,
                              "rows_dropped": self.hwdb.dropped},
                     "resolver": self.dns.health(),
+                    "dhcp": self.dhcp_port.health(),
                     "qos": {**{way: s.health() for way, s in self.shapers.items()},
                             "app_feed": None if self.app_feed is None else {
                                 "subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
                             "app_priorities": dict(sorted(self.router.app_priority.items())),
-                            "demoted_devices": sorted(self.router.demoted)}}
+                            "demoted_devices": sorted(self.router.demoted)},
+                    "slice": None if self.slice_link is None else self.slice_link.health()}
         if name == "counters":
-            return dict(self.router.counters, packet_in_dropped=self.packet_ins.dropped,
+            return dict(self.router.counters, packet_in_dropped=self.from_devices.dropped,
+                        dhcp_frames_malformed=self.dhcp_port.malformed, dhcp_before_switch=self.dhcp_before_switch,
+                        dhcp_socket_dropped=self.dhcp_port.dropped(),
                         store_write_errors=self.router.store.errors,
                         hwdb_rows_written=self.hwdb.written, hwdb_rows_dropped=self.hwdb.dropped,
                         lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1), lock_max_hold_by=self.lock.max_hold_by,
                         **self.dns.counters)
         result = getattr(self.router, name)(*args)
         if name in ("permit_dns", "deny_dns"):
-            self._apply(result)
+            self._apply(result, at_once=True)
             return self.router.dns_rules_of(args[0])
         if name in ("permit", "deny", "whitelist", "blacklist", "rename"):
-            self._apply(result)
+            self._apply(result, at_once=True)
             # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
             return dict(self.router.status(args[0]), applied=self.switch_ready)
         return result

@@ -39,7 +39,6 @@ def actions(values) -> list:
 def flow_mod(rule: flows.FlowRule, command: int = ofp.OFPFC_ADD):
     """The rule as an OFPFC_ADD (or, with command=OFPFC_MODIFY_STRICT, new actions for the rule of the same
     match and rule priority if the switch still holds it: its counters and timeouts carry on)."""
-    match = {k: port_number(cast("int | str", v)) if k == "in_port" else v for k, v in rule.match}
     # OpenFlow 1.3's order: meter, then apply-actions, then goto.
     instructions = [parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER) for a in rule.actions
                     if isinstance(a, flows.Meter)]
@@ -50,13 +49,24 @@ def flow_mod(rule: flows.FlowRule, command: int = ofp.OFPFC_ADD):
     return parser.OFPFlowMod(None, cookie=rule.cookie, command=command, table_id=rule.table, priority=rule.priority,
                              idle_timeout=rule.idle_timeout,
                              flags=ofp.OFPFF_SEND_FLOW_REM if rule.notify_removal else 0,
-                             match=parser.OFPMatch(**match), instructions=instructions)
+                             match=match_of(rule), instructions=instructions)
 
 
 def delete_cookie(cookie: int, mask: int = flows.DEVICE_COOKIE_MASK):
     """Every rule carrying the cookie, in every table."""
     return parser.OFPFlowMod(None, cookie=cookie, cookie_mask=mask, command=ofp.OFPFC_DELETE,
                              table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+
+
+def match_of(rule: flows.FlowRule):
+    return parser.OFPMatch(**{k: port_number(cast("int | str", v)) if k == "in_port" else v for k, v in rule.match})
+
+
+def delete_strict(rule: flows.FlowRule):
+    """The one rule of the same table, match and rule priority, whatever its actions."""
+    return parser.OFPFlowMod(None, cookie=rule.cookie, cookie_mask=flows.DEVICE_COOKIE_MASK,
+                             command=ofp.OFPFC_DELETE_STRICT, table_id=rule.table, priority=rule.priority,
+                             out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=match_of(rule))
 
 
 def delete_everything() -> list:

@@ -60,6 +60,14 @@ class SendFrame:
 
 
 @dataclass(frozen=True)
+class AnswerDhcp:
+    """A DHCP answer, sent by the router's LAN interface into the switch (which passes it to the
+    wireless port): DHCP arrives there too, so it is answered without an OpenFlow round trip."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
 class AuthenticatorDeny:
     """Tell the authenticator (hostapd) to refuse, or accept again, a device's association.
 
@@ -293,10 +301,11 @@ class HomeRouter:
                 # Asked during a storm, and real: it took its lease, which a forged MAC never does.
                 effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
         if outcome.reply is not None:
-            wlan_port, router_mac = self._switch()
             reply = outcome.reply
-            effects.append(SendFrame(wlan_port, packets.udp_frame(
-                router_mac, reply.dst_mac, reply.server_ip, reply.dst_ip, 67, 68, dhcp.encode_reply(reply))))
+            # First: the device waits for its answer, not for its rules, which follow within a millisecond.
+            effects.insert(0, AnswerDhcp(packets.udp_frame(self._switch()[1], reply.dst_mac, reply.server_ip,
+                                                           reply.dst_ip, flows.DHCP_SERVER_PORT,
+                                                           flows.DHCP_CLIENT_PORT, dhcp.encode_reply(reply))))
         return effects
 
     def _fingerprint_differs(self, before: Device | None, seen: clones.Fingerprint, msg_type: int) -> list[str]:
@@ -535,6 +544,12 @@ class HomeRouter:
         names = set(self.app_table.priorities) | set(self.app_priority)
         return [{"app": app, "priority": self.app_priority.get(app) or self.app_table.default_priority(app),
                  "set_by": "household" if app in self.app_priority else "table"} for app in sorted(names)]
+
+    def learnt_connections(self) -> list[tuple[flows.FiveTuple, str]]:
+        """Every learnt flow as its device sees it (its address first), with the priority its rule
+        carries: what the household's ISP slice rules are made from (`downlink.py`)."""
+        return [(self._device_side(self.devices[mac], flow), info.priority)
+                for mac, known in self.flow_apps.items() for flow, info in known.items()]
 
     def agent_reported(self, reports: list[AgentReport]) -> list:
         """End-host agents said which program owns connections: label those of the device whose lease

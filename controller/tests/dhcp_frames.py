@@ -20,7 +20,7 @@ def frame(mac, msg_type, **kw):
 
 
 def reply_of(effect_data):
-    """Decode the DHCP reply inside a SendFrame's bytes with scapy."""
+    """Decode the DHCP reply inside an AnswerDhcp's bytes with scapy."""
     pkt = Ether(effect_data)
     opts = {o[0]: o[1:] if len(o) > 2 else o[1] for o in pkt[DHCP].options if isinstance(o, tuple)}
     return pkt, opts

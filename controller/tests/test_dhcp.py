@@ -10,14 +10,14 @@ from scapy.packet import Raw
 
 from homework_controller import dhcp, packets
 from homework_controller.model import Subnet
-from homework_controller.router import SendFrame
+from homework_controller.router import AnswerDhcp
 
 PHONE = "02:00:00:00:00:aa"
 TABLET = "02:00:00:00:00:bb"
 
 
 def answers(effects):
-    return [reply_of(e.data) for e in effects if isinstance(e, SendFrame)]
+    return [reply_of(e.data) for e in effects if isinstance(e, AnswerDhcp)]
 
 
 def join(router, mac, hostname=b"phone"):

@@ -16,3 +16,10 @@ def test_a_full_queue_drops_only_that_devices_packets():
     assert not q.put("flooder", 3)
     assert q.put("phone", "dhcp")
     assert q.dropped == 1 and len(q) == 3
+
+
+def test_one_key_may_hold_more_than_the_others():
+    q = FairQueue(per_key_limit=2, limits={"newcomers": 4})
+    assert all(q.put("newcomers", i) for i in range(4))
+    assert not q.put("newcomers", 4)
+    assert q.put("phone", 0) and q.put("phone", 1) and not q.put("phone", 2)

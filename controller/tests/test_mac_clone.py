@@ -5,7 +5,7 @@ from dhcp_frames import frame, reply_of
 
 from homework_controller import clones, dhcp
 from homework_controller.dhcp import DhcpRequest
-from homework_controller.router import AuthenticatorKick, HomeRouter, SendFrame, TellHousehold
+from homework_controller.router import AnswerDhcp, AuthenticatorKick, HomeRouter, TellHousehold
 from homework_controller.store import DeviceStore
 
 PHONE = "02:00:00:00:00:aa"
@@ -19,7 +19,7 @@ def ask(router, mac, client, msg_type="discover", **kw):
 
 
 def lease(router, mac, client):
-    [offer] = [e for e in ask(router, mac, client) if isinstance(e, SendFrame)]
+    [offer] = [e for e in ask(router, mac, client) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     ask(router, mac, [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client],
         "request")

@@ -1,12 +1,12 @@
 """Where packets end up through the rules the router computes (fakeoftable), decision by decision."""
 import pytest
 from conftest import ROUTER_MAC, WLAN
-from dhcp_frames import frame
+from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch, ipv4
 from test_router import LAPTOP, PHONE, lease
 
 from homework_controller import dnsgate, flows, packets
-from homework_controller.router import AddGatewayAddress
+from homework_controller.router import AddGatewayAddress, AnswerDhcp
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL
@@ -23,7 +23,11 @@ def switch(router):
 
 def join(router, switch, mac, permit=True):
     """A device leases its /30 (and renews after a permit, as it would); returns its address."""
-    ip = lease(router, mac)
+    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
+    pkt, opts = reply_of(offer.data)
+    ip = pkt["BOOTP"].yiaddr
+    switch.apply(router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
+                                                               ("requested_addr", ip)])))
     if permit:
         switch.apply(router.permit(mac))
         switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip)))
@@ -45,9 +49,37 @@ def test_a_permitted_device_reaches_the_internet_and_a_pending_one_nothing(route
     [out] = forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))
     assert out.port == LOCAL and out.packet["ipv4_dst"] == INTERNET  # to the router's stack, which NATs
     assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET)) == []
-    # ...but the pending laptop's DHCP still reaches the controller.
+    # ...but the pending laptop's DHCP still reaches the controller's DHCP socket on the router.
     dhcp = ipv4(WLAN, LAPTOP, BROADCAST_MAC, "0.0.0.0", "255.255.255.255", flows.PROTO_UDP, 68, 67)
-    assert ports(switch.send(dhcp)) == [flows.CONTROLLER]
+    assert ports(switch.send(dhcp)) == [LOCAL]
+
+
+def test_dhcp_reaches_the_routers_dhcp_socket_only_when_sent_to_a_dhcp_servers_address(router, switch):
+    laptop = join(router, switch, LAPTOP, permit=False)
+    gateway = lease_gateway(router, LAPTOP)
+    newcomer = "02:00:00:00:00:ee"
+    for mac, src, dst in ((newcomer, "0.0.0.0", "255.255.255.255"), (LAPTOP, laptop, "255.255.255.255"),
+                          (LAPTOP, laptop, gateway)):
+        assert ports(switch.send(ipv4(WLAN, mac, BROADCAST_MAC, src, dst, flows.PROTO_UDP, 68, 67))) == [LOCAL]
+    # Port 67 of anywhere else is not DHCP: the router's stack would route it out, and a pending
+    # device (or a stranger) reaches nothing.
+    for mac, src in ((newcomer, "0.0.0.0"), (LAPTOP, laptop)):
+        assert switch.send(ipv4(WLAN, mac, ROUTER_MAC, src, INTERNET, flows.PROTO_UDP, 68, 67)) == []
+
+
+def test_the_routers_dhcp_answers_reach_the_air_and_nothing_else_it_sends_a_pending_device(router, switch):
+    laptop = join(router, switch, LAPTOP, permit=False)
+    gateway = lease_gateway(router, LAPTOP)
+    for dst_mac, dst in ((BROADCAST_MAC, "255.255.255.255"), (LAPTOP, laptop)):
+        answer = ipv4(LOCAL, ROUTER_MAC, dst_mac, gateway, dst, flows.PROTO_UDP, 67, 68)
+        assert ports(switch.send(answer)) == [str(WLAN)]
+    assert switch.send(ipv4(LOCAL, ROUTER_MAC, LAPTOP, gateway, laptop, flows.PROTO_UDP, 53, 40000)) == []
+
+
+def lease_gateway(router, mac) -> str:
+    subnet = router.devices[mac].subnet
+    assert subnet is not None
+    return subnet.gateway
 
 
 def test_a_forged_source_address_is_dropped_and_the_real_one_passes(router, switch):

@@ -8,6 +8,7 @@ from homework_controller import dhcp, flows, packets
 from homework_controller.model import BadMac, Device, normalize_mac
 from homework_controller.router import (
     AddGatewayAddress,
+    AnswerDhcp,
     AuthenticatorDeny,
     HomeRouter,
     InstallMeter,
@@ -15,7 +16,6 @@ from homework_controller.router import (
     LogRow,
     RemoveMeter,
     RemoveRules,
-    SendFrame,
     TellHousehold,
     UnknownDevice,
 )
@@ -28,7 +28,7 @@ TABLET = "02:00:00:00:00:dd"
 
 def lease(router, mac):
     """Join and return the device's address."""
-    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, SendFrame)]
+    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
                                                   ("requested_addr", pkt["BOOTP"].yiaddr)]))
@@ -44,7 +44,7 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     effects = router.on_dhcp(frame(PHONE, "discover"))
     assert effects and not [e for e in effects if isinstance(e, (InstallRules, InstallMeter, AddGatewayAddress))]
     # ...a lease brings the device its own budget.
-    [offer] = [e for e in effects if isinstance(e, SendFrame)]
+    [offer] = [e for e in effects if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     effects = router.on_dhcp(frame(PHONE, "request", options=[("server_id", opts["server_id"]),
                                                              ("requested_addr", pkt["BOOTP"].yiaddr)]))
@@ -215,7 +215,7 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     router.store.flush()
     assert router.store.load() == {}  # no newcomer touched the disk
     # A real device asking during the storm is announced once it takes its lease.
-    [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, SendFrame)]
+    [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     granted = router.on_dhcp(frame(TABLET, "request", options=[("server_id", opts["server_id"]),
                                                                ("requested_addr", pkt["BOOTP"].yiaddr)]))

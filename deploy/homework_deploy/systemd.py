@@ -23,18 +23,18 @@ UNIT_PREFIX = "homework-"
 
 # What each service needs beyond the hardening every one gets: the capabilities it keeps
 # (everything else is dropped from the bounding set) and the socket families it opens.
-# hwdb binds a port below 1024; the controller changes addresses, nftables and qdiscs; hostapd
-# speaks EAPOL on a packet socket (its wired driver also binds a privileged port); the web UI
-# needs nothing.
+# hwdb binds a port below 1024; the controller changes addresses, nftables and qdiscs, and
+# serves DHCP on a packet socket (holding port 67); hostapd speaks EAPOL on a packet socket (its
+# wired driver also binds a privileged port); the web UI needs nothing.
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "hwdb": ("CAP_NET_BIND_SERVICE",),
     "hostapd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
-    "controller": ("CAP_NET_ADMIN",),
+    "controller": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
     "webui": (),
 }
 ADDRESS_FAMILIES: dict[str, str] = {
     "hostapd": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
-    "controller": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "controller": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
 }
 DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
 # Services that change network settings under /proc/sys keep it writable.
