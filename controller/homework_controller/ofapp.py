@@ -13,7 +13,6 @@ import socketserver
 import subprocess
 import threading
 import time
-from collections import deque
 from wsgiref import simple_server
 
 from os_ken.base import app_manager
@@ -41,6 +40,7 @@ from . import (
 )
 from .config import CONFIG
 from .fairness import FairQueue
+from .held import ANSWER, SEND, HeldChanges, Wait
 from .hwdb_feed import AppFeed
 from .hwdb_log import HwdbLog
 from .model import BadMac
@@ -67,14 +67,6 @@ LOG = logging.getLogger("homework.controller")
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
-# Rule changes decided while devices wait for DHCP answers are sent once nobody waits: a hundred
-# devices asking at once get their answers first. Once the oldest has waited this long, answers
-# and held rule changes take turns, so neither waits for the other to run out.
-HELD_RULES_MAX_AGE_S = 0.5
-HELD_RULES_PER_TURN = 4  # sent per turn of the lock (about a millisecond)
-# Held rule changes wait for the devices to go quiet this long: the switch's own thread also
-# forwards their frames, and a burst of rule changes in the middle of a storm stalls it.
-HELD_RULES_QUIET_S = 0.03
 
 
 def qos_settings(config) -> qos.QosSettings:
@@ -142,9 +134,7 @@ class HomeworkController(app_manager.OSKenApp):
                                       limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
         self.from_devices_ready = threading.Event()
         self.dhcp_before_switch = 0
-        self.held_rules: deque[tuple[float, object]] = deque()  # (when decided, rule or meter change)
-        self.answered_last = False
-        self.last_answer_at = 0.0
+        self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
         self.ipr = IPRoute()
         self.lan_index = None
         self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -285,35 +275,26 @@ class HomeworkController(app_manager.OSKenApp):
         while True:
             self.from_devices_ready.wait()
             self.from_devices_ready.clear()
-            while (pause := self._serve_one_turn()) is not None:
-                if pause:  # for a new frame, or for the devices to go quiet
-                    self.from_devices_ready.wait(pause)
+            while (turn := self._serve_one_turn()) is not None:
+                if isinstance(turn, Wait):  # for a new frame, or for the devices to go quiet
+                    self.from_devices_ready.wait(turn.seconds)
                     self.from_devices_ready.clear()
 
-    def _serve_one_turn(self) -> float | None:
-        """Answer the next waiting frame or, when none waits (or the held rules are overdue), send
-        some held rule changes: 0. How long to wait before sending held ones (the devices are not
-        quiet yet), or None when there is nothing to do."""
+    def _serve_one_turn(self) -> str | Wait | None:
+        """Answer the next waiting frame, or send some held rule changes (`held.py` says which)."""
         with self.lock:
-            overdue = self.held_rules and time.monotonic() - self.held_rules[0][0] > HELD_RULES_MAX_AGE_S
-            if self.from_devices and not (overdue and self.answered_last):
+            turn = self.held_rules.next_turn(frames_waiting=bool(self.from_devices))
+            if turn == ANSWER:
                 frame, decide, answers_first = self.from_devices.pop()
                 if answers_first:
-                    self.last_answer_at = time.monotonic()
+                    self.held_rules.answering()
                 try:
                     self._apply(decide(frame), answers_first=answers_first)
                 except Exception:
                     LOG.exception("frame from %s failed", frame.eth_src)
-                self.answered_last = True
-                return 0
-            self.answered_last = False
-            if not self.held_rules:
-                return None
-            quiet_in = self.last_answer_at + HELD_RULES_QUIET_S - time.monotonic()
-            if quiet_in > 0 and not overdue:
-                return quiet_in
-            self._send_held_rules(HELD_RULES_PER_TURN)
-            return 0
+            elif turn == SEND:
+                self._send_held_rules(self.held_rules.per_turn)
+            return turn
 
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
@@ -413,18 +394,17 @@ class HomeworkController(app_manager.OSKenApp):
         if at_once:
             self._send_held_rules()
         hold = answers_first or bool(self.held_rules)
-        now = time.monotonic()
         for effect in effects:
             if hold and isinstance(effect, self._RULE_EFFECTS):
-                self.held_rules.append((now, effect))
+                self.held_rules.hold(effect)
             else:
                 self._carry_out(effect)
         if self.held_rules and not answers_first:
             self.from_devices_ready.set()  # the worker sends them
 
     def _send_held_rules(self, limit: int | None = None) -> None:
-        for _ in range(len(self.held_rules) if limit is None else min(limit, len(self.held_rules))):
-            self._carry_out(self.held_rules.popleft()[1])
+        for effect in self.held_rules.take(limit):
+            self._carry_out(effect)
 
     def _carry_out(self, effect) -> None:
         dp = self.datapath
