@@ -289,7 +289,9 @@ class HomeworkController(app_manager.OSKenApp):
                 if answers_first:
                     self.held_rules.answering()
                 try:
-                    self._apply(decide(frame), answers_first=answers_first)
+                    effects = decide(frame)
+                    rules_first = any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects)
+                    self._apply(effects, answers_first=answers_first and not rules_first, at_once=rules_first)
                 except Exception:
                     LOG.exception("frame from %s failed", frame.eth_src)
             elif turn == SEND:

@@ -62,9 +62,15 @@ class SendFrame:
 @dataclass(frozen=True)
 class AnswerDhcp:
     """A DHCP answer, sent by the router's LAN interface into the switch (which passes it to the
-    wireless port): DHCP arrives there too, so it is answered without an OpenFlow round trip."""
+    wireless port): DHCP arrives there too, so it is answered without an OpenFlow round trip.
+
+    after_rules: the answer lets a device use its address (an ACK to a device whose traffic is
+    forwarded), so the rules that forward it must be on the switch first: a device's first DNS
+    query follows its ACK within milliseconds, and a lost one costs it five seconds. Any other
+    answer goes before the rule changes it brings (`held.py`)."""
 
     data: bytes
+    after_rules: bool = False
 
 
 @dataclass(frozen=True)
@@ -302,10 +308,15 @@ class HomeRouter:
                 effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
         if outcome.reply is not None:
             reply = outcome.reply
-            # First: the device waits for its answer, not for its rules, which follow within a millisecond.
-            effects.insert(0, AnswerDhcp(packets.udp_frame(self._switch()[1], reply.dst_mac, reply.server_ip,
-                                                           reply.dst_ip, flows.DHCP_SERVER_PORT,
-                                                           flows.DHCP_CLIENT_PORT, dhcp.encode_reply(reply))))
+            lets_it_use_the_address = (outcome.lease_action in ("granted", "renewed") and outcome.device is not None
+                                       and outcome.device.forwards)
+            answer = AnswerDhcp(packets.udp_frame(self._switch()[1], reply.dst_mac, reply.server_ip, reply.dst_ip,
+                                                  flows.DHCP_SERVER_PORT, flows.DHCP_CLIENT_PORT,
+                                                  dhcp.encode_reply(reply)), after_rules=lets_it_use_the_address)
+            if answer.after_rules:
+                effects.append(answer)
+            else:
+                effects.insert(0, answer)
         return effects
 
     def _fingerprint_differs(self, before: Device | None, seen: clones.Fingerprint, msg_type: int) -> list[str]:

@@ -242,3 +242,23 @@ def test_decisions_are_written_and_sightings_batched(router):
     router.tick()
     router.store.flush()
     assert router.store.load()[PHONE].last_seen > saved_at
+
+
+def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_forward_it(router):
+    def handshake(mac):
+        [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
+        assert not offer.after_rules  # an offer lets it use nothing
+        pkt, opts = reply_of(offer.data)
+        return router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
+                                                             ("requested_addr", pkt["BOOTP"].yiaddr)]))
+
+    # Pending: nothing it may reach depends on its rules, so its answer goes first (held.py).
+    effects = handshake(LAPTOP)
+    assert isinstance(effects[0], AnswerDhcp) and not effects[0].after_rules and installed(effects)
+    # Let in ahead of time (whitelisted): its ACK follows the rules that forward it, since its first
+    # DNS query follows the ACK within milliseconds.
+    router.whitelist(TABLET)
+    effects = handshake(TABLET)
+    answer = effects[-1]
+    assert isinstance(answer, AnswerDhcp) and answer.after_rules
+    assert [r for r in installed(effects) if r.priority == flows.Admission.SOURCE_CHECKED]

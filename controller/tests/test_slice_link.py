@@ -13,7 +13,7 @@ import pytest
 from certs import CA
 from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch
-from harness import PrivateOVS, SlicerProcess, wait_until
+from harness import SlicerProcess, private_ovs_fixture, wait_until
 from test_pipeline import join
 from test_qos import WEB, mark_of, up
 from test_router import PHONE
@@ -32,13 +32,7 @@ UPLINK = 1  # the aggregation switch's shared port towards the internet
 HIGH_DSCP, MEDIUM_DSCP = 46, 18  # what the slicer's queues 2 and 1 become (isp-flowvisor/README.md)
 
 
-@pytest.fixture(scope="module")
-def ovs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for Open vSwitch")
-    switch = PrivateOVS(tmp_path_factory.mktemp("ovs")).start()
-    yield switch
-    switch.stop()
+ovs = pytest.fixture(scope="module", name="ovs")(private_ovs_fixture)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import Household, PrivateOVS, SlicerProcess, wait_until
+from harness import Household, SlicerProcess, private_ovs_fixture, wait_until
 
 ALICE = {"name": "alice", "slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11",
          "ports": [2], "flow_quota": 20, "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 20}
@@ -25,13 +25,7 @@ def write_registry(path: Path, *households: dict) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def ovs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for Open vSwitch")
-    switch = PrivateOVS(tmp_path_factory.mktemp("ovs")).start()
-    yield switch
-    switch.stop()
+ovs = pytest.fixture(scope="session", name="ovs")(private_ovs_fixture)
 
 
 @pytest.fixture

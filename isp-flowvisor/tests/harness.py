@@ -14,7 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,17 @@ class PrivateOVS:
         self.run("ip", "netns", "del", self.netns, check=False)
 
 
+def private_ovs_fixture(tmp_path_factory) -> Iterator[PrivateOVS]:
+    """The body of a pytest fixture giving a started private OVS (the tests are skipped unless root)."""
+    import pytest  # the bench imports this module too, without pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for Open vSwitch")
+    switch = PrivateOVS(tmp_path_factory.mktemp("ovs")).start()
+    yield switch
+    switch.stop()
+
+
 class SlicerProcess:
     """`isp-flowvisor CONFIG` as a child process, with its ports chosen here."""
 
@@ -188,8 +199,12 @@ metrics = "127.0.0.1:{self.metrics_port}"
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"the slicer exited: {self.log.read_text()[-2000:]}")
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", self.rpc_port)) == 0
+        # The metrics port opens just after fvctl's: wait for both (switch_connected reads metrics).
+        for port in (self.rpc_port, self.metrics_port):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) != 0:
+                    return False
+        return True
 
     def switch_connected(self) -> bool:
         return "\nisp_flowvisor_switch_connected 1\n" in self.metrics()
