@@ -78,8 +78,8 @@ class DhcpPort:
         self.port_holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.port_holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.port_holder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
-        self.port_holder.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.encode())
         try:
+            self.port_holder.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.encode())
             self.port_holder.bind(("0.0.0.0", flows.DHCP_SERVER_PORT))
         except OSError as exc:
             LOG.warning("cannot hold UDP port %d on %s (%s): renewals may get 'port unreachable'",
