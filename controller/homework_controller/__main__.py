@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import sys
 
-from . import dnsgate
+from . import dnsgate, log_writer
 from .config import CONFIG
 
 
@@ -134,8 +133,7 @@ def _check_slice(p, args) -> None:
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_writer.configure(args.log_level.upper(), sys.stderr)
     CONFIG.db, CONFIG.wlan_port, CONFIG.lan_iface = args.db, args.wlan_port, args.lan_iface
     CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
     CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease

@@ -1,9 +1,12 @@
 """The router's DHCP server: per-device /30 leases, decided by pure functions.
 
-`decode_request` turns a UDP payload into a `DhcpRequest` (dpkt does the TLV
-work); `serve` decides, from the request and what the router knows of the
-device, what to answer and how the device's record changes; `encode_reply`
-builds the wire message. Nothing here touches a socket, a switch or a clock.
+`decode_request` turns a UDP payload into a `DhcpRequest`; `serve` decides,
+from the request and what the router knows of the device, what to answer and
+how the device's record changes; `encode_reply` builds the wire message. Both
+ends are packed and unpacked with struct: the message is a fixed header and a
+tag-length-value list, and a hundred devices asking at once made dpkt's
+generic packet objects cost more than the decisions. Nothing here touches a
+socket, a switch or a clock.
 """
 from __future__ import annotations
 
@@ -12,14 +15,13 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import dpkt
-
 from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
 DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
 MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK",
                  6: "NAK", 7: "RELEASE", 8: "INFORM"}
 
+OPT_PAD = 0
 OPT_SUBNET_MASK = 1
 OPT_ROUTER = 3
 OPT_DNS = 6
@@ -35,6 +37,7 @@ OPT_RENEWAL_T1 = 58
 OPT_REBINDING_T2 = 59
 OPT_VENDOR_CLASS = 60
 OPT_CLIENT_ID = 61
+OPT_END = 255
 
 BROADCAST_FLAG = 0x8000
 ZERO_IP = "0.0.0.0"
@@ -108,9 +111,7 @@ class Outcome:
     lease_action: str | None = None  # "granted", "renewed" or "released", for the Leases log
 
 
-def _ip(raw: bytes | int) -> str:
-    if isinstance(raw, int):
-        return socket.inet_ntoa(struct.pack("!I", raw))
+def _ip(raw: bytes) -> str:
     if len(raw) != 4:
         raise MalformedDhcp(f"IPv4 option of {len(raw)} bytes")
     return socket.inet_ntoa(raw)
@@ -118,41 +119,65 @@ def _ip(raw: bytes | int) -> str:
 
 def _text(raw: bytes, limit: int = 64) -> str:
     # Names come from untrusted devices: keep printable characters only, bounded.
-    return "".join(ch for ch in raw.decode("utf-8", "replace") if ch.isprintable())[:limit]
+    text = raw.decode("utf-8", "replace")
+    if text.isprintable():  # as nearly every name is: nothing to take out
+        return text[:limit]
+    return "".join(ch for ch in text if ch.isprintable())[:limit]
+
+
+# A BOOTP message's fixed part (RFC 2131 section 2): op, htype, hlen, hops, xid, secs, flags, ciaddr, yiaddr,
+# siaddr, giaddr, chaddr (16 octets), sname and file (192 octets), the magic cookie.
+_BOOTP = struct.Struct("!BBBBIHH4s4s4s4s16s192sI")
+BOOTREQUEST, BOOTREPLY, HTYPE_ETHERNET = 1, 2, 1
+DHCP_MAGIC = 0x63825363
+_NO_ADDRESS = bytes(4)
+
+
+def _options(payload: bytes) -> dict[int, bytes]:
+    """The options after the magic cookie, up to END: the first of each tag (a value cut off by the end of
+    the message is kept as far as it goes; a tag without its length octet is malformed)."""
+    opts: dict[int, bytes] = {}
+    at, end = _BOOTP.size, len(payload)
+    while at < end:
+        tag = payload[at]
+        if tag == OPT_END:
+            break
+        if tag == OPT_PAD:
+            at += 1
+            continue
+        if at + 1 == end:
+            raise MalformedDhcp(f"option {tag} has no length")
+        length = payload[at + 1]
+        opts.setdefault(tag, payload[at + 2:at + 2 + length])
+        at += 2 + length
+    return opts
 
 
 def decode_request(payload: bytes) -> DhcpRequest:
     """Parse a client's BOOTREQUEST. Raises MalformedDhcp for anything not a sane request."""
-    if len(payload) < 240:
-        raise MalformedDhcp(f"truncated: {len(payload)} bytes, a DHCP message has at least 240")
-    try:
-        msg = dpkt.dhcp.DHCP(payload)
-    except (dpkt.UnpackError, IndexError, struct.error) as exc:
-        raise MalformedDhcp(f"unparseable: {exc}") from None
-    if msg.op != dpkt.dhcp.DHCP_OP_REQUEST:
-        raise MalformedDhcp(f"op {msg.op} is not BOOTREQUEST")
-    if msg.hrd != 1 or msg.hln != 6:
-        raise MalformedDhcp(f"hardware type {msg.hrd}/length {msg.hln} is not Ethernet")
-    if msg.magic != dpkt.dhcp.DHCP_MAGIC:
+    if len(payload) < _BOOTP.size:
+        raise MalformedDhcp(f"truncated: {len(payload)} bytes, a DHCP message has at least {_BOOTP.size}")
+    op, htype, hlen, _, xid, _, flags, ciaddr, _, _, giaddr, chaddr, _, magic = _BOOTP.unpack_from(payload)
+    if op != BOOTREQUEST:
+        raise MalformedDhcp(f"op {op} is not BOOTREQUEST")
+    if htype != HTYPE_ETHERNET or hlen != 6:
+        raise MalformedDhcp(f"hardware type {htype}/length {hlen} is not Ethernet")
+    if magic != DHCP_MAGIC:
         raise MalformedDhcp("missing DHCP magic cookie")
-    # dpkt stops at the END option and leaves what follows in .data; a message
-    # whose options run off the end never reaches END, so its last option is cut.
-    if payload[240:].find(b"\xff") < 0:
+    # A message whose options run off the end never reaches END: its last option is cut.
+    if payload.find(b"\xff", _BOOTP.size) < 0:
         raise MalformedDhcp("options are not terminated by END")
-    opts: dict[int, bytes] = {}
-    for tag, value in msg.opts:
-        opts.setdefault(tag, value)
+    opts = _options(payload)
     mtype = opts.get(OPT_MESSAGE_TYPE)
     if mtype is None or len(mtype) != 1 or mtype[0] not in MESSAGE_NAMES:
         raise MalformedDhcp("missing or invalid message type option")
-    chaddr = ":".join(f"{b:02x}" for b in msg.chaddr[:6])
     return DhcpRequest(
         msg_type=mtype[0],
-        xid=msg.xid,
-        flags=msg.flags,
-        ciaddr=_ip(msg.ciaddr),
-        giaddr=_ip(msg.giaddr),
-        chaddr=chaddr,
+        xid=xid,
+        flags=flags,
+        ciaddr=socket.inet_ntoa(ciaddr),
+        giaddr=socket.inet_ntoa(giaddr),
+        chaddr=chaddr[:6].hex(":"),
         requested_ip=_ip(opts[OPT_REQUESTED_IP]) if OPT_REQUESTED_IP in opts else None,
         server_id=_ip(opts[OPT_SERVER_ID]) if OPT_SERVER_ID in opts else None,
         hostname=_text(opts.get(OPT_HOSTNAME, b"")),
@@ -162,36 +187,31 @@ def decode_request(payload: bytes) -> DhcpRequest:
     )
 
 
+def _option(tag: int, value: bytes) -> bytes:
+    return bytes((tag, len(value))) + value
+
+
 def encode_reply(reply: DhcpReply) -> bytes:
-    opts = [(OPT_MESSAGE_TYPE, bytes([reply.msg_type])),
-            (OPT_SERVER_ID, socket.inet_aton(reply.server_ip))]
+    opts = [_option(OPT_MESSAGE_TYPE, bytes((reply.msg_type,))),
+            _option(OPT_SERVER_ID, socket.inet_aton(reply.server_ip))]
     if reply.msg_type == NAK:
         if reply.message:
-            opts.append((OPT_MESSAGE, reply.message.encode()[:250]))
+            opts.append(_option(OPT_MESSAGE, reply.message.encode()[:250]))
     else:
         sub = reply.subnet
         assert sub is not None, "a reply other than NAK always names the device's /30"
         if reply.lease_seconds is not None:
             lease = reply.lease_seconds
-            opts += [(OPT_LEASE_TIME, struct.pack("!I", lease)),
-                     (OPT_RENEWAL_T1, struct.pack("!I", lease // 2)),
-                     (OPT_REBINDING_T2, struct.pack("!I", lease * 7 // 8))]
-        opts += [(OPT_SUBNET_MASK, socket.inet_aton(sub.mask)),
-                 (OPT_ROUTER, socket.inet_aton(sub.gateway)),
-                 (OPT_DNS, socket.inet_aton(sub.gateway)),
-                 (OPT_BROADCAST, socket.inet_aton(sub.broadcast))]
-    msg = dpkt.dhcp.DHCP(
-        op=dpkt.dhcp.DHCP_OP_REPLY,
-        xid=reply.xid,
-        flags=reply.flags,
-        ciaddr=struct.unpack("!I", socket.inet_aton(reply.ciaddr))[0],
-        yiaddr=struct.unpack("!I", socket.inet_aton(reply.yiaddr))[0],
-        siaddr=0,
-        giaddr=0,
-        chaddr=bytes.fromhex(reply.chaddr.replace(":", "")) + b"\x00" * 10,
-        opts=opts,
-    )
-    return bytes(msg)
+            opts += [_option(OPT_LEASE_TIME, lease.to_bytes(4, "big")),
+                     _option(OPT_RENEWAL_T1, (lease // 2).to_bytes(4, "big")),
+                     _option(OPT_REBINDING_T2, (lease * 7 // 8).to_bytes(4, "big"))]
+        gateway = socket.inet_aton(sub.gateway)
+        opts += [_option(OPT_SUBNET_MASK, socket.inet_aton(sub.mask)), _option(OPT_ROUTER, gateway),
+                 _option(OPT_DNS, gateway), _option(OPT_BROADCAST, socket.inet_aton(sub.broadcast))]
+    opts.append(b"\xff")  # END
+    return _BOOTP.pack(BOOTREPLY, HTYPE_ETHERNET, 6, 0, reply.xid, 0, reply.flags, socket.inet_aton(reply.ciaddr),
+                       socket.inet_aton(reply.yiaddr), _NO_ADDRESS, _NO_ADDRESS,
+                       bytes.fromhex(reply.chaddr.replace(":", "")), b"", DHCP_MAGIC) + b"".join(opts)
 
 
 def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str]:
@@ -229,11 +249,12 @@ def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePoli
     if device is not None and device.state is State.BLACKLISTED:
         return Outcome(None, device, log="blacklisted: ignored")
     if device is not None:
-        device = device.with_(last_seen=now)
+        seen: dict = {"last_seen": now}
         if req.hostname:
-            device = device.with_(hostname=req.hostname)
+            seen["hostname"] = req.hostname
         if req.vendor_class:
-            device = device.with_(vendor_class=req.vendor_class)
+            seen["vendor_class"] = req.vendor_class
+        device = device.with_(**seen)
 
     if req.msg_type == DISCOVER:
         return _discover(req, device, now, policy, allocate)

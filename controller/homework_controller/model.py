@@ -7,7 +7,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-from dataclasses import dataclass, replace
+import socket
+from dataclasses import dataclass, field
 
 LAN_NETWORK = ipaddress.IPv4Network("10.2.0.0/16")
 # Subnet index 0 (10.2.0.0/30) is kept for the router itself: 10.2.0.1 is the
@@ -15,6 +16,7 @@ LAN_NETWORK = ipaddress.IPv4Network("10.2.0.0/16")
 FIRST_DEVICE_SUBNET = 1
 SUBNET_COUNT = LAN_NETWORK.num_addresses // 4
 ROUTER_FALLBACK_IP = str(LAN_NETWORK.network_address + 1)
+_LAN_BASE = int(LAN_NETWORK.network_address)
 
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
@@ -45,45 +47,35 @@ class Subnet:
     """One device's /30: .0 network, .1 router gateway, .2 device, .3 broadcast."""
 
     index: int
+    # Its addresses, worked out once: every DHCP answer and every rule of the device names them.
+    network: str = field(init=False, repr=False, compare=False)
+    gateway: str = field(init=False, repr=False, compare=False)
+    device_ip: str = field(init=False, repr=False, compare=False)
+    broadcast: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not FIRST_DEVICE_SUBNET <= self.index < SUBNET_COUNT:
             raise ValueError(f"subnet index {self.index} outside 10.2.0.0/16")
-
-    def _addr(self, host: int) -> str:
-        return str(LAN_NETWORK.network_address + self.index * 4 + host)
-
-    @property
-    def network(self) -> str:
-        return self._addr(0)
-
-    @property
-    def gateway(self) -> str:
-        return self._addr(1)
-
-    @property
-    def device_ip(self) -> str:
-        return self._addr(2)
-
-    @property
-    def broadcast(self) -> str:
-        return self._addr(3)
+        first = _LAN_BASE + self.index * 4
+        for host, name in enumerate(("network", "gateway", "device_ip", "broadcast")):
+            object.__setattr__(self, name, socket.inet_ntoa((first + host).to_bytes(4, "big")))
 
     mask = "255.255.255.252"
     prefixlen = 30
 
-    @classmethod
-    def containing(cls, ip: str) -> Subnet | None:
+    @staticmethod
+    def device_index(ip: str) -> int | None:
+        """The index of the /30 whose device address `ip` is; None if it is no device's address."""
         try:
             addr = ipaddress.IPv4Address(ip)
         except ValueError:
             return None
         if addr not in LAN_NETWORK:
             return None
-        index = (int(addr) - int(LAN_NETWORK.network_address)) // 4
-        if not FIRST_DEVICE_SUBNET <= index < SUBNET_COUNT:
+        index, host = divmod(int(addr) - _LAN_BASE, 4)
+        if not FIRST_DEVICE_SUBNET <= index < SUBNET_COUNT or host != 2:
             return None
-        return cls(index)
+        return index
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,9 @@ class Device:
     lease_expires: float = 0.0  # epoch seconds; 0 = no active lease
 
     def with_(self, **changes) -> Device:
-        return replace(self, **changes)
+        # Its fields are all plain: a constructor call, not dataclasses.replace, which looks up every
+        # field's kind on each call (a few of these per DHCP message).
+        return Device(**{**self.__dict__, **changes})
 
     def lease_active(self, now: float) -> bool:
         return self.subnet is not None and self.lease_expires > now

@@ -6,6 +6,7 @@ exactly what the switch would get. The os-ken app only sets the datapath and sen
 """
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -59,7 +60,22 @@ def delete_cookie(cookie: int, mask: int = flows.DEVICE_COOKIE_MASK):
 
 
 def match_of(rule: flows.FlowRule):
-    return parser.OFPMatch(**{k: port_number(cast("int | str", v)) if k == "in_port" else v for k, v in rule.match})
+    return parser.OFPMatch(_ordered_fields=sorted(
+        (_match_field(k, port_number(cast("int | str", v)) if k == "in_port" else v) for k, v in rule.match),
+        key=_oxm_order))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _match_field(name: str, value) -> tuple[str, object]:
+    """One field as OFPMatch(**fields) keeps it: os-ken's value normalised, converted to the wire form and
+    back. Worked out once per field and value (a device's four rules share its MAC, every device's rules
+    the same ports and types): os-ken's conversions, MACs through netaddr, cost more than the FlowMod."""
+    return ofp.oxm_to_user(*ofp.oxm_from_user(*ofp.oxm_normalize_user(name, value)))
+
+
+def _oxm_order(field: tuple[str, object]) -> int:
+    """OFPMatch's order (by OXM field number: prerequisites such as eth_type come first)."""
+    return ofp.oxm_from_user_header(field[0])
 
 
 def delete_strict(rule: flows.FlowRule):

@@ -201,6 +201,7 @@ class HomeRouter:
         self.clock = clock
         self.devices: dict[str, Device] = store.load()
         self.used_subnets = {d.subnet.index for d in self.devices.values() if d.subnet}
+        self.lowest_free_subnet = FIRST_DEVICE_SUBNET  # no /30 below it is free (a storm allocates in turn)
         self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
         self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.installed: dict[str, frozenset[flows.FlowRule]] = {}
@@ -1001,7 +1002,8 @@ class HomeRouter:
             self.flow_apps.pop(device.mac, None)
             self.blocks_on_switch.pop(device.mac, None)
         if wanted:
-            effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
+            # In any order: no two rules of a set match the same packets at the same rule priority.
+            effects.append(InstallRules(tuple(wanted)))
             self.installed[device.mac] = wanted
             effects += self._install_blocks(device, list(self.dns_blocked.get(device.mac, ())))
         else:
@@ -1021,7 +1023,7 @@ class HomeRouter:
             return []
         effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
         if wanted:
-            effects.append(InstallRules(tuple(sorted(wanted, key=repr))))
+            effects.append(InstallRules(tuple(wanted)))
         self.broadcast = wanted
         return effects
 
@@ -1031,6 +1033,8 @@ class HomeRouter:
         A DHCP storm of forged MACs would otherwise take a /30, a meter and two rules per
         MAC. Devices the household has decided about are never evicted.
         """
+        if len(self.devices) < self.max_pending:
+            return []  # fewer devices than that at all: no need to count the pending ones on every DISCOVER
         pending = [d for d in self.devices.values() if d.state is State.PENDING]
         if len(pending) < self.max_pending:
             return []
@@ -1058,6 +1062,7 @@ class HomeRouter:
         effects: list = []
         if oldest.subnet:
             self.used_subnets.discard(oldest.subnet.index)
+            self.lowest_free_subnet = min(self.lowest_free_subnet, oldest.subnet.index)
             self.mac_by_subnet.pop(oldest.subnet.index, None)
             meter = flows.device_meter(oldest).meter_id
             if self.installed.pop(oldest.mac, None) is not None:
@@ -1068,17 +1073,16 @@ class HomeRouter:
         return effects
 
     def _allocate_subnet(self) -> Subnet:
-        for index in range(FIRST_DEVICE_SUBNET, SUBNET_COUNT):
+        for index in range(self.lowest_free_subnet, SUBNET_COUNT):
             if index not in self.used_subnets:
                 self.used_subnets.add(index)
+                self.lowest_free_subnet = index + 1
                 return Subnet(index)
         raise NoFreeSubnet("all /30s in 10.2.0.0/16 are taken")
 
     def _device_by_ip(self, ip: str) -> Device | None:
-        subnet = Subnet.containing(ip)
-        if subnet is None or ip != subnet.device_ip:
-            return None
-        mac = self.mac_by_subnet.get(subnet.index)
+        index = Subnet.device_index(ip)
+        mac = self.mac_by_subnet.get(index) if index is not None else None
         return self.devices.get(mac) if mac else None
 
 

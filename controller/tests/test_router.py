@@ -197,6 +197,22 @@ def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects
 
 
+def test_a_newcomer_takes_the_lowest_free_slash30_even_one_an_evicted_device_left(router, clock):
+    router.max_pending = 2
+    first, second, third, fourth = (f"02:00:00:00:02:{i:02x}" for i in range(4))
+    for mac in (first, second):
+        clock.now += 1
+        router.on_dhcp(frame(mac, "discover"))
+    left_by_first = router.devices[first].subnet.index
+    clock.now += 1
+    router.on_dhcp(frame(third, "discover"))  # the first, silent longest, makes way
+    assert first not in router.devices
+    assert router.devices[third].subnet.index == left_by_first  # not a /30 never used before
+    clock.now += 1
+    router.on_dhcp(frame(fourth, "discover"))  # the second makes way; its /30 is the lowest free now
+    assert router.devices[fourth].subnet.index == router.devices[third].subnet.index + 1
+
+
 def forged_discovers(router, count, start=0):
     events = []
     for n in range(start, start + count):
