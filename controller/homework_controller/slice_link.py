@@ -13,7 +13,9 @@ ways), and:
   those installed: an ADD for a new rule or new actions (same match and rule priority: it replaces
   the rule), a DELETE_STRICT for one no longer wanted;
 - counts and logs the slicer's errors. A refused ADD is not sent again while it stays wanted in
-  this session (no error storm every second); it is retried after a reconnect.
+  this session (no error storm every second); it is retried after a reconnect. A refused ADD that
+  was to replace a rule (a changed priority) deletes that rule: the old queue is not what the
+  household wants any more, and the flow falls back to the household's Normal share.
 
 A lost connection is retried with exponential backoff. While it is down, the slicer keeps our rules
 (its default for a departed household), so downlink priorities hold through a router restart.
@@ -113,10 +115,11 @@ class SliceLink:
         self.last_failure = ""  # why the last connection failed or ended
         self.datapath_id: int | None = None
         # This session's rules: (table, rule priority, match) -> the rule sent; ADDs the slicer has
-        # refused; ADDs not yet confirmed by a barrier (xid -> rule), to tell which one an error is about.
+        # refused; ADDs not yet confirmed by a barrier (xid -> the rule and the one it replaces), to
+        # tell which one an error is about and what is left on the slicer then.
         self.installed: dict[tuple, flows.FlowRule] = {}
         self.refused: set[flows.FlowRule] = set()
-        self.unconfirmed: dict[int, flows.FlowRule] = {}
+        self.unconfirmed: dict[int, tuple[flows.FlowRule, flows.FlowRule | None]] = {}
 
     def start(self) -> SliceLink:
         self._thread = threading.Thread(target=self.run_forever, name="slice-link", daemon=True)
@@ -226,7 +229,8 @@ class SliceLink:
             sent = True
         for rule in sorted(wanted - self.refused, key=repr):
             if self.installed.get(_key(rule)) != rule:
-                self.unconfirmed[channel.send(openflow.flow_mod(rule))] = rule
+                replaced = self.installed.get(_key(rule))
+                self.unconfirmed[channel.send(openflow.flow_mod(rule))] = (rule, replaced)
                 self.installed[_key(rule)] = rule
                 sent = True
         if sent:
@@ -238,14 +242,14 @@ class SliceLink:
         if msg_type == ofp.OFPT_ECHO_REQUEST:
             channel.send(parser.OFPEchoReply(DATAPATH, data=frame[HEADER_SIZE:]))
         elif msg_type == ofp.OFPT_ERROR:
-            self._on_error(xid, _decode(frame))
+            self._on_error(channel, xid, _decode(frame))
         elif msg_type == ofp.OFPT_BARRIER_REPLY:
-            self.unconfirmed = {x: rule for x, rule in self.unconfirmed.items() if x > xid}
+            self.unconfirmed = {x: sent for x, sent in self.unconfirmed.items() if x > xid}
         # Anything else (echo replies, port status) says only that the slicer is there.
 
-    def _on_error(self, xid: int, error) -> None:
+    def _on_error(self, channel: _Channel, xid: int, error) -> None:
         self.errors += 1
-        rule = self.unconfirmed.pop(xid, None)
+        rule, replaced = self.unconfirmed.pop(xid, (None, None))
         what = f"refused {rule}" if rule is not None else f"error for message {xid}"
         self.last_error = (f"{what}: {ofp.ofp_error_type_to_str(error.type)}/"
                            f"{ofp.ofp_error_code_to_str(error.type, error.code)}")
@@ -254,6 +258,8 @@ class SliceLink:
             self.refused.add(rule)
             if self.installed.get(_key(rule)) == rule:
                 del self.installed[_key(rule)]
+                if replaced is not None:
+                    channel.send(openflow.delete_strict(replaced))
 
 
 def _key(rule: flows.FlowRule) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import threading
 import time
 
@@ -14,13 +15,16 @@ from certs import CA
 from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch
 from harness import SlicerProcess, private_ovs_fixture, wait_until
+from os_ken.ofproto import ofproto_parser
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_pipeline import join
 from test_qos import WEB, mark_of, up
 from test_router import PHONE
 
 from homework_controller import downlink, flows, qos
 from homework_controller.__main__ import parse_args
-from homework_controller.slice_link import SliceLink, tls_context
+from homework_controller.slice_link import DATAPATH, SliceLink, _Channel, tls_context
 
 # Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
 A = {"slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11", "ports": [2], "flow_quota": 20,
@@ -203,3 +207,55 @@ def test_slice_options_need_a_public_address_and_tls_files_unless_plain_tcp(tmp_
                 ["--public-address", A_PUBLIC]):  # no slice to use it for
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_a_refused_priority_change_removes_the_old_rule_rather_than_keep_a_priority_nobody_wants():
+    """The slicer accepted the call's rule at High, then refuses the change to Medium (say the ISP
+    narrowed the household's queues meanwhile): the High rule must not stay behind. The session's
+    far end is a socket this test reads as the slicer would."""
+    def sent(peer) -> list:
+        """The messages the link sent: flow-mods as the slicer decodes them, others by type."""
+        peer.settimeout(0.5)
+        data = b""
+        try:
+            while chunk := peer.recv(65536):
+                data += chunk
+        except TimeoutError:
+            pass
+        msgs = []
+        while data:
+            version, msg_type, length, xid = ofproto_parser.header(data)
+            msgs.append(ofproto_parser.msg(DATAPATH, version, msg_type, length, xid, data[:length])
+                        if msg_type == ofp.OFPT_FLOW_MOD else (msg_type, xid))
+            data = data[length:]
+        return msgs
+
+    ours, peer = socket.socketpair()
+    channel = _Channel(ours)
+    link = SliceLink("slicer.invalid", 6633, lambda: [], [A_PUBLIC], None)
+    high, medium = (downlink.wanted_rules([(CALL[0], p)], [A_PUBLIC]) for p in (qos.HIGH, qos.MEDIUM))
+    link._reconcile(channel, high)
+    add_high, barrier = sent(peer)
+    assert barrier[0] == ofp.OFPT_BARRIER_REQUEST
+    reply = parser.OFPBarrierReply(DATAPATH)
+    reply.xid = barrier[1]
+    reply.serialize()
+    link._handle(channel, bytes(reply.buf))  # accepted
+    assert link.health()["rules_installed"] == 1 and add_high.command == ofp.OFPFC_ADD
+
+    link._reconcile(channel, medium)
+    add_medium, _ = sent(peer)
+    assert add_medium.command == ofp.OFPFC_ADD and add_medium.match.to_jsondict() == add_high.match.to_jsondict()
+    error = parser.OFPErrorMsg(DATAPATH, type_=ofp.OFPET_FLOW_MOD_FAILED, code=ofp.OFPFMFC_EPERM, data=b"")
+    error.xid = add_medium.xid
+    error.serialize()
+    link._handle(channel, bytes(error.buf))
+    (removal,) = sent(peer)
+    assert removal.command == ofp.OFPFC_DELETE_STRICT and removal.match.to_jsondict() == add_high.match.to_jsondict()
+    health = link.health()
+    assert health["rules_installed"] == 0 and health["rules_refused"] == 1 and "EPERM" in health["last_error"]
+    # Not sent again at the next poll, and nothing else is sent.
+    link._reconcile(channel, medium)
+    assert sent(peer) == []
+    ours.close()
+    peer.close()
