@@ -37,6 +37,7 @@ from homework_image import (  # noqa: E402
     BRIDGE,
     DATA_PARTLABEL,
     ESP_PARTLABEL,
+    LABEL_SETUP_CODE,
     LAN_PORT,
     ROOT_PARTLABEL,
     ROUTER_LAN_IP,
@@ -77,6 +78,9 @@ SETTINGS = {
     "HOSTAPD_IFACE": BRIDGE,
     # The access point on the LAN port has its own network name; no connection-check server.
     "WIFI_SSID": "", "LATENCY_TARGET": "",
+    # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
+    "UPDATES": RUN / "update",
+    "SETUP_CODE_FILE": LABEL_SETUP_CODE,
     # The line's rates are the household's to set; until the web UI can, shape at a gigabit
     # (the queues still get their fair leaves, the line's own queue is not yet moved here).
     "UPLINK_KBIT": 1_000_000, "DOWNLINK_KBIT": 1_000_000,
@@ -85,8 +89,8 @@ SETTINGS = {
 # slower than the machines services.toml's ready timeouts were measured on.
 SLOWNESS = 4
 SYSTEM_UNITS = ("homework-state.service", "homework-network.service", "homework-health.service",
-                "homework-console.service", "nftables.service", "systemd-networkd.service",
-                "systemd-resolved.service")
+                "homework-console.service", "homework-update-spool.path", "nftables.service",
+                "systemd-networkd.service", "systemd-resolved.service")
 # Debian's own hostapd.service is not the router's (homework-hostapd.service is).
 MASKED_UNITS = ("hostapd.service", "systemd-networkd-wait-online.service", "apt-daily.timer", "apt-daily-upgrade.timer",
                 "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer")

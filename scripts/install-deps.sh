@@ -11,6 +11,10 @@ APT_PACKAGES=(
   shellcheck # the OpenWrt feed's init scripts (make lint)
   etcd-server # the slicers' shared household registry (isp-flowvisor's tests start their own)
   openssl    # the image's update bundles are signed with it (image tests)
+  # make image: a Debian root, squashfs root slots, the EFI system partition and its boot loader
+  mmdebstrap squashfs-tools dosfstools mtools fdisk e2fsprogs zstd systemd-boot-efi
+  # the image's boot test: the VM, its UEFI firmware
+  qemu-system-x86 ovmf
 )
 
 missing=()

@@ -51,6 +51,8 @@ SETTINGS: dict[str, Value] = {
     "WAN_IFACE": (Uci("qos", "upstream_iface", required=False),),  # empty: the uplink is not shaped
     "UPLINK_KBIT": (Uci("qos", "uplink_kbit"),),  # 0: not shaped
     "DOWNLINK_KBIT": (Uci("qos", "downlink_kbit"),),
+    "UPDATES": ("",),  # OpenWrt updates itself with sysupgrade, not through our web UI
+    "SETUP_CODE_FILE": (Uci("webui", "setup_code_file", required=False),),  # a code printed on the box's label
 }
 
 # Services OpenWrt already runs: netifd starts hostapd (package wpad) for each wifi-iface of

@@ -20,6 +20,9 @@ VENV = Path("/usr/lib/homework/venv")
 SHARE = Path("/usr/share/homework")
 VERSION_FILE = SHARE / "version"
 UPDATE_KEY = SHARE / "update-key.pem"
+# The first-run setup code printed on a box's label, written to the data partition at the factory
+# (absent on a box without a label: the web UI then makes one and the console shows it).
+LABEL_SETUP_CODE = STATE / "config" / "setup-code"
 
 # The router's fixed names for its two ports once network setup has renamed them.
 WAN_IFACE, LAN_PORT, BRIDGE = "wan", "lan", "br-lan"

@@ -2,6 +2,7 @@
 
     homework-update BUNDLE [--reboot] [--tries N] [--allow-older]   install (prints JSON)
     homework-update --status                                        slots and boot entries (JSON)
+    homework-update --spool DIR                                     install what the web UI received
 
 Order of work, so that a power cut at any point leaves a router that boots:
 1. verify the bundle (signature, then every payload's hash) — nothing is written before;
@@ -13,7 +14,12 @@ On the next boot systemd-boot tries it; homework-health blesses it when the rout
 after TRIES unblessed boots systemd-boot goes back to the slot that was running.
 
 Exit status: 0 installed, 2 refused (bad bundle; nothing written), 1 failed while writing.
-A web UI endpoint calls `homework-update --json-only BUNDLE` and reads the JSON on stdout."""
+
+The web UI cannot write the disk: it leaves an uploaded bundle as DIR/bundle (complete, synced)
+and homework-update-spool.path runs `--spool DIR` as root, which installs it, writes the verdict
+(the JSON printed for BUNDLE) to DIR/result.json for the web UI to show, removes DIR/bundle
+whatever happened, and restarts the router into the new version
+(webui/homework_webui/updates.py is the other side)."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +33,7 @@ from . import ESP, ROOT_PARTLABEL, UPDATE_KEY, VERSION_FILE, boot, bundle
 from .bundle import BundleError
 
 DEFAULT_TRIES = 3
+SPOOL_BUNDLE, SPOOL_RESULT = "bundle", "result.json"
 
 
 class Router:
@@ -87,6 +94,25 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
             "running": {"slot": running_slot, "version": running_version}}
 
 
+def install_from_spool(router: Router, spool: Path) -> dict | None:
+    """Install the web UI's upload, SPOOL/bundle; its verdict goes to SPOOL/result.json. None: no upload."""
+    upload = spool / SPOOL_BUNDLE
+    if not upload.exists():
+        return None
+    result = {"failed": "the installer stopped unexpectedly; the running version stays"}
+    try:
+        result = install(router, upload)
+    except BundleError as exc:
+        result = {"refused": str(exc)}
+    except (OSError, boot.BootError) as exc:
+        result = {"failed": str(exc)}
+    finally:
+        # Whatever happened, the spool is freed: the path unit would start again while it is there.
+        _write_file(spool / SPOOL_RESULT, json.dumps(result).encode())
+        upload.unlink(missing_ok=True)
+    return result
+
+
 def _write_partition(device: Path, source, info: dict) -> None:
     fd = os.open(device, os.O_WRONLY)
     try:
@@ -141,6 +167,8 @@ def main(argv: list[str] | None = None, router: Router | None = None) -> int:
     p = argparse.ArgumentParser(prog="homework-update", description=__doc__.split("\n\n")[0])
     p.add_argument("bundle", nargs="?", type=Path, help="the update bundle (a file or a block device)")
     p.add_argument("--status", action="store_true", help="show the slots and boot entries")
+    p.add_argument("--spool", type=Path, metavar="DIR", help="install DIR/bundle, left there by the web UI, "
+                   "write the result to DIR/result.json and reboot into it")
     p.add_argument("--tries", type=int, default=DEFAULT_TRIES, help="boots the new version gets to prove healthy")
     p.add_argument("--allow-older", action="store_true", help="install a version not newer than the running one")
     p.add_argument("--reboot", action="store_true", help="reboot into the new version once it is installed")
@@ -149,6 +177,12 @@ def main(argv: list[str] | None = None, router: Router | None = None) -> int:
     router = router or Router()
     if args.status:
         print(json.dumps(router.status()))
+        return 0
+    if args.spool:
+        result = install_from_spool(router, args.spool)
+        print(json.dumps(result))
+        if result and "installed" in result:
+            subprocess.run(["systemctl", "reboot"], check=False)
         return 0
     if args.bundle is None or not 1 <= args.tries <= 9:
         p.error("give a BUNDLE (or --status); --tries is 1 to 9")

@@ -231,8 +231,10 @@ class RouterVm:
             shutil.copy2(OVMF_VARS, self.vars)
         self.sock_path.unlink(missing_ok=True)
         # Not `-cpu host`: nested KVM on these machines refuses some of the host's MSRs.
-        accel = ["-machine", "q35,accel=kvm"] if self.kvm else ["-machine", "q35,accel=tcg"]
-        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-smp", "2", "-nodefaults", "-display", "none",
+        # Software emulation gets one CPU: with two, on a shared 2-core host, a starved second vCPU
+        # hung a boot in the kernel's first seconds (RCU stalls on CPU 1, nothing more, for minutes).
+        accel = ["-machine", "q35,accel=kvm", "-smp", "2"] if self.kvm else ["-machine", "q35,accel=tcg", "-smp", "1"]
+        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-nodefaults", "-display", "none",
                 "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
                 "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}",
                 "-drive", f"file={self.disk},format=raw,if=none,id=root,cache=writeback",

@@ -14,7 +14,7 @@ import pytest
 import build
 import homework_deploy
 from homework_deploy import systemd
-from homework_image import boot, bundle, network, state, update
+from homework_image import boot, bundle, console, network, state, update
 from homework_image.bundle import BundleError
 
 SLOT_BYTES = 1 << 20
@@ -185,6 +185,29 @@ def test_a_second_update_replaces_the_first_on_the_same_slot(tmp_path, keys, rou
     update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"))
     update.install(router, make_bundle(tmp_path, "102", keys / "key.pem"))
     assert sorted(p.name for p in router.entries.iterdir()) == ["homework-100-a.conf", "homework-102-b+3.conf"]
+
+
+def test_the_web_uis_upload_is_installed_and_its_verdict_left_for_the_page(tmp_path, keys, router):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    assert update.install_from_spool(router, spool) is None  # nothing uploaded: nothing done
+    (spool / "bundle").write_bytes(make_bundle(tmp_path, "99", keys / "key.pem").read_bytes())
+    assert "not newer" in update.install_from_spool(router, spool)["refused"]
+    assert slot_b_untouched(router)
+    assert sorted(p.name for p in spool.iterdir()) == ["result.json"]  # the spool is free again
+    (spool / "bundle").write_bytes(make_bundle(tmp_path, "101", keys / "key.pem").read_bytes())
+    result = update.install_from_spool(router, spool)
+    assert result["installed"] == "101" and result["slot"] == "b" and result["tries"] == update.DEFAULT_TRIES
+    assert json.loads((spool / "result.json").read_text()) == result
+    assert sorted(p.name for p in spool.iterdir()) == ["result.json"]
+
+
+def test_the_console_shows_the_setup_code_until_the_owner_exists_and_a_labels_code_always():
+    first = console.banner("7", "a", "ABCD-EFGH-JKLM", None)
+    assert "setup code is  ABCD-EFGH-JKLM" in first and "(slot A)" in first
+    assert "First run is done" in console.banner("7", "b", None, None)
+    labelled = console.banner("7", "a", None, "WXYZ-2345-6789")
+    assert "WXYZ-2345-6789" in labelled and "label" in labelled
 
 
 # ---- systemd units from deploy/services.toml

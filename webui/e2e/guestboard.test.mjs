@@ -1,6 +1,9 @@
 // The household's flows in a real browser: node --test guestboard.test.mjs
 import assert from 'node:assert/strict'
 import { after, afterEach, before, test } from 'node:test'
+import { randomBytes } from 'node:crypto'
+import { readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { dragTo, label, touchDragTo, launch, PHONE, shot, signIn, sleep, startStack, WALL } from './harness.mjs'
 
 let stack, browser, wall
@@ -235,4 +238,29 @@ test('wall panel: a device whose address another device uses is flagged until le
   await page.waitForSelector(`${label('inside', copied)} [data-test=clone-badge]`, { state: 'detached', timeout: 3000 })
   assert.equal(await page.$('[data-test=clone-alert]'), null, 'the banner goes with the warning')
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${copied}`)).clone_suspected, null)
+})
+
+// Issue 13: the owner installs a firmware update from the Household page. The page sends the
+// file in pieces; the test plays the router's installer (the image's homework-update --spool,
+// booted for real in image/tests/test_boot.py): it finds the whole file handed over and answers.
+test('owner: an update file is sent to the router and its verdict is shown', async (t) => {
+  if (!stack.fake) return t.skip('the emulated home has no installer')
+  const bundle = join(stack.info.tmp, 'router.bundle')
+  const bytes = randomBytes(20 * 1024 * 1024 + 4321) // three pieces
+  writeFileSync(bundle, bytes)
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  await page.waitForSelector('[data-test=update-file]')
+  await page.setInputFiles('[data-test=update-file]', bundle)
+  await page.click('[data-test=update] button[type=submit]')
+  await page.waitForSelector('[data-test=update-installing]', { timeout: 30000 })
+  const handedOver = join(stack.info.update_dir, 'bundle')
+  assert.ok(readFileSync(handedOver).equals(bytes), 'the router got the whole file, in order')
+  await shot(page, 'update-installing-phone')
+  // The installer refuses it: not signed by the router's update key.
+  writeFileSync(join(stack.info.update_dir, 'result.json'), JSON.stringify({ refused: 'the bundle is not signed by this router\'s update key' }))
+  rmSync(handedOver)
+  await page.waitForSelector('[data-test=update-result]', { timeout: 10000 })
+  assert.match(await page.textContent('[data-test=update-result]'), /not installed: the bundle is not signed/)
+  await context.close()
 })

@@ -8,6 +8,7 @@ from .app import DEFAULT_DIST, create_app
 from .latency import LatencyCheck, Target
 from .live import StreamLimits
 from .serving import create_server
+from .updates import UpdateSpool
 
 
 def _hostport(text: str) -> tuple[str, int]:
@@ -38,6 +39,10 @@ def main(argv=None) -> None:
                         "(serves GET URL/bulk?bytes=N and POST URL/sink); without it the check is off")
     p.add_argument("--latency-seconds", type=float, default=8.0,
                    help="how long the check loads the connection (default 8)")
+    p.add_argument("--update-dir", metavar="DIR",
+                   help="where uploaded firmware updates go to the router's installer (homework-update --spool "
+                        "DIR); without it (or empty) updates are console-only")
+    p.add_argument("--update-max-mb", type=int, default=512, help="the largest update bundle accepted")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -50,7 +55,8 @@ def main(argv=None) -> None:
     app = create_app(args.state_dir, args.controller_url, _hostport(args.hwdb), dist_dir=args.dist,
                      cookie_secure=args.secure_cookies, setup_code_file=args.setup_code_file,
                      hostnames=[*args.hostname, *(_hostport(a)[0] for a in listen)],
-                     stream_limits=StreamLimits(max_total=args.max_streams), latency_check=latency)
+                     stream_limits=StreamLimits(max_total=args.max_streams), latency_check=latency,
+                     update_spool=UpdateSpool(args.update_dir, args.update_max_mb << 20) if args.update_dir else None)
     server = create_server(app, listen, args.threads, args.max_streams)
     server.print_listen("Serving on http://{}:{}")
     server.run()

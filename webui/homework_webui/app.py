@@ -31,6 +31,7 @@ from .security import (
     load_or_create_secret,
     same_origin,
 )
+from .updates import CHUNK_BYTES, UpdateError, UpdateSpool
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -50,6 +51,8 @@ LATENCY_HISTORY = 5
 LATENCY_COLUMNS = ("grade", "idle_ms", "loaded_ms", "loaded_p90_ms", "added_ms", "down_kbit", "up_kbit", "loss_pct")
 WIFI_KEYS_UNAVAILABLE = ("Own passphrases are not available on this router: it has no Wi-Fi network name "
                          "configured (the controller's --wifi-ssid).")
+UPDATES_UNCONFIGURED = ("Updates are installed from the router's console on this system "
+                       "(homework-update); the web UI has no installer to hand them to.")
 WIFI_KEY_FIELDS = ("mac", "keyid", "ssid", "passphrase", "qr", "created")
 DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
 
@@ -63,11 +66,13 @@ class ApiError(Exception):
 def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hwdb_addr: tuple = ("127.0.0.1", 987),
                dist_dir: str = DEFAULT_DIST, cookie_secure: bool = False, start_live: bool = True,
                hostnames: Iterable[str] = (), setup_code_file: str | None = None,
-               stream_limits: StreamLimits = StreamLimits(), latency_check: LatencyCheck | None = None) -> Flask:
+               stream_limits: StreamLimits = StreamLimits(), latency_check: LatencyCheck | None = None,
+               update_spool: UpdateSpool | None = None) -> Flask:
     """`hostnames`: the names and addresses the router answers to besides loopback (its
     listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
     by the firmware image, if any (see security.SetupCode). `latency_check`: the
-    "latency under load" check, when a test server is configured."""
+    "latency under load" check, when a test server is configured. `update_spool`: where
+    uploaded firmware updates go to the router's installer (updates.py), on the image."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
     app = Flask(__name__, static_folder=None)
@@ -598,6 +603,43 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         # The server closes every response it was given, even one it never started to send.
         resp.call_on_close(lambda: hub.unregister(client))
         return resp
+
+    # --- firmware updates (owner) ---------------------------------------------------------------
+
+    @app.get("/api/update")
+    @access("owner")
+    def update_status():
+        if update_spool is None:
+            return {"available": False, "message": UPDATES_UNCONFIGURED}
+        return {"available": True, "max_bytes": update_spool.max_bytes, "chunk_bytes": CHUNK_BYTES,
+                **update_spool.status()}
+
+    @app.post("/api/update")
+    @access("owner")
+    def start_update():
+        _update_call(lambda spool: spool.start(_body().get("size")))
+        return update_status(), 201
+
+    @app.put("/api/update/bundle")
+    @access("owner")
+    def upload_update_piece():
+        if request.mimetype != "application/octet-stream":
+            raise ApiError(415, "Send the update bundle itself (application/octet-stream).", code="update-type")
+        offset = request.args.get("offset", type=int)
+        if offset is None or offset < 0:
+            raise ApiError(400, "Say where this piece goes (?offset=N).", code="update-piece")
+        # A piece is far larger than any other request this API takes.
+        request.max_content_length = CHUNK_BYTES
+        _update_call(lambda spool: spool.receive(offset, request.content_length, lambda: request.stream))
+        return update_status()
+
+    def _update_call(call) -> None:
+        if update_spool is None:
+            raise ApiError(501, UPDATES_UNCONFIGURED, code="updates-unconfigured")
+        try:
+            call(update_spool)
+        except UpdateError as exc:
+            raise ApiError(exc.status, str(exc), code=exc.code, **exc.extra) from None
 
     @app.get("/api/health")
     @access(PUBLIC)

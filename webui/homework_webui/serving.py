@@ -21,6 +21,8 @@ from waitress.server import BaseWSGIServer, MultiSocketServer
 from waitress.server import create_server as waitress_server
 from waitress.task import ThreadedTaskDispatcher
 
+from .updates import CHUNK_BYTES
+
 # Answers to held-back requests, router-wide: a held-back client gets its 429 at this pace
 # however many connections it uses, and the 429 it gets is all it could get anyway.
 HELD_BACK_PER_SECOND = 20.0
@@ -44,6 +46,9 @@ def waitress_options(listen: list[str], workers: int, max_streams: int) -> dict:
         # No proxy in front of us: remote_addr must be the real peer for the device-access
         # rule, so waitress trusts no forwarding headers.
         "clear_untrusted_proxy_headers": True,
+        # waitress holds a request's whole body (in /tmp beyond 512 KB) before the app can refuse
+        # it: no request may be larger than a piece of a firmware update (the largest the API takes).
+        "max_request_body_size": CHUNK_BYTES + 1,  # waitress refuses a body of exactly this size
     }
 
 

@@ -321,11 +321,14 @@ def main():
     webui = subprocess.Popen([sys.executable, "-m", "homework_webui", "--listen", f"127.0.0.1:{args.webui_port}",
                               "--controller-url", ctl.url, "--hwdb", f"127.0.0.1:{hwdb.port}",
                               "--state-dir", os.path.join(tmp, "state"), "--log-level", "WARNING",
-                              "--latency-target", speed.url, "--latency-seconds", str(args.latency_seconds)],
+                              "--latency-target", speed.url, "--latency-seconds", str(args.latency_seconds),
+                              "--update-dir", os.path.join(tmp, "update")],
                              cwd=os.path.join(HERE, ".."))
     info = {"webui": f"http://127.0.0.1:{args.webui_port}", "controller": ctl.url, "hwdb_port": hwdb.port,
             "hwdb_bin": hwdb.binary, "hwdb_db": hwdb.db_path, "tmp": tmp,
-            "setup_code_file": os.path.join(tmp, "state", "setup-code")}
+            "setup_code_file": os.path.join(tmp, "state", "setup-code"),
+            # The browser test plays the image's installer here (homework-update --spool).
+            "update_dir": os.path.join(tmp, "update")}
     deadline = time.time() + 15
     while time.time() < deadline:
         try:

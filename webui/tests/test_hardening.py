@@ -17,6 +17,7 @@ from homework_webui.accounts import AccountStore
 from homework_webui.app import create_app
 from homework_webui.live import StreamLimits
 from homework_webui.serving import HELD_BACK_PER_SECOND, create_server
+from homework_webui.updates import CHUNK_BYTES
 
 
 def make_app(tmp_path, controller, hwdb, name="state", **kw):
@@ -465,3 +466,27 @@ def test_two_panels_with_the_same_name_are_told_apart(app, owner):
         panel.session()
         names.append(panel.post("/api/pair", {"code": code, "name": "Hall"}).json["user"]["username"])
     assert names == ["Hall", "Hall 2"]
+
+
+# --- 6. what the server holds for one request ---------------------------------------------------
+
+def test_no_request_body_beyond_an_update_piece_is_held(small_app, served):
+    """waitress holds a request's whole body before the app can refuse it: a device (signed in
+    or not) sending a huge body is refused as soon as it says so; a body the size of an update
+    piece, the largest the API takes, still reaches the app (which refuses it for its own reasons)."""
+    def post(size: int) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", served, timeout=10)
+        conn.putrequest("PUT", "/api/update/bundle?offset=0")
+        conn.putheader("Content-Type", "application/octet-stream")
+        conn.putheader("Content-Length", str(size))
+        conn.endheaders()
+        try:
+            conn.send(b"\0" * min(size, CHUNK_BYTES))
+        except OSError:
+            pass  # the server may close before the body is in
+        status = conn.getresponse().status
+        conn.close()
+        return status
+    assert post(1 << 29) == 413  # half a gigabyte: refused on its headers
+    assert post(CHUNK_BYTES + 1) == 413
+    assert post(CHUNK_BYTES) == 403  # reached the app: no CSRF token, no owner

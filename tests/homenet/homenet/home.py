@@ -106,7 +106,8 @@ class Home:
             "WLAN_PORT": WLAN, "UPSTREAM_DNS": INET_DNS_IP, "STATIONS": f"file:{self.station_dump}",
             "LAN_ADDRESS": ROUTER_LAN_IP, "HOSTAPD_IFACE": BRIDGE, "WAN_IFACE": WAN,
             "LATENCY_TARGET": f"http://{INTERNET_IP}", "WIFI_SSID": "Homework", "UPLINK_KBIT": LINE_UP_KBIT,
-            "DOWNLINK_KBIT": LINE_DOWN_KBIT})
+            "DOWNLINK_KBIT": LINE_DOWN_KBIT, "UPDATES": "",  # no installer: the emulated home is not an image
+            "SETUP_CODE_FILE": ""})
 
     # ---- up / down
 

@@ -10,7 +10,8 @@ export interface DeviceReply { device: Device }
 let csrf = ''
 
 export class ApiError extends Error {
-  constructor(public status: number, message: string, public code?: string, public component?: string) {
+  constructor(public status: number, message: string, public code?: string, public component?: string,
+              public detail: Record<string, unknown> = {}) {
     super(message)
   }
 }
@@ -24,21 +25,26 @@ export function errorMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e)
 }
 
-/** One call to the backend; `T` is the shape of its JSON answer (see openapi.yaml). */
+/** One call to the backend; `T` is the shape of its JSON answer (see openapi.yaml). A Blob body
+ * (a piece of a firmware update) is sent as it is, anything else as JSON. */
 export async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
+  const binary = body instanceof Blob
   let resp: Response
   try {
     resp = await fetch(path, {
       method,
       credentials: 'same-origin',
-      headers: { 'Content-Type': 'application/json', ...(method === 'GET' ? {} : { 'X-CSRF-Token': csrf }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      headers: {
+        'Content-Type': binary ? 'application/octet-stream' : 'application/json',
+        ...(method === 'GET' ? {} : { 'X-CSRF-Token': csrf }),
+      },
+      body: body === undefined ? undefined : binary ? body : JSON.stringify(body),
     })
   } catch {
     throw new ApiError(0, 'The router is not answering. Is this device still on the home network?')
   }
   const data = resp.headers.get('Content-Type')?.includes('json') ? await resp.json() : { error: await resp.text() }
-  if (!resp.ok) throw new ApiError(resp.status, data.error || resp.statusText, data.code, data.component)
+  if (!resp.ok) throw new ApiError(resp.status, data.error || resp.statusText, data.code, data.component, data)
   if (data && typeof data.csrf_token === 'string') csrf = data.csrf_token
   return data as T
 }
