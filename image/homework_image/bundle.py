@@ -146,6 +146,9 @@ def open_verified(path: Path, public_pem: Path) -> tuple[Manifest, tarfile.TarFi
             if (size, digest) != (info["size"], info["sha256"]):
                 raise BundleError(f"{path}: {name} does not match its signed size and hash (corrupt download?)")
         return manifest, tar
+    except tarfile.TarError as exc:  # cut off (a broken download) or damaged past its first member
+        tar.close()
+        raise BundleError(f"{path} is not a whole update bundle: {exc}") from None
     except BaseException:
         tar.close()
         raise

@@ -181,6 +181,16 @@ def test_not_a_bundle_is_refused_with_exit_status_2(tmp_path, router, capsys):
     assert slot_b_untouched(router)
 
 
+def test_a_cut_off_bundle_is_refused_and_writes_nothing(tmp_path, keys, router):
+    whole = make_bundle(tmp_path, "101", keys / "key.pem").read_bytes()
+    for size in (700, 4096, len(whole) // 2):  # inside the first header, after it, mid-payload
+        cut = tmp_path / f"cut-{size}.bundle"
+        cut.write_bytes(whole[:size])
+        with pytest.raises(BundleError):
+            update.install(router, cut)
+        assert slot_b_untouched(router)
+
+
 def test_a_second_update_replaces_the_first_on_the_same_slot(tmp_path, keys, router):
     update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"))
     update.install(router, make_bundle(tmp_path, "102", keys / "key.pem"))
