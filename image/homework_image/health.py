@@ -4,15 +4,18 @@ fails, the router reboots, and after the entry's tries run out the previous slot
 
 Working means: every service passes its own readiness check from deploy/services.toml (the
 build writes them, filled in, to SHARE/services.json), Open vSwitch has br-lan, the switch is
-connected to the controller, and a DHCP request arriving on the LAN port goes to the controller
-(traced through the switch's rules). A service whose unit has failed fails the check at once."""
+connected to the controller, a DHCP request arriving on the LAN port goes to the router's own
+port (traced through the switch's rules), where the controller's DHCP socket is running. A
+service whose unit has failed fails the check at once."""
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +26,26 @@ from . import BRIDGE, LAN_PORT, SHARE
 
 SERVICES_FILE = SHARE / "services.json"
 DHCP_DISCOVER = (f"in_port={LAN_PORT},udp,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
-                 "nw_src=0.0.0.0,nw_dst=255.255.255.255,tp_src=68,tp_dst=67")
+                 "nw_src=0.0.0.0,nw_dst=255.255.255.255,udp_src=68,udp_dst=67")
+CONTROLLER_HEALTH = "http://127.0.0.1:8081/ws.v1/health"
+
+
+def dhcp_goes_to_the_router(trace: str) -> bool:
+    """From `ovs-appctl ofproto/trace`: a rule sends the DISCOVER to LOCAL (the router's own port,
+    where the controller's DHCP socket reads it) and the datapath does not drop it."""
+    actions = re.search(r"^Datapath actions: (.*)$", trace, re.M)
+    return (actions is not None and actions.group(1).strip() != "drop"
+            and re.search(r"^\s+(?:output:)?LOCAL\s*$", trace, re.M) is not None)
+
+
+def dhcp_socket_running() -> bool:
+    try:
+        with urllib.request.urlopen(CONTROLLER_HEALTH, timeout=3) as resp:
+            health = json.load(resp)
+    except (OSError, ValueError):
+        return False
+    return isinstance(health, dict) and isinstance(health.get("dhcp"), dict) \
+        and health["dhcp"].get("socket") == "running"
 
 
 def _out(*cmd: str) -> str:
@@ -40,8 +62,9 @@ def checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
     found["ovs bridge"] = lambda: bool(_out("ovs-vsctl", "--timeout=3", "list-br").split().count(BRIDGE))
     found["controller connected"] = lambda: _out(
         "ovs-vsctl", "--timeout=3", "get", "controller", BRIDGE, "is_connected").strip() == "true"
-    found["dhcp reaches controller"] = lambda: "CONTROLLER" in _out(
-        "ovs-appctl", "ofproto/trace", BRIDGE, DHCP_DISCOVER).upper()
+    found["dhcp reaches the router"] = lambda: dhcp_goes_to_the_router(
+        _out("ovs-appctl", "ofproto/trace", BRIDGE, DHCP_DISCOVER))
+    found["controller's dhcp socket"] = dhcp_socket_running
     return found
 
 

@@ -14,7 +14,7 @@ import pytest
 import build
 import homework_deploy
 from homework_deploy import systemd
-from homework_image import boot, bundle, console, network, state, update
+from homework_image import boot, bundle, console, health, network, state, update
 from homework_image.bundle import BundleError
 
 SLOT_BYTES = 1 << 20
@@ -218,6 +218,42 @@ def test_the_console_shows_the_setup_code_until_the_owner_exists_and_a_labels_co
     assert "First run is done" in console.banner("7", "b", None, None)
     labelled = console.banner("7", "a", None, "WXYZ-2345-6789")
     assert "WXYZ-2345-6789" in labelled and "label" in labelled
+
+
+# What `ovs-appctl ofproto/trace br-lan <health.DHCP_DISCOVER>` printed on a router whose controller
+# had installed its rules, and on one whose switch had none (fail-secure: drop).
+TRACED_FLOW = ("Flow: udp,in_port=1,vlan_tci=0x0000,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
+               "nw_src=0.0.0.0,nw_dst=255.255.255.255,nw_tos=0,nw_ecn=0,nw_ttl=0,nw_frag=no,tp_src=68,tp_dst=67\n")
+TRACE_TO_THE_ROUTER = TRACED_FLOW + """
+
+bridge("br-lan")
+----------------
+ 0. udp,in_port=1,nw_dst=255.255.255.255,tp_dst=67, priority 1000, cookie 0x1
+    meter:1
+    LOCAL
+
+Final flow: unchanged
+Megaflow: recirc_id=0,eth,udp,in_port=1,nw_dst=255.255.255.255,nw_frag=no,tp_dst=67
+Datapath actions: meter(0),2
+"""
+TRACE_NO_RULES = TRACED_FLOW + """
+
+bridge("br-lan")
+----------------
+ 0. No match.
+    drop
+
+Final flow: unchanged
+Megaflow: recirc_id=0,eth,ip,in_port=1,nw_frag=no
+Datapath actions: drop
+"""
+
+
+def test_the_health_check_sees_dhcp_reach_the_routers_socket_only_through_the_rules():
+    assert health.dhcp_goes_to_the_router(TRACE_TO_THE_ROUTER)
+    assert not health.dhcp_goes_to_the_router(TRACE_NO_RULES)
+    assert not health.dhcp_goes_to_the_router("")  # ovs-vswitchd not answering
+    assert "udp_src=68" in health.DHCP_DISCOVER  # tp_src= is refused by ofproto/trace after "udp"
 
 
 # ---- systemd units from deploy/services.toml
