@@ -327,8 +327,10 @@ def test_an_update_from_the_web_ui_boots_slot_b_and_is_kept(router, net, bundles
     good = bundles["good"].read_bytes()
     # A cut-off bundle (a broken download) is refused before anything is written, and said so.
     assert owner.upload(good[:65536])["state"] in ("installing", "idle")
-    verdict = wait_until("the installer's verdict on the cut-off bundle", lambda: (
-        lambda doc: doc.get("state") == "idle" and doc.get("last"))(owner.call("GET", "/api/update")[1]), 120, 2)
+    def installers_verdict():
+        doc = owner.call("GET", "/api/update")[1]
+        return doc.get("state") == "idle" and doc.get("last")
+    verdict = wait_until("the installer's verdict on the cut-off bundle", installers_verdict, 120, 2)
     assert "refused" in verdict, verdict
     assert router.slot_and_version()[0] == "a"
     since = router.mark()

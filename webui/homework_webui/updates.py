@@ -93,13 +93,11 @@ class UpdateSpool:
                                   "MiB, none past its announced size.")
             try:
                 self._append(open_body(), length)
-            except UpdateError:
-                self._discard()
-                raise
             except OSError as exc:
+                size = self._size
                 self._discard()
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _no_space(self._size or length) from None
+                    raise _no_space(size) from None
                 raise
             except BaseException:
                 self._discard()
