@@ -2,8 +2,9 @@
 
 Steps: a Debian root from pinned packages (mmdebstrap, cached under build/image/cache keyed by
 the package list and lock), the project's components into one venv, the systemd units rendered
-from deploy/services.toml, a read-only squashfs root, an EFI system partition with systemd-boot,
-and a GPT disk: ESP, root slots A and B, the data partition. Also the signed update bundle.
+from deploy/services.toml, a read-only squashfs root, an EFI system partition with systemd-boot
+(UEFI) and GRUB's configuration (legacy BIOS), and a GPT disk: ESP, root slots A and B, the data
+partition, and GRUB in the protective MBR and a BIOS boot partition. Also the signed update bundle.
 
     python image/build.py image [--version V] [--fast]
         build/homework-router-x86_64.{img,img.zst,bundle,packages}, SHA256SUMS
@@ -89,8 +90,8 @@ SETTINGS = {
 # slower than the machines services.toml's ready timeouts were measured on.
 SLOWNESS = 4
 SYSTEM_UNITS = ("homework-state.service", "homework-network.service", "homework-health.service",
-                "homework-console.service", "homework-update-spool.path", "nftables.service",
-                "systemd-networkd.service", "systemd-resolved.service")
+                "homework-console.service", "homework-update-spool.path", "homework-grub-count.service",
+                "nftables.service", "systemd-networkd.service", "systemd-resolved.service")
 # Debian's own hostapd.service is not the router's (homework-hostapd.service is).
 MASKED_UNITS = ("hostapd.service", "systemd-networkd-wait-online.service", "apt-daily.timer", "apt-daily-upgrade.timer",
                 "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer")
@@ -115,9 +116,14 @@ INITRD_MODULES = ("squashfs", "ext4", "vfat", "nls_cp437", "nls_ascii", "virtio_
                   "ahci", "sd_mod", "nvme", "usb_storage", "uas", "xhci_pci", "ehci_pci", "sdhci_pci", "mmc_block")
 
 MIB = 1 << 20
-ESP_MIB, SLOT_MIB, DATA_MIB = 96, 200, 256
+BIOS_BOOT_MIB, ESP_MIB, SLOT_MIB, DATA_MIB = 1, 96, 200, 256
+BIOS_BOOT_PARTLABEL = "homework-bios-boot"
 PART_TYPES = {"esp": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "root": "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709",
-              "data": "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}
+              "data": "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "bios": "21686148-6449-6E6F-744E-656564454649"}
+# Legacy BIOS boot: GRUB (the build host's grub-pc-bin) with everything it needs built into the
+# core image in the BIOS boot partition; its prefix is the ESP's grub/ (grub.cfg, grubenv).
+GRUB_BIOS_DIR = Path("/usr/lib/grub/i386-pc")
+GRUB_MODULES = ("biosdisk", "part_gpt", "fat", "normal", "linux", "loadenv", "test", "echo", "serial", "terminal")
 KEY, PUBKEY = BUILD / "update-key.pem", BUILD / "update-key.pub.pem"
 
 
@@ -331,7 +337,11 @@ def esp_image(out: Path, root: Path, kernel: dict[str, Path], version: str) -> N
     shutil.copy2(efi, stage / "EFI/systemd/systemd-bootx64.efi")
     # No menu (hold a key at power-on for it) and no editing the kernel command line.
     (stage / "loader/loader.conf").write_text("timeout 0\neditor no\nauto-entries no\nauto-firmware no\n")
-    (stage / "loader/entries" / boot.entry_name(version, "a")).write_text(boot.entry_text(version, "a"))
+    entry = boot.entry_name(version, "a")
+    (stage / "loader/entries" / entry).write_text(boot.entry_text(version, "a"))
+    (stage / boot.GRUB_DIR).mkdir()
+    (stage / boot.GRUB_DIR / "grub.cfg").write_text(boot.grub_config({entry: boot.entry_text(version, "a")}))
+    (stage / boot.GRUB_DIR / "grubenv").write_bytes(boot.grubenv_block({}))
     shutil.copy2(kernel["vmlinuz"], stage / boot.slot_dir("a") / boot.KERNEL)
     shutil.copy2(kernel["initrd.img"], stage / boot.slot_dir("a") / boot.INITRD)
     sh("mcopy", "-s", "-i", out, *sorted(stage.iterdir()), "::", capture=True)
@@ -343,24 +353,55 @@ def data_image(out: Path) -> None:
 
 
 def disk(out: Path, esp: Path, root_a: Path, data: Path) -> None:
-    log("disk: GPT, ESP, slots A and B, data")
+    log("disk: GPT, BIOS boot, ESP, slots A and B, data")
+    # Numbered in this order (the ESP is partition 1); on the disk GRUB's BIOS boot partition
+    # comes first, so the data partition stays last, free to grow.
     layout = [("esp", ESP_PARTLABEL, ESP_MIB, esp), ("root", ROOT_PARTLABEL.format(slot="a"), SLOT_MIB, root_a),
-              ("root", ROOT_PARTLABEL.format(slot="b"), SLOT_MIB, None), ("data", DATA_PARTLABEL, DATA_MIB, data)]
-    total_mib = 1 + sum(p[2] for p in layout) + 1
+              ("root", ROOT_PARTLABEL.format(slot="b"), SLOT_MIB, None), ("data", DATA_PARTLABEL, DATA_MIB, data),
+              ("bios", BIOS_BOOT_PARTLABEL, BIOS_BOOT_MIB, None)]
+    starts, start = {}, 1
+    for _, label, size, _ in [layout[-1], *layout[:-1]]:
+        starts[label] = start
+        start += size
     out.unlink(missing_ok=True)
     with out.open("wb") as f:
-        f.truncate(total_mib * MIB)
-    script = ["label: gpt"]
-    start = 1
-    for kind, label, size, _ in layout:
-        script.append(f"start={start}MiB, size={size}MiB, type={PART_TYPES[kind]}, name=\"{label}\"")
-        start += size
+        f.truncate((start + 1) * MIB)
+    script = ["label: gpt"] + [f"start={starts[label]}MiB, size={size}MiB, type={PART_TYPES[kind]}, name=\"{label}\""
+                               for kind, label, size, _ in layout]
     sh("sfdisk", "--quiet", out, input="\n".join(script) + "\n", capture=True)
-    start = 1
-    for _, _, size, content in layout:
+    for _, label, _, content in layout:
         if content is not None:
-            sh("dd", f"if={content}", f"of={out}", "bs=1M", f"seek={start}", "conv=notrunc,sparse", "status=none")
-        start += size
+            sh("dd", f"if={content}", f"of={out}", "bs=1M", f"seek={starts[label]}", "conv=notrunc,sparse",
+               "status=none")
+    grub_bios(out)
+
+
+def grub_bios(disk_image: Path) -> None:
+    """GRUB for legacy BIOS: its boot.img into the protective MBR, a core image (prefix: the ESP's
+    grub/, partition 1) into the BIOS boot partition, by grub-bios-setup as grub-install does."""
+    stage = WORK / "grub-bios"
+    shutil.rmtree(stage, ignore_errors=True)
+    (stage / "mnt").mkdir(parents=True)
+    core = stage / "core.img"
+    sh("grub-mkimage", "-O", "i386-pc", "-o", core, "-p", f"(hd0,gpt1)/{boot.GRUB_DIR}", *GRUB_MODULES, capture=True)
+    # grub-bios-setup insists on naming the block device that holds its directory (grub-install's
+    # case: /boot/grub on the target disk). The ESP is a FAT image that is never mounted (build
+    # hosts need no vfat module), so the directory sits on a scratch ext2 file, loop-mounted.
+    scratch = stage / "dir.ext2"
+    with scratch.open("wb") as f:
+        f.truncate(4 * MIB)
+    sh("mkfs.ext2", "-q", "-F", scratch, capture=True)
+    sh("mount", "-o", "loop", scratch, stage / "mnt", capture=True)
+    try:
+        shutil.copy2(GRUB_BIOS_DIR / "boot.img", stage / "mnt/boot.img")
+        shutil.copy2(core, stage / "mnt/core.img")
+        loop = sh("findmnt", "-n", "-o", "SOURCE", stage / "mnt", capture=True).strip()
+        (stage / "device.map").write_text(f"(hd0) {disk_image}\n(hd1) {loop}\n")
+        sh(GRUB_BIOS_DIR / "grub-bios-setup", "-m", stage / "device.map", "-d", stage / "mnt", disk_image,
+           capture=True)
+    finally:
+        sh("umount", stage / "mnt", capture=True)
+    shutil.rmtree(stage)
 
 
 def ensure_key() -> None:

@@ -12,7 +12,7 @@ APT_PACKAGES=(
   etcd-server # the slicers' shared household registry (isp-flowvisor's tests start their own)
   openssl    # the image's update bundles are signed with it (image tests)
   # make image: a Debian root, squashfs root slots, the EFI system partition and its boot loader
-  mmdebstrap squashfs-tools dosfstools mtools fdisk e2fsprogs zstd systemd-boot-efi
+  mmdebstrap squashfs-tools dosfstools mtools fdisk e2fsprogs zstd systemd-boot-efi grub-pc-bin
   # the image's boot test: the VM, its UEFI firmware
   qemu-system-x86 ovmf
 )

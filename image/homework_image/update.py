@@ -10,8 +10,9 @@ Order of work, so that a power cut at any point leaves a router that boots:
 3. write the root image to the inactive slot's partition and read it back;
 4. write its kernel and initrd to the EFI system partition;
 5. write its boot entry with a boot counter (`+TRIES`), last and atomically.
-On the next boot systemd-boot tries it; homework-health blesses it when the router works, and
-after TRIES unblessed boots systemd-boot goes back to the slot that was running.
+(GRUB's configuration, for legacy BIOS boot, is regenerated from the entries after 2 and 5.)
+On the next boot systemd-boot (or GRUB) tries it; homework-health blesses it when the router works, and
+after TRIES unblessed boots the boot loader goes back to the slot that was running.
 
 Exit status: 0 installed, 2 refused (bad bundle; nothing written), 1 failed while writing.
 
@@ -49,6 +50,19 @@ class Router:
     def entries(self) -> Path:
         return self.esp / "loader" / "entries"
 
+    @property
+    def grub(self) -> Path:
+        return self.esp / boot.GRUB_DIR
+
+    def write_grub_config(self) -> None:
+        """GRUB's configuration from the entries as they are now (legacy BIOS boot reads it)."""
+        texts = {p.name: p.read_text() for p in self.entries.glob("*.conf")}
+        path = self.grub / "grub.cfg"
+        text = boot.grub_config(texts)
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_file(path, text.encode())
+
     def running(self) -> tuple[str, str]:
         """(slot, version) of the running system."""
         return boot.running_slot(self.cmdline.read_text()), self.version_file.read_text().strip()
@@ -78,7 +92,8 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
             parsed = boot.parse_entry(path.name)
             if parsed and parsed["slot"] == target:
                 path.unlink()
-        _sync_dir(router.entries)
+        sync_dir(router.entries)
+        router.write_grub_config()
 
         root = manifest.files["root.squashfs"]
         _write_partition(router.partition(target), bundle.payload_file(tar, "root.squashfs"), root)
@@ -86,10 +101,11 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
         kernel_dir = router.esp / boot.slot_dir(target)
         kernel_dir.mkdir(parents=True, exist_ok=True)
         for member, name in (("vmlinuz", boot.KERNEL), ("initrd.img", boot.INITRD)):
-            _write_file(kernel_dir / name, bundle.payload_file(tar, member))
+            write_file(kernel_dir / name, bundle.payload_file(tar, member))
 
         entry = router.entries / boot.entry_name(manifest.version, target, tries)
-        _write_file(entry, boot.entry_text(manifest.version, target).encode())
+        write_file(entry, boot.entry_text(manifest.version, target).encode())
+        router.write_grub_config()
     return {"installed": manifest.version, "slot": target, "entry": entry.name, "tries": tries,
             "running": {"slot": running_slot, "version": running_version}}
 
@@ -108,7 +124,7 @@ def install_from_spool(router: Router, spool: Path) -> dict | None:
         result = {"failed": str(exc)}
     finally:
         # Whatever happened, the spool is freed: the path unit would start again while it is there.
-        _write_file(spool / SPOOL_RESULT, json.dumps(result).encode())
+        write_file(spool / SPOOL_RESULT, json.dumps(result).encode())
         upload.unlink(missing_ok=True)
     return result
 
@@ -141,7 +157,7 @@ class _Limited:
         return data
 
 
-def _write_file(path: Path, source) -> None:
+def write_file(path: Path, source) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as out:
         if isinstance(source, bytes):
@@ -152,10 +168,10 @@ def _write_file(path: Path, source) -> None:
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
 
 
-def _sync_dir(path: Path) -> None:
+def sync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

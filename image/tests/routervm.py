@@ -27,7 +27,9 @@ WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
 KVM_PROBE_S = 30
-BOOT_STARTED = re.compile(r"EFI stub|Loading, please wait")
+# systemd-boot's kernel says "EFI stub"; GRUB says "Booting `TITLE'"; the initrd "Loading...".
+BOOT_STARTED = re.compile(r"EFI stub|Booting `|Loading, please wait")
+FIRMWARES = ("uefi", "bios")
 # No echo, no kernel messages, no colours, pagers or bracketed paste between the markers.
 QUIET_SHELL = ("stty -echo; dmesg -n 1; export SYSTEMD_COLORS=0 SYSTEMD_PAGER= PAGER=cat TERM=dumb; "
                "bind 'set enable-bracketed-paste off'")
@@ -187,10 +189,13 @@ class Network:
 
 
 class RouterVm:
-    """The router booted from `disk` with UEFI (OVMF), its serial console on a socket."""
+    """The router booted from `disk` with UEFI (OVMF) or legacy BIOS (SeaBIOS, qemu's default
+    firmware), its serial console on a socket."""
 
-    def __init__(self, disk: Path, state: Path, drives: dict[str, Path]):
-        self.disk, self.state, self.drives = disk, state, drives
+    def __init__(self, disk: Path, state: Path, drives: dict[str, Path], firmware: str = "uefi"):
+        if firmware not in FIRMWARES:
+            raise ValueError(f"firmware is one of {FIRMWARES}, not {firmware!r}")
+        self.disk, self.state, self.drives, self.firmware = disk, state, drives, firmware
         self.vars = state / "OVMF_VARS.fd"
         self.console_log = state / "console.log"
         self.sock_path = state / "serial.sock"
@@ -227,18 +232,20 @@ class RouterVm:
             return ""
 
     def _launch(self) -> float:
-        if not self.vars.exists():
-            shutil.copy2(OVMF_VARS, self.vars)
+        firmware = []
+        if self.firmware == "uefi":
+            if not self.vars.exists():
+                shutil.copy2(OVMF_VARS, self.vars)
+            firmware = ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                        "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}"]
         self.sock_path.unlink(missing_ok=True)
         # Not `-cpu host`: nested KVM on these machines refuses some of the host's MSRs.
         # Software emulation gets one CPU: with two, on a shared 2-core host, a starved second vCPU
         # hung a boot in the kernel's first seconds (RCU stalls on CPU 1, nothing more, for minutes).
         accel = ["-machine", "q35,accel=kvm", "-smp", "2"] if self.kvm else ["-machine", "q35,accel=tcg", "-smp", "1"]
-        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-nodefaults", "-display", "none",
-                "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
-                "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}",
+        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-nodefaults", "-display", "none", *firmware,
                 "-drive", f"file={self.disk},format=raw,if=none,id=root,cache=writeback",
-                "-device", "virtio-blk-pci,drive=root,addr=0x5",
+                "-device", "virtio-blk-pci,drive=root,addr=0x5" + (",bootindex=0" if self.firmware == "bios" else ""),
                 "-netdev", "tap,id=wan,ifname=tapwan,script=no,downscript=no",
                 "-device", "virtio-net-pci,netdev=wan,mac=52:54:00:00:aa:01,addr=0x3",
                 "-netdev", "tap,id=lan,ifname=taplan,script=no,downscript=no",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shlex
+import subprocess
 import threading
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 import build
 import homework_deploy
 from homework_deploy import systemd
-from homework_image import boot, bundle, console, health, network, state, update
+from homework_image import boot, bundle, console, grub, health, network, state, update
 from homework_image.bundle import BundleError
 
 SLOT_BYTES = 1 << 20
@@ -42,6 +44,102 @@ def test_running_slot_comes_from_the_kernel_command_line():
 def test_versions_order_as_numbers_piece_by_piece():
     assert boot.version_key("20260101000000.10") > boot.version_key("20260101000000.9")
     assert boot.version_key("20260101000000.1") > boot.version_key("20260101000000")
+
+
+def test_entries_sort_as_systemd_boot_does():
+    names = ["homework-100-a.conf", "homework-102-b+0-3.conf", "homework-101-b+2-1.conf", "notes.txt"]
+    assert boot.boot_order(names) == ["homework-101-b+2-1.conf", "homework-100-a.conf", "homework-102-b+0-3.conf"]
+
+
+# ---- GRUB (legacy BIOS boot): its configuration and environment block from the entries
+
+def grub_entries(*names: str) -> dict[str, str]:
+    return {n: boot.entry_text(boot.parse_entry(n)["version"], boot.parse_entry(n)["slot"]) for n in names}
+
+
+def menu(cfg: str) -> list[str]:
+    return re.findall(r"^menuentry .* --id (\S+) \{$", cfg, re.M)
+
+
+def candidates(cfg: str) -> list[str]:
+    """The entries GRUB may choose as default, in the order it considers them."""
+    return re.findall(r"set homework_default=(homework-\S+)", cfg)
+
+
+def menu_entry(cfg: str, ident: str) -> str:
+    return re.search(rf"^menuentry .* --id {re.escape(ident)} \{{$(.*?)^\}}$", cfg, re.M | re.S).group(1)
+
+
+def grub_script_ok(cfg: str, tmp_path: Path) -> bool:
+    (tmp_path / "grub.cfg").write_text(cfg)
+    return subprocess.run(["grub-script-check", str(tmp_path / "grub.cfg")]).returncode == 0
+
+
+def test_grub_boots_the_blessed_entry_without_counting(tmp_path):
+    cfg = boot.grub_config(grub_entries("homework-100-a.conf"))
+    assert grub_script_ok(cfg, tmp_path)
+    assert menu(cfg) == candidates(cfg) == ["homework-100-a"]
+    body = menu_entry(cfg, "homework-100-a")
+    assert "linux /homework/a/vmlinuz root=PARTLABEL=homework-root-a" in body
+    assert "initrd /homework/a/initrd.img" in body
+    assert "save_env" not in body and "systemd.wants" not in body
+
+
+def test_grub_tries_a_newer_entry_on_trial_first_and_counts_each_try(tmp_path):
+    cfg = boot.grub_config(grub_entries("homework-100-a.conf", "homework-101-b+3.conf"))
+    assert grub_script_ok(cfg, tmp_path)
+    assert menu(cfg) == ["homework-101-b", "homework-100-a"]
+    tried = boot.grub_tries_variable("homework-101-b+3.conf")
+    # B is the default while GRUB has counted fewer than 3 tries of it.
+    assert f'if [ -z "${{{tried}}}" -o "${{{tried}}}" = 1 -o "${{{tried}}}" = 2 ]; then' in cfg
+    assert candidates(cfg)[:2] == ["homework-101-b", "homework-100-a"]
+    body = menu_entry(cfg, "homework-101-b")
+    assert re.findall(rf"set {tried}=(\d)", body) == ["1", "2", "3"]
+    assert f"save_env {tried}" in body
+    assert "systemd.wants=homework-grub-bless.service" in body
+
+
+def test_grub_sorts_an_exhausted_entry_last_and_never_chooses_it_first(tmp_path):
+    cfg = boot.grub_config(grub_entries("homework-101-b+0-3.conf", "homework-100-a.conf"))
+    assert grub_script_ok(cfg, tmp_path)
+    assert menu(cfg) == ["homework-100-a", "homework-101-b"]
+    assert candidates(cfg) == ["homework-100-a"]
+    assert "save_env" not in menu_entry(cfg, "homework-101-b")
+    # With no blessed entry and no tries left anywhere, GRUB falls back to the highest version.
+    cfg = boot.grub_config(grub_entries("homework-101-b+1.conf", "homework-102-a+0-1.conf"))
+    assert grub_script_ok(cfg, tmp_path)
+    assert candidates(cfg) == ["homework-101-b", "homework-102-a"]
+
+
+def test_grubenv_is_the_block_grub_editenv_writes_and_reads(tmp_path):
+    env = tmp_path / "grubenv"
+    subprocess.run(["grub-editenv", str(env), "create"], check=True)
+    assert env.read_bytes() == boot.grubenv_block({})
+    variables = {"homework_tried_101_2db_2b3": "2", "other": "a b\\c\nd"}  # GRUB escapes \\ and newlines
+    subprocess.run(["grub-editenv", str(env), "set", *(f"{n}={v}" for n, v in variables.items())], check=True)
+    assert env.read_bytes() == boot.grubenv_block(variables)
+    assert len(env.read_bytes()) == boot.GRUBENV_SIZE
+    assert boot.parse_grubenv(env.read_bytes()) == variables
+    env.write_bytes(boot.grubenv_block({"x": "1"}))
+    listed = subprocess.run(["grub-editenv", str(env), "list"], capture_output=True, text=True, check=True).stdout
+    assert listed == "x=1\n"
+    with pytest.raises(boot.BootError):
+        boot.parse_grubenv(b"# not GRUB\n".ljust(1024, b"#"))
+    with pytest.raises(boot.BootError, match="1024"):
+        boot.grubenv_block({"x": "y" * 1024})
+
+
+def test_grub_counts_are_kept_per_entry_name():
+    assert boot.grub_tries_variable("homework-101-b+3.conf") != boot.grub_tries_variable("homework-101-b+2-1.conf")
+    assert boot.fold_grub_tries(["homework-101-b+3.conf", "homework-100-a.conf"],
+                                {boot.grub_tries_variable("homework-101-b+3.conf"): "1",
+                                 boot.grub_tries_variable("homework-100-a.conf"): "5"}) == {
+        "homework-101-b+3.conf": "homework-101-b+2-1.conf"}
+    # Never below zero tries left, and a count left over for an older name applies to nothing.
+    assert boot.fold_grub_tries(["homework-101-b+1.conf"], {boot.grub_tries_variable("homework-101-b+1.conf"): "4"}) \
+        == {"homework-101-b+1.conf": "homework-101-b+0-1.conf"}
+    assert boot.fold_grub_tries(["homework-101-b+2-1.conf"],
+                                {boot.grub_tries_variable("homework-101-b+3.conf"): "1"}) == {}
 
 
 # ---- NIC choice
@@ -218,6 +316,51 @@ def test_the_console_shows_the_setup_code_until_the_owner_exists_and_a_labels_co
     assert "First run is done" in console.banner("7", "b", None, None)
     labelled = console.banner("7", "a", None, "WXYZ-2345-6789")
     assert "WXYZ-2345-6789" in labelled and "label" in labelled
+
+
+def grub_tries(router: update.Router, name: str, tries: int) -> None:
+    """GRUB booted entry `name` `tries` times (what its save_env leaves in grubenv)."""
+    subprocess.run(["grub-editenv", str(router.grub / "grubenv"), "set", f"{boot.grub_tries_variable(name)}={tries}"],
+                   check=True)
+
+
+def booted(router: update.Router, slot: str, version: str) -> None:
+    router.cmdline.write_text(f"root=PARTLABEL=homework-root-{slot} ro homework.slot={slot}\n")
+    router.version_file.write_text(version + "\n")
+
+
+def test_an_update_booted_by_grub_counts_its_try_and_is_blessed_when_healthy(tmp_path, keys, router):
+    update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"), tries=3)
+    grub.count(router)  # the boot before the update's: nothing to move, grubenv and grub.cfg in place
+    assert menu((router.grub / "grub.cfg").read_text()) == ["homework-101-b", "homework-100-a"]
+    grub_tries(router, "homework-101-b+3.conf", 1)
+    booted(router, "b", "101")
+    assert grub.count(router) == {"homework-101-b+3.conf": "homework-101-b+2-1.conf"}
+    assert boot.parse_grubenv((router.grub / "grubenv").read_bytes()) == {}
+    assert [e["tries_left"] for e in router.status()["entries"]] == [None, 2]
+    assert grub.bless(router) == "homework-101-b.conf"
+    assert sorted(p.name for p in router.entries.iterdir()) == ["homework-100-a.conf", "homework-101-b.conf"]
+    cfg = (router.grub / "grub.cfg").read_text()
+    assert menu(cfg) == candidates(cfg)[:2] == ["homework-101-b", "homework-100-a"]
+    assert "save_env" not in cfg
+    assert grub.bless(router) is None  # blessed once is enough
+
+
+def test_an_update_grub_tried_to_the_end_sorts_last_and_the_old_slot_boots(tmp_path, keys, router):
+    update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"), tries=1)
+    grub_tries(router, "homework-101-b+1.conf", 1)  # tried once; it never got healthy; GRUB then booted A
+    assert grub.count(router) == {"homework-101-b+1.conf": "homework-101-b+0-1.conf"}
+    assert [(e["slot"], e["tries_left"]) for e in router.status()["entries"]] == [("a", None), ("b", 0)]
+    assert grub.bless(router) is None  # A was never on trial
+    cfg = (router.grub / "grub.cfg").read_text()
+    assert menu(cfg) == ["homework-100-a", "homework-101-b"]
+    assert candidates(cfg)[0] == "homework-100-a"
+
+
+def test_updating_rewrites_grubs_configuration_from_the_entries(tmp_path, keys, router):
+    update.install(router, make_bundle(tmp_path, "101", keys / "key.pem"))
+    update.install(router, make_bundle(tmp_path, "102", keys / "key.pem"))
+    assert menu((router.grub / "grub.cfg").read_text()) == ["homework-102-b", "homework-100-a"]
 
 
 # What `ovs-appctl ofproto/trace br-lan <health.DHCP_DISCOVER>` printed on a router whose controller
