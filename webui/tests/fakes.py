@@ -72,7 +72,28 @@ class HwdbServer:
             return c.query(text)
 
 
-class SpeedTestServer:
+class _ServedByAThread:
+    """A fake's loopback HTTP server, serving from a thread of its own between start() and stop()."""
+
+    def _serve(self, server) -> None:
+        self.server = server
+        self.port = server.server_address[1]
+        self.thread = threading.Thread(target=server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class SpeedTestServer(_ServedByAThread):
     """The emulated internet's side of the latency check, for real: `GET /bulk?bytes=N`
     streams N bytes, `POST /sink` reads and discards its body. Both are paced to `kbit`
     (a line rate), so a test moves a known amount rather than burning the machine's CPU
@@ -126,14 +147,7 @@ class SpeedTestServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self._serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))  # its threads are daemons
 
     def paced(self, nbytes: int):
         """Block sizes adding up to nbytes, yielded no faster than the line rate."""
@@ -145,14 +159,6 @@ class SpeedTestServer:
             ahead = done * 8 / 1000 / self.kbit - (time.monotonic() - start)
             if ahead > 0:
                 time.sleep(ahead)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _escape_qr(text: str) -> str:
@@ -168,7 +174,7 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-class FakeController:
+class FakeController(_ServedByAThread):
     def __init__(self, hwdb_port: int | None = None):
         self.devices: dict[str, dict] = {}
         self.qos: dict | None = None  # what the QoS work reports in health, once it does
@@ -180,21 +186,7 @@ class FakeController:
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
         self.lock = threading.Lock()
-        self.port = free_port()
-        self.server = make_server("127.0.0.1", self.port, self.app, server_class=_Threading, handler_class=_Quiet)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(make_server("127.0.0.1", 0, self.app, server_class=_Threading, handler_class=_Quiet))
 
     def add(self, mac, state="pending", hostname="", name="", event=True) -> dict:
         with self.lock:
