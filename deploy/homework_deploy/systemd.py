@@ -5,7 +5,11 @@ it restarts when it fails, and it runs hardened with only the capabilities it ne
 Readiness: an `ExecStartPost=` runs this module's `--wait-ready` with the service's `ready`
 check, so systemd counts a service as started only once it really serves, and a unit ordered
 after it starts only then (the same moment the emulated home waits for). None of the services
-speaks sd_notify, which is why this is not `Type=notify`.
+speaks sd_notify, which is why this is not `Type=notify`. systemd waits for `ExecStartPost=` to
+end even when the service has already died, so the check gives up as soon as the service's main
+process (`$MAINPID`, which systemd gives it) is gone: a service that cannot start fails in
+seconds, not after its whole ready timeout, and the next try (or the health check that
+rolls back an update) comes that much sooner.
 
     python -m homework_deploy.systemd --wait-ready '{"url": "http://..."}' --timeout 40
 """
@@ -13,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from . import Service, ready_now
 
@@ -122,12 +128,24 @@ def render_all(services: dict[str, Service], python: str, writable: Sequence[str
             for name, service in services.items()}
 
 
-def wait_ready(ready: dict, timeout: float, interval: float = 0.2) -> bool:
+def process_alive(pid: int) -> bool:
+    """Is `pid` a process that still runs (not gone, and not a zombie waiting to be reaped)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may itself hold any byte.
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X", "")
+
+
+def wait_ready(ready: dict, timeout: float, interval: float = 0.2,
+               alive: Callable[[], bool] = lambda: True) -> bool:
+    """True once `ready` holds; False after `timeout`, or as soon as `alive()` says the service died."""
     deadline = time.monotonic() + timeout
     while True:
         if ready_now(ready):
             return True
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or not alive():
             return False
         time.sleep(interval)
 
@@ -144,9 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--wait-ready is not JSON: {exc}")
     if not isinstance(ready, dict):
         p.error("--wait-ready must be a JSON object")
-    if wait_ready(ready, args.timeout):
+    main_pid = int(os.environ.get("MAINPID") or 0)
+    alive = (lambda: process_alive(main_pid)) if main_pid else (lambda: True)
+    if wait_ready(ready, args.timeout, alive=alive):
         return 0
-    print(f"not ready after {args.timeout:g} s: {args.wait_ready}", file=sys.stderr)
+    if not alive():
+        print(f"the service (process {main_pid}) ended before it was ready: {args.wait_ready}", file=sys.stderr)
+    else:
+        print(f"not ready after {args.timeout:g} s: {args.wait_ready}", file=sys.stderr)
     return 1
 
 

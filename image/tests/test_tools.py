@@ -9,9 +9,11 @@ import re
 import shlex
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from routervm import wait_until
 
 import build
 import homework_deploy
@@ -463,3 +465,32 @@ def test_readiness_checks_wait_for_the_real_condition(tmp_path, health_server):
     flag.touch()
     assert systemd.main(["--wait-ready", json.dumps({"path": str(flag)}), "--timeout", "1"]) == 0
     assert systemd.main(["--wait-ready", json.dumps({"command": ["false"]}), "--timeout", "0.3"]) == 1
+
+
+def test_a_service_that_dies_before_it_is_ready_fails_its_start_at_once(tmp_path, monkeypatch, capsys):
+    """systemd waits for ExecStartPost even after the service died: the check must notice, or a
+    controller that cannot start costs its whole ready timeout on every try (minutes per update
+    rollback)."""
+    flag = tmp_path / "socket"
+    dead = subprocess.Popen(["sh", "-c", "exit 1"])
+    dead.wait()
+    monkeypatch.setenv("MAINPID", str(dead.pid))
+    started = time.monotonic()
+    assert systemd.main(["--wait-ready", json.dumps({"path": str(flag)}), "--timeout", "30"]) == 1
+    assert time.monotonic() - started < 5
+    assert "ended before it was ready" in capsys.readouterr().err
+    # The same check for a service that runs waits for it, and passes once it serves.
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        monkeypatch.setenv("MAINPID", str(running.pid))
+        threading.Timer(1.0, flag.touch).start()
+        assert systemd.main(["--wait-ready", json.dumps({"path": str(flag)}), "--timeout", "30"]) == 0
+    finally:
+        running.kill()
+        running.wait()
+    # A zombie (exited, not yet reaped by systemd) counts as gone.
+    zombie = subprocess.Popen(["sh", "-c", "exit 1"])
+    try:
+        wait_until("the unreaped child to count as gone", lambda: not systemd.process_alive(zombie.pid), 5, 0.05)
+    finally:
+        zombie.wait()
