@@ -14,6 +14,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
@@ -49,8 +50,9 @@ class MalformedDhcp(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class DhcpRequest:
+# Requests and replies are named tuples, not frozen dataclasses: one of each per DHCP message, and a frozen
+# dataclass's fields cost more to set than the message costs to unpack.
+class DhcpRequest(NamedTuple):
     msg_type: int
     xid: int
     flags: int
@@ -71,8 +73,7 @@ class DhcpRequest:
         return MESSAGE_NAMES.get(self.msg_type, str(self.msg_type))
 
 
-@dataclass(frozen=True)
-class DhcpReply:
+class DhcpReply(NamedTuple):
     msg_type: int
     xid: int
     flags: int
@@ -187,31 +188,37 @@ def decode_request(payload: bytes) -> DhcpRequest:
     )
 
 
-def _option(tag: int, value: bytes) -> bytes:
-    return bytes((tag, len(value))) + value
+# The options an answer carries, each packed in one go (tag, length, value): its type and server, the lease's
+# times (an INFORM's answer has none), and the /30's mask, router, DNS server (the router) and broadcast.
+_TYPE_AND_SERVER = struct.Struct("!BBB BB4s")
+_LEASE_TIMES = struct.Struct("!BBI BBI BBI")
+_ADDRESSES = struct.Struct("!BB4s BB4s BB4s BB4s")
+_SUBNET_MASK = socket.inet_aton(Subnet.mask)
+_END = b"\xff"
 
 
 def encode_reply(reply: DhcpReply) -> bytes:
-    opts = [_option(OPT_MESSAGE_TYPE, bytes((reply.msg_type,))),
-            _option(OPT_SERVER_ID, socket.inet_aton(reply.server_ip))]
+    parts = [_BOOTP.pack(BOOTREPLY, HTYPE_ETHERNET, 6, 0, reply.xid, 0, reply.flags, socket.inet_aton(reply.ciaddr),
+                         socket.inet_aton(reply.yiaddr), _NO_ADDRESS, _NO_ADDRESS,
+                         bytes.fromhex(reply.chaddr.replace(":", "")), b"", DHCP_MAGIC),
+             _TYPE_AND_SERVER.pack(OPT_MESSAGE_TYPE, 1, reply.msg_type, OPT_SERVER_ID, 4,
+                                   socket.inet_aton(reply.server_ip))]
     if reply.msg_type == NAK:
         if reply.message:
-            opts.append(_option(OPT_MESSAGE, reply.message.encode()[:250]))
+            message = reply.message.encode()[:250]
+            parts.append(bytes((OPT_MESSAGE, len(message))) + message)
     else:
         sub = reply.subnet
         assert sub is not None, "a reply other than NAK always names the device's /30"
         if reply.lease_seconds is not None:
             lease = reply.lease_seconds
-            opts += [_option(OPT_LEASE_TIME, lease.to_bytes(4, "big")),
-                     _option(OPT_RENEWAL_T1, (lease // 2).to_bytes(4, "big")),
-                     _option(OPT_REBINDING_T2, (lease * 7 // 8).to_bytes(4, "big"))]
+            parts.append(_LEASE_TIMES.pack(OPT_LEASE_TIME, 4, lease, OPT_RENEWAL_T1, 4, lease // 2,
+                                           OPT_REBINDING_T2, 4, lease * 7 // 8))
         gateway = socket.inet_aton(sub.gateway)
-        opts += [_option(OPT_SUBNET_MASK, socket.inet_aton(sub.mask)), _option(OPT_ROUTER, gateway),
-                 _option(OPT_DNS, gateway), _option(OPT_BROADCAST, socket.inet_aton(sub.broadcast))]
-    opts.append(b"\xff")  # END
-    return _BOOTP.pack(BOOTREPLY, HTYPE_ETHERNET, 6, 0, reply.xid, 0, reply.flags, socket.inet_aton(reply.ciaddr),
-                       socket.inet_aton(reply.yiaddr), _NO_ADDRESS, _NO_ADDRESS,
-                       bytes.fromhex(reply.chaddr.replace(":", "")), b"", DHCP_MAGIC) + b"".join(opts)
+        parts.append(_ADDRESSES.pack(OPT_SUBNET_MASK, 4, _SUBNET_MASK, OPT_ROUTER, 4, gateway, OPT_DNS, 4, gateway,
+                                     OPT_BROADCAST, 4, socket.inet_aton(sub.broadcast)))
+    parts.append(_END)
+    return b"".join(parts)
 
 
 def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str]:

@@ -35,9 +35,11 @@ table 2, routing:
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .model import Device, State
+from .model import Device, State, Subnet
 
 TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
@@ -142,7 +144,11 @@ DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
 
 def device_meter(device: Device) -> MeterBand:
     assert device.subnet is not None, "only a device with a /30 has its own meter"
-    return MeterBand(2 + device.subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
+    return _meter_of(device.subnet)
+
+
+def _meter_of(subnet: Subnet) -> MeterBand:
+    return MeterBand(2 + subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,11 @@ class FiveTuple:
 
 def device_cookie(device: Device) -> int:
     """A cookie per device so its rules (learnt flows included) go in one delete."""
-    return _DEVICE_COOKIE_BASE | int(device.mac.replace(":", ""), 16)
+    return _cookie_of(device.mac)
+
+
+def _cookie_of(mac: str) -> int:
+    return _DEVICE_COOKIE_BASE | int(mac.replace(":", ""), 16)
 
 
 def base_rules(wlan_port: int) -> list[FlowRule]:
@@ -249,9 +259,88 @@ def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRu
     return frozenset(rules)
 
 
+@dataclass(frozen=True)
+class DeviceRules:
+    """The rules a device should have (learnt flows aside), named by what they are made of, so that two are
+    equal exactly when their rules are: the router compares the wanted set with the installed one after
+    every change and for every device on each tick, and a comparison of these costs no rule building.
+
+    The rules themselves (`rules`, or iterating) are built when first read, which is when they are sent: a
+    storm's newcomers' rules wait behind the answers (`held.py`), and are built once the storm is quiet.
+    Made by `device_rules`, which leaves out what a kind of rule set does not depend on."""
+
+    mac: str
+    wlan_port: int
+    blacklisted: bool = False
+    subnet: Subnet | None = None  # its own packet-in budget (meter, DHCP, EAPOL, ARP), from its first lease on
+    forwarding: bool = False  # permitted with a live lease: its traffic is forwarded and counted
+    # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
+    router_mac: str = ""
+    learning: bool = True
+    dns_gated: bool = False
+
+    @property
+    def metered(self) -> bool:
+        """Whether the rules send through the device's own meter (which must be on the switch first)."""
+        return self.subnet is not None
+
+    def __iter__(self) -> Iterator[FlowRule]:
+        return iter(self.rules)
+
+    @functools.cached_property
+    def rules(self) -> frozenset[FlowRule]:
+        cookie = _cookie_of(self.mac)
+        wlan_port = self.wlan_port
+        if self.blacklisted:
+            # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
+            return frozenset({rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port,
+                                   eth_src=self.mac),
+                              rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL,
+                                   eth_dst=self.mac)})
+        subnet = self.subnet
+        assert subnet is not None, "a device without a lease has no rules (device_rules: None)"
+        # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
+        meter = Meter(_meter_of(subnet).meter_id)
+        budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
+                       eth_src=self.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=server,
+                       udp_dst=DHCP_SERVER_PORT)
+                  for server in (ALL_HOSTS, subnet.gateway)}
+        budget |= {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
+                        eth_src=self.mac, eth_type=ETH_EAPOL),
+                   rule(TABLE_ADMISSION, Admission.DEVICE_ARP, (meter, Output(CONTROLLER)), cookie, in_port=wlan_port,
+                        eth_src=self.mac, eth_type=ETH_ARP)}
+        if not self.forwarding:
+            return frozenset(budget)
+        ip = subnet.device_ip
+        rules = {
+            rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
+                 eth_src=self.mac, eth_type=ETH_IPV4, ipv4_src=ip),
+            rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
+                 eth_dst=self.mac, eth_type=ETH_IPV4),
+            rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("eth_src", self.router_mac),
+                                                    SetField("eth_dst", self.mac), DecTtl(), Output(IN_PORT)), cookie,
+                 in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
+            rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
+                 ipv4_dst=ip),
+        }
+        # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
+        # first packet, or on everything while it is over its flow budget, must not jump the queue.
+        unmark = SetField("ip_dscp", 0)
+        count = ((unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if self.learning
+                 else (unmark, GotoTable(TABLE_ROUTING)))
+        rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
+                  rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
+        if self.dns_gated:
+            rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
+                           ip_proto=PROTO_TCP, tcp_dst=DNS_OVER_TLS_PORT),
+                      rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
+                           ip_proto=PROTO_UDP, udp_dst=DNS_OVER_TLS_PORT)}
+        return frozenset(rules | budget)
+
+
 def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True,
-                 dns_gated: bool = False) -> frozenset[FlowRule]:
-    """The rules a device should have right now (learnt flows aside); empty if none.
+                 dns_gated: bool = False) -> DeviceRules | None:
+    """The rules a device should have right now (learnt flows aside); None if none.
 
     dns_gated: the household blocks names for it, so its encrypted DNS (DNS over TLS or QUIC, port
     853), which the router cannot read, is refused: the device falls back to plain DNS.
@@ -259,53 +348,17 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
     learning=False is the device over its flow budget: one rule each way instead of a
     rule per flow, and no copies to the controller.
     """
-    cookie = device_cookie(device)
     if device.state is State.BLACKLISTED:
-        # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
-        return frozenset({rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port,
-                               eth_src=device.mac),
-                          rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL,
-                               eth_dst=device.mac)})
-    if device.subnet is None or (device.state is State.PENDING and not device.lease_active(now)):
+        return DeviceRules(device.mac, wlan_port, blacklisted=True)
+    live = device.lease_active(now)
+    if device.subnet is None or (device.state is State.PENDING and not live):
         # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
-        return frozenset()
-    # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
-    meter = Meter(device_meter(device).meter_id)
-    budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
-                   eth_src=device.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=server,
-                   udp_dst=DHCP_SERVER_PORT)
-              for server in (ALL_HOSTS, device.subnet.gateway)}
-    budget |= {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
-                    eth_src=device.mac, eth_type=ETH_EAPOL),
-               rule(TABLE_ADMISSION, Admission.DEVICE_ARP, (meter, Output(CONTROLLER)), cookie, in_port=wlan_port,
-                    eth_src=device.mac, eth_type=ETH_ARP)}
-    if not (device.forwards and device.lease_active(now)):
-        return frozenset(budget)
-    ip = device.subnet.device_ip
-    rules = {
-        rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
-             eth_src=device.mac, eth_type=ETH_IPV4, ipv4_src=ip),
-        rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
-             eth_dst=device.mac, eth_type=ETH_IPV4),
-        rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("eth_src", router_mac), SetField("eth_dst", device.mac),
-                                                DecTtl(), Output(IN_PORT)), cookie,
-             in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
-        rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
-             ipv4_dst=ip),
-    }
-    # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
-    # first packet, or on everything while it is over its flow budget, must not jump the queue.
-    unmark = SetField("ip_dscp", 0)
-    count = (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if learning else (unmark, GotoTable(TABLE_ROUTING))
-    rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
-              rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
-    if dns_gated:
-        rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
-                       ip_proto=PROTO_TCP, tcp_dst=DNS_OVER_TLS_PORT),
-                  rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
-                       ip_proto=PROTO_UDP, udp_dst=DNS_OVER_TLS_PORT)}
-    return frozenset(rules | budget)
+        return None
+    if not (device.forwards and live):
+        return DeviceRules(device.mac, wlan_port, subnet=device.subnet)
+    return DeviceRules(device.mac, wlan_port, subnet=device.subnet, forwarding=True, router_mac=router_mac,
+                       learning=learning, dns_gated=dns_gated)
 
 
 def dns_block_rule(device: Device, addr: str) -> FlowRule:

@@ -268,7 +268,9 @@ class HomeworkController(app_manager.OSKenApp):
             # forged MACs would be a thousand "devices" each served as often as a real one.
             key = frame.eth_src if frame.eth_src in self.router.devices else NEWCOMERS
             queued = self.from_devices.put(key, (frame, decide, answers_first))
-        if queued:
+        # Set once per wake-up, not per frame (a set costs a condition's lock): the worker clears it
+        # before it looks at the queue, so a frame queued while it is still set is seen then.
+        if queued and not self.from_devices_ready.is_set():
             self.from_devices_ready.set()
 
     def _serve_from_devices(self):
@@ -412,7 +414,15 @@ class HomeworkController(app_manager.OSKenApp):
         dp = self.datapath
         if dp is None and isinstance(effect, self._SWITCH_EFFECTS):
             return  # the switch gets the whole rule set from the router's state when it reconnects
-        if isinstance(effect, InstallRules):
+        # A DHCP answer's own effects first: they are carried out for every message of a storm.
+        if isinstance(effect, AnswerDhcp):
+            self.dhcp_port.send(effect.data)
+        elif isinstance(effect, LogRow):
+            self.hwdb.write(effect.table, effect.row)
+        elif isinstance(effect, TellHousehold):
+            LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
+            self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
+        elif isinstance(effect, InstallRules):
             for r in effect.rules:
                 self._send(dp, openflow.flow_mod(r))
         elif isinstance(effect, ModifyRules):
@@ -426,8 +436,6 @@ class HomeworkController(app_manager.OSKenApp):
             self._send(dp, openflow.delete_meter(effect.meter_id))
         elif isinstance(effect, SendFrame):
             self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, AnswerDhcp):
-            self.dhcp_port.send(effect.data)
         elif isinstance(effect, AddGatewayAddress):
             # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
             self.gateway_jobs.put(effect.subnet)
@@ -436,11 +444,6 @@ class HomeworkController(app_manager.OSKenApp):
         elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
             if CONFIG.hostapd_ctrl:
                 self.hostapd_jobs.put(effect)
-        elif isinstance(effect, LogRow):
-            self.hwdb.write(effect.table, effect.row)
-        elif isinstance(effect, TellHousehold):
-            LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
-            self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
         else:
             raise TypeError(f"unknown effect {effect!r}")
 

@@ -75,7 +75,13 @@ def _match_field(name: str, value) -> tuple[str, object]:
 
 def _oxm_order(field: tuple[str, object]) -> int:
     """OFPMatch's order (by OXM field number: prerequisites such as eth_type come first)."""
-    return ofp.oxm_from_user_header(field[0])
+    return _oxm_number(field[0])
+
+
+@functools.cache
+def _oxm_number(name: str) -> int:
+    """A field's OXM header, looked up once per name, not once per field of every rule sent."""
+    return ofp.oxm_from_user_header(name)
 
 
 def delete_strict(rule: flows.FlowRule):

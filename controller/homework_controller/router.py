@@ -27,7 +27,9 @@ LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InstallRules:
-    rules: tuple[flows.FlowRule, ...]
+    """Rules to add: given, or a device's rule set (`flows.DeviceRules`), built when it is sent."""
+
+    rules: tuple[flows.FlowRule, ...] | flows.DeviceRules
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ class HomeRouter:
         self.lowest_free_subnet = FIRST_DEVICE_SUBNET  # no /30 below it is free (a storm allocates in turn)
         self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
         self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
-        self.installed: dict[str, frozenset[flows.FlowRule]] = {}
+        self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
         self.meters: set[int] = set()
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
         self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
@@ -288,15 +290,14 @@ class HomeRouter:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
-        seen = clones.Fingerprint.of(req)
-        differs = self._fingerprint_differs(before, seen, req.msg_type)
+        differs = self._fingerprint_differs(before, req)
         if differs and before is not None and outcome.device is not None:
             # Served as the device (refusing would cut off the real one too, and the copier could
             # set the address by hand), but its name and class stay the lease holder's.
             outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
             effects += self._suspect_clone(req.chaddr, differs)
         if outcome.lease_action == "granted":
-            self.fingerprints[req.chaddr] = seen
+            self.fingerprints[req.chaddr] = clones.Fingerprint.of(req)
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
@@ -320,11 +321,12 @@ class HomeRouter:
                 effects.insert(0, answer)
         return effects
 
-    def _fingerprint_differs(self, before: Device | None, seen: clones.Fingerprint, msg_type: int) -> list[str]:
+    def _fingerprint_differs(self, before: Device | None, req: dhcp.DhcpRequest) -> list[str]:
         """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
         if (before is None or not before.lease_active(self.clock())
-                or msg_type not in (dhcp.DISCOVER, dhcp.REQUEST)):
+                or req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST)):
             return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
+        seen = clones.Fingerprint.of(req)
         # After a restart the first sender is taken for the holder.
         return clones.differences(self.fingerprints.setdefault(before.mac, seen), seen)
 
@@ -979,7 +981,7 @@ class HomeRouter:
         wanted = flows.device_rules(device, self.clock(), self.wlan_port, self.router_mac,
                                     learning=device.mac not in self.over_budget,
                                     dns_gated=dnsgate.DENY in self.dns_rules.get(device.mac, {}).values())
-        have = self.installed.get(device.mac, frozenset())
+        have = self.installed.get(device.mac)
         if wanted == have and not reinstall:
             return []
         effects: list = []
@@ -989,21 +991,21 @@ class HomeRouter:
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
             self.gateways.add(device.subnet.index)
             effects.append(AddGatewayAddress(device.subnet))
-        if any(isinstance(a, flows.Meter) for r in wanted for a in r.actions):
+        if wanted is not None and wanted.metered:
             band = flows.device_meter(device)
             if band.meter_id not in self.meters:
                 self.meters.add(band.meter_id)
                 effects.append(InstallMeter(band))
-        if have:
+        if have is not None:
             # Deleting by cookie also ends flows in progress (a denied device is cut off at
             # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
             self.learnt.pop(device.mac, None)
             self.flow_apps.pop(device.mac, None)
             self.blocks_on_switch.pop(device.mac, None)
-        if wanted:
+        if wanted is not None:
             # In any order: no two rules of a set match the same packets at the same rule priority.
-            effects.append(InstallRules(tuple(wanted)))
+            effects.append(InstallRules(wanted))
             self.installed[device.mac] = wanted
             effects += self._install_blocks(device, list(self.dns_blocked.get(device.mac, ())))
         else:

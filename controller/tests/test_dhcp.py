@@ -197,6 +197,17 @@ def test_an_answer_carries_the_checksums_a_client_that_checks_them_verifies(rout
     assert sums(changed)[1] != recomputed(changed)[1]  # an octet changed on the way would be caught
 
 
+def test_the_checksum_is_dpkts():
+    """packets.internet_checksum (one big-integer remainder, for speed) against dpkt.in_cksum, the reference:
+    random octets of every length up to a large DHCP answer, odd ones included, and the sums' edge cases (all
+    zeros, all ones, nothing at all)."""
+    rng = random.Random(1071)
+    cases = [b"", b"\x00", b"\xff", bytes(20), b"\xff" * 20, b"\xff\xfe\x00\x01"]
+    cases += [rng.randbytes(rng.randrange(600)) for _ in range(5000)]
+    assert [packets.internet_checksum(c) for c in cases] == [dpkt.in_cksum(c) for c in cases]
+    assert len({packets.internet_checksum(c) for c in cases}) > 1000  # not one value for everything
+
+
 def test_encoded_reply_round_trips_through_scapy():
     reply = dhcp.DhcpReply(msg_type=dhcp.OFFER, xid=99, flags=0, chaddr=PHONE, ciaddr="0.0.0.0",
                            yiaddr="10.2.0.6", server_ip="10.2.0.5", dst_ip="10.2.0.6", dst_mac=PHONE,

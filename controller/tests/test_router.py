@@ -1,11 +1,15 @@
 """Admission and forwarding rules as the household's decisions change them."""
+import itertools
+from collections import defaultdict
+
 import pytest
 from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame, reply_of
+from fakeoftable import FakeSwitch
 from scapy.layers.l2 import ARP, Ether
 
 from homework_controller import dhcp, flows, packets
-from homework_controller.model import BadMac, Device, normalize_mac
+from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
 from homework_controller.router import (
     AddGatewayAddress,
     AnswerDhcp,
@@ -106,6 +110,64 @@ def test_rules_go_when_the_lease_runs_out(router, clock):
     assert effects[:2] == [LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
                            RemoveRules(flows.device_cookie(router.devices[PHONE]))]
     assert not [r for r in installed(effects) if r.table != flows.TABLE_ADMISSION or r.priority == 500]
+
+
+def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
+    """The router tells whether a device's rules changed by comparing what they are made of (`flows.DeviceRules`),
+    without building them: two such names must be equal exactly when the rules are. A name that left out
+    something the rules depend on would leave stale rules on the switch; one that kept something they do not
+    depend on would reinstall them for nothing (and lose the device's learnt flows)."""
+    now = 1_000_000.0
+    made = []
+    for mac, state, (subnet, expires), wlan_port, router_mac, learning, dns_gated in itertools.product(
+            (PHONE, LAPTOP), State, ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
+            (WLAN, 2), (ROUTER_MAC, "02:48:57:00:00:02"), (True, False), (True, False)):
+        device = Device(mac=mac, state=state, subnet=subnet, lease_expires=expires)
+        name = flows.device_rules(device, now, wlan_port, router_mac, learning=learning, dns_gated=dns_gated)
+        made.append((name, frozenset(name) if name is not None else frozenset()))
+    by_name, by_rules = defaultdict(set), defaultdict(set)
+    for i, (name, rules) in enumerate(made):
+        by_name[name].add(i)
+        by_rules[rules].add(i)
+    assert sorted(map(sorted, by_name.values())) == sorted(map(sorted, by_rules.values()))
+    # Neither side is trivial: many different rule sets, and many devices sharing one.
+    assert 40 < len(by_rules) < len(made) / 4
+
+
+def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(router, clock):
+    """The rules on the switch follow a device's state, its lease and its DNS rules (its flow budget:
+    test_accounting.py); a tick finds nothing to send when none of them changed, and the change when one did."""
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    ip = lease(router, PHONE)
+    switch.apply(router.permit(PHONE))
+    switch.apply(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)))
+    cookie = flows.device_cookie(router.devices[PHONE])
+
+    def on_switch():
+        return {(r.table, r.priority, r.match_dict.get("tcp_dst") or r.match_dict.get("udp_dst"))
+                for r in switch.rules if r.cookie == cookie}
+
+    def ticked():
+        effects = router.tick()
+        switch.apply(effects)
+        return [e for e in effects if isinstance(e, (InstallRules, RemoveRules))]
+
+    forwarding = (flows.TABLE_ADMISSION, flows.Admission.SOURCE_CHECKED, None)
+    dot = {(flows.TABLE_ACCOUNTING, flows.Accounting.BLOCKED, 853)}
+    assert forwarding in on_switch() and not on_switch() & dot
+    assert ticked() == []
+    switch.apply(router.deny_dns(PHONE, "example.test"))  # its DNS over TLS is refused from now on
+    assert on_switch() >= dot and ticked() == []
+    switch.apply(router.permit_dns(PHONE, "example.test"))
+    assert not on_switch() & dot and ticked() == []
+    switch.apply(router.deny(PHONE))
+    assert forwarding not in on_switch() and on_switch() and ticked() == []
+    switch.apply(router.permit(PHONE))
+    assert forwarding in on_switch() and ticked() == []
+    clock.now += 3601  # its lease runs out: the tick takes its forwarding away
+    assert ticked() and forwarding not in on_switch() and on_switch()
+    assert ticked() == []
 
 
 def test_decisions_and_subnets_survive_a_restart(db_path, clock):
