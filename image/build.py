@@ -85,6 +85,8 @@ SETTINGS = {
     # The line's rates are the household's to set; until the web UI can, shape at a gigabit
     # (the queues still get their fair leaves, the line's own queue is not yet moved here).
     "UPLINK_KBIT": 1_000_000, "DOWNLINK_KBIT": 1_000_000,
+    # No ISP slice until the household has one (its ISP's slicer, certificates and public address).
+    "SLICE": "", "SLICE_CERT": "", "SLICE_KEY": "", "SLICE_CA": "", "PUBLIC_ADDRESS": "",
 }
 # A router box (an APU's 1 GHz cores) or a VM without KVM starts the services several times
 # slower than the machines services.toml's ready timeouts were measured on.

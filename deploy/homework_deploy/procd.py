@@ -53,6 +53,12 @@ SETTINGS: dict[str, Value] = {
     "DOWNLINK_KBIT": (Uci("qos", "downlink_kbit"),),
     "UPDATES": ("",),  # OpenWrt updates itself with sysupgrade, not through our web UI
     "SETUP_CODE_FILE": (Uci("webui", "setup_code_file", required=False),),  # a code printed on the box's label
+    # The ISP's slice (isp-flowvisor); an empty slicer: none, and the rest stay empty too.
+    "SLICE": (Uci("slice", "slicer", required=False),),
+    "SLICE_CERT": (Uci("slice", "cert", required=False),),
+    "SLICE_KEY": (Uci("slice", "key", required=False),),
+    "SLICE_CA": (Uci("slice", "ca", required=False),),
+    "PUBLIC_ADDRESS": (Uci("slice", "public_address", required=False),),
 }
 
 # Services OpenWrt already runs: netifd starts hostapd (package wpad) for each wifi-iface of

@@ -37,6 +37,17 @@ def _print_status(home: Home, as_json: bool) -> None:
     print(f"the Guest Board: {WEBUI_URL}")
     inet = report["internet"]
     print(f"internet: dns {'up' if inet['dns'] else 'down'}, http {'up' if inet['http'] else 'down'}")
+    isp = report["isp"]
+    if isp["up"]:
+        print(f"ISP: slicer {'up' if isp['slicer'] else 'down'}, aggregation switch "
+              f"{'connected' if isp['switch_connected'] else 'not connected'}, household B's router "
+              f"{'up' if isp['b_router'] else 'down'}")
+        for name, h in isp["households"].items():
+            queues = ", ".join(f"{q} {c['bytes']} B ({c['drops']} dropped)" for q, c in h["queues"].items())
+            print(f"  household {name} {' '.join(h['address'])}: {'connected' if h['connected'] else 'not connected'}, "
+                  f"{h['rules']} rules; downlink queues: {queues}")
+    else:
+        print("ISP: down")
     for c in report["clients"]:
         print(f"  client {c['name']:<12} {c['mac']}  {c['ipv4'] or '(no address)'}")
 

@@ -6,7 +6,8 @@ Layout (every name prefixed, so `down` finds and removes them, even after a cras
   client netns hw-c-NAME (wlan0) ─┤ netns hw-air: Linux bridge "air", client ports isolated
                                   └─ air-up ══ wlan0 ─ OVS br-lan (netdev, OF1.3, fail-secure) ─ controller
   router = this (root) namespace: br-lan holds each /30's gateway; NAT out of hw-wan
-  hw-wan ══ eth0 in netns hw-inet: DNS (dnsmasq) for example.test, HTTP on :80
+  hw-wan ══ the ISP (isp.py: a sliced aggregation switch, and household B beside this one)
+         ══ eth0 in netns hw-inet: DNS (dnsmasq) for example.test, HTTP on :80, iperf3
 
 The air behaves like a radio: stations reach each other only through the router (WPA2's
 client isolation), a station never receives its own frames back (802.11 stations drop
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from . import services
+from .isp import ISP
+from .net import ensure_ns, kill_all_in, link_exists, netns_list, run, veth
 from .services import HomenetError, Processes
 from .wait import wait_until
 
@@ -63,25 +66,10 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # (~200 KB) counts what waits in the shaper, so at most ~25 ms queue at 50 Mbit/s, ~40 ms at 30
 # (a router's kernel datapath has no such cap). 30 keeps the Normal class's delay measurable.
 LINE_UP_KBIT, LINE_DOWN_KBIT = 20_000, 30_000
-EMULATED_PARTS = ("radio", "inet-dns", "inet-http", "inet-iperf")
-
-
-def run(*cmd, check=True, ns=None, input=None, timeout=60) -> str:
-    argv = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
-    proc = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise HomenetError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def netns_list() -> list[str]:
-    out = run("ip", "-json", "netns", "list", check=False).strip()
-    return [n["name"] for n in json.loads(out)] if out else []
-
-
-def link_exists(name, ns=None) -> bool:
-    return subprocess.run((["ip", "-n", ns] if ns else ["ip"]) + ["link", "show", name],
-                          capture_output=True).returncode == 0
+EMULATED_PARTS = ("radio", "inet-dns", "inet-http", "inet-iperf", "inet-iperf-b", "isp-b-router", "isp-b-hwdb",
+                  "isp-slicer")
+# iperf3 servers run one test at a time: household B's downloads have a server of their own.
+IPERF_PORT, NEIGHBOUR_IPERF_PORT = 5201, 5202
 
 
 def ovs_running() -> bool:
@@ -101,13 +89,15 @@ class Home:
         self.run_dir = run_dir
         self.processes = Processes(run_dir)
         self.station_dump = run_dir / "station-dump.txt"
+        self.isp = ISP(run_dir, self.processes, PYTHON, HWDB_BIN, a_address=WAN_ROUTER_IP, a_wan=WAN, inet_ns=NS_INET,
+                       upstream_dns=INET_DNS_IP)
         self.services = services.load({
             "PYTHON": PYTHON, "HWDB_BIN": HWDB_BIN, "STATE": run_dir, "RUN": run_dir, "LAN_IFACE": BRIDGE,
             "WLAN_PORT": WLAN, "UPSTREAM_DNS": INET_DNS_IP, "STATIONS": f"file:{self.station_dump}",
             "LAN_ADDRESS": ROUTER_LAN_IP, "HOSTAPD_IFACE": BRIDGE, "WAN_IFACE": WAN,
             "LATENCY_TARGET": f"http://{INTERNET_IP}", "WIFI_SSID": "Homework", "UPLINK_KBIT": LINE_UP_KBIT,
             "DOWNLINK_KBIT": LINE_DOWN_KBIT, "UPDATES": "",  # no installer: the emulated home is not an image
-            "SETUP_CODE_FILE": ""})
+            "SETUP_CODE_FILE": "", **self.isp.slice_settings()})
 
     # ---- up / down
 
@@ -118,11 +108,13 @@ class Home:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._start_ovs()
         self._build_air()
+        self.isp.build()
         self._build_internet()
         self._build_router()
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
         run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
+        self.isp.start()  # before the router's controller, which connects to its slice at once
         for name in services.start_order(self.services):
             self.start(name)
 
@@ -143,7 +135,7 @@ class Home:
             self.processes.stop(name)
         for ns in netns_list():
             if ns.startswith("hw-"):
-                _kill_all_in(ns)
+                kill_all_in(ns)
                 run("ip", "netns", "delete", ns, check=False)
                 shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         if ovs_running():
@@ -168,7 +160,7 @@ class Home:
         wait_until("Open vSwitch", ovs_running, 20)
 
     def _build_air(self) -> None:
-        _ensure_ns(NS_AIR)
+        ensure_ns(NS_AIR)
         if not link_exists(AIR_BRIDGE, NS_AIR):
             # group_fwd_mask 8 lets EAPOL (01:80:c2:00:00:03) cross the bridge, as it crosses a real AP.
             run("ip", "link", "add", AIR_BRIDGE, "type", "bridge", "stp_state", "0", "group_fwd_mask", "8",
@@ -184,14 +176,13 @@ table bridge {NFT_AIR_TABLE} {{
   }}
 }}
 """)
-        _veth(WLAN, AIR_UP, b_ns=NS_AIR)
+        veth(WLAN, AIR_UP, b_ns=NS_AIR)
         run("ip", "link", "set", AIR_UP, "master", AIR_BRIDGE, ns=NS_AIR)
         # What the router sends never teaches the air where a station is.
         run("bridge", "link", "set", "dev", AIR_UP, "learning", "off", ns=NS_AIR)
 
     def _build_internet(self) -> None:
-        _ensure_ns(NS_INET)
-        _veth(WAN, "eth0", b_ns=NS_INET)
+        # (the links themselves are the ISP's: self.isp.build)
         run("ip", "addr", "replace", f"{WAN_ROUTER_IP}/24", "dev", WAN)
         for ip in [WAN_INET_IP, INET_DNS_IP, *INET_HOSTS.values()]:
             run("ip", "addr", "replace", f"{ip}/24", "dev", "eth0", ns=NS_INET)
@@ -205,8 +196,11 @@ table bridge {NFT_AIR_TABLE} {{
         args += [f"--host-record={name},{ip}" for name, ip in INET_HOSTS.items()]
         self.processes.start("inet-dns", args, ns=NS_INET)
         self.processes.start("inet-http", [PYTHON, "-m", "homenet.web", "--directory", www], ns=NS_INET)
-        # Bulk transfers that saturate the line, for the priority tests (iperf3's default port 5201).
-        self.processes.start("inet-iperf", ["iperf3", "--server", "--bind", WAN_INET_IP], ns=NS_INET)
+        # Bulk transfers that saturate the line, for the priority tests.
+        self.processes.start("inet-iperf", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port", IPERF_PORT],
+                             ns=NS_INET)
+        self.processes.start("inet-iperf-b", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port",
+                                              NEIGHBOUR_IPERF_PORT], ns=NS_INET)
 
     def _build_router(self) -> None:
         orig = self.run_dir / "ip_forward.orig"
@@ -293,9 +287,9 @@ table netdev {NFT_WLAN_TABLE} {{
         (etc / "resolv.conf").write_text("")
         state = self._state(name)
         state.mkdir(parents=True, exist_ok=True)
-        _ensure_ns(ns)
+        ensure_ns(ns)
         port = f"c-{name}"
-        _veth(port, WLAN, a_ns=NS_AIR, b_ns=ns, b_mac=mac)
+        veth(port, WLAN, a_ns=NS_AIR, b_ns=ns, b_mac=mac)
         run("ip", "link", "set", port, "master", AIR_BRIDGE, ns=NS_AIR)
         # Isolated ports reach the uplink but not each other: what WPA2 does between stations.
         run("bridge", "link", "set", "dev", port, "isolated", "on", ns=NS_AIR)
@@ -319,7 +313,7 @@ table netdev {NFT_WLAN_TABLE} {{
     def remove(self, name: str) -> None:
         ns = self._ns(name)
         mac = self.mac(name)
-        _kill_all_in(ns)
+        kill_all_in(ns)
         # The air's end first, and synchronously: a deleted namespace takes its links down later
         # (once its last process is gone), so a device added again under the same name would find
         # the old port still there, keep it, and lose it a moment later.
@@ -517,7 +511,7 @@ table netdev {NFT_WLAN_TABLE} {{
         report = {"ovs": ovs_running(), "bridge": link_exists(BRIDGE),
                   "internet": {"namespace": NS_INET in netns_list(), "dns": bool(self.processes.pid("inet-dns")),
                                "http": bool(self.processes.pid("inet-http"))},
-                  "clients": clients, "logs": str(self.processes.logs)}
+                  "isp": self.isp.status(), "clients": clients, "logs": str(self.processes.logs)}
         for name, service in self.services.items():
             pid = self.processes.pid(name)
             report[name] = {"pid": pid, "ready": bool(pid) and services.is_ready(service)}
@@ -527,32 +521,3 @@ table netdev {NFT_WLAN_TABLE} {{
 def _require_root() -> None:
     if os.geteuid() != 0:
         raise HomenetError("homenet needs root (network namespaces, OVS)")
-
-
-def _ensure_ns(name: str) -> None:
-    if name not in netns_list():
-        run("ip", "netns", "add", name)
-        run("ip", "link", "set", "lo", "up", ns=name)
-
-
-def _kill_all_in(ns: str) -> None:
-    for pid in run("ip", "netns", "pids", ns, check=False).split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-
-
-def _veth(a, b, a_ns=None, b_ns=None, b_mac=None) -> None:
-    """A veth pair with TX checksum offload off on both ends (needed by OVS's userspace datapath)."""
-    if link_exists(a, a_ns):
-        return
-    cmd = ["ip", "link", "add", a, "type", "veth", "peer", "name", b]
-    if b_mac:
-        cmd += ["address", b_mac]
-    if b_ns:
-        cmd += ["netns", b_ns]
-    run(*cmd, ns=a_ns)
-    for name, ns in ((a, a_ns), (b, b_ns)):
-        run("ethtool", "-K", name, "tx", "off", ns=ns)
-        run("ip", "link", "set", name, "up", ns=ns)

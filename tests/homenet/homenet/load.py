@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .call import PORT as CALL_PORT
-from .home import WAN_INET_IP
+from .home import IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
 
 UP, DOWN = "up", "down"
 BULK_STREAMS = 4
@@ -56,14 +56,25 @@ class CallUnderLoad:
 def bulk_transfer(home, device: str, seconds: float, direction: str = UP, streams: int = BULK_STREAMS,
                   window: str = BULK_WINDOW) -> subprocess.Popen:
     """iperf3 from `device` to the internet's server, saturating the line for `seconds`; its JSON
-    report on stdout. The server runs one test at a time and refuses a client while it is still
-    finishing the last one ("busy"): that start is tried again, not taken for a transfer."""
+    report on stdout."""
+    return _iperf3(lambda *cmd, **popen_args: home.spawn(device, *cmd, **popen_args), IPERF_PORT, seconds, direction,
+                   streams, window)
+
+
+def neighbour_download(home, seconds: float) -> subprocess.Popen:
+    """Household B's router downloads from the internet's second iperf3 server as fast as the ISP lets it."""
+    return _iperf3(home.isp.b_spawn, NEIGHBOUR_IPERF_PORT, seconds, DOWN, BULK_STREAMS, BULK_WINDOW)
+
+
+def _iperf3(spawn, port: int, seconds: float, direction: str, streams: int, window: str) -> subprocess.Popen:
+    """The server runs one test at a time and refuses a client while it is still finishing the last
+    one ("busy"): that start is tried again, not taken for a transfer."""
     deadline = time.monotonic() + 15
     while True:
-        transfer = home.spawn(device, "iperf3", "--client", WAN_INET_IP, "--time", str(int(seconds)),
-                              "--parallel", str(streams), "--window", window, "--congestion", BULK_CONGESTION,
-                              "--json", *(["--reverse"] if direction == DOWN else []),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        transfer = spawn("iperf3", "--client", WAN_INET_IP, "--port", port, "--time", str(int(seconds)),
+                         "--parallel", str(streams), "--window", window, "--congestion", BULK_CONGESTION,
+                         "--json", *(["--reverse"] if direction == DOWN else []),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             out, err = transfer.communicate(timeout=1.0)
         except subprocess.TimeoutExpired:
