@@ -29,6 +29,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -195,7 +196,7 @@ link_mbit = {LINK_MBIT}
                          "--may-exist", "add-port", B_BRIDGE, B_WLAN, "--", "set", "interface", B_WLAN, "type=internal",
                          "--", "set-controller", B_BRIDGE, "tcp:127.0.0.1:6653")
         for link in (B_BRIDGE, B_WLAN):  # the controller's DHCP socket binds to the (idle) wireless port
-            wait_until(f"household B's {link}", lambda link=link: link_exists(link, NS_B), 10)
+            wait_until(f"household B's {link}", functools.partial(link_exists, link, NS_B), 10)
             run("ip", "link", "set", link, "up", ns=NS_B)
         (self.dir / "b").mkdir(exist_ok=True)
         defined = self._b_services()
@@ -226,7 +227,8 @@ link_mbit = {LINK_MBIT}
                                x509.BasicConstraints(ca=True, path_length=None), critical=True)
         self.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
         slicer_san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address(SLICER_IP))])
-        issued = [("slicer", self.certs / "slicer.crt", self.certs / "slicer.key", slicer_san)]
+        issued: list[tuple[str, Path, Path, x509.ExtensionType | None]] = [
+            ("slicer", self.certs / "slicer.crt", self.certs / "slicer.key", slicer_san)]
         issued += [(h.name, h.cert, h.key, None) for h in self.households.values()]
         for cn, cert_path, key_path, extension in issued:
             key = ec.generate_private_key(ec.SECP256R1())
@@ -238,7 +240,8 @@ link_mbit = {LINK_MBIT}
 
     # ---- asking it
 
-    def fvctl(self, *args: object) -> object:
+    def fvctl(self, *args: object) -> Any:
+        """fvctl's JSON answer (a list for `list`, an object for the rest), None when it prints nothing."""
         out = run(self.python, "-m", "isp_flowvisor.fvctl", "--rpc", SLICER_RPC, *args, ns=NS_ISP)
         return json.loads(out) if out.strip() else None
 
