@@ -27,6 +27,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
 
 from isp_flowvisor import codec, switchside  # noqa: E402
 from isp_flowvisor.relay import read_frame  # noqa: E402
+from isp_flowvisor.scheduler import max_min_fair  # noqa: E402
 
 C = codec.CODEC
 
@@ -155,24 +156,6 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-def max_min_fair(offered: list[float], capacity: float) -> list[float]:
-    """Water-filling: each gets min(its demand, an equal share of what is left)."""
-    share = [0.0] * len(offered)
-    left, todo = capacity, sorted(range(len(offered)), key=lambda i: offered[i])
-    while todo:
-        equal = left / len(todo)
-        i = todo[0]
-        if offered[i] <= equal:
-            share[i] = offered[i]
-            left -= offered[i]
-            todo.pop(0)
-        else:
-            for j in todo:
-                share[j] = equal
-            break
-    return share
-
-
 async def fairness(households: list[BenchHousehold], offered: list[float], seconds: float) -> dict:
     """Each household offers its rate open-loop (what is due by the clock, in windows of at most
     20 plus a barrier), so a slow reply does not lower what it asks for. Served = flow-mods whose
@@ -252,6 +235,12 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _fds_and_rss(pid: int) -> tuple[int, int]:
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -263,7 +252,10 @@ async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, so
     largest = max(sizes)
     households = [BenchHousehold(i) for i in range(largest)]
     setup = Setup(workdir / mode, mode, households)
-    out: dict = {"throughput_msgs_per_s": {}, "latency_ms": {}}
+    out: dict = {"throughput_msgs_per_s": {}, "latency_ms": {}, "relay_cpu_us_per_msg": {}}
+    # CPU per flow-mod of what relays them (the slicer; the emulated switch when direct): less
+    # sensitive than messages/s to what else runs on the machine.
+    relay = setup.slicer.proc if setup.slicer is not None and setup.slicer.proc is not None else setup.procs[0]
     try:
         await connect_all(households[:1], setup.port)
         samples = await latency(households[0], 2000)
@@ -273,7 +265,10 @@ async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, so
             if n > connected:
                 await connect_all(households[connected:n], setup.port)
                 connected = n
+            cpu = _cpu_seconds(relay.pid)
             out["throughput_msgs_per_s"][str(n)] = round(await throughput(households[:n], seconds, 20))
+            messages = sum(h.acked for h in households[:n])
+            out["relay_cpu_us_per_msg"][str(n)] = round((_cpu_seconds(relay.pid) - cpu) / messages * 1e6, 1)
         samples = await latency(households[0], 2000)
         out["latency_ms"][str(largest)] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
         for h in households[100:]:
@@ -364,6 +359,8 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "slicer")}, indent=2))
+    print("relay CPU per flow-mod, us: direct (the emulated switch)", json.dumps(direct["relay_cpu_us_per_msg"]),
+          "slicer", json.dumps(relayed["relay_cpu_us_per_msg"]))
     print("fairness (slicer):", json.dumps(relayed["fairness"]))
     if "soak" in relayed:
         print("soak:", json.dumps({k: v for k, v in relayed["soak"].items() if k != "samples"}))

@@ -33,7 +33,7 @@ class SlicerConfig:
     rpc_listen: tuple[str, int] = ("127.0.0.1", 6644)
     metrics_listen: tuple[str, int] = ("127.0.0.1", 9644)
     registry: dict[str, Any] = field(default_factory=lambda: {"backend": "file", "path": "households.json"})
-    batch: int = 32
+    batch: int = 8
     inbox: int = 256
     queues: dict[str, Any] = field(default_factory=dict)
 

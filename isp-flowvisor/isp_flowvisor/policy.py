@@ -17,6 +17,7 @@ Layout on the physical switch (see README, "How slices share the switch"):
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -67,6 +68,12 @@ class Refused(Exception):
         self.err_code = err_code
 
 
+# Address checks and rule keys convert the same few values over and over (a household's own
+# addresses in every rule): each conversion is kept by value.
+_VALUE_CACHE = 1 << 14
+
+
+@functools.lru_cache(maxsize=_VALUE_CACHE)
 def _network(value: Any) -> ipaddress.IPv4Network:
     if isinstance(value, tuple):
         return ipaddress.IPv4Network(f"{value[0]}/{value[1]}", strict=False)
@@ -131,14 +138,16 @@ def delete_slicer_rules(slot: int) -> Any:
 def rule_key(table_id: int, priority: int, match: Any) -> tuple:
     """Identity of a flow entry as OpenFlow defines it (table, priority, match), normalised so a
     flow-mod and the switch's own flow-stats entry for it compare equal."""
-    fields = []
-    for name, value in match.items():
-        if name in _ADDRESS_FIELDS:
-            value = str(_network(value))
-        elif isinstance(value, tuple):
-            value = tuple(str(v) for v in value)
-        fields.append((name, str(value)))
-    return (table_id, priority, tuple(sorted(fields)))
+    return (table_id, priority, tuple(sorted(_key_field(name, value) for name, value in match.items())))
+
+
+@functools.lru_cache(maxsize=_VALUE_CACHE)
+def _key_field(name: str, value: Any) -> tuple[str, str]:
+    if name in _ADDRESS_FIELDS:
+        value = str(_network(value))
+    elif isinstance(value, tuple):
+        value = tuple(str(v) for v in value)
+    return (name, str(value))
 
 
 @dataclass
@@ -155,6 +164,11 @@ class Slice:
         self.household = household
         self.slot = household.slot
         self.view = frozenset(shared_ports) | frozenset(household.ports)
+        self._owns = functools.lru_cache(maxsize=1024)(self._owns_uncached)
+
+    def _owns_uncached(self, value: Any) -> bool:
+        """Is this match or set_field value (an address, or address and mask) inside the household's?"""
+        return self.household.owns(_network(value))
 
     # --- ids --------------------------------------------------------------------------------
 
@@ -203,7 +217,7 @@ class Slice:
             raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM, f"in_port {in_port} is not in the slice")
         own_fields = set()
         for name, eth_type in _ADDRESS_FIELDS.items():
-            if name in fields and fields.get("eth_type") == eth_type and self.household.owns(_network(fields[name])):
+            if name in fields and fields.get("eth_type") == eth_type and self._owns(fields[name]):
                 own_fields.add(name)
         if pinned and not own_fields:
             raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM,
@@ -245,7 +259,7 @@ class Slice:
                     raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE
                                   if action.key != "ip_dscp" else ofp.OFPBAC_EPERM,
                                   f"set_field {action.key} is not allowed (queues: use set_queue)")
-                if action.key in _ADDRESS_FIELDS and not self.household.owns(_network(action.value)):
+                if action.key in _ADDRESS_FIELDS and not self._owns(action.value):
                     raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_EPERM,
                                   f"set_field {action.key}={action.value} leaves the household's addresses")
                 out.append(action)
@@ -355,8 +369,8 @@ class Slice:
             src, dst = arp_pkt.src_ip, arp_pkt.dst_ip
         else:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4 or ARP")
-        to_own = self.household.owns(_network(dst))
-        if not to_own and not self.household.owns(_network(src)):
+        to_own = self._owns(dst)
+        if not to_own and not self._owns(src):
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM,
                           f"packet {src} -> {dst} is not to or from the household's addresses")
         return _Context(in_port=None, to_own_address=to_own)

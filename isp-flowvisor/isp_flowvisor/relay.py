@@ -25,6 +25,7 @@ from .accounting import RuleBook, TokenBucket
 from .config import SlicerConfig
 from .model import Household
 from .registry import Registry
+from .scheduler import RoundRobin
 
 LOG = logging.getLogger("isp_flowvisor")
 HELLO_TIMEOUT = 10.0
@@ -32,6 +33,11 @@ HELLO_TIMEOUT = 10.0
 # error back to their sender; the most recent ones suffice, since the switch answers in order.
 _RECENT_LIMIT = 1 << 14
 _REPLY_KINDS = {"own", "barrier", "flow", "aggregate", "port_stats", "queue"}
+_READ_SIZE = 1 << 16
+# How long the relay serves turns before it lets replies and new messages in: each pause costs a
+# send to the switch and one to every household answered, so not after every turn; short enough
+# that a reply waits at most this long behind other households' turns.
+_SERVE_SLICE = 0.001
 _CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
 
 
@@ -41,6 +47,39 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
     if length < codec.HEADER_SIZE:
         raise ValueError(f"frame length {length} is shorter than a header")
     return head + await reader.readexactly(length - codec.HEADER_SIZE)
+
+
+async def read_frames(reader: asyncio.StreamReader, unread: bytearray) -> list[bytes]:
+    """The complete frames of whatever the peer sent next (at least one; a whole read of them at a
+    time, not two awaits per frame); `unread` carries a partial frame between calls. EOF raises
+    IncompleteReadError, a length shorter than a header ValueError."""
+    while True:
+        data = await reader.read(_READ_SIZE)
+        if not data:
+            raise asyncio.IncompleteReadError(bytes(unread), None)
+        unread += data
+        frames = codec.split_frames(unread)
+        if frames:
+            return frames
+
+
+class BatchedWriter:
+    """Frames for one peer, handed to its transport together once per event-loop iteration: one
+    send per round-robin turn instead of one per frame."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self._frames: list[bytes] = []
+
+    def write(self, frame: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames.append(frame)
+
+    def flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(b"".join(frames))
 
 
 async def exchange_hellos(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -87,6 +126,7 @@ class HouseholdSession:
         self.slice = policy.Slice(household, slicer.config.shared_ports)
         self.reader = reader
         self.writer = writer
+        self.out = BatchedWriter(writer)
         self.inbox: deque[bytes] = deque()
         self.room = asyncio.Event()
         self.room.set()
@@ -101,7 +141,7 @@ class HouseholdSession:
 
     def send(self, frame: bytes) -> None:
         if not self.closed:
-            self.writer.write(frame)
+            self.out.write(frame)
 
     def close(self) -> None:
         self.closed = True
@@ -118,6 +158,7 @@ class Slicer:
         self.books: dict[str, RuleBook] = {}
         self.counters: dict[str, Counters] = {}
         self.switch_writer: asyncio.StreamWriter | None = None
+        self._switch_out: BatchedWriter | None = None
         self.switch_ready = asyncio.Event()
         self.switch_dpid = 0
         self.switch_connects = 0
@@ -130,13 +171,15 @@ class Slicer:
         self._work = asyncio.Event()
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
-        self._round: deque[str] = deque()
+        self._rotation: RoundRobin[str] = RoundRobin(config.batch)
+        self._names_by_slot: dict[int, str] = {}
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.households = await self.registry.snapshot()
+        self._names_by_slot = {h.slot: name for name, h in self.households.items()}
         for name in self.households:
             self.books.setdefault(name, RuleBook())
             self.counters.setdefault(name, Counters())
@@ -186,6 +229,7 @@ class Slicer:
         """Bring switch and sessions in line with the registry, without dropping other sessions."""
         old = self.households
         self.households = households
+        self._names_by_slot = {h.slot: name for name, h in households.items()}
         for name, household in households.items():
             self.books.setdefault(name, RuleBook())
             self.counters.setdefault(name, Counters())
@@ -238,8 +282,8 @@ class Slicer:
         return xid
 
     def _to_switch(self, frame: bytes) -> None:
-        if self.switch_writer is not None:
-            self.switch_writer.write(frame)
+        if self._switch_out is not None:
+            self._switch_out.write(frame)
 
     def _relay(self, msg: Any, pending: Pending) -> bytes:
         """Send a request under a fresh xid of the slicer's, remembering whose it is."""
@@ -271,8 +315,9 @@ class Slicer:
             self.switch_writer.close()  # a switch that came back replaces its dead connection
         self.switch_ready.clear()
         self.switch_writer = writer
+        self._switch_out = out = BatchedWriter(writer)
         self.switch_connects += 1
-        reading = asyncio.create_task(self._read_switch(reader, writer))
+        reading = asyncio.create_task(self._read_switch(reader, out))
         try:
             await self._synchronise_switch()
             self.switch_ready.set()
@@ -286,6 +331,7 @@ class Slicer:
             reading.cancel()
             if self.switch_writer is writer:
                 self.switch_writer = None
+                self._switch_out = None
                 self.switch_ready.clear()
             writer.close()
 
@@ -346,19 +392,20 @@ class Slicer:
                 totals[direction] += stats.byte_count
         return {h.name: by_slot[h.slot] for h in self.households.values() if h.slot in by_slot}
 
-    async def _read_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_switch(self, reader: asyncio.StreamReader, out: BatchedWriter) -> None:
+        unread = bytearray()
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError):
             while True:
-                frame = await read_frame(reader)
-                try:
-                    msg = codec.decode(frame)
-                except codec.Malformed as exc:
-                    LOG.warning("undecodable message from the switch: %s", exc)
-                    continue
-                try:
-                    self._from_switch(msg, writer)
-                except Exception:
-                    LOG.exception("handling %s from the switch", type(msg).__name__)
+                for frame in await read_frames(reader, unread):
+                    try:
+                        msg = codec.decode(frame)
+                    except codec.Malformed as exc:
+                        LOG.warning("undecodable message from the switch: %s", exc)
+                        continue
+                    try:
+                        self._from_switch(msg, out)
+                    except Exception:
+                        LOG.exception("handling %s from the switch", type(msg).__name__)
         # Requests the switch will never answer now: the slicer's own fail, households get an error.
         awaiting, self._awaiting = self._awaiting, {}
         self._recent.clear()
@@ -369,12 +416,10 @@ class Slicer:
                 pending.session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
 
     def _session_of_slot(self, slot: int) -> HouseholdSession | None:
-        for session in self.sessions.values():
-            if session.household.slot == slot:
-                return session
-        return None
+        name = self._names_by_slot.get(slot)
+        return self.sessions.get(name) if name is not None else None
 
-    def _from_switch(self, msg: Any, writer: asyncio.StreamWriter) -> None:
+    def _from_switch(self, msg: Any, out: BatchedWriter) -> None:
         if isinstance(msg, parser.OFPPacketIn):
             session = self._session_of_slot(policy.slot_of_cookie(msg.cookie))
             seen = session.slice.packet_in(msg) if session else None
@@ -386,19 +431,19 @@ class Slicer:
         elif isinstance(msg, parser.OFPPortStatus):
             self._port_status(msg)
         elif isinstance(msg, parser.OFPEchoRequest):
-            writer.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
+            out.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
         elif msg.xid in self._awaiting or msg.xid in self._recent:
             self._reply(msg)
 
     def _flow_removed(self, msg: Any) -> None:
-        slot = policy.slot_of_cookie(msg.cookie)
-        for name, household in self.households.items():
-            if household.slot == slot:
-                self.books[name].remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
-                session = self.sessions.get(name)
-                seen = session.slice.flow_removed(msg) if session else None
-                if session and seen is not None:
-                    session.send(switchside.flow_removed(0, seen))
+        name = self._names_by_slot.get(policy.slot_of_cookie(msg.cookie))
+        if name is None:
+            return
+        self.books[name].remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
+        session = self.sessions.get(name)
+        seen = session.slice.flow_removed(msg) if session else None
+        if session and seen is not None:
+            session.send(switchside.flow_removed(0, seen))
 
     def _port_status(self, msg: Any) -> None:
         if msg.reason == ofp.OFPPR_DELETE:
@@ -483,7 +528,6 @@ class Slicer:
         if previous is not None:
             previous.close()  # the household reconnected (its NAT mapping changed, say)
         self.sessions[household.name] = session
-        self._round.append(household.name)
         self.counters.setdefault(household.name, Counters()).sessions += 1
         try:
             await self._read_household(session)
@@ -498,51 +542,64 @@ class Slicer:
 
     async def _read_household(self, session: HouseholdSession) -> None:
         limit = self.config.inbox
+        unread = bytearray()
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError, ssl.SSLError):
             while not session.closed:
                 await session.room.wait()
-                frame = await read_frame(session.reader)
-                session.inbox.append(frame)
+                frames = await read_frames(session.reader, unread)
+                # A household with queued messages is already in the rotation or waiting on its
+                # rate limit's timer: only its first message needs to wake it.
+                first = not session.inbox
+                session.inbox.extend(frames)
                 if len(session.inbox) >= limit:
                     session.room.clear()  # stop reading: TCP pushes back on a flooding household
-                self._work.set()
+                if first:
+                    self._wake(session)
+
+    def _wake(self, session: HouseholdSession) -> None:
+        if not session.closed and session.inbox and self.sessions.get(session.household.name) is session:
+            self._rotation.wake(session.household.name)
+            self._work.set()
 
     async def _serve_round_robin(self) -> None:
-        """Maestro's fairness: one batch per household per round, bounded by its rate limit."""
+        """Maestro's fairness: households with messages take turns, a bounded batch each, within their
+        rate limit. A turn costs the same however many (idle) households are connected."""
+        loop = asyncio.get_running_loop()
         while True:
             await self.switch_ready.wait()
-            served = 0
-            wait = 1.0
-            for _ in range(len(self._round)):
-                name = self._round[0]
-                self._round.rotate(-1)
-                session = self.sessions.get(name)
-                if session is None or session.closed:
-                    self._round.remove(name)
-                    continue
-                if not session.inbox:
-                    continue
-                allowed = min(len(session.inbox), session.bucket.available(), self.config.batch)
-                if allowed == 0:
-                    self.counters[name].throttled += 1
-                    wait = min(wait, session.bucket.seconds_until_available())
-                    continue
-                session.bucket.take(allowed)
-                for _ in range(allowed):
-                    self._serve(session, session.inbox.popleft())
-                served += allowed
-                if len(session.inbox) < self.config.inbox // 2:
-                    session.room.set()
+            if not self._rotation:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            # Turns until the rotation is empty or the slice of time is used up; then the turns'
+            # writes go out together and replies and new messages come in.
+            until = loop.time() + _SERVE_SLICE
+            while (name := self._rotation.next()) is not None:
+                self._turn(name, loop)
+                if loop.time() >= until:
+                    break
             writer = self.switch_writer
             if writer is not None and writer.transport.get_write_buffer_size() > 1 << 20:
                 with contextlib.suppress(ConnectionError):
                     await writer.drain()
-            if served:
-                await asyncio.sleep(0)
-                continue
-            self._work.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._work.wait(), wait)
+            await asyncio.sleep(0)
+
+    def _turn(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        session = self.sessions.get(name)
+        if session is None or session.closed or not session.inbox:
+            return
+        allowed = self._rotation.allowance(len(session.inbox), session.bucket.available())
+        if allowed == 0:
+            self.counters[name].throttled += 1
+            loop.call_later(session.bucket.seconds_until_available(), self._wake, session)
+            return
+        session.bucket.take(allowed)
+        for _ in range(allowed):
+            self._serve(session, session.inbox.popleft())
+        if len(session.inbox) < self.config.inbox // 2:
+            session.room.set()
+        if session.inbox:
+            self._rotation.wake(name)
 
     def _serve(self, session: HouseholdSession, frame: bytes) -> None:
         counters = self.counters[session.household.name]

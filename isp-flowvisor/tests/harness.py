@@ -5,6 +5,7 @@ run directory and sockets under a temp dir, and every kernel name starts with `f
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -22,6 +23,10 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec
+from isp_flowvisor.config import SlicerConfig
+from isp_flowvisor.model import Household as Record
+from isp_flowvisor.registry import Registry
+from isp_flowvisor.relay import BatchedWriter, Counters, HouseholdSession, Slicer
 
 VENV_BIN = Path(sys.executable).parent
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -321,6 +326,57 @@ class Household:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+class FrameSink:
+    """A peer's end of a stream, as the frames it would read."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.frames += codec.split_frames(bytearray(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _OneHousehold(Registry):
+    def __init__(self, household: Record):
+        self.household = household
+
+    async def snapshot(self) -> dict[str, Record]:
+        return {self.household.name: self.household}
+
+    async def add(self, household: Record) -> Record:
+        raise NotImplementedError
+
+    async def update(self, name: str, changes: dict[str, Any]) -> Record:
+        raise NotImplementedError
+
+    async def remove(self, name: str) -> None:
+        raise NotImplementedError
+
+    async def follow(self, on_change: Any) -> None:
+        await asyncio.Event().wait()
+
+
+def socketless_slicer(household: Record) -> tuple[Slicer, HouseholdSession, FrameSink, FrameSink]:
+    """A slicer (call it inside an event loop) with the household's session, whose switch and household
+    ends are lists of frames: what the slicer writes reaches them one event-loop iteration later."""
+    slicer = Slicer(SlicerConfig(plain_tcp=True, shared_ports=frozenset({1})), _OneHousehold(household))
+    slicer.households = {household.name: household}
+    slicer._names_by_slot = {household.slot: household.name}
+    switch, household_end = FrameSink(), FrameSink()
+    slicer.switch_writer = switch  # type: ignore[assignment]
+    slicer._switch_out = BatchedWriter(switch)  # type: ignore[arg-type]
+    session = HouseholdSession(slicer, household, None, household_end)  # type: ignore[arg-type]
+    slicer.sessions[household.name] = session
+    slicer.counters[household.name] = Counters()
+    return slicer, session, household_end, switch
 
 
 def have(tool: str) -> bool:

@@ -5,16 +5,13 @@ import asyncio
 import ipaddress
 import random
 
-from harness import Household
+from harness import Household, socketless_slicer
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import ALICE_HOST, BOB_HOST, _udp_packet, flow, to
 
 from isp_flowvisor import codec, policy, relay
-from isp_flowvisor.config import SlicerConfig
 from isp_flowvisor.model import Household as Record
-from isp_flowvisor.registry import Registry
-from isp_flowvisor.relay import Counters, HouseholdSession, Slicer
 
 C = codec.CODEC
 BOB = Record("bob", 2, (ipaddress.IPv4Network("100.64.2.0/24"),), ports=(3,), flow_quota=50)
@@ -72,34 +69,6 @@ def mutate(rng: random.Random, frame: bytes, keep_framing: bool) -> bytes:
     return bytes(data)
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.frames.append(bytes(data))
-
-    def close(self) -> None:
-        pass
-
-
-class _NoRegistry(Registry):
-    async def snapshot(self):
-        return {"bob": BOB}
-
-    async def add(self, household):
-        raise NotImplementedError
-
-    async def update(self, name, changes):
-        raise NotImplementedError
-
-    async def remove(self, name):
-        raise NotImplementedError
-
-    async def follow(self, on_change):
-        await asyncio.Event().wait()
-
-
 def _assert_confined(frame: bytes) -> None:
     """What reaches the switch for bob stays in bob's slice, whatever he sent."""
     msg = codec.decode(frame) if codec.header(frame)[1] in parser._MSG_PARSERS else codec.decode_request(frame)
@@ -119,30 +88,20 @@ def _assert_confined(frame: bytes) -> None:
         assert ident >> policy.ID_SHIFT == BOB.slot, msg
 
 
-def _socketless_slicer() -> tuple[Slicer, HouseholdSession, _Writer, _Writer]:
-    """A slicer with bob's session, whose switch and household ends are lists of frames."""
-    slicer = Slicer(SlicerConfig(plain_tcp=True, shared_ports=frozenset({1})), _NoRegistry())
-    slicer.households = {"bob": BOB}
-    switch, household = _Writer(), _Writer()
-    slicer.switch_writer = switch  # type: ignore[assignment]
-    session = HouseholdSession(slicer, BOB, None, household)  # type: ignore[arg-type]
-    slicer.sessions["bob"] = session
-    slicer.counters["bob"] = Counters()
-    return slicer, session, household, switch
-
-
 def test_a_barrier_reply_is_not_lost_behind_many_flow_mods(monkeypatch):
     # Found by the bench: replies were looked up in a window that flow-mod traffic pushed them out of.
     monkeypatch.setattr(relay, "_RECENT_LIMIT", 50)
 
     async def run() -> None:
-        slicer, session, household, switch = _socketless_slicer()
+        slicer, session, household, switch = socketless_slicer(BOB)
         slicer._serve(session, codec.encode(parser.OFPBarrierRequest(C), 4242))
+        await asyncio.sleep(0)
         relayed_xid = codec.header(switch.frames[-1])[3]
         rule = codec.encode(flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)]), 1)
         for _ in range(200):
             slicer._serve(session, rule)
-        slicer._from_switch(codec.decode(codec.encode(parser.OFPBarrierReply(C), relayed_xid)), switch)
+        slicer._from_switch(codec.decode(codec.encode(parser.OFPBarrierReply(C), relayed_xid)), slicer._switch_out)
+        await asyncio.sleep(0)
         replies = [codec.header(f) for f in household.frames]
         assert replies[-1][:2] == (ofp.OFP_VERSION, ofp.OFPT_BARRIER_REPLY) and replies[-1][3] == 4242
 
@@ -151,19 +110,18 @@ def test_a_barrier_reply_is_not_lost_behind_many_flow_mods(monkeypatch):
 
 def test_pure_handler_survives_thousands_of_mutated_messages():
     async def run() -> tuple[int, int]:
-        slicer, session, household, switch = _socketless_slicer()
+        slicer, session, household, switch = socketless_slicer(BOB)
         rng = random.Random(20261122)
         corpus = seeds()
         answered = 0
-        for i in range(4000):
+        for _ in range(4000):
             frame = mutate(rng, rng.choice(corpus), keep_framing=True)
             before_h, before_s = len(household.frames), len(switch.frames)
             slicer._serve(session, frame)
+            await asyncio.sleep(0)  # what the slicer wrote goes out
             answered += len(household.frames) > before_h or len(switch.frames) > before_s
             for out in switch.frames[before_s:]:
                 _assert_confined(out)
-            if i % 500 == 0:
-                await asyncio.sleep(0)
         return answered, slicer.counters["bob"].malformed + slicer.counters["bob"].refused
 
     answered, errors = asyncio.run(run())

@@ -1,0 +1,88 @@
+"""CPU cost of relaying one flow-mod, in-process: decode -> policy check -> translate -> encode -> write.
+
+    .venv/bin/python isp-flowvisor/bench/relay_cost.py [--count 20000] [--profile 25]
+
+A slicer without sockets (tests/harness.py `socketless_slicer`) serves household frames as the relay
+does (`Slicer._serve`, then one event-loop iteration so the batched writes go out). CPU time, not
+wall time, so a busy machine changes the numbers less. Two loads:
+
+- `repeated`: the bench's load, one flow-mod sent over and over (every cache hits);
+- `distinct`: the router's queue rules (controller/homework_controller/slice_link.py), each for
+  another remote address and port, as a household installs them when calls and downloads start:
+  only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches.
+
+`--profile N` prints cProfile's top N functions by own time for the distinct load.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import ipaddress
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from harness import socketless_slicer
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from isp_flowvisor import codec
+from isp_flowvisor.model import Household
+
+HOUSEHOLD = Household("bench", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), flow_quota=10**9)
+PUBLIC_ADDRESS = "100.64.1.7"
+
+
+def queue_rule(remote: str, port: int, queue: int, xid: int) -> bytes:
+    """The router's downlink queue rule for one flow (what slice_link.py installs)."""
+    match = parser.OFPMatch(eth_type=0x0800, ip_proto=6, ipv4_src=remote, tcp_src=port, ipv4_dst=PUBLIC_ADDRESS)
+    actions = [parser.OFPActionSetQueue(queue), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+    rule = parser.OFPFlowMod(codec.CODEC, cookie=0x486f6d65, priority=100, match=match,
+                             instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)])
+    return codec.encode(rule, xid)
+
+
+def loads(count: int) -> dict[str, list[bytes]]:
+    repeated = queue_rule("192.0.2.1", 443, 2, 1)
+    distinct = [queue_rule(str(ipaddress.IPv4Address(0x0A000000 + i)), 1024 + i % 60000, 1 + i % 2, i)
+                for i in range(count)]
+    return {"repeated": [repeated] * count, "distinct": distinct}
+
+
+async def relay_all(frames: list[bytes]) -> float:
+    """CPU seconds to serve every frame; fails unless each was relayed to the switch."""
+    slicer, session, _, switch = socketless_slicer(HOUSEHOLD)
+    start = time.process_time()
+    for i, frame in enumerate(frames):
+        slicer._serve(session, frame)
+        if i % 32 == 31:  # the relay's writes go out once per round of turns
+            await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    spent = time.process_time() - start
+    assert len(switch.frames) == len(frames), (len(switch.frames), len(frames))
+    return spent
+
+
+def main() -> int:
+    args = argparse.ArgumentParser(prog="relay_cost", description=__doc__.split("\n")[0])
+    args.add_argument("--count", type=int, default=20000)
+    args.add_argument("--profile", type=int, default=0, metavar="N")
+    options = args.parse_args()
+    for name, frames in loads(options.count).items():
+        asyncio.run(relay_all(frames[:1000]))  # warm the caches os-ken and the slicer keep
+        spent = asyncio.run(relay_all(frames))
+        print(f"{name:9} {spent / len(frames) * 1e6:6.1f} us CPU per flow-mod  ({len(frames) / spent:,.0f}/s)")
+    if options.profile:
+        profile = cProfile.Profile()
+        frames = loads(options.count)["distinct"]
+        profile.runcall(asyncio.run, relay_all(frames))
+        pstats.Stats(profile).sort_stats("tottime").print_stats(options.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
