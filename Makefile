@@ -66,7 +66,7 @@ image-lock:
 
 # make test boots every commit: the same image with its root compressed quickly (zstd, not xz),
 # booted in qemu with UEFI, then with legacy BIOS (software emulation where KVM does not work:
-# ~35 minutes for both, image/README.md).
+# ~30 minutes for both, image/README.md).
 image-test: deps
 	$(MAKE) -C image image IMAGE_FLAGS=--fast PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C image image-test image-test-bios PYTHON=$(CURDIR)/$(PY)
