@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 from pathlib import Path
 
 from cryptography import x509
@@ -30,15 +31,19 @@ class CA:
         self.path = self.dir / f"{name}.pem"
         self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, cn: str, server: bool = False) -> dict[str, str]:
+    def issue(self, cn: str, server: bool = False, address: str = "") -> dict[str, str]:
+        """A certificate and key for `cn`; server: named `cn` (a DNS name) for TLS clients to check,
+        address: an IP address they dial instead."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(days=1))
                    .not_valid_after(now + datetime.timedelta(days=30)))
-        if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(cn)]), critical=False)
+        names: list[x509.GeneralName] = [x509.DNSName(cn)] if server else []
+        names += [x509.IPAddress(ipaddress.ip_address(address))] if address else []
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         cert_path, key_path = self.dir / f"{cn}.crt", self.dir / f"{cn}.key"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -21,20 +21,13 @@ internet and of A is what it was before the ISP existed.
 """
 from __future__ import annotations
 
-import datetime
 import functools
-import ipaddress
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from . import services
 from .net import ensure_ns, link_exists, netns_list, run, veth
@@ -93,9 +86,7 @@ class ISP:
         of our own (the userspace datapath's `ovs-netdev` tap would clash with the system OVS's anywhere
         else). Imported here, not with this module: every homenet process (the call, the web server)
         imports the package, and the harness brings the slicer's own modules with it."""
-        harness_dir = str(REPO / "isp-flowvisor" / "tests")
-        if harness_dir not in sys.path:
-            sys.path.append(harness_dir)
+        _isp_test_library()
         from harness import PrivateOVS
 
         ovs = PrivateOVS(self.dir / name)
@@ -220,23 +211,13 @@ link_mbit = {LINK_MBIT}
         """The ISP's CA, the slicer's certificate (for SLICER_IP, which households dial) and each household's."""
         if self.ca.exists():
             return
-        self.certs.mkdir(parents=True, exist_ok=True)
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_name = _name("homenet ISP CA")
-        ca_cert = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key,
-                               x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        self.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-        slicer_san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address(SLICER_IP))])
-        issued: list[tuple[str, Path, Path, x509.ExtensionType | None]] = [
-            ("slicer", self.certs / "slicer.crt", self.certs / "slicer.key", slicer_san)]
-        issued += [(h.name, h.cert, h.key, None) for h in self.households.values()]
-        for cn, cert_path, key_path, extension in issued:
-            key = ec.generate_private_key(ec.SECP256R1())
-            cert = _certificate(_name(cn), ca_name, key.public_key(), ca_key, extension, critical=False)
-            cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-            key_path.touch(mode=0o600)
-            key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
+        _isp_test_library()
+        from certs import CA
+
+        ca = CA(self.certs, self.ca.stem)
+        ca.issue("slicer", address=SLICER_IP)
+        for h in self.households.values():
+            ca.issue(h.name)
 
     # ---- asking it
 
@@ -284,15 +265,8 @@ link_mbit = {LINK_MBIT}
         return subprocess.Popen(["ip", "netns", "exec", NS_B, *map(str, cmd)], **popen_args)
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _certificate(subject: x509.Name, issuer: x509.Name, public_key, signing_key, extension, critical: bool):
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-               .not_valid_after(now + datetime.timedelta(days=30)))
-    if extension is not None:
-        builder = builder.add_extension(extension, critical=critical)
-    return builder.sign(signing_key, hashes.SHA256())
+def _isp_test_library() -> None:
+    """isp-flowvisor's test library (its private OVS, its throwaway CA) on the import path."""
+    tests = str(REPO / "isp-flowvisor" / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
