@@ -199,10 +199,15 @@ class RouterVm:
         self.vars = state / "OVMF_VARS.fd"
         self.console_log = state / "console.log"
         self.sock_path = state / "serial.sock"
+        self.monitor_path = state / "monitor.sock"
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.buffer = ""
         self.lock = threading.Lock()
+        # Held while qemu is started, stopped or power-cycled after a guest reset.
+        self.power = threading.RLock()
+        self.power_cycles = 0
+        self.failure: str | None = None
         self.commands = 0
         # KVM when it works; some nested hosts offer /dev/kvm but cannot run the firmware.
         self.kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
@@ -232,6 +237,10 @@ class RouterVm:
             return ""
 
     def _launch(self) -> float:
+        with self.power:
+            return self._launch_locked()
+
+    def _launch_locked(self) -> float:
         firmware = []
         if self.firmware == "uefi":
             if not self.vars.exists():
@@ -239,6 +248,7 @@ class RouterVm:
             firmware = ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
                         "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}"]
         self.sock_path.unlink(missing_ok=True)
+        self.monitor_path.unlink(missing_ok=True)
         # Not `-cpu host`: nested KVM on these machines refuses some of the host's MSRs.
         # Software emulation gets one CPU: with two, on a shared 2-core host, a starved second vCPU
         # hung a boot in the kernel's first seconds (RCU stalls on CPU 1, nothing more, for minutes).
@@ -252,17 +262,46 @@ class RouterVm:
                 "-device", "virtio-net-pci,netdev=lan,mac=52:54:00:00:bb:01,addr=0x4",
                 "-chardev", f"socket,id=ser0,path={self.sock_path},server=on,wait=off,logfile={self.console_log},"
                             "logappend=on",
-                "-serial", "chardev:ser0"]
+                "-serial", "chardev:ser0",
+                "-monitor", f"unix:{self.monitor_path},server=on,wait=off",
+                # A guest reset makes qemu exit and _supervise powers it on again: every reboot is a
+                # cold start. A warm reset once left OVMF silent for 44 minutes under software
+                # emulation (no output at all after "Restarting system").
+                "-no-reboot"]
         for i, (name, path) in enumerate(self.drives.items()):
             argv += ["-drive", f"file={path},format=raw,if=none,id=d{i},readonly=on",
                      "-device", f"virtio-blk-pci,drive=d{i},serial={name},addr={0x8 + i:#x}"]
         with open(self.state / "qemu.log", "ab") as log:
-            self.proc = subprocess.Popen(["ip", "netns", "exec", NS_VM, *argv], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(["ip", "netns", "exec", NS_VM, *argv], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = proc
         powered_on = time.monotonic()
         self.sock = wait_until("qemu's serial socket", self._connect, 30, 0.1)
-        threading.Thread(target=self._read, args=(self.sock,), daemon=True).start()
+        reader = threading.Thread(target=self._read, args=(self.sock,), daemon=True)
+        reader.start()
+        threading.Thread(target=self._supervise, args=(proc, reader), daemon=True).start()
         return powered_on
+
+    def _supervise(self, proc: subprocess.Popen, reader: threading.Thread) -> None:
+        """qemu exits 0 when the guest resets (-no-reboot) or powers off: after a reset, power
+        the router on again, as a board's reset line would. Any other exit is a failure every
+        wait reports."""
+        returncode = proc.wait()
+        reader.join(10)  # the console's last words, read to its end
+        with self.power:
+            if self.proc is not proc:
+                return  # killed on purpose, or already replaced
+            if returncode != 0:
+                self.failure = f"qemu exited ({returncode}): {self._qemu_log_tail()}"
+                return
+            if "reboot: Power down" in self.since(max(0, self.mark() - 500)):
+                self.failure = "the router powered itself off"
+                return
+            self.power_cycles += 1
+            try:
+                self._launch_locked()
+            except VmError as exc:
+                self.failure = f"qemu did not power on again after a guest reset: {exc}"
 
     def _connect(self) -> socket.socket | None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -276,28 +315,32 @@ class RouterVm:
         return s
 
     def _read(self, sock: socket.socket) -> None:
-        while True:
-            try:
-                data = sock.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            with self.lock:
-                self.buffer += data.decode(errors="replace").replace("\r", "")
+        """Until qemu exits (end of file) or kill() closes the socket."""
+        with sock:
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                with self.lock:
+                    self.buffer += data.decode(errors="replace").replace("\r", "")
 
     def kill(self) -> None:
         """Pull the plug: qemu dies without the guest knowing."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
-            self.proc = None
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+        with self.power:
+            proc, self.proc = self.proc, None
+            if proc is not None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=30)
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
+            self.failure = None
 
     # ---- the console
 
@@ -313,13 +356,40 @@ class RouterVm:
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def found():
-            if self.proc is None or self.proc.poll() is not None:
+            if self.proc is None:
                 raise VmError("qemu is not running")
+            if self.failure:
+                raise VmError(self.failure)
             return regex.search(self.since(since))
         try:
             return wait_until(f"{regex.pattern!r} on the console", found, timeout, 0.2)
         except VmError as exc:
-            raise VmError(f"{exc}; last console lines:\n{self.since(since)[-1500:]}") from None
+            raise VmError(f"{exc}; last console lines:\n{self.since(since)[-1500:]}\n"
+                          f"qemu's own view:\n{self.monitor('info status')}{self.monitor('info registers')[:600]}"
+                          ) from None
+
+    def monitor(self, command: str) -> str:
+        """One command on qemu's human monitor; its answer, or why there is none (for failure
+        messages: where a silent guest is stuck)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(10)
+                s.connect(str(self.monitor_path))
+
+                def up_to_prompt() -> bytes:
+                    data = b""
+                    while not data.endswith(b"(qemu) "):
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    return data
+                up_to_prompt()  # the greeting
+                s.sendall(f"{command}\n".encode())
+                answer = up_to_prompt().decode(errors="replace").replace("\r", "").removesuffix("(qemu) ")
+                return answer.partition("\n")[2]  # after the monitor's echo of the command
+        except OSError as exc:
+            return f"(no monitor: {exc})\n"
 
     def send(self, text: str) -> None:
         assert self.sock is not None
