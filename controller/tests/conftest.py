@@ -1,15 +1,9 @@
-import sys
-from pathlib import Path
 
 import pytest
 
 from homework_controller import dhcp
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
-
-# The slicer's own test harness (a private OVS, the slicer as a process), imported, not copied,
-# by test_slice_link.py.
-sys.path.append(str(Path(__file__).resolve().parents[2] / "isp-flowvisor" / "tests"))
 
 WLAN = 1
 ROUTER_MAC = "02:48:57:00:00:01"

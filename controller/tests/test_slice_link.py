@@ -11,10 +11,8 @@ import threading
 import time
 
 import pytest
-from certs import CA
 from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch
-from harness import SlicerProcess, private_ovs_fixture, wait_until
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
@@ -25,6 +23,7 @@ from test_router import PHONE
 from homework_controller import downlink, flows, qos
 from homework_controller.__main__ import parse_args
 from homework_controller.slice_link import DATAPATH, SliceLink, _Channel, tls_context
+from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_until
 
 # Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
 A = {"slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11", "ports": [2], "flow_quota": 20,

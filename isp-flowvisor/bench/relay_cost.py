@@ -2,7 +2,7 @@
 
     .venv/bin/python isp-flowvisor/bench/relay_cost.py [--count 20000] [--profile 25]
 
-A slicer without sockets (tests/harness.py `socketless_slicer`) serves household frames as the relay
+A slicer without sockets (`isp_flowvisor.testing.socketless_slicer`) serves household frames as the relay
 does (`Slicer._serve`, then one event-loop iteration so the batched writes go out). CPU time, not
 wall time, so a busy machine changes the numbers less. Two loads:
 
@@ -22,16 +22,13 @@ import ipaddress
 import pstats
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from harness import socketless_slicer
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec
 from isp_flowvisor.model import Household
+from isp_flowvisor.testing import socketless_slicer
 
 HOUSEHOLD = Household("bench", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), flow_quota=10**9)
 PUBLIC_ADDRESS = "100.64.1.7"

@@ -18,17 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from isp_flowvisor import codec, switchside
+from isp_flowvisor.relay import read_frame
+from isp_flowvisor.scheduler import max_min_fair
+from isp_flowvisor.testing import SlicerProcess, free_port, wait_until
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
-
-from harness import SlicerProcess, free_port, wait_until  # noqa: E402
-from os_ken.ofproto import ofproto_v1_3 as ofp  # noqa: E402
-from os_ken.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
-
-from isp_flowvisor import codec, switchside  # noqa: E402
-from isp_flowvisor.relay import read_frame  # noqa: E402
-from isp_flowvisor.scheduler import max_min_fair  # noqa: E402
-
 C = codec.CODEC
 
 

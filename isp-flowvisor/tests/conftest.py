@@ -2,14 +2,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from harness import Household, SlicerProcess, private_ovs_fixture, wait_until
+from isp_flowvisor.testing import Household, SlicerProcess, private_ovs_fixture, wait_until
 
 ALICE = {"name": "alice", "slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11",
          "ports": [2], "flow_quota": 20, "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 20}

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 
 from conftest import ALICE
-from harness import Household, wait_until
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import _closed, flow, to
+
+from isp_flowvisor.testing import Household, wait_until
 
 CAROL = "127.0.0.13"
 

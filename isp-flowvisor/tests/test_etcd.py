@@ -6,10 +6,11 @@ import shutil
 import subprocess
 
 import pytest
-from harness import Household, SlicerProcess, free_port, wait_until
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import _closed, flow, to
+
+from isp_flowvisor.testing import Household, SlicerProcess, free_port, wait_until
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ import asyncio
 import ipaddress
 import random
 
-from harness import Household, socketless_slicer
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import ALICE_HOST, BOB_HOST, _udp_packet, flow, to
 
 from isp_flowvisor import codec, policy, relay
 from isp_flowvisor.model import Household as Record
+from isp_flowvisor.testing import Household, socketless_slicer
 
 C = codec.CODEC
 BOB = Record("bob", 2, (ipaddress.IPv4Network("100.64.2.0/24"),), ports=(3,), flow_quota=50)

@@ -6,11 +6,11 @@ import os
 import subprocess
 
 import pytest
-from harness import wait_until
 
 from isp_flowvisor.model import Household
 from isp_flowvisor.policy import DSCP_OF_QUEUE
 from isp_flowvisor.queues import DownlinkQueues, plan
+from isp_flowvisor.testing import wait_until
 
 ALICE = Household("alice", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), guaranteed_mbit=20)
 BOB = Household("bob", 2, (ipaddress.IPv4Network("100.64.2.0/24"),), guaranteed_mbit=10)

@@ -1,11 +1,11 @@
 """Two households on a real Open vSwitch through the slicer: isolation, translation, errors."""
 from __future__ import annotations
 
-from harness import wait_until
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec
+from isp_flowvisor.testing import wait_until
 
 C = codec.CODEC
 ALICE_HOST = "100.64.1.10"

@@ -6,15 +6,14 @@ import threading
 import time
 
 import pytest
-from certs import CA
 from conftest import ALICE, BOB, write_registry
-from harness import Household, SlicerProcess, wait_until
 from os_ken.ofproto import ofproto_v1_0 as ofp10
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import ALICE_HOST, BOB_HOST, _closed, flow, to
 
 from isp_flowvisor import codec
+from isp_flowvisor.testing import CA, Household, SlicerProcess, wait_until
 
 C = codec.CODEC
 

@@ -5,7 +5,7 @@
                   the slicer controls it)  agg-down's egress: the shared downlink's HTB tree
 
 - **hw-isp** holds the aggregation switch: an ovsdb-server/ovs-vswitchd of its own (isp-flowvisor's
-  test harness `PrivateOVS`), userspace datapath, bridge `br-agg` whose controller is the real
+  test library, `isp_flowvisor.testing.PrivateOVS`), userspace datapath, bridge `br-agg` whose controller is the real
   `isp-flowvisor` slicer, also running in hw-isp so that its `[queues]` tree lands on `agg-down`.
   The slicer reaches the switch over a Unix socket in the switch's run directory, and households
   reach the slicer in-band, through the switch, at SLICER_IP on br-agg's own port (TLS: an ISP CA
@@ -24,10 +24,11 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from isp_flowvisor.testing import CA, PrivateOVS
 
 from . import services
 from .net import ensure_ns, link_exists, netns_list, run, veth
@@ -86,9 +87,6 @@ class ISP:
         of our own (the userspace datapath's `ovs-netdev` tap would clash with the system OVS's anywhere
         else). Imported here, not with this module: every homenet process (the call, the web server)
         imports the package, and the harness brings the slicer's own modules with it."""
-        _isp_test_library()
-        from harness import PrivateOVS
-
         ovs = PrivateOVS(self.dir / name)
         ovs.netns = ns  # its start() creates the namespace; `Home.down` finds it by the hw- prefix
         return ovs
@@ -211,9 +209,6 @@ link_mbit = {LINK_MBIT}
         """The ISP's CA, the slicer's certificate (for SLICER_IP, which households dial) and each household's."""
         if self.ca.exists():
             return
-        _isp_test_library()
-        from certs import CA
-
         ca = CA(self.certs, self.ca.stem)
         ca.issue("slicer", address=SLICER_IP)
         for h in self.households.values():
@@ -264,9 +259,3 @@ link_mbit = {LINK_MBIT}
         """A process on household B's router (its WAN holds B's public address)."""
         return subprocess.Popen(["ip", "netns", "exec", NS_B, *map(str, cmd)], **popen_args)
 
-
-def _isp_test_library() -> None:
-    """isp-flowvisor's test library (its private OVS, its throwaway CA) on the import path."""
-    tests = str(REPO / "isp-flowvisor" / "tests")
-    if tests not in sys.path:
-        sys.path.append(tests)

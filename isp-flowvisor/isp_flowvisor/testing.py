@@ -1,4 +1,6 @@
-"""Real parts for the tests and the bench: a private Open vSwitch, a slicer process, households.
+"""Real parts for tests and benches, the slicer's own and those of everything that talks to a
+slicer (the controller's slice link, the emulated home's ISP): a private Open vSwitch, the slicer
+as a process, households as raw OpenFlow clients, a throwaway certificate authority.
 
 Nothing here touches the system OVS or another test's namespaces: OVS runs with its own database,
 run directory and sockets under a temp dir, and every kernel name starts with `fv`.
@@ -7,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import hashlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -19,6 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -47,6 +56,51 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+class CA:
+    """A throwaway certificate authority: the slicer's server certificate and households' client
+    certificates (cryptography), written as PEM files under `directory`."""
+
+    def __init__(self, directory: Path, name: str = "fv-test-ca"):
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        self.cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_name(name))
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(days=1))
+                     .not_valid_after(now + datetime.timedelta(days=30))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.path = self.dir / f"{name}.pem"
+        self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(self, cn: str, server: bool = False, address: str = "") -> dict[str, str]:
+        """A certificate and key for `cn`; server: named `cn` (a DNS name) for TLS clients to check,
+        address: an IP address they dial instead."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.cert.subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=30)))
+        names: list[x509.GeneralName] = [x509.DNSName(cn)] if server else []
+        names += [x509.IPAddress(ipaddress.ip_address(address))] if address else []
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        cert_path, key_path = self.dir / f"{cn}.crt", self.dir / f"{cn}.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        key_path.chmod(0o600)
+        return {"cert": str(cert_path), "key": str(key_path), "ca": str(self.path),
+                "sha256": hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()}
 
 
 class PrivateOVS:
@@ -134,8 +188,9 @@ class PrivateOVS:
             if pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
+                proc_dir = Path(f"/proc/{pid}")
                 with contextlib.suppress(AssertionError):
-                    wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 20, f"{name} to exit")
+                    wait_until(lambda: not proc_dir.exists(), 20, f"{name} to exit")  # noqa: B023 (called at once)
         self.run("ip", "netns", "del", self.netns, check=False)
 
 
