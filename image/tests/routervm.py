@@ -392,8 +392,13 @@ class RouterVm:
             return f"(no monitor: {exc})\n"
 
     def send(self, text: str) -> None:
-        assert self.sock is not None
-        self.sock.sendall(text.encode())
+        sock = self.sock
+        if sock is None:
+            raise VmError("qemu is not running")
+        try:
+            sock.sendall(text.encode())
+        except OSError as exc:  # qemu ended under us: a reset, and _supervise is powering it on again
+            raise VmError(f"the console went away: {exc}") from None
 
     def reboot(self) -> int:
         """`systemctl reboot` on the console; returns where the new boot's output begins (the
