@@ -1,4 +1,3 @@
-
 import pytest
 
 from homework_controller import dhcp
