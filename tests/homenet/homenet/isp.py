@@ -4,9 +4,9 @@
                  (private OVS, hw-isp;                                             └─ dist-b ══ wan (hw-hb): household B
                   the slicer controls it)  agg-down's egress: the shared downlink's HTB tree
 
-- **hw-isp** holds the aggregation switch: an ovsdb-server/ovs-vswitchd of its own (isp-flowvisor's
-  test library, `isp_flowvisor.testing.PrivateOVS`), userspace datapath, bridge `br-agg` whose controller is the real
-  `isp-flowvisor` slicer, also running in hw-isp so that its `[queues]` tree lands on `agg-down`.
+- **hw-isp** holds the aggregation switch: an ovsdb-server/ovs-vswitchd of its own
+  (`isp_flowvisor.testing.PrivateOVS`), userspace datapath, bridge `br-agg` whose controller is the
+  real `isp-flowvisor` slicer, also running in hw-isp so that its `[queues]` tree lands on `agg-down`.
   The slicer reaches the switch over a Unix socket in the switch's run directory, and households
   reach the slicer in-band, through the switch, at SLICER_IP on br-agg's own port (TLS: an ISP CA
   made at `up`, the slicer's certificate, one client certificate per household).
@@ -27,8 +27,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from isp_flowvisor.testing import CA, PrivateOVS
 
 from . import services
 from .net import ensure_ns, link_exists, netns_list, run, veth
@@ -83,10 +81,12 @@ class ISP:
         return self._ovs("b-ovs", NS_B)
 
     def _ovs(self, name: str, ns: str):
-        """isp-flowvisor's test harness's PrivateOVS: an ovsdb-server/ovs-vswitchd of our own in a namespace
+        """isp-flowvisor's test library's PrivateOVS: an ovsdb-server/ovs-vswitchd of our own in a namespace
         of our own (the userspace datapath's `ovs-netdev` tap would clash with the system OVS's anywhere
         else). Imported here, not with this module: every homenet process (the call, the web server)
-        imports the package, and the harness brings the slicer's own modules with it."""
+        imports the package, and the test library brings os-ken and the slicer's own modules with it."""
+        from isp_flowvisor.testing import PrivateOVS
+
         ovs = PrivateOVS(self.dir / name)
         ovs.netns = ns  # its start() creates the namespace; `Home.down` finds it by the hw- prefix
         return ovs
@@ -209,6 +209,8 @@ link_mbit = {LINK_MBIT}
         """The ISP's CA, the slicer's certificate (for SLICER_IP, which households dial) and each household's."""
         if self.ca.exists():
             return
+        from isp_flowvisor.testing import CA  # (imported here: see _ovs)
+
         ca = CA(self.certs, self.ca.stem)
         ca.issue("slicer", address=SLICER_IP)
         for h in self.households.values():
