@@ -14,19 +14,11 @@ from test_accounting import permitted_phone
 from test_router import PHONE
 
 from homenet.attacks import pointer_chain, raw_query
+from homenet.wait import wait_until
 from homework_controller import dns_server, dnsgate
 from homework_controller.ofapp import TimedLock
 
 WWW, WWW_IP = "www.example.test", "198.51.100.80"
-
-
-def wait_until(condition, timeout=5.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:
@@ -139,7 +131,7 @@ def test_a_dead_service_thread_is_seen_by_health_and_restarted(router, resolver)
 
     resolver.server.verdict = crashing
     assert resolver.lookup(WWW)[0] == "TIMEOUT"  # the query that killed the thread
-    wait_until(lambda: resolver.server.health()["restarts"] == 1, what="the supervisor to restart dns-udp")
+    wait_until("the supervisor to restart dns-udp", lambda: resolver.server.health()["restarts"] == 1, 5)
     assert resolver.server.health() == {"udp": "running", "tcp": "running", "restarts": 1}
     assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])
 
@@ -179,7 +171,8 @@ def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(re
     """Issue 9 item 4: every connection had a thread of its own, without limit or deadline."""
     monkeypatch.setattr(dns_server, "TCP_MESSAGE_S", 0.5)
     idle = [socket.create_connection(("127.0.0.1", resolver.port)) for _ in range(dns_server.MAX_TCP_PER_CLIENT)]
-    wait_until(lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_PER_CLIENT)
+    wait_until("the per-client TCP limit", lambda: sum(resolver.server._tcp_clients.values())
+               == dns_server.MAX_TCP_PER_CLIENT, 5)
     extra = socket.create_connection(("127.0.0.1", resolver.port), timeout=2)
     assert extra.recv(1) == b""  # one device holds at most MAX_TCP_PER_CLIENT
     # Another device still gets its answer over TCP...
@@ -205,7 +198,8 @@ def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(re
     # In total at most MAX_TCP_CLIENTS, from however many devices.
     held = [socket.create_connection(("127.0.0.1", resolver.port), source_address=(f"127.0.1.{i}", 0))
             for i in range(1, dns_server.MAX_TCP_CLIENTS + 1)]
-    wait_until(lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_CLIENTS)
+    wait_until("the TCP client limit", lambda: sum(resolver.server._tcp_clients.values())
+               == dns_server.MAX_TCP_CLIENTS, 5)
     late = socket.create_connection(("127.0.0.1", resolver.port), timeout=2, source_address=("127.0.2.1", 0))
     assert late.recv(1) == b""
     for conn in [*held, extra, slow, late]:
@@ -287,4 +281,4 @@ def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
         other.sendto(wire, ("127.0.0.1", resolver.port))
         assert dnslib.DNSRecord.parse(other.recv(4096)).rr
     # ...and the flooder again once its allowance refills.
-    wait_until(lambda: resolver.lookup(WWW) == ("NOERROR", [WWW_IP]), what="the allowance to refill")
+    wait_until("the allowance to refill", lambda: resolver.lookup(WWW) == ("NOERROR", [WWW_IP]), 5)

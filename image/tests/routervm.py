@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from homenet.wait import WaitTimeout, wait_until
+
 NS_VM, NS_WAN = "img-vm", "img-wan"
 WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
@@ -46,17 +48,6 @@ def sh(*cmd: object, ns: str | None = None, check: bool = True, timeout: float =
     if check and proc.returncode != 0:
         raise VmError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
-
-
-def wait_until(what: str, condition, timeout: float, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise VmError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def netns_list() -> list[str]:
@@ -363,7 +354,7 @@ class RouterVm:
             return regex.search(self.since(since))
         try:
             return wait_until(f"{regex.pattern!r} on the console", found, timeout, 0.2)
-        except VmError as exc:
+        except (VmError, WaitTimeout) as exc:
             raise VmError(f"{exc}; last console lines:\n{self.since(since)[-1500:]}\n"
                           f"qemu's own view:\n{self.monitor('info status')}{self.monitor('info registers')[:600]}"
                           ) from None
@@ -408,9 +399,17 @@ class RouterVm:
         return self.expect(BOOT_STARTED, 300, since).start() + since
 
     def wait_for_shell(self, since: int, timeout: float = 180) -> None:
-        """Wait for the autologin shell of a boot that started after `since`; quiet the console."""
+        """Wait for the autologin shell of a boot that started after `since`, quiet the console,
+        and wait for the boot to finish."""
         self.expect(PROMPT, timeout, since)
         self.run(QUIET_SHELL, timeout=60)
+        self.wait_for_boot_jobs(timeout)
+
+    def wait_for_boot_jobs(self, timeout: float) -> None:
+        """Until systemd has run every start job of this boot. The shell comes up long before:
+        until then the boot's own console messages (the version banner, the health verdict) can
+        land inside a command's output, and the output is no longer what the command printed."""
+        self.run("systemctl is-system-running --wait", timeout=timeout, check=False)
 
     def run(self, command: str, timeout: float = 60, check: bool = True) -> str:
         """Run a shell command on the router's console; its output (stdout and stderr)."""

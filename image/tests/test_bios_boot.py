@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from routervm import Network, RouterVm, wait_until
+from routervm import Network, RouterVm
 from test_boot import (
     BOOT_S,
     BUILD,
@@ -26,6 +26,8 @@ from test_boot import (
     wait_for_services,
     wait_for_slot,
 )
+
+from homenet.wait import wait_until
 
 STATE = BUILD / "image-test-bios"
 TIMINGS: dict[str, float] = {}

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from routervm import BOOT_STARTED, QUIET_SHELL, Network, RouterVm, VmError, wait_until
+from routervm import BOOT_STARTED, QUIET_SHELL, Network, RouterVm, VmError
+
+from homenet.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -157,15 +159,14 @@ class LanOwner:
 
 
 def json_in(output: str):
-    """The JSON document in a command's console output (the console may interleave a line of
-    its own, such as the boot banner)."""
-    for text in (output, *output.splitlines()):
-        text = text.strip()
-        if text[:1] in ("{", "["):
-            try:
-                return json.loads(text)
-            except ValueError:
-                continue
+    """The JSON document in a command's output: the first line that starts one, up to where the
+    document ends (curl prints no newline after it, so whatever follows can share its line)."""
+    decoder = json.JSONDecoder()
+    for line in re.finditer(r"^[ \t]*[\[{]", output, re.M):
+        try:
+            return decoder.raw_decode(output, line.end() - 1)[0]
+        except ValueError:
+            continue
     raise VmError(f"no JSON in {output!r}")
 
 
@@ -193,10 +194,11 @@ def wait_for_slot(vm: RouterVm, slot: str, since: int, timeout: float) -> str:
         try:
             vm.run(QUIET_SHELL, timeout=60)
             booted, _ = vm.slot_and_version()
+            if booted == slot:
+                vm.wait_for_boot_jobs(deadline - time.monotonic())
+                return vm.since(since)
         except VmError:
             continue  # it rebooted under us
-        if booted == slot:
-            return vm.since(since)
         pos = vm.mark()
     raise VmError(f"slot {slot} did not come up within {timeout:g} s; console:\n{vm.since(since)[-3000:]}")
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from routervm import wait_until
 
 import build
 import homework_deploy
+from homenet.wait import wait_until
 from homework_deploy import systemd
 from homework_image import boot, bundle, console, grub, health, network, state, update
 from homework_image.bundle import BundleError
