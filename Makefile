@@ -23,6 +23,7 @@ test: deps lint unit e2e image-test
 
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy controller/homework_controller tests/homenet/homenet deploy/homework_deploy
 	$(MAKE) -C hwdb lint PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui lint PYTHON=$(CURDIR)/$(PY)

@@ -1,4 +1,5 @@
 """A TCP listener that accepts and closes: the far end for connect_latency.py."""
+
 import socket
 import sys
 

@@ -1,4 +1,5 @@
 """What every benchmark shares: running commands, summarising samples, writing results, the emulated home."""
+
 from __future__ import annotations
 
 import datetime
@@ -28,8 +29,13 @@ def summary(samples_s: list[float]) -> dict:
     if not ms:
         return {"n": 0}
     p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-    return {"n": len(ms), "median_ms": round(statistics.median(ms), 3), "p99_ms": round(p99, 3),
-            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(ms[-1], 3)}
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 3),
+        "p99_ms": round(p99, 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+        "max_ms": round(ms[-1], 3),
+    }
 
 
 def git_rev() -> str:
@@ -37,8 +43,11 @@ def git_rev() -> str:
 
 
 def provenance() -> dict:
-    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "git": git_rev(), "cpus": os.cpu_count()}
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git": git_rev(),
+        "cpus": os.cpu_count(),
+    }
 
 
 def stamp(path: Path) -> None:
@@ -54,6 +63,7 @@ def write_result(name: str, result: dict) -> None:
 
 
 # ---- the emulated home ----------------------------------------------------------------------------
+
 
 def homenet_up() -> Home:
     home = Home()

@@ -3,6 +3,7 @@
 Every connection is a new 5-tuple, so each first packet meets the switch's
 rule lookup afresh. Usage: connect_latency.py HOST PORT COUNT -> JSON on stdout
 """
+
 import json
 import socket
 import sys

@@ -2,6 +2,7 @@
 
 Usage: dhcp_probe.py IFACE COUNT  -> JSON {"ack_s": [...], "lost": n} on stdout
 """
+
 import json
 import sys
 import time

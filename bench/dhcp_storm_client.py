@@ -5,6 +5,7 @@ Runs inside one emulated device (a raw packet socket can speak for many MACs).
 Usage: dhcp_storm_client.py IFACE COUNT TIMEOUT_S  -> JSON on stdout
 (dhcp_probe.py reuses `handshakes` for one device, again and again.)
 """
+
 import json
 import os
 import random
@@ -21,10 +22,13 @@ ETH_P_ALL = 0x0003
 
 
 def frame(mac, xid, msg_type, options=()):
-    return bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff") / IP(src="0.0.0.0", dst="255.255.255.255")
-                 / UDP(sport=68, dport=67)
-                 / BOOTP(op=1, xid=xid, chaddr=bytes.fromhex(mac.replace(":", "")))
-                 / DHCP(options=[("message-type", msg_type), ("hostname", f"storm-{xid & 0xffff}"), *options, "end"]))
+    return bytes(
+        Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
+        / IP(src="0.0.0.0", dst="255.255.255.255")
+        / UDP(sport=68, dport=67)
+        / BOOTP(op=1, xid=xid, chaddr=bytes.fromhex(mac.replace(":", "")))
+        / DHCP(options=[("message-type", msg_type), ("hostname", f"storm-{xid & 0xffff}"), *options, "end"])
+    )
 
 
 SERVER_MARK, ADDR_MARK = "1.2.3.4", "5.6.7.8"
@@ -33,15 +37,18 @@ SERVER_MARK, ADDR_MARK = "1.2.3.4", "5.6.7.8"
 def request_template(mac, xid):
     data = bytearray(frame(mac, xid, "request", [("server_id", SERVER_MARK), ("requested_addr", ADDR_MARK)]))
     data[40:42] = b"\x00\x00"  # no UDP checksum (allowed over IPv4), so patching needs no recompute
-    return data, data.index(bytes([54, 4]) + socket.inet_aton(SERVER_MARK)) + 2, \
-        data.index(bytes([50, 4]) + socket.inet_aton(ADDR_MARK)) + 2
+    return (
+        data,
+        data.index(bytes([54, 4]) + socket.inet_aton(SERVER_MARK)) + 2,
+        data.index(bytes([50, 4]) + socket.inet_aton(ADDR_MARK)) + 2,
+    )
 
 
 def fill_request(template, server, addr):
     data, server_at, addr_at = template
     data = bytearray(data)
-    data[server_at:server_at + 4] = socket.inet_aton(server)
-    data[addr_at:addr_at + 4] = socket.inet_aton(addr)
+    data[server_at : server_at + 4] = socket.inet_aton(server)
+    data[addr_at : addr_at + 4] = socket.inet_aton(addr)
     return bytes(data)
 
 
@@ -89,16 +96,19 @@ def handshakes(iface: str, macs: list[str], timeout: float) -> dict:
             device["ack"] = now - device["t0"]
             done += 1
     sock.close()
-    return {"count": len(devices), "acked": done,
-            "offer_s": [d["offer"] for d in devices.values() if "offer" in d],
-            "ack_s": [d["ack"] for d in devices.values() if "ack" in d]}
+    return {
+        "count": len(devices),
+        "acked": done,
+        "offer_s": [d["offer"] for d in devices.values() if "offer" in d],
+        "ack_s": [d["ack"] for d in devices.values() if "ack" in d],
+    }
 
 
 def main():
     iface, count, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     rng = random.Random(os.getpid())
     prefix = [0x02, rng.randrange(256), rng.randrange(256)]
-    macs = [":".join(f"{b:02x}" for b in prefix + [i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff]) for i in range(count)]
+    macs = [":".join(f"{b:02x}" for b in prefix + [i >> 16 & 0xFF, i >> 8 & 0xFF, i & 0xFF]) for i in range(count)]
     print(json.dumps(handshakes(iface, macs, timeout)))
 
 

@@ -1,9 +1,10 @@
 """A misbehaving device: floods for a while, then stops by itself.
 
-    flood.py udp IFACE PPS SECONDS    UDP to random ports of random addresses in the emulated
-                                      internet (198.51.100.0/24 only: never anywhere else)
-    flood.py dhcp IFACE PPS SECONDS   DISCOVERs from random forged MACs
+flood.py udp IFACE PPS SECONDS    UDP to random ports of random addresses in the emulated
+                                  internet (198.51.100.0/24 only: never anywhere else)
+flood.py dhcp IFACE PPS SECONDS   DISCOVERs from random forged MACs
 """
+
 import random
 import socket
 import sys
@@ -24,8 +25,13 @@ _XID, _CHADDR = slice(_BOOTP + 4, _BOOTP + 8), slice(_BOOTP + 28, _BOOTP + 34)
 def forged_discovers(n, rng):
     """n DISCOVERs from random MACs: one frame built by scapy, its MAC and xid patched in each copy
     (building thousands with scapy takes seconds, and the flood should start at once)."""
-    template = bytes(Ether(dst="ff:ff:ff:ff:ff:ff") / IP(src="0.0.0.0", dst="255.255.255.255")
-                     / UDP(sport=68, dport=67) / BOOTP(op=1) / DHCP(options=[("message-type", "discover"), "end"]))
+    template = bytes(
+        Ether(dst="ff:ff:ff:ff:ff:ff")
+        / IP(src="0.0.0.0", dst="255.255.255.255")
+        / UDP(sport=68, dport=67)
+        / BOOTP(op=1)
+        / DHCP(options=[("message-type", "discover"), "end"])
+    )
     frames = []
     for _ in range(n):
         frame = bytearray(template)

@@ -11,6 +11,7 @@ Each run reports the controller lock's longest hold (`TimedLock`).
 `measure_home(seconds)`: real devices in the emulated home (DHCP: full handshakes with
 `dhcp_probe.py`), the controller as homenet runs it.
 """
+
 from __future__ import annotations
 
 import json
@@ -118,15 +119,21 @@ def measure_home(seconds: float = 10.0, dhcp_samples: int = 40) -> dict:
     try:
         for name in ("quiet", "hostile"):
             add_client(home, name, permit=True)
-        gateways = {name: re.search(r"default via (\S+)", in_client(home, name, "ip", "route")).group(1)
-                    for name in ("quiet", "hostile")}
+        gateways = {
+            name: re.search(r"default via (\S+)", in_client(home, name, "ip", "route")).group(1)
+            for name in ("quiet", "hostile")
+        }
 
         def quiet_device_at_home():
             dns = json.loads(in_client(home, "quiet", PY, __file__, "lookups", gateways["quiet"], seconds))
             dhcp = json.loads(in_client(home, "quiet", PY, BENCH / "dhcp_probe.py", "wlan0", dhcp_samples))
-            return {"dns_lookup": summary(dns["latencies_s"]), "dns_lost": dns["lost"],
-                    "dhcp_handshake": summary(dhcp["ack_s"]), "dhcp_lost": dhcp["lost"],
-                    "lock_max_hold_ms": home.api("GET", "counters")[1]["lock_max_hold_ms"]}
+            return {
+                "dns_lookup": summary(dns["latencies_s"]),
+                "dns_lost": dns["lost"],
+                "dhcp_handshake": summary(dhcp["ack_s"]),
+                "dhcp_lost": dhcp["lost"],
+                "lock_max_hold_ms": home.api("GET", "counters")[1]["lock_max_hold_ms"],
+            }
 
         quiet = quiet_device_at_home()
         attacker = home.spawn("hostile", PY, __file__, "attack", gateways["hostile"], seconds + dhcp_samples + 30)
@@ -138,21 +145,39 @@ def measure_home(seconds: float = 10.0, dhcp_samples: int = 40) -> dict:
         counters, health = home.api("GET", "counters")[1], home.api("GET", "health")[1]
     finally:
         home.down()
-    return {"what": "hostile DNS from one device (over-long names, pointer chains over UDP and TCP, 200 slow TCP "
-                    "connections, 1,000 random names a second) while another device resolves a name every 20 ms and "
-                    "runs DHCP handshakes; the same measured quiet first",
-            "where": "the emulated home: two real devices, the controller as homenet runs it",
-            "seconds_of_lookups": seconds, "dhcp_handshakes": dhcp_samples,
-            "phases": {"quiet": quiet, "hostile": under_attack},
-            "rows": [[f"other device's {label} p99 under hostile DNS", f"{under_attack[key]['p99_ms']} ms (lost "
-                      f"{under_attack[lost]})", f"{quiet[key]['p99_ms']} ms quiet (lost {quiet[lost]})",
-                      f"{under_attack[key]['p99_ms'] / quiet[key]['p99_ms']:.2f}x", "< 100 ms, nothing lost"]
-                     for label, key, lost in (("DNS lookup", "dns_lookup", "dns_lost"),
-                                              ("DHCP handshake", "dhcp_handshake", "dhcp_lost"))]
-            + [["controller lock, longest hold", f"{under_attack['lock_max_hold_ms']} ms",
-                f"{quiet['lock_max_hold_ms']} ms quiet", "", "report"]],
-            "resolver": health.get("resolver"),
-            "counters": {k: v for k, v in counters.items() if k.startswith(("dns", "lock"))}}
+    return {
+        "what": "hostile DNS from one device (over-long names, pointer chains over UDP and TCP, 200 slow TCP "
+        "connections, 1,000 random names a second) while another device resolves a name every 20 ms and "
+        "runs DHCP handshakes; the same measured quiet first",
+        "where": "the emulated home: two real devices, the controller as homenet runs it",
+        "seconds_of_lookups": seconds,
+        "dhcp_handshakes": dhcp_samples,
+        "phases": {"quiet": quiet, "hostile": under_attack},
+        "rows": [
+            [
+                f"other device's {label} p99 under hostile DNS",
+                f"{under_attack[key]['p99_ms']} ms (lost " f"{under_attack[lost]})",
+                f"{quiet[key]['p99_ms']} ms quiet (lost {quiet[lost]})",
+                f"{under_attack[key]['p99_ms'] / quiet[key]['p99_ms']:.2f}x",
+                "< 100 ms, nothing lost",
+            ]
+            for label, key, lost in (
+                ("DNS lookup", "dns_lookup", "dns_lost"),
+                ("DHCP handshake", "dhcp_handshake", "dhcp_lost"),
+            )
+        ]
+        + [
+            [
+                "controller lock, longest hold",
+                f"{under_attack['lock_max_hold_ms']} ms",
+                f"{quiet['lock_max_hold_ms']} ms quiet",
+                "",
+                "report",
+            ]
+        ],
+        "resolver": health.get("resolver"),
+        "counters": {k: v for k, v in counters.items() if k.startswith(("dns", "lock"))},
+    }
 
 
 def main(argv: list[str]) -> None:

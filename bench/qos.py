@@ -2,6 +2,7 @@
 call's app at Normal and then High (prioritisation switched on halfway through one run, as the
 original router's fig. 4.11 did), in both directions. Writes bench/results/qos.json (every
 packet's delay) and docs/qos-call-delay.png (delay over time)."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -32,8 +33,9 @@ def qos(args) -> None:
             add_client(home, name, permit=True)
         for direction in (UP, DOWN):
             set_priority(home, "default")
-            runs[direction] = call_under_load(home, "phone", "console", direction, seconds,
-                                              during=(seconds / 2, lambda: set_priority(home, "high")))
+            runs[direction] = call_under_load(
+                home, "phone", "console", direction, seconds, during=(seconds / 2, lambda: set_priority(home, "high"))
+            )
         set_priority(home, "default")
         health = home.api("GET", "health")[1]
     finally:
@@ -43,21 +45,45 @@ def qos(args) -> None:
         switched = run.changes[0]
         normal = {"p50_ms": run.p(50, 1.0, switched), "p99_ms": run.p(99, 1.0, switched)}
         high = {"p50_ms": run.p(50, switched + 1.0), "p99_ms": run.p(99, switched + 1.0)}
-        detail[direction] = {**run.summary(), "switched_to_high_at_s": round(switched, 3), "normal": normal,
-                             "high": high, "packets": list(zip(run.sent_at_s, run.delays_ms, strict=True))}
-        rows.append([f"call {direction}link p99 delay, bulk transfers saturating: High vs Normal",
-                     f"{high['p99_ms']:.1f} ms", f"{normal['p99_ms']:.1f} ms",
-                     f"{normal['p99_ms'] / high['p99_ms']:.0f}x lower" if high["p99_ms"] else "n/a",
-                     ">= 10x lower; the original: " + ORIGINAL])
-        rows.append([f"call {direction}link loss over the whole call (its Normal half too) / bulk throughput",
-                     f"{run.loss_pct:.2f}% / {run.bulk_mbit:.1f} Mbit/s",
-                     "", "", "~0% loss; bulk >= 80% of the rest"])
+        detail[direction] = {
+            **run.summary(),
+            "switched_to_high_at_s": round(switched, 3),
+            "normal": normal,
+            "high": high,
+            "packets": list(zip(run.sent_at_s, run.delays_ms, strict=True)),
+        }
+        rows.append(
+            [
+                f"call {direction}link p99 delay, bulk transfers saturating: High vs Normal",
+                f"{high['p99_ms']:.1f} ms",
+                f"{normal['p99_ms']:.1f} ms",
+                f"{normal['p99_ms'] / high['p99_ms']:.0f}x lower" if high["p99_ms"] else "n/a",
+                ">= 10x lower; the original: " + ORIGINAL,
+            ]
+        )
+        rows.append(
+            [
+                f"call {direction}link loss over the whole call (its Normal half too) / bulk throughput",
+                f"{run.loss_pct:.2f}% / {run.bulk_mbit:.1f} Mbit/s",
+                "",
+                "",
+                "~0% loss; bulk >= 80% of the rest",
+            ]
+        )
     _plot(runs)
-    write_result("qos", {"what": "a 64 kbit/s two-way UDP call (50 packets/s) from one device while another "
-                         "runs 4 TCP bulk transfers (iperf3) over the emulated 20/30 Mbit/s line; the call's app "
-                         "goes from Normal to High halfway (the first second of each half is left out: the flow's "
-                         "first packets wait for the controller, and the change takes up to a second)",
-                         "shaper": health.get("qos"), "figure": PLOT.name, "rows": rows, "runs": detail})
+    write_result(
+        "qos",
+        {
+            "what": "a 64 kbit/s two-way UDP call (50 packets/s) from one device while another "
+            "runs 4 TCP bulk transfers (iperf3) over the emulated 20/30 Mbit/s line; the call's app "
+            "goes from Normal to High halfway (the first second of each half is left out: the flow's "
+            "first packets wait for the controller, and the change takes up to a second)",
+            "shaper": health.get("qos"),
+            "figure": PLOT.name,
+            "rows": rows,
+            "runs": detail,
+        },
+    )
 
 
 def _plot(runs: dict[str, CallUnderLoad]) -> None:

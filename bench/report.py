@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Regenerate docs/PERFORMANCE.md from bench/results/*.json (run by bench/run.py)."""
+
 import json
 from pathlib import Path
 
@@ -38,29 +39,78 @@ would otherwise push each other out).
 def hwdb_rows(r: dict) -> dict:
     """hwdb's bench (hwdb/bench.sh) reports absolute numbers against the issue's goals."""
     ingest, memory, q = r["ingest"], r["memory"], r["query_latency_100k_rows"]
-    rows = [["ingest over loopback, 1 client, batches of 1000", f"{ingest['rows_per_s_1_client']:,.0f} rows/s", "",
-             "", f">= {ingest['goal_rows_per_s']:,} rows/s"],
-            ["ingest over loopback, 8 clients", f"{ingest['rows_per_s_8_clients']:,.0f} rows/s", "", "",
-             f">= {ingest['goal_rows_per_s']:,} rows/s"]]
-    rows += [[f"query p99, 10 s window over 100k rows: {name}", f"{v['p99_ms']:.2f} ms (p50 {v['p50_ms']:.2f})",
-              "", "", f"< {q['goal_p99_ms']} ms"] for name, v in q["queries"].items()]
-    rows.append([f"memory holding {memory['rows_held']:,} rows", f"{memory['growth_bytes_per_row']:.0f} B/row",
-                 f"{memory['raw_bytes_per_row']:.0f} B/row raw", f"{memory['growth_over_raw']:.2f}x",
-                 f"<= {memory['goal_ratio']}x raw"])
-    return {"benchmark": "hwdb", "what": "hwdb's own bench (`hwdb bench`): server and client on loopback. "
-            "Its baseline is the raw size of the rows held; throughput and latency are against the issue's goals.",
-            "rows": rows}
+    rows = [
+        [
+            "ingest over loopback, 1 client, batches of 1000",
+            f"{ingest['rows_per_s_1_client']:,.0f} rows/s",
+            "",
+            "",
+            f">= {ingest['goal_rows_per_s']:,} rows/s",
+        ],
+        [
+            "ingest over loopback, 8 clients",
+            f"{ingest['rows_per_s_8_clients']:,.0f} rows/s",
+            "",
+            "",
+            f">= {ingest['goal_rows_per_s']:,} rows/s",
+        ],
+    ]
+    rows += [
+        [
+            f"query p99, 10 s window over 100k rows: {name}",
+            f"{v['p99_ms']:.2f} ms (p50 {v['p50_ms']:.2f})",
+            "",
+            "",
+            f"< {q['goal_p99_ms']} ms",
+        ]
+        for name, v in q["queries"].items()
+    ]
+    rows.append(
+        [
+            f"memory holding {memory['rows_held']:,} rows",
+            f"{memory['growth_bytes_per_row']:.0f} B/row",
+            f"{memory['raw_bytes_per_row']:.0f} B/row raw",
+            f"{memory['growth_over_raw']:.2f}x",
+            f"<= {memory['goal_ratio']}x raw",
+        ]
+    )
+    return {
+        "benchmark": "hwdb",
+        "what": "hwdb's own bench (`hwdb bench`): server and client on loopback. "
+        "Its baseline is the raw size of the rows held; throughput and latency are against the issue's goals.",
+        "rows": rows,
+    }
 
 
 def webui_rows(r: dict) -> dict:
     j, d, f = r["join_to_visible_ms"], r["drop_to_connectivity_ms"], r["frontend"]
-    return {"benchmark": "webui", "what": r["setup"], "rows": [
-        ["device joins -> its label visible in the browser, p50 / p99", f"{j['p50']} / {j['p99']} ms (n={j['n']})",
-         "", "", f"p99 < {j['goal_p99']} ms"],
-        ["drop on Connected -> device connected (renewal forced), p50 / p99",
-         f"{d['p50']} / {d['p99']} ms (n={d['n']})", "", "", "report"],
-        ["built frontend, gzip", f"{f['gzip_bytes'] / 1000:.0f} kB ({f['bytes'] / 1000:.0f} kB raw)", "", "",
-         "small for a router's flash"]]}
+    return {
+        "benchmark": "webui",
+        "what": r["setup"],
+        "rows": [
+            [
+                "device joins -> its label visible in the browser, p50 / p99",
+                f"{j['p50']} / {j['p99']} ms (n={j['n']})",
+                "",
+                "",
+                f"p99 < {j['goal_p99']} ms",
+            ],
+            [
+                "drop on Connected -> device connected (renewal forced), p50 / p99",
+                f"{d['p50']} / {d['p99']} ms (n={d['n']})",
+                "",
+                "",
+                "report",
+            ],
+            [
+                "built frontend, gzip",
+                f"{f['gzip_bytes'] / 1000:.0f} kB ({f['bytes'] / 1000:.0f} kB raw)",
+                "",
+                "",
+                "small for a router's flash",
+            ],
+        ],
+    }
 
 
 def ui_load_rows(r: dict) -> dict:
@@ -69,23 +119,45 @@ def ui_load_rows(r: dict) -> dict:
     for key, label in (("owner_sign_in", "the owner's sign-in"), ("devices", "`GET /api/devices`")):
         quiet, loaded = r["quiet"][key], r["loaded"][key]
         for stat in ("p99_ms", "median_ms"):
-            rows.append([f"{label}, {stat[:-3]}, under load", f"{loaded[stat]} ms", f"{quiet[stat]} ms quiet",
-                         f"{loaded[stat] / quiet[stat]:.2f}x", "< 2x quiet" if stat == "p99_ms" else ""])
-    return {"benchmark": "ui_load", "what": f"{r['setup']}; load: {load['streams_accepted']} live streams open "
-            f"({load['streams_refused']} more refused) and a guest's sign-in flood "
-            f"({sum(load['guest_sign_in_attempts'].values()):,} attempts)", "rows": rows}
+            rows.append(
+                [
+                    f"{label}, {stat[:-3]}, under load",
+                    f"{loaded[stat]} ms",
+                    f"{quiet[stat]} ms quiet",
+                    f"{loaded[stat] / quiet[stat]:.2f}x",
+                    "< 2x quiet" if stat == "p99_ms" else "",
+                ]
+            )
+    return {
+        "benchmark": "ui_load",
+        "what": f"{r['setup']}; load: {load['streams_accepted']} live streams open "
+        f"({load['streams_refused']} more refused) and a guest's sign-in flood "
+        f"({sum(load['guest_sign_in_attempts'].values()):,} attempts)",
+        "rows": rows,
+    }
 
 
 def agent_rows(r: dict) -> dict:
     rows = []
     for run in r["runs"]:
         n = f"{run['connections']:,} open connections"
-        rows += [[f"{n}: one scan (sock_diag + cached owners), median", f"{run['scan_ms']['median']} ms",
-                  f"{run['gopsutil_connections_ms']['median']} ms (gopsutil's /proc walk)",
-                  f"{run['scan_ms']['median'] / run['gopsutil_connections_ms']['median']:.3f}x", "report"],
-                 [f"{n}: a new connection to its row in hwdb, median", f"{run['report_latency_ms']['median']} ms",
-                  "", "", "report"],
-                 [f"{n}: agent CPU", f"{run['agent_cpu_percent_of_one_core']:.1f}% of a core", "", "", "report"]]
+        rows += [
+            [
+                f"{n}: one scan (sock_diag + cached owners), median",
+                f"{run['scan_ms']['median']} ms",
+                f"{run['gopsutil_connections_ms']['median']} ms (gopsutil's /proc walk)",
+                f"{run['scan_ms']['median'] / run['gopsutil_connections_ms']['median']:.3f}x",
+                "report",
+            ],
+            [
+                f"{n}: a new connection to its row in hwdb, median",
+                f"{run['report_latency_ms']['median']} ms",
+                "",
+                "",
+                "report",
+            ],
+            [f"{n}: agent CPU", f"{run['agent_cpu_percent_of_one_core']:.1f}% of a core", "", "", "report"],
+        ]
     return {"benchmark": "agent", "what": r["what"], "cpus": r.get("cores"), "rows": rows}
 
 
@@ -97,27 +169,58 @@ def slicer_rows(r: dict) -> dict:
     def households(n: str) -> str:
         return f"{int(n):,} household{'' if n == '1' else 's'}"
 
-    rows = [[f"relay throughput, {households(n)}", f"{slicer['throughput_msgs_per_s'][n]:,} flow-mods/s",
-             f"{direct['throughput_msgs_per_s'][n]:,} direct", f"{ratio[n]:.2f}x",
-             ">= 0.8x direct (FlowVisor 1.4: 0.19x)"] for n in sorted(ratio, key=int)]
-    rows += [[f"added latency per message, {households(n)}, p50 / p99", f"{a['p50']:.2f} / {a['p99']:.2f} ms",
-              "", "", "p99 < 1 ms at 1,000"] for n, a in sorted(added.items(), key=lambda kv: int(kv[0]))]
+    rows = [
+        [
+            f"relay throughput, {households(n)}",
+            f"{slicer['throughput_msgs_per_s'][n]:,} flow-mods/s",
+            f"{direct['throughput_msgs_per_s'][n]:,} direct",
+            f"{ratio[n]:.2f}x",
+            ">= 0.8x direct (FlowVisor 1.4: 0.19x)",
+        ]
+        for n in sorted(ratio, key=int)
+    ]
+    rows += [
+        [
+            f"added latency per message, {households(n)}, p50 / p99",
+            f"{a['p50']:.2f} / {a['p99']:.2f} ms",
+            "",
+            "",
+            "p99 < 1 ms at 1,000",
+        ]
+        for n, a in sorted(added.items(), key=lambda kv: int(kv[0]))
+    ]
     for name, fair in (("slicer", slicer["fairness"]), ("direct", direct["fairness"])):
         deviation = 100 * fair["max_deviation_from_max_min_fair_share"]
-        rows.append([f"fairness, {fair['households']} households, skewed load: {name}",
-                     f"Jain {fair['jain_index']:.3f}, max deviation {deviation:.1f}%", "",
-                     f"{fair['within_5_percent']} of {fair['households']} within 5%",
-                     "all within 5% of the max-min share"])
+        rows.append(
+            [
+                f"fairness, {fair['households']} households, skewed load: {name}",
+                f"Jain {fair['jain_index']:.3f}, max deviation {deviation:.1f}%",
+                "",
+                f"{fair['within_5_percent']} of {fair['households']} within 5%",
+                "all within 5% of the max-min share",
+            ]
+        )
     soak = slicer["soak"]
-    rows.append([f"soak, {soak['seconds']:.0f} s, {soak['reconnects']:,} reconnects: descriptors / memory",
-                 f"{soak['fds_first_quarter_max']} -> {soak['fds_last_quarter_max']} fds, "
-                 f"{soak['rss_kb_first_quarter_mean'] / 1024:.1f} -> {soak['rss_kb_last_quarter_mean'] / 1024:.1f} MiB",
-                 "", "", "flat (FlowVisor 1.4 leaked descriptors until it died)"])
+    rows.append(
+        [
+            f"soak, {soak['seconds']:.0f} s, {soak['reconnects']:,} reconnects: descriptors / memory",
+            f"{soak['fds_first_quarter_max']} -> {soak['fds_last_quarter_max']} fds, "
+            f"{soak['rss_kb_first_quarter_mean'] / 1024:.1f} -> {soak['rss_kb_last_quarter_mean'] / 1024:.1f} MiB",
+            "",
+            "",
+            "flat (FlowVisor 1.4 leaked descriptors until it died)",
+        ]
+    )
     return {"benchmark": "slicer", "what": r["method"], "cpus": r["machine"]["cores"], "rows": rows}
 
 
-ADAPTERS = {"hwdb.json": hwdb_rows, "webui.json": webui_rows, "ui_load.json": ui_load_rows, "agent.json": agent_rows,
-            "slicer.json": slicer_rows}
+ADAPTERS = {
+    "hwdb.json": hwdb_rows,
+    "webui.json": webui_rows,
+    "ui_load.json": ui_load_rows,
+    "agent.json": agent_rows,
+    "slicer.json": slicer_rows,
+}
 
 
 def main():
@@ -127,8 +230,10 @@ def main():
         if path.name in ADAPTERS:  # a component's own format; bench/run.py stamped date and commit
             result = {**result, **ADAPTERS[path.name](result)}
         out.append(f"## {result.get('benchmark', path.stem)}\n")
-        out.append(f"{result.get('what', '')}  \nMeasured {result.get('date', '?')} at commit "
-                   f"`{result.get('git', '?')}` on {result.get('cpus', '?')} CPUs. Raw: `bench/results/{path.name}`.\n")
+        out.append(
+            f"{result.get('what', '')}  \nMeasured {result.get('date', '?')} at commit "
+            f"`{result.get('git', '?')}` on {result.get('cpus', '?')} CPUs. Raw: `bench/results/{path.name}`.\n"
+        )
         rows = result.get("rows")
         if rows:
             out.append("| metric | Homework router | baseline, same run | ratio | goal |")

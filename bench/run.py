@@ -9,6 +9,7 @@ Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as
 baseline) and tears it down again. These machines are noisy: results are medians and
 p99s over many samples, and comparisons are ratios within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ from common import BENCH, PY, REPO, RESULTS, add_client, homenet_up, in_client, 
 
 # ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
 
+
 class PlainBridge:
     """Two namespaces on an OVS userspace bridge that just does L2 learning (no controller)."""
 
@@ -32,8 +34,17 @@ class PlainBridge:
 
     def __enter__(self):
         self.__exit__()
-        sh("ovs-vsctl", "add-br", self.BRIDGE, "--", "set", "bridge", self.BRIDGE, "datapath_type=netdev",
-           "fail-mode=standalone")
+        sh(
+            "ovs-vsctl",
+            "add-br",
+            self.BRIDGE,
+            "--",
+            "set",
+            "bridge",
+            self.BRIDGE,
+            "datapath_type=netdev",
+            "fail-mode=standalone",
+        )
         for ns, ip, port in ((self.SERVER_NS, self.SERVER_IP, "bsrv"), (self.CLIENT_NS, None, "bcli")):
             sh("ip", "netns", "add", ns)
             sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -51,8 +62,9 @@ class PlainBridge:
         return sh("ip", "netns", "exec", ns, *cmd, **kw)
 
     def spawn(self, ns, *cmd):
-        return subprocess.Popen(["ip", "netns", "exec", ns, *map(str, cmd)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, *map(str, cmd)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def __exit__(self, *exc):
         for ns in (self.SERVER_NS, self.CLIENT_NS):
@@ -64,6 +76,7 @@ class PlainBridge:
 
 # ---- benchmarks -----------------------------------------------------------------------------------
 
+
 def dhcp_storm(rounds: int, devices: int) -> None:
     """100 devices (10 people x 10 devices) DISCOVER at once; each device's time to its ACK."""
     storm = [PY, BENCH / "dhcp_storm_client.py"]
@@ -73,12 +86,23 @@ def dhcp_storm(rounds: int, devices: int) -> None:
         home.add("storm")
         with PlainBridge() as plain:
             # dnsmasq is what most home routers run: the reference for a plain DHCP server.
-            server = plain.spawn(plain.SERVER_NS, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
-                                 "--no-resolv", "--no-hosts", "--port=0", "--bind-interfaces", "--interface=eth0",
-                                 "--dhcp-range=10.9.0.10,10.9.255.250,255.255.0.0,30s", "--dhcp-authoritative",
-                                 # no ping-before-offer: the fastest dnsmasq, a strict baseline
-                                 "--no-ping",
-                                 "--dhcp-leasefile=/dev/null", "--log-facility=/dev/null")
+            server = plain.spawn(
+                plain.SERVER_NS,
+                "dnsmasq",
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--port=0",
+                "--bind-interfaces",
+                "--interface=eth0",
+                "--dhcp-range=10.9.0.10,10.9.255.250,255.255.0.0,30s",
+                "--dhcp-authoritative",
+                # no ping-before-offer: the fastest dnsmasq, a strict baseline
+                "--no-ping",
+                "--dhcp-leasefile=/dev/null",
+                "--log-facility=/dev/null",
+            )
             time.sleep(1)
             for round_no in range(rounds):  # interleaved, so drift in machine load hits both alike
                 out = json.loads(plain.exec(plain.CLIENT_NS, *storm, "eth0", devices, 20))
@@ -96,21 +120,41 @@ def dhcp_storm(rounds: int, devices: int) -> None:
     finally:
         home.down()
     hw, base = summary(homework_acks), summary(baseline_acks)
-    write_result("dhcp_storm", {
-        "what": f"{devices} devices send DISCOVER at once; per-device DISCOVER-to-ACK time; {rounds} rounds, "
-                "fresh MACs each round",
-        "homework": hw, "baseline_dnsmasq_plain_ovs": base,
-        "unanswered": unanswered,
-        "rows": [
-            ["DHCP storm: DISCOVER to ACK, median", f"{hw['median_ms']} ms", f"{base['median_ms']} ms (dnsmasq)",
-             ratio(hw["median_ms"], base["median_ms"]), "< 50 ms (original router: 700 ms)"],
-            ["DHCP storm: DISCOVER to ACK, p99", f"{hw['p99_ms']} ms", f"{base['p99_ms']} ms (dnsmasq)",
-             ratio(hw["p99_ms"], base["p99_ms"]), ""],
-            # The storm client sends each DISCOVER once (a real client would retry after ~4 s): a
-            # device left unanswered is not in the times above, so it is counted here.
-            ["DHCP storm: devices left unanswered", f"{unanswered['homework']} of {rounds * devices}",
-             f"{unanswered['baseline']} of {rounds * devices} (dnsmasq)", "", "0"],
-        ]})
+    write_result(
+        "dhcp_storm",
+        {
+            "what": f"{devices} devices send DISCOVER at once; per-device DISCOVER-to-ACK time; {rounds} rounds, "
+            "fresh MACs each round",
+            "homework": hw,
+            "baseline_dnsmasq_plain_ovs": base,
+            "unanswered": unanswered,
+            "rows": [
+                [
+                    "DHCP storm: DISCOVER to ACK, median",
+                    f"{hw['median_ms']} ms",
+                    f"{base['median_ms']} ms (dnsmasq)",
+                    ratio(hw["median_ms"], base["median_ms"]),
+                    "< 50 ms (original router: 700 ms)",
+                ],
+                [
+                    "DHCP storm: DISCOVER to ACK, p99",
+                    f"{hw['p99_ms']} ms",
+                    f"{base['p99_ms']} ms (dnsmasq)",
+                    ratio(hw["p99_ms"], base["p99_ms"]),
+                    "",
+                ],
+                # The storm client sends each DISCOVER once (a real client would retry after ~4 s): a
+                # device left unanswered is not in the times above, so it is counted here.
+                [
+                    "DHCP storm: devices left unanswered",
+                    f"{unanswered['homework']} of {rounds * devices}",
+                    f"{unanswered['baseline']} of {rounds * devices} (dnsmasq)",
+                    "",
+                    "0",
+                ],
+            ],
+        },
+    )
 
 
 def forget_devices(home) -> None:
@@ -131,8 +175,15 @@ def first_packet(count: int) -> None:
             plain.exec(plain.CLIENT_NS, "ip", "addr", "add", f"{plain.CLIENT_IP}/16", "dev", "eth0")
             server_ip = add_client(home, "benchsrv", permit=True)
             add_client(home, "benchcli", permit=True)
-            srv = home.spawn("benchsrv", PY, BENCH / "accept_server.py", "0.0.0.0", "9000",
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            srv = home.spawn(
+                "benchsrv",
+                PY,
+                BENCH / "accept_server.py",
+                "0.0.0.0",
+                "9000",
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(1)
             base, hairpin, internet = [], [], []
             for _ in range(5):  # interleaved batches
@@ -145,18 +196,38 @@ def first_packet(count: int) -> None:
     finally:
         home.down()
     b, h, i = summary(base), summary(hairpin), summary(internet)
-    write_result("first_packet", {
-        "what": f"{count} new TCP connections one after another; time from SYN sent to SYN/ACK received",
-        "baseline_plain_ovs_normal": b, "homework_device_to_device": h, "homework_device_to_internet": i,
-        "rows": [
-            ["New connection, device to device (routed, hairpin), median", f"{h['median_ms']} ms",
-             f"{b['median_ms']} ms (plain OVS NORMAL)", ratio(h["median_ms"], b["median_ms"]),
-             "no packet-in: proactive rules"],
-            ["New connection, device to device, p99", f"{h['p99_ms']} ms", f"{b['p99_ms']} ms",
-             ratio(h["p99_ms"], b["p99_ms"]), ""],
-            ["New connection, device to internet (routed + NAT), median", f"{i['median_ms']} ms",
-             f"{b['median_ms']} ms (plain OVS NORMAL)", ratio(i["median_ms"], b["median_ms"]), ""],
-        ]})
+    write_result(
+        "first_packet",
+        {
+            "what": f"{count} new TCP connections one after another; time from SYN sent to SYN/ACK received",
+            "baseline_plain_ovs_normal": b,
+            "homework_device_to_device": h,
+            "homework_device_to_internet": i,
+            "rows": [
+                [
+                    "New connection, device to device (routed, hairpin), median",
+                    f"{h['median_ms']} ms",
+                    f"{b['median_ms']} ms (plain OVS NORMAL)",
+                    ratio(h["median_ms"], b["median_ms"]),
+                    "no packet-in: proactive rules",
+                ],
+                [
+                    "New connection, device to device, p99",
+                    f"{h['p99_ms']} ms",
+                    f"{b['p99_ms']} ms",
+                    ratio(h["p99_ms"], b["p99_ms"]),
+                    "",
+                ],
+                [
+                    "New connection, device to internet (routed + NAT), median",
+                    f"{i['median_ms']} ms",
+                    f"{b['median_ms']} ms (plain OVS NORMAL)",
+                    ratio(i["median_ms"], b["median_ms"]),
+                    "",
+                ],
+            ],
+        },
+    )
 
 
 def flood(samples: int) -> None:
@@ -168,8 +239,20 @@ def flood(samples: int) -> None:
     def page_times(n):
         times = []
         for _ in range(n):
-            proc = home.exec("victim", "curl", "-sS", "-o", "/dev/null", "-m", "5", "-w", "%{time_total} %{http_code}",
-                             "http://www.example.test/", check=False, timeout=30)
+            proc = home.exec(
+                "victim",
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-m",
+                "5",
+                "-w",
+                "%{time_total} %{http_code}",
+                "http://www.example.test/",
+                check=False,
+                timeout=30,
+            )
             seconds, code = proc.stdout.split()[-2:]
             if code != "200":
                 failures.append(proc.stderr.strip())
@@ -182,9 +265,10 @@ def flood(samples: int) -> None:
         add_client(home, "flooder", permit=True)
         quiet = json.loads(in_client(home, "victim", *probe))
         quiet_pages = page_times(samples // 3)
-        floods = [home.spawn("flooder", PY, BENCH / "flood.py", mode, "wlan0", pps, "60", stdout=subprocess.PIPE,
-                             text=True)
-                  for mode, pps in (("udp", "3000"), ("dhcp", "1000"))]
+        floods = [
+            home.spawn("flooder", PY, BENCH / "flood.py", mode, "wlan0", pps, "60", stdout=subprocess.PIPE, text=True)
+            for mode, pps in (("udp", "3000"), ("dhcp", "1000"))
+        ]
         time.sleep(3)  # the flood at full strength before measuring
         loud = json.loads(in_client(home, "victim", *probe))
         loud_pages = page_times(samples // 3)
@@ -194,25 +278,54 @@ def flood(samples: int) -> None:
         home.down()
     q, loud_dhcp = summary(quiet["ack_s"]), summary(loud["ack_s"])
     qp, lp = summary(quiet_pages), summary(loud_pages)
-    write_result("flood", {
-        "what": "a permitted device floods (UDP to random ports/addresses of the emulated internet at 3000 pps, "
-                "and DISCOVERs from random forged MACs at 1000 pps) while a second, known device runs full DHCP "
-                f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first",
-        "quiet": {"dhcp": q, "page": qp, "dhcp_lost": quiet["lost"]},
-        "page_failures": failures,
-        "flood": {"dhcp": loud_dhcp, "page": lp, "dhcp_lost": loud["lost"], "flood_packets_sent": sent,
-                  "pending_evicted": counters.get("pending_evicted"),
-                  "packet_in_dropped": counters.get("packet_in_dropped")},
-        "rows": [
-            ["2nd device DHCP (DISCOVER to ACK) under flood, p99", f"{loud_dhcp['p99_ms']} ms (lost {loud['lost']})",
-             f"{q['p99_ms']} ms quiet (lost {quiet['lost']})", ratio(loud_dhcp["p99_ms"], q["p99_ms"]), "< 100 ms"],
-            ["2nd device DHCP under flood, median", f"{loud_dhcp['median_ms']} ms", f"{q['median_ms']} ms quiet",
-             ratio(loud_dhcp["median_ms"], q["median_ms"]), ""],
-            ["2nd device page fetch under flood, median", f"{lp['median_ms']} ms", f"{qp['median_ms']} ms quiet",
-             ratio(lp["median_ms"], qp["median_ms"]), ""],
-            ["2nd device page fetch under flood, p99", f"{lp['p99_ms']} ms", f"{qp['p99_ms']} ms quiet",
-             ratio(lp["p99_ms"], qp["p99_ms"]), ""],
-        ]})
+    write_result(
+        "flood",
+        {
+            "what": "a permitted device floods (UDP to random ports/addresses of the emulated internet at 3000 pps, "
+            "and DISCOVERs from random forged MACs at 1000 pps) while a second, known device runs full DHCP "
+            f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first",
+            "quiet": {"dhcp": q, "page": qp, "dhcp_lost": quiet["lost"]},
+            "page_failures": failures,
+            "flood": {
+                "dhcp": loud_dhcp,
+                "page": lp,
+                "dhcp_lost": loud["lost"],
+                "flood_packets_sent": sent,
+                "pending_evicted": counters.get("pending_evicted"),
+                "packet_in_dropped": counters.get("packet_in_dropped"),
+            },
+            "rows": [
+                [
+                    "2nd device DHCP (DISCOVER to ACK) under flood, p99",
+                    f"{loud_dhcp['p99_ms']} ms (lost {loud['lost']})",
+                    f"{q['p99_ms']} ms quiet (lost {quiet['lost']})",
+                    ratio(loud_dhcp["p99_ms"], q["p99_ms"]),
+                    "< 100 ms",
+                ],
+                [
+                    "2nd device DHCP under flood, median",
+                    f"{loud_dhcp['median_ms']} ms",
+                    f"{q['median_ms']} ms quiet",
+                    ratio(loud_dhcp["median_ms"], q["median_ms"]),
+                    "",
+                ],
+                [
+                    "2nd device page fetch under flood, median",
+                    f"{lp['median_ms']} ms",
+                    f"{qp['median_ms']} ms quiet",
+                    ratio(lp["median_ms"], qp["median_ms"]),
+                    "",
+                ],
+                [
+                    "2nd device page fetch under flood, p99",
+                    f"{lp['p99_ms']} ms",
+                    f"{qp['p99_ms']} ms quiet",
+                    ratio(lp["p99_ms"], qp["p99_ms"]),
+                    "",
+                ],
+            ],
+        },
+    )
 
 
 def hwdb(_args) -> None:
@@ -226,11 +339,22 @@ def webui(_args) -> None:
     home = homenet_up()
     try:
         hooks = REPO / "tests" / "e2e" / "hooks"
-        env = dict(os.environ, WEBUI_URL="http://127.0.0.1:8080", E2E_USER="owner",
-                   E2E_PASSWORD="a long household passphrase", E2E_SETUP_CODE=home.setup_code(),
-                   E2E_JOIN_CMD=f"{PY} {hooks / 'join.py'}", E2E_CHECK_CMD=f"{PY} {hooks / 'check.py'}", PYTHON=PY)
-        subprocess.run(["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
-                       env=env, check=True, timeout=1800)
+        env = dict(
+            os.environ,
+            WEBUI_URL="http://127.0.0.1:8080",
+            E2E_USER="owner",
+            E2E_PASSWORD="a long household passphrase",
+            E2E_SETUP_CODE=home.setup_code(),
+            E2E_JOIN_CMD=f"{PY} {hooks / 'join.py'}",
+            E2E_CHECK_CMD=f"{PY} {hooks / 'check.py'}",
+            PYTHON=PY,
+        )
+        subprocess.run(
+            ["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
+            env=env,
+            check=True,
+            timeout=1800,
+        )
         stamp(RESULTS / "webui.json")
     finally:
         home.down()

@@ -15,6 +15,7 @@ partition, and GRUB in the protective MBR and a BIOS boot partition. Also the si
 
 --fast compresses the root with zstd (quick) instead of xz (small).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,56 +73,159 @@ FILES = {
 }
 # The values deploy/services.toml's settings take on the router.
 SETTINGS = {
-    "PYTHON": VENV / "bin/python", "HWDB_BIN": FILES["hwdb/target/release/hwdb"], "STATE": STATE, "RUN": RUN,
-    "LAN_IFACE": BRIDGE, "WLAN_PORT": LAN_PORT, "UPSTREAM_DNS": "127.0.0.53", "STATIONS": "iw:wlan0",
-    "LAN_ADDRESS": ROUTER_LAN_IP, "WAN_IFACE": WAN_IFACE,
+    "PYTHON": VENV / "bin/python",
+    "HWDB_BIN": FILES["hwdb/target/release/hwdb"],
+    "STATE": STATE,
+    "RUN": RUN,
+    "LAN_IFACE": BRIDGE,
+    "WLAN_PORT": LAN_PORT,
+    "UPSTREAM_DNS": "127.0.0.53",
+    "STATIONS": "iw:wlan0",
+    "LAN_ADDRESS": ROUTER_LAN_IP,
+    "WAN_IFACE": WAN_IFACE,
     # 802.1X on the LAN port, for the access point's stations (driver=wired on the bridge).
     "HOSTAPD_IFACE": BRIDGE,
     # The access point on the LAN port has its own network name; no connection-check server.
-    "WIFI_SSID": "", "LATENCY_TARGET": "",
+    "WIFI_SSID": "",
+    "LATENCY_TARGET": "",
     # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
     "UPDATES": RUN / "update",
     "SETUP_CODE_FILE": LABEL_SETUP_CODE,
     # The line's rates are the household's to set; until the web UI can, shape at a gigabit
     # (the queues still get their fair leaves, the line's own queue is not yet moved here).
-    "UPLINK_KBIT": 1_000_000, "DOWNLINK_KBIT": 1_000_000,
+    "UPLINK_KBIT": 1_000_000,
+    "DOWNLINK_KBIT": 1_000_000,
     # No ISP slice until the household has one (its ISP's slicer, certificates and public address).
-    "SLICE": "", "SLICE_CERT": "", "SLICE_KEY": "", "SLICE_CA": "", "PUBLIC_ADDRESS": "",
+    "SLICE": "",
+    "SLICE_CERT": "",
+    "SLICE_KEY": "",
+    "SLICE_CA": "",
+    "PUBLIC_ADDRESS": "",
 }
 # A router box (an APU's 1 GHz cores) or a VM without KVM starts the services several times
 # slower than the machines services.toml's ready timeouts were measured on.
 SLOWNESS = 4
-SYSTEM_UNITS = ("homework-state.service", "homework-network.service", "homework-health.service",
-                "homework-console.service", "homework-update-spool.path", "homework-grub-count.service",
-                "nftables.service", "systemd-networkd.service", "systemd-resolved.service")
+SYSTEM_UNITS = (
+    "homework-state.service",
+    "homework-network.service",
+    "homework-health.service",
+    "homework-console.service",
+    "homework-update-spool.path",
+    "homework-grub-count.service",
+    "nftables.service",
+    "systemd-networkd.service",
+    "systemd-resolved.service",
+)
 # Debian's own hostapd.service is not the router's (homework-hostapd.service is).
-MASKED_UNITS = ("hostapd.service", "systemd-networkd-wait-online.service", "apt-daily.timer", "apt-daily-upgrade.timer",
-                "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer")
+MASKED_UNITS = (
+    "hostapd.service",
+    "systemd-networkd-wait-online.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+)
 
 # Kernel modules no router box uses (graphics, sound, cameras, exotic buses and file systems):
 # dpkg never unpacks them, so they are not in the initrd or the root either.
-MODULE_EXCLUDES = [f"/lib/modules/*/kernel/{d}/*" for d in (
-    "sound", "drivers/gpu", "drivers/media", "drivers/infiniband", "drivers/staging", "drivers/iio",
-    "drivers/comedi", "drivers/isdn", "drivers/bluetooth", "net/bluetooth", "drivers/target", "drivers/md",
-    "drivers/mtd", "drivers/video", "drivers/net/can", "drivers/net/wwan", "drivers/net/ieee802154",
-    "drivers/net/fddi", "drivers/net/arcnet", "drivers/net/wan", "drivers/net/hamradio", "drivers/hwmon",
-    "drivers/input/joystick", "drivers/input/touchscreen", "drivers/input/tablet", "drivers/firewire",
-    "fs/xfs", "fs/btrfs", "fs/ocfs2", "fs/nfs", "fs/nfsd", "fs/smb", "fs/f2fs", "fs/gfs2", "fs/jfs", "fs/ceph",
-    "fs/reiserfs", "fs/nilfs2", "fs/ubifs", "fs/orangefs", "fs/afs", "fs/coda", "net/sunrpc", "net/ceph",
-    "net/rxrpc", "net/sctp", "net/rds", "net/tipc", "net/dccp")] + [
+MODULE_EXCLUDES = [
+    f"/lib/modules/*/kernel/{d}/*"
+    for d in (
+        "sound",
+        "drivers/gpu",
+        "drivers/media",
+        "drivers/infiniband",
+        "drivers/staging",
+        "drivers/iio",
+        "drivers/comedi",
+        "drivers/isdn",
+        "drivers/bluetooth",
+        "net/bluetooth",
+        "drivers/target",
+        "drivers/md",
+        "drivers/mtd",
+        "drivers/video",
+        "drivers/net/can",
+        "drivers/net/wwan",
+        "drivers/net/ieee802154",
+        "drivers/net/fddi",
+        "drivers/net/arcnet",
+        "drivers/net/wan",
+        "drivers/net/hamradio",
+        "drivers/hwmon",
+        "drivers/input/joystick",
+        "drivers/input/touchscreen",
+        "drivers/input/tablet",
+        "drivers/firewire",
+        "fs/xfs",
+        "fs/btrfs",
+        "fs/ocfs2",
+        "fs/nfs",
+        "fs/nfsd",
+        "fs/smb",
+        "fs/f2fs",
+        "fs/gfs2",
+        "fs/jfs",
+        "fs/ceph",
+        "fs/reiserfs",
+        "fs/nilfs2",
+        "fs/ubifs",
+        "fs/orangefs",
+        "fs/afs",
+        "fs/coda",
+        "net/sunrpc",
+        "net/ceph",
+        "net/rxrpc",
+        "net/sctp",
+        "net/rds",
+        "net/tipc",
+        "net/dccp",
+    )
+] + [
     # SCSI host adapters (each in its own folder); sd_mod and friends sit at the top.
-    "/lib/modules/*/kernel/drivers/scsi/*/*"]
-DPKG_EXCLUDES = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*",
-                 "/usr/share/lintian/*", "/usr/share/bash-completion/*", "/usr/share/zsh/*", *MODULE_EXCLUDES]
+    "/lib/modules/*/kernel/drivers/scsi/*/*"
+]
+DPKG_EXCLUDES = [
+    "/usr/share/doc/*",
+    "/usr/share/man/*",
+    "/usr/share/locale/*",
+    "/usr/share/info/*",
+    "/usr/share/lintian/*",
+    "/usr/share/bash-completion/*",
+    "/usr/share/zsh/*",
+    *MODULE_EXCLUDES,
+]
 # Storage the initrd needs to find the root on a router box or a VM (MODULES=list keeps it small).
-INITRD_MODULES = ("squashfs", "ext4", "vfat", "nls_cp437", "nls_ascii", "virtio_blk", "virtio_pci", "virtio_scsi",
-                  "ahci", "sd_mod", "nvme", "usb_storage", "uas", "xhci_pci", "ehci_pci", "sdhci_pci", "mmc_block")
+INITRD_MODULES = (
+    "squashfs",
+    "ext4",
+    "vfat",
+    "nls_cp437",
+    "nls_ascii",
+    "virtio_blk",
+    "virtio_pci",
+    "virtio_scsi",
+    "ahci",
+    "sd_mod",
+    "nvme",
+    "usb_storage",
+    "uas",
+    "xhci_pci",
+    "ehci_pci",
+    "sdhci_pci",
+    "mmc_block",
+)
 
 MIB = 1 << 20
 BIOS_BOOT_MIB, ESP_MIB, SLOT_MIB, DATA_MIB = 1, 96, 200, 256
 BIOS_BOOT_PARTLABEL = "homework-bios-boot"
-PART_TYPES = {"esp": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "root": "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709",
-              "data": "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "bios": "21686148-6449-6E6F-744E-656564454649"}
+PART_TYPES = {
+    "esp": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
+    "root": "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709",
+    "data": "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
+    "bios": "21686148-6449-6E6F-744E-656564454649",
+}
 # Legacy BIOS boot: GRUB (the build host's grub-pc-bin) with everything it needs built into the
 # core image in the BIOS boot partition; its prefix is the ESP's grub/ (grub.cfg, grubenv).
 GRUB_BIOS_DIR = Path("/usr/lib/grub/i386-pc")
@@ -139,8 +243,14 @@ def log(msg: str) -> None:
 
 def sh(*cmd: object, cwd: Path | None = None, capture: bool = False, input: str | None = None) -> str:
     argv = [str(c) for c in cmd]
-    proc = subprocess.run(argv, cwd=cwd, text=True, input=input,
-                          stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None)
+    proc = subprocess.run(
+        argv,
+        cwd=cwd,
+        text=True,
+        input=input,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.PIPE if capture else None,
+    )
     if proc.returncode != 0:
         detail = f": {proc.stderr.strip()[-2000:]}" if capture else ""
         raise BuildError(f"`{' '.join(argv)}` failed ({proc.returncode}){detail}")
@@ -148,8 +258,9 @@ def sh(*cmd: object, cwd: Path | None = None, capture: bool = False, input: str 
 
 
 def wanted_packages() -> list[str]:
-    return [line.strip() for line in PACKAGES_FILE.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return [
+        line.strip() for line in PACKAGES_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def read_lock() -> dict[str, str]:
@@ -165,6 +276,7 @@ def read_lock() -> dict[str, str]:
 
 # ---- the Debian root
 
+
 def base_root(pinned: bool = True) -> Path:
     """A tarball of the Debian root: cached by the package list, the lock and how it is made."""
     pins = read_lock() if pinned else {}
@@ -174,21 +286,37 @@ def base_root(pinned: bool = True) -> Path:
         return tarball
     CACHE.mkdir(parents=True, exist_ok=True)
     include = [f"{n}={v}" for n, v in sorted(pins.items())] if pins else wanted_packages()
-    initramfs = (f'mkdir -p "$1/etc/initramfs-tools/conf.d"; '
-                 f'printf "MODULES=list\\nCOMPRESS=zstd\\n" > "$1/etc/initramfs-tools/conf.d/homework.conf"; '
-                 f'printf "%s\\n" {" ".join(INITRD_MODULES)} > "$1/etc/initramfs-tools/modules"')
+    initramfs = (
+        f'mkdir -p "$1/etc/initramfs-tools/conf.d"; '
+        f'printf "MODULES=list\\nCOMPRESS=zstd\\n" > "$1/etc/initramfs-tools/conf.d/homework.conf"; '
+        f'printf "%s\\n" {" ".join(INITRD_MODULES)} > "$1/etc/initramfs-tools/modules"'
+    )
     log(f"Debian root: mmdebstrap {len(include)} packages{' (pinned by packages.lock)' if pins else ''}")
     tmp = tarball.with_suffix(".tmp.tar")
-    cmd = ["mmdebstrap", "--variant=apt", "--mode=root", "--quiet",
-           *(f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES),
-           "--dpkgopt=path-include=/usr/share/doc/*/copyright",
-           f"--essential-hook={initramfs}", f"--include={','.join(include)}", SUITE, tmp, MIRROR]
+    cmd = [
+        "mmdebstrap",
+        "--variant=apt",
+        "--mode=root",
+        "--quiet",
+        *(f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES),
+        "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+        f"--essential-hook={initramfs}",
+        f"--include={','.join(include)}",
+        SUITE,
+        tmp,
+        MIRROR,
+    ]
     proc = subprocess.run([str(c) for c in cmd], text=True, stderr=subprocess.PIPE)
     if proc.returncode != 0:
-        if pins and ("was not found" in proc.stderr or "Unable to locate" in proc.stderr
-                     or "has no installation candidate" in proc.stderr):
-            raise BuildError("the Debian mirror no longer serves a version pinned in image/packages.lock:\n"
-                             f"{proc.stderr.strip()[-1500:]}\nRefresh the lock with `make image-lock` and commit it.")
+        if pins and (
+            "was not found" in proc.stderr
+            or "Unable to locate" in proc.stderr
+            or "has no installation candidate" in proc.stderr
+        ):
+            raise BuildError(
+                "the Debian mirror no longer serves a version pinned in image/packages.lock:\n"
+                f"{proc.stderr.strip()[-1500:]}\nRefresh the lock with `make image-lock` and commit it."
+            )
         raise BuildError(f"mmdebstrap failed:\n{proc.stderr.strip()[-3000:]}")
     tmp.replace(tarball)
     return tarball
@@ -205,9 +333,11 @@ def installed_packages(root: Path) -> dict[str, str]:
 
 
 def write_lock(packages: dict[str, str]) -> None:
-    LOCK_FILE.write_text(f"# Every Debian package in the router image ({SUITE}), as the build resolved them.\n"
-                         "# The build installs exactly these; `make image-lock` refreshes them.\n"
-                         + "".join(f"{n} {v}\n" for n, v in sorted(packages.items())))
+    LOCK_FILE.write_text(
+        f"# Every Debian package in the router image ({SUITE}), as the build resolved them.\n"
+        "# The build installs exactly these; `make image-lock` refreshes them.\n"
+        + "".join(f"{n} {v}\n" for n, v in sorted(packages.items()))
+    )
 
 
 def extract(tarball: Path, root: Path) -> None:
@@ -218,6 +348,7 @@ def extract(tarball: Path, root: Path) -> None:
 
 
 # ---- the project's components
+
 
 def wheels() -> Path:
     """Wheels of every component and its pinned runtime dependencies (the dependencies are
@@ -230,8 +361,20 @@ def wheels() -> Path:
     pip = [REPO / ".venv/bin/pip", "--disable-pip-version-check", "--quiet"]
     # setuptools and wheel are only build tools here: never constrained away from what pip needs.
     sh(*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", out, *(REPO / c for c in PYTHON_COMPONENTS))
-    sh(*pip, "wheel", "-w", deps, "--find-links", deps, "--find-links", out, "-c", REPO / "requirements.lock",
-       "--prefer-binary", *(out / w.name for w in sorted(out.glob("*.whl"))))
+    sh(
+        *pip,
+        "wheel",
+        "-w",
+        deps,
+        "--find-links",
+        deps,
+        "--find-links",
+        out,
+        "-c",
+        REPO / "requirements.lock",
+        "--prefer-binary",
+        *(out / w.name for w in sorted(out.glob("*.whl"))),
+    )
     for wheel in deps.glob("*.whl"):
         if not (out / wheel.name).exists():
             shutil.copy2(wheel, out / wheel.name)
@@ -241,10 +384,23 @@ def wheels() -> Path:
 def install_components(root: Path, wheel_dir: Path) -> None:
     log("components: venv")
     sh("chroot", root, "python3", "-m", "venv", "--without-pip", VENV)
-    sh(REPO / ".venv/bin/pip", "--disable-pip-version-check", "--quiet", "install", "--no-index",
-       "--find-links", wheel_dir, "--root", root, "--prefix", VENV, "--ignore-installed", "--no-compile",
-       "--no-warn-script-location",
-       *(_dist_name(REPO / c) for c in PYTHON_COMPONENTS))
+    sh(
+        REPO / ".venv/bin/pip",
+        "--disable-pip-version-check",
+        "--quiet",
+        "install",
+        "--no-index",
+        "--find-links",
+        wheel_dir,
+        "--root",
+        root,
+        "--prefix",
+        VENV,
+        "--ignore-installed",
+        "--no-compile",
+        "--no-warn-script-location",
+        *(_dist_name(REPO / c) for c in PYTHON_COMPONENTS),
+    )
     # pip wrote this machine's interpreter into the scripts' first lines.
     for script in (root / str(VENV).lstrip("/") / "bin").iterdir():
         if script.is_file() and not script.is_symlink():
@@ -265,18 +421,25 @@ def install_components(root: Path, wheel_dir: Path) -> None:
 
 def _dist_name(component: Path) -> str:
     import tomllib
+
     return tomllib.loads((component / "pyproject.toml").read_text())["project"]["name"]
 
 
 # ---- the router's configuration
+
 
 def configure(root: Path, version: str) -> None:
     log("configuration: overlay, units, keys")
     sh("cp", "-a", "--no-preserve=ownership", f"{IMAGE_DIR / 'rootfs'}/.", root)
     services = homework_deploy.load(SETTINGS)
     units = root / "usr/lib/systemd/system"
-    for name, text in systemd.render_all(services, str(SETTINGS["PYTHON"]), [str(STATE), str(RUN)],
-                                         requires=["homework-network.service"], slowness=SLOWNESS).items():
+    for name, text in systemd.render_all(
+        services,
+        str(SETTINGS["PYTHON"]),
+        [str(STATE), str(RUN)],
+        requires=["homework-network.service"],
+        slowness=SLOWNESS,
+    ).items():
         (units / name).write_text(text)
     share = root / str(SHARE).lstrip("/")
     share.mkdir(parents=True, exist_ok=True)
@@ -317,8 +480,24 @@ def squash(root: Path, out: Path, fast: bool = False) -> Path:
     compression = ["-comp", "zstd", "-Xcompression-level", "3"] if fast else ["-comp", "xz", "-Xbcj", "x86"]
     log(f"root: mksquashfs ({compression[1]})")
     out.unlink(missing_ok=True)
-    sh("nice", "-n", "10", "mksquashfs", root, out, *compression, "-noappend", "-quiet", "-no-progress",
-       "-mkfs-time", "0", "-all-time", "0", "-processors", "2")
+    sh(
+        "nice",
+        "-n",
+        "10",
+        "mksquashfs",
+        root,
+        out,
+        *compression,
+        "-noappend",
+        "-quiet",
+        "-no-progress",
+        "-mkfs-time",
+        "0",
+        "-all-time",
+        "0",
+        "-processors",
+        "2",
+    )
     size = out.stat().st_size
     if size > SLOT_MIB * MIB:
         raise BuildError(f"the root image is {size / MIB:.0f} MiB; a slot holds {SLOT_MIB} MiB")
@@ -326,6 +505,7 @@ def squash(root: Path, out: Path, fast: bool = False) -> Path:
 
 
 # ---- partitions and the disk
+
 
 def esp_image(out: Path, root: Path, kernel: dict[str, Path], version: str) -> None:
     out.unlink(missing_ok=True)
@@ -358,9 +538,13 @@ def disk(out: Path, esp: Path, root_a: Path, data: Path) -> None:
     log("disk: GPT, BIOS boot, ESP, slots A and B, data")
     # Numbered in this order (the ESP is partition 1); on the disk GRUB's BIOS boot partition
     # comes first, so the data partition stays last, free to grow.
-    layout = [("esp", ESP_PARTLABEL, ESP_MIB, esp), ("root", ROOT_PARTLABEL.format(slot="a"), SLOT_MIB, root_a),
-              ("root", ROOT_PARTLABEL.format(slot="b"), SLOT_MIB, None), ("data", DATA_PARTLABEL, DATA_MIB, data),
-              ("bios", BIOS_BOOT_PARTLABEL, BIOS_BOOT_MIB, None)]
+    layout = [
+        ("esp", ESP_PARTLABEL, ESP_MIB, esp),
+        ("root", ROOT_PARTLABEL.format(slot="a"), SLOT_MIB, root_a),
+        ("root", ROOT_PARTLABEL.format(slot="b"), SLOT_MIB, None),
+        ("data", DATA_PARTLABEL, DATA_MIB, data),
+        ("bios", BIOS_BOOT_PARTLABEL, BIOS_BOOT_MIB, None),
+    ]
     starts, start = {}, 1
     for _, label, size, _ in [layout[-1], *layout[:-1]]:
         starts[label] = start
@@ -368,13 +552,22 @@ def disk(out: Path, esp: Path, root_a: Path, data: Path) -> None:
     out.unlink(missing_ok=True)
     with out.open("wb") as f:
         f.truncate((start + 1) * MIB)
-    script = ["label: gpt"] + [f"start={starts[label]}MiB, size={size}MiB, type={PART_TYPES[kind]}, name=\"{label}\""
-                               for kind, label, size, _ in layout]
+    script = ["label: gpt"] + [
+        f'start={starts[label]}MiB, size={size}MiB, type={PART_TYPES[kind]}, name="{label}"'
+        for kind, label, size, _ in layout
+    ]
     sh("sfdisk", "--quiet", out, input="\n".join(script) + "\n", capture=True)
     for _, label, _, content in layout:
         if content is not None:
-            sh("dd", f"if={content}", f"of={out}", "bs=1M", f"seek={starts[label]}", "conv=notrunc,sparse",
-               "status=none")
+            sh(
+                "dd",
+                f"if={content}",
+                f"of={out}",
+                "bs=1M",
+                f"seek={starts[label]}",
+                "conv=notrunc,sparse",
+                "status=none",
+            )
     grub_bios(out)
 
 
@@ -399,8 +592,7 @@ def grub_bios(disk_image: Path) -> None:
         shutil.copy2(core, stage / "mnt/core.img")
         loop = sh("findmnt", "-n", "-o", "SOURCE", stage / "mnt", capture=True).strip()
         (stage / "device.map").write_text(f"(hd0) {disk_image}\n(hd1) {loop}\n")
-        sh(GRUB_BIOS_DIR / "grub-bios-setup", "-m", stage / "device.map", "-d", stage / "mnt", disk_image,
-           capture=True)
+        sh(GRUB_BIOS_DIR / "grub-bios-setup", "-m", stage / "device.map", "-d", stage / "mnt", disk_image, capture=True)
     finally:
         sh("umount", stage / "mnt", capture=True)
     shutil.rmtree(stage)
@@ -414,6 +606,7 @@ def ensure_key() -> None:
 
 
 # ---- commands
+
 
 def build_image(version: str, fast: bool = False) -> None:
     started = time.monotonic()
@@ -447,13 +640,19 @@ def build_image(version: str, fast: bool = False) -> None:
     outputs = [f"{NAME}.img", f"{NAME}.img.zst", f"{NAME}.bundle", f"{NAME}.packages"]
     (BUILD / "SHA256SUMS").write_text(sh("sha256sum", *outputs, cwd=BUILD, capture=True))
     sizes: dict[str, Any] = {
-             "version": version, "root_slot_bytes": squashfs.stat().st_size, "slot_partition_bytes": SLOT_MIB * MIB,
-             "esp_used_bytes": sum(p.stat().st_size for p in kernel.values()),
-             **{o: (BUILD / o).stat().st_size for o in outputs},
-             "image_disk_bytes": img.stat().st_blocks * 512, "build_seconds": round(time.monotonic() - started)}
+        "version": version,
+        "root_slot_bytes": squashfs.stat().st_size,
+        "slot_partition_bytes": SLOT_MIB * MIB,
+        "esp_used_bytes": sum(p.stat().st_size for p in kernel.values()),
+        **{o: (BUILD / o).stat().st_size for o in outputs},
+        "image_disk_bytes": img.stat().st_blocks * 512,
+        "build_seconds": round(time.monotonic() - started),
+    }
     (BUILD / f"{NAME}.sizes.json").write_text(json.dumps(sizes, indent=1) + "\n")
-    log(f"done in {sizes['build_seconds']} s: root slot {sizes['root_slot_bytes'] / MIB:.1f} MiB, "
-        f"compressed image {sizes[NAME + '.img.zst'] / MIB:.1f} MiB, bundle {sizes[NAME + '.bundle'] / MIB:.1f} MiB")
+    log(
+        f"done in {sizes['build_seconds']} s: root slot {sizes['root_slot_bytes'] / MIB:.1f} MiB, "
+        f"compressed image {sizes[NAME + '.img.zst'] / MIB:.1f} MiB, bundle {sizes[NAME + '.bundle'] / MIB:.1f} MiB"
+    )
 
 
 def build_bundle(version: str, overlay: Path | None, out: Path, fast: bool) -> None:
@@ -470,8 +669,12 @@ def build_bundle(version: str, overlay: Path | None, out: Path, fast: bool) -> N
         sh("cp", "-a", "--no-preserve=ownership", f"{overlay}/.", variant)
     (variant / str(SHARE).lstrip("/") / "version").write_text(version + "\n")
     squashfs = squash(variant, WORK / "bundle-root.squashfs", fast)
-    bundle.write(out, version, {"root.squashfs": squashfs, "vmlinuz": kernel / boot.KERNEL,
-                                "initrd.img": kernel / boot.INITRD}, KEY)
+    bundle.write(
+        out,
+        version,
+        {"root.squashfs": squashfs, "vmlinuz": kernel / boot.KERNEL, "initrd.img": kernel / boot.INITRD},
+        KEY,
+    )
     shutil.rmtree(variant)
     log(f"bundle {out} (version {version})")
 

@@ -9,6 +9,7 @@
     python render.py --check          # change nothing; exit 1 naming every file that is stale
     python render.py --check --feed DIR   # the same for a copy of the feed (the tests' negative control)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,12 +73,19 @@ def pypi_makefile(name: str, spec: dict) -> str:
     if host_pip:
         build.append("python-setuptools/host")  # what pip builds pbr and pbr-based packages with
     return PYPI_MAKEFILE.format(
-        regenerate=REGENERATE, name=name, version=spec["version"], pypi=spec.get("pypi", name),
+        regenerate=REGENERATE,
+        name=name,
+        version=spec["version"],
+        pypi=spec.get("pypi", name),
         source_line=f"PYPI_SOURCE_NAME:={spec['source']}\n" if "source" in spec else "",
-        sha256=spec["sha256"], license=spec["license"], build_depends=" ".join(dict.fromkeys(build)),
+        sha256=spec["sha256"],
+        license=spec["license"],
+        build_depends=" ".join(dict.fromkeys(build)),
         host_pip_line=f"HOST_PYTHON3_PACKAGE_BUILD_DEPENDS:={' '.join(host_pip)}\n" if host_pip else "",
-        title=spec["title"], url=spec["url"],
-        depends=" ".join(f"+{d}" for d in ["python3-light", *spec["depends"]]))
+        title=spec["title"],
+        url=spec["url"],
+        depends=" ".join(f"+{d}" for d in ["python3-light", *spec["depends"]]),
+    )
 
 
 def generated(feed: Path = FEED) -> dict[Path, str]:
@@ -103,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in files.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"stale: {path.relative_to(args.feed.resolve())} differs from what deploy/services.toml "
-                  f"and openwrt-feed/pypi.toml give; regenerate with `{REGENERATE}`", file=sys.stderr)
+            print(
+                f"stale: {path.relative_to(args.feed.resolve())} differs from what deploy/services.toml "
+                f"and openwrt-feed/pypi.toml give; regenerate with `{REGENERATE}`",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """Start the Homework controller: python -m homework_controller --help."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,50 +22,103 @@ def parse_args(argv):
     p.add_argument("--permitted-lease", type=int, default=CONFIG.permitted_lease)
     p.add_argument("--hwdb", default=CONFIG.hwdb, help="hwdb address HOST:PORT to log to (default: none)")
     p.add_argument("--dns-port", type=int, default=CONFIG.dns_port, help="local port of the router's resolver")
-    p.add_argument("--stats-interval", type=float, default=CONFIG.stats_interval,
-                   help="seconds between flow statistics polls")
-    p.add_argument("--flow-budget", type=int, default=CONFIG.flow_budget,
-                   help="flows counted one by one per device before it is counted as a whole")
-    p.add_argument("--max-pending", type=int, default=CONFIG.max_pending,
-                   help="devices that may wait for a decision at once")
-    p.add_argument("--stations", default=CONFIG.stations,
-                   help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio")
-    p.add_argument("--hostapd-ctrl", default=CONFIG.hostapd_ctrl,
-                   help="hostapd control socket, e.g. /run/hostapd/wlan0: blacklisted devices go on its deny list")
-    p.add_argument("--wifi-ssid", default=CONFIG.wifi_ssid,
-                   help="the Wi-Fi network's name (SSID), for the QR code of a device's own passphrase")
-    p.add_argument("--wifi-psk-file", default=CONFIG.wifi_psk_file,
-                   help="hostapd's wpa_psk_file, where devices' own passphrases go (its other lines are kept); "
-                        "hostapd is told to reload it through --hostapd-ctrl")
-    p.add_argument("--rebind-allow", action="append", default=[], metavar="DOMAIN",
-                   help="names under DOMAIN may answer with private addresses (a household's own local "
-                        "names); any other name that does is refused (rebind protection); repeatable")
-    p.add_argument("--apps", default=CONFIG.apps_file, metavar="FILE",
-                   help="the table of apps, their DNS names, ports and default priorities (apps.toml's form; "
-                        "default: the one shipped with the controller)")
-    p.add_argument("--upstream-iface", default=CONFIG.upstream_iface,
-                   help="interface towards the internet to shape (with --uplink-kbit); default: no shaping")
+    p.add_argument(
+        "--stats-interval", type=float, default=CONFIG.stats_interval, help="seconds between flow statistics polls"
+    )
+    p.add_argument(
+        "--flow-budget",
+        type=int,
+        default=CONFIG.flow_budget,
+        help="flows counted one by one per device before it is counted as a whole",
+    )
+    p.add_argument(
+        "--max-pending", type=int, default=CONFIG.max_pending, help="devices that may wait for a decision at once"
+    )
+    p.add_argument(
+        "--stations",
+        default=CONFIG.stations,
+        help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio",
+    )
+    p.add_argument(
+        "--hostapd-ctrl",
+        default=CONFIG.hostapd_ctrl,
+        help="hostapd control socket, e.g. /run/hostapd/wlan0: blacklisted devices go on its deny list",
+    )
+    p.add_argument(
+        "--wifi-ssid",
+        default=CONFIG.wifi_ssid,
+        help="the Wi-Fi network's name (SSID), for the QR code of a device's own passphrase",
+    )
+    p.add_argument(
+        "--wifi-psk-file",
+        default=CONFIG.wifi_psk_file,
+        help="hostapd's wpa_psk_file, where devices' own passphrases go (its other lines are kept); "
+        "hostapd is told to reload it through --hostapd-ctrl",
+    )
+    p.add_argument(
+        "--rebind-allow",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="names under DOMAIN may answer with private addresses (a household's own local "
+        "names); any other name that does is refused (rebind protection); repeatable",
+    )
+    p.add_argument(
+        "--apps",
+        default=CONFIG.apps_file,
+        metavar="FILE",
+        help="the table of apps, their DNS names, ports and default priorities (apps.toml's form; "
+        "default: the one shipped with the controller)",
+    )
+    p.add_argument(
+        "--upstream-iface",
+        default=CONFIG.upstream_iface,
+        help="interface towards the internet to shape (with --uplink-kbit); default: no shaping",
+    )
     p.add_argument("--uplink-kbit", type=int, default=CONFIG.uplink_kbit, help="the uplink's line rate, kbit/s")
-    p.add_argument("--downlink-iface", default=CONFIG.downlink_iface,
-                   help="interface towards the devices to shape (the wireless port; with --downlink-kbit)")
-    p.add_argument("--downlink-kbit", type=int, default=CONFIG.downlink_kbit,
-                   help="the downlink's line rate, kbit/s")
-    p.add_argument("--shaper-percent", type=float, default=CONFIG.shaper_percent,
-                   help="shape at this percentage of the line rate (default %(default)s; SQM advises 85-95)")
-    p.add_argument("--high-share", type=float, default=CONFIG.high_share,
-                   help="the High class's cap, a share of the shaped rate (default %(default)s)")
-    p.add_argument("--high-device-share", type=float, default=CONFIG.high_device_share,
-                   help="what one device's High traffic may use, a share of the shaped rate; beyond, its High "
-                        "flows are demoted to Medium for a minute (default %(default)s)")
-    p.add_argument("--slice", default="", metavar="HOST:PORT",
-                   help="the ISP's slicer (isp-flowvisor): the downlink of High and Medium flows goes into the "
-                        "household's queues there (default: no slice)")
+    p.add_argument(
+        "--downlink-iface",
+        default=CONFIG.downlink_iface,
+        help="interface towards the devices to shape (the wireless port; with --downlink-kbit)",
+    )
+    p.add_argument("--downlink-kbit", type=int, default=CONFIG.downlink_kbit, help="the downlink's line rate, kbit/s")
+    p.add_argument(
+        "--shaper-percent",
+        type=float,
+        default=CONFIG.shaper_percent,
+        help="shape at this percentage of the line rate (default %(default)s; SQM advises 85-95)",
+    )
+    p.add_argument(
+        "--high-share",
+        type=float,
+        default=CONFIG.high_share,
+        help="the High class's cap, a share of the shaped rate (default %(default)s)",
+    )
+    p.add_argument(
+        "--high-device-share",
+        type=float,
+        default=CONFIG.high_device_share,
+        help="what one device's High traffic may use, a share of the shaped rate; beyond, its High "
+        "flows are demoted to Medium for a minute (default %(default)s)",
+    )
+    p.add_argument(
+        "--slice",
+        default="",
+        metavar="HOST:PORT",
+        help="the ISP's slicer (isp-flowvisor): the downlink of High and Medium flows goes into the "
+        "household's queues there (default: no slice)",
+    )
     p.add_argument("--slice-cert", default=CONFIG.slice_cert, help="the household's client certificate (PEM)")
     p.add_argument("--slice-key", default=CONFIG.slice_key, help="its private key (PEM)")
     p.add_argument("--slice-ca", default=CONFIG.slice_ca, help="the ISP's CA, which signs the slicer's certificate")
     p.add_argument("--slice-plain-tcp", action="store_true", help="tests only: talk to the slicer without TLS")
-    p.add_argument("--public-address", action="append", default=[], metavar="IPV4",
-                   help="the household's public address, as the ISP sees it after the router's NAT (repeatable)")
+    p.add_argument(
+        "--public-address",
+        action="append",
+        default=[],
+        metavar="IPV4",
+        help="the household's public address, as the ISP sees it after the router's NAT (repeatable)",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
@@ -82,8 +136,10 @@ def parse_args(argv):
     for port in (args.api_port, args.of_port, args.dns_port):
         if not 0 < port < 65536:
             p.error(f"port {port} out of range")
-    for iface, kbit, name in ((args.upstream_iface, args.uplink_kbit, "uplink"),
-                              (args.downlink_iface, args.downlink_kbit, "downlink")):
+    for iface, kbit, name in (
+        (args.upstream_iface, args.uplink_kbit, "uplink"),
+        (args.downlink_iface, args.downlink_kbit, "downlink"),
+    ):
         if kbit and not iface:  # (an interface with rate 0 is not shaped: a deployment may always name it)
             p.error(f"--{name}-kbit needs the interface to shape")
         if kbit < 0:
@@ -94,6 +150,7 @@ def parse_args(argv):
         p.error("need 0 < --high-device-share <= --high-share <= 0.9 (High must leave room for the rest)")
     if args.apps:
         from . import apps
+
         try:
             apps.load_table(args.apps)
         except (OSError, apps.BadAppTable) as exc:
@@ -125,6 +182,7 @@ def _check_slice(p, args) -> None:
     if not (args.slice_cert and args.slice_key and args.slice_ca):
         p.error("--slice needs --slice-cert, --slice-key and --slice-ca (or --slice-plain-tcp, for tests)")
     from . import slice_link
+
     try:
         slice_link.tls_context(args.slice_cert, args.slice_key, args.slice_ca)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
@@ -160,8 +218,8 @@ def main(argv=None):
     # os-ken reads its own options from oslo.config; it ships no manager command any more.
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
-    cfg.CONF(args=["--ofp-listen-host", CONFIG.of_host, "--ofp-tcp-listen-port", str(CONFIG.of_port)],
-             project="os_ken")
+
+    cfg.CONF(args=["--ofp-listen-host", CONFIG.of_host, "--ofp-tcp-listen-port", str(CONFIG.of_port)], project="os_ken")
     AppManager.run_apps(["homework_controller.ofapp"])
 
 

@@ -3,6 +3,7 @@
 A plain WSGI application: it parses the request, calls the router service and
 renders JSON. State-changing methods are POST; errors are JSON with a 4xx code.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,28 +44,39 @@ def make_app(call: Callable[..., object]):
     """`call(name, *args)` runs a service method and returns its JSON-able result."""
 
     def app(environ, start_response):
-        status, body = _dispatch(call, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""),
-                                 parse_qs(environ.get("QUERY_STRING", "")))
+        status, body = _dispatch(
+            call,
+            environ.get("REQUEST_METHOD", "GET"),
+            environ.get("PATH_INFO", ""),
+            parse_qs(environ.get("QUERY_STRING", "")),
+        )
         data = json.dumps(body).encode()
-        start_response(f"{status} {_REASONS.get(status, '')}".strip(),
-                       [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                        ("Cache-Control", "no-store")])
+        start_response(
+            f"{status} {_REASONS.get(status, '')}".strip(),
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data))), ("Cache-Control", "no-store")],
+        )
         return [data]
 
     return app
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
 
 
 def _dispatch(call, verb: str, path: str, query: dict) -> tuple[int, object]:
     if not path.startswith(PREFIX):
         return 404, {"error": f"unknown path {path!r}; the API lives under {PREFIX}"}
-    parts = [p for p in path[len(PREFIX):].split("/") if p]
+    parts = [p for p in path[len(PREFIX) :].split("/") if p]
     if not parts or parts[0] not in ROUTES:
-        return 404, {"error": f"unknown method {parts[0] if parts else ''!r}",
-                     "methods": sorted(ROUTES)}
+        return 404, {"error": f"unknown method {parts[0] if parts else ''!r}", "methods": sorted(ROUTES)}
     method, args = parts[0], parts[1:]
     want_verb, arities, service_name = ROUTES[method]
     if verb != want_verb:

@@ -6,6 +6,7 @@ ports; plus thresholds for judging a connection by its behaviour. The classifier
 the router knows of one connection and answers (app, source), first source that knows:
 the agent, the names the device looked up, the port, the behaviour.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -51,8 +52,8 @@ class FlowRates:
 
 @dataclass
 class AppTable:
-    priorities: dict[str, str] = field(default_factory=dict)   # app -> its default priority
-    processes: dict[str, str] = field(default_factory=dict)    # agent's process name -> app
+    priorities: dict[str, str] = field(default_factory=dict)  # app -> its default priority
+    processes: dict[str, str] = field(default_factory=dict)  # agent's process name -> app
     name_patterns: list[tuple[str, re.Pattern]] = field(default_factory=list)  # (app, compiled globs), file order
     ports: dict[tuple[int, int], str] = field(default_factory=dict)  # (proto, port) -> app
     behaviour: Behaviour = Behaviour()
@@ -79,8 +80,11 @@ class AppTable:
         if rates.pps > b.bulk_min_pps and rates.previous_pps > b.bulk_min_pps:
             return b.bulk_app
         steady = rates.previous_pps > 0 and 0.5 <= rates.pps / rates.previous_pps <= 2
-        if (steady and b.interactive_min_pps <= rates.pps <= b.interactive_max_pps
-                and rates.mean_packet_bytes <= b.interactive_max_bytes):
+        if (
+            steady
+            and b.interactive_min_pps <= rates.pps <= b.interactive_max_pps
+            and rates.mean_packet_bytes <= b.interactive_max_bytes
+        ):
             return b.interactive_app
         return None
 
@@ -93,7 +97,7 @@ def _ports(app: str, proto: int, values) -> dict[tuple[int, int], str]:
         elif isinstance(value, str) and re.fullmatch(r"\d+-\d+", value):
             lo, hi = (int(x) for x in value.split("-"))
         else:
-            raise BadAppTable(f"app {app}: a port is a number or \"LOW-HIGH\", not {value!r}")
+            raise BadAppTable(f'app {app}: a port is a number or "LOW-HIGH", not {value!r}')
         if not 0 < lo <= hi < 65536:
             raise BadAppTable(f"app {app}: port range {value!r} out of 1-65535")
         out.update({(proto, port): app for port in range(lo, hi + 1)})
@@ -149,8 +153,9 @@ def load_table(path: str | None = None) -> AppTable:
     return parse_table(text)
 
 
-def classify(table: AppTable, flow: FiveTuple, agent_process: str | None = None, names=(),
-             rates: FlowRates | None = None) -> tuple[str, str]:
+def classify(
+    table: AppTable, flow: FiveTuple, agent_process: str | None = None, names=(), rates: FlowRates | None = None
+) -> tuple[str, str]:
     """One connection's (app, source): the agent's report, else the names the device looked up
     for the far address, else the service port, else its behaviour (once counted)."""
     if agent_process:

@@ -9,6 +9,7 @@ a station joined with: a device that has its own passphrase joining with another
 shared guest passphrase) is not the device. What this misses: a copier that copies the
 fingerprint too, or that never asks for an address (docs/SECURITY.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,12 @@ from .dhcp import DhcpRequest
 CLONE_EVENT_INTERVAL_S = 300  # at most one mac-clone Event per device this often
 
 # Field, and how the household reads it.
-FIELDS = (("hostname", "host name"), ("client_id", "client identifier"),
-          ("parameter_list", "requested options"), ("vendor_class", "vendor class"))
+FIELDS = (
+    ("hostname", "host name"),
+    ("client_id", "client identifier"),
+    ("parameter_list", "requested options"),
+    ("vendor_class", "vendor class"),
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,7 @@ def differences(known: Fingerprint, seen: Fingerprint) -> list[str]:
     for field, label in FIELDS:
         was, now = getattr(known, field), getattr(seen, field)
         if was and now and was != now:
-            found.append(f"{label} {was!r} -> {now!r}" if field in ("hostname", "vendor_class") else
-                         f"{label} differ")
+            found.append(f"{label} {was!r} -> {now!r}" if field in ("hostname", "vendor_class") else f"{label} differ")
     return found
 
 

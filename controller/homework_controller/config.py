@@ -2,6 +2,7 @@
 
 os-ken instantiates apps itself, so the app reads this module-level object.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from dataclasses import dataclass
 @dataclass
 class Config:
     db: str = "/var/lib/homework/controller.sqlite"
-    wlan_port: str = "wlan0"         # the OVS port of the wireless interface
-    lan_iface: str = "br-lan"        # the router's LAN interface, holding each /30's gateway
+    wlan_port: str = "wlan0"  # the OVS port of the wireless interface
+    lan_iface: str = "br-lan"  # the router's LAN interface, holding each /30's gateway
     upstream_dns: str = "127.0.0.53"
     api_host: str = "127.0.0.1"
     api_port: int = 8081
@@ -21,30 +22,30 @@ class Config:
     permitted_lease: int = 3600
     per_device_queue: int = 64
     tick_seconds: float = 2.0
-    hwdb: str = ""                   # host:port of hwdb; empty: log nothing
-    dns_port: int = 5354             # where the router's stack redirects the LAN's DNS
-    stats_interval: float = 5.0      # seconds between flow statistics polls (Flows rows)
-    flow_budget: int = 200           # learnt flows per device before it is counted as a whole
-    max_pending: int = 256           # devices waiting for a decision; beyond, the silent longest makes way
-    hostapd_ctrl: str = ""           # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
-    wifi_ssid: str = ""              # the radio's network name, for the QR code that joins with a device's passphrase
-    wifi_psk_file: str = ""          # hostapd's wpa_psk_file: devices' own passphrases (written atomically)
-    stations: str = ""               # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
+    hwdb: str = ""  # host:port of hwdb; empty: log nothing
+    dns_port: int = 5354  # where the router's stack redirects the LAN's DNS
+    stats_interval: float = 5.0  # seconds between flow statistics polls (Flows rows)
+    flow_budget: int = 200  # learnt flows per device before it is counted as a whole
+    max_pending: int = 256  # devices waiting for a decision; beyond, the silent longest makes way
+    hostapd_ctrl: str = ""  # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
+    wifi_ssid: str = ""  # the radio's network name, for the QR code that joins with a device's passphrase
+    wifi_psk_file: str = ""  # hostapd's wpa_psk_file: devices' own passphrases (written atomically)
+    stations: str = ""  # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
     rebind_allow: tuple[str, ...] = ()  # domains whose names may answer with private addresses (rebind protection)
-    apps_file: str = ""              # the app table (apps.toml form); empty: the one shipped with the package
-    upstream_iface: str = ""         # shaped towards the internet (egress), with uplink_kbit; empty: not shaped
+    apps_file: str = ""  # the app table (apps.toml form); empty: the one shipped with the package
+    upstream_iface: str = ""  # shaped towards the internet (egress), with uplink_kbit; empty: not shaped
     uplink_kbit: int = 0
-    downlink_iface: str = ""         # shaped towards the devices (egress of the wireless port), with downlink_kbit
+    downlink_iface: str = ""  # shaped towards the devices (egress of the wireless port), with downlink_kbit
     downlink_kbit: int = 0
-    shaper_percent: float = 90.0     # the shaper's rate, in percent of the line rate
-    high_share: float = 0.3          # the High class's cap, a share of the shaped rate
-    high_device_share: float = 0.2   # one device's High traffic at most, a share of the shaped rate
-    slice_host: str = ""             # the ISP's slicer (isp-flowvisor) for downlink priorities; empty: none
+    shaper_percent: float = 90.0  # the shaper's rate, in percent of the line rate
+    high_share: float = 0.3  # the High class's cap, a share of the shaped rate
+    high_device_share: float = 0.2  # one device's High traffic at most, a share of the shaped rate
+    slice_host: str = ""  # the ISP's slicer (isp-flowvisor) for downlink priorities; empty: none
     slice_port: int = 0
-    slice_cert: str = ""             # the household's client certificate and key, and the ISP's CA (TLS)
+    slice_cert: str = ""  # the household's client certificate and key, and the ISP's CA (TLS)
     slice_key: str = ""
     slice_ca: str = ""
-    slice_plain_tcp: bool = False    # tests only: no TLS
+    slice_plain_tcp: bool = False  # tests only: no TLS
     public_addresses: tuple[str, ...] = ()  # the household's address(es) as the ISP sees them (after NAT)
 
 

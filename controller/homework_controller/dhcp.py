@@ -8,6 +8,7 @@ tag-length-value list, and a hundred devices asking at once made dpkt's
 generic packet objects cost more than the decisions. Nothing here touches a
 socket, a switch or a clock.
 """
+
 from __future__ import annotations
 
 import socket
@@ -19,8 +20,7 @@ from typing import NamedTuple
 from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
 DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
-MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK",
-                 6: "NAK", 7: "RELEASE", 8: "INFORM"}
+MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK", 6: "NAK", 7: "RELEASE", 8: "INFORM"}
 
 OPT_PAD = 0
 OPT_SUBNET_MASK = 1
@@ -149,7 +149,7 @@ def _options(payload: bytes) -> dict[int, bytes]:
         if at + 1 == end:
             raise MalformedDhcp(f"option {tag} has no length")
         length = payload[at + 1]
-        opts.setdefault(tag, payload[at + 2:at + 2 + length])
+        opts.setdefault(tag, payload[at + 2 : at + 2 + length])
         at += 2 + length
     return opts
 
@@ -198,11 +198,25 @@ _END = b"\xff"
 
 
 def encode_reply(reply: DhcpReply) -> bytes:
-    parts = [_BOOTP.pack(BOOTREPLY, HTYPE_ETHERNET, 6, 0, reply.xid, 0, reply.flags, socket.inet_aton(reply.ciaddr),
-                         socket.inet_aton(reply.yiaddr), _NO_ADDRESS, _NO_ADDRESS,
-                         bytes.fromhex(reply.chaddr.replace(":", "")), b"", DHCP_MAGIC),
-             _TYPE_AND_SERVER.pack(OPT_MESSAGE_TYPE, 1, reply.msg_type, OPT_SERVER_ID, 4,
-                                   socket.inet_aton(reply.server_ip))]
+    parts = [
+        _BOOTP.pack(
+            BOOTREPLY,
+            HTYPE_ETHERNET,
+            6,
+            0,
+            reply.xid,
+            0,
+            reply.flags,
+            socket.inet_aton(reply.ciaddr),
+            socket.inet_aton(reply.yiaddr),
+            _NO_ADDRESS,
+            _NO_ADDRESS,
+            bytes.fromhex(reply.chaddr.replace(":", "")),
+            b"",
+            DHCP_MAGIC,
+        ),
+        _TYPE_AND_SERVER.pack(OPT_MESSAGE_TYPE, 1, reply.msg_type, OPT_SERVER_ID, 4, socket.inet_aton(reply.server_ip)),
+    ]
     if reply.msg_type == NAK:
         if reply.message:
             message = reply.message.encode()[:250]
@@ -212,11 +226,28 @@ def encode_reply(reply: DhcpReply) -> bytes:
         assert sub is not None, "a reply other than NAK always names the device's /30"
         if reply.lease_seconds is not None:
             lease = reply.lease_seconds
-            parts.append(_LEASE_TIMES.pack(OPT_LEASE_TIME, 4, lease, OPT_RENEWAL_T1, 4, lease // 2,
-                                           OPT_REBINDING_T2, 4, lease * 7 // 8))
+            parts.append(
+                _LEASE_TIMES.pack(
+                    OPT_LEASE_TIME, 4, lease, OPT_RENEWAL_T1, 4, lease // 2, OPT_REBINDING_T2, 4, lease * 7 // 8
+                )
+            )
         gateway = socket.inet_aton(sub.gateway)
-        parts.append(_ADDRESSES.pack(OPT_SUBNET_MASK, 4, _SUBNET_MASK, OPT_ROUTER, 4, gateway, OPT_DNS, 4, gateway,
-                                     OPT_BROADCAST, 4, socket.inet_aton(sub.broadcast)))
+        parts.append(
+            _ADDRESSES.pack(
+                OPT_SUBNET_MASK,
+                4,
+                _SUBNET_MASK,
+                OPT_ROUTER,
+                4,
+                gateway,
+                OPT_DNS,
+                4,
+                gateway,
+                OPT_BROADCAST,
+                4,
+                socket.inet_aton(sub.broadcast),
+            )
+        )
     parts.append(_END)
     return b"".join(parts)
 
@@ -230,21 +261,35 @@ def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str
     return yiaddr, req.chaddr
 
 
-def _reply(req: DhcpRequest, msg_type: int, subnet: Subnet | None, lease: int | None,
-           message: str = "", yiaddr: str | None = None) -> DhcpReply:
+def _reply(
+    req: DhcpRequest,
+    msg_type: int,
+    subnet: Subnet | None,
+    lease: int | None,
+    message: str = "",
+    yiaddr: str | None = None,
+) -> DhcpReply:
     yiaddr = yiaddr if yiaddr is not None else (subnet.device_ip if subnet else ZERO_IP)
     dst_ip, dst_mac = _destination(req, msg_type, yiaddr)
     return DhcpReply(
-        msg_type=msg_type, xid=req.xid, flags=req.flags, chaddr=req.chaddr,
+        msg_type=msg_type,
+        xid=req.xid,
+        flags=req.flags,
+        chaddr=req.chaddr,
         ciaddr=req.ciaddr if msg_type == ACK else ZERO_IP,
         yiaddr=yiaddr if msg_type != NAK else ZERO_IP,
         server_ip=subnet.gateway if subnet else ROUTER_FALLBACK_IP,
-        dst_ip=dst_ip, dst_mac=dst_mac, lease_seconds=lease, subnet=subnet, message=message,
+        dst_ip=dst_ip,
+        dst_mac=dst_mac,
+        lease_seconds=lease,
+        subnet=subnet,
+        message=message,
     )
 
 
-def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePolicy,
-          allocate: Callable[[], Subnet]) -> Outcome:
+def serve(
+    req: DhcpRequest, device: Device | None, now: float, policy: LeasePolicy, allocate: Callable[[], Subnet]
+) -> Outcome:
     """Decide the answer to one request.
 
     `device` is the router's record for req.chaddr (None if never seen);
@@ -277,12 +322,21 @@ def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePoli
         # The device keeps its /30 (same MAC, same /30) and the household is told.
         if device is None:
             return Outcome(None, None, log="decline from unknown device: ignored")
-        return Outcome(None, device, events=[("address-conflict",
-                       f"{device.mac} reports its address {req.requested_ip} in use by another host")],
-                       log="declined")
+        return Outcome(
+            None,
+            device,
+            events=[
+                ("address-conflict", f"{device.mac} reports its address {req.requested_ip} in use by another host")
+            ],
+            log="declined",
+        )
     if req.msg_type == INFORM:
-        if device is None or device.subnet is None or req.ciaddr != device.subnet.device_ip \
-                or device.state in (State.DENIED, State.BLACKLISTED):
+        if (
+            device is None
+            or device.subnet is None
+            or req.ciaddr != device.subnet.device_ip
+            or device.state in (State.DENIED, State.BLACKLISTED)
+        ):
             return Outcome(None, device, log="inform from a device without that lease: ignored")
         # INFORM answers carry configuration only: no address, no lease time.
         return Outcome(_reply(req, ACK, device.subnet, None, yiaddr=ZERO_IP), device, log="informed")
@@ -292,8 +346,15 @@ def serve(req: DhcpRequest, device: Device | None, now: float, policy: LeasePoli
 def _discover(req, device, now, policy, allocate) -> Outcome:
     events = []
     if device is None:
-        device = Device(mac=req.chaddr, state=State.PENDING, subnet=allocate(), hostname=req.hostname,
-                        vendor_class=req.vendor_class, first_seen=now, last_seen=now)
+        device = Device(
+            mac=req.chaddr,
+            state=State.PENDING,
+            subnet=allocate(),
+            hostname=req.hostname,
+            vendor_class=req.vendor_class,
+            first_seen=now,
+            last_seen=now,
+        )
         label = req.hostname or req.vendor_class or "unnamed device"
         events.append(("new-device", f"{label} ({req.chaddr}) asks to join"))
     elif device.subnet is None:
@@ -314,16 +375,22 @@ def _request(req, device, now, policy) -> Outcome:
     else:  # INIT-REBOOT: checking an address it remembers
         wanted = req.requested_ip
     if device is None or device.subnet is None:
-        return Outcome(_reply(req, NAK, None, None, "no lease known for this device"), device,
-                       log="unknown device: nak")
+        return Outcome(
+            _reply(req, NAK, None, None, "no lease known for this device"), device, log="unknown device: nak"
+        )
     if device.state is State.DENIED:
-        return Outcome(_reply(req, NAK, device.subnet, None, "refused by the household"),
-                       device.with_(lease_expires=0.0), log="denied: nak")
+        return Outcome(
+            _reply(req, NAK, device.subnet, None, "refused by the household"),
+            device.with_(lease_expires=0.0),
+            log="denied: nak",
+        )
     if wanted != device.subnet.device_ip:
-        return Outcome(_reply(req, NAK, device.subnet, None, "wrong address for this device"), device,
-                       log=f"asked for {wanted}: nak")
+        return Outcome(
+            _reply(req, NAK, device.subnet, None, "wrong address for this device"),
+            device,
+            log=f"asked for {wanted}: nak",
+        )
     lease = policy.seconds_for(device.state)
     action = "renewed" if device.lease_active(now) else "granted"
     device = device.with_(lease_expires=now + lease)
     return Outcome(_reply(req, ACK, device.subnet, lease), device, log=f"acked {lease}s", lease_action=action)
-

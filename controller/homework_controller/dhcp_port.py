@@ -10,6 +10,7 @@ hardware address, and a client without an address can only be answered at layer 
 filter keeps everything but DHCP to the server port out of the socket, so the rest of the
 LAN's traffic through the router's stack costs it nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ LOG = logging.getLogger(__name__)
 
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4  # linux/if_packet.h: a frame this host sent, which the socket also sees
-MAX_FRAME = 4096     # larger than any DHCP message a client may send on one Ethernet frame
+MAX_FRAME = 4096  # larger than any DHCP message a client may send on one Ethernet frame
 SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SOL_PACKET, PACKET_STATISTICS = 263, 6
@@ -37,17 +38,17 @@ RECEIVE_BUFFER = 4 << 20
 
 # IPv4, UDP, first fragment, destination port 67 (tcpdump -dd 'udp dst port 67' for IPv4 only).
 _BPF_UDP_DST_PORT_67 = (
-    (0x28, 0, 0, 12),                            # ldh [12]            ethertype
-    (0x15, 0, 8, ETH_P_IP),                      # jeq IPv4, else drop
-    (0x30, 0, 0, 23),                            # ldb [23]            IP protocol
-    (0x15, 0, 6, flows.PROTO_UDP),               # jeq UDP, else drop
-    (0x28, 0, 0, 20),                            # ldh [20]            flags and fragment offset
-    (0x45, 4, 0, 0x1FFF),                        # jset offset: a later fragment, drop
-    (0xB1, 0, 0, 14),                            # ldxb 4*([14]&0xf)   IP header length
-    (0x48, 0, 0, 16),                            # ldh [x+16]          UDP destination port
-    (0x15, 0, 1, flows.DHCP_SERVER_PORT),        # jeq 67, else drop
-    (0x06, 0, 0, MAX_FRAME),                     # ret: keep
-    (0x06, 0, 0, 0),                             # ret: drop
+    (0x28, 0, 0, 12),  # ldh [12]            ethertype
+    (0x15, 0, 8, ETH_P_IP),  # jeq IPv4, else drop
+    (0x30, 0, 0, 23),  # ldb [23]            IP protocol
+    (0x15, 0, 6, flows.PROTO_UDP),  # jeq UDP, else drop
+    (0x28, 0, 0, 20),  # ldh [20]            flags and fragment offset
+    (0x45, 4, 0, 0x1FFF),  # jset offset: a later fragment, drop
+    (0xB1, 0, 0, 14),  # ldxb 4*([14]&0xf)   IP header length
+    (0x48, 0, 0, 16),  # ldh [x+16]          UDP destination port
+    (0x15, 0, 1, flows.DHCP_SERVER_PORT),  # jeq 67, else drop
+    (0x06, 0, 0, MAX_FRAME),  # ret: keep
+    (0x06, 0, 0, 0),  # ret: drop
 )
 
 
@@ -82,8 +83,12 @@ class DhcpPort:
             self.port_holder.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.encode())
             self.port_holder.bind(("0.0.0.0", flows.DHCP_SERVER_PORT))
         except OSError as exc:
-            LOG.warning("cannot hold UDP port %d on %s (%s): renewals may get 'port unreachable'",
-                        flows.DHCP_SERVER_PORT, iface, exc)
+            LOG.warning(
+                "cannot hold UDP port %d on %s (%s): renewals may get 'port unreachable'",
+                flows.DHCP_SERVER_PORT,
+                iface,
+                exc,
+            )
 
     def start(self, deliver: Callable[[packets.Frame], None]) -> None:
         self._deliver = deliver

@@ -13,6 +13,7 @@ Nothing one message does may stop the service: every failure costs that query on
 counted, logged at most every few seconds, and answered FORMERR where a reply can be
 built), and a supervisor restarts a service thread that dies anyway (`health()`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,13 +33,13 @@ LOG = logging.getLogger(__name__)
 
 UPSTREAM_TIMEOUT_S = 3.0
 MAX_MESSAGE = 65535
-MAX_IN_FLIGHT = 64              # relays waiting for upstream at once...
-MAX_IN_FLIGHT_PER_CLIENT = 16   # ...of which one device may hold this many
-MAX_TCP_CLIENTS = 20            # connections at once (dnsmasq's limit)...
-MAX_TCP_PER_CLIENT = 4          # ...of which one device may hold this many
+MAX_IN_FLIGHT = 64  # relays waiting for upstream at once...
+MAX_IN_FLIGHT_PER_CLIENT = 16  # ...of which one device may hold this many
+MAX_TCP_CLIENTS = 20  # connections at once (dnsmasq's limit)...
+MAX_TCP_PER_CLIENT = 4  # ...of which one device may hold this many
 DEVICE_QPS, DEVICE_BURST = 100, 200  # queries a second one device may send (UDP and TCP together), and at once
-TCP_MESSAGE_S = 5.0             # a connection must deliver each whole query within this (idle or slow: closed)
-POLL_S = 0.5                    # service loops wake this often to notice close()
+TCP_MESSAGE_S = 5.0  # a connection must deliver each whole query within this (idle or slow: closed)
+POLL_S = 0.5  # service loops wake this often to notice close()
 ERROR_LOG_EVERY_S = 10.0
 RCODE_SERVFAIL = 2
 NFT_TABLE = "homework_dns"
@@ -94,21 +95,46 @@ class DnsServer:
     """The resolver's sockets. `listen` is (address, port); `interface` (the LAN's) confines it
     to packets that arrived there (SO_BINDTODEVICE), whatever address they were sent to."""
 
-    def __init__(self, listen: tuple[str, int], upstream: tuple[str, int], verdict, learn, *,
-                 interface: str | None = None, rebind_allowed: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        listen: tuple[str, int],
+        upstream: tuple[str, int],
+        verdict,
+        learn,
+        *,
+        interface: str | None = None,
+        rebind_allowed: tuple[str, ...] = (),
+    ):
         self.listen, self.upstream, self.interface = listen, upstream, interface
         self.verdict, self.learn = verdict, learn
         self.rebind_allowed = rebind_allowed
-        self.counters = Counter({name: 0 for name in (
-            "dns_errors", "dns_overload_dropped", "dns_tcp_refused", "dns_tcp_closed_slow",
-            "dns_rebind_blocked", "dns_upstream_failed", "dns_upstream_unreadable", "dns_rate_limited")})
+        self.counters = Counter(
+            {
+                name: 0
+                for name in (
+                    "dns_errors",
+                    "dns_overload_dropped",
+                    "dns_tcp_refused",
+                    "dns_tcp_closed_slow",
+                    "dns_rebind_blocked",
+                    "dns_upstream_failed",
+                    "dns_upstream_unreadable",
+                    "dns_rate_limited",
+                )
+            }
+        )
         self._guard = threading.Lock()  # this server's own bookkeeping, never the controller's lock
         self._relays: Counter[str] = Counter()
         self._tcp_clients: Counter[str] = Counter()
         self._allowance: dict[str, tuple[float, float]] = {}  # client -> (queries it may still send, when)
         self._last_error_log = 0.0
-        self.supervisor = Supervisor("resolver", [SocketService("udp", self._open_udp, self._serve_udp),
-                                                  SocketService("tcp", self._open_tcp, self._serve_tcp)])
+        self.supervisor = Supervisor(
+            "resolver",
+            [
+                SocketService("udp", self._open_udp, self._serve_udp),
+                SocketService("tcp", self._open_tcp, self._serve_tcp),
+            ],
+        )
         self.services = self.supervisor.services
 
     # -- lifecycle
@@ -142,8 +168,9 @@ class DnsServer:
         now = time.monotonic()
         if now - self._last_error_log >= ERROR_LOG_EVERY_S:
             self._last_error_log = now
-            LOG.warning("resolver: %s from %s failed (%d so far)", what, client_ip, self.counters["dns_errors"],
-                        exc_info=True)
+            LOG.warning(
+                "resolver: %s from %s failed (%d so far)", what, client_ip, self.counters["dns_errors"], exc_info=True
+            )
 
     def _within_rate(self, client_ip: str) -> bool:
         """A token bucket per device: a flood of queries (random names, garbage) costs the device
@@ -153,8 +180,9 @@ class DnsServer:
             tokens, then = self._allowance.get(client_ip, (DEVICE_BURST, now))
             tokens = min(DEVICE_BURST, tokens + (now - then) * DEVICE_QPS)
             if len(self._allowance) > 4096:  # forget devices that have been quiet long enough to be full
-                self._allowance = {c: (t, w) for c, (t, w) in self._allowance.items()
-                                   if t + (now - w) * DEVICE_QPS < DEVICE_BURST}
+                self._allowance = {
+                    c: (t, w) for c, (t, w) in self._allowance.items() if t + (now - w) * DEVICE_QPS < DEVICE_BURST
+                }
             if tokens < 1:
                 self._allowance[client_ip] = (tokens, now)
                 self.counters["dns_rate_limited"] += 1
@@ -180,8 +208,7 @@ class DnsServer:
             return dnsgate.refusal(query)
         return None
 
-    def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes,
-                       client_ip: str) -> bytes | None:
+    def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes, client_ip: str) -> bytes | None:
         """What the device gets for an upstream answer: it as is, a refusal if it rebinds, SERVFAIL if unusable."""
         if answer is None:
             self.counters["dns_upstream_failed"] += 1
@@ -193,8 +220,7 @@ class DnsServer:
         if inspected.rebinds:
             self.counters["dns_rebind_blocked"] += 1
             LOG.info("rebind protection: %s answered with a private address; refused", query.qname)
-            return dnsgate.refusal(query, "private address for a public name (rebind protection)",
-                                   dnsgate.EDE_FILTERED)
+            return dnsgate.refusal(query, "private address for a public name (rebind protection)", dnsgate.EDE_FILTERED)
         if inspected.learnt:
             self.learn(inspected.learnt, client_ip)
         return answer
@@ -216,8 +242,14 @@ class DnsServer:
                 wire, ancillary, _, client = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO.size))
             except TimeoutError:
                 continue
-            local = next((data[:PKTINFO.size] for level, kind, data in ancillary
-                          if level == socket.IPPROTO_IP and kind == IP_PKTINFO), None)
+            local = next(
+                (
+                    data[: PKTINFO.size]
+                    for level, kind, data in ancillary
+                    if level == socket.IPPROTO_IP and kind == IP_PKTINFO
+                ),
+                None,
+            )
             if local is None:
                 continue
             reply_from = PKTINFO.pack(0, PKTINFO.unpack(local)[2], b"\0\0\0\0")
@@ -251,16 +283,16 @@ class DnsServer:
                 return
             self._relays[client[0]] += 1
         try:
-            threading.Thread(target=self._relay_udp, args=(sock, wire, query, client, reply_from),
-                             daemon=True).start()
+            threading.Thread(target=self._relay_udp, args=(sock, wire, query, client, reply_from), daemon=True).start()
         except RuntimeError:  # no thread to be had: the slot goes back, the query fails
             self._relay_done(client[0])
             raise
 
     def _relay_udp(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
         try:
-            self._send_udp(sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire, client[0]), client,
-                           reply_from)
+            self._send_udp(
+                sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire, client[0]), client, reply_from
+            )
         except Exception:
             self._failed("relaying a query", client[0])
             self._send_udp(sock, _error_reply(wire, RCODE_SERVFAIL), client, reply_from)
@@ -308,8 +340,10 @@ class DnsServer:
             except TimeoutError:
                 continue
             with self._guard:
-                admitted = (sum(self._tcp_clients.values()) < MAX_TCP_CLIENTS
-                            and self._tcp_clients[client_ip] < MAX_TCP_PER_CLIENT)
+                admitted = (
+                    sum(self._tcp_clients.values()) < MAX_TCP_CLIENTS
+                    and self._tcp_clients[client_ip] < MAX_TCP_PER_CLIENT
+                )
                 if admitted:
                     self._tcp_clients[client_ip] += 1
                 else:

@@ -11,6 +11,7 @@ checked before dnslib sees the bytes, and names are decoded with RFC 1035's limi
 octets) and a budget of compression pointers, so a message costs time linear in its size.
 Callers parse outside the controller's lock and hand the core only the result.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -26,26 +27,39 @@ import dnslib
 import idna
 
 DENY, ALLOW = "deny", "allow"
-EDE_OPTION = 15          # RFC 8914 Extended DNS Error
-EDE_BLOCKED = 15         # "Blocked": the household blocked the name for this device
-EDE_FILTERED = 17        # "Filtered": rebind protection dropped the answer
+EDE_OPTION = 15  # RFC 8914 Extended DNS Error
+EDE_BLOCKED = 15  # "Blocked": the household blocked the name for this device
+EDE_FILTERED = 17  # "Filtered": rebind protection dropped the answer
 MIN_TTL_S, MAX_TTL_S = 60, 24 * 3600
 
 HEADER = struct.Struct("!HHHHHH")  # id, flags, qdcount, ancount, nscount, arcount
 FLAG_QR, FLAG_RD, FLAG_RA, OPCODE_MASK = 0x8000, 0x0100, 0x0080, 0x7800
 RCODE_FORMERR = 1
-UDP_LIMIT = 512           # a query without EDNS (RFC 1035)
-EDNS_UDP_LIMIT = 1232     # with EDNS: the DNS flag day 2020 size, no fragments
-TCP_LIMIT = 4096          # a query is one question (and an OPT record): room for cookies and padding
+UDP_LIMIT = 512  # a query without EDNS (RFC 1035)
+EDNS_UDP_LIMIT = 1232  # with EDNS: the DNS flag day 2020 size, no fragments
+TCP_LIMIT = 4096  # a query is one question (and an OPT record): room for cookies and padding
 MAX_NAME_OCTETS = 255
-POINTERS_PER_RECORD = 8   # names decoded per record (its own, rdata's, pointers followed) before refusing
+POINTERS_PER_RECORD = 8  # names decoded per record (its own, rdata's, pointers followed) before refusing
 MAX_ANSWER_RECORDS = 256  # an upstream answer with more is not read (nor passed on)
 
 # Addresses a public name must not answer with (rebind protection). Not the TEST-NETs:
 # the emulated home's "internet" is 198.51.100.0/24.
-REBIND_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.168.0.0/16", "::/128", "::1/128", "fe80::/10", "fc00::/7"))
+REBIND_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "::/128",
+        "::1/128",
+        "fe80::/10",
+        "fc00::/7",
+    )
+)
 
 
 class BadDomain(ValueError):
@@ -84,6 +98,7 @@ def decide(rules: dict[str, str], name: str) -> str:
 
 
 # ---- parsing, bounded ------------------------------------------------------
+
 
 class _BoundedBuffer(dnslib.DNSBuffer):
     """dnslib's reader with RFC 1035's limit on names and a budget of compression pointers.
@@ -179,12 +194,16 @@ def refusal(query: Query, why: str = "blocked by the household", code: int = EDE
     reply.header.rcode = dnslib.RCODE.NXDOMAIN
     reply.header.aa = 0
     if query.edns:
-        reply.add_ar(dnslib.EDNS0(udp_len=EDNS_UDP_LIMIT, opts=[dnslib.EDNSOption(
-            EDE_OPTION, code.to_bytes(2, "big") + why.encode())]))
+        reply.add_ar(
+            dnslib.EDNS0(
+                udp_len=EDNS_UDP_LIMIT, opts=[dnslib.EDNSOption(EDE_OPTION, code.to_bytes(2, "big") + why.encode())]
+            )
+        )
     return reply.pack()
 
 
 # ---- upstream answers ------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -217,7 +236,8 @@ def inspect_answer(answer: bytes, qname: str, rebind_allowed: tuple[str, ...] = 
         record = _parse(answer, answers_only=True)
         addresses = [rr for rr in record.rr if rr.rtype in (dnslib.QTYPE.A, dnslib.QTYPE.AAAA)]
         if not any(matches(qname, domain) for domain in rebind_allowed) and any(
-                _private(str(rr.rdata)) for rr in addresses):
+            _private(str(rr.rdata)) for rr in addresses
+        ):
             return Answer(rebinds=True)
     except Exception:  # any failure to read an untrusted message means "unreadable"
         return Answer(readable=False)
@@ -225,12 +245,18 @@ def inspect_answer(answer: bytes, qname: str, rebind_allowed: tuple[str, ...] = 
     for rr in record.rr:
         if rr.rtype == dnslib.QTYPE.CNAME and str(rr.rname).rstrip(".").lower() in chain:
             chain.add(str(rr.rdata).rstrip(".").lower())
-    return Answer(learnt=tuple((name, str(rr.rdata), rr.ttl) for rr in addresses
-                               if rr.rtype == dnslib.QTYPE.A and str(rr.rname).rstrip(".").lower() in chain
-                               for name in sorted(chain)))
+    return Answer(
+        learnt=tuple(
+            (name, str(rr.rdata), rr.ttl)
+            for rr in addresses
+            if rr.rtype == dnslib.QTYPE.A and str(rr.rname).rstrip(".").lower() in chain
+            for name in sorted(chain)
+        )
+    )
 
 
 # ---- the address book ------------------------------------------------------
+
 
 class AddressBook:
     """Which (name, address) pairs answers taught, each until its TTL runs out; bounded.
@@ -244,7 +270,7 @@ class AddressBook:
     domain costs time in what is found.
     """
 
-    ENTRY_BYTES = 500     # an entry's share of the dicts, index and tuples, besides its strings (measured: ~530 in all)
+    ENTRY_BYTES = 500  # an entry's share of the dicts, index and tuples, besides its strings (measured: ~530 in all)
     BUCKET_S = 10
 
     def __init__(self, max_entries: int = 20000, max_bytes: int = 12 << 20, clock=time.time):
@@ -252,7 +278,7 @@ class AddressBook:
         self.clock = clock
         self._expiry: dict[tuple[str, str], float] = {}
         self._ordinary: OrderedDict[tuple[str, str], None] = OrderedDict()  # least recently learnt first
-        self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()      # the same, for pairs that block
+        self._kept: OrderedDict[tuple[str, str], None] = OrderedDict()  # the same, for pairs that block
         self._due: dict[int, set[tuple[str, str]]] = {}  # bucket -> entries expiring in it
         self._buckets: list[int] = []  # heap of the keys of _due
         self._by_suffix: list[tuple[str, str, str]] = []  # sorted (reversed name, name, address)

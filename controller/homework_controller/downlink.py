@@ -19,6 +19,7 @@ They share one rule, which carries the highest priority among them.
 Values only (`flows.FlowRule`); `openflow.flow_mod` and `openflow.delete_strict` turn them into
 OpenFlow messages, and `slice_link.py` keeps them on the slicer.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -33,7 +34,7 @@ from .model import LAN_NETWORK
 # One cookie on every rule of ours in the slice (the slicer allows 40 bits): one non-strict
 # delete by it clears what an earlier session left.
 SLICE_COOKIE = 0x48_6F_6D_65  # "Home"
-SLICE_TABLE = 0                # the household's first virtual table
+SLICE_TABLE = 0  # the household's first virtual table
 RULE_PRIORITY = 100
 # The slicer's queue numbers (0 Normal, 1 Medium, 2 High: isp-flowvisor/README.md), which are not
 # the router's own (qos.MARKS, where High is queue 1). Normal traffic needs no rule: a table miss
@@ -56,8 +57,11 @@ def wanted_rules(connections: Iterable[Connection], public_addresses: Iterable[s
         remote = (conn.proto, conn.daddr, conn.dport)
         if _RANK[priority] > _RANK[best.get(remote, qos.DEFAULT)]:
             best[remote] = priority
-    return frozenset(_rule(proto, addr, port, public, SLICE_QUEUES[priority])
-                     for (proto, addr, port), priority in best.items() for public in public_addresses)
+    return frozenset(
+        _rule(proto, addr, port, public, SLICE_QUEUES[priority])
+        for (proto, addr, port), priority in best.items()
+        for public in public_addresses
+    )
 
 
 def _rule(proto: int, remote_addr: str, remote_port: int, public_addr: str, queue: int) -> flows.FlowRule:
@@ -66,5 +70,14 @@ def _rule(proto: int, remote_addr: str, remote_port: int, public_addr: str, queu
         ports = {"tcp_src": remote_port}
     elif proto == flows.PROTO_UDP:
         ports = {"udp_src": remote_port}
-    return flows.rule(SLICE_TABLE, RULE_PRIORITY, (flows.SetQueue(queue), flows.Output(OFPP_NORMAL)), SLICE_COOKIE,
-                      eth_type=flows.ETH_IPV4, ip_proto=proto, ipv4_src=remote_addr, ipv4_dst=public_addr, **ports)
+    return flows.rule(
+        SLICE_TABLE,
+        RULE_PRIORITY,
+        (flows.SetQueue(queue), flows.Output(OFPP_NORMAL)),
+        SLICE_COOKIE,
+        eth_type=flows.ETH_IPV4,
+        ip_proto=proto,
+        ipv4_src=remote_addr,
+        ipv4_dst=public_addr,
+        **ports,
+    )

@@ -3,6 +3,7 @@
 A device that floods the controller only lengthens its own queue; every other
 device's next packet is served after at most one packet from each busy device.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict, deque

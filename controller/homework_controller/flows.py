@@ -33,6 +33,7 @@ table 2, routing:
                                                                           denied device hears none of it
   MISS           anything else                                         -> router (its stack routes and NATs)
 """
+
 from __future__ import annotations
 
 import functools
@@ -166,10 +167,16 @@ class FlowRule:
         return dict(self.match)
 
 
-def rule(table: int, priority: int, actions=(), cookie: int = BASE_COOKIE, idle_timeout: int = 0,
-         notify_removal: bool = False, **match) -> FlowRule:
-    return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie, idle_timeout,
-                    notify_removal)
+def rule(
+    table: int,
+    priority: int,
+    actions=(),
+    cookie: int = BASE_COOKIE,
+    idle_timeout: int = 0,
+    notify_removal: bool = False,
+    **match,
+) -> FlowRule:
+    return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie, idle_timeout, notify_removal)
 
 
 @dataclass(frozen=True)
@@ -192,8 +199,13 @@ class FiveTuple:
     def from_match(cls, match: dict) -> FiveTuple:
         proto = match.get("ip_proto", 0)
         prefix = {PROTO_TCP: "tcp", PROTO_UDP: "udp"}.get(proto)
-        return cls(proto, match.get("ipv4_src", "0.0.0.0"), match.get(f"{prefix}_src", 0) if prefix else 0,
-                   match.get("ipv4_dst", "0.0.0.0"), match.get(f"{prefix}_dst", 0) if prefix else 0)
+        return cls(
+            proto,
+            match.get("ipv4_src", "0.0.0.0"),
+            match.get(f"{prefix}_src", 0) if prefix else 0,
+            match.get("ipv4_dst", "0.0.0.0"),
+            match.get(f"{prefix}_dst", 0) if prefix else 0,
+        )
 
 
 def device_cookie(device: Device) -> int:
@@ -215,14 +227,31 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
         # DHCP goes to the controller's socket on the router's LAN interface, not as packet-ins:
         # no OpenFlow round trip on the path a hundred devices take at once after a power cut.
         # Only to a DHCP server's addresses: the router's stack would route anything else onwards.
-        rule(TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port,
-             eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=ALL_HOSTS, udp_dst=DHCP_SERVER_PORT),
-        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_IPV4,
-             ip_proto=PROTO_UDP, udp_src=DHCP_SERVER_PORT, udp_dst=DHCP_CLIENT_PORT),
+        rule(
+            TABLE_ADMISSION,
+            Admission.CONTROL,
+            (newcomers_meter, Output(LOCAL)),
+            in_port=wlan_port,
+            eth_type=ETH_IPV4,
+            ip_proto=PROTO_UDP,
+            ipv4_dst=ALL_HOSTS,
+            udp_dst=DHCP_SERVER_PORT,
+        ),
+        rule(
+            TABLE_ADMISSION,
+            Admission.CONTROL,
+            (Output(wlan_port),),
+            in_port=LOCAL,
+            eth_type=ETH_IPV4,
+            ip_proto=PROTO_UDP,
+            udp_src=DHCP_SERVER_PORT,
+            udp_dst=DHCP_CLIENT_PORT,
+        ),
         # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
         # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
-        rule(TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port,
-             eth_type=ETH_EAPOL),
+        rule(
+            TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port, eth_type=ETH_EAPOL
+        ),
         rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
         rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, Admission.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
@@ -232,13 +261,12 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
     ]
 
 
-
-
 def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRule]:
     """Broadcast and multicast among permitted devices, as unicast copies (an access point's
     multicast-to-unicast): a pending or denied device shares the radio but hears none of it, and
     no device hears its own frames back. One rule per sender and destination, each naming
     every other permitted device, so it is rebuilt whenever the permitted set changes."""
+
     def copies_to(receivers):
         out: list = []
         for d in receivers:
@@ -250,12 +278,31 @@ def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRu
         assert sender.subnet is not None
         others = copies_to(d for d in permitted if d.mac != sender.mac)
         for dst in (ALL_HOSTS, MULTICAST):
-            rules.add(rule(TABLE_ROUTING, Routing.BROADCAST, others + (Output(LOCAL),), BROADCAST_COOKIE,
-                           in_port=wlan_port, eth_src=sender.mac, eth_type=ETH_IPV4, ipv4_dst=dst))
+            rules.add(
+                rule(
+                    TABLE_ROUTING,
+                    Routing.BROADCAST,
+                    others + (Output(LOCAL),),
+                    BROADCAST_COOKIE,
+                    in_port=wlan_port,
+                    eth_src=sender.mac,
+                    eth_type=ETH_IPV4,
+                    ipv4_dst=dst,
+                )
+            )
         # A /30's own broadcast address becomes the all-hosts broadcast (where a device expects it).
-        rules.add(rule(TABLE_ROUTING, Routing.BROADCAST,
-                       (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others, BROADCAST_COOKIE,
-                       in_port=wlan_port, eth_src=sender.mac, eth_type=ETH_IPV4, ipv4_dst=sender.subnet.broadcast))
+        rules.add(
+            rule(
+                TABLE_ROUTING,
+                Routing.BROADCAST,
+                (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others,
+                BROADCAST_COOKIE,
+                in_port=wlan_port,
+                eth_src=sender.mac,
+                eth_type=ETH_IPV4,
+                ipv4_dst=sender.subnet.broadcast,
+            )
+        )
     return frozenset(rules)
 
 
@@ -293,53 +340,134 @@ class DeviceRules:
         wlan_port = self.wlan_port
         if self.blacklisted:
             # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
-            return frozenset({rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port,
-                                   eth_src=self.mac),
-                              rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL,
-                                   eth_dst=self.mac)})
+            return frozenset(
+                {
+                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port, eth_src=self.mac),
+                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac),
+                }
+            )
         subnet = self.subnet
         assert subnet is not None, "a device without a lease has no rules (device_rules: None)"
         # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
         meter = Meter(_meter_of(subnet).meter_id)
-        budget = {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
-                       eth_src=self.mac, eth_type=ETH_IPV4, ip_proto=PROTO_UDP, ipv4_dst=server,
-                       udp_dst=DHCP_SERVER_PORT)
-                  for server in (ALL_HOSTS, subnet.gateway)}
-        budget |= {rule(TABLE_ADMISSION, Admission.DEVICE_CONTROL, (meter, Output(LOCAL)), cookie, in_port=wlan_port,
-                        eth_src=self.mac, eth_type=ETH_EAPOL),
-                   rule(TABLE_ADMISSION, Admission.DEVICE_ARP, (meter, Output(CONTROLLER)), cookie, in_port=wlan_port,
-                        eth_src=self.mac, eth_type=ETH_ARP)}
+        budget = {
+            rule(
+                TABLE_ADMISSION,
+                Admission.DEVICE_CONTROL,
+                (meter, Output(LOCAL)),
+                cookie,
+                in_port=wlan_port,
+                eth_src=self.mac,
+                eth_type=ETH_IPV4,
+                ip_proto=PROTO_UDP,
+                ipv4_dst=server,
+                udp_dst=DHCP_SERVER_PORT,
+            )
+            for server in (ALL_HOSTS, subnet.gateway)
+        }
+        budget |= {
+            rule(
+                TABLE_ADMISSION,
+                Admission.DEVICE_CONTROL,
+                (meter, Output(LOCAL)),
+                cookie,
+                in_port=wlan_port,
+                eth_src=self.mac,
+                eth_type=ETH_EAPOL,
+            ),
+            rule(
+                TABLE_ADMISSION,
+                Admission.DEVICE_ARP,
+                (meter, Output(CONTROLLER)),
+                cookie,
+                in_port=wlan_port,
+                eth_src=self.mac,
+                eth_type=ETH_ARP,
+            ),
+        }
         if not self.forwarding:
             return frozenset(budget)
         ip = subnet.device_ip
         rules = {
-            rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=wlan_port,
-                 eth_src=self.mac, eth_type=ETH_IPV4, ipv4_src=ip),
-            rule(TABLE_ADMISSION, Admission.SOURCE_CHECKED, (GotoTable(TABLE_ACCOUNTING),), cookie, in_port=LOCAL,
-                 eth_dst=self.mac, eth_type=ETH_IPV4),
-            rule(TABLE_ROUTING, Routing.TO_DEVICE, (SetField("eth_src", self.router_mac),
-                                                    SetField("eth_dst", self.mac), DecTtl(), Output(IN_PORT)), cookie,
-                 in_port=wlan_port, eth_type=ETH_IPV4, ipv4_dst=ip),
-            rule(TABLE_ROUTING, Routing.TO_DEVICE, (Output(wlan_port),), cookie, in_port=LOCAL, eth_type=ETH_IPV4,
-                 ipv4_dst=ip),
+            rule(
+                TABLE_ADMISSION,
+                Admission.SOURCE_CHECKED,
+                (GotoTable(TABLE_ACCOUNTING),),
+                cookie,
+                in_port=wlan_port,
+                eth_src=self.mac,
+                eth_type=ETH_IPV4,
+                ipv4_src=ip,
+            ),
+            rule(
+                TABLE_ADMISSION,
+                Admission.SOURCE_CHECKED,
+                (GotoTable(TABLE_ACCOUNTING),),
+                cookie,
+                in_port=LOCAL,
+                eth_dst=self.mac,
+                eth_type=ETH_IPV4,
+            ),
+            rule(
+                TABLE_ROUTING,
+                Routing.TO_DEVICE,
+                (SetField("eth_src", self.router_mac), SetField("eth_dst", self.mac), DecTtl(), Output(IN_PORT)),
+                cookie,
+                in_port=wlan_port,
+                eth_type=ETH_IPV4,
+                ipv4_dst=ip,
+            ),
+            rule(
+                TABLE_ROUTING,
+                Routing.TO_DEVICE,
+                (Output(wlan_port),),
+                cookie,
+                in_port=LOCAL,
+                eth_type=ETH_IPV4,
+                ipv4_dst=ip,
+            ),
         }
         # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
         # first packet, or on everything while it is over its flow budget, must not jump the queue.
         unmark = SetField("ip_dscp", 0)
-        count = ((unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if self.learning
-                 else (unmark, GotoTable(TABLE_ROUTING)))
-        rules |= {rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
-                  rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip)}
+        count = (
+            (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING))
+            if self.learning
+            else (unmark, GotoTable(TABLE_ROUTING))
+        )
+        rules |= {
+            rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
+            rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip),
+        }
         if self.dns_gated:
-            rules |= {rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
-                           ip_proto=PROTO_TCP, tcp_dst=DNS_OVER_TLS_PORT),
-                      rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), cookie, eth_type=ETH_IPV4, ipv4_src=ip,
-                           ip_proto=PROTO_UDP, udp_dst=DNS_OVER_TLS_PORT)}
+            rules |= {
+                rule(
+                    TABLE_ACCOUNTING,
+                    Accounting.BLOCKED,
+                    (),
+                    cookie,
+                    eth_type=ETH_IPV4,
+                    ipv4_src=ip,
+                    ip_proto=PROTO_TCP,
+                    tcp_dst=DNS_OVER_TLS_PORT,
+                ),
+                rule(
+                    TABLE_ACCOUNTING,
+                    Accounting.BLOCKED,
+                    (),
+                    cookie,
+                    eth_type=ETH_IPV4,
+                    ipv4_src=ip,
+                    ip_proto=PROTO_UDP,
+                    udp_dst=DNS_OVER_TLS_PORT,
+                ),
+            }
         return frozenset(rules | budget)
 
 
-def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True,
-                 dns_gated: bool = False) -> DeviceRules | None:
+def device_rules(
+    device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True, dns_gated: bool = False
+) -> DeviceRules | None:
     """The rules a device should have right now (learnt flows aside); None if none.
 
     dns_gated: the household blocks names for it, so its encrypted DNS (DNS over TLS or QUIC, port
@@ -357,18 +485,39 @@ def device_rules(device: Device, now: float, wlan_port: int, router_mac: str, *,
         return None
     if not (device.forwards and live):
         return DeviceRules(device.mac, wlan_port, subnet=device.subnet)
-    return DeviceRules(device.mac, wlan_port, subnet=device.subnet, forwarding=True, router_mac=router_mac,
-                       learning=learning, dns_gated=dns_gated)
+    return DeviceRules(
+        device.mac,
+        wlan_port,
+        subnet=device.subnet,
+        forwarding=True,
+        router_mac=router_mac,
+        learning=learning,
+        dns_gated=dns_gated,
+    )
 
 
 def dns_block_rule(device: Device, addr: str) -> FlowRule:
     """The device may not reach an address learnt for a name blocked for it (even by address)."""
     assert device.subnet is not None
-    return rule(TABLE_ACCOUNTING, Accounting.BLOCKED, (), device_cookie(device), eth_type=ETH_IPV4,
-                ipv4_src=device.subnet.device_ip, ipv4_dst=addr)
+    return rule(
+        TABLE_ACCOUNTING,
+        Accounting.BLOCKED,
+        (),
+        device_cookie(device),
+        eth_type=ETH_IPV4,
+        ipv4_src=device.subnet.device_ip,
+        ipv4_dst=addr,
+    )
 
 
 def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowRule:
     """One flow's counting rule; mark: the actions that mark its packets for the shaper (`qos.mark_actions`)."""
-    return rule(TABLE_ACCOUNTING, Accounting.LEARNT_FLOW, (*mark, GotoTable(TABLE_ROUTING)), device_cookie(device),
-                idle_timeout=FLOW_IDLE_TIMEOUT_S, notify_removal=True, **flow.match())
+    return rule(
+        TABLE_ACCOUNTING,
+        Accounting.LEARNT_FLOW,
+        (*mark, GotoTable(TABLE_ROUTING)),
+        device_cookie(device),
+        idle_timeout=FLOW_IDLE_TIMEOUT_S,
+        notify_removal=True,
+        **flow.match(),
+    )

@@ -7,6 +7,7 @@ frames. So answers go first and the changes they bring wait until no DHCP frame 
 waits for the other to run out. The changes leave in the order they were decided (meter ids are
 reused when a device is forgotten, so the order matters).
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,13 @@ class Wait:
 
 
 class HeldChanges:
-    def __init__(self, max_age_s: float = 0.5, quiet_s: float = 0.03, per_turn: int = 4,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        max_age_s: float = 0.5,
+        quiet_s: float = 0.03,
+        per_turn: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.max_age_s, self.quiet_s, self.per_turn, self.clock = max_age_s, quiet_s, per_turn, clock
         self._held: deque[tuple[float, object]] = deque()  # (when decided, change)
         self._answered_last = False

@@ -11,6 +11,7 @@ On a radio, management frames are protected (802.11w, PMF) for every device that
 join). With `--psk-file`, the guest passphrase is the file's wildcard line (`keyid=guest`) and
 the controller adds each device's own passphrase to the same file (`--wifi-psk-file`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ def driver_settings(args) -> str:
     if args.driver == "wired":
         # Unicast EAPOL to each device: on a shared segment the PAE group address would
         # send every device every other device's EAP exchange.
-        return "\n".join(["ieee8021x=1", "eap_server=1", f"eap_user_file={args.eap_users}",
-                          "use_pae_group_addr=0"])
+        return "\n".join(["ieee8021x=1", "eap_server=1", f"eap_user_file={args.eap_users}", "use_pae_group_addr=0"])
     if not args.ssid:
         raise SystemExit("nl80211 needs --ssid")
     try:
@@ -42,14 +42,23 @@ def driver_settings(args) -> str:
     # (with ieee80211w=2 they cannot: they do not do PMF). No SAE (WPA3): hostapd's SAE does not
     # read wpa_psk_file, so a WPA3 device would join with the shared passphrase only, and the
     # per-device passphrases are what tells a device from a copy of its MAC (see docs/SECURITY.md).
-    settings = [f"ssid={args.ssid}", "utf8_ssid=1", "hw_mode=g", f"channel={args.channel}", "wpa=2",
-                "wpa_key_mgmt=WPA-PSK WPA-PSK-SHA256", "rsn_pairwise=CCMP", f"ieee80211w={PMF[args.pmf]}",
-                "ap_isolate=1"]  # stations reach each other only through the router
+    settings = [
+        f"ssid={args.ssid}",
+        "utf8_ssid=1",
+        "hw_mode=g",
+        f"channel={args.channel}",
+        "wpa=2",
+        "wpa_key_mgmt=WPA-PSK WPA-PSK-SHA256",
+        "rsn_pairwise=CCMP",
+        f"ieee80211w={PMF[args.pmf]}",
+        "ap_isolate=1",
+    ]  # stations reach each other only through the router
     if args.psk_file:
         path = Path(args.psk_file)
         try:
-            wifi_keys.write_psk_file(str(path), wifi_keys.render_guest_line(wifi_keys.read_text(str(path)),
-                                                                            args.passphrase))
+            wifi_keys.write_psk_file(
+                str(path), wifi_keys.render_guest_line(wifi_keys.read_text(str(path)), args.passphrase)
+            )
         except OSError as exc:
             raise SystemExit(f"--psk-file {path}: {exc}") from None
         settings.append(f"wpa_psk_file={path}")
@@ -60,8 +69,8 @@ def driver_settings(args) -> str:
 
 def render(args) -> str:
     return string.Template(TEMPLATE.read_text()).substitute(
-        interface=args.interface, driver=args.driver, ctrl_dir=args.ctrl_dir,
-        driver_settings=driver_settings(args))
+        interface=args.interface, driver=args.driver, ctrl_dir=args.ctrl_dir, driver_settings=driver_settings(args)
+    )
 
 
 def main(argv=None):
@@ -72,10 +81,17 @@ def main(argv=None):
     p.add_argument("--eap-users", help="wired: the internal EAP server's user file")
     p.add_argument("--ssid")
     p.add_argument("--passphrase", help="nl80211: the shared (guest) passphrase, 8 to 63 printable ASCII characters")
-    p.add_argument("--psk-file", help="nl80211: hostapd's wpa_psk_file; its guest line is (re)written with "
-                                      "--passphrase, the controller's device lines are kept")
-    p.add_argument("--pmf", choices=sorted(PMF), default="optional",
-                   help="nl80211: protected management frames (802.11w) for devices that can, or required of all")
+    p.add_argument(
+        "--psk-file",
+        help="nl80211: hostapd's wpa_psk_file; its guest line is (re)written with "
+        "--passphrase, the controller's device lines are kept",
+    )
+    p.add_argument(
+        "--pmf",
+        choices=sorted(PMF),
+        default="optional",
+        help="nl80211: protected management frames (802.11w) for devices that can, or required of all",
+    )
     p.add_argument("--channel", type=int, default=6)
     args = p.parse_args(argv)
     if args.driver == "wired" and not args.eap_users:

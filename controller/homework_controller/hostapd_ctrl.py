@@ -1,4 +1,5 @@
 """hostapd's control socket, through `hostapd_cli` (the I/O edge; nothing here decides anything)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ def command(ctrl: str, *words: str, timeout: float = 5) -> str:
     """Run one control command on hostapd's socket `ctrl` (DIR/IFACE); its answer, or HostapdError."""
     ctrl_dir, _, iface = ctrl.rpartition("/")
     try:
-        proc = subprocess.run(["hostapd_cli", "-p", ctrl_dir, "-i", iface, *words],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            ["hostapd_cli", "-p", ctrl_dir, "-i", iface, *words], capture_output=True, text=True, timeout=timeout
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {exc}") from None
     answer = (proc.stdout + proc.stderr).strip()
@@ -37,7 +39,7 @@ def station_joined(event: str) -> tuple[str, str] | None:
     words = event.split(">", 1)[-1].split()
     if len(words) < 2 or words[0] != "AP-STA-CONNECTED":
         return None
-    keyid = next((w[len("keyid="):] for w in words[2:] if w.startswith("keyid=")), "")
+    keyid = next((w[len("keyid=") :] for w in words[2:] if w.startswith("keyid=")), "")
     return words[1], keyid
 
 

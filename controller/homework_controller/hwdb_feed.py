@@ -9,6 +9,7 @@ subscribes at once and reads the history again). Rows are parsed and checked her
 controller's lock; the router gets small, valid updates (`on_priorities({app: priority})`,
 `on_reports([AgentReport])`). A bad row costs that row only.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -71,16 +72,25 @@ def parse_reports(rows: list[dict]) -> list[AgentReport]:
             dport = _port(row.get("dport"), "dport", allow_zero=daddr == "*")
             if daddr == "*" and dport != 0:
                 raise ValueError("an unconnected socket (daddr '*') has dport 0")
-            out.append(AgentReport(proto, saddr, _port(row.get("sport"), "sport"), daddr, dport,
-                                   _printable(row.get("app"), "app")))
+            out.append(
+                AgentReport(
+                    proto, saddr, _port(row.get("sport"), "sport"), daddr, dport, _printable(row.get("app"), "app")
+                )
+            )
         except (ValueError, TypeError) as exc:
             LOG.warning("ignored AppTuples row %r: %s", row, exc)
     return out
 
 
 class AppFeed:
-    def __init__(self, address: str, on_priorities: Callable[[dict[str, str]], None],
-                 on_reports: Callable[[list[AgentReport]], None], client_factory=None, check_s: float = CHECK_S):
+    def __init__(
+        self,
+        address: str,
+        on_priorities: Callable[[dict[str, str]], None],
+        on_reports: Callable[[list[AgentReport]], None],
+        client_factory=None,
+        check_s: float = CHECK_S,
+    ):
         self.address = address
         self.on_priorities, self.on_reports = on_priorities, on_reports
         self.check_s = check_s
@@ -98,6 +108,7 @@ class AppFeed:
     def _client(self):
         if self._client_factory is None:
             from hwdb_client import HwdbClient
+
             host, port = self.address.rsplit(":", 1)
             self._client_factory = lambda: HwdbClient(host, int(port), timeout=5.0)
         return self._client_factory()
@@ -108,25 +119,36 @@ class AppFeed:
             try:
                 client = self._client()
                 # Subscribe first, then read the history: a priority set in between arrives twice, never not at all.
-                subs.append(client.subscribe("select * from AppPriority",
-                                             lambda r: self._deliver(self.on_priorities, parse_priorities, r.rows)))
-                subs.append(client.subscribe("select * from AppTuples",
-                                             lambda r: self._deliver(self.on_reports, parse_reports, r.rows)))
+                subs.append(
+                    client.subscribe(
+                        "select * from AppPriority",
+                        lambda r: self._deliver(self.on_priorities, parse_priorities, r.rows),
+                    )
+                )
+                subs.append(
+                    client.subscribe(
+                        "select * from AppTuples", lambda r: self._deliver(self.on_reports, parse_reports, r.rows)
+                    )
+                )
                 self._deliver(self.on_priorities, parse_priorities, client.query("select * from AppPriority").rows)
                 # Reports of connections still open that arrived while nobody was subscribed.
-                self._deliver(self.on_reports, parse_reports,
-                              client.query(f"select * from AppTuples [range {REPORTS_REREAD_S} seconds]").rows)
+                self._deliver(
+                    self.on_reports,
+                    parse_reports,
+                    client.query(f"select * from AppTuples [range {REPORTS_REREAD_S} seconds]").rows,
+                )
                 self.restored.set()
                 self.subscribed = True
                 LOG.info("following AppPriority and AppTuples at hwdb %s", self.address)
                 while not self._stop.wait(self.check_s):
                     # By id *and* where it delivers: a restarted hwdb numbers subscriptions from 1 again,
                     # so someone else's new subscription may carry our old id.
-                    live = {(row["id"], str(row["destination"]).rsplit(":", 1)[-1])
-                            for row in client.query("show subscriptions").rows}
+                    live = {
+                        (row["id"], str(row["destination"]).rsplit(":", 1)[-1])
+                        for row in client.query("show subscriptions").rows
+                    }
                     if not {(s.id, str(s.address[1])) for s in subs} <= live:
-                        LOG.warning("hwdb at %s forgot our subscriptions (restarted?); subscribing again",
-                                    self.address)
+                        LOG.warning("hwdb at %s forgot our subscriptions (restarted?); subscribing again", self.address)
                         break
                 retry_in = 0.0  # hwdb is back: the household's changes since are in the history we read next
             except Exception as exc:  # hwdb down or refusing: try again later; routing goes on

@@ -4,6 +4,7 @@ Rows are queued by the controller's threads and sent by one writer thread as mul
 inserts (one request per table every BATCH_SECONDS). If hwdb is down, rows are dropped and
 counted (the router keeps routing), and the writer logs that once until it is back.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,7 @@ def literal(value) -> str:
 
 
 def insert_statement(table: str, rows: list[tuple]) -> str:
-    return f"insert into {table} values " + ", ".join(
-        "(" + ", ".join(literal(v) for v in row) + ")" for row in rows)
+    return f"insert into {table} values " + ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows)
 
 
 class HwdbLog:
@@ -55,6 +55,7 @@ class HwdbLog:
         if self._client is None:
             if self._client_factory is None:
                 from hwdb_client import HwdbClient  # imported late: a router without hwdb never needs it
+
                 assert self.address is not None, "nothing is written when no hwdb is configured"
                 host, port = self.address.rsplit(":", 1)
                 self._client_factory = lambda: HwdbClient(host, int(port), timeout=2.0)

@@ -7,6 +7,7 @@ only handed over there; every `GATHER_S` the writer thread formats and writes al
 gathers rows. Each line keeps the time it was logged at; what is still waiting when
 the interpreter exits is written then.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -2,6 +2,7 @@
 
 Pure data and arithmetic; no I/O.
 """
+
 from __future__ import annotations
 
 import enum

@@ -4,6 +4,7 @@ Everything the router decides lives in `router.HomeRouter`; this module only
 translates switch events into calls and the returned effects into FlowMods,
 PacketOuts, netlink address changes, DNS relays and log lines.
 """
+
 from __future__ import annotations
 
 import functools
@@ -71,10 +72,15 @@ NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does no
 
 def qos_settings(config) -> qos.QosSettings:
     """The command line's shaping options; a link without an interface and a rate is not shaped."""
+
     def link(iface: str, kbit: int) -> qos.LinkShape | None:
         return qos.LinkShape(iface, kbit, config.shaper_percent, config.high_share) if iface and kbit else None
-    return qos.QosSettings(link(config.upstream_iface, config.uplink_kbit),
-                           link(config.downlink_iface, config.downlink_kbit), config.high_device_share)
+
+    return qos.QosSettings(
+        link(config.upstream_iface, config.uplink_kbit),
+        link(config.downlink_iface, config.downlink_kbit),
+        config.high_device_share,
+    )
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -116,12 +122,20 @@ class HomeworkController(app_manager.OSKenApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         settings = qos_settings(CONFIG)
-        self.router = HomeRouter(DeviceStore(CONFIG.db), dhcp.LeasePolicy(
-            CONFIG.pending_lease, CONFIG.permitted_lease), flow_budget=CONFIG.flow_budget,
-            max_pending=CONFIG.max_pending, app_table=apps.load_table(CONFIG.apps_file or None),
-            qos_settings=settings, wifi_ssid=CONFIG.wifi_ssid)
-        self.shapers = {way: shaper.Shaper(link) for way, link in (("uplink", settings.uplink),
-                                                                   ("downlink", settings.downlink)) if link}
+        self.router = HomeRouter(
+            DeviceStore(CONFIG.db),
+            dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
+            flow_budget=CONFIG.flow_budget,
+            max_pending=CONFIG.max_pending,
+            app_table=apps.load_table(CONFIG.apps_file or None),
+            qos_settings=settings,
+            wifi_ssid=CONFIG.wifi_ssid,
+        )
+        self.shapers = {
+            way: shaper.Shaper(link)
+            for way, link in (("uplink", settings.uplink), ("downlink", settings.downlink))
+            if link
+        }
         self.hwdb = HwdbLog(CONFIG.hwdb)
         if self.router.store.recovered:
             self.hwdb.write("Events", ("device-database", "", self.router.store.recovered))
@@ -130,8 +144,9 @@ class HomeworkController(app_manager.OSKenApp):
         # What devices send the controller (packet-ins, and DHCP from its socket), queued per device.
         # Newcomers share one queue, as long as their meter's burst: what the switch lets through
         # for a household arriving at once is not dropped here.
-        self.from_devices = FairQueue(per_key_limit=CONFIG.per_device_queue,
-                                      limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
+        self.from_devices = FairQueue(
+            per_key_limit=CONFIG.per_device_queue, limits={NEWCOMERS: flows.NEWCOMERS_METER.burst}
+        )
         self.from_devices_ready = threading.Event()
         self.dhcp_before_switch = 0
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
@@ -165,24 +180,41 @@ class HomeworkController(app_manager.OSKenApp):
             self.app_feed.start()
         self.slice_link = None
         if CONFIG.slice_host:
-            tls = None if CONFIG.slice_plain_tcp else slice_link.tls_context(CONFIG.slice_cert, CONFIG.slice_key,
-                                                                             CONFIG.slice_ca)
-            self.slice_link = slice_link.SliceLink(CONFIG.slice_host, CONFIG.slice_port, self._learnt_connections,
-                                                   CONFIG.public_addresses, tls).start()
+            tls = (
+                None
+                if CONFIG.slice_plain_tcp
+                else slice_link.tls_context(CONFIG.slice_cert, CONFIG.slice_key, CONFIG.slice_ca)
+            )
+            self.slice_link = slice_link.SliceLink(
+                CONFIG.slice_host, CONFIG.slice_port, self._learnt_connections, CONFIG.public_addresses, tls
+            ).start()
         self.api_server = simple_server.make_server(
-            CONFIG.api_host, CONFIG.api_port, api.make_app(self.call),
-            server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+            CONFIG.api_host,
+            CONFIG.api_port,
+            api.make_app(self.call),
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
         self._start_thread(self.api_server.serve_forever)
         LOG.info("ws.v1 API on http://%s:%d/ws.v1/", CONFIG.api_host, CONFIG.api_port)
         # On the LAN interface only (the redirect delivers there whatever address a device asked):
         # nothing from the WAN side reaches it.
-        self.dns = dns_server.DnsServer(("0.0.0.0", CONFIG.dns_port), (CONFIG.upstream_dns, 53), self._dns_verdict,
-                                        self._dns_learn, interface=CONFIG.lan_iface,
-                                        rebind_allowed=CONFIG.rebind_allow)
+        self.dns = dns_server.DnsServer(
+            ("0.0.0.0", CONFIG.dns_port),
+            (CONFIG.upstream_dns, 53),
+            self._dns_verdict,
+            self._dns_learn,
+            interface=CONFIG.lan_iface,
+            rebind_allowed=CONFIG.rebind_allow,
+        )
         dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
         self.dns.start()
-        LOG.info("resolver on %s port %d (LAN DNS redirected here), upstream %s", CONFIG.lan_iface, CONFIG.dns_port,
-                 CONFIG.upstream_dns)
+        LOG.info(
+            "resolver on %s port %d (LAN DNS redirected here), upstream %s",
+            CONFIG.lan_iface,
+            CONFIG.dns_port,
+            CONFIG.upstream_dns,
+        )
 
     @staticmethod
     def _start_thread(target, *args):
@@ -213,8 +245,13 @@ class HomeworkController(app_manager.OSKenApp):
             self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
             # Ready once the switch has acted on all of that, not when it is merely queued.
             dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
-        LOG.info("switch %016x connected: %s is port %d, router MAC %s", dp.id, CONFIG.wlan_port,
-                 ports[CONFIG.wlan_port].port_no, local.hw_addr)
+        LOG.info(
+            "switch %016x connected: %s is port %d, router MAC %s",
+            dp.id,
+            CONFIG.wlan_port,
+            ports[CONFIG.wlan_port].port_no,
+            local.hw_addr,
+        )
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _on_barrier(self, ev):
@@ -330,8 +367,7 @@ class HomeworkController(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev):
         # Replies come in parts; the router compares each part with the last poll.
-        self.stats_parts.extend((s.priority, dict(s.match.items()), s.packet_count, s.byte_count)
-                                for s in ev.msg.body)
+        self.stats_parts.extend((s.priority, dict(s.match.items()), s.packet_count, s.byte_count) for s in ev.msg.body)
         if ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
             return
         entries, self.stats_parts = self.stats_parts, []
@@ -342,8 +378,9 @@ class HomeworkController(app_manager.OSKenApp):
     def _on_flow_removed(self, ev):
         msg = ev.msg
         with self.lock:
-            self._apply(self.router.on_flow_removed(msg.priority, dict(msg.match.items()),
-                                                    msg.packet_count, msg.byte_count))
+            self._apply(
+                self.router.on_flow_removed(msg.priority, dict(msg.match.items()), msg.packet_count, msg.byte_count)
+            )
 
     # ---- DNS (the resolver's threads call in here)
 
@@ -464,8 +501,13 @@ class HomeworkController(app_manager.OSKenApp):
                     LOG.error("no interface %s to hold gateway %s", CONFIG.lan_iface, subnet.gateway)
                     return
                 self.lan_index = found[0]
-            self.ipr.addr("add", index=self.lan_index, address=subnet.gateway, prefixlen=subnet.prefixlen,
-                          broadcast=subnet.broadcast)
+            self.ipr.addr(
+                "add",
+                index=self.lan_index,
+                address=subnet.gateway,
+                prefixlen=subnet.prefixlen,
+                broadcast=subnet.broadcast,
+            )
         except NetlinkError as exc:
             if exc.code == 19:  # ENODEV: the interface was recreated; look it up again next time
                 self.lan_index = None
@@ -487,8 +529,11 @@ class HomeworkController(app_manager.OSKenApp):
             self._tell_hostapd(self.hostapd_jobs.get())
 
     def _tell_hostapd(self, effect: AuthenticatorDeny | AuthenticatorKick):
-        commands = [] if isinstance(effect, AuthenticatorKick) else [
-            ["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        commands = (
+            []
+            if isinstance(effect, AuthenticatorKick)
+            else [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        )
         if isinstance(effect, AuthenticatorKick) or effect.deny:
             commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
         for command in commands:
@@ -531,8 +576,9 @@ class HomeworkController(app_manager.OSKenApp):
             with self.lock:
                 keys = list(self.router.wifi_keys.values())
             try:
-                wifi_keys.write_psk_file(CONFIG.wifi_psk_file, wifi_keys.render_psk_file(
-                    wifi_keys.read_text(CONFIG.wifi_psk_file), keys))
+                wifi_keys.write_psk_file(
+                    CONFIG.wifi_psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(CONFIG.wifi_psk_file), keys)
+                )
             except OSError as exc:
                 LOG.error("could not write %s: %s", CONFIG.wifi_psk_file, exc)
                 return {"applied": False, "note": f"could not write the key file: {exc}"}
@@ -548,26 +594,37 @@ class HomeworkController(app_manager.OSKenApp):
     def _call(self, name: str, *args):
         if name == "health":
             # switch_ready: the switch is connected and holds this controller's rules.
-            return {"switch_ready": self.switch_ready, "devices": len(self.router.devices),
-                    "store": {"recovered": self.router.store.recovered, "write_errors": self.router.store.errors},
-                    "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written,
-                             "rows_dropped": self.hwdb.dropped},
-                    "resolver": self.dns.health(),
-                    "dhcp": self.dhcp_port.health(),
-                    "qos": {**{way: s.health() for way, s in self.shapers.items()},
-                            "app_feed": None if self.app_feed is None else {
-                                "subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
-                            "app_priorities": dict(sorted(self.router.app_priority.items())),
-                            "demoted_devices": sorted(self.router.demoted)},
-                    "slice": None if self.slice_link is None else self.slice_link.health()}
+            return {
+                "switch_ready": self.switch_ready,
+                "devices": len(self.router.devices),
+                "store": {"recovered": self.router.store.recovered, "write_errors": self.router.store.errors},
+                "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written, "rows_dropped": self.hwdb.dropped},
+                "resolver": self.dns.health(),
+                "dhcp": self.dhcp_port.health(),
+                "qos": {
+                    **{way: s.health() for way, s in self.shapers.items()},
+                    "app_feed": None
+                    if self.app_feed is None
+                    else {"subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
+                    "app_priorities": dict(sorted(self.router.app_priority.items())),
+                    "demoted_devices": sorted(self.router.demoted),
+                },
+                "slice": None if self.slice_link is None else self.slice_link.health(),
+            }
         if name == "counters":
-            return dict(self.router.counters, packet_in_dropped=self.from_devices.dropped,
-                        dhcp_frames_malformed=self.dhcp_port.malformed, dhcp_before_switch=self.dhcp_before_switch,
-                        dhcp_socket_dropped=self.dhcp_port.dropped(),
-                        store_write_errors=self.router.store.errors,
-                        hwdb_rows_written=self.hwdb.written, hwdb_rows_dropped=self.hwdb.dropped,
-                        lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1), lock_max_hold_by=self.lock.max_hold_by,
-                        **self.dns.counters)
+            return dict(
+                self.router.counters,
+                packet_in_dropped=self.from_devices.dropped,
+                dhcp_frames_malformed=self.dhcp_port.malformed,
+                dhcp_before_switch=self.dhcp_before_switch,
+                dhcp_socket_dropped=self.dhcp_port.dropped(),
+                store_write_errors=self.router.store.errors,
+                hwdb_rows_written=self.hwdb.written,
+                hwdb_rows_dropped=self.hwdb.dropped,
+                lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1),
+                lock_max_hold_by=self.lock.max_hold_by,
+                **self.dns.counters,
+            )
         result = getattr(self.router, name)(*args)
         if name in ("permit_dns", "deny_dns"):
             self._apply(result, at_once=True)

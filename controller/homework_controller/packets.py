@@ -7,6 +7,7 @@ frame built on the DHCP path (`udp_frame`) is packed in one go with struct, its
 checksums summed as one big integer (dpkt's sum is the reference it is tested
 against): dpkt's generic packet objects cost more than the answer itself.
 """
+
 from __future__ import annotations
 
 import socket
@@ -47,7 +48,7 @@ class Frame(NamedTuple):
     ip_src: str | None = None
     ip_dst: str | None = None
     ip_proto: int = 0
-    sport: int = 0     # TCP or UDP ports; 0 for other protocols
+    sport: int = 0  # TCP or UDP ports; 0 for other protocols
     dport: int = 0
     payload: bytes = b""  # UDP payload
     size: int = 0  # octets on the wire, as OVS counts them
@@ -79,8 +80,9 @@ def parse(data: bytes) -> Frame:
             a = eth.data
             if not isinstance(a, dpkt.arp.ARP) or a.hln != 6 or a.pln != 4:
                 raise ValueError("not an Ethernet/IPv4 ARP")
-            return Frame(src, dst, eth.type, arp=Arp(a.op, mac_text(a.sha), socket.inet_ntoa(a.spa),
-                                                     socket.inet_ntoa(a.tpa)))
+            return Frame(
+                src, dst, eth.type, arp=Arp(a.op, mac_text(a.sha), socket.inet_ntoa(a.spa), socket.inet_ntoa(a.tpa))
+            )
         return Frame(src, dst, eth.type)
     except (dpkt.UnpackError, ValueError, OSError) as exc:
         raise MalformedFrame(f"{type(exc).__name__}: {exc}") from None
@@ -97,28 +99,52 @@ def _parse_ipv4(data: bytes) -> Frame:
     header = (v_hl & 0xF) * 4
     if header < _IPV4_UDP.size:
         raise ValueError("truncated IPv4 header")
-    src_text, dst_text, ip_src_text, ip_dst_text = (mac_text(src), mac_text(dst), socket.inet_ntoa(ip_src),
-                                                    socket.inet_ntoa(ip_dst))
+    src_text, dst_text, ip_src_text, ip_dst_text = (
+        mac_text(src),
+        mac_text(dst),
+        socket.inet_ntoa(ip_src),
+        socket.inet_ntoa(ip_dst),
+    )
     if flags_offset & 0x1FFF or proto not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
-        return Frame(src_text, dst_text, ETH_TYPE_IP, ip_src=ip_src_text, ip_dst=ip_dst_text, ip_proto=proto,
-                     size=len(data))
+        return Frame(
+            src_text, dst_text, ETH_TYPE_IP, ip_src=ip_src_text, ip_dst=ip_dst_text, ip_proto=proto, size=len(data)
+        )
     start = _ETHERNET.size + header
-    l4 = data[start:_ETHERNET.size + total] if total else data[start:]
+    l4 = data[start : _ETHERNET.size + total] if total else data[start:]
     if proto == dpkt.ip.IP_PROTO_TCP:
         if len(l4) < _TCP_PORTS_AND_OFFSET.size:
             raise ValueError("truncated TCP header")
         sport, dport, data_offset = _TCP_PORTS_AND_OFFSET.unpack_from(l4)
         if data_offset >> 4 < 5:
             raise ValueError("truncated TCP header")
-        return Frame(src_text, dst_text, ETH_TYPE_IP, ip_src=ip_src_text, ip_dst=ip_dst_text, ip_proto=proto,
-                     sport=sport, dport=dport, size=len(data))
+        return Frame(
+            src_text,
+            dst_text,
+            ETH_TYPE_IP,
+            ip_src=ip_src_text,
+            ip_dst=ip_dst_text,
+            ip_proto=proto,
+            sport=sport,
+            dport=dport,
+            size=len(data),
+        )
     if len(l4) < _UDP.size:
         raise ValueError("truncated UDP datagram")
     sport, dport, length, _ = _UDP.unpack_from(l4)
     if length < _UDP.size or length > len(l4):
         raise ValueError("truncated UDP datagram")
-    return Frame(src_text, dst_text, ETH_TYPE_IP, ip_src=ip_src_text, ip_dst=ip_dst_text, ip_proto=proto,
-                 sport=sport, dport=dport, payload=bytes(l4[_UDP.size:length]), size=len(data))
+    return Frame(
+        src_text,
+        dst_text,
+        ETH_TYPE_IP,
+        ip_src=ip_src_text,
+        ip_dst=ip_dst_text,
+        ip_proto=proto,
+        sport=sport,
+        dport=dport,
+        payload=bytes(l4[_UDP.size : length]),
+        size=len(data),
+    )
 
 
 _PSEUDO_HEADER = struct.Struct("!4s4sxBH")
@@ -137,22 +163,49 @@ def internet_checksum(data: bytes) -> int:
     return 0xFFFF - (number % 0xFFFF or (0xFFFF if number else 0))
 
 
-def udp_frame(eth_src: str, eth_dst: str, ip_src: str, ip_dst: str, sport: int, dport: int,
-              payload: bytes) -> bytes:
+def udp_frame(eth_src: str, eth_dst: str, ip_src: str, ip_dst: str, sport: int, dport: int, payload: bytes) -> bytes:
     src, dst = socket.inet_aton(ip_src), socket.inet_aton(ip_dst)
     udp_length = _UDP.size + len(payload)
     ip_length = _IPV4_UDP.size + udp_length
     ip_sum = internet_checksum(_IPV4_UDP.pack(0x45, 0, ip_length, 0, 0, IP_TTL, dpkt.ip.IP_PROTO_UDP, 0, src, dst))
-    udp_sum = internet_checksum(_PSEUDO_HEADER.pack(src, dst, dpkt.ip.IP_PROTO_UDP, udp_length)
-                                + _UDP.pack(sport, dport, udp_length, 0) + payload)
-    return _UDP_FRAME_HEADERS.pack(mac_bytes(eth_dst), mac_bytes(eth_src), ETH_TYPE_IP,
-                                   0x45, 0, ip_length, 0, 0, IP_TTL, dpkt.ip.IP_PROTO_UDP, ip_sum, src, dst,
-                                   # RFC 768: a sum that comes out zero is sent as all ones (zero: "no checksum").
-                                   sport, dport, udp_length, udp_sum or 0xFFFF) + payload
+    udp_sum = internet_checksum(
+        _PSEUDO_HEADER.pack(src, dst, dpkt.ip.IP_PROTO_UDP, udp_length)
+        + _UDP.pack(sport, dport, udp_length, 0)
+        + payload
+    )
+    return (
+        _UDP_FRAME_HEADERS.pack(
+            mac_bytes(eth_dst),
+            mac_bytes(eth_src),
+            ETH_TYPE_IP,
+            0x45,
+            0,
+            ip_length,
+            0,
+            0,
+            IP_TTL,
+            dpkt.ip.IP_PROTO_UDP,
+            ip_sum,
+            src,
+            dst,
+            # RFC 768: a sum that comes out zero is sent as all ones (zero: "no checksum").
+            sport,
+            dport,
+            udp_length,
+            udp_sum or 0xFFFF,
+        )
+        + payload
+    )
 
 
 def arp_reply(answer_mac: str, answer_ip: str, asker_mac: str, asker_ip: str) -> bytes:
-    arp = dpkt.arp.ARP(op=ARP_REPLY, sha=mac_bytes(answer_mac), spa=socket.inet_aton(answer_ip),
-                       tha=mac_bytes(asker_mac), tpa=socket.inet_aton(asker_ip))
-    return bytes(dpkt.ethernet.Ethernet(src=mac_bytes(answer_mac), dst=mac_bytes(asker_mac), type=ETH_TYPE_ARP,
-                                        data=arp))
+    arp = dpkt.arp.ARP(
+        op=ARP_REPLY,
+        sha=mac_bytes(answer_mac),
+        spa=socket.inet_aton(answer_ip),
+        tha=mac_bytes(asker_mac),
+        tpa=socket.inet_aton(asker_ip),
+    )
+    return bytes(
+        dpkt.ethernet.Ethernet(src=mac_bytes(answer_mac), dst=mac_bytes(asker_mac), type=ETH_TYPE_ARP, data=arp)
+    )

@@ -10,6 +10,7 @@ packets in its HTB classes by that mark:
   medium    34 (AF41)  0x88      2      1:20       before default (MP)
   default   0          0x00      0      1:30       a floor of NORMAL_FLOOR of the rate, and what is left
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class QosSettings:
     uplink: LinkShape | None = None
     downlink: LinkShape | None = None
     high_device_share: float = 0.2  # of each shaped rate, per device, for its High-marked traffic
-    demotion_s: float = 60.0        # how long a device over its High share stays demoted to Medium
+    demotion_s: float = 60.0  # how long a device over its High share stays demoted to Medium
 
 
 def over_device_share(settings: QosSettings, up_bytes: int, down_bytes: int, seconds: float) -> str | None:

@@ -6,6 +6,7 @@ for the I/O edge to carry out: rules to install or remove, frames to send,
 gateway addresses to add, events to tell the household. It never talks to a
 switch, a socket or the kernel itself, so unit tests drive it directly.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,6 +25,7 @@ LOG = logging.getLogger(__name__)
 
 
 # ---- effects ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class InstallRules:
@@ -188,16 +190,26 @@ def _is_decision(before: Device | None, device: Device) -> bool:
     if before is None:
         return True
     decided = ("state", "subnet", "name", "hostname", "vendor_class", "first_seen")
-    return (any(getattr(before, f) != getattr(device, f) for f in decided)
-            or abs(device.lease_expires - before.lease_expires) > 60)
+    return (
+        any(getattr(before, f) != getattr(device, f) for f in decided)
+        or abs(device.lease_expires - before.lease_expires) > 60
+    )
 
 
 class HomeRouter:
-    def __init__(self, store: DeviceStore, lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
-                 clock: Callable[[], float] = time.time, flow_budget: int = 200,
-                 budget_cooldown_s: float = 120.0, max_pending: int = 256,
-                 app_table: apps.AppTable | None = None, qos_settings: qos.QosSettings = qos.QosSettings(),
-                 wifi_ssid: str = "", new_passphrase: Callable[[], str] = wifi_keys.new_passphrase):
+    def __init__(
+        self,
+        store: DeviceStore,
+        lease_policy: dhcp.LeasePolicy = dhcp.LeasePolicy(),
+        clock: Callable[[], float] = time.time,
+        flow_budget: int = 200,
+        budget_cooldown_s: float = 120.0,
+        max_pending: int = 256,
+        app_table: apps.AppTable | None = None,
+        qos_settings: qos.QosSettings = qos.QosSettings(),
+        wifi_ssid: str = "",
+        new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
+    ):
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
@@ -242,10 +254,18 @@ class HomeRouter:
         self.flow_apps: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
         self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
         self.last_stats_at: float | None = None
-        self.counters = {"dhcp_malformed": 0, "dhcp_spoofed_chaddr": 0, "dns_malformed": 0,
-                         "frames_malformed": 0, "store_errors": 0,
-                         "dns_refused": 0, "dns_not_a_device": 0, "pending_evicted": 0,
-                         "agent_reports_ignored": 0, "mac_clone_suspected": 0}
+        self.counters = {
+            "dhcp_malformed": 0,
+            "dhcp_spoofed_chaddr": 0,
+            "dns_malformed": 0,
+            "frames_malformed": 0,
+            "store_errors": 0,
+            "dns_refused": 0,
+            "dns_not_a_device": 0,
+            "pending_evicted": 0,
+            "agent_reports_ignored": 0,
+            "mac_clone_suspected": 0,
+        }
         # A copied MAC: the DHCP fingerprint of whoever took each live lease, what the household
         # should look at, and when it was last told (`clones`). In memory: a restart starts afresh.
         self.fingerprints: dict[str, clones.Fingerprint] = {}
@@ -301,8 +321,11 @@ class HomeRouter:
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
-            effects += self._newcomer_event(req.chaddr, msg) if kind == "new-device" else \
-                [TellHousehold(kind, req.chaddr, msg)]
+            effects += (
+                self._newcomer_event(req.chaddr, msg)
+                if kind == "new-device"
+                else [TellHousehold(kind, req.chaddr, msg)]
+            )
         if outcome.lease_action and outcome.device is not None:
             effects.append(self._lease_row(outcome.device, outcome.lease_action))
             if req.chaddr in self.unannounced:
@@ -310,11 +333,23 @@ class HomeRouter:
                 effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
         if outcome.reply is not None:
             reply = outcome.reply
-            lets_it_use_the_address = (outcome.lease_action in ("granted", "renewed") and outcome.device is not None
-                                       and outcome.device.forwards)
-            answer = AnswerDhcp(packets.udp_frame(self._switch()[1], reply.dst_mac, reply.server_ip, reply.dst_ip,
-                                                  flows.DHCP_SERVER_PORT, flows.DHCP_CLIENT_PORT,
-                                                  dhcp.encode_reply(reply)), after_rules=lets_it_use_the_address)
+            lets_it_use_the_address = (
+                outcome.lease_action in ("granted", "renewed")
+                and outcome.device is not None
+                and outcome.device.forwards
+            )
+            answer = AnswerDhcp(
+                packets.udp_frame(
+                    self._switch()[1],
+                    reply.dst_mac,
+                    reply.server_ip,
+                    reply.dst_ip,
+                    flows.DHCP_SERVER_PORT,
+                    flows.DHCP_CLIENT_PORT,
+                    dhcp.encode_reply(reply),
+                ),
+                after_rules=lets_it_use_the_address,
+            )
             if answer.after_rules:
                 effects.append(answer)
             else:
@@ -323,8 +358,7 @@ class HomeRouter:
 
     def _fingerprint_differs(self, before: Device | None, req: dhcp.DhcpRequest) -> list[str]:
         """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
-        if (before is None or not before.lease_active(self.clock())
-                or req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST)):
+        if before is None or not before.lease_active(self.clock()) or req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST):
             return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
         seen = clones.Fingerprint.of(req)
         # After a restart the first sender is taken for the holder.
@@ -342,8 +376,13 @@ class HomeRouter:
         self.clone_told[mac] = now
         device = self.devices.get(mac)
         label = (device.name or device.hostname) if device else ""
-        return [TellHousehold("mac-clone", mac, f"{label or mac}: its address {mac} is being used by another "
-                                                f"device too ({'; '.join(differs)})")]
+        return [
+            TellHousehold(
+                "mac-clone",
+                mac,
+                f"{label or mac}: its address {mac} is being used by another " f"device too ({'; '.join(differs)})",
+            )
+        ]
 
     def station_joined(self, mac: str, keyid: str) -> list:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
@@ -372,10 +411,14 @@ class HomeRouter:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
         device = self.devices.get(frame.eth_src)
-        if (device is None or device.subnet is None or req.src_mac != frame.eth_src
-                or device.state not in (State.PENDING, State.PERMITTED)
-                or req.src_ip not in (device.subnet.device_ip, dhcp.ZERO_IP)
-                or req.dst_ip != device.subnet.gateway):
+        if (
+            device is None
+            or device.subnet is None
+            or req.src_mac != frame.eth_src
+            or device.state not in (State.PENDING, State.PERMITTED)
+            or req.src_ip not in (device.subnet.device_ip, dhcp.ZERO_IP)
+            or req.dst_ip != device.subnet.gateway
+        ):
             return []
         wlan_port, router_mac = self._switch()
         return [SendFrame(wlan_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
@@ -402,10 +445,14 @@ class HomeRouter:
         if len(learnt) >= self.flow_budget:
             self.over_budget[device.mac] = self.clock() + self.budget_cooldown_s
             label = device.name or device.hostname or device.mac
-            return self._reconcile(device) + [TellHousehold(
-                "flow-budget", device.mac,
-                f"{label} opened more than {self.flow_budget} connections at once; its traffic is counted "
-                f"as a whole for the next {int(self.budget_cooldown_s // 60)} minutes")]
+            return self._reconcile(device) + [
+                TellHousehold(
+                    "flow-budget",
+                    device.mac,
+                    f"{label} opened more than {self.flow_budget} connections at once; its traffic is counted "
+                    f"as a whole for the next {int(self.budget_cooldown_s // 60)} minutes",
+                )
+            ]
         learnt.add(flow)
         app, source = self._classify(device, flow)
         info = FlowApp(app, source, self._priority(device, app))
@@ -502,8 +549,9 @@ class HomeRouter:
 
     def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
         conn = self._device_side(device, flow)
-        process = (self.agent_reports.get((conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport))
-                   or self.agent_reports.get((conn.proto, conn.saddr, conn.sport, "*", 0)))
+        process = self.agent_reports.get(
+            (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
+        ) or self.agent_reports.get((conn.proto, conn.saddr, conn.sport, "*", 0))
         return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
 
     def _priority(self, device: Device, app: str) -> str:
@@ -556,14 +604,23 @@ class HomeRouter:
     def app_priorities(self) -> list[dict]:
         """Every app the table or the household names, with the priority its flows get and who chose it."""
         names = set(self.app_table.priorities) | set(self.app_priority)
-        return [{"app": app, "priority": self.app_priority.get(app) or self.app_table.default_priority(app),
-                 "set_by": "household" if app in self.app_priority else "table"} for app in sorted(names)]
+        return [
+            {
+                "app": app,
+                "priority": self.app_priority.get(app) or self.app_table.default_priority(app),
+                "set_by": "household" if app in self.app_priority else "table",
+            }
+            for app in sorted(names)
+        ]
 
     def learnt_connections(self) -> list[tuple[flows.FiveTuple, str]]:
         """Every learnt flow as its device sees it (its address first), with the priority its rule
         carries: what the household's ISP slice rules are made from (`downlink.py`)."""
-        return [(self._device_side(self.devices[mac], flow), info.priority)
-                for mac, known in self.flow_apps.items() for flow, info in known.items()]
+        return [
+            (self._device_side(self.devices[mac], flow), info.priority)
+            for mac, known in self.flow_apps.items()
+            for flow, info in known.items()
+        ]
 
     def agent_reported(self, reports: list[AgentReport]) -> list:
         """End-host agents said which program owns connections: label those of the device whose lease
@@ -627,9 +684,14 @@ class HomeRouter:
             device = self.devices[mac]
             self.demoted[mac] = self.clock() + self.qos.demotion_s
             label = device.name or device.hostname or mac
-            effects += self._remark(device) + [TellHousehold(
-                "qos-overload", mac, f"{label} sent {why}: its high-priority traffic is medium for the next "
-                f"{int(self.qos.demotion_s)} seconds")]
+            effects += self._remark(device) + [
+                TellHousehold(
+                    "qos-overload",
+                    mac,
+                    f"{label} sent {why}: its high-priority traffic is medium for the next "
+                    f"{int(self.qos.demotion_s)} seconds",
+                )
+            ]
         return effects
 
     @staticmethod
@@ -702,8 +764,10 @@ class HomeRouter:
 
     def dns_rules_of(self, mac: str) -> list[dict]:
         device = self._known(mac)
-        return [{"domain": domain, "display": _display_domain(domain), "action": action}
-                for domain, action in sorted(self.dns_rules.get(device.mac, {}).items())]
+        return [
+            {"domain": domain, "display": _display_domain(domain), "action": action}
+            for domain, action in sorted(self.dns_rules.get(device.mac, {}).items())
+        ]
 
     def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
         device = self._known(mac)
@@ -726,8 +790,10 @@ class HomeRouter:
         changes: dict[str, str | None] = {domain: new}
         # Exceptions that no block covers any more are dropped, so lifting a block lifts it all.
         for other, act in list(rules.items()):
-            if act == dnsgate.ALLOW and dnsgate.decide({d: a for d, a in rules.items() if d != other},
-                                                       other) == dnsgate.ALLOW:
+            if (
+                act == dnsgate.ALLOW
+                and dnsgate.decide({d: a for d, a in rules.items() if d != other}, other) == dnsgate.ALLOW
+            ):
                 del rules[other]
                 changes[other] = None
         try:
@@ -769,8 +835,13 @@ class HomeRouter:
         Costs time in the pairs learnt under the device's blocked domains, not in the book.
         """
         rules = self.dns_rules.get(device.mac, {})
-        blocking = {entry for domain, action in rules.items() if action == dnsgate.DENY
-                    for entry in self.addresses.under(domain) if dnsgate.decide(rules, entry[0]) == dnsgate.DENY}
+        blocking = {
+            entry
+            for domain, action in rules.items()
+            if action == dnsgate.DENY
+            for entry in self.addresses.under(domain)
+            if dnsgate.decide(rules, entry[0]) == dnsgate.DENY
+        }
         for entry in blocking:
             self.addresses.keep(entry)
         blocked = Counter(ip for _, ip in blocking)
@@ -780,8 +851,11 @@ class HomeRouter:
 
     def _install_blocks(self, device: Device | None, ips) -> list:
         """Drop rules from the device to those of ips the switch does not hold yet, if it forwards."""
-        if device is None or device.mac not in self.installed or not (
-                device.forwards and device.lease_active(self.clock())):
+        if (
+            device is None
+            or device.mac not in self.installed
+            or not (device.forwards and device.lease_active(self.clock()))
+        ):
             return []
         on_switch = self.blocks_on_switch.setdefault(device.mac, set())
         new = [addr for addr in ips if addr not in on_switch]
@@ -860,8 +934,14 @@ class HomeRouter:
         key = self.wifi_keys.get(mac)
         if key is None:
             raise UnknownDevice(f"{mac} has no passphrase of its own")
-        return {"mac": mac, "keyid": key.keyid, "ssid": self.wifi_ssid, "passphrase": key.passphrase,
-                "qr": wifi_keys.qr_payload(self.wifi_ssid, key.passphrase), "created": key.created}
+        return {
+            "mac": mac,
+            "keyid": key.keyid,
+            "ssid": self.wifi_ssid,
+            "passphrase": key.passphrase,
+            "qr": wifi_keys.qr_payload(self.wifi_ssid, key.passphrase),
+            "created": key.created,
+        }
 
     def _persist_wifi_key(self, mac: str, key: wifi_keys.WifiKey | None) -> None:
         try:
@@ -887,9 +967,15 @@ class HomeRouter:
         if self.storm_reported:
             return []
         self.storm_reported = True
-        return [TellHousehold("newcomer-storm", "", f"{len(window)} devices asked to join within "
-                              f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
-                              "that takes an address is announced, the rest are forgotten")]
+        return [
+            TellHousehold(
+                "newcomer-storm",
+                "",
+                f"{len(window)} devices asked to join within "
+                f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
+                "that takes an address is announced, the rest are forgotten",
+            )
+        ]
 
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
@@ -902,8 +988,11 @@ class HomeRouter:
                     self._persist(self.devices[mac])
             self.sighted.clear()
             self.next_sightings_write = now + SIGHTINGS_WRITE_INTERVAL_S
-        effects = [self._lease_row(self.devices[mac], "expired")
-                   for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
+        effects = [
+            self._lease_row(self.devices[mac], "expired")
+            for mac in list(self.leased)
+            if not self.devices[mac].lease_active(now)
+        ]
         for mac in [m for m, until in self.over_budget.items() if until <= now]:
             del self.over_budget[mac]
         for mac in [m for m, until in self.demoted.items() if until <= now]:
@@ -929,17 +1018,29 @@ class HomeRouter:
 
     def _status_of(self, device: Device) -> dict:
         suspicion, key = self.clone_suspected.get(device.mac), self.wifi_keys.get(device.mac)
-        return {**device.to_json(self.clock()),
-                "clone_suspected": suspicion.to_json() if suspicion else None,
-                "wifi_key": {"keyid": key.keyid, "created": key.created} if key else None}
+        return {
+            **device.to_json(self.clock()),
+            "clone_suspected": suspicion.to_json() if suspicion else None,
+            "wifi_key": {"keyid": key.keyid, "created": key.created} if key else None,
+        }
 
     def dhcp_status(self) -> list:
         now = self.clock()
-        leased = sorted((d for d in self.devices.values() if d.subnet and d.lease_active(now)),
-                        key=lambda d: d.subnet.index if d.subnet else 0)
-        return [{"mac": d.mac, "ip": d.subnet.device_ip if d.subnet else None, "state": d.state.value,
-                 "hostname": d.hostname, "lease_expires": d.lease_expires,
-                 "lease_seconds_left": max(0, int(d.lease_expires - now))} for d in leased]
+        leased = sorted(
+            (d for d in self.devices.values() if d.subnet and d.lease_active(now)),
+            key=lambda d: d.subnet.index if d.subnet else 0,
+        )
+        return [
+            {
+                "mac": d.mac,
+                "ip": d.subnet.device_ip if d.subnet else None,
+                "state": d.state.value,
+                "hostname": d.hostname,
+                "lease_expires": d.lease_expires,
+                "lease_seconds_left": max(0, int(d.lease_expires - now)),
+            }
+            for d in leased
+        ]
 
     def blacklist_status(self) -> list:
         return sorted(d.mac for d in self.devices.values() if d.state is State.BLACKLISTED)
@@ -978,15 +1079,24 @@ class HomeRouter:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
         if self.wlan_port is None or self.router_mac is None:
             return []  # no switch yet: it gets everything when it connects
-        wanted = flows.device_rules(device, self.clock(), self.wlan_port, self.router_mac,
-                                    learning=device.mac not in self.over_budget,
-                                    dns_gated=dnsgate.DENY in self.dns_rules.get(device.mac, {}).values())
+        wanted = flows.device_rules(
+            device,
+            self.clock(),
+            self.wlan_port,
+            self.router_mac,
+            learning=device.mac not in self.over_budget,
+            dns_gated=dnsgate.DENY in self.dns_rules.get(device.mac, {}).values(),
+        )
         have = self.installed.get(device.mac)
         if wanted == have and not reinstall:
             return []
         effects: list = []
-        if (device.forwards and device.lease_active(self.clock()) and device.subnet
-                and device.subnet.index not in self.gateways):
+        if (
+            device.forwards
+            and device.lease_active(self.clock())
+            and device.subnet
+            and device.subnet.index not in self.gateways
+        ):
             # Only a permitted device talks to the router's own stack; a pending one gets DHCP
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
             self.gateways.add(device.subnet.index)
@@ -1045,8 +1155,12 @@ class HomeRouter:
         # A device that only ever sent DISCOVERs (all a forged MAC does) goes before one that took
         # a lease (a real newcomer renews and waits for the household to look).
         oldest = min(pending, key=lambda d: (d.lease_expires > 0, d.last_seen))
-        LOG.info("pending devices at their cap (%d): forgetting %s, silent since %.0f", self.max_pending,
-                 oldest.mac, oldest.last_seen)
+        LOG.info(
+            "pending devices at their cap (%d): forgetting %s, silent since %.0f",
+            self.max_pending,
+            oldest.mac,
+            oldest.last_seen,
+        )
         self.counters["pending_evicted"] += 1
         del self.devices[oldest.mac]
         self.sighted.discard(oldest.mac)

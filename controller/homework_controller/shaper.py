@@ -14,6 +14,7 @@ interface was recreated). It shells out to iproute2's `tc`: u32 filters with exp
 handles (what makes `replace` idempotent) and probing leaf qdiscs by kind are plain `tc`
 commands, where pyroute2's u32 support needs hand-packed keys.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,20 +83,59 @@ class Shaper:
             self._run("qdisc", "del", "dev", dev, "root", check=False)  # whatever was there (none is fine)
             self._run("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", normal.split(":")[1])
         shaped = f"{link.shaped_kbit}kbit"
-        self._run("class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", shaped,
-                  "ceil", shaped)
-        for classid, rate, ceil, prio in ((high, link.high_kbit, f"{link.high_kbit}kbit", "0"),
-                                          (medium, link.medium_kbit, shaped, "1"),
-                                          (normal, link.normal_kbit, shaped, "2")):
-            self._run("class", "replace", "dev", dev, "parent", "1:1", "classid", classid, "htb",
-                      "rate", f"{rate}kbit", "ceil", ceil, "prio", prio, "quantum", "1514")
+        self._run(
+            "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", shaped, "ceil", shaped
+        )
+        for classid, rate, ceil, prio in (
+            (high, link.high_kbit, f"{link.high_kbit}kbit", "0"),
+            (medium, link.medium_kbit, shaped, "1"),
+            (normal, link.normal_kbit, shaped, "2"),
+        ):
+            self._run(
+                "class",
+                "replace",
+                "dev",
+                dev,
+                "parent",
+                "1:1",
+                "classid",
+                classid,
+                "htb",
+                "rate",
+                f"{rate}kbit",
+                "ceil",
+                ceil,
+                "prio",
+                prio,
+                "quantum",
+                "1514",
+            )
             self.leaf = self._apply_leaf(classid)
         for priority in (qos.HIGH, qos.MEDIUM):
             mark = qos.MARKS[priority]
             minor = mark.classid.split(":")[1]
-            self._run("filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", _FILTER_PRIO,
-                      "handle", f"800::{minor}", "u32", "match", "ip", "dsfield", f"{mark.tos:#04x}", "0xfc",
-                      "flowid", mark.classid)
+            self._run(
+                "filter",
+                "replace",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "protocol",
+                "ip",
+                "prio",
+                _FILTER_PRIO,
+                "handle",
+                f"800::{minor}",
+                "u32",
+                "match",
+                "ip",
+                "dsfield",
+                f"{mark.tos:#04x}",
+                "0xfc",
+                "flowid",
+                mark.classid,
+            )
         self.error = ""
         assert self.leaf is not None
         return self.leaf
@@ -105,8 +145,9 @@ class Shaper:
         failures = []
         kinds = LEAVES if self.leaf is None else [leaf for leaf in LEAVES if leaf[0] == self.leaf]
         for kind, args in kinds:
-            proc = self._run("qdisc", "replace", "dev", self.link.iface, "parent", classid, "handle", f"{minor}:",
-                             *args, check=False)
+            proc = self._run(
+                "qdisc", "replace", "dev", self.link.iface, "parent", classid, "handle", f"{minor}:", *args, check=False
+            )
             if proc.returncode == 0:
                 return kind
             failures.append(f"{kind}: {proc.stderr.strip()}")
@@ -118,8 +159,14 @@ class Shaper:
 
     def health(self) -> dict:
         link = self.link
-        return {"iface": link.iface, "line_kbit": link.line_kbit, "shaped_kbit": link.shaped_kbit,
-                "high_kbit": link.high_kbit, "leaf_qdisc": self.leaf, "error": self.error}
+        return {
+            "iface": link.iface,
+            "line_kbit": link.line_kbit,
+            "shaped_kbit": link.shaped_kbit,
+            "high_kbit": link.high_kbit,
+            "leaf_qdisc": self.leaf,
+            "error": self.error,
+        }
 
 
 OVERLOAD_EVENT_S = 300  # at most one qos-overload Event per shaped link in this long
@@ -142,8 +189,14 @@ class Watch:
             try:
                 if not s.applied():
                     leaf = s.apply()
-                    LOG.info("%s (%s) shaped at %d kbit/s, High capped at %d, leaf qdisc %s", way, s.link.iface,
-                             s.link.shaped_kbit, s.link.high_kbit, leaf)
+                    LOG.info(
+                        "%s (%s) shaped at %d kbit/s, High capped at %d, leaf qdisc %s",
+                        way,
+                        s.link.iface,
+                        s.link.shaped_kbit,
+                        s.link.high_kbit,
+                        leaf,
+                    )
                     self._last.pop(way, None)
                 elif s.leaf is None:
                     s.leaf = s.current_leaf()
@@ -155,8 +208,11 @@ class Watch:
                 continue
             before = self._last.get(way)
             self._last[way] = (now, counters)
-            why = None if before is None else qos.high_class_overload(before[1], counters, now - before[0],
-                                                                       s.link.high_kbit)
+            why = (
+                None
+                if before is None
+                else qos.high_class_overload(before[1], counters, now - before[0], s.link.high_kbit)
+            )
             if why and now - self._told.get(way, -OVERLOAD_EVENT_S) >= OVERLOAD_EVENT_S:
                 self._told[way] = now
                 messages.append(f"high-priority traffic {way} ({s.link.iface}) {why}")

@@ -20,6 +20,7 @@ ways), and:
 A lost connection is retried with exponential backoff. While it is down, the slicer keeps our rules
 (its default for a departed household), so downlink priorities hold through a router restart.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,7 +41,7 @@ LOG = logging.getLogger("homework.slice")
 DATAPATH = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)  # what os-ken's codec needs of a datapath
 HEADER_SIZE = 8
 CONNECT_TIMEOUT_S = 10.0
-SEND_TIMEOUT_S = 30.0   # the slicer's back-pressure may hold a send this long before we call it gone
+SEND_TIMEOUT_S = 30.0  # the slicer's back-pressure may hold a send this long before we call it gone
 FIRST_BACKOFF_S = 0.5
 
 
@@ -97,9 +98,19 @@ class _Channel:
 
 
 class SliceLink:
-    def __init__(self, host: str, port: int, snapshot: Callable[[], Iterable[downlink.Connection]],
-                 public_addresses: Iterable[str], tls: ssl.SSLContext | None, *, source_address: str | None = None,
-                 poll_s: float = 1.0, echo_s: float = 5.0, max_backoff_s: float = 16.0):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        snapshot: Callable[[], Iterable[downlink.Connection]],
+        public_addresses: Iterable[str],
+        tls: ssl.SSLContext | None,
+        *,
+        source_address: str | None = None,
+        poll_s: float = 1.0,
+        echo_s: float = 5.0,
+        max_backoff_s: float = 16.0,
+    ):
         self.host, self.port = host, port
         self.snapshot = snapshot
         self.public_addresses = tuple(public_addresses)
@@ -111,7 +122,7 @@ class SliceLink:
         self.connected = False
         self.connects = 0
         self.errors = 0
-        self.last_error = ""    # the slicer's last OpenFlow error
+        self.last_error = ""  # the slicer's last OpenFlow error
         self.last_failure = ""  # why the last connection failed or ended
         self.datapath_id: int | None = None
         # This session's rules: (table, rule priority, match) -> the rule sent; ADDs the slicer has
@@ -132,10 +143,18 @@ class SliceLink:
             self._thread.join(timeout=SEND_TIMEOUT_S)
 
     def health(self) -> dict:
-        return {"slicer": f"{self.host}:{self.port}", "tls": self.tls is not None, "connected": self.connected,
-                "connects": self.connects, "datapath_id": self.datapath_id, "rules_installed": len(self.installed),
-                "rules_refused": len(self.refused), "errors": self.errors, "last_error": self.last_error,
-                "last_failure": self.last_failure}
+        return {
+            "slicer": f"{self.host}:{self.port}",
+            "tls": self.tls is not None,
+            "connected": self.connected,
+            "connects": self.connects,
+            "datapath_id": self.datapath_id,
+            "rules_installed": len(self.installed),
+            "rules_refused": len(self.refused),
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "last_failure": self.last_failure,
+        }
 
     # ---- the connection
 
@@ -163,8 +182,11 @@ class SliceLink:
             backoff = min(backoff * 2, self.max_backoff_s)
 
     def _connect(self) -> socket.socket:
-        sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S,
-                                        source_address=(self.source_address, 0) if self.source_address else None)
+        sock = socket.create_connection(
+            (self.host, self.port),
+            timeout=CONNECT_TIMEOUT_S,
+            source_address=(self.source_address, 0) if self.source_address else None,
+        )
         if self.tls is None:
             return sock
         try:
@@ -251,8 +273,9 @@ class SliceLink:
         self.errors += 1
         rule, replaced = self.unconfirmed.pop(xid, (None, None))
         what = f"refused {rule}" if rule is not None else f"error for message {xid}"
-        self.last_error = (f"{what}: {ofp.ofp_error_type_to_str(error.type)}/"
-                           f"{ofp.ofp_error_code_to_str(error.type, error.code)}")
+        self.last_error = (
+            f"{what}: {ofp.ofp_error_type_to_str(error.type)}/" f"{ofp.ofp_error_code_to_str(error.type, error.code)}"
+        )
         LOG.error("slice %s:%d %s", self.host, self.port, self.last_error)
         if rule is not None:
             self.refused.add(rule)

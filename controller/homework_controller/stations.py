@@ -4,6 +4,7 @@ One parser, two sources: on a router the text comes from `iw dev wlan0 station d
 in the emulated home `homenet` writes the same text to a file from its emulated radio.
 `link_rows` turns two successive dumps into Links rows (retries and packets per interval).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,12 @@ def parse_station_dump(text: str) -> dict[str, Station]:
         mac = station.group(1).lower()
         fields = dict(re.findall(r"^\s+([a-z ]+):\s+(-?\d+)", block, re.M))
         try:
-            stations[mac] = Station(mac, int(fields["signal"]), int(fields.get("tx retries", 0)),
-                                    int(fields.get("rx packets", 0)) + int(fields.get("tx packets", 0)))
+            stations[mac] = Station(
+                mac,
+                int(fields["signal"]),
+                int(fields.get("tx retries", 0)),
+                int(fields.get("rx packets", 0)) + int(fields.get("tx packets", 0)),
+            )
         except KeyError:
             continue  # a station without a signal reading yet: skip until it has one
     return stations
@@ -53,8 +58,9 @@ def read_stations(source: str) -> str:
     """`iw:IFACE` runs iw; `file:PATH` reads what an emulated radio wrote."""
     kind, _, where = source.partition(":")
     if kind == "iw":
-        return subprocess.run(["iw", "dev", where, "station", "dump"], capture_output=True, text=True,
-                              timeout=5, check=True).stdout
+        return subprocess.run(
+            ["iw", "dev", where, "station", "dump"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout
     if kind == "file":
         with open(where, encoding="utf-8") as f:
             return f.read()

@@ -12,6 +12,7 @@ that is not a readable database is moved aside (never deleted) and the copy rest
 a corrupt file does not silently lift the household's blacklist; only if the copy is
 unreadable too does the controller start empty, and says so (`recovered`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,12 +100,16 @@ class DeviceStore:
             try:
                 _open(self.backup_path).close()
                 shutil.copyfile(self.backup_path, self.path)
-                self.recovered = (f"the device database was unreadable ({exc}); kept it as {self.quarantined} "
-                                  "and restored the last copy: the household's decisions stand")
+                self.recovered = (
+                    f"the device database was unreadable ({exc}); kept it as {self.quarantined} "
+                    "and restored the last copy: the household's decisions stand"
+                )
             except (OSError, sqlite3.DatabaseError) as backup_exc:
-                self.recovered = (f"the device database was unreadable ({exc}) and so was its copy ({backup_exc}); "
-                                  f"kept it as {self.quarantined} and started with no decisions: every device "
-                                  "must be admitted again")
+                self.recovered = (
+                    f"the device database was unreadable ({exc}) and so was its copy ({backup_exc}); "
+                    f"kept it as {self.quarantined} and started with no decisions: every device "
+                    "must be admitted again"
+                )
             LOG.error("%s", self.recovered)
             return _open(self.path)
 
@@ -114,13 +119,21 @@ class DeviceStore:
         devices = {}
         rows = self.db.execute(
             "SELECT mac, state, subnet, hostname, vendor_class, name, first_seen, last_seen, lease_expires "
-            "FROM devices")
+            "FROM devices"
+        )
         for mac, state, subnet, hostname, vendor_class, name, first, last, expires in rows:
             try:
-                devices[mac] = Device(mac=mac, state=State(state),
-                                      subnet=Subnet(subnet) if subnet is not None else None,
-                                      hostname=hostname, vendor_class=vendor_class, name=name,
-                                      first_seen=first, last_seen=last, lease_expires=expires)
+                devices[mac] = Device(
+                    mac=mac,
+                    state=State(state),
+                    subnet=Subnet(subnet) if subnet is not None else None,
+                    hostname=hostname,
+                    vendor_class=vendor_class,
+                    name=name,
+                    first_seen=first,
+                    last_seen=last,
+                    lease_expires=expires,
+                )
             except ValueError as exc:
                 LOG.error("skipping unreadable device record %s: %s", mac, exc)
         return devices
@@ -132,38 +145,55 @@ class DeviceStore:
         return rules
 
     def load_wifi_keys(self) -> dict[str, WifiKey]:
-        return {mac: WifiKey(mac, passphrase, created)
-                for mac, passphrase, created in self.db.execute("SELECT mac, passphrase, created FROM wifi_keys")}
+        return {
+            mac: WifiKey(mac, passphrase, created)
+            for mac, passphrase, created in self.db.execute("SELECT mac, passphrase, created FROM wifi_keys")
+        }
 
     # -- writing: queued, committed by the writer thread
 
     def save(self, device: Device) -> None:
-        self._submit("INSERT INTO devices (mac, state, subnet, hostname, vendor_class, name, first_seen, "
-                     "last_seen, lease_expires) VALUES (?,?,?,?,?,?,?,?,?) "
-                     "ON CONFLICT(mac) DO UPDATE SET state=excluded.state, subnet=excluded.subnet, "
-                     "hostname=excluded.hostname, vendor_class=excluded.vendor_class, name=excluded.name, "
-                     "first_seen=excluded.first_seen, last_seen=excluded.last_seen, "
-                     "lease_expires=excluded.lease_expires",
-                     (device.mac, device.state.value, device.subnet.index if device.subnet else None,
-                      device.hostname, device.vendor_class, device.name, device.first_seen,
-                      device.last_seen, device.lease_expires))
+        self._submit(
+            "INSERT INTO devices (mac, state, subnet, hostname, vendor_class, name, first_seen, "
+            "last_seen, lease_expires) VALUES (?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(mac) DO UPDATE SET state=excluded.state, subnet=excluded.subnet, "
+            "hostname=excluded.hostname, vendor_class=excluded.vendor_class, name=excluded.name, "
+            "first_seen=excluded.first_seen, last_seen=excluded.last_seen, "
+            "lease_expires=excluded.lease_expires",
+            (
+                device.mac,
+                device.state.value,
+                device.subnet.index if device.subnet else None,
+                device.hostname,
+                device.vendor_class,
+                device.name,
+                device.first_seen,
+                device.last_seen,
+                device.lease_expires,
+            ),
+        )
 
     def save_dns_rule(self, mac: str, domain: str, action: str | None) -> None:
         """Set (or, with action None, remove) one device's rule for one domain."""
         if action is None:
             self._submit("DELETE FROM dns_rules WHERE mac = ? AND domain = ?", (mac, domain))
         else:
-            self._submit("INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
-                         "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action", (mac, domain, action))
+            self._submit(
+                "INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
+                "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action",
+                (mac, domain, action),
+            )
 
     def save_wifi_key(self, mac: str, key: WifiKey | None) -> None:
         """Set (or, with None, revoke) a device's own Wi-Fi passphrase."""
         if key is None:
             self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
         else:
-            self._submit("INSERT INTO wifi_keys (mac, passphrase, created) VALUES (?,?,?) ON CONFLICT(mac) "
-                         "DO UPDATE SET passphrase=excluded.passphrase, created=excluded.created",
-                         (mac, key.passphrase, key.created))
+            self._submit(
+                "INSERT INTO wifi_keys (mac, passphrase, created) VALUES (?,?,?) ON CONFLICT(mac) "
+                "DO UPDATE SET passphrase=excluded.passphrase, created=excluded.created",
+                (mac, key.passphrase, key.created),
+            )
 
     def delete(self, mac: str) -> None:
         self._submit("DELETE FROM devices WHERE mac = ?", (mac,))

@@ -3,6 +3,7 @@
 Each service is a socket and the thread serving it. Its loop already makes every per-message
 failure cost that message only; this is the net under that net, and what `health` reports.
 """
+
 from __future__ import annotations
 
 import logging

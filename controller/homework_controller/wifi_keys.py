@@ -8,6 +8,7 @@ every other line as it finds it. hostapd reports the keyid a station joined with
 (`AP-STA-CONNECTED MAC keyid=ID`), so a station using a device's MAC with the guest
 passphrase is told apart from the device itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,9 @@ def psk_line(keyid: str, mac: str, passphrase: str) -> str:
 
 def render_psk_file(current: str, keys: list[WifiKey]) -> str:
     """`current` with its device lines replaced by `keys` (guest and other lines kept, in front)."""
-    kept = [line for line in current.splitlines()
-            if line.strip() and not line.startswith(f"keyid={DEVICE_KEYID_PREFIX}")]
+    kept = [
+        line for line in current.splitlines() if line.strip() and not line.startswith(f"keyid={DEVICE_KEYID_PREFIX}")
+    ]
     lines = kept + [psk_line(k.keyid, k.mac, k.passphrase) for k in sorted(keys, key=lambda k: k.mac)]
     return "".join(line + "\n" for line in lines)
 

@@ -4,6 +4,7 @@ UDP and TCP on one random port of 127.0.0.1. `names` maps a name to its A (or AA
 addresses; `raw` maps a name to the exact bytes to answer (hostile answers, with the
 query's id patched in); anything else is NXDOMAIN.
 """
+
 from __future__ import annotations
 
 import socket
@@ -54,8 +55,9 @@ class Upstream:
             reply.header.rcode = dnslib.RCODE.NXDOMAIN
         for address in self.names.get(name, []):
             rdata = dnslib.AAAA(address) if ":" in address else dnslib.A(address)
-            reply.add_answer(dnslib.RR(name, dnslib.QTYPE.AAAA if ":" in address else dnslib.QTYPE.A,
-                                       rdata=rdata, ttl=300))
+            reply.add_answer(
+                dnslib.RR(name, dnslib.QTYPE.AAAA if ":" in address else dnslib.QTYPE.A, rdata=rdata, ttl=300)
+            )
         return reply.pack()
 
     def _serve_udp(self):

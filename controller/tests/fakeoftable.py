@@ -6,6 +6,7 @@ of a table wins (two of the same priority matching is a bug, reported), apply-ac
 order (`SetQueue` shows in the packet as `queue`), `GotoTable` continues. Tests assert
 outcomes (which port, with which headers) rather than rule shapes.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -46,8 +47,9 @@ class FakeSwitch:
 
     def _modify(self, new: flows.FlowRule) -> None:
         """OFPFC_MODIFY_STRICT: new actions for the rule of the same table, priority and match, if there is one."""
-        self.rules = [new if (r.table, r.priority, r.match) == (new.table, new.priority, new.match) else r
-                      for r in self.rules]
+        self.rules = [
+            new if (r.table, r.priority, r.match) == (new.table, new.priority, new.match) else r for r in self.rules
+        ]
 
     def table(self, table: int) -> list[flows.FlowRule]:
         return [r for r in self.rules if r.table == table]
@@ -105,8 +107,16 @@ def _matches(r: flows.FlowRule, packet: dict) -> bool:
 
 def ipv4(in_port, eth_src, eth_dst, src, dst, proto=flows.PROTO_TCP, sport=40000, dport=80, ttl=64) -> dict:
     """A packet as the switch sees it."""
-    packet = {"in_port": in_port, "eth_src": eth_src, "eth_dst": eth_dst, "eth_type": flows.ETH_IPV4,
-              "ipv4_src": src, "ipv4_dst": dst, "ip_proto": proto, "ip_ttl": ttl}
+    packet = {
+        "in_port": in_port,
+        "eth_src": eth_src,
+        "eth_dst": eth_dst,
+        "eth_type": flows.ETH_IPV4,
+        "ipv4_src": src,
+        "ipv4_dst": dst,
+        "ip_proto": proto,
+        "ip_ttl": ttl,
+    }
     prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}.get(proto)
     if prefix:
         packet.update({f"{prefix}_src": sport, f"{prefix}_dst": dport})

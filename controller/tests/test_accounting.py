@@ -1,5 +1,6 @@
 """Per-flow accounting: each flow gets a counting rule, within a per-device budget, and no
 connection is too short to be counted."""
+
 from dhcp_frames import frame
 from test_router import PHONE, lease
 
@@ -10,8 +11,17 @@ INTERNET = "198.51.100.80"
 
 
 def tcp_frame(src_ip, dst_ip, sport, dport, size=100):
-    return packets.Frame(PHONE, "02:48:57:00:00:01", 0x0800, ip_src=src_ip, ip_dst=dst_ip, ip_proto=6,
-                         sport=sport, dport=dport, size=size)
+    return packets.Frame(
+        PHONE,
+        "02:48:57:00:00:01",
+        0x0800,
+        ip_src=src_ip,
+        ip_dst=dst_ip,
+        ip_proto=6,
+        sport=sport,
+        dport=dport,
+        size=size,
+    )
 
 
 def permitted_phone(router):
@@ -26,8 +36,14 @@ def test_a_new_flow_gets_its_own_counting_rule_once(router):
     [install] = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80))
     [r] = install.rules
     assert r.table == flows.TABLE_ACCOUNTING and r.idle_timeout == flows.FLOW_IDLE_TIMEOUT_S and r.notify_removal
-    assert r.match_dict == {"eth_type": 0x0800, "ip_proto": 6, "ipv4_src": ip, "ipv4_dst": INTERNET,
-                            "tcp_src": 40000, "tcp_dst": 80}
+    assert r.match_dict == {
+        "eth_type": 0x0800,
+        "ip_proto": 6,
+        "ipv4_src": ip,
+        "ipv4_dst": INTERNET,
+        "tcp_src": 40000,
+        "tcp_dst": 80,
+    }
     assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80)) == []  # a second copy in flight
     # The answer direction, arriving from the router's stack, is a flow of its own.
     [back] = router.on_flow_copy(flows.LOCAL, tcp_frame(INTERNET, ip, 80, 40000))
@@ -40,10 +56,16 @@ def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_
         router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40001, 80, size))
     device_up = {"eth_type": 0x0800, "ipv4_src": ip}
     # The rule came too late to see anything; the device's learning rule counted the 4 copies.
-    rows = router.on_flow_stats([(flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, ip, 40001, INTERNET, 80).match(),
-                                  0, 0), (flows.Accounting.DEVICE_SOURCE, device_up, 4, 406)])
-    assert [(e.table, e.row) for e in rows] == [("Flows", (6, ip, 40001, INTERNET, 80, 4, 406)),
-                                                ("AppTimeseries", ("web", 406, 4))]  # not twice as the device's
+    rows = router.on_flow_stats(
+        [
+            (flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, ip, 40001, INTERNET, 80).match(), 0, 0),
+            (flows.Accounting.DEVICE_SOURCE, device_up, 4, 406),
+        ]
+    )
+    assert [(e.table, e.row) for e in rows] == [
+        ("Flows", (6, ip, 40001, INTERNET, 80, 4, 406)),
+        ("AppTimeseries", ("web", 406, 4)),
+    ]  # not twice as the device's
     # A flow whose rule never showed up at all (deleted in between) is counted all the same.
     router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40002, 80, 60))
     [row, _] = router.on_flow_stats([])
@@ -65,8 +87,13 @@ def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_t
     assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 50001, 80)) == []  # no more learning
     # ...until it cools down.
     router.clock.now += router.budget_cooldown_s + 1
-    resumed = [r for e in router.tick() if isinstance(e, InstallRules) for r in e.rules
-               if r.priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST)]
+    resumed = [
+        r
+        for e in router.tick()
+        if isinstance(e, InstallRules)
+        for r in e.rules
+        if r.priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST)
+    ]
     assert resumed and all(flows.Output(flows.CONTROLLER) in r.actions for r in resumed)
 
 
@@ -74,16 +101,21 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
     ip = permitted_phone(router)
     flow = flows.FiveTuple(6, ip, 40000, INTERNET, 80).match()
     device_up = {"eth_type": 0x0800, "ipv4_src": ip}
-    first = router.on_flow_stats([(flows.Accounting.LEARNT_FLOW, flow, 10, 1500),
-                                  (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)])
-    assert [(e.table, e.row) for e in first] == [("Flows", (6, ip, 40000, INTERNET, 80, 10, 1500)),
-                                                 ("Flows", (0, ip, 0, "0.0.0.0", 0, 2, 120)),
-                                                 ("AppTimeseries", ("web", 1500, 10))]
-    second = router.on_flow_stats([(flows.Accounting.LEARNT_FLOW, flow, 15, 2000),
-                                   (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)])
+    first = router.on_flow_stats(
+        [(flows.Accounting.LEARNT_FLOW, flow, 10, 1500), (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)]
+    )
+    assert [(e.table, e.row) for e in first] == [
+        ("Flows", (6, ip, 40000, INTERNET, 80, 10, 1500)),
+        ("Flows", (0, ip, 0, "0.0.0.0", 0, 2, 120)),
+        ("AppTimeseries", ("web", 1500, 10)),
+    ]
+    second = router.on_flow_stats(
+        [(flows.Accounting.LEARNT_FLOW, flow, 15, 2000), (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)]
+    )
     assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500), ("web", 500, 5)]  # idle rules add nothing
     # It idles out with 3 more packets since that poll: those are counted, once.
-    assert [e.row for e in router.on_flow_removed(flows.Accounting.LEARNT_FLOW, flow, 18, 2300)] == \
-        [(6, ip, 40000, INTERNET, 80, 3, 300), ("web", 300, 3)]
+    assert [e.row for e in router.on_flow_removed(flows.Accounting.LEARNT_FLOW, flow, 18, 2300)] == [
+        (6, ip, 40000, INTERNET, 80, 3, 300),
+        ("web", 300, 3),
+    ]
     assert all(isinstance(e, LogRow) for e in first + second)
-

@@ -1,4 +1,5 @@
 """ws.v1 as a caller sees it: routes, verbs and JSON errors."""
+
 import io
 import json
 
@@ -12,8 +13,13 @@ def request(app, verb, path, query=""):
 
     def start_response(status, headers):
         out["status"], out["headers"] = int(status.split()[0]), dict(headers)
-    body = b"".join(app({"REQUEST_METHOD": verb, "PATH_INFO": path, "QUERY_STRING": query,
-                         "wsgi.input": io.BytesIO()}, start_response))
+
+    body = b"".join(
+        app(
+            {"REQUEST_METHOD": verb, "PATH_INFO": path, "QUERY_STRING": query, "wsgi.input": io.BytesIO()},
+            start_response,
+        )
+    )
     return out["status"], json.loads(body)
 
 
@@ -31,7 +37,9 @@ APP = api.make_app(service)
 def test_state_changes_need_post():
     assert request(APP, "GET", "/ws.v1/permit/02:00:00:00:00:01")[0] == 405
     assert request(APP, "POST", "/ws.v1/permit/02:00:00:00:00:01") == (
-        200, {"called": "permit", "args": ["02:00:00:00:00:01"]})
+        200,
+        {"called": "permit", "args": ["02:00:00:00:00:01"]},
+    )
 
 
 def test_errors_are_json_with_a_4xx_code():
@@ -44,8 +52,17 @@ def test_errors_are_json_with_a_4xx_code():
 
 
 def test_every_original_method_is_routed():
-    for method in ("permit", "deny", "status", "dhcp-status", "whitelist", "blacklist", "blacklist-status",
-                   "permit-dns", "deny-dns"):
+    for method in (
+        "permit",
+        "deny",
+        "status",
+        "dhcp-status",
+        "whitelist",
+        "blacklist",
+        "blacklist-status",
+        "permit-dns",
+        "deny-dns",
+    ):
         assert method in api.ROUTES
     assert request(APP, "POST", "/ws.v1/deny-dns/02:00:00:00:00:01/games.example.test")[1]["called"] == "deny_dns"
     assert request(APP, "GET", "/ws.v1/status/02:00:00:00:00:01")[1]["args"] == ["02:00:00:00:00:01"]
@@ -66,5 +83,8 @@ def test_wifi_passphrase_methods_are_routed_with_their_verbs_and_a_router_withou
 
     def no_wifi(name, *args):
         raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
+
     assert request(api.make_app(no_wifi), "POST", f"/ws.v1/wifi-key/{mac}") == (
-        501, {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"})
+        501,
+        {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"},
+    )

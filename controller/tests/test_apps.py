@@ -1,4 +1,5 @@
 """The app table (data) and the classifier: each source, and their precedence agent > DNS > port > behaviour."""
+
 import pytest
 
 from homework_controller import apps, flows
@@ -49,10 +50,24 @@ def test_the_service_port_either_way_then_behaviour_then_other():
 
 
 def test_the_shipped_table_keeps_the_old_port_tables_knowledge():
-    expected = {(TCP, 80): "web", (TCP, 8080): "web", (TCP, 25): "email", (TCP, 993): "email",
-                (TCP, 1935): "streaming", (TCP, 3074): "games", (TCP, 5222): "messaging", (TCP, 853): "dns",
-                (UDP, 53): "dns", (UDP, 443): "web", (UDP, 123): "time", (UDP, 3478): "video-call",
-                (UDP, 5060): "video-call", (UDP, 27015): "games", (UDP, 16400): "video-call", (UDP, 5353): "local"}
+    expected = {
+        (TCP, 80): "web",
+        (TCP, 8080): "web",
+        (TCP, 25): "email",
+        (TCP, 993): "email",
+        (TCP, 1935): "streaming",
+        (TCP, 3074): "games",
+        (TCP, 5222): "messaging",
+        (TCP, 853): "dns",
+        (UDP, 53): "dns",
+        (UDP, 443): "web",
+        (UDP, 123): "time",
+        (UDP, 3478): "video-call",
+        (UDP, 5060): "video-call",
+        (UDP, 27015): "games",
+        (UDP, 16400): "video-call",
+        (UDP, 5353): "local",
+    }
     for (proto, port), app in expected.items():
         assert TABLE.app_of_ports(flows.FiveTuple(proto, PHONE_IP, 40000, WEB_IP, port)) == app
     assert TABLE.default_priority("video-call") == "high" and TABLE.default_priority("web") == "default"
@@ -68,15 +83,18 @@ def test_a_table_of_ones_own_replaces_the_shipped_one(tmp_path):
     assert apps.classify(table, conn(TCP, 443)) == (apps.OTHER, apps.UNKNOWN)  # the old table is gone
 
 
-@pytest.mark.parametrize("text, complaint", [
-    ("[apps.x]\npriority = 'urgent'\n", "priority must be one of"),
-    ("[apps.x]\ntcp = ['80-']\n", "a port is a number"),
-    ("[apps.x]\nudp = [70000]\n", "out of 1-65535"),
-    ("[apps.x]\nport = [80]\n", "unknown keys"),
-    ("[apps.x\n", "not TOML"),
-    ("[behaviour]\nbulk_min_pps = 5\n", "no [apps.NAME]"),
-    ("[apps.x]\n[behaviour]\nbulk_pps = 5\n", "[behaviour]"),
-])
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("[apps.x]\npriority = 'urgent'\n", "priority must be one of"),
+        ("[apps.x]\ntcp = ['80-']\n", "a port is a number"),
+        ("[apps.x]\nudp = [70000]\n", "out of 1-65535"),
+        ("[apps.x]\nport = [80]\n", "unknown keys"),
+        ("[apps.x\n", "not TOML"),
+        ("[behaviour]\nbulk_min_pps = 5\n", "no [apps.NAME]"),
+        ("[apps.x]\n[behaviour]\nbulk_pps = 5\n", "[behaviour]"),
+    ],
+)
 def test_a_bad_table_is_refused_saying_what_is_wrong(text, complaint):
     with pytest.raises(apps.BadAppTable, match=complaint.replace("[", r"\[")):
         apps.parse_table(text)

@@ -1,4 +1,5 @@
 """The DHCP server as a client sees it: per-device /30s, lease times by state, RFC 2131 answers."""
+
 import random
 import struct
 
@@ -25,8 +26,15 @@ def answers(effects):
 def join(router, mac, hostname=b"phone"):
     """DISCOVER + REQUEST, as dhclient does; returns the ACK's (packet, options)."""
     [(offer, opts)] = answers(router.on_dhcp(frame(mac, "discover", options=[("hostname", hostname)])))
-    [(ack, ack_opts)] = answers(router.on_dhcp(frame(
-        mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", offer[DHCP].underlayer.yiaddr)])))
+    [(ack, ack_opts)] = answers(
+        router.on_dhcp(
+            frame(
+                mac,
+                "request",
+                options=[("server_id", opts["server_id"]), ("requested_addr", offer[DHCP].underlayer.yiaddr)],
+            )
+        )
+    )
     return ack, ack_opts
 
 
@@ -55,8 +63,7 @@ def test_permitted_device_renews_for_an_hour(router):
     router.permit(PHONE)
     ip = ack["BOOTP"].yiaddr
     # RENEWING: unicast, ciaddr set, no server id / requested address.
-    [(renew, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip,
-                                                    dst_ip=opts_gateway(ip))))
+    [(renew, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip, dst_ip=opts_gateway(ip))))
     assert opts["message-type"] == 5 and opts["lease_time"] == 3600
     assert renew[IP].dst == ip and renew[Ether].dst == PHONE  # unicast back to the renewing client
     assert router.status(PHONE)["lease_seconds_left"] == 3600
@@ -117,8 +124,11 @@ def test_decline_tells_the_household_and_keeps_the_subnet(router):
 
 
 def test_hostname_and_vendor_class_are_recorded_and_sanitised(router):
-    router.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"Tom's\x00\x07 tablet"),
-                                                     ("vendor_class_id", b"android-dhcp-14")]))
+    router.on_dhcp(
+        frame(
+            PHONE, "discover", options=[("hostname", b"Tom's\x00\x07 tablet"), ("vendor_class_id", b"android-dhcp-14")]
+        )
+    )
     status = router.status(PHONE)
     assert status["hostname"] == "Tom's tablet"
     assert status["vendor_class"] == "android-dhcp-14"
@@ -126,8 +136,9 @@ def test_hostname_and_vendor_class_are_recorded_and_sanitised(router):
 
 def test_new_device_is_announced_to_the_household(router):
     effects = router.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"grandmas-ipad")]))
-    assert [e.message for e in effects if getattr(e, "kind", "") == "new-device"] == \
-        [f"grandmas-ipad ({PHONE}) asks to join"]
+    assert [e.message for e in effects if getattr(e, "kind", "") == "new-device"] == [
+        f"grandmas-ipad ({PHONE}) asks to join"
+    ]
 
 
 def test_a_device_cannot_ask_for_another_devices_lease(router):
@@ -138,19 +149,23 @@ def test_a_device_cannot_ask_for_another_devices_lease(router):
     assert router.counters["dhcp_spoofed_chaddr"] == 1
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda b: b[:100],                                  # truncated header
-    lambda b: b[:-1][:len(b) - 20],                     # options cut off before END
-    lambda b: b[:236] + b"\x00\x00\x00\x00" + b[240:],  # no magic cookie
-    lambda b: b[:240] + b"\x35\x05\x01",                # message type with a lying length
-    lambda b: b[:240] + b"\x0c\x01\xff\x35",            # 0xff only inside a value; a last tag without length
-    lambda b: b"\x02" + b[1:],                          # a BOOTREPLY from a "client"
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda b: b[:100],  # truncated header
+        lambda b: b[:-1][: len(b) - 20],  # options cut off before END
+        lambda b: b[:236] + b"\x00\x00\x00\x00" + b[240:],  # no magic cookie
+        lambda b: b[:240] + b"\x35\x05\x01",  # message type with a lying length
+        lambda b: b[:240] + b"\x0c\x01\xff\x35",  # 0xff only inside a value; a last tag without length
+        lambda b: b"\x02" + b[1:],  # a BOOTREPLY from a "client"
+    ],
+)
 def test_malformed_requests_are_dropped_and_counted(router, mangle):
     good = client_frame(PHONE, "discover")
     # A well-formed frame (scapy sets the IP and UDP lengths) carrying a malformed DHCP message.
-    wire = bytes(Ether(good[:14]) / IP(src="0.0.0.0", dst="255.255.255.255") / UDP(sport=68, dport=67)
-                 / Raw(mangle(good[42:])))
+    wire = bytes(
+        Ether(good[:14]) / IP(src="0.0.0.0", dst="255.255.255.255") / UDP(sport=68, dport=67) / Raw(mangle(good[42:]))
+    )
     assert router.on_dhcp(packets.parse(wire)) == []
     assert router.counters["dhcp_malformed"] == 1
     assert PHONE not in router.devices  # nothing was allocated for it
@@ -209,9 +224,19 @@ def test_the_checksum_is_dpkts():
 
 
 def test_encoded_reply_round_trips_through_scapy():
-    reply = dhcp.DhcpReply(msg_type=dhcp.OFFER, xid=99, flags=0, chaddr=PHONE, ciaddr="0.0.0.0",
-                           yiaddr="10.2.0.6", server_ip="10.2.0.5", dst_ip="10.2.0.6", dst_mac=PHONE,
-                           lease_seconds=30, subnet=Subnet(1))
+    reply = dhcp.DhcpReply(
+        msg_type=dhcp.OFFER,
+        xid=99,
+        flags=0,
+        chaddr=PHONE,
+        ciaddr="0.0.0.0",
+        yiaddr="10.2.0.6",
+        server_ip="10.2.0.5",
+        dst_ip="10.2.0.6",
+        dst_mac=PHONE,
+        lease_seconds=30,
+        subnet=Subnet(1),
+    )
     bootp = BOOTP(dhcp.encode_reply(reply))
     opts = dict(o for o in bootp[DHCP].options if isinstance(o, tuple) and len(o) == 2)
     assert bootp.xid == 99 and bootp.yiaddr == "10.2.0.6"
@@ -223,8 +248,10 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
     the reference. Thousands of mutated client frames (lengths, flags, options, truncations) are read
     the same way by both, or refused by both."""
     rng = random.Random(1305)
-    seeds = [client_frame(PHONE, t, options=[("hostname", "phone"), ("requested_addr", "10.2.0.6")])
-             for t in ("discover", "request")]
+    seeds = [
+        client_frame(PHONE, t, options=[("hostname", "phone"), ("requested_addr", "10.2.0.6")])
+        for t in ("discover", "request")
+    ]
 
     def by_dpkt(data):
         try:
@@ -235,7 +262,7 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
             udp = ip.data
             if udp.ulen < 8 or udp.ulen - 8 > len(udp.data):
                 return "malformed"
-            payload = bytes(udp.data[:udp.ulen - 8])
+            payload = bytes(udp.data[: udp.ulen - 8])
             msg = dpkt.dhcp.DHCP(payload)
             return (udp.sport, udp.dport, msg.xid, msg.flags, msg.chaddr[:6].hex(":"), dict(msg.opts).get(53))
         except (dpkt.UnpackError, ValueError, IndexError, struct.error):

@@ -1,5 +1,6 @@
 """The DHCP socket on a real interface (loopback): only DHCP to the server port comes in, a bad
 frame costs only itself, and a dead thread is seen by health and replaced."""
+
 import queue
 import socket
 

@@ -5,6 +5,7 @@ random and sent over UDP and TCP for a few seconds; whatever arrives, the resolv
 neither fail unexpectedly (`dns_errors`) nor stop, nor hold the controller's lock, and a
 device's ordinary lookup must still be answered afterwards.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,18 +37,18 @@ def mutate(rng: random.Random, message: bytes) -> bytes:
     data = bytearray(message)
     for _ in range(rng.randint(1, 6)):
         kind = rng.randrange(6)
-        if kind == 0 and data:      # flip a byte
+        if kind == 0 and data:  # flip a byte
             data[rng.randrange(len(data))] = rng.randrange(256)
-        elif kind == 1:             # a compression pointer anywhere
+        elif kind == 1:  # a compression pointer anywhere
             at = rng.randrange(len(data) + 1)
             data[at:at] = struct.pack("!H", 0xC000 | rng.randrange(len(data) + 12))
         elif kind == 2 and len(data) > 1:  # truncate
-            del data[rng.randrange(len(data)):]
+            del data[rng.randrange(len(data)) :]
         elif kind == 3 and len(data) >= 12:  # absurd counts
             struct.pack_into("!H", data, rng.choice((4, 6, 8, 10)), rng.choice((0, 1, 2, 255, 65535)))
-        elif kind == 4:             # duplicate a slice
+        elif kind == 4:  # duplicate a slice
             start = rng.randrange(len(data) + 1)
-            data[start:start] = data[start:start + rng.randrange(64)]
+            data[start:start] = data[start : start + rng.randrange(64)]
         elif kind == 5 and len(data) >= 3:  # header flags: responses, opcodes
             data[2] = rng.randrange(256)
     return bytes(data)

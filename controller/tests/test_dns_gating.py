@@ -1,4 +1,5 @@
 """DNS gating per device: names, suffixes, IDN, and the addresses learnt for denied names."""
+
 import statistics
 import time
 import tracemalloc
@@ -41,9 +42,13 @@ def teach(router, name, *ips, **kw):
 
 
 def blocked_rules(effects):
-    return {r.match_dict["ipv4_dst"] for e in effects if isinstance(e, InstallRules) for r in e.rules
-            if r.table == flows.TABLE_ACCOUNTING and r.priority == flows.Accounting.BLOCKED
-            and "ipv4_dst" in r.match_dict}  # an address, not the encrypted-DNS port
+    return {
+        r.match_dict["ipv4_dst"]
+        for e in effects
+        if isinstance(e, InstallRules)
+        for r in e.rules
+        if r.table == flows.TABLE_ACCOUNTING and r.priority == flows.Accounting.BLOCKED and "ipv4_dst" in r.match_dict
+    }  # an address, not the encrypted-DNS port
 
 
 def test_a_denied_name_and_its_subdomains_get_nxdomain_and_the_rest_resolves(router):
@@ -55,8 +60,9 @@ def test_a_denied_name_and_its_subdomains_get_nxdomain_and_the_rest_resolves(rou
     assert ask(router, ip, "www.example.test") == "allow"
     assert ask(router, ip, "notgames.example.test") == "allow"
     # What the device gets: NXDOMAIN, saying why when it speaks EDNS.
-    refused = dnslib.DNSRecord.parse(dnsgate.refusal(dnsgate.parse_query(
-        dnslib.DNSRecord.question("games.example.test").pack())))
+    refused = dnslib.DNSRecord.parse(
+        dnsgate.refusal(dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test").pack()))
+    )
     assert refused.header.rcode == dnslib.RCODE.NXDOMAIN and refused.q.qname == "games.example.test"
     with_edns = dnslib.DNSRecord.question("games.example.test")
     with_edns.add_ar(dnslib.EDNS0(udp_len=1232))
@@ -79,8 +85,9 @@ def test_an_exception_under_a_blocked_domain_and_lifting_the_block(router):
 def test_internationalised_names_match_in_either_form(router):
     ip = permitted_phone(router)
     router.deny_dns(PHONE, "bücher.example")
-    assert router.dns_rules_of(PHONE) == [{"domain": "xn--bcher-kva.example", "display": "bücher.example",
-                                           "action": "deny"}]
+    assert router.dns_rules_of(PHONE) == [
+        {"domain": "xn--bcher-kva.example", "display": "bücher.example", "action": "deny"}
+    ]
     assert ask(router, ip, "shop.xn--bcher-kva.example") == "block"
     with pytest.raises(ApiError):
         router.deny_dns(PHONE, "bad..name")
@@ -91,8 +98,13 @@ def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(rou
     router.deny_dns(PHONE, "games.example.test")
     effects = teach(router, "games.example.test", "198.51.100.81")
     assert blocked_rules(effects) == {"198.51.100.81"}
-    assert {r.match_dict["ipv4_src"] for e in effects if isinstance(e, InstallRules) for r in e.rules
-            if r.priority == flows.Accounting.BLOCKED} == {ip}  # from this device only
+    assert {
+        r.match_dict["ipv4_src"]
+        for e in effects
+        if isinstance(e, InstallRules)
+        for r in e.rules
+        if r.priority == flows.Accounting.BLOCKED
+    } == {ip}  # from this device only
     # A CNAME chain teaches the final address under the denied name too.
     effects = teach(router, "cdn.games.example.test", "203.0.113.9", cname="edge.cdn.net")
     assert "203.0.113.9" in blocked_rules(effects)

@@ -1,5 +1,6 @@
 """The resolver over real loopback sockets, with a real upstream: what one hostile device can
 and cannot do to everyone else's DNS (issue 9 items 1, 2 and 4; rebind protection)."""
+
 from __future__ import annotations
 
 import socket
@@ -24,8 +25,10 @@ WWW, WWW_IP = "www.example.test", "198.51.100.80"
 def free_port() -> int:
     """A port free for both UDP and TCP on 127.0.0.1."""
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, \
-                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+        ):
             tcp.bind(("127.0.0.1", 0))
             try:
                 udp.bind(tcp.getsockname())
@@ -45,8 +48,9 @@ class Resolver:
         self.router, self.lock = router, TimedLock()
         self.port = free_port()
         self.learnt = []
-        self.server = dns_server.DnsServer(("127.0.0.1", self.port), upstream.address, self.verdict, self.learn,
-                                           **options)
+        self.server = dns_server.DnsServer(
+            ("127.0.0.1", self.port), upstream.address, self.verdict, self.learn, **options
+        )
         self.device_ip = device_ip
         self.server.start()
 
@@ -111,7 +115,7 @@ def test_a_name_over_255_octets_costs_only_that_query(router, resolver):
     reply = resolver.udp(raw_query(too_long))
     assert reply is not None and dnslib.DNSRecord.parse(reply).header.rcode == dnslib.RCODE.FORMERR
     assert resolver.lookup("games.example.test") == ("NXDOMAIN", [])  # blocked, answered
-    assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])               # allowed, relayed
+    assert resolver.lookup(WWW) == ("NOERROR", [WWW_IP])  # allowed, relayed
     assert resolver.server.health() == {"udp": "running", "tcp": "running", "restarts": 0}
     assert router.counters["dns_malformed"] == 1 and resolver.server.counters["dns_errors"] == 0
 
@@ -171,8 +175,11 @@ def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(re
     """Issue 9 item 4: every connection had a thread of its own, without limit or deadline."""
     monkeypatch.setattr(dns_server, "TCP_MESSAGE_S", 0.5)
     idle = [socket.create_connection(("127.0.0.1", resolver.port)) for _ in range(dns_server.MAX_TCP_PER_CLIENT)]
-    wait_until("the per-client TCP limit", lambda: sum(resolver.server._tcp_clients.values())
-               == dns_server.MAX_TCP_PER_CLIENT, 5)
+    wait_until(
+        "the per-client TCP limit",
+        lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_PER_CLIENT,
+        5,
+    )
     extra = socket.create_connection(("127.0.0.1", resolver.port), timeout=2)
     assert extra.recv(1) == b""  # one device holds at most MAX_TCP_PER_CLIENT
     # Another device still gets its answer over TCP...
@@ -196,10 +203,13 @@ def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(re
     assert resolver.server.counters["dns_tcp_refused"] == 1
     assert resolver.server.counters["dns_tcp_closed_slow"] >= dns_server.MAX_TCP_PER_CLIENT + 1
     # In total at most MAX_TCP_CLIENTS, from however many devices.
-    held = [socket.create_connection(("127.0.0.1", resolver.port), source_address=(f"127.0.1.{i}", 0))
-            for i in range(1, dns_server.MAX_TCP_CLIENTS + 1)]
-    wait_until("the TCP client limit", lambda: sum(resolver.server._tcp_clients.values())
-               == dns_server.MAX_TCP_CLIENTS, 5)
+    held = [
+        socket.create_connection(("127.0.0.1", resolver.port), source_address=(f"127.0.1.{i}", 0))
+        for i in range(1, dns_server.MAX_TCP_CLIENTS + 1)
+    ]
+    wait_until(
+        "the TCP client limit", lambda: sum(resolver.server._tcp_clients.values()) == dns_server.MAX_TCP_CLIENTS, 5
+    )
     late = socket.create_connection(("127.0.0.1", resolver.port), timeout=2, source_address=("127.0.2.1", 0))
     assert late.recv(1) == b""
     for conn in [*held, extra, slow, late]:
@@ -217,9 +227,16 @@ def test_the_resolver_is_bound_to_its_interface(router, upstream):
 
 
 def test_rebind_protection_refuses_public_names_answering_private_addresses(router, upstream):
-    upstream.names.update({"evil.example": ["10.2.0.1"], "evil6.example": ["::ffff:c0a8:101"],
-                           "loop.example": ["127.0.0.1"], "cgnat.example": ["100.64.0.9"],
-                           "nas.home.lan": ["192.168.1.10"], "mixed.example": ["198.51.100.9", "169.254.1.1"]})
+    upstream.names.update(
+        {
+            "evil.example": ["10.2.0.1"],
+            "evil6.example": ["::ffff:c0a8:101"],
+            "loop.example": ["127.0.0.1"],
+            "cgnat.example": ["100.64.0.9"],
+            "nas.home.lan": ["192.168.1.10"],
+            "mixed.example": ["198.51.100.9", "169.254.1.1"],
+        }
+    )
     resolver = Resolver(router, permitted_phone(router), upstream, rebind_allowed=("home.lan",))
     try:
         for name in ("evil.example", "evil6.example", "loop.example", "cgnat.example", "mixed.example"):

@@ -1,4 +1,5 @@
 """The slice rules a household wants for its downlink, from its learnt flows: pure, and as the slicer reads them."""
+
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from test_openflow import serialised, wire
 
@@ -26,8 +27,14 @@ def queues(rules):
 
 
 def test_high_and_medium_flows_get_the_slicers_high_and_medium_queues_and_normal_ones_nothing():
-    rules = downlink.wanted_rules([(call(), qos.HIGH), (call(remote=WEB, proto=flows.PROTO_TCP, port=443), qos.MEDIUM),
-                                   (call(remote="203.0.113.9", port=53), qos.DEFAULT)], [PUBLIC])
+    rules = downlink.wanted_rules(
+        [
+            (call(), qos.HIGH),
+            (call(remote=WEB, proto=flows.PROTO_TCP, port=443), qos.MEDIUM),
+            (call(remote="203.0.113.9", port=53), qos.DEFAULT),
+        ],
+        [PUBLIC],
+    )
     assert queues(rules) == {(flows.PROTO_UDP, ZOOM, 8801, PUBLIC): 2, (flows.PROTO_TCP, WEB, 443, PUBLIC): 1}
     for rule in rules:
         assert rule.match_dict["eth_type"] == flows.ETH_IPV4 and rule.cookie == downlink.SLICE_COOKIE
@@ -45,8 +52,10 @@ def test_one_rule_per_remote_endpoint_with_the_highest_priority_of_the_connectio
 
 
 def test_every_public_address_gets_the_rule_and_device_to_device_flows_none():
-    rules = downlink.wanted_rules([(call(), qos.HIGH), (call(remote=LAPTOP), qos.HIGH),
-                                   (call(remote="10.2.0.1", port=53), qos.HIGH)], [PUBLIC, "100.64.1.2"])
+    rules = downlink.wanted_rules(
+        [(call(), qos.HIGH), (call(remote=LAPTOP), qos.HIGH), (call(remote="10.2.0.1", port=53), qos.HIGH)],
+        [PUBLIC, "100.64.1.2"],
+    )
     assert set(queues(rules)) == {(flows.PROTO_UDP, ZOOM, 8801, PUBLIC), (flows.PROTO_UDP, ZOOM, 8801, "100.64.1.2")}
 
 
@@ -60,11 +69,18 @@ def test_the_rules_reach_the_slicer_as_meant_and_delete_strict_names_the_same_ru
     add = wire(openflow.flow_mod(rule))
     assert add.command == ofp.OFPFC_ADD and add.cookie == downlink.SLICE_COOKIE < 1 << 40  # the slicer's cookie room
     assert (add.table_id, add.priority) == (downlink.SLICE_TABLE, downlink.RULE_PRIORITY)
-    assert dict(add.match.items()) == {"eth_type": 0x0800, "ip_proto": 6, "ipv4_src": WEB, "tcp_src": 443,
-                                       "ipv4_dst": PUBLIC}
+    assert dict(add.match.items()) == {
+        "eth_type": 0x0800,
+        "ip_proto": 6,
+        "ipv4_src": WEB,
+        "tcp_src": 443,
+        "ipv4_dst": PUBLIC,
+    }
     [apply] = add.instructions
     assert [(type(a).__name__, getattr(a, "queue_id", None) or a.port) for a in apply.actions] == [
-        ("OFPActionSetQueue", 2), ("OFPActionOutput", ofp.OFPP_NORMAL)]
+        ("OFPActionSetQueue", 2),
+        ("OFPActionOutput", ofp.OFPP_NORMAL),
+    ]
     delete = serialised(openflow.delete_strict(rule))
     assert delete.command == ofp.OFPFC_DELETE_STRICT and delete.out_port == ofp.OFPP_ANY
     assert (delete.table_id, delete.priority, delete.cookie) == (add.table_id, add.priority, add.cookie)

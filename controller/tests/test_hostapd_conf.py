@@ -6,6 +6,7 @@ initialize driver" is one hostapd accepts, and one it does not accept says which
 file (wpa_psk_file) is read when an interface comes up: hostapd with driver=wired on a veth in
 a private network namespace (`qh-*`) reads it, and reloads it (`RELOAD_WPA_PSK`) on demand.
 """
+
 import os
 import shutil
 import subprocess
@@ -27,8 +28,18 @@ def render(capsys, *args):
 
 
 def radio(capsys, *extra):
-    return render(capsys, "--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
-                  "--passphrase", "correct horse battery", *extra)
+    return render(
+        capsys,
+        "--driver",
+        "nl80211",
+        "--interface",
+        "wlan0",
+        "--ssid",
+        "home",
+        "--passphrase",
+        "correct horse battery",
+        *extra,
+    )
 
 
 def settings(conf: str) -> dict[str, str]:
@@ -54,14 +65,28 @@ def test_a_radio_without_a_usable_passphrase_or_ssid_is_refused():
     with pytest.raises(SystemExit, match="passphrase"):
         hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home", "--passphrase", "short"])
     with pytest.raises(SystemExit, match="passphrase"):
-        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
-                           "--passphrase", "tab\tinside it"])
+        hostapd_conf.main(
+            ["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home", "--passphrase", "tab\tinside it"]
+        )
     with pytest.raises(SystemExit, match="--psk-file /nonexistent/dir/psk"):
-        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
-                           "--passphrase", "correct horse battery", "--psk-file", "/nonexistent/dir/psk"])
+        hostapd_conf.main(
+            [
+                "--driver",
+                "nl80211",
+                "--interface",
+                "wlan0",
+                "--ssid",
+                "home",
+                "--passphrase",
+                "correct horse battery",
+                "--psk-file",
+                "/nonexistent/dir/psk",
+            ]
+        )
     with pytest.raises(SystemExit, match="ssid"):
-        hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "x" * 33,
-                           "--passphrase", "correct horse battery"])
+        hostapd_conf.main(
+            ["--driver", "nl80211", "--interface", "wlan0", "--ssid", "x" * 33, "--passphrase", "correct horse battery"]
+        )
 
 
 def test_with_a_key_file_the_guest_passphrase_is_its_wildcard_line_and_device_lines_stay(capsys, tmp_path):
@@ -72,11 +97,24 @@ def test_with_a_key_file_the_guest_passphrase_is_its_wildcard_line_and_device_li
     assert conf["wpa_psk_file"] == str(psk) and "wpa_passphrase" not in conf
     assert psk.read_text().splitlines() == [
         "keyid=guest 00:00:00:00:00:00 correct horse battery",
-        "keyid=dev-020000000001 02:00:00:00:00:01 k7qm-3xhv-9bcd-efgh-jkmn"]
+        "keyid=dev-020000000001 02:00:00:00:00:01 k7qm-3xhv-9bcd-efgh-jkmn",
+    ]
     assert oct(psk.stat().st_mode & 0o777) == "0o600"  # passphrases: root's only
     # A new guest passphrase replaces the old one; the device's own passphrase is untouched.
-    hostapd_conf.main(["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home",
-                       "--passphrase", "a new guest passphrase", "--psk-file", str(psk)])
+    hostapd_conf.main(
+        [
+            "--driver",
+            "nl80211",
+            "--interface",
+            "wlan0",
+            "--ssid",
+            "home",
+            "--passphrase",
+            "a new guest passphrase",
+            "--psk-file",
+            str(psk),
+        ]
+    )
     assert psk.read_text().splitlines()[0] == "keyid=guest 00:00:00:00:00:00 a new guest passphrase"
     assert psk.read_text().count("keyid=") == 2
 
@@ -114,15 +152,18 @@ def wired_hostapd(tmp_path):
 
     def start(settings: str) -> str:
         if subprocess.run(["ip", "-n", ns, "link", "show", "qh-a"], capture_output=True).returncode != 0:
-            subprocess.run(["ip", "-n", ns, "link", "add", "qh-a", "type", "veth", "peer", "name", "qh-b"],
-                           check=True)
+            subprocess.run(["ip", "-n", ns, "link", "add", "qh-a", "type", "veth", "peer", "name", "qh-b"], check=True)
             for dev in ("qh-a", "qh-b"):
                 subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
         ctrl = tmp_path / "ctrl"
         conf = tmp_path / "hostapd.conf"
         conf.write_text(f"interface=qh-a\ndriver=wired\nctrl_interface={ctrl}\n{settings}")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "hostapd", str(conf)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "hostapd", str(conf)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         started.append(proc)
         wait_for(lambda: (ctrl / "qh-a").exists() or proc.poll() is not None)
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -148,12 +189,13 @@ def wait_for(condition, timeout=15.0):
         time.sleep(0.05)
 
 
-def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_a_broken_file(
-        wired_hostapd, tmp_path):
+def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_a_broken_file(wired_hostapd, tmp_path):
     psk = str(tmp_path / "hostapd.wpa_psk")
     wifi_keys.write_psk_file(psk, wifi_keys.render_guest_line("", "correct horse battery"))
-    ctrl = wired_hostapd("ssid=home\nwpa=2\nwpa_key_mgmt=WPA-PSK WPA-PSK-SHA256\nieee80211w=1\n"
-                         f"rsn_pairwise=CCMP\nwpa_psk_file={psk}\n")
+    ctrl = wired_hostapd(
+        "ssid=home\nwpa=2\nwpa_key_mgmt=WPA-PSK WPA-PSK-SHA256\nieee80211w=1\n"
+        f"rsn_pairwise=CCMP\nwpa_psk_file={psk}\n"
+    )
     phone = WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)
     wifi_keys.write_psk_file(psk, wifi_keys.render_psk_file(wifi_keys.read_text(psk), [phone]))
     assert hostapd_ctrl.command(ctrl, "reload_wpa_psk") == "OK"
@@ -181,13 +223,23 @@ def test_the_controller_hears_a_station_join_from_real_hostapd_even_after_hostap
     wait_for(lambda: not events.attached.is_set())
     assert wired_hostapd(settings) == ctrl
     assert events.attached.wait(15)
-    station = subprocess.run(["ip", "-n", wired_hostapd.ns, "-j", "link", "show", "qh-b"], capture_output=True,
-                             text=True, check=True).stdout.split('"address":"')[1].split('"')[0]
+    station = (
+        subprocess.run(
+            ["ip", "-n", wired_hostapd.ns, "-j", "link", "show", "qh-b"], capture_output=True, text=True, check=True
+        )
+        .stdout.split('"address":"')[1]
+        .split('"')[0]
+    )
     conf = tmp_path / "supplicant.conf"
-    conf.write_text('ap_scan=0\nnetwork={\n key_mgmt=IEEE8021X\n eap=MD5\n identity="phone"\n'
-                    ' password="phone-secret"\n eapol_flags=0\n}\n')
-    supplicant = subprocess.Popen(["ip", "netns", "exec", wired_hostapd.ns, "wpa_supplicant", "-D", "wired",
-                                   "-i", "qh-b", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conf.write_text(
+        'ap_scan=0\nnetwork={\n key_mgmt=IEEE8021X\n eap=MD5\n identity="phone"\n'
+        ' password="phone-secret"\n eapol_flags=0\n}\n'
+    )
+    supplicant = subprocess.Popen(
+        ["ip", "netns", "exec", wired_hostapd.ns, "wpa_supplicant", "-D", "wired", "-i", "qh-b", "-c", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: any(hostapd_ctrl.station_joined(e) for e in heard), 30)
     finally:
@@ -199,7 +251,9 @@ def test_the_controller_hears_a_station_join_from_real_hostapd_even_after_hostap
 
 def test_station_joined_events_are_read_with_their_key_id():
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01 keyid=dev-020000000001") == (
-        "02:00:00:00:00:01", "dev-020000000001")
+        "02:00:00:00:00:01",
+        "dev-020000000001",
+    )
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01") == ("02:00:00:00:00:01", "")
     assert hostapd_ctrl.station_joined("<3>AP-STA-DISCONNECTED 02:00:00:00:00:01") is None
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED") is None

@@ -1,6 +1,7 @@
 """The app feed against a real hwdb server: the household's priorities restored from history and
 followed live (a change re-marks a running flow within a second), agents' rows checked, and the
 subscriptions renewed when hwdb restarts."""
+
 import os
 import socket
 import subprocess
@@ -23,19 +24,32 @@ needs_hwdb = pytest.mark.skipif(BIN is None or not os.path.exists(BIN), reason="
 
 
 def test_priority_rows_last_per_app_wins_and_a_bad_row_costs_only_itself():
-    rows = [{"app": "web", "priority": "high"}, {"app": "web", "priority": "default"},
-            {"app": "games", "priority": "urgent"}, {"app": "x" * 65, "priority": "high"},
-            {"app": "video-call", "priority": "high"}]
+    rows = [
+        {"app": "web", "priority": "high"},
+        {"app": "web", "priority": "default"},
+        {"app": "games", "priority": "urgent"},
+        {"app": "x" * 65, "priority": "high"},
+        {"app": "video-call", "priority": "high"},
+    ]
     assert hwdb_feed.parse_priorities(rows) == {"web": "default", "video-call": "high"}
 
 
 def test_agent_rows_are_checked_field_by_field():
     good = {"proto": 17, "saddr": "10.2.0.6", "sport": 5060, "daddr": "*", "dport": 0, "app": "linphone"}
-    rows = [good, {**good, "proto": 1}, {**good, "saddr": "not-an-address"}, {**good, "sport": 0},
-            {**good, "daddr": "*", "dport": 53}, {**good, "app": ""}, {**good, "daddr": "198.51.100.7", "dport": 0},
-            {**good, "proto": 6, "daddr": "198.51.100.7", "dport": 443, "app": "firefox"}]
-    assert hwdb_feed.parse_reports(rows) == [AgentReport(17, "10.2.0.6", 5060, "*", 0, "linphone"),
-                                             AgentReport(6, "10.2.0.6", 5060, "198.51.100.7", 443, "firefox")]
+    rows = [
+        good,
+        {**good, "proto": 1},
+        {**good, "saddr": "not-an-address"},
+        {**good, "sport": 0},
+        {**good, "daddr": "*", "dport": 53},
+        {**good, "app": ""},
+        {**good, "daddr": "198.51.100.7", "dport": 0},
+        {**good, "proto": 6, "daddr": "198.51.100.7", "dport": 443, "app": "firefox"},
+    ]
+    assert hwdb_feed.parse_reports(rows) == [
+        AgentReport(17, "10.2.0.6", 5060, "*", 0, "linphone"),
+        AgentReport(6, "10.2.0.6", 5060, "198.51.100.7", 443, "firefox"),
+    ]
 
 
 def free_port():
@@ -50,8 +64,9 @@ class Hwdb:
         self.start()
 
     def start(self):
-        self.proc = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db],
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db], stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -116,19 +131,23 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
             with lock:
                 [out] = test_qos.deliver(router, switch, web)
             return out.packet.get("ip_dscp") == test_qos.EF
+
         wait_for(marked)
         assert time.monotonic() - asked < 1.0
         # An agent's rows: a bad one is dropped, the good one labels the phone's connection.
         call = test_qos.up(phone, test_qos.ZOOM, 17, 50000, 40001)
         with lock:
             assert test_qos.mark_of(router, switch, call)[0] == 0
-        hwdb.query(f"insert into AppTuples values (1, '{phone}', 1, '*', 0, 'zoom', 'pc'), "
-                   f"(17, '{phone}', 50000, '198.51.100.7', 40001, 'zoom', 'pc')")
+        hwdb.query(
+            f"insert into AppTuples values (1, '{phone}', 1, '*', 0, 'zoom', 'pc'), "
+            f"(17, '{phone}', 50000, '198.51.100.7', 40001, 'zoom', 'pc')"
+        )
 
         def call_marked():
             with lock:
                 [out] = test_qos.deliver(router, switch, call)
             return out.packet.get("ip_dscp") == test_qos.EF
+
         wait_for(call_marked)
         # hwdb restarts (its subscriptions are gone): the feed subscribes again and keeps following.
         hwdb.stop()

@@ -1,5 +1,6 @@
 """A copied MAC: the router notices a second DHCP client or a station with the wrong passphrase,
 tells the household once per few minutes, and shows it in the device's status."""
+
 from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame, reply_of
 
@@ -21,8 +22,7 @@ def ask(router, mac, client, msg_type="discover", **kw):
 def lease(router, mac, client):
     [offer] = [e for e in ask(router, mac, client) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    ask(router, mac, [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client],
-        "request")
+    ask(router, mac, [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client], "request")
     return pkt["BOOTP"].yiaddr
 
 
@@ -31,8 +31,9 @@ def clone_events(effects):
 
 
 def request(**fields):
-    return DhcpRequest(msg_type=dhcp.REQUEST, xid=1, flags=0, ciaddr="0.0.0.0", giaddr="0.0.0.0",
-                       chaddr=PHONE, **fields)
+    return DhcpRequest(
+        msg_type=dhcp.REQUEST, xid=1, flags=0, ciaddr="0.0.0.0", giaddr="0.0.0.0", chaddr=PHONE, **fields
+    )
 
 
 def test_fingerprints_differ_only_in_fields_both_messages_carry():
@@ -40,12 +41,15 @@ def test_fingerprints_differ_only_in_fields_both_messages_carry():
     assert clones.differences(phone, phone) == []
     # A message that leaves an option out is no evidence (clients do, e.g. in some REQUESTs).
     assert clones.differences(phone, clones.Fingerprint.of(request(parameter_list="011c0306"))) == []
-    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="intruder", parameter_list="011c0306"))) \
-        == ["host name 'phone' -> 'intruder'"]
-    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="phone", parameter_list="0103061c"))) \
-        == ["requested options differ"]
-    assert clones.differences(clones.Fingerprint.of(request(client_id="01020000")),
-                              clones.Fingerprint.of(request(client_id="01020001"))) == ["client identifier differ"]
+    assert clones.differences(
+        phone, clones.Fingerprint.of(request(hostname="intruder", parameter_list="011c0306"))
+    ) == ["host name 'phone' -> 'intruder'"]
+    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="phone", parameter_list="0103061c"))) == [
+        "requested options differ"
+    ]
+    assert clones.differences(
+        clones.Fingerprint.of(request(client_id="01020000")), clones.Fingerprint.of(request(client_id="01020001"))
+    ) == ["client identifier differ"]
 
 
 def test_dhcp_decodes_what_the_fingerprint_needs():
@@ -53,8 +57,7 @@ def test_dhcp_decodes_what_the_fingerprint_needs():
     assert (req.hostname, req.parameter_list, req.client_id) == ("phone", "011c0306", "01616263")
 
 
-def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until_the_household_looks(
-        router, clock):
+def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until_the_household_looks(router, clock):
     assert not clone_events(lease(router, PHONE, PHONE_CLIENT))
     router.permit(PHONE)
     # Positive control: the phone itself renewing, and re-joining after a reboot, raises nothing.
@@ -122,4 +125,5 @@ def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_
     [event] = clone_events(effects)
     assert "joined the Wi-Fi with passphrase 'guest', not its own" in event.message
     assert router.status(PHONE)["clone_suspected"]["differs"] == [
-        "joined the Wi-Fi with passphrase 'guest', not its own"]
+        "joined the Wi-Fi with passphrase 'guest', not its own"
+    ]

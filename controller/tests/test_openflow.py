@@ -1,4 +1,5 @@
 """The rule values as the switch receives them: built without a switch, serialised by os-ken, read back."""
+
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
@@ -27,14 +28,24 @@ def serialised(msg):
 
 def every_rule():
     blacklisted = Device(mac="02:00:00:00:00:bb", state=State.BLACKLISTED)
-    return (flows.base_rules(WLAN) + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", dns_gated=True))
-            + [flows.dns_block_rule(PHONE, "198.51.100.81"), flows.learnt_flow_rule(PHONE, flows.FiveTuple(
-                6, "10.2.0.6", 40000, "198.51.100.80", 80)), flows.learnt_flow_rule(PHONE, flows.FiveTuple(
-                17, "10.2.0.6", 5004, "198.51.100.7", 3478), qos.mark_actions(qos.HIGH))]
-            + list(flows.broadcast_rules([PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED,
-                                                        subnet=Subnet(2))], WLAN))
-            + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", learning=False))
-            + list(flows.device_rules(blacklisted, 0, WLAN, "02:48:57:00:00:01")))
+    return (
+        flows.base_rules(WLAN)
+        + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", dns_gated=True))
+        + [
+            flows.dns_block_rule(PHONE, "198.51.100.81"),
+            flows.learnt_flow_rule(PHONE, flows.FiveTuple(6, "10.2.0.6", 40000, "198.51.100.80", 80)),
+            flows.learnt_flow_rule(
+                PHONE, flows.FiveTuple(17, "10.2.0.6", 5004, "198.51.100.7", 3478), qos.mark_actions(qos.HIGH)
+            ),
+        ]
+        + list(
+            flows.broadcast_rules(
+                [PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2))], WLAN
+            )
+        )
+        + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", learning=False))
+        + list(flows.device_rules(blacklisted, 0, WLAN, "02:48:57:00:00:01"))
+    )
 
 
 def test_every_rule_the_router_makes_reaches_the_switch_as_it_was_meant():
@@ -45,8 +56,9 @@ def test_every_rule_the_router_makes_reaches_the_switch_as_it_was_meant():
         assert dict(got.match.items()) == want_match, rule
         kinds = [type(i).__name__ for i in got.instructions]
         # OpenFlow 1.3's instruction order: meter, apply-actions, goto.
-        assert kinds == sorted(kinds, key=["OFPInstructionMeter", "OFPInstructionActions",
-                                           "OFPInstructionGotoTable"].index)
+        assert kinds == sorted(
+            kinds, key=["OFPInstructionMeter", "OFPInstructionActions", "OFPInstructionGotoTable"].index
+        )
         if not rule.actions:
             assert got.instructions == []  # a drop rule
 
@@ -77,8 +89,10 @@ def test_a_marked_flow_sets_its_dscp_and_queue_and_a_re_mark_modifies_the_rule_i
     rule = flows.learnt_flow_rule(PHONE, flow, qos.mark_actions(qos.HIGH))
     added = wire(openflow.flow_mod(rule))
     [apply_actions, goto] = added.instructions
-    assert [(type(a).__name__, a.key, a.value) if hasattr(a, "key") else (type(a).__name__, a.queue_id)
-            for a in apply_actions.actions] == [("OFPActionSetField", "ip_dscp", 46), ("OFPActionSetQueue", 1)]
+    assert [
+        (type(a).__name__, a.key, a.value) if hasattr(a, "key") else (type(a).__name__, a.queue_id)
+        for a in apply_actions.actions
+    ] == [("OFPActionSetField", "ip_dscp", 46), ("OFPActionSetQueue", 1)]
     assert goto.table_id == flows.TABLE_ROUTING and added.command == ofp.OFPFC_ADD
     modified = wire(openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT))
     assert modified.command == ofp.OFPFC_MODIFY_STRICT and not modified.flags & ofp.OFPFF_RESET_COUNTS

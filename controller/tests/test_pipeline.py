@@ -1,4 +1,5 @@
 """Where packets end up through the rules the router computes (fakeoftable), decision by decision."""
+
 import pytest
 from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame, reply_of
@@ -26,8 +27,9 @@ def join(router, switch, mac, permit=True):
     [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     ip = pkt["BOOTP"].yiaddr
-    switch.apply(router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
-                                                               ("requested_addr", ip)])))
+    switch.apply(
+        router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", ip)]))
+    )
     if permit:
         switch.apply(router.permit(mac))
         switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip)))
@@ -58,8 +60,11 @@ def test_dhcp_reaches_the_routers_dhcp_socket_only_when_sent_to_a_dhcp_servers_a
     laptop = join(router, switch, LAPTOP, permit=False)
     gateway = lease_gateway(router, LAPTOP)
     newcomer = "02:00:00:00:00:ee"
-    for mac, src, dst in ((newcomer, "0.0.0.0", "255.255.255.255"), (LAPTOP, laptop, "255.255.255.255"),
-                          (LAPTOP, laptop, gateway)):
+    for mac, src, dst in (
+        (newcomer, "0.0.0.0", "255.255.255.255"),
+        (LAPTOP, laptop, "255.255.255.255"),
+        (LAPTOP, laptop, gateway),
+    ):
         assert ports(switch.send(ipv4(WLAN, mac, BROADCAST_MAC, src, dst, flows.PROTO_UDP, 68, 67))) == [LOCAL]
     # Port 67 of anywhere else is not DHCP: the router's stack would route it out, and a pending
     # device (or a stranger) reaches nothing.
@@ -106,9 +111,22 @@ def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_onl
     first = switch.send(fetch)
     assert ports(first) == sorted([flows.CONTROLLER, LOCAL])  # no waiting for the controller
     [copy] = [d for d in first if d.port == flows.CONTROLLER]
-    switch.apply(router.on_flow_copy(WLAN, packets.Frame(
-        PHONE, ROUTER_MAC, flows.ETH_IPV4, ip_src=phone, ip_dst=INTERNET, ip_proto=6, sport=40001, dport=80,
-        size=60)))
+    switch.apply(
+        router.on_flow_copy(
+            WLAN,
+            packets.Frame(
+                PHONE,
+                ROUTER_MAC,
+                flows.ETH_IPV4,
+                ip_src=phone,
+                ip_dst=INTERNET,
+                ip_proto=6,
+                sport=40001,
+                dport=80,
+                size=60,
+            ),
+        )
+    )
     assert ports(switch.send(fetch)) == [LOCAL]  # its own counting rule now, no more copies
     [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.Accounting.LEARNT_FLOW]
     assert switch.hits[counter] == 1
@@ -124,8 +142,11 @@ def test_deny_cuts_the_device_off_at_once(router, switch):
     switch.apply(router.deny(PHONE))
     assert switch.send(fetch) == []
     assert switch.send(ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, sport=80, dport=40000)) == []
-    assert not [r for r in switch.rules if r.cookie == flows.device_cookie(router.devices[PHONE])
-                and r.table != flows.TABLE_ADMISSION]  # its learnt flows too
+    assert not [
+        r
+        for r in switch.rules
+        if r.cookie == flows.device_cookie(router.devices[PHONE]) and r.table != flows.TABLE_ADMISSION
+    ]  # its learnt flows too
 
 
 def test_a_blacklisted_device_gets_not_even_eapol_through_while_others_do(router, switch):
@@ -140,6 +161,7 @@ def test_a_blacklisted_device_gets_not_even_eapol_through_while_others_do(router
 
 def test_an_address_learnt_for_a_blocked_name_is_dropped_for_that_device_only(router, switch):
     import dnslib
+
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
     switch.apply(router.deny_dns(PHONE, "games.example.test"))
@@ -181,8 +203,9 @@ def test_a_device_with_blocked_names_cannot_use_encrypted_dns_and_others_can(rou
     switch.apply(router.deny_dns(PHONE, "games.example.test"))
     for proto in (flows.PROTO_TCP, flows.PROTO_UDP):
         assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "9.9.9.9", proto, 40000, 853)) == []
-        assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "9.9.9.9", proto, 40000, 853)))) \
-            == [LOCAL]
+        assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "9.9.9.9", proto, 40000, 853)))) == [
+            LOCAL
+        ]
     assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, dport=443)))) == [LOCAL]
 
 

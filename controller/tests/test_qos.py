@@ -1,6 +1,7 @@
 """Application priorities acting on packets: where a flow's packets land and with which DSCP mark
 (fakeoftable), as the household sets priorities, agents report programs and devices exceed their
 share of the High class."""
+
 import pytest
 from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch, ipv4
@@ -41,9 +42,17 @@ def deliver(router, switch, packet, size=100):
             p = d.packet
             proto = p["ip_proto"]
             prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}[proto]
-            frame = packets.Frame(p["eth_src"], p["eth_dst"], flows.ETH_IPV4, ip_src=p["ipv4_src"],
-                                  ip_dst=p["ipv4_dst"], ip_proto=proto, sport=p[f"{prefix}_src"],
-                                  dport=p[f"{prefix}_dst"], size=size)
+            frame = packets.Frame(
+                p["eth_src"],
+                p["eth_dst"],
+                flows.ETH_IPV4,
+                ip_src=p["ipv4_src"],
+                ip_dst=p["ipv4_dst"],
+                ip_proto=proto,
+                sport=p[f"{prefix}_src"],
+                dport=p[f"{prefix}_dst"],
+                size=size,
+            )
             switch.apply(router.on_flow_copy(p["in_port"], frame))
     return [d for d in out if d.port != flows.CONTROLLER]
 
@@ -96,8 +105,10 @@ def test_an_agent_labels_only_its_own_devices_connections(router, switch):
     call = up(phone, ZOOM, flows.PROTO_UDP, 50000, 40001)  # a port no app lists
     assert mark_of(router, switch, call) == (0, 0, LOCAL)
     # Reports naming the phone's connection but with another address: the laptop's, the router's.
-    forged = [AgentReport(17, laptop, 50000, ZOOM, 40001, "zoom"), AgentReport(17, "10.2.0.1", 50000, ZOOM, 40001,
-                                                                                "zoom")]
+    forged = [
+        AgentReport(17, laptop, 50000, ZOOM, 40001, "zoom"),
+        AgentReport(17, "10.2.0.1", 50000, ZOOM, 40001, "zoom"),
+    ]
     switch.apply(router.agent_reported(forged))
     [out] = deliver(router, switch, call)
     assert out.packet["ip_dscp"] == 0
@@ -122,8 +133,12 @@ def flow_stats(flow_tuples, pkts, nbytes):
 
 @pytest.fixture
 def capped(db_path, clock):
-    r = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock,
-                   qos_settings=qos.QosSettings(uplink=UPLINK, high_device_share=0.2, demotion_s=60))
+    r = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        qos_settings=qos.QosSettings(uplink=UPLINK, high_device_share=0.2, demotion_s=60),
+    )
     return r
 
 
@@ -181,14 +196,16 @@ def test_an_unnamed_flow_is_judged_by_its_behaviour_and_marked_for_it(router, sw
         router.clock.now += 5
         effects = router.on_flow_stats(flow_stats([flow], 150 * polls, 150 * polls * 120))
         switch.apply(effects)
-    assert [e.row for e in effects if isinstance(e, LogRow) and e.table == "AppTimeseries"] == \
-        [("other", 18000, 150)]  # this poll's traffic counted under what it was until now
+    assert [e.row for e in effects if isinstance(e, LogRow) and e.table == "AppTimeseries"] == [
+        ("other", 18000, 150)
+    ]  # this poll's traffic counted under what it was until now
     [out] = deliver(router, switch, game)
     assert out.packet["ip_dscp"] == AF41
     router.clock.now += 5
     effects = router.on_flow_stats(flow_stats([flow], 450, 450 * 120))
-    assert [e.row for e in effects if isinstance(e, LogRow) and e.table == "AppTimeseries"] == \
-        [("interactive", 18000, 150)]
+    assert [e.row for e in effects if isinstance(e, LogRow) and e.table == "AppTimeseries"] == [
+        ("interactive", 18000, 150)
+    ]
 
 
 def test_app_timeseries_names_the_app_the_classifier_found(router, switch):
@@ -196,8 +213,12 @@ def test_app_timeseries_names_the_app_the_classifier_found(router, switch):
     router.dns_answer([("us04web.zoom.us", ZOOM, 300)], phone)
     mark_of(router, switch, up(phone, ZOOM))
     mark_of(router, switch, up(phone, WEB, sport=40001))
-    rows = router.on_flow_stats([*flow_stats([flows.FiveTuple(6, phone, 40000, ZOOM, 443)], 10, 1000),
-                                 *flow_stats([flows.FiveTuple(6, phone, 40001, WEB, 443)], 5, 500)])
+    rows = router.on_flow_stats(
+        [
+            *flow_stats([flows.FiveTuple(6, phone, 40000, ZOOM, 443)], 10, 1000),
+            *flow_stats([flows.FiveTuple(6, phone, 40001, WEB, 443)], 5, 500),
+        ]
+    )
     # Each with the first packet, which the controller counted from its copy.
     assert [e.row for e in rows if e.table == "AppTimeseries"] == [("video-call", 1100, 11), ("web", 600, 6)]
 

@@ -1,4 +1,5 @@
 """Admission and forwarding rules as the household's decisions change them."""
+
 import itertools
 from collections import defaultdict
 
@@ -34,8 +35,9 @@ def lease(router, mac):
     """Join and return the device's address."""
     [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
-                                                  ("requested_addr", pkt["BOOTP"].yiaddr)]))
+    router.on_dhcp(
+        frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+    )
     return pkt["BOOTP"].yiaddr
 
 
@@ -50,8 +52,9 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     # ...a lease brings the device its own budget.
     [offer] = [e for e in effects if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    effects = router.on_dhcp(frame(PHONE, "request", options=[("server_id", opts["server_id"]),
-                                                             ("requested_addr", pkt["BOOTP"].yiaddr)]))
+    effects = router.on_dhcp(
+        frame(PHONE, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+    )
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
     rules = installed(effects)
     assert {r.priority for r in rules} == {1001, 901}
@@ -63,11 +66,17 @@ def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
     permitted = router.permit(PHONE)
     rules = installed(permitted)
     assert AddGatewayAddress(router.devices[PHONE].subnet) in permitted  # its gateway, on the router's stack
-    admit = [r for r in rules if r.table == flows.TABLE_ADMISSION and r.priority == 500
-             and r.match_dict.get("in_port") == WLAN]
+    admit = [
+        r
+        for r in rules
+        if r.table == flows.TABLE_ADMISSION and r.priority == 500 and r.match_dict.get("in_port") == WLAN
+    ]
     assert admit and admit[0].match_dict == {"in_port": WLAN, "eth_src": PHONE, "eth_type": 0x0800, "ipv4_src": ip}
-    to_phone = [r for r in rules if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip
-                and r.match_dict.get("in_port") == WLAN]
+    to_phone = [
+        r
+        for r in rules
+        if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip and r.match_dict.get("in_port") == WLAN
+    ]
     assert flows.DecTtl() in to_phone[0].actions and flows.Output(flows.IN_PORT) in to_phone[0].actions
     removed = router.deny(PHONE)
     assert removed[0] == RemoveRules(flows.device_cookie(router.devices[PHONE]))
@@ -107,8 +116,10 @@ def test_rules_go_when_the_lease_runs_out(router, clock):
     router.permit(PHONE)
     clock.now += 31  # the pending lease it holds has run out and it never renewed
     effects = router.tick()
-    assert effects[:2] == [LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
-                           RemoveRules(flows.device_cookie(router.devices[PHONE]))]
+    assert effects[:2] == [
+        LogRow("Leases", (PHONE, router.status(PHONE)["ip"], "", "expired", "permitted")),
+        RemoveRules(flows.device_cookie(router.devices[PHONE])),
+    ]
     assert not [r for r in installed(effects) if r.table != flows.TABLE_ADMISSION or r.priority == 500]
 
 
@@ -120,8 +131,14 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
     now = 1_000_000.0
     made = []
     for mac, state, (subnet, expires), wlan_port, router_mac, learning, dns_gated in itertools.product(
-            (PHONE, LAPTOP), State, ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
-            (WLAN, 2), (ROUTER_MAC, "02:48:57:00:00:02"), (True, False), (True, False)):
+        (PHONE, LAPTOP),
+        State,
+        ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
+        (WLAN, 2),
+        (ROUTER_MAC, "02:48:57:00:00:02"),
+        (True, False),
+        (True, False),
+    ):
         device = Device(mac=mac, state=state, subnet=subnet, lease_expires=expires)
         name = flows.device_rules(device, now, wlan_port, router_mac, learning=learning, dns_gated=dns_gated)
         made.append((name, frozenset(name) if name is not None else frozenset()))
@@ -145,8 +162,11 @@ def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(rou
     cookie = flows.device_cookie(router.devices[PHONE])
 
     def on_switch():
-        return {(r.table, r.priority, r.match_dict.get("tcp_dst") or r.match_dict.get("udp_dst"))
-                for r in switch.rules if r.cookie == cookie}
+        return {
+            (r.table, r.priority, r.match_dict.get("tcp_dst") or r.match_dict.get("udp_dst"))
+            for r in switch.rules
+            if r.cookie == cookie
+        }
 
     def ticked():
         effects = router.tick()
@@ -187,17 +207,18 @@ def test_decisions_and_subnets_survive_a_restart(db_path, clock):
 
 
 def arp_request(src_mac, src_ip, target_ip):
-    return packets.parse(bytes(Ether(src=src_mac, dst="ff:ff:ff:ff:ff:ff") /
-                               ARP(op=1, hwsrc=src_mac, psrc=src_ip, pdst=target_ip)))
+    return packets.parse(
+        bytes(Ether(src=src_mac, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=src_mac, psrc=src_ip, pdst=target_ip))
+    )
 
 
 def test_proxy_arp_answers_a_device_for_its_own_gateway_only(router):
     ip = lease(router, PHONE)
-    gateway = ip[:ip.rfind(".")] + "." + str(int(ip.rsplit(".", 1)[1]) - 1)
+    gateway = ip[: ip.rfind(".")] + "." + str(int(ip.rsplit(".", 1)[1]) - 1)
     [answer] = router.on_arp(WLAN, arp_request(PHONE, ip, gateway))
     reply = Ether(answer.data)
     assert reply[ARP].op == 2 and reply[ARP].hwsrc == ROUTER_MAC and reply[ARP].psrc == gateway
-    assert router.on_arp(WLAN, arp_request(PHONE, ip, "10.2.0.10")) == []       # another device's gateway
+    assert router.on_arp(WLAN, arp_request(PHONE, ip, "10.2.0.10")) == []  # another device's gateway
     assert router.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
 
 
@@ -295,14 +316,14 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     # A real device asking during the storm is announced once it takes its lease.
     [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    granted = router.on_dhcp(frame(TABLET, "request", options=[("server_id", opts["server_id"]),
-                                                               ("requested_addr", pkt["BOOTP"].yiaddr)]))
+    granted = router.on_dhcp(
+        frame(TABLET, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+    )
     assert [e.kind for e in granted if isinstance(e, TellHousehold)] == ["new-device"]
     # Once things calm down, a new device is news again.
     router.clock.now += 120
     router.on_dhcp(frame(PHONE, "discover"))
-    assert [e.kind for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == \
-        ["new-device"]
+    assert [e.kind for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == ["new-device"]
 
 
 def test_decisions_are_written_and_sightings_batched(router):
@@ -313,7 +334,7 @@ def test_decisions_are_written_and_sightings_batched(router):
     saved_at = router.store.load()[PHONE].last_seen
     router.clock.now += 20
     router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))  # a renewal: the lease is worth writing
-    router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip))   # a sighting only
+    router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip))  # a sighting only
     router.store.flush()
     assert router.store.load()[PHONE].lease_expires == router.devices[PHONE].lease_expires
     router.clock.now += 400
@@ -327,8 +348,9 @@ def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_fo
         [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
         assert not offer.after_rules  # an offer lets it use nothing
         pkt, opts = reply_of(offer.data)
-        return router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]),
-                                                             ("requested_addr", pkt["BOOTP"].yiaddr)]))
+        return router.on_dhcp(
+            frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+        )
 
     # Pending: nothing it may reach depends on its rules, so its answer goes first (held.py).
     effects = handshake(LAPTOP)

@@ -1,6 +1,7 @@
 """The shaper against this machine's real kernel: a veth pair between two private network
 namespaces (names `qt-*`), the HTB tree applied, read back with `tc`, applied again, and
 DSCP-marked traffic sent through it."""
+
 import os
 import shutil
 import subprocess
@@ -11,8 +12,9 @@ import pytest
 
 from homework_controller import qos, shaper
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tc") is None,
-                                reason="needs root and tc (network namespaces)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and tc (network namespaces)"
+)
 
 
 def sh(*args):
@@ -42,15 +44,16 @@ def tc_in(ns):
 
 
 def send_udp(ns, tos, count, payload=100):
-    code = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-            f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos}); "
-            f"[s.sendto(b'x' * {payload}, ('192.0.2.2', 9)) for _ in range({count})]")
+    code = (
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos}); "
+        f"[s.sendto(b'x' * {payload}, ('192.0.2.2', 9)) for _ in range({count})]"
+    )
     sh("ip", "netns", "exec", ns, sys.executable, "-c", code)
 
 
 def classes(ns, dev):
-    return subprocess.run([*tc_in(ns), "class", "show", "dev", dev], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run([*tc_in(ns), "class", "show", "dev", dev], capture_output=True, text=True, check=True).stdout
 
 
 def test_the_tree_is_applied_read_back_and_a_second_apply_changes_nothing(veth):
@@ -72,8 +75,10 @@ def test_the_tree_is_applied_read_back_and_a_second_apply_changes_nothing(veth):
     assert s.apply() == leaf
     assert classes(near, "qt-a") == tree
     assert s.class_counters() == before  # not rebuilt: its counters carry on
-    assert subprocess.run([*tc_in(near), "filter", "show", "dev", "qt-a"], capture_output=True,
-                          text=True).stdout == filters
+    assert (
+        subprocess.run([*tc_in(near), "filter", "show", "dev", "qt-a"], capture_output=True, text=True).stdout
+        == filters
+    )
 
 
 def test_a_restarted_controller_finds_its_tree_and_says_which_leaf_it_uses(veth):
@@ -117,14 +122,16 @@ def test_a_missing_interface_is_a_clear_error():
 
 def flood(ns, tos, count=3000, payload=200):
     """More than the High class can queue, sent without waiting (what the socket refuses is not sent)."""
-    code = ("import socket\n"
-            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setblocking(False)\n"
-            f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos})\n"
-            f"for _ in range({count}):\n"
-            "    try:\n"
-            f"        s.sendto(b'x' * {payload}, ('192.0.2.2', 9))\n"
-            "    except OSError:\n"
-            "        pass\n")
+    code = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setblocking(False)\n"
+        f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos})\n"
+        f"for _ in range({count}):\n"
+        "    try:\n"
+        f"        s.sendto(b'x' * {payload}, ('192.0.2.2', 9))\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
     sh("ip", "netns", "exec", ns, sys.executable, "-c", code)
 
 
@@ -148,10 +155,14 @@ def test_a_high_class_at_its_cap_or_dropping_is_reported_and_an_idle_one_is_not(
 
 def test_overload_is_judged_from_drops_and_from_the_rate_against_the_cap():
     before = qos.ClassCounters(sent_bytes=0, dropped=0, overlimits=0)
-    assert qos.high_class_overload(before, qos.ClassCounters(1000, 3, 9), 5.0, 1000) == \
-        "dropped 3 packets (2 of 1000 kbit/s)"
-    assert qos.high_class_overload(before, qos.ClassCounters(600_000, 0, 9), 5.0, 1000) == \
-        "at its cap (960 of 1000 kbit/s)"
+    assert (
+        qos.high_class_overload(before, qos.ClassCounters(1000, 3, 9), 5.0, 1000)
+        == "dropped 3 packets (2 of 1000 kbit/s)"
+    )
+    assert (
+        qos.high_class_overload(before, qos.ClassCounters(600_000, 0, 9), 5.0, 1000)
+        == "at its cap (960 of 1000 kbit/s)"
+    )
     assert qos.high_class_overload(before, qos.ClassCounters(500_000, 0, 0), 5.0, 1000) is None  # 800 of 1000
 
 

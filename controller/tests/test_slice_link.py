@@ -1,6 +1,7 @@
 """The household's slice link against a real slicer and a real Open vSwitch (isp-flowvisor's test harness):
 where the internet's packets to the household land on the ISP's aggregation switch (`ofproto/trace`), as the
 router learns flows and the household sets priorities; the slicer restarting; the slicer refusing a rule."""
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,26 @@ from homework_controller.slice_link import DATAPATH, SliceLink, _Channel, tls_co
 from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_until
 
 # Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
-A = {"slot": 1, "addresses": ["100.64.1.0/24"], "source_address": "127.0.0.11", "ports": [2], "flow_quota": 20,
-     "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 20}
-B = {"slot": 2, "addresses": ["100.64.2.0/24"], "source_address": "127.0.0.12", "ports": [3], "flow_quota": 20,
-     "msg_rate": 2000, "msg_burst": 2000, "guaranteed_mbit": 10}
+A = {
+    "slot": 1,
+    "addresses": ["100.64.1.0/24"],
+    "source_address": "127.0.0.11",
+    "ports": [2],
+    "flow_quota": 20,
+    "msg_rate": 2000,
+    "msg_burst": 2000,
+    "guaranteed_mbit": 20,
+}
+B = {
+    "slot": 2,
+    "addresses": ["100.64.2.0/24"],
+    "source_address": "127.0.0.12",
+    "ports": [3],
+    "flow_quota": 20,
+    "msg_rate": 2000,
+    "msg_burst": 2000,
+    "guaranteed_mbit": 10,
+}
 A_PUBLIC, B_PUBLIC = "100.64.1.1", "100.64.2.1"
 UPLINK = 1  # the aggregation switch's shared port towards the internet
 HIGH_DSCP, MEDIUM_DSCP = 46, 18  # what the slicer's queues 2 and 1 become (isp-flowvisor/README.md)
@@ -47,8 +64,13 @@ def slicers(tmp_path, ovs, request):
         registry = tmp_path / "households.json"
         registry.write_text(json.dumps({"next_slot": 3, "households": {"a": A, "b": B, **registered}}))
         bridge = f"fvhw{os.getpid() % 10000}{abs(hash(request.node.name)) % 100}"
-        proc = SlicerProcess(tmp_path / "slicer", {"backend": "file", "path": str(registry)}, tls=tls,
-                             shared_ports=(UPLINK,), switch_socket=ovs.dir / f"{bridge}.slicer").start()
+        proc = SlicerProcess(
+            tmp_path / "slicer",
+            {"backend": "file", "path": str(registry)},
+            tls=tls,
+            shared_ports=(UPLINK,),
+            switch_socket=ovs.dir / f"{bridge}.slicer",
+        ).start()
         started.append(proc)
         ovs.add_bridge(bridge, proc.controller)
         proc.bridge = bridge  # type: ignore[attr-defined]
@@ -74,9 +96,17 @@ def links():
 
     def start(slicer, snapshot, public_addresses, host="127.0.0.1", tls=None) -> SliceLink:
         """Household A's link (over plain TCP, from A's registered source address)."""
-        link = SliceLink(host, slicer.household_port, snapshot, public_addresses, tls,
-                         source_address=None if tls else A["source_address"], poll_s=0.2, echo_s=0.3,
-                         max_backoff_s=1.0).start()
+        link = SliceLink(
+            host,
+            slicer.household_port,
+            snapshot,
+            public_addresses,
+            tls,
+            source_address=None if tls else A["source_address"],
+            poll_s=0.2,
+            echo_s=0.3,
+            max_backoff_s=1.0,
+        ).start()
         started.append(link)
         return link
 
@@ -87,9 +117,14 @@ def links():
 
 def downlink_lands(ovs, slicer, remote: str, public: str, remote_port: int = 443, proto: str = "tcp"):
     """(DSCP, queue) a packet from the internet to a household's public address leaves the switch with."""
-    trace = ovs.run("ovs-appctl", "-t", str(ovs.dir / "vswitchd.ctl"), "ofproto/trace", slicer.bridge,
-                    f"in_port={UPLINK},{proto},nw_src={remote},{proto}_src={remote_port},nw_dst={public},"
-                    f"{proto}_dst=61000")
+    trace = ovs.run(
+        "ovs-appctl",
+        "-t",
+        str(ovs.dir / "vswitchd.ctl"),
+        "ofproto/trace",
+        slicer.bridge,
+        f"in_port={UPLINK},{proto},nw_src={remote},{proto}_src={remote_port},nw_dst={public}," f"{proto}_dst=61000",
+    )
     final = re.search(r"^Final flow: (.*)$", trace, re.M)
     assert final, trace
     tos = re.search(r"\bnw_tos=(\d+)", final.group(1))
@@ -123,8 +158,11 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
 
     with lock:
         switch.apply(router.set_app_priorities({"web": qos.HIGH}))
-    wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 2), 30,
-               "the web site's downlink to land in A's High queue")
+    wait_until(
+        lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 2),
+        30,
+        "the web site's downlink to land in A's High queue",
+    )
     # The same site's traffic to the neighbour is the neighbour's, untouched; another site's to A too.
     assert downlink_lands(ovs, slicer, WEB, B_PUBLIC) == UNTOUCHED
     assert downlink_lands(ovs, slicer, "198.51.100.99", A_PUBLIC) == UNTOUCHED
@@ -132,8 +170,9 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
 
     with lock:
         switch.apply(router.set_app_priorities({"web": qos.MEDIUM}))
-    wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 1), 30,
-               "the rule to move to A's Medium queue")
+    wait_until(
+        lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 1), 30, "the rule to move to A's Medium queue"
+    )
 
     with lock:  # the connection ends: its rule idled out of the router's switch
         router.on_flow_removed(flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500)
@@ -177,18 +216,29 @@ def test_a_rule_outside_the_households_addresses_is_refused_and_counted_and_the_
 
 
 def test_over_tls_the_slicer_knows_the_household_by_its_certificate_and_a_stranger_slicer_is_refused(
-        tmp_path, ovs, slicers, links):
+    tmp_path, ovs, slicers, links
+):
     ca = CA(tmp_path / "isp-ca")
     household = ca.issue("household-a")
     slicer = slicers(tls=ca.issue("localhost", server=True), a={**A, "cert_sha256": household["sha256"]})
-    link = links(slicer, lambda: [CALL], [A_PUBLIC], host="localhost",
-                 tls=tls_context(household["cert"], household["key"], household["ca"]))
+    link = links(
+        slicer,
+        lambda: [CALL],
+        [A_PUBLIC],
+        host="localhost",
+        tls=tls_context(household["cert"], household["key"], household["ca"]),
+    )
     wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 30, "the call's rule over TLS")
     assert link.health()["tls"] and link.health()["connects"] == 1
     # A slicer whose certificate the ISP's CA did not sign (a man in the middle) gets nothing.
     other = CA(tmp_path / "other-ca", "fv-other-ca")
-    stranger = links(slicer, lambda: [CALL], [A_PUBLIC], host="localhost",
-                     tls=tls_context(household["cert"], household["key"], other.path))
+    stranger = links(
+        slicer,
+        lambda: [CALL],
+        [A_PUBLIC],
+        host="localhost",
+        tls=tls_context(household["cert"], household["key"], other.path),
+    )
     wait_until(lambda: "CERTIFICATE_VERIFY_FAILED" in stranger.health()["last_failure"], 30, "the refusal")
     assert not stranger.health()["connected"] and stranger.health()["connects"] == 0
     assert link.health()["connected"]  # the real session is not disturbed
@@ -198,12 +248,24 @@ def test_slice_options_need_a_public_address_and_tls_files_unless_plain_tcp(tmp_
     ok = parse_args(["--slice", "isp.example:6643", "--slice-plain-tcp", "--public-address", A_PUBLIC])
     assert (ok.slice_host, ok.slice_port, ok.public_address) == ("isp.example", 6643, (A_PUBLIC,))
     assert not parse_args(["--slice", "", "--public-address", ""]).slice  # settings left empty: no slice
-    for bad in (["--slice", "isp.example:6643", "--slice-plain-tcp"],  # no public address
-                ["--slice", "isp.example", "--slice-plain-tcp", "--public-address", A_PUBLIC],
-                ["--slice", "isp.example:6643", "--public-address", A_PUBLIC],  # no certificate
-                ["--slice", "isp.example:6643", "--public-address", A_PUBLIC, "--slice-cert", str(tmp_path / "no"),
-                 "--slice-key", str(tmp_path / "no"), "--slice-ca", str(tmp_path / "no")],
-                ["--public-address", A_PUBLIC]):  # no slice to use it for
+    for bad in (
+        ["--slice", "isp.example:6643", "--slice-plain-tcp"],  # no public address
+        ["--slice", "isp.example", "--slice-plain-tcp", "--public-address", A_PUBLIC],
+        ["--slice", "isp.example:6643", "--public-address", A_PUBLIC],  # no certificate
+        [
+            "--slice",
+            "isp.example:6643",
+            "--public-address",
+            A_PUBLIC,
+            "--slice-cert",
+            str(tmp_path / "no"),
+            "--slice-key",
+            str(tmp_path / "no"),
+            "--slice-ca",
+            str(tmp_path / "no"),
+        ],
+        ["--public-address", A_PUBLIC],
+    ):  # no slice to use it for
         with pytest.raises(SystemExit):
             parse_args(bad)
 
@@ -212,6 +274,7 @@ def test_a_refused_priority_change_removes_the_old_rule_rather_than_keep_a_prior
     """The slicer accepted the call's rule at High, then refuses the change to Medium (say the ISP
     narrowed the household's queues meanwhile): the High rule must not stay behind. The session's
     far end is a socket this test reads as the slicer would."""
+
     def sent(peer) -> list:
         """The messages the link sent: flow-mods as the slicer decodes them, others by type."""
         peer.settimeout(0.5)
@@ -224,8 +287,11 @@ def test_a_refused_priority_change_removes_the_old_rule_rather_than_keep_a_prior
         msgs = []
         while data:
             version, msg_type, length, xid = ofproto_parser.header(data)
-            msgs.append(ofproto_parser.msg(DATAPATH, version, msg_type, length, xid, data[:length])
-                        if msg_type == ofp.OFPT_FLOW_MOD else (msg_type, xid))
+            msgs.append(
+                ofproto_parser.msg(DATAPATH, version, msg_type, length, xid, data[:length])
+                if msg_type == ofp.OFPT_FLOW_MOD
+                else (msg_type, xid)
+            )
             data = data[length:]
         return msgs
 

@@ -1,4 +1,5 @@
 """What the controller keeps on disk: decisions that survive a crash, a full disk and a corrupt file."""
+
 import os
 import signal
 import subprocess

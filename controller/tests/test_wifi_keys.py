@@ -1,4 +1,5 @@
 """Devices' own Wi-Fi passphrases: made from `secrets`, kept like decisions, shown as a QR code."""
+
 import math
 
 import pytest
@@ -24,8 +25,9 @@ def test_a_passphrase_is_typeable_and_strong_enough_for_offline_guessing():
 
 def test_the_qr_payload_escapes_what_the_wifi_qr_format_reserves():
     assert wifi_keys.qr_payload("home", "k7qm-3xhv") == "WIFI:T:WPA;S:home;P:k7qm-3xhv;;"
-    assert wifi_keys.qr_payload('Cafe;"A":B,\\', 'p;a:s,s\\w"d') == \
-        r'WIFI:T:WPA;S:Cafe\;\"A\"\:B\,\\;P:p\;a\:s\,s\\w\"d;;'
+    assert (
+        wifi_keys.qr_payload('Cafe;"A":B,\\', 'p;a:s,s\\w"d') == r"WIFI:T:WPA;S:Cafe\;\"A\"\:B\,\\;P:p\;a\:s\,s\\w\"d;;"
+    )
 
 
 def test_the_key_file_keeps_lines_it_does_not_own():
@@ -33,21 +35,32 @@ def test_the_key_file_keeps_lines_it_does_not_own():
     current = "keyid=guest 00:00:00:00:00:00 correct horse battery\nkeyid=dev-0200000000bb 02:00:00:00:00:bb old\n"
     assert wifi_keys.render_psk_file(current, [phone]).splitlines() == [
         "keyid=guest 00:00:00:00:00:00 correct horse battery",
-        "keyid=dev-0200000000aa 02:00:00:00:00:aa k7qm-3xhv-9bcd-efgh-jkmn"]
+        "keyid=dev-0200000000aa 02:00:00:00:00:aa k7qm-3xhv-9bcd-efgh-jkmn",
+    ]
 
 
 def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_survives_a_restart(db_path, clock):
     made = iter(["aaaa-bbbb-cccc-dddd-eeee", "ffff-gggg-hhhh-jjjj-kkkk"])
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home",
-                        new_passphrase=lambda: next(made))
+    router = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        wifi_ssid="home",
+        new_passphrase=lambda: next(made),
+    )
     router.switch_ready(WLAN, ROUTER_MAC)
     lease(router, PHONE, PHONE_CLIENT)
     with pytest.raises(ApiError, match="only a permitted device"):
         router.issue_wifi_key(PHONE)  # a pending device: the household has not said yes
     router.permit(PHONE)
     assert router.issue_wifi_key(PHONE) == {
-        "mac": PHONE, "keyid": "dev-0200000000aa", "ssid": "home", "passphrase": "aaaa-bbbb-cccc-dddd-eeee",
-        "qr": "WIFI:T:WPA;S:home;P:aaaa-bbbb-cccc-dddd-eeee;;", "created": clock.now}
+        "mac": PHONE,
+        "keyid": "dev-0200000000aa",
+        "ssid": "home",
+        "passphrase": "aaaa-bbbb-cccc-dddd-eeee",
+        "qr": "WIFI:T:WPA;S:home;P:aaaa-bbbb-cccc-dddd-eeee;;",
+        "created": clock.now,
+    }
     assert router.issue_wifi_key(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"  # replaced
     # The status shows that it has one, never the passphrase itself.
     assert router.status(PHONE)["wifi_key"] == {"keyid": "dev-0200000000aa", "created": clock.now}

@@ -25,6 +25,7 @@ thread's CPU time over the two bursts. --profile: a cProfile breakdown of the se
 Usage (from the repository root):
   .venv/bin/python controller/tools/dhcp_path.py [--devices 100] [--rounds 30] [--threads] [--profile]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,11 +65,13 @@ PACKET_HOST = 0  # linux/if_packet.h: a frame addressed to this host (what the s
 
 def client_frame(mac: str, xid: int, msg_type: str, options=()) -> bytes:
     """As the storm client builds them (bench/dhcp_storm_client.py `frame`)."""
-    return bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff") / IP(src="0.0.0.0", dst="255.255.255.255")
-                 / UDP(sport=68, dport=67)
-                 / BOOTP(op=1, xid=xid, chaddr=bytes.fromhex(mac.replace(":", "")))
-                 / DHCP(options=[("message-type", msg_type), ("hostname", f"storm-{xid & 0xffff}"), *options,
-                                 "end"]))
+    return bytes(
+        Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
+        / IP(src="0.0.0.0", dst="255.255.255.255")
+        / UDP(sport=68, dport=67)
+        / BOOTP(op=1, xid=xid, chaddr=bytes.fromhex(mac.replace(":", "")))
+        / DHCP(options=[("message-type", msg_type), ("hostname", f"storm-{xid & 0xffff}"), *options, "end"])
+    )
 
 
 def request_for(offer: bytes, mac: str) -> bytes:
@@ -148,11 +151,15 @@ def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[ofap
     """ofapp's controller with a fresh router, its DHCP path wired as its __init__ wires it, and the
     switch connected; none of its other services (API, resolver, netlink, supervisor threads) started."""
     app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)
-    app.router = HomeRouter(DeviceStore(store_path), dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
-                            max_pending=CONFIG.max_pending)
+    app.router = HomeRouter(
+        DeviceStore(store_path),
+        dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
+        max_pending=CONFIG.max_pending,
+    )
     app.hwdb = hwdb
-    app.from_devices = FairQueue(per_key_limit=CONFIG.per_device_queue,
-                                 limits={ofapp.NEWCOMERS: flows.NEWCOMERS_METER.burst})
+    app.from_devices = FairQueue(
+        per_key_limit=CONFIG.per_device_queue, limits={ofapp.NEWCOMERS: flows.NEWCOMERS_METER.burst}
+    )
     app.from_devices_ready = threading.Event()
     app.held_rules = HeldChanges()
     app.lock = ofapp.TimedLock()
@@ -208,8 +215,9 @@ def burst(app: ofapp.HomeworkController, port: DhcpPort, sock: PacketSocket, fra
     assert len(sock.sent) - answered == len(frames), "every frame answered"
 
 
-def storm_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog,
-                profile: cProfile.Profile | None = None) -> dict[str, float]:
+def storm_round(
+    devices: int, workdir: str, round_no: int, hwdb: HwdbLog, profile: cProfile.Profile | None = None
+) -> dict[str, float]:
     """One storm against a fresh router: per message, seconds (see the module's doc)."""
     sock = PacketSocket()
     app, port = controller(os.path.join(workdir, f"round-{round_no}.sqlite"), sock, hwdb)
@@ -233,8 +241,12 @@ def storm_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog,
             time.sleep(0.01)
         time.sleep(2 * BATCH_SECONDS)  # the hwdb writer's last batch
     app.router.store.close()
-    return {"discover": clocks.thread["discover"] / devices, "request": clocks.thread["request"] / devices,
-            "held": clocks.thread["held"] / devices, "cpu": clocks.cpu / (2 * devices)}
+    return {
+        "discover": clocks.thread["discover"] / devices,
+        "request": clocks.thread["request"] / devices,
+        "held": clocks.thread["held"] / devices,
+        "cpu": clocks.cpu / (2 * devices),
+    }
 
 
 def serve_until_drained(port: DhcpPort, sock: PacketSocket) -> None:
@@ -285,8 +297,11 @@ def main() -> None:
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--profile", action="store_true", help="a cProfile breakdown of the serving path too")
-    p.add_argument("--threads", action="store_true",
-                   help="also with the controller's threads: wall time per burst (noisy on a shared machine)")
+    p.add_argument(
+        "--threads",
+        action="store_true",
+        help="also with the controller's threads: wall time per burst (noisy on a shared machine)",
+    )
     args = p.parse_args()
     # As the controller runs (__main__): INFO through its log writer, and its GIL switch interval.
     log_writer.configure(logging.INFO, open(os.devnull, "w"))  # noqa: SIM115 (open as long as the run)
@@ -295,14 +310,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dhcp-path-") as workdir:
         storm_round(args.devices, workdir, 0, hwdb)  # warm-up: imports, caches
         results = [storm_round(args.devices, workdir, n, hwdb) for n in range(1, args.rounds + 1)]
-        report(f"{args.devices} devices, {args.rounds} rounds, serving thread", results,
-               {"discover": "DISCOVER, recvfrom to send", "request": "REQUEST, recvfrom to send",
-                "held": "held rules, per newcomer", "cpu": "cpu, all threads"})
+        report(
+            f"{args.devices} devices, {args.rounds} rounds, serving thread",
+            results,
+            {
+                "discover": "DISCOVER, recvfrom to send",
+                "request": "REQUEST, recvfrom to send",
+                "held": "held rules, per newcomer",
+                "cpu": "cpu, all threads",
+            },
+        )
         if args.threads:
-            report("with the controller's threads", [threaded_round(args.devices, workdir, n, hwdb)
-                                                     for n in range(1, args.rounds + 1)],
-                   {"discover": "DISCOVER burst, wall", "request": "REQUEST burst, wall",
-                    "cpu": "cpu, all threads, bursts"})
+            report(
+                "with the controller's threads",
+                [threaded_round(args.devices, workdir, n, hwdb) for n in range(1, args.rounds + 1)],
+                {
+                    "discover": "DISCOVER burst, wall",
+                    "request": "REQUEST burst, wall",
+                    "cpu": "cpu, all threads, bursts",
+                },
+            )
         if args.profile:
             profile = cProfile.Profile()
             for n in range(args.rounds + 1, 2 * args.rounds + 1):

@@ -1,6 +1,7 @@
 """The router's services as `deploy/services.toml` defines them: one definition, read by everyone who
 starts them (the emulated home starts processes; the image renders systemd units; the OpenWrt feed
 renders procd scripts)."""
+
 from __future__ import annotations
 
 import json
@@ -50,10 +51,17 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Ser
             return {k: fill(v) for k, v in value.items()}
         return value
 
-    services = {name: Service(name, s.get("description", name), tuple(fill(s["command"])),
-                              tuple(s.get("after", ())), fill(s.get("ready", {})),
-                              float(s.get("ready_timeout_s", 30)))
-                for name, s in spec["services"].items()}
+    services = {
+        name: Service(
+            name,
+            s.get("description", name),
+            tuple(fill(s["command"])),
+            tuple(s.get("after", ())),
+            fill(s.get("ready", {})),
+            float(s.get("ready_timeout_s", 30)),
+        )
+        for name, s in spec["services"].items()
+    }
     start_order(services)  # refuses unknown names and circles now, not when something starts
     return services
 

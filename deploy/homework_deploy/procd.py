@@ -7,6 +7,7 @@ option is set, and where the web UI's built frontend is installed. OpenWrt's bui
 Python, so the scripts are committed in `openwrt-feed/` (`make -C openwrt-feed render`); its tests
 render them again and compare.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,6 +22,7 @@ from homework_deploy import SERVICES_FILE, Service, ServicesError, load, setting
 class Uci:
     """One option of /etc/config/homework; the init script holds it in the variable `<section>_<option>`.
     A required option left empty stops the service with a message naming it."""
+
     section: str
     option: str
     required: bool = True
@@ -71,14 +73,17 @@ PROVIDED_BY_OPENWRT = frozenset({"hostapd"})
 @dataclass(frozen=True)
 class OptionalFlag:
     """A flag only the router passes, with the value of `option`, and only if that option is set."""
+
     flag: str
     option: Uci
 
 
 ROUTER_FLAGS: dict[str, list[OptionalFlag]] = {
     # The shaper's tuning: the controller's own defaults unless the household sets them.
-    "controller": [OptionalFlag(f"--{name.replace('_', '-')}", Uci("qos", name, required=False))
-                   for name in ("shaper_percent", "high_share", "high_device_share")],
+    "controller": [
+        OptionalFlag(f"--{name.replace('_', '-')}", Uci("qos", name, required=False))
+        for name in ("shaper_percent", "high_share", "high_device_share")
+    ],
 }
 
 # Arguments only the router adds, always: the web UI's built frontend is installed outside the
@@ -131,8 +136,10 @@ def _services(path: Path) -> dict[str, Service]:
     names = settings(path)
     unmapped = sorted(set(names) - set(SETTINGS))
     if unmapped:
-        raise ServicesError(f"services.toml setting(s) {', '.join(unmapped)} have no OpenWrt value: "
-                            "add them to SETTINGS in deploy/homework_deploy/procd.py")
+        raise ServicesError(
+            f"services.toml setting(s) {', '.join(unmapped)} have no OpenWrt value: "
+            "add them to SETTINGS in deploy/homework_deploy/procd.py"
+        )
     return load({name: f"\x00{name}\x00" for name in names}, path)
 
 
@@ -159,29 +166,35 @@ def render_service(service: Service, start: int) -> str:
     # config_get SECTION OPTION prints the value: an assignment shellcheck can see.
     lines += [f"\t{o.var}=$(config_get {o.section} {o.option})" for o in options]
     for option in [o for o in options if o.required]:
-        lines += [f'\tif [ -z "${{{option.var}}}" ]; then',
-                  f'\t\techo "homework-{service.name}: homework.{option.section}.{option.option} is not set '
-                  '(/etc/config/homework)" >&2',
-                  "\t\treturn 1",
-                  "\tfi"]
+        lines += [
+            f'\tif [ -z "${{{option.var}}}" ]; then',
+            f'\t\techo "homework-{service.name}: homework.{option.section}.{option.option} is not set '
+            '(/etc/config/homework)" >&2',
+            "\t\treturn 1",
+            "\tfi",
+        ]
     if set(_options([SETTINGS["STATE"]])) & set(options):  # the services create their files, not the directory
         lines.append(f"\tmkdir -p {_shell_word(SETTINGS['STATE'])}")
     words = [_shell_word(v) for v in command] + [_shell_word((a,)) for a in ROUTER_ARGS.get(service.name, ())]
     lines += ["", "\tprocd_open_instance", "\tprocd_set_param command " + " ".join(words)]
     for f in flags:
-        lines += [f'\tif [ -n "${{{f.option.var}}}" ]; then',
-                  f'\t\tprocd_append_param command {f.flag} "${{{f.option.var}}}"',
-                  "\tfi"]
-    lines += [f"\tprocd_set_param respawn {RESPAWN}",
-              "\tprocd_set_param stdout 1",
-              "\tprocd_set_param stderr 1",
-              "\tprocd_close_instance",
-              "}",
-              "",
-              "service_triggers() {",
-              "\tprocd_add_reload_trigger homework",
-              "}",
-              ""]
+        lines += [
+            f'\tif [ -n "${{{f.option.var}}}" ]; then',
+            f'\t\tprocd_append_param command {f.flag} "${{{f.option.var}}}"',
+            "\tfi",
+        ]
+    lines += [
+        f"\tprocd_set_param respawn {RESPAWN}",
+        "\tprocd_set_param stdout 1",
+        "\tprocd_set_param stderr 1",
+        "\tprocd_close_instance",
+        "}",
+        "",
+        "service_triggers() {",
+        "\tprocd_add_reload_trigger homework",
+        "}",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ rolls back an update) comes that much sooner.
 
     python -m homework_deploy.systemd --wait-ready '{"url": "http://..."}' --timeout 40
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ def _quote(arg: str) -> str:
     return escaped
 
 
-def render(service: Service, python: str, writable: Sequence[str], requires: Sequence[str] = (),
-           slowness: float = 1) -> str:
+def render(
+    service: Service, python: str, writable: Sequence[str], requires: Sequence[str] = (), slowness: float = 1
+) -> str:
     """The unit file text for one service.
 
     python: the interpreter that runs the readiness check (has homework_deploy installed);
@@ -90,9 +92,19 @@ def render(service: Service, python: str, writable: Sequence[str], requires: Seq
         "[Service]",
         "Type=exec",
         f"ExecStart={' '.join(_quote(a) for a in service.command)}",
-        "ExecStartPost=" + " ".join(_quote(a) for a in [
-            python, "-m", "homework_deploy.systemd", "--wait-ready", json.dumps(service.ready, sort_keys=True),
-            "--timeout", f"{service.ready_timeout_s * slowness:g}"]),
+        "ExecStartPost="
+        + " ".join(
+            _quote(a)
+            for a in [
+                python,
+                "-m",
+                "homework_deploy.systemd",
+                "--wait-ready",
+                json.dumps(service.ready, sort_keys=True),
+                "--timeout",
+                f"{service.ready_timeout_s * slowness:g}",
+            ]
+        ),
         f"TimeoutStartSec={service.ready_timeout_s * slowness + 10:g}",
         "Restart=on-failure",
         "RestartSec=2",
@@ -121,11 +133,17 @@ def render(service: Service, python: str, writable: Sequence[str], requires: Seq
     return "\n".join(lines)
 
 
-def render_all(services: dict[str, Service], python: str, writable: Sequence[str],
-               requires: Sequence[str] = (), slowness: float = 1) -> dict[str, str]:
+def render_all(
+    services: dict[str, Service],
+    python: str,
+    writable: Sequence[str],
+    requires: Sequence[str] = (),
+    slowness: float = 1,
+) -> dict[str, str]:
     """{unit file name: text} for every service."""
-    return {unit_name(name): render(service, python, writable, requires, slowness)
-            for name, service in services.items()}
+    return {
+        unit_name(name): render(service, python, writable, requires, slowness) for name, service in services.items()
+    }
 
 
 def process_alive(pid: int) -> bool:
@@ -135,11 +153,10 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     # The state follows the command name, which is in parentheses and may itself hold any byte.
-    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X", "")
+    return stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X", "")
 
 
-def wait_ready(ready: dict, timeout: float, interval: float = 0.2,
-               alive: Callable[[], bool] = lambda: True) -> bool:
+def wait_ready(ready: dict, timeout: float, interval: float = 0.2, alive: Callable[[], bool] = lambda: True) -> bool:
     """True once `ready` holds; False after `timeout`, or as soon as `alive()` says the service died."""
     deadline = time.monotonic() + timeout
     while True:
@@ -151,8 +168,10 @@ def wait_ready(ready: dict, timeout: float, interval: float = 0.2,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m homework_deploy.systemd",
-                                description="Wait until a service passes its services.toml readiness check.")
+    p = argparse.ArgumentParser(
+        prog="python -m homework_deploy.systemd",
+        description="Wait until a service passes its services.toml readiness check.",
+    )
     p.add_argument("--wait-ready", required=True, metavar="JSON", help="the service's `ready` table as JSON")
     p.add_argument("--timeout", type=float, required=True, help="seconds to wait")
     args = p.parse_args(argv)

@@ -1,10 +1,10 @@
 """Client for the hwdb UDP RPC (see hwdb/PROTOCOL.md). Standard library only.
 
-    from hwdb_client import HwdbClient, HwdbError
-    db = HwdbClient('127.0.0.1', 987)
-    result = db.query("select app, priority from AppPriority")
-    for row in result.rows:        # each row is a dict: {'app': ..., 'priority': ...}
-        ...
+from hwdb_client import HwdbClient, HwdbError
+db = HwdbClient('127.0.0.1', 987)
+result = db.query("select app, priority from AppPriority")
+for row in result.rows:        # each row is a dict: {'app': ..., 'priority': ...}
+    ...
 """
 
 import json
@@ -16,8 +16,15 @@ import threading
 import time
 
 __all__ = [
-    "HwdbClient", "HwdbError", "HwdbTimeout", "Result", "Header", "Subscription",
-    "encode", "decode", "fragments",
+    "HwdbClient",
+    "HwdbError",
+    "HwdbTimeout",
+    "Result",
+    "Header",
+    "Subscription",
+    "encode",
+    "decode",
+    "fragments",
 ]
 
 MAGIC = 0x4857
@@ -28,8 +35,14 @@ MAX_PAYLOAD = 1352
 
 REQUEST, REQUEST_ACK, RESPONSE, RESPONSE_ACK, NOTIFY, NOTIFY_ACK, PING, PONG = range(1, 9)
 KIND_NAMES = {
-    REQUEST: "REQUEST", REQUEST_ACK: "REQUEST_ACK", RESPONSE: "RESPONSE", RESPONSE_ACK: "RESPONSE_ACK",
-    NOTIFY: "NOTIFY", NOTIFY_ACK: "NOTIFY_ACK", PING: "PING", PONG: "PONG",
+    REQUEST: "REQUEST",
+    REQUEST_ACK: "REQUEST_ACK",
+    RESPONSE: "RESPONSE",
+    RESPONSE_ACK: "RESPONSE_ACK",
+    NOTIFY: "NOTIFY",
+    NOTIFY_ACK: "NOTIFY_ACK",
+    PING: "PING",
+    PONG: "PONG",
 }
 FLAG_RETRANSMIT = 0x0001
 FLAG_UNKNOWN = 0x0002
@@ -89,7 +102,7 @@ def fragments(message):
     """Split a message into datagram payloads (an empty message is one empty fragment)."""
     if not message:
         return [b""]
-    parts = [message[i:i + MAX_PAYLOAD] for i in range(0, len(message), MAX_PAYLOAD)]
+    parts = [message[i : i + MAX_PAYLOAD] for i in range(0, len(message), MAX_PAYLOAD)]
     if len(parts) > 0xFFFF:
         raise ValueError("message too large")
     return parts
@@ -138,8 +151,17 @@ class HwdbClient:
     retransmitted with exponential backoff, and kept alive with pings while the server works.
     Not thread-safe: use one client per thread."""
 
-    def __init__(self, host="127.0.0.1", port=987, timeout=30.0, rto=0.1, max_rto=2.0, max_tries=8,
-                 ping_interval=0.5, local_addr=None):
+    def __init__(
+        self,
+        host="127.0.0.1",
+        port=987,
+        timeout=30.0,
+        rto=0.1,
+        max_rto=2.0,
+        max_tries=8,
+        ping_interval=0.5,
+        local_addr=None,
+    ):
         self.server = (host, port)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)

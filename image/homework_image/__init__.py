@@ -4,6 +4,7 @@ signed A/B update (`update`, `bundle`, `boot`), the data partition's format (`st
 console banner with the first-run setup code (`console`).
 
 Paths and names the build (image/build.py) and the router share are defined here once."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -10,6 +10,7 @@ the ESP, generated from them (`grub_config`) whenever an entry is written, renam
 cannot rename files, so it counts each try of an entry on trial in its environment block
 (`grub/grubenv`, one variable per entry file name) and boots what systemd-boot would; at the next
 boot Linux moves those tries into the entries' names (`fold_grub_tries`) and clears them."""
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,9 @@ from . import ROOT_PARTLABEL, SLOTS
 KERNEL, INITRD = "vmlinuz", "initrd.img"
 # Serial console last: it becomes /dev/console, where boxes like the APU show the setup code.
 CONSOLE_OPTIONS = "console=tty0 console=ttyS0,115200 loglevel=4 systemd.show_status=auto"
-_ENTRY = re.compile(r"^homework-(?P<version>[0-9][0-9A-Za-z.~]*)-(?P<slot>[ab])"
-                    r"(?:\+(?P<left>\d+)(?:-(?P<done>\d+))?)?\.conf$")
+_ENTRY = re.compile(
+    r"^homework-(?P<version>[0-9][0-9A-Za-z.~]*)-(?P<slot>[ab])" r"(?:\+(?P<left>\d+)(?:-(?P<done>\d+))?)?\.conf$"
+)
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.~]*$")
 
 
@@ -40,8 +42,10 @@ def slot_dir(slot: str) -> str:
 
 
 def kernel_options(slot: str) -> str:
-    return (f"root=PARTLABEL={ROOT_PARTLABEL.format(slot=slot)} rootfstype=squashfs ro homework.slot={slot} "
-            f"{CONSOLE_OPTIONS}")
+    return (
+        f"root=PARTLABEL={ROOT_PARTLABEL.format(slot=slot)} rootfstype=squashfs ro homework.slot={slot} "
+        f"{CONSOLE_OPTIONS}"
+    )
 
 
 def entry_name(version: str, slot: str, tries: int | None = None, done: int = 0) -> str:
@@ -54,11 +58,13 @@ def entry_name(version: str, slot: str, tries: int | None = None, done: int = 0)
 
 
 def entry_text(version: str, slot: str) -> str:
-    return (f"title Homework router {version} (slot {slot.upper()})\n"
-            f"version {version}\n"
-            f"linux /{slot_dir(slot)}/{KERNEL}\n"
-            f"initrd /{slot_dir(slot)}/{INITRD}\n"
-            f"options {kernel_options(slot)}\n")
+    return (
+        f"title Homework router {version} (slot {slot.upper()})\n"
+        f"version {version}\n"
+        f"linux /{slot_dir(slot)}/{KERNEL}\n"
+        f"initrd /{slot_dir(slot)}/{INITRD}\n"
+        f"options {kernel_options(slot)}\n"
+    )
 
 
 def parse_entry(name: str) -> dict | None:
@@ -67,8 +73,12 @@ def parse_entry(name: str) -> dict | None:
     if not m:
         return None
     left = m.group("left")
-    return {"version": m.group("version"), "slot": m.group("slot"),
-            "tries_left": int(left) if left is not None else None, "tries_done": int(m.group("done") or 0)}
+    return {
+        "version": m.group("version"),
+        "slot": m.group("slot"),
+        "tries_left": int(left) if left is not None else None,
+        "tries_done": int(m.group("done") or 0),
+    }
 
 
 def running_slot(cmdline: str) -> str:
@@ -93,8 +103,9 @@ def boot_order(names: list[str]) -> list[str]:
     """Our entries as systemd-boot orders them: entries with no tries left last, then the highest
     version first (the default is the first)."""
     ours = {name: parsed for name in names if (parsed := parse_entry(name))}
-    return sorted(ours, reverse=True, key=lambda n: (ours[n]["tries_left"] != 0, version_key(ours[n]["version"]),
-                                                     ours[n]["slot"]))
+    return sorted(
+        ours, reverse=True, key=lambda n: (ours[n]["tries_left"] != 0, version_key(ours[n]["version"]), ours[n]["slot"])
+    )
 
 
 def parse_entry_text(text: str) -> dict[str, str]:
@@ -139,8 +150,9 @@ def fold_grub_tries(names: list[str], env: dict[str, str]) -> dict[str, str]:
         tried = env.get(grub_tries_variable(name), "")
         used = min(int(tried), entry["tries_left"]) if tried.isdigit() else 0
         if used:
-            moved[name] = entry_name(entry["version"], entry["slot"], entry["tries_left"] - used,
-                                     entry["tries_done"] + used)
+            moved[name] = entry_name(
+                entry["version"], entry["slot"], entry["tries_left"] - used, entry["tries_done"] + used
+            )
     return moved
 
 
@@ -165,8 +177,10 @@ def parse_grubenv(data: bytes) -> dict[str, str]:
     if len(data) != GRUBENV_SIZE or not data.startswith(GRUBENV_HEADER.splitlines(keepends=True)[0].encode()):
         raise BootError("not a GRUB environment block")
     text = data.decode("utf-8", errors="replace")
-    return {m.group(1): re.sub(r"\\(.)", r"\1", m.group(2), flags=re.S)
-            for m in re.finditer(r"^([^#\n=][^=\n]*)=((?:[^\\\n]|\\[\s\S])*)$", text, re.M)}
+    return {
+        m.group(1): re.sub(r"\\(.)", r"\1", m.group(2), flags=re.S)
+        for m in re.finditer(r"^([^#\n=][^=\n]*)=((?:[^\\\n]|\\[\s\S])*)$", text, re.M)
+    }
 
 
 def _grub_quote(word: str) -> str:
@@ -185,17 +199,28 @@ def grub_config(entries: dict[str, str]) -> str:
     an entry on trial counts one try and wants GRUB_BLESS_UNIT."""
     order = boot_order(list(entries))
     parsed = {name: parse_entry(name) or {} for name in order}
-    lines = ["# Generated from loader/entries/ by homework_image.boot.grub_config: do not edit.",
-             "serial --unit=0 --speed=115200", "terminal_input serial console", "terminal_output serial console",
-             "set timeout=0", "load_env", 'set homework_default=""']
+    lines = [
+        "# Generated from loader/entries/ by homework_image.boot.grub_config: do not edit.",
+        "serial --unit=0 --speed=115200",
+        "terminal_input serial console",
+        "terminal_output serial console",
+        "set timeout=0",
+        "load_env",
+        'set homework_default=""',
+    ]
     for name in order:
         left, var = parsed[name]["tries_left"], grub_tries_variable(name)
         if left is None:
             lines += ['if [ -z "${homework_default}" ]; then', f"  set homework_default={_entry_id(name)}", "fi"]
         elif left > 0:
             unused = " -o ".join([f'-z "${{{var}}}"', *(f'"${{{var}}}" = {n}' for n in range(1, left))])
-            lines += ['if [ -z "${homework_default}" ]; then', f"  if [ {unused} ]; then",
-                      f"    set homework_default={_entry_id(name)}", "  fi", "fi"]
+            lines += [
+                'if [ -z "${homework_default}" ]; then',
+                f"  if [ {unused} ]; then",
+                f"    set homework_default={_entry_id(name)}",
+                "  fi",
+                "fi",
+            ]
     if order and all(parsed[n]["tries_left"] is not None for n in order):  # else a blessed entry boots
         highest = max(order, key=lambda n: version_key(parsed[n]["version"]))
         lines += ['if [ -z "${homework_default}" ]; then', f"  set homework_default={_entry_id(highest)}", "fi"]
@@ -208,11 +233,17 @@ def grub_config(entries: dict[str, str]) -> str:
             lines.append(f"  load_env {var}")
             for n in range(left):
                 test = f'-z "${{{var}}}"' if n == 0 else f'"${{{var}}}" = {n}'
-                lines += [f"  {'elif' if n else 'if'} [ {test} ]; then", f"    set {var}={n + 1}",
-                          f"    save_env {var}"]
+                lines += [
+                    f"  {'elif' if n else 'if'} [ {test} ]; then",
+                    f"    set {var}={n + 1}",
+                    f"    save_env {var}",
+                ]
             lines.append("  fi")
         if left is not None:
             options.append(f"systemd.wants={GRUB_BLESS_UNIT}")
-        lines += [f"  linux {' '.join(_grub_quote(w) for w in [keys['linux'], *options])}",
-                  f"  initrd {_grub_quote(keys['initrd'])}", "}"]
+        lines += [
+            f"  linux {' '.join(_grub_quote(w) for w in [keys['linux'], *options])}",
+            f"  initrd {_grub_quote(keys['initrd'])}",
+            "}",
+        ]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ command (OpenSSL 3), on the build machine and on the router alike.
 
 The router checks the signature, then every payload's size and hash by reading the bundle,
 before it writes anything."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,12 @@ def file_digest(f: Readable) -> tuple[int, str]:
 
 
 def manifest_bytes(version: str, files: dict[str, dict]) -> bytes:
-    return json.dumps({"format": FORMAT, "version": check_version(version), "files": files},
-                      sort_keys=True, indent=1).encode() + b"\n"
+    return (
+        json.dumps(
+            {"format": FORMAT, "version": check_version(version), "files": files}, sort_keys=True, indent=1
+        ).encode()
+        + b"\n"
+    )
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -77,8 +82,10 @@ def _openssl(*args: str) -> subprocess.CompletedProcess:
 
 def make_key(private_pem: Path, public_pem: Path) -> None:
     private_pem.parent.mkdir(parents=True, exist_ok=True)
-    for cmd in (["genpkey", "-algorithm", "ed25519", "-out", str(private_pem)],
-                ["pkey", "-in", str(private_pem), "-pubout", "-out", str(public_pem)]):
+    for cmd in (
+        ["genpkey", "-algorithm", "ed25519", "-out", str(private_pem)],
+        ["pkey", "-in", str(private_pem), "-pubout", "-out", str(public_pem)],
+    ):
         proc = _openssl(*cmd)
         if proc.returncode != 0:
             raise RuntimeError(f"openssl {cmd[0]} failed: {proc.stderr.decode(errors='replace')}")
@@ -98,8 +105,18 @@ def verify(data: bytes, signature: bytes, public_pem: Path) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "data").write_bytes(data)
         (Path(tmp) / "sig").write_bytes(signature)
-        proc = _openssl("pkeyutl", "-verify", "-pubin", "-inkey", str(public_pem), "-rawin",
-                        "-in", f"{tmp}/data", "-sigfile", f"{tmp}/sig")
+        proc = _openssl(
+            "pkeyutl",
+            "-verify",
+            "-pubin",
+            "-inkey",
+            str(public_pem),
+            "-rawin",
+            "-in",
+            f"{tmp}/data",
+            "-sigfile",
+            f"{tmp}/sig",
+        )
     return proc.returncode == 0
 
 

@@ -1,5 +1,6 @@
 """homework-console: once the web UI is up, say on the console which version runs and, while
 the router has no owner, the one-time setup code the first-run page asks for."""
+
 from __future__ import annotations
 
 import sys
@@ -33,8 +34,9 @@ def _read(path: Path) -> str | None:
 def main() -> int:
     with open("/proc/cmdline") as f:
         slot = running_slot(f.read())
-    print(banner(VERSION_FILE.read_text().strip(), slot, _read(GENERATED_SETUP_CODE), _read(LABEL_SETUP_CODE)),
-          flush=True)
+    print(
+        banner(VERSION_FILE.read_text().strip(), slot, _read(GENERATED_SETUP_CODE), _read(LABEL_SETUP_CODE)), flush=True
+    )
     return 0
 
 

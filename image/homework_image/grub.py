@@ -9,6 +9,7 @@ GRUB cannot rename files, so it keeps its count of each trial boot in grubenv; s
 renames the entry itself, and then `count` finds nothing to move. GRUB wants
 homework-grub-bless.service on the kernel command line only when it boots an entry on trial, as
 systemd-boot's boot counter is what starts systemd-bless-boot."""
+
 from __future__ import annotations
 
 import argparse

@@ -7,6 +7,7 @@ build writes them, filled in, to SHARE/services.json), Open vSwitch has br-lan, 
 connected to the controller, a DHCP request arriving on the LAN port goes to the router's own
 port (traced through the switch's rules), where the controller's DHCP socket is running. A
 service whose unit has failed fails the check at once."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,10 @@ from homework_deploy.systemd import unit_name
 from . import BRIDGE, LAN_PORT, SHARE
 
 SERVICES_FILE = SHARE / "services.json"
-DHCP_DISCOVER = (f"in_port={LAN_PORT},udp,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
-                 "nw_src=0.0.0.0,nw_dst=255.255.255.255,udp_src=68,udp_dst=67")
+DHCP_DISCOVER = (
+    f"in_port={LAN_PORT},udp,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
+    "nw_src=0.0.0.0,nw_dst=255.255.255.255,udp_src=68,udp_dst=67"
+)
 CONTROLLER_HEALTH = "http://127.0.0.1:8081/ws.v1/health"
 
 
@@ -34,8 +37,11 @@ def dhcp_goes_to_the_router(trace: str) -> bool:
     """From `ovs-appctl ofproto/trace`: a rule sends the DISCOVER to LOCAL (the router's own port,
     where the controller's DHCP socket reads it) and the datapath does not drop it."""
     actions = re.search(r"^Datapath actions: (.*)$", trace, re.M)
-    return (actions is not None and actions.group(1).strip() != "drop"
-            and re.search(r"^\s+(?:output:)?LOCAL\s*$", trace, re.M) is not None)
+    return (
+        actions is not None
+        and actions.group(1).strip() != "drop"
+        and re.search(r"^\s+(?:output:)?LOCAL\s*$", trace, re.M) is not None
+    )
 
 
 def dhcp_socket_running() -> bool:
@@ -44,8 +50,9 @@ def dhcp_socket_running() -> bool:
             health = json.load(resp)
     except (OSError, ValueError):
         return False
-    return isinstance(health, dict) and isinstance(health.get("dhcp"), dict) \
-        and health["dhcp"].get("socket") == "running"
+    return (
+        isinstance(health, dict) and isinstance(health.get("dhcp"), dict) and health["dhcp"].get("socket") == "running"
+    )
 
 
 def _out(*cmd: str) -> str:
@@ -60,10 +67,12 @@ def _ready_check(ready: dict) -> Callable[[], bool]:
 def checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
     found = {f"{name} ready": _ready_check(ready) for name, ready in services.items()}
     found["ovs bridge"] = lambda: bool(_out("ovs-vsctl", "--timeout=3", "list-br").split().count(BRIDGE))
-    found["controller connected"] = lambda: _out(
-        "ovs-vsctl", "--timeout=3", "get", "controller", BRIDGE, "is_connected").strip() == "true"
+    found["controller connected"] = (
+        lambda: _out("ovs-vsctl", "--timeout=3", "get", "controller", BRIDGE, "is_connected").strip() == "true"
+    )
     found["dhcp reaches the router"] = lambda: dhcp_goes_to_the_router(
-        _out("ovs-appctl", "ofproto/trace", BRIDGE, DHCP_DISCOVER))
+        _out("ovs-appctl", "ofproto/trace", BRIDGE, DHCP_DISCOVER)
+    )
     found["controller's dhcp socket"] = dhcp_socket_running
     return found
 

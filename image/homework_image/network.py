@@ -8,6 +8,7 @@
   the port the controller calls the wireless port; its LOCAL port holds the router's LAN address;
 - hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: the AP on the LAN
   port bridges its stations)."""
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,10 @@ def choose(nics: list[Nic], config: dict[str, str]) -> tuple[Nic, Nic]:
         wanted = config.get(role)
         if wanted is None:
             if len(ordered) <= default_index:
-                raise NetworkError(f"the router needs two wired NICs, found {len(ordered)}: "
-                                   f"{', '.join(n.name for n in ordered) or 'none'}")
+                raise NetworkError(
+                    f"the router needs two wired NICs, found {len(ordered)}: "
+                    f"{', '.join(n.name for n in ordered) or 'none'}"
+                )
             return ordered[default_index]
         for nic in ordered:
             if wanted in (nic.name, nic.mac):
@@ -76,8 +79,7 @@ def wired_nics() -> list[Nic]:
     for path in SYS_NET.iterdir():
         if not (path / "device").exists() or (path / "wireless").exists() or (path / "phy80211").exists():
             continue
-        nics.append(Nic(path.name, (path / "address").read_text().strip().lower(),
-                        os.path.realpath(path / "device")))
+        nics.append(Nic(path.name, (path / "address").read_text().strip().lower(), os.path.realpath(path / "device")))
     return nics
 
 
@@ -118,11 +120,29 @@ def setup() -> None:
     rename(lan, LAN_PORT)
     Path(f"/proc/sys/net/ipv6/conf/{LAN_PORT}/disable_ipv6").write_text("1\n")
     run("ip", "link", "set", LAN_PORT, "up")
-    run("ovs-vsctl", "--may-exist", "add-br", BRIDGE, "--",
-        "set", "bridge", BRIDGE, "protocols=OpenFlow13", "fail-mode=secure",
-        f"other-config:hwaddr={ROUTER_MAC}", "other-config:disable-in-band=true", "--",
-        "--may-exist", "add-port", BRIDGE, LAN_PORT, "--",
-        "set-controller", BRIDGE, "tcp:127.0.0.1:6653")
+    run(
+        "ovs-vsctl",
+        "--may-exist",
+        "add-br",
+        BRIDGE,
+        "--",
+        "set",
+        "bridge",
+        BRIDGE,
+        "protocols=OpenFlow13",
+        "fail-mode=secure",
+        f"other-config:hwaddr={ROUTER_MAC}",
+        "other-config:disable-in-band=true",
+        "--",
+        "--may-exist",
+        "add-port",
+        BRIDGE,
+        LAN_PORT,
+        "--",
+        "set-controller",
+        BRIDGE,
+        "tcp:127.0.0.1:6653",
+    )
     # Reconnect within a second of a controller restart (the default backoff grows to 8 s).
     run("ovs-vsctl", "set", "controller", BRIDGE, "max_backoff=1000", "inactivity_probe=5000")
     deadline = time.monotonic() + 10
@@ -140,8 +160,19 @@ def render_hostapd_conf() -> None:
     eap_users = STATE / "hostapd.eap_user"
     if not eap_users.exists():
         eap_users.write_text("# identity, EAP method, password: one device a line\n")
-    conf = run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", "--driver", "wired",
-               "--interface", BRIDGE, "--ctrl-dir", str(RUN / "hostapd"), "--eap-users", str(eap_users))
+    conf = run(
+        str(VENV / "bin" / "python"),
+        "-m",
+        "homework_controller.hostapd_conf",
+        "--driver",
+        "wired",
+        "--interface",
+        BRIDGE,
+        "--ctrl-dir",
+        str(RUN / "hostapd"),
+        "--eap-users",
+        str(eap_users),
+    )
     RUN.mkdir(parents=True, exist_ok=True)
     (RUN / "hostapd.conf").write_text(conf)
 

@@ -6,6 +6,7 @@ MIGRATIONS ({from: function}) and raises CURRENT; the step runs once, at the fir
 image, before any service reads the state. A rollback to an older image leaves a newer format
 in place: each step must keep what older images read (add, do not rename or drop), and the
 older image says so on its console."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ DIRECTORIES = ("config", "webui")
 MIGRATIONS: dict[int, Callable[[Path], None]] = {}
 
 
-def migrate(state: Path = STATE, current: int = CURRENT,
-            migrations: dict[int, Callable[[Path], None]] = MIGRATIONS) -> str:
+def migrate(
+    state: Path = STATE, current: int = CURRENT, migrations: dict[int, Callable[[Path], None]] = MIGRATIONS
+) -> str:
     for name in DIRECTORIES:
         (state / name).mkdir(parents=True, exist_ok=True)
     path = state / "FORMAT"

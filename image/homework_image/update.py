@@ -21,6 +21,7 @@ and homework-update-spool.path runs `--spool DIR` as root, which installs it, wr
 (the JSON printed for BUNDLE) to DIR/result.json for the web UI to show, removes DIR/bundle
 whatever happened, and restarts the router into the new version
 (webui/homework_webui/updates.py is the other side)."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,14 @@ SPOOL_BUNDLE, SPOOL_RESULT = "bundle", "result.json"
 class Router:
     """Where this router keeps its slots: the real paths, or a test's stand-ins."""
 
-    def __init__(self, esp: Path = ESP, partitions: Path = Path("/dev/disk/by-partlabel"),
-                 cmdline: Path = Path("/proc/cmdline"), version_file: Path = VERSION_FILE,
-                 update_key: Path = UPDATE_KEY):
+    def __init__(
+        self,
+        esp: Path = ESP,
+        partitions: Path = Path("/dev/disk/by-partlabel"),
+        cmdline: Path = Path("/proc/cmdline"),
+        version_file: Path = VERSION_FILE,
+        update_key: Path = UPDATE_KEY,
+    ):
         self.esp, self.partitions, self.cmdline = esp, partitions, cmdline
         self.version_file, self.update_key = version_file, update_key
 
@@ -85,8 +91,10 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
     manifest, tar = bundle.open_verified(bundle_path, router.update_key)
     with tar:
         if not allow_older and boot.version_key(manifest.version) <= boot.version_key(running_version):
-            raise BundleError(f"the bundle's version {manifest.version} is not newer than the running "
-                              f"{running_version} (--allow-older to install it anyway)")
+            raise BundleError(
+                f"the bundle's version {manifest.version} is not newer than the running "
+                f"{running_version} (--allow-older to install it anyway)"
+            )
         target = boot.other_slot(running_slot)
         for path in router.entries.glob("*.conf"):
             parsed = boot.parse_entry(path.name)
@@ -106,8 +114,13 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
         entry = router.entries / boot.entry_name(manifest.version, target, tries)
         write_file(entry, boot.entry_text(manifest.version, target).encode())
         router.write_grub_config()
-    return {"installed": manifest.version, "slot": target, "entry": entry.name, "tries": tries,
-            "running": {"slot": running_slot, "version": running_version}}
+    return {
+        "installed": manifest.version,
+        "slot": target,
+        "entry": entry.name,
+        "tries": tries,
+        "running": {"slot": running_slot, "version": running_version},
+    }
 
 
 def install_from_spool(router: Router, spool: Path) -> dict | None:
@@ -183,8 +196,12 @@ def main(argv: list[str] | None = None, router: Router | None = None) -> int:
     p = argparse.ArgumentParser(prog="homework-update", description=__doc__.split("\n\n")[0])
     p.add_argument("bundle", nargs="?", type=Path, help="the update bundle (a file or a block device)")
     p.add_argument("--status", action="store_true", help="show the slots and boot entries")
-    p.add_argument("--spool", type=Path, metavar="DIR", help="install DIR/bundle, left there by the web UI, "
-                   "write the result to DIR/result.json and reboot into it")
+    p.add_argument(
+        "--spool",
+        type=Path,
+        metavar="DIR",
+        help="install DIR/bundle, left there by the web UI, " "write the result to DIR/result.json and reboot into it",
+    )
     p.add_argument("--tries", type=int, default=DEFAULT_TRIES, help="boots the new version gets to prove healthy")
     p.add_argument("--allow-older", action="store_true", help="install a version not newer than the running one")
     p.add_argument("--reboot", action="store_true", help="reboot into the new version once it is installed")
@@ -216,8 +233,11 @@ def main(argv: list[str] | None = None, router: Router | None = None) -> int:
         return 1
     print(json.dumps(result))
     if not args.json_only:
-        print(f"homework-update: version {result['installed']} is in slot {result['slot'].upper()}; it starts at "
-              f"the next boot and is kept only if the router comes up healthy", file=sys.stderr)
+        print(
+            f"homework-update: version {result['installed']} is in slot {result['slot'].upper()}; it starts at "
+            f"the next boot and is kept only if the router comes up healthy",
+            file=sys.stderr,
+        )
     if args.reboot:
         subprocess.run(["systemctl", "reboot"], check=False)
     return 0

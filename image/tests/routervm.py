@@ -9,6 +9,7 @@ Layout (every namespace is called img-*; nothing outside them is touched):
 
 The router's first NIC (PCI slot 3) is its WAN, the second (slot 4) its LAN.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,16 +34,19 @@ KVM_PROBE_S = 30
 BOOT_STARTED = re.compile(r"EFI stub|Booting `|Loading, please wait")
 FIRMWARES = ("uefi", "bios")
 # No echo, no kernel messages, no colours, pagers or bracketed paste between the markers.
-QUIET_SHELL = ("stty -echo; dmesg -n 1; export SYSTEMD_COLORS=0 SYSTEMD_PAGER= PAGER=cat TERM=dumb; "
-               "bind 'set enable-bracketed-paste off'")
+QUIET_SHELL = (
+    "stty -echo; dmesg -n 1; export SYSTEMD_COLORS=0 SYSTEMD_PAGER= PAGER=cat TERM=dumb; "
+    "bind 'set enable-bracketed-paste off'"
+)
 
 
 class VmError(AssertionError):
     pass
 
 
-def sh(*cmd: object, ns: str | None = None, check: bool = True, timeout: float = 60,
-       input: str | None = None) -> subprocess.CompletedProcess:
+def sh(
+    *cmd: object, ns: str | None = None, check: bool = True, timeout: float = 60, input: str | None = None
+) -> subprocess.CompletedProcess:
     argv = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
     if check and proc.returncode != 0:
@@ -66,13 +70,30 @@ class Client:
         conf, lease, pid = self.state / "dhclient.conf", self.state / "dhclient.leases", self.state / "dhclient.pid"
         # Retry every second or two (not dhclient's growing backoff), so the time to a lease
         # is the router's, not the client's.
-        conf.write_text(f'send host-name "{self.name}";\ninitial-interval 1;\nbackoff-cutoff 2;\n'
-                        f"timeout {int(timeout)};\n"
-                        "request subnet-mask, broadcast-address, routers, domain-name-servers;\n")
+        conf.write_text(
+            f'send host-name "{self.name}";\ninitial-interval 1;\nbackoff-cutoff 2;\n'
+            f"timeout {int(timeout)};\n"
+            "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
+        )
         self.stop_dhclient()
         sh("ip", "-4", "addr", "flush", "dev", "eth0", ns=self.ns)
-        proc = sh("timeout", int(timeout), "dhclient", "-1", "-v", "-cf", conf, "-pf", pid, "-lf", lease, "eth0",
-                  ns=self.ns, check=False, timeout=timeout + 10)
+        proc = sh(
+            "timeout",
+            int(timeout),
+            "dhclient",
+            "-1",
+            "-v",
+            "-cf",
+            conf,
+            "-pf",
+            pid,
+            "-lf",
+            lease,
+            "eth0",
+            ns=self.ns,
+            check=False,
+            timeout=timeout + 10,
+        )
         if proc.returncode != 0:
             raise VmError(f"{self.name} got no lease in {timeout:g} s: {proc.stderr.strip()[-300:]}")
         return self.address()
@@ -87,7 +108,7 @@ class Client:
 
     def address(self) -> str:
         info = json.loads(sh("ip", "-json", "-4", "addr", "show", "dev", "eth0", ns=self.ns).stdout or "[]")
-        for a in (info[0].get("addr_info", []) if info else []):
+        for a in info[0].get("addr_info", []) if info else []:
             return f"{a['local']}/{a['prefixlen']}"
         raise VmError(f"{self.name} has no address")
 
@@ -100,8 +121,9 @@ class Client:
 
     def fetch(self, url: str = f"http://{WWW_HOST}/", timeout: float = 5) -> tuple[str, str]:
         """(HTTP status, body) a device gets for a page ('000' when nothing answers)."""
-        proc = sh("curl", "-sS", "-m", timeout, "-w", "\n%{http_code}", url, ns=self.ns, check=False,
-                  timeout=timeout + 10)
+        proc = sh(
+            "curl", "-sS", "-m", timeout, "-w", "\n%{http_code}", url, ns=self.ns, check=False, timeout=timeout + 10
+        )
         body, _, status = proc.stdout.rpartition("\n")
         return status.strip() or "000", body
 
@@ -128,13 +150,29 @@ class Network:
         www = self.state / "www"
         www.mkdir(exist_ok=True)
         (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
-        self._spawn("dnsmasq", ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
-                                "--no-hosts", "--bind-interfaces", f"--listen-address={WAN_IP}", "--interface=eth0",
-                                "--dhcp-range=198.51.100.100,198.51.100.150,255.255.255.0,1h",
-                                f"--dhcp-option=option:router,{WAN_IP}", f"--dhcp-option=option:dns-server,{WAN_IP}",
-                                f"--dhcp-leasefile={self.state / 'dnsmasq.leases'}", "--local=/example.test/",
-                                f"--host-record={WWW_HOST},{WWW_IP}", "--log-facility=-", "--log-dhcp",
-                                "--log-queries"], NS_WAN)
+        self._spawn(
+            "dnsmasq",
+            [
+                "dnsmasq",
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                f"--listen-address={WAN_IP}",
+                "--interface=eth0",
+                "--dhcp-range=198.51.100.100,198.51.100.150,255.255.255.0,1h",
+                f"--dhcp-option=option:router,{WAN_IP}",
+                f"--dhcp-option=option:dns-server,{WAN_IP}",
+                f"--dhcp-leasefile={self.state / 'dnsmasq.leases'}",
+                "--local=/example.test/",
+                f"--host-record={WWW_HOST},{WWW_IP}",
+                "--log-facility=-",
+                "--log-dhcp",
+                "--log-queries",
+            ],
+            NS_WAN,
+        )
         self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], NS_WAN)
         for i, (name, mac) in enumerate(clients.items()):
             client = Client(name, mac, self.state)
@@ -145,8 +183,11 @@ class Network:
             self._ns(client.ns)
             self._veth(f"vlan{i}", "brlan", client.ns, mac)
             self.clients[name] = client
-        wait_until("the web server", lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=NS_WAN,
-                                                check=False).returncode == 0, 20)
+        wait_until(
+            "the web server",
+            lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=NS_WAN, check=False).returncode == 0,
+            20,
+        )
 
     def down(self) -> None:
         for ns in netns_list():
@@ -166,7 +207,7 @@ class Network:
     def _veth(self, near: str, bridge: str, ns: str, mac: str | None) -> None:
         cmd = ["ip", "link", "add", near, "type", "veth", "peer", "name", "eth0", "netns", ns]
         if mac:
-            cmd[cmd.index("netns"):cmd.index("netns")] = ["address", mac]
+            cmd[cmd.index("netns") : cmd.index("netns")] = ["address", mac]
         sh(*cmd, ns=NS_VM)
         sh("ip", "link", "set", near, "master", bridge, ns=NS_VM)
         sh("ip", "link", "set", near, "up", ns=NS_VM)
@@ -175,8 +216,13 @@ class Network:
 
     def _spawn(self, name: str, argv: list, ns: str) -> None:
         with open(self.state / f"{name}.log", "ab") as log:
-            subprocess.Popen(["ip", "netns", "exec", ns, *map(str, argv)], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, *map(str, argv)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
 
 class RouterVm:
@@ -216,8 +262,9 @@ class RouterVm:
             except VmError:
                 self.kill()
                 self.kvm = False
-                print(f"KVM showed nothing in {KVM_PROBE_S} s ({self._qemu_log_tail()!r}): software emulation",
-                      flush=True)
+                print(
+                    f"KVM showed nothing in {KVM_PROBE_S} s ({self._qemu_log_tail()!r}): software emulation", flush=True
+                )
                 powered_on = self._launch()
         return powered_on
 
@@ -236,35 +283,65 @@ class RouterVm:
         if self.firmware == "uefi":
             if not self.vars.exists():
                 shutil.copy2(OVMF_VARS, self.vars)
-            firmware = ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
-                        "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}"]
+            firmware = [
+                "-drive",
+                f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                "-drive",
+                f"if=pflash,format=raw,unit=1,file={self.vars}",
+            ]
         self.sock_path.unlink(missing_ok=True)
         self.monitor_path.unlink(missing_ok=True)
         # Not `-cpu host`: nested KVM on these machines refuses some of the host's MSRs.
         # Software emulation gets one CPU: with two, on a shared 2-core host, a starved second vCPU
         # hung a boot in the kernel's first seconds (RCU stalls on CPU 1, nothing more, for minutes).
         accel = ["-machine", "q35,accel=kvm", "-smp", "2"] if self.kvm else ["-machine", "q35,accel=tcg", "-smp", "1"]
-        argv = ["qemu-system-x86_64", *accel, "-m", "1024", "-nodefaults", "-display", "none", *firmware,
-                "-drive", f"file={self.disk},format=raw,if=none,id=root,cache=writeback",
-                "-device", "virtio-blk-pci,drive=root,addr=0x5" + (",bootindex=0" if self.firmware == "bios" else ""),
-                "-netdev", "tap,id=wan,ifname=tapwan,script=no,downscript=no",
-                "-device", "virtio-net-pci,netdev=wan,mac=52:54:00:00:aa:01,addr=0x3",
-                "-netdev", "tap,id=lan,ifname=taplan,script=no,downscript=no",
-                "-device", "virtio-net-pci,netdev=lan,mac=52:54:00:00:bb:01,addr=0x4",
-                "-chardev", f"socket,id=ser0,path={self.sock_path},server=on,wait=off,logfile={self.console_log},"
-                            "logappend=on",
-                "-serial", "chardev:ser0",
-                "-monitor", f"unix:{self.monitor_path},server=on,wait=off",
-                # A guest reset makes qemu exit and _supervise powers it on again: every reboot is a
-                # cold start. A warm reset once left OVMF silent for 44 minutes under software
-                # emulation (no output at all after "Restarting system").
-                "-no-reboot"]
+        argv = [
+            "qemu-system-x86_64",
+            *accel,
+            "-m",
+            "1024",
+            "-nodefaults",
+            "-display",
+            "none",
+            *firmware,
+            "-drive",
+            f"file={self.disk},format=raw,if=none,id=root,cache=writeback",
+            "-device",
+            "virtio-blk-pci,drive=root,addr=0x5" + (",bootindex=0" if self.firmware == "bios" else ""),
+            "-netdev",
+            "tap,id=wan,ifname=tapwan,script=no,downscript=no",
+            "-device",
+            "virtio-net-pci,netdev=wan,mac=52:54:00:00:aa:01,addr=0x3",
+            "-netdev",
+            "tap,id=lan,ifname=taplan,script=no,downscript=no",
+            "-device",
+            "virtio-net-pci,netdev=lan,mac=52:54:00:00:bb:01,addr=0x4",
+            "-chardev",
+            f"socket,id=ser0,path={self.sock_path},server=on,wait=off,logfile={self.console_log}," "logappend=on",
+            "-serial",
+            "chardev:ser0",
+            "-monitor",
+            f"unix:{self.monitor_path},server=on,wait=off",
+            # A guest reset makes qemu exit and _supervise powers it on again: every reboot is a
+            # cold start. A warm reset once left OVMF silent for 44 minutes under software
+            # emulation (no output at all after "Restarting system").
+            "-no-reboot",
+        ]
         for i, (name, path) in enumerate(self.drives.items()):
-            argv += ["-drive", f"file={path},format=raw,if=none,id=d{i},readonly=on",
-                     "-device", f"virtio-blk-pci,drive=d{i},serial={name},addr={0x8 + i:#x}"]
+            argv += [
+                "-drive",
+                f"file={path},format=raw,if=none,id=d{i},readonly=on",
+                "-device",
+                f"virtio-blk-pci,drive=d{i},serial={name},addr={0x8 + i:#x}",
+            ]
         with open(self.state / "qemu.log", "ab") as log:
-            proc = subprocess.Popen(["ip", "netns", "exec", NS_VM, *argv], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", NS_VM, *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.proc = proc
         powered_on = time.monotonic()
         self.sock = wait_until("qemu's serial socket", self._connect, 30, 0.1)
@@ -352,12 +429,14 @@ class RouterVm:
             if self.failure:
                 raise VmError(self.failure)
             return regex.search(self.since(since))
+
         try:
             return wait_until(f"{regex.pattern!r} on the console", found, timeout, 0.2)
         except (VmError, WaitTimeout) as exc:
-            raise VmError(f"{exc}; last console lines:\n{self.since(since)[-1500:]}\n"
-                          f"qemu's own view:\n{self.monitor('info status')}{self.monitor('info registers')[:600]}"
-                          ) from None
+            raise VmError(
+                f"{exc}; last console lines:\n{self.since(since)[-1500:]}\n"
+                f"qemu's own view:\n{self.monitor('info status')}{self.monitor('info registers')[:600]}"
+            ) from None
 
     def monitor(self, command: str) -> str:
         """One command on qemu's human monitor; its answer, or why there is none (for failure
@@ -375,6 +454,7 @@ class RouterVm:
                             break
                         data += chunk
                     return data
+
                 up_to_prompt()  # the greeting
                 s.sendall(f"{command}\n".encode())
                 answer = up_to_prompt().decode(errors="replace").replace("\r", "").removesuffix("(qemu) ")

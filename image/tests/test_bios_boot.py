@@ -6,6 +6,7 @@ a lease -> an update whose controller cannot start (one try) goes to slot B; GRU
 it fails its health check, and GRUB boots A again by itself -> a good update goes to slot B, GRUB
 boots it, and once the router works homework-grub-bless keeps it.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,9 @@ def router(net, bundles):  # noqa: F811 - the fixture imported above
         stale.unlink(missing_ok=True)
     (STATE / "vm").mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
-    vm = RouterVm(disk, STATE / "vm", {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]},
-                  firmware="bios")
+    vm = RouterVm(
+        disk, STATE / "vm", {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]}, firmware="bios"
+    )
     yield vm
     vm.kill()
     (STATE / "timings.json").write_text(json.dumps(TIMINGS, indent=1) + "\n")
@@ -69,10 +71,23 @@ def test_bios_boots_slot_a_with_grub_and_every_service_comes_up(router, net):
     TIMINGS["boot_to_dhcp_ready_s"] = round(time.monotonic() - powered_on, 1)
     print(f"\nBIOS: boot to DHCP ready: {TIMINGS['boot_to_dhcp_ready_s']} s ({'KVM' if router.kvm else 'software'})")
     router.wait_for_shell(0, BOOT_S[router.kvm])
-    units = ["openvswitch-switch", "homework-network", "homework-hwdb", "homework-hostapd", "homework-controller",
-             "homework-webui", "nftables", "systemd-networkd", "homework-grub-count"]
-    wait_until("every service active", lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False)
-               .split() == ["active"] * len(units), 300, 3)
+    units = [
+        "openvswitch-switch",
+        "homework-network",
+        "homework-hwdb",
+        "homework-hostapd",
+        "homework-controller",
+        "homework-webui",
+        "nftables",
+        "systemd-networkd",
+        "homework-grub-count",
+    ]
+    wait_until(
+        "every service active",
+        lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False).split() == ["active"] * len(units),
+        300,
+        3,
+    )
     assert router.slot_and_version()[0] == "a"
     # GRUB chose the entry; no UEFI firmware was involved.
     assert "Booting `Homework router" in router.since(0)
@@ -94,8 +109,12 @@ def test_an_update_whose_controller_cannot_start_rolls_back_under_grub(router, n
     assert f"Booting `Homework router {version}.1 (slot B)'" in console, "GRUB never booted slot B"
     assert "NOT healthy" in console, "slot B never failed its health check"
     # GRUB's try of B is now in its entry's name, as systemd-boot would have left it.
-    wait_until("GRUB's tries moved into the entries", lambda: router.run(
-        "systemctl is-active homework-grub-count", check=False).strip() == "active", 120, 2)
+    wait_until(
+        "GRUB's tries moved into the entries",
+        lambda: router.run("systemctl is-active homework-grub-count", check=False).strip() == "active",
+        120,
+        2,
+    )
     b_entries = [e for e in entries(router) if e["slot"] == "b"]
     assert b_entries and (b_entries[0]["tries_left"], b_entries[0]["tries_done"]) == (0, 1), b_entries
     assert "homework-" + version + "-a" in router.run("grep -m1 '^menuentry' /efi/grub/grub.cfg")
@@ -114,8 +133,12 @@ def test_an_update_grub_boots_is_blessed_once_the_router_works(router, net):
     assert "systemd.wants=homework-grub-bless.service" in router.run("cat /proc/cmdline")
 
     def blessed():
-        return [e for e in entries(router) if e["slot"] == "b" and e["version"] == f"{version}.2"
-                and e["tries_left"] is None]
+        return [
+            e
+            for e in entries(router)
+            if e["slot"] == "b" and e["version"] == f"{version}.2" and e["tries_left"] is None
+        ]
+
     wait_until("slot B's boot entry to be blessed", blessed, 300, 5)
     assert router.run("systemctl is-active homework-health homework-grub-bless").split() == ["active"] * 2
     # Blessed, it is GRUB's default from now on, and no longer counted.

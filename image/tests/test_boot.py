@@ -7,6 +7,7 @@ one-hour lease, a page through the NAT -> reboot: still permitted -> hard power-
 a permit: still permitted -> an update whose controller cannot start rolls back to A by itself ->
 an update to slot B boots B and is kept.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,12 +53,21 @@ def bundles() -> dict[str, Path]:
     shutil.rmtree(out, ignore_errors=True)
     (out / "broken/usr/lib/homework/venv/lib/python3.11/site-packages/homework_controller").mkdir(parents=True)
     (out / "broken/usr/lib/homework/venv/lib/python3.11/site-packages/homework_controller/__main__.py").write_text(
-        "raise SystemExit('this build of the controller cannot start')\n")
+        "raise SystemExit('this build of the controller cannot start')\n"
+    )
     made = {}
     for name, suffix, overlay in (("broken", "1", out / "broken"), ("good", "2", None)):
         made[name] = out / f"{name}.bundle"
-        cmd = [sys.executable, str(REPO / "image/build.py"), "bundle", "--version", f"{version}.{suffix}",
-               "--out", str(made[name]), "--fast"] + (["--overlay", str(overlay)] if overlay else [])
+        cmd = [
+            sys.executable,
+            str(REPO / "image/build.py"),
+            "bundle",
+            "--version",
+            f"{version}.{suffix}",
+            "--out",
+            str(made[name]),
+            "--fast",
+        ] + (["--overlay", str(overlay)] if overlay else [])
         subprocess.run(["nice", "-n", "10", *cmd], check=True)
     return made
 
@@ -94,9 +104,23 @@ class Owner:
         self.csrf = ""
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        cmd = ["curl", "-s", "-b", "/tmp/owner.jar", "-c", "/tmp/owner.jar", "-X", method,
-               "-H", "Content-Type: application/json", "-H", f"X-CSRF-Token: {self.csrf}",
-               "-w", r"\n%{http_code}", f"http://127.0.0.1:8080{path}"]
+        cmd = [
+            "curl",
+            "-s",
+            "-b",
+            "/tmp/owner.jar",
+            "-c",
+            "/tmp/owner.jar",
+            "-X",
+            method,
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            f"X-CSRF-Token: {self.csrf}",
+            "-w",
+            r"\n%{http_code}",
+            f"http://127.0.0.1:8080{path}",
+        ]
         if body is not None:
             cmd += ["--data", json.dumps(body)]
         out = self.vm.run(" ".join(shlex.quote(c) for c in cmd)).strip()
@@ -128,10 +152,29 @@ class LanOwner:
 
     def call(self, method: str, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:
         binary = isinstance(body, bytes)
-        argv = ["ip", "netns", "exec", self.laptop.ns, "curl", "-sS", "-m", "120", "-b", str(self.jar),
-                "-c", str(self.jar), "-X", method, "-H", f"X-CSRF-Token: {self.csrf}",
-                "-H", f"Content-Type: application/{'octet-stream' if binary else 'json'}",
-                "-w", r"\n%{http_code}", f"{self.URL}{path}"]
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            self.laptop.ns,
+            "curl",
+            "-sS",
+            "-m",
+            "120",
+            "-b",
+            str(self.jar),
+            "-c",
+            str(self.jar),
+            "-X",
+            method,
+            "-H",
+            f"X-CSRF-Token: {self.csrf}",
+            "-H",
+            f"Content-Type: application/{'octet-stream' if binary else 'json'}",
+            "-w",
+            r"\n%{http_code}",
+            f"{self.URL}{path}",
+        ]
         data = body if binary else json.dumps(body).encode() if body is not None else None
         if data is not None:
             argv += ["--data-binary", "@-"]
@@ -152,8 +195,9 @@ class LanOwner:
         status, doc = self.call("POST", "/api/update", {"size": len(data)})
         assert status == 201, doc
         for offset in range(0, len(data), doc["chunk_bytes"]):
-            status, state = self.call("PUT", f"/api/update/bundle?offset={offset}",
-                                      data[offset:offset + doc["chunk_bytes"]])
+            status, state = self.call(
+                "PUT", f"/api/update/bundle?offset={offset}", data[offset : offset + doc["chunk_bytes"]]
+            )
             assert status == 200, state
         return state
 
@@ -180,8 +224,12 @@ def device_state(vm: RouterVm, mac: str) -> str | None:
 
 def wait_for_services(vm: RouterVm) -> None:
     """After a boot: the controller and the web UI serve (the shell comes up before them)."""
-    wait_until("the controller and the web UI", lambda: vm.run(
-        "systemctl is-active homework-controller homework-webui", check=False).split() == ["active"] * 2, 300, 3)
+    wait_until(
+        "the controller and the web UI",
+        lambda: vm.run("systemctl is-active homework-controller homework-webui", check=False).split() == ["active"] * 2,
+        300,
+        3,
+    )
 
 
 def wait_for_slot(vm: RouterVm, slot: str, since: int, timeout: float) -> str:
@@ -205,6 +253,7 @@ def wait_for_slot(vm: RouterVm, slot: str, since: int, timeout: float) -> str:
 
 # ---- the story
 
+
 def test_boots_and_every_service_comes_up(router, net):
     laptop = net.clients["laptop"]
     powered_on = router.start()
@@ -213,10 +262,22 @@ def test_boots_and_every_service_comes_up(router, net):
     TIMINGS["kvm"] = router.kvm
     print(f"\nboot to DHCP ready: {TIMINGS['boot_to_dhcp_ready_s']} s ({'KVM' if router.kvm else 'software'})")
     router.wait_for_shell(0, BOOT_S[router.kvm])
-    units = ["openvswitch-switch", "homework-network", "homework-hwdb", "homework-hostapd", "homework-controller",
-             "homework-webui", "nftables", "systemd-networkd"]
-    wait_until("every service active", lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False)
-               .split() == ["active"] * len(units), 300, 3)
+    units = [
+        "openvswitch-switch",
+        "homework-network",
+        "homework-hwdb",
+        "homework-hostapd",
+        "homework-controller",
+        "homework-webui",
+        "nftables",
+        "systemd-networkd",
+    ]
+    wait_until(
+        "every service active",
+        lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False).split() == ["active"] * len(units),
+        300,
+        3,
+    )
     TIMINGS["boot_to_services_up_s"] = round(time.monotonic() - powered_on, 1)
     assert router.slot_and_version()[0] == "a"
     # OVS runs on the kernel datapath, with the LAN NIC as the controller's wireless port.
@@ -247,11 +308,13 @@ def test_owner_claims_with_the_setup_code_and_permits_the_device(router, net):
     # Without an owner session nobody may permit; with a wrong code nobody becomes the owner.
     status, _ = owner.call("POST", f"/api/devices/{LAPTOP_MAC}/permit")
     assert status == 401
-    status, doc = owner.call("POST", "/api/setup", {"setup_code": "AAAA-BBBB-CCCC", "username": "owner",
-                                                    "password": "correct horse battery"})
+    status, doc = owner.call(
+        "POST", "/api/setup", {"setup_code": "AAAA-BBBB-CCCC", "username": "owner", "password": "correct horse battery"}
+    )
     assert status == 403 and doc.get("code") == "setup-code", doc
-    status, doc = owner.call("POST", "/api/setup", {"setup_code": code, "username": "owner",
-                                                    "password": "correct horse battery"})
+    status, doc = owner.call(
+        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
+    )
     assert status == 201, doc
     owner.csrf = doc["csrf_token"]
     status, doc = owner.call("POST", f"/api/devices/{LAPTOP_MAC}/permit")
@@ -329,9 +392,11 @@ def test_an_update_from_the_web_ui_boots_slot_b_and_is_kept(router, net, bundles
     good = bundles["good"].read_bytes()
     # A cut-off bundle (a broken download) is refused before anything is written, and said so.
     assert owner.upload(good[:65536])["state"] in ("installing", "idle")
+
     def installers_verdict():
         doc = owner.call("GET", "/api/update")[1]
         return doc.get("state") == "idle" and doc.get("last")
+
     verdict = wait_until("the installer's verdict on the cut-off bundle", installers_verdict, 120, 2)
     assert "refused" in verdict, verdict
     assert router.slot_and_version()[0] == "a"
@@ -345,8 +410,8 @@ def test_an_update_from_the_web_ui_boots_slot_b_and_is_kept(router, net, bundles
 
     def blessed():
         entries = json_in(router.run("homework-update --status"))["entries"]
-        return [e for e in entries if e["slot"] == "b" and e["version"] == f"{version}.2"
-                and e["tries_left"] is None]
+        return [e for e in entries if e["slot"] == "b" and e["version"] == f"{version}.2" and e["tries_left"] is None]
+
     wait_until("slot B's boot entry to be blessed", blessed, 300, 5)
     assert device_state(router, LAPTOP_MAC) == "permitted"
     laptop = net.clients["laptop"]

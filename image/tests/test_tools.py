@@ -1,6 +1,7 @@
 """The image's tools without a VM: boot entries, NIC choice, the data format, the signed
 bundle and its installation (real openssl keys, files standing in for the partitions), and the
 systemd units rendered from deploy/services.toml."""
+
 from __future__ import annotations
 
 import http.server
@@ -26,10 +27,15 @@ SLOT_BYTES = 1 << 20
 
 # ---- boot entries
 
+
 def test_entry_names_count_tries_and_parse_back():
     assert boot.entry_name("20260101000000.2", "b", 3) == "homework-20260101000000.2-b+3.conf"
     assert boot.parse_entry("homework-20260101000000.2-b+0-3.conf") == {
-        "version": "20260101000000.2", "slot": "b", "tries_left": 0, "tries_done": 3}
+        "version": "20260101000000.2",
+        "slot": "b",
+        "tries_left": 0,
+        "tries_done": 3,
+    }
     assert boot.parse_entry("homework-1-a.conf")["tries_left"] is None
     assert boot.parse_entry("debian-6.1.conf") is None
     assert "root=PARTLABEL=homework-root-b" in boot.entry_text("1", "b")
@@ -54,6 +60,7 @@ def test_entries_sort_as_systemd_boot_does():
 
 
 # ---- GRUB (legacy BIOS boot): its configuration and environment block from the entries
+
 
 def grub_entries(*names: str) -> dict[str, str]:
     return {n: boot.entry_text(boot.parse_entry(n)["version"], boot.parse_entry(n)["slot"]) for n in names}
@@ -133,33 +140,43 @@ def test_grubenv_is_the_block_grub_editenv_writes_and_reads(tmp_path):
 
 def test_grub_counts_are_kept_per_entry_name():
     assert boot.grub_tries_variable("homework-101-b+3.conf") != boot.grub_tries_variable("homework-101-b+2-1.conf")
-    assert boot.fold_grub_tries(["homework-101-b+3.conf", "homework-100-a.conf"],
-                                {boot.grub_tries_variable("homework-101-b+3.conf"): "1",
-                                 boot.grub_tries_variable("homework-100-a.conf"): "5"}) == {
-        "homework-101-b+3.conf": "homework-101-b+2-1.conf"}
+    assert boot.fold_grub_tries(
+        ["homework-101-b+3.conf", "homework-100-a.conf"],
+        {boot.grub_tries_variable("homework-101-b+3.conf"): "1", boot.grub_tries_variable("homework-100-a.conf"): "5"},
+    ) == {"homework-101-b+3.conf": "homework-101-b+2-1.conf"}
     # Never below zero tries left, and a count left over for an older name applies to nothing.
-    assert boot.fold_grub_tries(["homework-101-b+1.conf"], {boot.grub_tries_variable("homework-101-b+1.conf"): "4"}) \
-        == {"homework-101-b+1.conf": "homework-101-b+0-1.conf"}
-    assert boot.fold_grub_tries(["homework-101-b+2-1.conf"],
-                                {boot.grub_tries_variable("homework-101-b+3.conf"): "1"}) == {}
+    assert boot.fold_grub_tries(
+        ["homework-101-b+1.conf"], {boot.grub_tries_variable("homework-101-b+1.conf"): "4"}
+    ) == {"homework-101-b+1.conf": "homework-101-b+0-1.conf"}
+    assert (
+        boot.fold_grub_tries(["homework-101-b+2-1.conf"], {boot.grub_tries_variable("homework-101-b+3.conf"): "1"})
+        == {}
+    )
 
 
 # ---- NIC choice
+
 
 def nic(name, mac, bus):
     return network.Nic(name, mac, f"/sys/devices/pci0000:00/0000:00:{bus}")
 
 
 def test_first_and_second_nic_in_bus_order_are_wan_and_lan():
-    nics = [nic("enp2s0", "00:0d:b9:00:00:02", "02.0"), nic("enp1s0", "00:0d:b9:00:00:01", "01.0"),
-            nic("enp3s0", "00:0d:b9:00:00:03", "03.0")]
+    nics = [
+        nic("enp2s0", "00:0d:b9:00:00:02", "02.0"),
+        nic("enp1s0", "00:0d:b9:00:00:01", "01.0"),
+        nic("enp3s0", "00:0d:b9:00:00:03", "03.0"),
+    ]
     wan, lan = network.choose(nics, {})
     assert (wan.name, lan.name) == ("enp1s0", "enp2s0")
 
 
 def test_configured_ports_win_by_name_or_mac():
-    nics = [nic("enp1s0", "00:0d:b9:00:00:01", "01.0"), nic("enp2s0", "00:0d:b9:00:00:02", "02.0"),
-            nic("enp3s0", "00:0d:b9:00:00:03", "03.0")]
+    nics = [
+        nic("enp1s0", "00:0d:b9:00:00:01", "01.0"),
+        nic("enp2s0", "00:0d:b9:00:00:02", "02.0"),
+        nic("enp3s0", "00:0d:b9:00:00:03", "03.0"),
+    ]
     config = network.parse_config("# the modem is on port 3\nwan = 00:0D:B9:00:00:03\nlan=enp1s0\n")
     wan, lan = network.choose(nics, config)
     assert (wan.name, lan.name) == ("enp3s0", "enp1s0")
@@ -178,6 +195,7 @@ def test_bad_network_config_is_refused_clearly():
 
 
 # ---- the data partition's format
+
 
 def test_new_data_partition_gets_the_current_format(tmp_path):
     assert "new data partition" in state.migrate(tmp_path, current=1, migrations={})
@@ -198,6 +216,7 @@ def test_migrations_run_once_in_order(tmp_path):
 
 # ---- bundles and their installation
 
+
 @pytest.fixture
 def keys(tmp_path):
     bundle.make_key(tmp_path / "key.pem", tmp_path / "pub.pem")
@@ -206,8 +225,11 @@ def keys(tmp_path):
 
 
 def make_bundle(tmp_path: Path, version: str, key: Path, root_bytes: bytes = b"squashfs root" * 1000) -> Path:
-    payload = {"root.squashfs": tmp_path / "root.squashfs", "vmlinuz": tmp_path / "vmlinuz",
-               "initrd.img": tmp_path / "initrd.img"}
+    payload = {
+        "root.squashfs": tmp_path / "root.squashfs",
+        "vmlinuz": tmp_path / "vmlinuz",
+        "initrd.img": tmp_path / "initrd.img",
+    }
     payload["root.squashfs"].write_bytes(root_bytes)
     payload["vmlinuz"].write_bytes(b"kernel " + version.encode())
     payload["initrd.img"].write_bytes(b"initrd " + version.encode())
@@ -227,13 +249,19 @@ def router(tmp_path, keys):
         (parts / f"homework-root-{slot}").write_bytes(b"\0" * SLOT_BYTES)
     (tmp_path / "cmdline").write_text("root=PARTLABEL=homework-root-a ro homework.slot=a\n")
     (tmp_path / "version").write_text("100\n")
-    return update.Router(esp=esp, partitions=parts, cmdline=tmp_path / "cmdline", version_file=tmp_path / "version",
-                         update_key=keys / "pub.pem")
+    return update.Router(
+        esp=esp,
+        partitions=parts,
+        cmdline=tmp_path / "cmdline",
+        version_file=tmp_path / "version",
+        update_key=keys / "pub.pem",
+    )
 
 
 def slot_b_untouched(router: update.Router) -> bool:
-    return (router.partition("b").read_bytes() == b"\0" * SLOT_BYTES
-            and [p.name for p in router.entries.iterdir()] == ["homework-100-a.conf"])
+    return router.partition("b").read_bytes() == b"\0" * SLOT_BYTES and [p.name for p in router.entries.iterdir()] == [
+        "homework-100-a.conf"
+    ]
 
 
 def test_a_signed_newer_bundle_goes_to_the_other_slot_on_trial(tmp_path, keys, router):
@@ -322,8 +350,9 @@ def test_the_console_shows_the_setup_code_until_the_owner_exists_and_a_labels_co
 
 def grub_tries(router: update.Router, name: str, tries: int) -> None:
     """GRUB booted entry `name` `tries` times (what its save_env leaves in grubenv)."""
-    subprocess.run(["grub-editenv", str(router.grub / "grubenv"), "set", f"{boot.grub_tries_variable(name)}={tries}"],
-                   check=True)
+    subprocess.run(
+        ["grub-editenv", str(router.grub / "grubenv"), "set", f"{boot.grub_tries_variable(name)}={tries}"], check=True
+    )
 
 
 def booted(router: update.Router, slot: str, version: str) -> None:
@@ -367,9 +396,13 @@ def test_updating_rewrites_grubs_configuration_from_the_entries(tmp_path, keys, 
 
 # What `ovs-appctl ofproto/trace br-lan <health.DHCP_DISCOVER>` printed on a router whose controller
 # had installed its rules, and on one whose switch had none (fail-secure: drop).
-TRACED_FLOW = ("Flow: udp,in_port=1,vlan_tci=0x0000,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
-               "nw_src=0.0.0.0,nw_dst=255.255.255.255,nw_tos=0,nw_ecn=0,nw_ttl=0,nw_frag=no,tp_src=68,tp_dst=67\n")
-TRACE_TO_THE_ROUTER = TRACED_FLOW + """
+TRACED_FLOW = (
+    "Flow: udp,in_port=1,vlan_tci=0x0000,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
+    "nw_src=0.0.0.0,nw_dst=255.255.255.255,nw_tos=0,nw_ecn=0,nw_ttl=0,nw_frag=no,tp_src=68,tp_dst=67\n"
+)
+TRACE_TO_THE_ROUTER = (
+    TRACED_FLOW
+    + """
 
 bridge("br-lan")
 ----------------
@@ -381,7 +414,10 @@ Final flow: unchanged
 Megaflow: recirc_id=0,eth,udp,in_port=1,nw_dst=255.255.255.255,nw_frag=no,tp_dst=67
 Datapath actions: meter(0),2
 """
-TRACE_NO_RULES = TRACED_FLOW + """
+)
+TRACE_NO_RULES = (
+    TRACED_FLOW
+    + """
 
 bridge("br-lan")
 ----------------
@@ -392,6 +428,7 @@ Final flow: unchanged
 Megaflow: recirc_id=0,eth,ip,in_port=1,nw_frag=no
 Datapath actions: drop
 """
+)
 
 
 def test_the_health_check_sees_dhcp_reach_the_routers_socket_only_through_the_rules():
@@ -412,8 +449,9 @@ def unit_lines(text: str, key: str) -> list[str]:
 
 def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependencies():
     services = homework_deploy.load(SETTINGS)
-    units = systemd.render_all(services, str(SETTINGS["PYTHON"]), ["/var/lib/homework", "/run/homework"],
-                               requires=["homework-network.service"])
+    units = systemd.render_all(
+        services, str(SETTINGS["PYTHON"]), ["/var/lib/homework", "/run/homework"], requires=["homework-network.service"]
+    )
     assert set(units) == {f"homework-{name}.service" for name in services}
     for name, service in services.items():
         text = units[systemd.unit_name(name)]
@@ -451,6 +489,7 @@ def health_server():
 
         def log_message(self, *args):
             pass
+
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"

@@ -13,6 +13,7 @@ wall time, so a busy machine changes the numbers less. Two loads:
 
 `--profile N` prints cProfile's top N functions by own time for the distinct load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,15 +39,21 @@ def queue_rule(remote: str, port: int, queue: int, xid: int) -> bytes:
     """The router's downlink queue rule for one flow (what slice_link.py installs)."""
     match = parser.OFPMatch(eth_type=0x0800, ip_proto=6, ipv4_src=remote, tcp_src=port, ipv4_dst=PUBLIC_ADDRESS)
     actions = [parser.OFPActionSetQueue(queue), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
-    rule = parser.OFPFlowMod(codec.CODEC, cookie=0x486f6d65, priority=100, match=match,
-                             instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)])
+    rule = parser.OFPFlowMod(
+        codec.CODEC,
+        cookie=0x486F6D65,
+        priority=100,
+        match=match,
+        instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)],
+    )
     return codec.encode(rule, xid)
 
 
 def loads(count: int) -> dict[str, list[bytes]]:
     repeated = queue_rule("192.0.2.1", 443, 2, 1)
-    distinct = [queue_rule(str(ipaddress.IPv4Address(0x0A000000 + i)), 1024 + i % 60000, 1 + i % 2, i)
-                for i in range(count)]
+    distinct = [
+        queue_rule(str(ipaddress.IPv4Address(0x0A000000 + i)), 1024 + i % 60000, 1 + i % 2, i) for i in range(count)
+    ]
     return {"repeated": [repeated] * count, "distinct": distinct}
 
 

@@ -5,6 +5,7 @@ flow-mods), the slicer (`isp-flowvisor`, plain TCP), and this load generator, wh
 households speak OpenFlow 1.3 through os-ken's codec. "direct" = households -> switch;
 "slicer" = households -> slicer -> switch. Results: bench/results/slicer.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,11 +48,12 @@ async def switch_session(reader: asyncio.StreamReader, writer: asyncio.StreamWri
             elif msg_type == ofp.OFPT_ECHO_REQUEST:
                 writer.write(codec.encode(parser.OFPEchoReply(C, b""), xid))
             elif msg_type == ofp.OFPT_FEATURES_REQUEST:
-                writer.write(switchside.features_reply(xid, 0xbe7c4, 254, 0))
+                writer.write(switchside.features_reply(xid, 0xBE7C4, 254, 0))
             elif msg_type == ofp.OFPT_MULTIPART_REQUEST:
                 request = codec.decode_request(frame)
-                entries = switchside.port_desc_entries([port]) if isinstance(
-                    request, parser.OFPPortDescStatsRequest) else []
+                entries = (
+                    switchside.port_desc_entries([port]) if isinstance(request, parser.OFPPortDescStatsRequest) else []
+                )
                 for part in switchside.multipart_reply(xid, request.type, entries):
                     writer.write(part)
             if writer.transport.get_write_buffer_size() > 1 << 16:
@@ -84,10 +86,16 @@ class BenchHousehold:
         self.source = f"127.1.{index // 250}.{index % 250 + 1}"
         self.network = f"10.{index // 250}.{index % 250}.0/24"
         host = f"10.{index // 250}.{index % 250}.7"
-        rule = parser.OFPFlowMod(C, priority=10, match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=host),
-                                 instructions=[parser.OFPInstructionActions(
-                                     ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetQueue(1),
-                                                               parser.OFPActionOutput(ofp.OFPP_NORMAL)])])
+        rule = parser.OFPFlowMod(
+            C,
+            priority=10,
+            match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=host),
+            instructions=[
+                parser.OFPInstructionActions(
+                    ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetQueue(1), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+                )
+            ],
+        )
         self.flow_mod = codec.encode(rule, 1)
         self.acked = 0
         self.reader: asyncio.StreamReader
@@ -95,12 +103,20 @@ class BenchHousehold:
         self.xid = 0
 
     def record(self) -> dict:
-        return {"name": f"h{self.index}", "slot": self.index + 1, "addresses": [self.network],
-                "source_address": self.source, "flow_quota": 100, "msg_rate": 1e7, "msg_burst": 10**7}
+        return {
+            "name": f"h{self.index}",
+            "slot": self.index + 1,
+            "addresses": [self.network],
+            "source_address": self.source,
+            "flow_quota": 100,
+            "msg_rate": 1e7,
+            "msg_burst": 10**7,
+        }
 
     async def connect(self, port: int) -> None:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(self.source, 0),
-                                                                 limit=1 << 20)
+        self.reader, self.writer = await asyncio.open_connection(
+            "127.0.0.1", port, local_addr=(self.source, 0), limit=1 << 20
+        )
         self.writer.write(codec.hello())
         await read_frame(self.reader)
 
@@ -123,7 +139,7 @@ class BenchHousehold:
 
 async def connect_all(households: list[BenchHousehold], port: int) -> None:
     for start in range(0, len(households), 100):
-        await asyncio.gather(*(h.connect(port) for h in households[start:start + 100]))
+        await asyncio.gather(*(h.connect(port) for h in households[start : start + 100]))
 
 
 async def throughput(households: list[BenchHousehold], seconds: float, window: int) -> float:
@@ -185,11 +201,17 @@ async def fairness(households: list[BenchHousehold], offered: list[float], secon
     ratios = [s / f for s, f in zip(served, fair, strict=True) if f > 0]
     deviation = max(abs(r - 1) for r in ratios)
     jain = sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))
-    return {"households": len(households), "offered_total": round(sum(offered)), "served_total": round(sum(served)),
-            "max_deviation_from_max_min_fair_share": round(deviation, 4), "jain_index": round(jain, 4),
-            "within_5_percent": sum(abs(r - 1) <= 0.05 for r in ratios),
-            "offered": [round(o, 1) for o in offered], "served": [round(x, 1) for x in served],
-            "fair_share": [round(f, 1) for f in fair]}
+    return {
+        "households": len(households),
+        "offered_total": round(sum(offered)),
+        "served_total": round(sum(served)),
+        "max_deviation_from_max_min_fair_share": round(deviation, 4),
+        "jain_index": round(jain, 4),
+        "within_5_percent": sum(abs(r - 1) <= 0.05 for r in ratios),
+        "offered": [round(o, 1) for o in offered],
+        "served": [round(x, 1) for x in served],
+        "fair_share": [round(f, 1) for f in fair],
+    }
 
 
 # --- orchestration ----------------------------------------------------------------------------
@@ -210,10 +232,19 @@ class Setup:
             return
         workdir.mkdir(parents=True, exist_ok=True)
         registry = workdir / "households.json"
-        registry.write_text(json.dumps({"next_slot": len(households) + 1, "households": {
-            h.record()["name"]: {k: v for k, v in h.record().items() if k != "name"} for h in households}}))
-        self.slicer = SlicerProcess(workdir / "slicer", {"backend": "file", "path": str(registry)},
-                                    switch_socket=workdir / "switch.sock").start()
+        registry.write_text(
+            json.dumps(
+                {
+                    "next_slot": len(households) + 1,
+                    "households": {
+                        h.record()["name"]: {k: v for k, v in h.record().items() if k != "name"} for h in households
+                    },
+                }
+            )
+        )
+        self.slicer = SlicerProcess(
+            workdir / "slicer", {"backend": "file", "path": str(registry)}, switch_socket=workdir / "switch.sock"
+        ).start()
         self.port = self.slicer.household_port
         self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(self.slicer.switch_socket)]))
         wait_until(self.slicer.switch_connected, 60, "the emulated switch to reach the slicer")
@@ -318,11 +349,15 @@ async def soak_run(setup: Setup, households: list[BenchHousehold], seconds: floa
     quarter = max(1, len(samples) // 4)
     first = samples[:quarter]
     last = samples[-quarter:]
-    return {"seconds": seconds, "reconnects": churned,
-            "fds_first_quarter_max": max(s[1] for s in first), "fds_last_quarter_max": max(s[1] for s in last),
-            "rss_kb_first_quarter_mean": round(statistics.mean(s[2] for s in first)),
-            "rss_kb_last_quarter_mean": round(statistics.mean(s[2] for s in last)),
-            "samples": samples}
+    return {
+        "seconds": seconds,
+        "reconnects": churned,
+        "fds_first_quarter_max": max(s[1] for s in first),
+        "fds_last_quarter_max": max(s[1] for s in last),
+        "rss_kb_first_quarter_mean": round(statistics.mean(s[2] for s in first)),
+        "rss_kb_last_quarter_mean": round(statistics.mean(s[2] for s in last)),
+        "samples": samples,
+    }
 
 
 def main() -> int:
@@ -345,20 +380,34 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fv-bench-") as tmp:
         direct = asyncio.run(measure("direct", Path(tmp), sizes, args.seconds, 0))
         relayed = asyncio.run(measure("slicer", Path(tmp), sizes, args.seconds, args.soak))
-    ratio = {n: round(relayed["throughput_msgs_per_s"][n] / direct["throughput_msgs_per_s"][n], 3)
-             for n in direct["throughput_msgs_per_s"]}
-    added = {n: {p: round(relayed["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
-             for n in direct["latency_ms"]}
-    result = {"bench": "isp-flowvisor", "machine": {"cores": os.cpu_count()},
-              "method": "emulated switch + emulated households (os-ken codec), each a process; "
-                        "throughput = flow-mods acknowledged by barrier per second, window 20",
-              "direct": direct, "slicer": relayed, "throughput_ratio_slicer_over_direct": ratio,
-              "added_latency_ms": added, "duration_s": round(time.monotonic() - started)}
+    ratio = {
+        n: round(relayed["throughput_msgs_per_s"][n] / direct["throughput_msgs_per_s"][n], 3)
+        for n in direct["throughput_msgs_per_s"]
+    }
+    added = {
+        n: {p: round(relayed["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
+        for n in direct["latency_ms"]
+    }
+    result = {
+        "bench": "isp-flowvisor",
+        "machine": {"cores": os.cpu_count()},
+        "method": "emulated switch + emulated households (os-ken codec), each a process; "
+        "throughput = flow-mods acknowledged by barrier per second, window 20",
+        "direct": direct,
+        "slicer": relayed,
+        "throughput_ratio_slicer_over_direct": ratio,
+        "added_latency_ms": added,
+        "duration_s": round(time.monotonic() - started),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "slicer")}, indent=2))
-    print("relay CPU per flow-mod, us: direct (the emulated switch)", json.dumps(direct["relay_cpu_us_per_msg"]),
-          "slicer", json.dumps(relayed["relay_cpu_us_per_msg"]))
+    print(
+        "relay CPU per flow-mod, us: direct (the emulated switch)",
+        json.dumps(direct["relay_cpu_us_per_msg"]),
+        "slicer",
+        json.dumps(relayed["relay_cpu_us_per_msg"]),
+    )
     print("fairness (slicer):", json.dumps(relayed["fairness"]))
     if "soak" in relayed:
         print("soak:", json.dumps({k: v for k, v in relayed["soak"].items() if k != "samples"}))

@@ -2,6 +2,7 @@
 
 Plain classes with an injected clock; the relay calls them, tests drive them directly.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable

@@ -3,6 +3,7 @@
 Mutations go through the registry (a transaction) and are applied to this slicer before the call
 returns, so what fvctl reports done is already in force here; other slicers follow the registry.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,8 +39,11 @@ async def serve_http(host: str, port: int, handler: Handler) -> asyncio.Server:
         except (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, ctype, payload = 400, "text/plain", b"bad request\n"
         reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "Error")
-        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n"
-                     "Connection: close\r\n\r\n".encode() + payload)
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + payload
+        )
         with contextlib.suppress(ConnectionError):
             await writer.drain()
         writer.close()
@@ -68,8 +72,11 @@ class Admin:
             result = await self.call(str(request["method"]), request.get("params") or {})
             response: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id, "result": result}
         except (InvalidHousehold, RegistryError, KeyError, TypeError, ValueError) as exc:
-            response = {"jsonrpc": "2.0", "id": call_id,
-                        "error": {"code": -32000, "message": str(exc) or type(exc).__name__}}
+            response = {
+                "jsonrpc": "2.0",
+                "id": call_id,
+                "error": {"code": -32000, "message": str(exc) or type(exc).__name__},
+            }
         return 200, "application/json", json.dumps(response).encode()
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
@@ -103,11 +110,18 @@ class Admin:
     def _summary(self, household: Household) -> dict[str, Any]:
         counters = self.slicer.counters.get(household.name)
         book = self.slicer.books.get(household.name)
-        return {"name": household.name, "slot": household.slot, "addresses": [str(a) for a in household.addresses],
-                "guaranteed_mbit": household.guaranteed_mbit, "connected": household.name in self.slicer.sessions,
-                "rules": len(book) if book else 0, "flow_quota": household.flow_quota,
-                "counters": vars(counters) if counters else {}, "usage_bytes": self.usage.get(household.name, {}),
-                "queues": self.queue_stats().get(household.name, {})}
+        return {
+            "name": household.name,
+            "slot": household.slot,
+            "addresses": [str(a) for a in household.addresses],
+            "guaranteed_mbit": household.guaranteed_mbit,
+            "connected": household.name in self.slicer.sessions,
+            "rules": len(book) if book else 0,
+            "flow_quota": household.flow_quota,
+            "counters": vars(counters) if counters else {},
+            "usage_bytes": self.usage.get(household.name, {}),
+            "queues": self.queue_stats().get(household.name, {}),
+        }
 
     # --- metrics ------------------------------------------------------------------------------
 
@@ -133,30 +147,66 @@ class Admin:
         def counter(field: str) -> Callable[[Household], float]:
             return lambda h: getattr(slicer.counters.get(h.name), field, 0)
 
-        family("isp_flowvisor_switch_connected", "gauge", "1 while the aggregation switch is connected",
-               [("", 1 if slicer.switch_ready.is_set() else 0)])
-        family("isp_flowvisor_switch_connects_total", "counter", "switch connections accepted",
-               [("", slicer.switch_connects)])
-        family("isp_flowvisor_household_connected", "gauge", "1 while the household's controller is connected",
-               per_household(lambda h: 1 if h.name in slicer.sessions else 0))
-        family("isp_flowvisor_household_rules", "gauge", "flow entries the household has on the switch",
-               per_household(lambda h: len(slicer.books.get(h.name) or ())))
-        family("isp_flowvisor_household_rule_quota", "gauge", "the household's flow-table quota",
-               per_household(lambda h: h.flow_quota))
-        for field, text in (("messages_in", "control messages served"), ("relayed", "messages relayed to the switch"),
-                            ("refused", "messages refused with an OpenFlow error (outside the slice, over quota)"),
-                            ("malformed", "undecodable or unknown messages answered with an error"),
-                            ("throttled", "scheduler rounds the household waited on its message-rate limit"),
-                            ("packet_ins", "packet-ins delivered to the household")):
+        family(
+            "isp_flowvisor_switch_connected",
+            "gauge",
+            "1 while the aggregation switch is connected",
+            [("", 1 if slicer.switch_ready.is_set() else 0)],
+        )
+        family(
+            "isp_flowvisor_switch_connects_total",
+            "counter",
+            "switch connections accepted",
+            [("", slicer.switch_connects)],
+        )
+        family(
+            "isp_flowvisor_household_connected",
+            "gauge",
+            "1 while the household's controller is connected",
+            per_household(lambda h: 1 if h.name in slicer.sessions else 0),
+        )
+        family(
+            "isp_flowvisor_household_rules",
+            "gauge",
+            "flow entries the household has on the switch",
+            per_household(lambda h: len(slicer.books.get(h.name) or ())),
+        )
+        family(
+            "isp_flowvisor_household_rule_quota",
+            "gauge",
+            "the household's flow-table quota",
+            per_household(lambda h: h.flow_quota),
+        )
+        for field, text in (
+            ("messages_in", "control messages served"),
+            ("relayed", "messages relayed to the switch"),
+            ("refused", "messages refused with an OpenFlow error (outside the slice, over quota)"),
+            ("malformed", "undecodable or unknown messages answered with an error"),
+            ("throttled", "scheduler rounds the household waited on its message-rate limit"),
+            ("packet_ins", "packet-ins delivered to the household"),
+        ):
             family(f"isp_flowvisor_household_{field}_total", "counter", text, per_household(counter(field)))
-        usage = [(f'{{household="{name}",direction="{d}"}}', v) for name, dirs in sorted(self.usage.items())
-                 for d, v in sorted(dirs.items())]
-        family("isp_flowvisor_household_bytes_total", "counter", "bytes through the switch to/from the household",
-               usage)
+        usage = [
+            (f'{{household="{name}",direction="{d}"}}', v)
+            for name, dirs in sorted(self.usage.items())
+            for d, v in sorted(dirs.items())
+        ]
+        family(
+            "isp_flowvisor_household_bytes_total", "counter", "bytes through the switch to/from the household", usage
+        )
         queues = self.queue_stats()
-        for field, text in (("drops", "packets dropped in the household's downlink queue"),
-                            ("bytes", "bytes sent from the household's downlink queue")):
-            family(f"isp_flowvisor_household_queue_{field}_total", "counter", text,
-                   [(f'{{household="{name}",queue="{q}"}}', stats[field]) for name, per_q in sorted(queues.items())
-                    for q, stats in sorted(per_q.items())])
+        for field, text in (
+            ("drops", "packets dropped in the household's downlink queue"),
+            ("bytes", "bytes sent from the household's downlink queue"),
+        ):
+            family(
+                f"isp_flowvisor_household_queue_{field}_total",
+                "counter",
+                text,
+                [
+                    (f'{{household="{name}",queue="{q}"}}', stats[field])
+                    for name, per_q in sorted(queues.items())
+                    for q, stats in sorted(per_q.items())
+                ],
+            )
         return "\n".join(out) + "\n"

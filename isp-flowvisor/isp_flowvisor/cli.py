@@ -1,4 +1,5 @@
 """`isp-flowvisor CONFIG.toml`: run the slicer beside one aggregation switch."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,12 +35,16 @@ async def run(config: SlicerConfig, token: str = "", ready: asyncio.Event | None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # SIGHUP re-reads the registry; sessions of unchanged households are untouched.
-    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
-        slicer.apply_registry_from_source()))
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(slicer.apply_registry_from_source()))
     switch = config.switch_unix or "{}:{}".format(*config.switch_listen)
-    LOG.info("switch on %s, households on %s:%d (%s), fvctl on %s:%d, metrics on %s:%d",
-             switch, *config.household_listen, "plain TCP" if config.plain_tcp else "TLS",
-             *config.rpc_listen, *config.metrics_listen)
+    LOG.info(
+        "switch on %s, households on %s:%d (%s), fvctl on %s:%d, metrics on %s:%d",
+        switch,
+        *config.household_listen,
+        "plain TCP" if config.plain_tcp else "TLS",
+        *config.rpc_listen,
+        *config.metrics_listen,
+    )
     if ready is not None:
         ready.set()
 

@@ -3,6 +3,7 @@
 Messages are os-ken objects; `encode` gives them a codec stub as their datapath (os-ken reads
 `ofproto`/`ofproto_parser` from it while serialising), so nothing here needs a switch.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,12 +62,12 @@ def split_frames(pending: bytearray) -> list[bytes]:
     frames = []
     at, size = 0, len(pending)
     while size - at >= HEADER_SIZE:
-        length = frame_length(pending[at:at + HEADER_SIZE])
+        length = frame_length(pending[at : at + HEADER_SIZE])
         if length < HEADER_SIZE:
             raise ValueError(f"frame length {length} is shorter than a header")
         if size - at < length:
             break
-        frames.append(bytes(pending[at:at + length]))
+        frames.append(bytes(pending[at : at + length]))
         at += length
     del pending[:at]
     return frames
@@ -147,8 +148,7 @@ def hello_failed(peer_version: int, xid: int) -> bytes:
     """HELLO_FAILED/INCOMPATIBLE in a version an old peer can read (1.0 peers get a 1.0 error)."""
     text = b"isp-flowvisor speaks OpenFlow 1.3 only"
     if peer_version == ofp10.OFP_VERSION:
-        msg = parser10.OFPErrorMsg(Codec10(), type_=ofp10.OFPET_HELLO_FAILED,
-                                   code=ofp10.OFPHFC_INCOMPATIBLE, data=text)
+        msg = parser10.OFPErrorMsg(Codec10(), type_=ofp10.OFPET_HELLO_FAILED, code=ofp10.OFPHFC_INCOMPATIBLE, data=text)
         msg.xid = xid
         msg.datapath = Codec10()
         msg.serialize()
@@ -174,13 +174,25 @@ class Bare:
         return f"Bare(type={self.msg_type}, xid={self.xid})"
 
 
-_HEADER_ONLY = {ofp.OFPT_FEATURES_REQUEST, ofp.OFPT_GET_CONFIG_REQUEST, ofp.OFPT_BARRIER_REQUEST,
-                ofp.OFPT_GET_ASYNC_REQUEST,
-                # after negotiation these need no body: a late HELLO, an ERROR or ECHO_REPLY is ignored
-                ofp.OFPT_HELLO, ofp.OFPT_ERROR, ofp.OFPT_ECHO_REPLY}
+_HEADER_ONLY = {
+    ofp.OFPT_FEATURES_REQUEST,
+    ofp.OFPT_GET_CONFIG_REQUEST,
+    ofp.OFPT_BARRIER_REQUEST,
+    ofp.OFPT_GET_ASYNC_REQUEST,
+    # after negotiation these need no body: a late HELLO, an ERROR or ECHO_REPLY is ignored
+    ofp.OFPT_HELLO,
+    ofp.OFPT_ERROR,
+    ofp.OFPT_ECHO_REPLY,
+}
 # Requests the slicer refuses whatever their body says; decoding them would be wasted work.
-UNDECODED = {ofp.OFPT_SET_CONFIG, ofp.OFPT_PORT_MOD, ofp.OFPT_TABLE_MOD, ofp.OFPT_ROLE_REQUEST,
-             ofp.OFPT_SET_ASYNC, ofp.OFPT_EXPERIMENTER}
+UNDECODED = {
+    ofp.OFPT_SET_CONFIG,
+    ofp.OFPT_PORT_MOD,
+    ofp.OFPT_TABLE_MOD,
+    ofp.OFPT_ROLE_REQUEST,
+    ofp.OFPT_SET_ASYNC,
+    ofp.OFPT_EXPERIMENTER,
+}
 
 
 def _list(parse, frame: bytes, start: int, end: int) -> list:
@@ -237,11 +249,19 @@ def _check_actions(frame: bytes, start: int, end: int) -> None:
     _check_list(frame, start, end, 8, _check_action)
 
 
-_INSTRUCTION_TYPES = {ofp.OFPIT_GOTO_TABLE, ofp.OFPIT_WRITE_METADATA, ofp.OFPIT_WRITE_ACTIONS,
-                      ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS, ofp.OFPIT_METER}
-_FIXED_INSTRUCTIONS = {ofp.OFPIT_GOTO_TABLE: ofp.OFP_INSTRUCTION_GOTO_TABLE_SIZE,
-                       ofp.OFPIT_WRITE_METADATA: ofp.OFP_INSTRUCTION_WRITE_METADATA_SIZE,
-                       ofp.OFPIT_METER: ofp.OFP_INSTRUCTION_METER_SIZE}
+_INSTRUCTION_TYPES = {
+    ofp.OFPIT_GOTO_TABLE,
+    ofp.OFPIT_WRITE_METADATA,
+    ofp.OFPIT_WRITE_ACTIONS,
+    ofp.OFPIT_APPLY_ACTIONS,
+    ofp.OFPIT_CLEAR_ACTIONS,
+    ofp.OFPIT_METER,
+}
+_FIXED_INSTRUCTIONS = {
+    ofp.OFPIT_GOTO_TABLE: ofp.OFP_INSTRUCTION_GOTO_TABLE_SIZE,
+    ofp.OFPIT_WRITE_METADATA: ofp.OFP_INSTRUCTION_WRITE_METADATA_SIZE,
+    ofp.OFPIT_METER: ofp.OFP_INSTRUCTION_METER_SIZE,
+}
 
 
 def _check_instruction(frame: bytes, offset: int, length: int) -> None:
@@ -329,13 +349,36 @@ def check_flow_mod(frame: bytes) -> int:
 
 def _flow_mod(frame: bytes) -> Any:
     instructions_at = check_flow_mod(frame)
-    (cookie, cookie_mask, table_id, command, idle_timeout, hard_timeout, priority, buffer_id, out_port, out_group,
-     flags) = _unpack(ofp.OFP_FLOW_MOD_PACK_STR0, frame, HEADER_SIZE)
+    (
+        cookie,
+        cookie_mask,
+        table_id,
+        command,
+        idle_timeout,
+        hard_timeout,
+        priority,
+        buffer_id,
+        out_port,
+        out_group,
+        flags,
+    ) = _unpack(ofp.OFP_FLOW_MOD_PACK_STR0, frame, HEADER_SIZE)
     instructions = _list(parser.OFPInstruction.parser, frame, instructions_at, len(frame))
-    return parser.OFPFlowMod(CODEC, cookie=cookie, cookie_mask=cookie_mask, table_id=table_id, command=command,
-                             idle_timeout=idle_timeout, hard_timeout=hard_timeout, priority=priority,
-                             buffer_id=buffer_id, out_port=out_port, out_group=out_group, flags=flags,
-                             match=match_from_wire(frame, _FLOW_MOD_MATCH), instructions=instructions)
+    return parser.OFPFlowMod(
+        CODEC,
+        cookie=cookie,
+        cookie_mask=cookie_mask,
+        table_id=table_id,
+        command=command,
+        idle_timeout=idle_timeout,
+        hard_timeout=hard_timeout,
+        priority=priority,
+        buffer_id=buffer_id,
+        out_port=out_port,
+        out_group=out_group,
+        flags=flags,
+        match=match_from_wire(frame, _FLOW_MOD_MATCH),
+        instructions=instructions,
+    )
 
 
 def _packet_out(frame: bytes) -> Any:
@@ -345,7 +388,7 @@ def _packet_out(frame: bytes) -> Any:
         raise ValueError("actions longer than the message")
     _check_actions(frame, start, start + actions_len)
     actions = _actions(frame, start, start + actions_len)
-    data = frame[start + actions_len:]
+    data = frame[start + actions_len :]
     return parser.OFPPacketOut(CODEC, buffer_id=buffer_id, in_port=in_port, actions=actions, data=data or None)
 
 
@@ -364,7 +407,8 @@ def _meter_mod(frame: bytes) -> Any:
 
 
 _EMPTY_MULTIPART = {
-    ofp.OFPMP_DESC: parser.OFPDescStatsRequest, ofp.OFPMP_TABLE: parser.OFPTableStatsRequest,
+    ofp.OFPMP_DESC: parser.OFPDescStatsRequest,
+    ofp.OFPMP_TABLE: parser.OFPTableStatsRequest,
     ofp.OFPMP_GROUP_DESC: parser.OFPGroupDescStatsRequest,
     ofp.OFPMP_GROUP_FEATURES: parser.OFPGroupFeaturesStatsRequest,
     ofp.OFPMP_METER_FEATURES: parser.OFPMeterFeaturesStatsRequest,
@@ -390,8 +434,7 @@ def _multipart(frame: bytes) -> Any:
         port_no, queue_id = _unpack(ofp.OFP_QUEUE_STATS_REQUEST_PACK_STR, frame, body)
         return parser.OFPQueueStatsRequest(CODEC, flags, port_no, queue_id)
     if mp_type in (ofp.OFPMP_FLOW, ofp.OFPMP_AGGREGATE):
-        table_id, out_port, out_group, cookie, cookie_mask = _unpack(
-            ofp.OFP_FLOW_STATS_REQUEST_0_PACK_STR, frame, body)
+        table_id, out_port, out_group, cookie, cookie_mask = _unpack(ofp.OFP_FLOW_STATS_REQUEST_0_PACK_STR, frame, body)
         match = match_from_wire(frame, body + ofp.OFP_FLOW_STATS_REQUEST_0_SIZE)
         cls = parser.OFPFlowStatsRequest if mp_type == ofp.OFPMP_FLOW else parser.OFPAggregateStatsRequest
         return cls(CODEC, flags, table_id, out_port, out_group, cookie, cookie_mask, match)
@@ -404,9 +447,13 @@ def _queue_get_config(frame: bytes) -> Any:
 
 
 _REQUEST_DECODERS = {
-    ofp.OFPT_FLOW_MOD: _flow_mod, ofp.OFPT_ECHO_REQUEST: decode, ofp.OFPT_PACKET_OUT: _packet_out,
-    ofp.OFPT_GROUP_MOD: _group_mod, ofp.OFPT_METER_MOD: _meter_mod,
-    ofp.OFPT_MULTIPART_REQUEST: _multipart, ofp.OFPT_QUEUE_GET_CONFIG_REQUEST: _queue_get_config,
+    ofp.OFPT_FLOW_MOD: _flow_mod,
+    ofp.OFPT_ECHO_REQUEST: decode,
+    ofp.OFPT_PACKET_OUT: _packet_out,
+    ofp.OFPT_GROUP_MOD: _group_mod,
+    ofp.OFPT_METER_MOD: _meter_mod,
+    ofp.OFPT_MULTIPART_REQUEST: _multipart,
+    ofp.OFPT_QUEUE_GET_CONFIG_REQUEST: _queue_get_config,
 }
 
 

@@ -1,4 +1,5 @@
 """The slicer's own configuration (TOML). Households live in the registry, not here."""
+
 from __future__ import annotations
 
 import tomllib

@@ -1,4 +1,5 @@
 """fvctl: manage the households of a running isp-flowvisor (JSON-RPC on loopback)."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,15 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
     record: dict[str, Any] = {}
     if args.address:
         record["addresses"] = args.address
-    for option, key in (("rate", "guaranteed_mbit"), ("quota", "flow_quota"), ("msg_rate", "msg_rate"),
-                        ("msg_burst", "msg_burst"), ("source_address", "source_address"),
-                        ("on_disconnect", "on_disconnect"), ("cert_sha256", "cert_sha256")):
+    for option, key in (
+        ("rate", "guaranteed_mbit"),
+        ("quota", "flow_quota"),
+        ("msg_rate", "msg_rate"),
+        ("msg_burst", "msg_burst"),
+        ("source_address", "source_address"),
+        ("on_disconnect", "on_disconnect"),
+        ("cert_sha256", "cert_sha256"),
+    ):
         if getattr(args, option) is not None:
             record[key] = getattr(args, option)
     if args.port:

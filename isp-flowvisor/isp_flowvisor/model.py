@@ -1,4 +1,5 @@
 """What the ISP says about each household: the registry's record, validated."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -41,11 +42,19 @@ class Household:
         return any(network.subnet_of(own) for own in self.addresses)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "slot": self.slot, "addresses": [str(a) for a in self.addresses],
-                "guaranteed_mbit": self.guaranteed_mbit, "flow_quota": self.flow_quota,
-                "msg_rate": self.msg_rate, "msg_burst": self.msg_burst, "cert_sha256": self.cert_sha256,
-                "source_address": self.source_address, "ports": list(self.ports),
-                "on_disconnect": self.on_disconnect}
+        return {
+            "name": self.name,
+            "slot": self.slot,
+            "addresses": [str(a) for a in self.addresses],
+            "guaranteed_mbit": self.guaranteed_mbit,
+            "flow_quota": self.flow_quota,
+            "msg_rate": self.msg_rate,
+            "msg_burst": self.msg_burst,
+            "cert_sha256": self.cert_sha256,
+            "source_address": self.source_address,
+            "ports": list(self.ports),
+            "on_disconnect": self.on_disconnect,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Household:
@@ -56,14 +65,18 @@ class Household:
         try:
             addresses = tuple(ipaddress.IPv4Network(a) for a in data.get("addresses", ()))
             household = cls(
-                name=str(data["name"]), slot=int(data.get("slot", 0)), addresses=addresses,
+                name=str(data["name"]),
+                slot=int(data.get("slot", 0)),
+                addresses=addresses,
                 guaranteed_mbit=float(data.get("guaranteed_mbit", 10.0)),
-                flow_quota=int(data.get("flow_quota", 1000)), msg_rate=float(data.get("msg_rate", 500.0)),
+                flow_quota=int(data.get("flow_quota", 1000)),
+                msg_rate=float(data.get("msg_rate", 500.0)),
                 msg_burst=int(data.get("msg_burst", 1000)),
                 cert_sha256=str(data.get("cert_sha256", "")).lower().replace(":", ""),
                 source_address=str(data.get("source_address", "")),
                 ports=tuple(int(p) for p in data.get("ports", ())),
-                on_disconnect=str(data.get("on_disconnect", "keep")))
+                on_disconnect=str(data.get("on_disconnect", "keep")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidHousehold(f"bad household record: {exc}") from None
         household.validate()

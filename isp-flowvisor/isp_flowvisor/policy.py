@@ -14,6 +14,7 @@ Layout on the physical switch (see README, "How slices share the switch"):
   rule also matches metadata == its slot, so it only ever sees its own traffic; a miss goes on to
 - the forwarding table (the slicer's): NORMAL.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,13 +51,34 @@ ETH_ARP = 0x0806
 _ADDRESS_FIELDS = {"ipv4_src": ETH_IPV4, "ipv4_dst": ETH_IPV4, "arp_spa": ETH_ARP, "arp_tpa": ETH_ARP}
 _DESTINATION_FIELDS = ("ipv4_dst", "arp_tpa")
 # Fields a household may rewrite. Addresses only to its own; DSCP never (it is the queue choice).
-_SETTABLE = {"eth_src", "eth_dst", "vlan_vid", "vlan_pcp", "ip_ecn", "tcp_src", "tcp_dst", "udp_src", "udp_dst",
-             *_ADDRESS_FIELDS}
-_HARMLESS_ACTIONS = (parser.OFPActionDecNwTtl, parser.OFPActionSetNwTtl, parser.OFPActionPushVlan,
-                     parser.OFPActionPopVlan, parser.OFPActionCopyTtlOut, parser.OFPActionCopyTtlIn)
+_SETTABLE = {
+    "eth_src",
+    "eth_dst",
+    "vlan_vid",
+    "vlan_pcp",
+    "ip_ecn",
+    "tcp_src",
+    "tcp_dst",
+    "udp_src",
+    "udp_dst",
+    *_ADDRESS_FIELDS,
+}
+_HARMLESS_ACTIONS = (
+    parser.OFPActionDecNwTtl,
+    parser.OFPActionSetNwTtl,
+    parser.OFPActionPushVlan,
+    parser.OFPActionPopVlan,
+    parser.OFPActionCopyTtlOut,
+    parser.OFPActionCopyTtlIn,
+)
 _OUTPUT_RESERVED_OK = {ofp.OFPP_CONTROLLER, ofp.OFPP_NORMAL}
-_FLOW_MOD_COMMANDS = {ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT, ofp.OFPFC_DELETE,
-                      ofp.OFPFC_DELETE_STRICT}
+_FLOW_MOD_COMMANDS = {
+    ofp.OFPFC_ADD,
+    ofp.OFPFC_MODIFY,
+    ofp.OFPFC_MODIFY_STRICT,
+    ofp.OFPFC_DELETE,
+    ofp.OFPFC_DELETE_STRICT,
+}
 
 
 class Refused(Exception):
@@ -89,8 +111,9 @@ def dispatch_rules(household: Household) -> list[Any]:
     meta = parser.OFPInstructionWriteMetadata(household.slot, (1 << 64) - 1)
     to_slice = parser.OFPInstructionGotoTable(FIRST_HOUSEHOLD_TABLE)
     # Downlink traffic starts in the Normal queue whatever DSCP it arrived with.
-    clear_dscp = parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
-                                              [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[0])])
+    clear_dscp = parser.OFPInstructionActions(
+        ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[0])]
+    )
     cookie = slicer_cookie(household.slot)
     rules = []
     for net in household.addresses:
@@ -98,15 +121,38 @@ def dispatch_rules(household: Household) -> list[Any]:
         # Traffic to a household belongs to it even when it comes from another household: the
         # destination's queues hold on the downlink.
         rules += [
-            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=200,
-                              match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=masked),
-                              instructions=[clear_dscp, meta, to_slice]),
-            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=200,
-                              match=parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=masked), instructions=[meta, to_slice]),
-            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=100,
-                              match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_src=masked), instructions=[meta, to_slice]),
-            parser.OFPFlowMod(CODEC, cookie=cookie, table_id=TABLE_DISPATCH, priority=100,
-                              match=parser.OFPMatch(eth_type=ETH_ARP, arp_spa=masked), instructions=[meta, to_slice]),
+            parser.OFPFlowMod(
+                CODEC,
+                cookie=cookie,
+                table_id=TABLE_DISPATCH,
+                priority=200,
+                match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=masked),
+                instructions=[clear_dscp, meta, to_slice],
+            ),
+            parser.OFPFlowMod(
+                CODEC,
+                cookie=cookie,
+                table_id=TABLE_DISPATCH,
+                priority=200,
+                match=parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=masked),
+                instructions=[meta, to_slice],
+            ),
+            parser.OFPFlowMod(
+                CODEC,
+                cookie=cookie,
+                table_id=TABLE_DISPATCH,
+                priority=100,
+                match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_src=masked),
+                instructions=[meta, to_slice],
+            ),
+            parser.OFPFlowMod(
+                CODEC,
+                cookie=cookie,
+                table_id=TABLE_DISPATCH,
+                priority=100,
+                match=parser.OFPMatch(eth_type=ETH_ARP, arp_spa=masked),
+                instructions=[meta, to_slice],
+            ),
         ]
     return rules
 
@@ -119,20 +165,33 @@ def slicer_cookie(slot: int) -> int:
 def baseline_rules() -> list[Any]:
     """The slicer's fixed rules: misses fall through to forwarding, which is L2 NORMAL."""
     to_forward = parser.OFPInstructionGotoTable(TABLE_FORWARD)
-    rules = [parser.OFPFlowMod(CODEC, cookie=0, table_id=table, priority=0, match=parser.OFPMatch(),
-                               instructions=[to_forward])
-             for table in range(TABLE_DISPATCH, TABLE_FORWARD)]
+    rules = [
+        parser.OFPFlowMod(
+            CODEC, cookie=0, table_id=table, priority=0, match=parser.OFPMatch(), instructions=[to_forward]
+        )
+        for table in range(TABLE_DISPATCH, TABLE_FORWARD)
+    ]
     normal = parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_NORMAL)])
-    rules.append(parser.OFPFlowMod(CODEC, cookie=0, table_id=TABLE_FORWARD, priority=0, match=parser.OFPMatch(),
-                                   instructions=[normal]))
+    rules.append(
+        parser.OFPFlowMod(
+            CODEC, cookie=0, table_id=TABLE_FORWARD, priority=0, match=parser.OFPMatch(), instructions=[normal]
+        )
+    )
     return rules
 
 
 def delete_slicer_rules(slot: int) -> Any:
     """Remove the dispatch rules of a household that left the registry."""
-    return parser.OFPFlowMod(CODEC, cookie=slicer_cookie(slot), cookie_mask=(1 << 64) - 1, table_id=TABLE_DISPATCH,
-                             command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                             match=parser.OFPMatch())
+    return parser.OFPFlowMod(
+        CODEC,
+        cookie=slicer_cookie(slot),
+        cookie_mask=(1 << 64) - 1,
+        table_id=TABLE_DISPATCH,
+        command=ofp.OFPFC_DELETE,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=parser.OFPMatch(),
+    )
 
 
 def rule_key(table_id: int, priority: int, match: Any) -> tuple:
@@ -184,12 +243,14 @@ class Slice:
         return (self.slot << ID_SHIFT) | (value - 1)
 
     def meter(self, meter_id: int) -> int:
-        return self._scoped(METERS_PER_HOUSEHOLD, meter_id, "meter",
-                            (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER))
+        return self._scoped(
+            METERS_PER_HOUSEHOLD, meter_id, "meter", (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)
+        )
 
     def group(self, group_id: int) -> int:
-        return self._scoped(GROUPS_PER_HOUSEHOLD, group_id, "group",
-                            (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP))
+        return self._scoped(
+            GROUPS_PER_HOUSEHOLD, group_id, "group", (ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_INVALID_GROUP)
+        )
 
     def owns_scoped(self, physical_id: int) -> bool:
         return physical_id >> ID_SHIFT == self.slot
@@ -220,8 +281,11 @@ class Slice:
             if name in fields and fields.get("eth_type") == eth_type and self._owns(fields[name]):
                 own_fields.add(name)
         if pinned and not own_fields:
-            raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM,
-                          "the match must pin ipv4_src/ipv4_dst (or arp_spa/arp_tpa) inside the household's addresses")
+            raise Refused(
+                ofp.OFPET_BAD_MATCH,
+                ofp.OFPBMC_EPERM,
+                "the match must pin ipv4_src/ipv4_dst (or arp_spa/arp_tpa) inside the household's addresses",
+            )
         return _Context(in_port=in_port, to_own_address=any(f in own_fields for f in _DESTINATION_FIELDS))
 
     def _scoped_match(self, match: Any) -> Any:
@@ -249,19 +313,29 @@ class Slice:
                 out.append(action)
             elif isinstance(action, parser.OFPActionSetQueue):
                 if not ctx.to_own_address or ctx.in_group:
-                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE,
-                                  "set_queue needs a rule pinning ipv4_dst inside the household's addresses")
+                    raise Refused(
+                        ofp.OFPET_BAD_ACTION,
+                        ofp.OFPBAC_BAD_QUEUE,
+                        "set_queue needs a rule pinning ipv4_dst inside the household's addresses",
+                    )
                 physical = self.queue(action.queue_id)
-                out += [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[action.queue_id]),
-                        parser.OFPActionSetQueue(physical)]
+                out += [
+                    parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[action.queue_id]),
+                    parser.OFPActionSetQueue(physical),
+                ]
             elif isinstance(action, parser.OFPActionSetField):
                 if action.key not in _SETTABLE:
-                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_SET_TYPE
-                                  if action.key != "ip_dscp" else ofp.OFPBAC_EPERM,
-                                  f"set_field {action.key} is not allowed (queues: use set_queue)")
+                    raise Refused(
+                        ofp.OFPET_BAD_ACTION,
+                        ofp.OFPBAC_BAD_SET_TYPE if action.key != "ip_dscp" else ofp.OFPBAC_EPERM,
+                        f"set_field {action.key} is not allowed (queues: use set_queue)",
+                    )
                 if action.key in _ADDRESS_FIELDS and not self._owns(action.value):
-                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_EPERM,
-                                  f"set_field {action.key}={action.value} leaves the household's addresses")
+                    raise Refused(
+                        ofp.OFPET_BAD_ACTION,
+                        ofp.OFPBAC_EPERM,
+                        f"set_field {action.key}={action.value} leaves the household's addresses",
+                    )
                 out.append(action)
             elif isinstance(action, parser.OFPActionGroup):
                 if ctx.in_group:
@@ -283,16 +357,20 @@ class Slice:
                     out.append(parser.OFPInstructionActions(inst.type, self._actions(inst.actions, ctx)))
             elif isinstance(inst, parser.OFPInstructionGotoTable):
                 if not table < inst.table_id < HOUSEHOLD_TABLES:
-                    raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID,
-                                  f"goto_table {inst.table_id}: tables go forward, {table + 1}..{HOUSEHOLD_TABLES - 1}")
+                    raise Refused(
+                        ofp.OFPET_BAD_INSTRUCTION,
+                        ofp.OFPBIC_BAD_TABLE_ID,
+                        f"goto_table {inst.table_id}: tables go forward, {table + 1}..{HOUSEHOLD_TABLES - 1}",
+                    )
                 out.append(parser.OFPInstructionGotoTable(inst.table_id + FIRST_HOUSEHOLD_TABLE))
             elif isinstance(inst, parser.OFPInstructionMeter):
                 out.append(parser.OFPInstructionMeter(self.meter(inst.meter_id), ofp.OFPIT_METER))
             elif isinstance(inst, parser.OFPInstructionWriteMetadata):
                 raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_EPERM, "metadata belongs to the slicer")
             else:
-                raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST,
-                              f"instruction {type(inst).__name__} not offered")
+                raise Refused(
+                    ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST, f"instruction {type(inst).__name__} not offered"
+                )
         return out
 
     # --- household -> switch ----------------------------------------------------------------
@@ -301,8 +379,11 @@ class Slice:
         if allow_all and table_id == ofp.OFPTT_ALL:
             return ofp.OFPTT_ALL
         if not 0 <= table_id < HOUSEHOLD_TABLES:
-            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID,
-                          f"table {table_id}: the slice has tables 0..{HOUSEHOLD_TABLES - 1}")
+            raise Refused(
+                ofp.OFPET_FLOW_MOD_FAILED,
+                ofp.OFPFMFC_BAD_TABLE_ID,
+                f"table {table_id}: the slice has tables 0..{HOUSEHOLD_TABLES - 1}",
+            )
         return table_id + FIRST_HOUSEHOLD_TABLE
 
     def _out_filters(self, out_port: int, out_group: int) -> tuple[int, int]:
@@ -338,11 +419,22 @@ class Slice:
             instructions: list = []
         else:
             instructions = self._instructions(msg.instructions, msg.table_id, ctx)
-        return parser.OFPFlowMod(CODEC, cookie=cookie, cookie_mask=cookie_mask, table_id=table, command=command,
-                                 idle_timeout=msg.idle_timeout, hard_timeout=msg.hard_timeout,
-                                 priority=msg.priority + 1, buffer_id=ofp.OFP_NO_BUFFER, out_port=out_port,
-                                 out_group=out_group, flags=msg.flags, match=self._scoped_match(msg.match),
-                                 instructions=instructions)
+        return parser.OFPFlowMod(
+            CODEC,
+            cookie=cookie,
+            cookie_mask=cookie_mask,
+            table_id=table,
+            command=command,
+            idle_timeout=msg.idle_timeout,
+            hard_timeout=msg.hard_timeout,
+            priority=msg.priority + 1,
+            buffer_id=ofp.OFP_NO_BUFFER,
+            out_port=out_port,
+            out_group=out_group,
+            flags=msg.flags,
+            match=self._scoped_match(msg.match),
+            instructions=instructions,
+        )
 
     def packet_out(self, msg: Any) -> Any:
         if msg.buffer_id != ofp.OFP_NO_BUFFER:
@@ -352,8 +444,9 @@ class Slice:
         ctx = self._packet_context(msg.data or b"")
         ctx.in_port = None if msg.in_port == ofp.OFPP_CONTROLLER else msg.in_port
         actions = self._actions(msg.actions, ctx, packet_out=True)
-        return parser.OFPPacketOut(CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions,
-                                   data=msg.data)
+        return parser.OFPPacketOut(
+            CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions, data=msg.data
+        )
 
     def _packet_context(self, data: bytes) -> _Context:
         """A packet-out may only carry a packet to or from the household's own addresses."""
@@ -371,8 +464,11 @@ class Slice:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4 or ARP")
         to_own = self._owns(dst)
         if not to_own and not self._owns(src):
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM,
-                          f"packet {src} -> {dst} is not to or from the household's addresses")
+            raise Refused(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_EPERM,
+                f"packet {src} -> {dst} is not to or from the household's addresses",
+            )
         return _Context(in_port=None, to_own_address=to_own)
 
     def _buckets(self, buckets: list) -> list:
@@ -383,8 +479,11 @@ class Slice:
                 raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_port outside the slice")
             if bucket.watch_group != ofp.OFPG_ANY:
                 raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_group is not offered")
-            out.append(parser.OFPBucket(bucket.weight, bucket.watch_port, bucket.watch_group,
-                                        self._actions(bucket.actions, ctx)))
+            out.append(
+                parser.OFPBucket(
+                    bucket.weight, bucket.watch_port, bucket.watch_group, self._actions(bucket.actions, ctx)
+                )
+            )
         return out
 
     def group_mod(self, msg: Any) -> list[Any]:
@@ -393,16 +492,20 @@ class Slice:
         else:
             ids = range(msg.group_id, msg.group_id + 1)
         buckets = self._buckets(msg.buckets)
-        return [parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.group(g), buckets=buckets)
-                for g in ids]
+        return [
+            parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.group(g), buckets=buckets)
+            for g in ids
+        ]
 
     def meter_mod(self, msg: Any) -> list[Any]:
         if msg.command == ofp.OFPMC_DELETE and msg.meter_id == ofp.OFPM_ALL:
             ids = range(1, METERS_PER_HOUSEHOLD + 1)
         else:
             ids = range(msg.meter_id, msg.meter_id + 1)
-        return [parser.OFPMeterMod(CODEC, command=msg.command, flags=msg.flags, meter_id=self.meter(m), bands=msg.bands)
-                for m in ids]
+        return [
+            parser.OFPMeterMod(CODEC, command=msg.command, flags=msg.flags, meter_id=self.meter(m), bands=msg.bands)
+            for m in ids
+        ]
 
     def flow_stats_request(self, msg: Any) -> Any:
         """FLOW or AGGREGATE request, confined to the household's rules."""
@@ -410,8 +513,9 @@ class Slice:
         self._check_match(msg.match, pinned=False)
         out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
         cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
-        return type(msg)(CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask,
-                         self._scoped_match(msg.match))
+        return type(msg)(
+            CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask, self._scoped_match(msg.match)
+        )
 
     def port_stats_request(self, msg: Any) -> Any:
         if msg.port_no != ofp.OFPP_ANY and msg.port_no not in self.view:
@@ -462,31 +566,60 @@ class Slice:
         """The packet-in as this household sees it, or None when it is not this household's."""
         if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
             return None
-        return SimpleNamespace(buffer_id=ofp.OFP_NO_BUFFER, total_len=msg.total_len, reason=msg.reason,
-                               table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE, cookie=msg.cookie & COOKIE_LOW,
-                               match=self._own_match(msg.match), data=msg.data)
+        return SimpleNamespace(
+            buffer_id=ofp.OFP_NO_BUFFER,
+            total_len=msg.total_len,
+            reason=msg.reason,
+            table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE,
+            cookie=msg.cookie & COOKIE_LOW,
+            match=self._own_match(msg.match),
+            data=msg.data,
+        )
 
     def flow_removed(self, msg: Any) -> Any | None:
         if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
             return None
-        return SimpleNamespace(cookie=msg.cookie & COOKIE_LOW, priority=msg.priority - 1, reason=msg.reason,
-                               table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE, duration_sec=msg.duration_sec,
-                               duration_nsec=msg.duration_nsec, idle_timeout=msg.idle_timeout,
-                               hard_timeout=msg.hard_timeout, packet_count=msg.packet_count,
-                               byte_count=msg.byte_count, match=self._own_match(msg.match))
+        return SimpleNamespace(
+            cookie=msg.cookie & COOKIE_LOW,
+            priority=msg.priority - 1,
+            reason=msg.reason,
+            table_id=msg.table_id - FIRST_HOUSEHOLD_TABLE,
+            duration_sec=msg.duration_sec,
+            duration_nsec=msg.duration_nsec,
+            idle_timeout=msg.idle_timeout,
+            hard_timeout=msg.hard_timeout,
+            packet_count=msg.packet_count,
+            byte_count=msg.byte_count,
+            match=self._own_match(msg.match),
+        )
 
     def flow_stats(self, stats: Any) -> Any | None:
         if not (self._is_household_table(stats.table_id) and self.owns_cookie(stats.cookie)):
             return None
-        return SimpleNamespace(table_id=stats.table_id - FIRST_HOUSEHOLD_TABLE, duration_sec=stats.duration_sec,
-                               duration_nsec=stats.duration_nsec, priority=stats.priority - 1,
-                               idle_timeout=stats.idle_timeout, hard_timeout=stats.hard_timeout, flags=stats.flags,
-                               cookie=stats.cookie & COOKIE_LOW, packet_count=stats.packet_count,
-                               byte_count=stats.byte_count, match=self._own_match(stats.match),
-                               instructions=self._back_instructions(stats.instructions))
+        return SimpleNamespace(
+            table_id=stats.table_id - FIRST_HOUSEHOLD_TABLE,
+            duration_sec=stats.duration_sec,
+            duration_nsec=stats.duration_nsec,
+            priority=stats.priority - 1,
+            idle_timeout=stats.idle_timeout,
+            hard_timeout=stats.hard_timeout,
+            flags=stats.flags,
+            cookie=stats.cookie & COOKIE_LOW,
+            packet_count=stats.packet_count,
+            byte_count=stats.byte_count,
+            match=self._own_match(stats.match),
+            instructions=self._back_instructions(stats.instructions),
+        )
 
     def queue_stats(self, stats: Any) -> tuple | None:
         if stats.port_no not in self.view or not self.owns_queue(stats.queue_id):
             return None
-        return (stats.port_no, stats.queue_id & 3, stats.tx_bytes, stats.tx_packets, stats.tx_errors,
-                stats.duration_sec, stats.duration_nsec)
+        return (
+            stats.port_no,
+            stats.queue_id & 3,
+            stats.tx_bytes,
+            stats.tx_packets,
+            stats.tx_errors,
+            stats.duration_sec,
+            stats.duration_nsec,
+        )

@@ -15,6 +15,7 @@ the TOS byte:
 
 `plan()` is pure (tc batch lines); `DownlinkQueues` runs them and reads the counters back.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,28 +48,36 @@ def _kbit(mbit: float) -> str:
 def plan(interface: str, link_mbit: float, households: Iterable[Household], leaf: str) -> list[str]:
     """tc batch lines building the whole tree from scratch."""
     dev = f"dev {interface}"
-    lines = [f"qdisc replace {dev} root handle 1: htb default 2",
-             f"class replace {dev} parent 1: classid 1:1 htb rate {_kbit(link_mbit)} ceil {_kbit(link_mbit)}",
-             f"class replace {dev} parent 1:1 classid 1:2 htb rate {_kbit(min(1.0, link_mbit))} "
-             f"ceil {_kbit(link_mbit)} prio 3"]
+    lines = [
+        f"qdisc replace {dev} root handle 1: htb default 2",
+        f"class replace {dev} parent 1: classid 1:1 htb rate {_kbit(link_mbit)} ceil {_kbit(link_mbit)}",
+        f"class replace {dev} parent 1:1 classid 1:2 htb rate {_kbit(min(1.0, link_mbit))} "
+        f"ceil {_kbit(link_mbit)} prio 3",
+    ]
     for h in sorted(households, key=lambda h: h.slot):
         base = household_class(h.slot)
         guaranteed = min(h.guaranteed_mbit, link_mbit)
-        lines.append(f"class replace {dev} parent 1:1 classid 1:{base:x} htb rate {_kbit(guaranteed)} "
-                     f"ceil {_kbit(link_mbit)}")
+        lines.append(
+            f"class replace {dev} parent 1:1 classid 1:{base:x} htb rate {_kbit(guaranteed)} "
+            f"ceil {_kbit(link_mbit)}"
+        )
         for queue, (share, borrows) in _SHARES.items():
             minor = base + _MINOR_OF_QUEUE[queue]
             ceil = link_mbit if borrows else guaranteed
-            lines.append(f"class replace {dev} parent 1:{base:x} classid 1:{minor:x} htb "
-                         f"rate {_kbit(guaranteed * share)} ceil {_kbit(ceil)} prio {2 - queue}")
+            lines.append(
+                f"class replace {dev} parent 1:{base:x} classid 1:{minor:x} htb "
+                f"rate {_kbit(guaranteed * share)} ceil {_kbit(ceil)} prio {2 - queue}"
+            )
             lines.append(f"qdisc replace {dev} parent 1:{minor:x} handle {minor:x}: {leaf}")
         for net in h.addresses:
             for queue, dscp in DSCP_OF_QUEUE.items():
                 minor = base + _MINOR_OF_QUEUE[queue]
                 tos = "" if queue == 0 else f" match ip tos {dscp << 2:#x} 0xfc"
                 prio = 3 if queue == 0 else 1  # marked matches first, then the household's catch-all
-                lines.append(f"filter add {dev} parent 1: protocol ip prio {prio} u32 "
-                             f"match ip dst {net}{tos} flowid 1:{minor:x}")
+                lines.append(
+                    f"filter add {dev} parent 1: protocol ip prio {prio} u32 "
+                    f"match ip dst {net}{tos} flowid 1:{minor:x}"
+                )
     return lines
 
 

@@ -5,6 +5,7 @@ certificates may not overlap), written atomically, and visible to `snapshot()` a
 call returns. Slots come from a counter that only grows, so a removed household's slot is never
 handed to a newcomer while some slicer might still hold its rules.
 """
+
 from __future__ import annotations
 
 import abc
@@ -202,8 +203,11 @@ class EtcdRegistry(Registry):
         reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
             payload = json.dumps(body).encode()
-            writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
             await writer.drain()
             raw = await reader.read()
         finally:
@@ -224,7 +228,7 @@ class EtcdRegistry(Registry):
         households: dict[str, tuple[Household, int]] = {}
         next_slot, next_rev = 1, 0
         for kv in result.get("kvs", []):
-            name = _unb64(kv["key"])[len(key):]
+            name = _unb64(kv["key"])[len(key) :]
             value = _unb64(kv["value"])
             if name == "next_slot":
                 next_slot, next_rev = int(value), int(kv["mod_revision"])
@@ -258,10 +262,10 @@ class EtcdRegistry(Registry):
         added = household.with_slot(next_slot)
         check_disjoint([h for h, _ in households.values()] + [added])
         counter = f"{self.prefix}/next_slot"
-        await self._txn([self._mod_revision_is(counter, next_rev),
-                         self._mod_revision_is(self._key(added.name), 0)],
-                        [self._put(counter, str(next_slot + 1)),
-                         self._put(self._key(added.name), json.dumps(added.to_dict()))])
+        await self._txn(
+            [self._mod_revision_is(counter, next_rev), self._mod_revision_is(self._key(added.name), 0)],
+            [self._put(counter, str(next_slot + 1)), self._put(self._key(added.name), json.dumps(added.to_dict()))],
+        )
         return added
 
     async def update(self, name: str, changes: dict[str, Any]) -> Household:
@@ -271,16 +275,20 @@ class EtcdRegistry(Registry):
         current, revision = households[name]
         updated = _apply_update(current, changes)
         check_disjoint([h for n, (h, _) in households.items() if n != name] + [updated])
-        await self._txn([self._mod_revision_is(self._key(name), revision)],
-                        [self._put(self._key(name), json.dumps(updated.to_dict()))])
+        await self._txn(
+            [self._mod_revision_is(self._key(name), revision)],
+            [self._put(self._key(name), json.dumps(updated.to_dict()))],
+        )
         return updated
 
     async def remove(self, name: str) -> None:
         households, _, _ = await self._range()
         if name not in households:
             raise InvalidHousehold(f"no household {name}")
-        await self._txn([self._mod_revision_is(self._key(name), households[name][1])],
-                        [{"request_delete_range": {"key": _b64(self._key(name))}}])
+        await self._txn(
+            [self._mod_revision_is(self._key(name), households[name][1])],
+            [{"request_delete_range": {"key": _b64(self._key(name))}}],
+        )
 
     async def follow(self, on_change: OnChange) -> None:
         key = f"{self.prefix}/"
@@ -292,8 +300,11 @@ class EtcdRegistry(Registry):
                 continue
             try:
                 body = json.dumps({"create_request": {"key": _b64(key), "range_end": _prefix_end(key)}}).encode()
-                writer.write(f"POST /v3/watch HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                writer.write(
+                    f"POST /v3/watch HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
                 await writer.drain()
                 await reader.readuntil(b"\r\n\r\n")
                 # A change may have happened between our last snapshot and the watch starting.
@@ -324,7 +335,7 @@ def _dechunk(data: bytes) -> bytes:
         if size == 0:
             break
         out += data[:size]
-        data = data[size + 2:]
+        data = data[size + 2 :]
     return bytes(out)
 
 

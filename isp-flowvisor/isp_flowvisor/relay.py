@@ -4,6 +4,7 @@ Decisions come from `policy.Slice` (what a message may do and how its ids map), 
 (quotas, rate limits) and the codecs; this module only reads frames, serves households round-robin
 and writes what those modules decided.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -119,8 +120,9 @@ class Pending:
 
 
 class HouseholdSession:
-    def __init__(self, slicer: Slicer, household: Household, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter):
+    def __init__(
+        self, slicer: Slicer, household: Household, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ):
         self.slicer = slicer
         self.household = household
         self.slice = policy.Slice(household, slicer.config.shared_ports)
@@ -188,8 +190,9 @@ class Slicer:
         else:
             self._servers.append(await asyncio.start_server(self._on_switch, *self.config.switch_listen))
         ssl_ctx = None if self.config.plain_tcp else self._tls_context()
-        self._servers.append(await asyncio.start_server(self._on_household, *self.config.household_listen,
-                                                        ssl=ssl_ctx, limit=1 << 17))
+        self._servers.append(
+            await asyncio.start_server(self._on_household, *self.config.household_listen, ssl=ssl_ctx, limit=1 << 17)
+        )
         for job in (self._serve_round_robin(), self.registry.follow(self.apply_registry)):
             task = asyncio.create_task(job)
             task.add_done_callback(_log_crash)
@@ -262,9 +265,16 @@ class Slicer:
     def _delete_household_state(self, household: Household) -> None:
         """Every rule, meter and group of the household on the switch."""
         slice_ = policy.Slice(household, self.config.shared_ports)
-        wide_delete = parser.OFPFlowMod(codec.CODEC, cookie=slice_.cookie(0), cookie_mask=policy.COOKIE_SLOT_MASK,
-                                        table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY,
-                                        out_group=ofp.OFPG_ANY, match=parser.OFPMatch())
+        wide_delete = parser.OFPFlowMod(
+            codec.CODEC,
+            cookie=slice_.cookie(0),
+            cookie_mask=policy.COOKIE_SLOT_MASK,
+            table_id=ofp.OFPTT_ALL,
+            command=ofp.OFPFC_DELETE,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(),
+        )
         self._to_switch(codec.encode(wide_delete))
         for msg in slice_.meter_mod(parser.OFPMeterMod(codec.CODEC, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL)):
             self._to_switch(codec.encode(msg))
@@ -340,16 +350,22 @@ class Slicer:
         (features,) = await self._ask_switch(parser.OFPFeaturesRequest(codec.CODEC))
         self.switch_dpid = features.datapath_id
         self._to_switch(codec.encode(parser.OFPSetConfig(codec.CODEC, 0, ofp.OFPCML_NO_BUFFER)))
-        self.ports = {p.port_no: p for part in await self._ask_switch(parser.OFPPortDescStatsRequest(codec.CODEC, 0))
-                      for p in part.body}
+        self.ports = {
+            p.port_no: p
+            for part in await self._ask_switch(parser.OFPPortDescStatsRequest(codec.CODEC, 0))
+            for p in part.body
+        }
         for rule in policy.baseline_rules():
             self._to_switch(codec.encode(rule))
         slots = {h.slot for h in self.households.values()}
         for household in self.households.values():
             for rule in policy.dispatch_rules(household):
                 self._to_switch(codec.encode(rule))
-        dump = await self._ask_switch(parser.OFPFlowStatsRequest(codec.CODEC, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY,
-                                                                 ofp.OFPG_ANY, 0, 0, parser.OFPMatch()))
+        dump = await self._ask_switch(
+            parser.OFPFlowStatsRequest(
+                codec.CODEC, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()
+            )
+        )
         entries = [stats for part in dump for stats in part.body]
         for stats in entries:
             slot = policy.slot_of_cookie(stats.cookie)
@@ -370,19 +386,38 @@ class Slicer:
     async def _refresh_book(self, household: Household) -> None:
         """After a wide delete or modify: read the household's rules back from the switch."""
         slice_ = policy.Slice(household, self.config.shared_ports)
-        request = parser.OFPFlowStatsRequest(codec.CODEC, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                             slice_.cookie(0), policy.COOKIE_SLOT_MASK, parser.OFPMatch())
+        request = parser.OFPFlowStatsRequest(
+            codec.CODEC,
+            0,
+            ofp.OFPTT_ALL,
+            ofp.OFPP_ANY,
+            ofp.OFPG_ANY,
+            slice_.cookie(0),
+            policy.COOKIE_SLOT_MASK,
+            parser.OFPMatch(),
+        )
         with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
             dump = await self._ask_switch(request)
             book = self.books.get(household.name)
             if book is not None and book.stale:
-                book.replace((policy.rule_key(s.table_id, s.priority, s.match), _flow_mod_from_stats(s))
-                             for part in dump for s in part.body)
+                book.replace(
+                    (policy.rule_key(s.table_id, s.priority, s.match), _flow_mod_from_stats(s))
+                    for part in dump
+                    for s in part.body
+                )
 
     async def usage(self) -> dict[str, dict[str, int]]:
         """Bytes to ("down") and from ("up") each household, from the counters of its dispatch rules."""
-        request = parser.OFPFlowStatsRequest(codec.CODEC, 0, policy.TABLE_DISPATCH, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                             0, policy.COOKIE_SLOT_MASK, parser.OFPMatch())
+        request = parser.OFPFlowStatsRequest(
+            codec.CODEC,
+            0,
+            policy.TABLE_DISPATCH,
+            ofp.OFPP_ANY,
+            ofp.OFPG_ANY,
+            0,
+            policy.COOKIE_SLOT_MASK,
+            parser.OFPMatch(),
+        )
         by_slot: dict[int, dict[str, int]] = {}
         for part in await self._ask_switch(request):
             for stats in part.body:
@@ -512,8 +547,9 @@ class Slicer:
     async def _on_household(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         household = self._identify(writer)
         if household is None:
-            LOG.warning("refused a household connection from %s: not in the registry",
-                        writer.get_extra_info("peername"))
+            LOG.warning(
+                "refused a household connection from %s: not in the registry", writer.get_extra_info("peername")
+            )
             writer.close()
             return
         try:
@@ -646,8 +682,11 @@ class Slicer:
             self._multipart(session, msg, frame)
             return
         else:
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE,
-                                 f"{type(msg).__name__} is not a controller-to-switch message")
+            raise policy.Refused(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_BAD_TYPE,
+                f"{type(msg).__name__} is not a controller-to-switch message",
+            )
         counters.relayed += 1
 
     def _flow_mod(self, session: HouseholdSession, msg: Any, translated: Any, frame: bytes) -> None:
@@ -656,8 +695,11 @@ class Slicer:
         key = policy.rule_key(translated.table_id, translated.priority, translated.match)
         command = msg.command
         if command == ofp.OFPFC_ADD and book.would_exceed(key, household.flow_quota):
-            raise policy.Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL,
-                                 f"flow-table quota of {household.flow_quota} rules reached")
+            raise policy.Refused(
+                ofp.OFPET_FLOW_MOD_FAILED,
+                ofp.OFPFMFC_TABLE_FULL,
+                f"flow-table quota of {household.flow_quota} rules reached",
+            )
         pending = Pending(session, msg.xid, "flow_mod", frame[:64], rule_key=key if command == ofp.OFPFC_ADD else None)
         encoded = self._relay(translated, pending)
         if command == ofp.OFPFC_ADD:
@@ -704,8 +746,9 @@ class Slicer:
     def _multipart(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
         slice_, head = session.slice, frame[:64]
         if isinstance(msg, parser.OFPDescStatsRequest):
-            entry = switchside.desc_entry("Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "",
-                                          f"slice of {session.household.name}")
+            entry = switchside.desc_entry(
+                "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
+            )
             frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
         elif isinstance(msg, parser.OFPPortDescStatsRequest):
             ports = [self.ports[p] for p in sorted(slice_.view) if p in self.ports]
@@ -714,8 +757,9 @@ class Slicer:
             counts = [0] * policy.HOUSEHOLD_TABLES
             for table_id, _, _ in self.books.get(session.household.name, RuleBook()).rules:
                 counts[table_id - policy.FIRST_HOUSEHOLD_TABLE] += 1
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE, [
-                switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)])
+            frames = switchside.multipart_reply(
+                msg.xid, ofp.OFPMP_TABLE, [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
+            )
         elif isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPAggregateStatsRequest)):
             kind = "flow" if isinstance(msg, parser.OFPFlowStatsRequest) else "aggregate"
             self._relay(slice_.flow_stats_request(msg), Pending(session, msg.xid, kind, head))
@@ -727,8 +771,9 @@ class Slicer:
             self._relay(slice_.queue_stats_request(msg), Pending(session, msg.xid, "queue", head))
             return
         else:
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART,
-                                 f"{type(msg).__name__} is not offered to slices")
+            raise policy.Refused(
+                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART, f"{type(msg).__name__} is not offered to slices"
+            )
         for f in frames:
             session.send(f)
 
@@ -740,7 +785,17 @@ def _log_crash(task: asyncio.Task) -> None:
 
 def _flow_mod_from_stats(stats: Any) -> bytes:
     """An ADD that recreates a flow entry the switch reported."""
-    return codec.encode(parser.OFPFlowMod(codec.CODEC, cookie=stats.cookie, table_id=stats.table_id,
-                                          priority=stats.priority, idle_timeout=stats.idle_timeout,
-                                          hard_timeout=stats.hard_timeout, flags=stats.flags, match=stats.match,
-                                          instructions=stats.instructions), 0)
+    return codec.encode(
+        parser.OFPFlowMod(
+            codec.CODEC,
+            cookie=stats.cookie,
+            table_id=stats.table_id,
+            priority=stats.priority,
+            idle_timeout=stats.idle_timeout,
+            hard_timeout=stats.hard_timeout,
+            flags=stats.flags,
+            match=stats.match,
+            instructions=stats.instructions,
+        ),
+        0,
+    )

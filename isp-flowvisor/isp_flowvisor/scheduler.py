@@ -3,6 +3,7 @@
 Pure (no sockets, no clock); the relay tells it who has work and how many messages a household may
 send now, tests drive it directly.
 """
+
 from __future__ import annotations
 
 from collections import deque

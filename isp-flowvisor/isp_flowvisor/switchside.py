@@ -5,6 +5,7 @@ encode their bodies (its reply classes serialise a bare header), so they are com
 os-ken's own pieces: the layouts in `ofproto_v1_3` (OFP_*_PACK_STR), `msg_pack_into`, and the
 serialisers of matches, instructions and ports' fields. No layout is written out by hand.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -57,16 +58,37 @@ def packet_in(xid: int, msg: Any) -> bytes:
 
 
 def flow_removed(xid: int, msg: Any) -> bytes:
-    body = _pack(ofp.OFP_FLOW_REMOVED_PACK_STR0, msg.cookie, msg.priority, msg.reason, msg.table_id,
-                 msg.duration_sec, msg.duration_nsec, msg.idle_timeout, msg.hard_timeout,
-                 msg.packet_count, msg.byte_count)
+    body = _pack(
+        ofp.OFP_FLOW_REMOVED_PACK_STR0,
+        msg.cookie,
+        msg.priority,
+        msg.reason,
+        msg.table_id,
+        msg.duration_sec,
+        msg.duration_nsec,
+        msg.idle_timeout,
+        msg.hard_timeout,
+        msg.packet_count,
+        msg.byte_count,
+    )
     return _message(ofp.OFPT_FLOW_REMOVED, xid, body + _match(msg.match))
 
 
 def _port(port: Any) -> bytearray:
-    return _pack(ofp.OFP_PORT_PACK_STR, port.port_no, addrconv.mac.text_to_bin(port.hw_addr),
-                 port.name if isinstance(port.name, bytes) else port.name.encode(), port.config, port.state,
-                 port.curr, port.advertised, port.supported, port.peer, port.curr_speed, port.max_speed)
+    return _pack(
+        ofp.OFP_PORT_PACK_STR,
+        port.port_no,
+        addrconv.mac.text_to_bin(port.hw_addr),
+        port.name if isinstance(port.name, bytes) else port.name.encode(),
+        port.config,
+        port.state,
+        port.curr,
+        port.advertised,
+        port.supported,
+        port.peer,
+        port.curr_speed,
+        port.max_speed,
+    )
 
 
 def port_status(xid: int, reason: int, port: Any) -> bytes:
@@ -93,15 +115,25 @@ def multipart_reply(xid: int, mp_type: int, entries: Iterable[bytes | bytearray]
             body = bytearray()
         body += entry
     parts.append(body)
-    return [_message(ofp.OFPT_MULTIPART_REPLY, xid,
-                     _pack(ofp.OFP_MULTIPART_REPLY_PACK_STR, mp_type,
-                           ofp.OFPMPF_REPLY_MORE if i < len(parts) - 1 else 0) + part)
-            for i, part in enumerate(parts)]
+    return [
+        _message(
+            ofp.OFPT_MULTIPART_REPLY,
+            xid,
+            _pack(ofp.OFP_MULTIPART_REPLY_PACK_STR, mp_type, ofp.OFPMPF_REPLY_MORE if i < len(parts) - 1 else 0) + part,
+        )
+        for i, part in enumerate(parts)
+    ]
 
 
 def desc_entry(manufacturer: str, hardware: str, software: str, serial: str, datapath: str) -> bytearray:
-    return _pack(ofp.OFP_DESC_PACK_STR, manufacturer.encode(), hardware.encode(), software.encode(),
-                 serial.encode(), datapath.encode())
+    return _pack(
+        ofp.OFP_DESC_PACK_STR,
+        manufacturer.encode(),
+        hardware.encode(),
+        software.encode(),
+        serial.encode(),
+        datapath.encode(),
+    )
 
 
 def flow_stats_entry(stats: Any) -> bytearray:
@@ -110,9 +142,23 @@ def flow_stats_entry(stats: Any) -> bytearray:
         start = len(tail)
         instruction.serialize(tail, start)
     length = ofp.OFP_FLOW_STATS_0_SIZE + len(tail)
-    return _pack(ofp.OFP_FLOW_STATS_0_PACK_STR, length, stats.table_id, stats.duration_sec, stats.duration_nsec,
-                 stats.priority, stats.idle_timeout, stats.hard_timeout, stats.flags, stats.cookie,
-                 stats.packet_count, stats.byte_count) + tail
+    return (
+        _pack(
+            ofp.OFP_FLOW_STATS_0_PACK_STR,
+            length,
+            stats.table_id,
+            stats.duration_sec,
+            stats.duration_nsec,
+            stats.priority,
+            stats.idle_timeout,
+            stats.hard_timeout,
+            stats.flags,
+            stats.cookie,
+            stats.packet_count,
+            stats.byte_count,
+        )
+        + tail
+    )
 
 
 def aggregate_entry(packet_count: int, byte_count: int, flow_count: int) -> bytearray:

@@ -5,6 +5,7 @@ as a process, households as raw OpenFlow clients, a throwaway certificate author
 Nothing here touches the system OVS or another test's namespaces: OVS runs with its own database,
 run directory and sockets under a temp dir, and every kernel name starts with `fv`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,12 +72,17 @@ class CA:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        self.cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_name(name))
-                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-                     .not_valid_before(now - datetime.timedelta(days=1))
-                     .not_valid_after(now + datetime.timedelta(days=30))
-                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                     .sign(self.key, hashes.SHA256()))
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(name))
+            .issuer_name(_name(name))
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
         self.path = self.dir / f"{name}.pem"
         self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
@@ -85,10 +91,15 @@ class CA:
         address: an IP address they dial instead."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(days=1))
-                   .not_valid_after(now + datetime.timedelta(days=30)))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(cn))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+        )
         names: list[x509.GeneralName] = [x509.DNSName(cn)] if server else []
         names += [x509.IPAddress(ipaddress.ip_address(address))] if address else []
         if names:
@@ -96,11 +107,18 @@ class CA:
         cert = builder.sign(self.key, hashes.SHA256())
         cert_path, key_path = self.dir / f"{cn}.crt", self.dir / f"{cn}.key"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
         key_path.chmod(0o600)
-        return {"cert": str(cert_path), "key": str(key_path), "ca": str(self.path),
-                "sha256": hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()}
+        return {
+            "cert": str(cert_path),
+            "key": str(key_path),
+            "ca": str(self.path),
+            "sha256": hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest(),
+        }
 
 
 class PrivateOVS:
@@ -115,8 +133,13 @@ class PrivateOVS:
         self.dir = workdir
         self.netns = f"fv-ovs{os.getpid() % 100000}"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "OVS_RUNDIR": str(self.dir), "OVS_DBDIR": str(self.dir),
-                    "OVS_LOGDIR": str(self.dir), "OVS_PKGDATADIR": "/usr/share/openvswitch"}
+        self.env = {
+            **os.environ,
+            "OVS_RUNDIR": str(self.dir),
+            "OVS_DBDIR": str(self.dir),
+            "OVS_LOGDIR": str(self.dir),
+            "OVS_PKGDATADIR": "/usr/share/openvswitch",
+        }
         self.db_sock = self.dir / "db.sock"
         self.bridges: list[str] = []
 
@@ -133,18 +156,36 @@ class PrivateOVS:
         self.run("ip", "netns", "add", self.netns)
         self.run("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
         self.run("ovsdb-tool", "create", str(self.dir / "conf.db"), SCHEMA)
-        self.run("ip", "netns", "exec", self.netns, "ovsdb-server", str(self.dir / "conf.db"),
-                 f"--remote=punix:{self.db_sock}",
-                 f"--unixctl={self.dir / 'ovsdb.ctl'}", f"--pidfile={self.dir / 'ovsdb.pid'}", "--detach",
-                 f"--log-file={self.dir / 'ovsdb.log'}")
+        self.run(
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "ovsdb-server",
+            str(self.dir / "conf.db"),
+            f"--remote=punix:{self.db_sock}",
+            f"--unixctl={self.dir / 'ovsdb.ctl'}",
+            f"--pidfile={self.dir / 'ovsdb.pid'}",
+            "--detach",
+            f"--log-file={self.dir / 'ovsdb.log'}",
+        )
         self.vsctl("--no-wait", "init")
         self.start_vswitchd()
         return self
 
     def start_vswitchd(self) -> None:
-        self.run("ip", "netns", "exec", self.netns, "ovs-vswitchd", f"unix:{self.db_sock}",
-                 f"--unixctl={self.dir / 'vswitchd.ctl'}",
-                 f"--pidfile={self.dir / 'vswitchd.pid'}", "--detach", f"--log-file={self.dir / 'vswitchd.log'}")
+        self.run(
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "ovs-vswitchd",
+            f"unix:{self.db_sock}",
+            f"--unixctl={self.dir / 'vswitchd.ctl'}",
+            f"--pidfile={self.dir / 'vswitchd.pid'}",
+            "--detach",
+            f"--log-file={self.dir / 'vswitchd.log'}",
+        )
 
     def _pid(self, name: str) -> int | None:
         try:
@@ -162,13 +203,22 @@ class PrivateOVS:
     def add_bridge(self, name: str, controller: str, ports: int = 3) -> str:
         """A bridge whose controller is the slicer, with internal ports numbered 1..ports."""
         assert name.startswith("fv") and len(name) <= 15
-        self.vsctl("add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
-                   "protocols=OpenFlow13", "fail_mode=secure", "other-config:disable-in-band=true",
-                   f"other-config:datapath-id={0xabcdef:016x}")
+        self.vsctl(
+            "add-br",
+            name,
+            "--",
+            "set",
+            "bridge",
+            name,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail_mode=secure",
+            "other-config:disable-in-band=true",
+            f"other-config:datapath-id={0xabcdef:016x}",
+        )
         for n in range(1, ports + 1):
             port = f"{name}p{n}"
-            self.vsctl("add-port", name, port, "--", "set", "interface", port, "type=internal",
-                       f"ofport_request={n}")
+            self.vsctl("add-port", name, port, "--", "set", "interface", port, "type=internal", f"ofport_request={n}")
         self.vsctl("set-controller", name, controller)
         self.bridges.append(name)
         return name
@@ -208,8 +258,15 @@ def private_ovs_fixture(tmp_path_factory) -> Iterator[PrivateOVS]:
 class SlicerProcess:
     """`isp-flowvisor CONFIG` as a child process, with its ports chosen here."""
 
-    def __init__(self, workdir: Path, registry: dict[str, Any], tls: dict[str, str] | None = None,
-                 shared_ports: tuple[int, ...] = (1,), extra: str = "", switch_socket: Path | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        registry: dict[str, Any],
+        tls: dict[str, str] | None = None,
+        shared_ports: tuple[int, ...] = (1,),
+        extra: str = "",
+        switch_socket: Path | None = None,
+    ):
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         # OVS connects only to Unix sockets in its own run directory.
@@ -220,8 +277,11 @@ class SlicerProcess:
             registry_toml = f'backend = "file"\npath = "{registry["path"]}"'
         else:
             registry_toml = f'backend = "etcd"\nendpoint = "{registry["endpoint"]}"\nprefix = "{registry["prefix"]}"'
-        tls_toml = ("plain_tcp = true" if tls is None else
-                    f'tls_cert = "{tls["cert"]}"\ntls_key = "{tls["key"]}"\ntls_ca = "{tls["ca"]}"')
+        tls_toml = (
+            "plain_tcp = true"
+            if tls is None
+            else f'tls_cert = "{tls["cert"]}"\ntls_key = "{tls["key"]}"\ntls_ca = "{tls["ca"]}"'
+        )
         self.config = self.dir / "slicer.toml"
         self.config.write_text(f"""
 [switch]
@@ -250,8 +310,11 @@ metrics = "127.0.0.1:{self.metrics_port}"
 
     def start(self) -> SlicerProcess:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([str(VENV_BIN / "isp-flowvisor"), str(self.config), "--log-level", "INFO"],
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [str(VENV_BIN / "isp-flowvisor"), str(self.config), "--log-level", "INFO"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         wait_until(self._listening, 30, "the slicer to listen")
         return self
 
@@ -273,8 +336,12 @@ metrics = "127.0.0.1:{self.metrics_port}"
         return self.proc is not None and self.proc.poll() is None
 
     def fvctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([str(VENV_BIN / "fvctl"), "--rpc", f"127.0.0.1:{self.rpc_port}", *args],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [str(VENV_BIN / "fvctl"), "--rpc", f"127.0.0.1:{self.rpc_port}", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"fvctl {' '.join(args)}: {result.stderr}")
         return result
@@ -298,8 +365,14 @@ metrics = "127.0.0.1:{self.metrics_port}"
 class Household:
     """An emulated household controller: OpenFlow 1.3 over TCP or TLS, encoded by os-ken."""
 
-    def __init__(self, port: int, source: str = "127.0.0.1", tls: ssl.SSLContext | None = None,
-                 hello: bytes | None = None, handshake: bool = True):
+    def __init__(
+        self,
+        port: int,
+        source: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+        hello: bytes | None = None,
+        handshake: bool = True,
+    ):
         raw = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
         self.sock: socket.socket = tls.wrap_socket(raw, server_hostname="isp-flowvisor") if tls else raw
         self.sock.settimeout(30)

@@ -1,4 +1,5 @@
 """fvctl, the file registry and the metrics, against a running slicer."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,11 @@ CAROL = "127.0.0.13"
 
 
 def test_fvctl_add_is_in_force_when_it_returns(slicer, ovs):
-    added = json.loads(slicer.fvctl("add", "carol", "--address", "100.64.3.0/24", "--rate", "15", "--quota", "3",
-                                    "--source-address", CAROL).stdout)
+    added = json.loads(
+        slicer.fvctl(
+            "add", "carol", "--address", "100.64.3.0/24", "--rate", "15", "--quota", "3", "--source-address", CAROL
+        ).stdout
+    )
     assert added["slot"] == 3
     # No waiting: the moment fvctl returns, carol can connect and her dispatch rules are on the switch.
     carol = Household(slicer.household_port, source=CAROL)
@@ -55,8 +59,9 @@ def test_registry_file_changes_are_followed_without_dropping_sessions(slicer, ho
     data = json.loads(registry.read_text())
     data["households"]["alice"]["flow_quota"] = 1
     registry.write_text(json.dumps(data))  # an operator's hand edit; the slicer polls the file
-    wait_until(lambda: 'isp_flowvisor_household_rule_quota{household="alice"} 1' in slicer.metrics(), 30,
-               "the new quota")
+    wait_until(
+        lambda: 'isp_flowvisor_household_rule_quota{household="alice"} 1' in slicer.metrics(), 30, "the new quota"
+    )
     alice.no_error_for(alice.send(flow(to("100.64.1.1"), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
     assert alice.error_for(alice.send(flow(to("100.64.1.2"), []))).code == ofp.OFPFMFC_TABLE_FULL
     assert ALICE["source_address"]  # the same session all along

@@ -1,4 +1,5 @@
 """The codec's cached match conversions against os-ken's own, byte for byte, and frame splitting."""
+
 from __future__ import annotations
 
 import random
@@ -24,8 +25,13 @@ def queue_rules(rng: random.Random, count: int) -> list[bytes]:
         host = f"100.64.{rng.choice([1, 2, 2])}.{rng.randrange(256)}"
         remote = ".".join(str(rng.randrange(1, 255)) for _ in range(4))
         proto = rng.choice([6, 17])
-        match = {"eth_type": 0x800, "ip_proto": proto, "ipv4_src": remote, "ipv4_dst": host,
-                 ("tcp_src" if proto == 6 else "udp_src"): rng.randrange(65536)}
+        match = {
+            "eth_type": 0x800,
+            "ip_proto": proto,
+            "ipv4_src": remote,
+            "ipv4_dst": host,
+            ("tcp_src" if proto == 6 else "udp_src"): rng.randrange(65536),
+        }
         if rng.random() < 0.3:
             match["ipv4_dst"] = (host, rng.choice(["255.255.255.0", "255.255.255.128", "255.255.0.0"]))
         if rng.random() < 0.2:
@@ -34,8 +40,20 @@ def queue_rules(rng: random.Random, count: int) -> list[bytes]:
             match = {"eth_type": 0x806, "arp_tpa": host, "arp_op": 1}
         actions = [parser.OFPActionSetQueue(rng.choice([0, 1, 2])), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
         command = rng.choice([ofp.OFPFC_ADD, ofp.OFPFC_DELETE_STRICT, ofp.OFPFC_MODIFY_STRICT, ofp.OFPFC_DELETE])
-        out.append(codec.encode(add(match, actions, command=command, cookie=0x486f6d65, priority=rng.randrange(100),
-                                    out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY), rng.randrange(1 << 32)))
+        out.append(
+            codec.encode(
+                add(
+                    match,
+                    actions,
+                    command=command,
+                    cookie=0x486F6D65,
+                    priority=rng.randrange(100),
+                    out_port=ofp.OFPP_ANY,
+                    out_group=ofp.OFPG_ANY,
+                ),
+                rng.randrange(1 << 32),
+            )
+        )
     return out
 
 
@@ -142,8 +160,11 @@ def test_frames_are_split_where_their_lengths_say_and_a_partial_one_waits():
 def test_rule_keys_and_address_checks_are_the_same_through_their_caches():
     match = parser.OFPMatch(eth_type=0x800, ipv4_dst=("100.64.2.0", "255.255.255.0"), tcp_src=443, ip_proto=6)
     key = policy.rule_key(1, 2, match)
-    assert key == policy.rule_key(1, 2, match) == (1, 2, (("eth_type", "2048"), ("ip_proto", "6"),
-                                                          ("ipv4_dst", "100.64.2.0/24"), ("tcp_src", "443")))
+    assert (
+        key
+        == policy.rule_key(1, 2, match)
+        == (1, 2, (("eth_type", "2048"), ("ip_proto", "6"), ("ipv4_dst", "100.64.2.0/24"), ("tcp_src", "443")))
+    )
     bob = slice_of(BOB)
     assert bob._owns("100.64.2.9") and bob._owns("100.64.2.9")
     assert not bob._owns("100.64.1.9") and not bob._owns(("100.64.0.0", "255.255.0.0"))
@@ -174,9 +195,9 @@ def test_an_action_longer_than_its_type_is_refused_not_followed_into_an_endless_
     rule = add({"eth_type": 0x800, "ipv4_dst": "100.64.2.7"}, [output, output])
     frame = bytearray(codec.encode(rule, 1))
     actions_at = len(frame) - 32
-    frame[actions_at + 2:actions_at + 4] = (24).to_bytes(2, "big")
-    frame[actions_at + 16:actions_at + 16] = bytes.fromhex("0019000080000a02")  # set_field, length 0
-    frame[actions_at - 6:actions_at - 4] = (8 + 24 + 16).to_bytes(2, "big")  # the instruction's length
+    frame[actions_at + 2 : actions_at + 4] = (24).to_bytes(2, "big")
+    frame[actions_at + 16 : actions_at + 16] = bytes.fromhex("0019000080000a02")  # set_field, length 0
+    frame[actions_at - 6 : actions_at - 4] = (8 + 24 + 16).to_bytes(2, "big")  # the instruction's length
     frame[2:4] = len(frame).to_bytes(2, "big")
     msg, error = _within(5, codec.decode_request, bytes(frame))
     assert isinstance(error, codec.Malformed) and error.err_type == ofp.OFPET_BAD_REQUEST, error

@@ -1,4 +1,5 @@
 """Two slicers (two aggregation switches) sharing one etcd registry."""
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,27 @@ def etcd(tmp_path):
     client, peer = free_port(), free_port()
     url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     log = open(tmp_path / "etcd.log", "wb")  # noqa: SIM115 (open for the server's whole life)
-    proc = subprocess.Popen(["etcd", "--name", "fv-test", "--data-dir", str(tmp_path / "etcd"),
-                             "--listen-client-urls", url, "--advertise-client-urls", url,
-                             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                             "--initial-cluster", f"fv-test={peer_url}"], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            "etcd",
+            "--name",
+            "fv-test",
+            "--data-dir",
+            str(tmp_path / "etcd"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"fv-test={peer_url}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def healthy() -> bool:
         import urllib.request
@@ -56,8 +74,11 @@ def test_two_slicers_pick_up_a_household_added_once(tmp_path, etcd, ovs):
         first, second = slicers
         first.fvctl("add", "erin", "--address", "100.64.5.0/24", "--source-address", "127.0.0.15", "--quota", "4")
         # The other slicer follows etcd: erin's dispatch rules appear on its switch, and she can connect to it.
-        wait_until(lambda: any("nw_dst=100.64.5.0/24" in r for r in ovs.flows(second.bridge)), 30,
-                   "the second slicer to pick erin up")
+        wait_until(
+            lambda: any("nw_dst=100.64.5.0/24" in r for r in ovs.flows(second.bridge)),
+            30,
+            "the second slicer to pick erin up",
+        )
         erin = Household(second.household_port, source="127.0.0.15")
         erin.no_error_for(erin.send(flow(to("100.64.5.9"), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
         listed = json.loads(second.fvctl("list").stdout)

@@ -1,4 +1,5 @@
 """Seeded mutation fuzzing of the slicer's message handling: errors, never crashes, never leaks."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,25 +24,51 @@ def seeds() -> list[bytes]:
     for host in (ALICE_HOST, BOB_HOST):
         out += [
             flow(to(host), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
-            flow({"eth_type": 0x800, "ipv4_src": host}, [parser.OFPActionSetField(ipv4_src=host),
-                                                          parser.OFPActionGroup(1)],
-                 extra=[parser.OFPInstructionMeter(1), parser.OFPInstructionGotoTable(1)]),
-            parser.OFPPacketOut(C, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                actions=[parser.OFPActionOutput(1)], data=_udp_packet(host, "192.0.2.1")),
-            parser.OFPFlowStatsRequest(C, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
-                                       parser.OFPMatch(eth_type=0x800, ipv4_dst=host)),
+            flow(
+                {"eth_type": 0x800, "ipv4_src": host},
+                [parser.OFPActionSetField(ipv4_src=host), parser.OFPActionGroup(1)],
+                extra=[parser.OFPInstructionMeter(1), parser.OFPInstructionGotoTable(1)],
+            ),
+            parser.OFPPacketOut(
+                C,
+                buffer_id=ofp.OFP_NO_BUFFER,
+                in_port=ofp.OFPP_CONTROLLER,
+                actions=[parser.OFPActionOutput(1)],
+                data=_udp_packet(host, "192.0.2.1"),
+            ),
+            parser.OFPFlowStatsRequest(
+                C, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch(eth_type=0x800, ipv4_dst=host)
+            ),
         ]
     out += [
-        parser.OFPFlowMod(C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-                          out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
-        parser.OFPGroupMod(C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, [parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                                                                 [parser.OFPActionOutput(3)])]),
+        parser.OFPFlowMod(
+            C,
+            command=ofp.OFPFC_DELETE,
+            table_id=ofp.OFPTT_ALL,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(),
+        ),
+        parser.OFPGroupMod(
+            C,
+            ofp.OFPGC_ADD,
+            ofp.OFPGT_ALL,
+            1,
+            [parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY, [parser.OFPActionOutput(3)])],
+        ),
         parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDrop(1000, 100)]),
-        parser.OFPPortStatsRequest(C, 0, ofp.OFPP_ANY), parser.OFPQueueStatsRequest(C, 0, ofp.OFPP_ANY, 1),
+        parser.OFPPortStatsRequest(C, 0, ofp.OFPP_ANY),
+        parser.OFPQueueStatsRequest(C, 0, ofp.OFPP_ANY, 1),
         parser.OFPAggregateStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()),
-        parser.OFPDescStatsRequest(C, 0), parser.OFPPortDescStatsRequest(C, 0), parser.OFPTableStatsRequest(C, 0),
-        parser.OFPBarrierRequest(C), parser.OFPEchoRequest(C, b"ping"), parser.OFPFeaturesRequest(C),
-        parser.OFPQueueGetConfigRequest(C, 1), parser.OFPGetConfigRequest(C), parser.OFPRoleRequest(C, 2, 0),
+        parser.OFPDescStatsRequest(C, 0),
+        parser.OFPPortDescStatsRequest(C, 0),
+        parser.OFPTableStatsRequest(C, 0),
+        parser.OFPBarrierRequest(C),
+        parser.OFPEchoRequest(C, b"ping"),
+        parser.OFPFeaturesRequest(C),
+        parser.OFPQueueGetConfigRequest(C, 1),
+        parser.OFPGetConfigRequest(C),
+        parser.OFPRoleRequest(C, 2, 0),
     ]
     return [codec.encode(m, 77) for m in out]
 
@@ -53,14 +80,14 @@ def mutate(rng: random.Random, frame: bytes, keep_framing: bool) -> bytes:
         for _ in range(rng.randint(1, 8)):
             data[rng.randrange(len(data))] = rng.randrange(256)
     elif kind == 1:  # truncate
-        data = data[:rng.randint(8, len(data))]
+        data = data[: rng.randint(8, len(data))]
     elif kind == 2:  # extend with garbage
         data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     elif kind == 3:  # another message type
         data[1] = rng.randrange(40)
     elif kind == 4:  # an id field anywhere past the header set to an extreme
         at = rng.randrange(8, max(9, len(data) - 4))
-        data[at:at + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x00"])
+        data[at : at + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x00"])
     else:  # pure garbage after a plausible header
         data = bytearray(data[:8]) + bytes(rng.randrange(256) for _ in range(rng.randint(0, 200)))
     if keep_framing:

@@ -1,4 +1,5 @@
 """The slice policy and the accounting, without sockets."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -26,9 +27,16 @@ def add(match: dict, actions: list, **kwargs):
 
 
 def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
-    out = slice_of(ALICE).flow_mod(add({"eth_type": 0x800, "ipv4_dst": ("100.64.1.0", "255.255.255.128")},
-                                       [parser.OFPActionSetQueue(1)], cookie=9, priority=10, table_id=1,
-                                       extra=[parser.OFPInstructionGotoTable(2), parser.OFPInstructionMeter(3)]))
+    out = slice_of(ALICE).flow_mod(
+        add(
+            {"eth_type": 0x800, "ipv4_dst": ("100.64.1.0", "255.255.255.128")},
+            [parser.OFPActionSetQueue(1)],
+            cookie=9,
+            priority=10,
+            table_id=1,
+            extra=[parser.OFPInstructionGotoTable(2), parser.OFPInstructionMeter(3)],
+        )
+    )
     assert out.cookie == (1 << 40) | 9 and out.priority == 11 and out.table_id == 2
     assert dict(out.match.items())["metadata"] == 1
     actions = out.instructions[0].actions
@@ -37,24 +45,37 @@ def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
     assert out.instructions[1].table_id == 3 and out.instructions[2].meter_id == (1 << 4) | 2
 
 
-@pytest.mark.parametrize("match, actions, error", [
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [], ofp.OFPET_BAD_MATCH),
-    ({"eth_type": 0x800, "ipv4_dst": ("100.64.0.0", "255.255.0.0")}, [], ofp.OFPET_BAD_MATCH),  # wider than hers
-    ({"eth_type": 0x86dd}, [], ofp.OFPET_BAD_MATCH),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "metadata": 2}, [], ofp.OFPET_BAD_MATCH),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "in_port": 3}, [], ofp.OFPET_BAD_MATCH),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(ipv4_dst="100.64.2.5")],
-     ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_src": "100.64.1.5"}, [parser.OFPActionSetField(ipv4_src="100.64.2.5")],
-     ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(ip_dscp=46)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(tunnel_id=1)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(3)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(ofp.OFPP_ALL)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(ofp.OFPP_IN_PORT)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_src": "100.64.1.5"}, [parser.OFPActionSetQueue(2)], ofp.OFPET_BAD_ACTION),
-    ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionGroup(17)], ofp.OFPET_GROUP_MOD_FAILED),
-])
+@pytest.mark.parametrize(
+    "match, actions, error",
+    [
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [], ofp.OFPET_BAD_MATCH),
+        ({"eth_type": 0x800, "ipv4_dst": ("100.64.0.0", "255.255.0.0")}, [], ofp.OFPET_BAD_MATCH),  # wider than hers
+        ({"eth_type": 0x86DD}, [], ofp.OFPET_BAD_MATCH),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "metadata": 2}, [], ofp.OFPET_BAD_MATCH),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "in_port": 3}, [], ofp.OFPET_BAD_MATCH),
+        (
+            {"eth_type": 0x800, "ipv4_dst": "100.64.1.5"},
+            [parser.OFPActionSetField(ipv4_dst="100.64.2.5")],
+            ofp.OFPET_BAD_ACTION,
+        ),
+        (
+            {"eth_type": 0x800, "ipv4_src": "100.64.1.5"},
+            [parser.OFPActionSetField(ipv4_src="100.64.2.5")],
+            ofp.OFPET_BAD_ACTION,
+        ),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(ip_dscp=46)], ofp.OFPET_BAD_ACTION),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(tunnel_id=1)], ofp.OFPET_BAD_ACTION),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(3)], ofp.OFPET_BAD_ACTION),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(ofp.OFPP_ALL)], ofp.OFPET_BAD_ACTION),
+        (
+            {"eth_type": 0x800, "ipv4_dst": "100.64.1.5"},
+            [parser.OFPActionOutput(ofp.OFPP_IN_PORT)],
+            ofp.OFPET_BAD_ACTION,
+        ),
+        ({"eth_type": 0x800, "ipv4_src": "100.64.1.5"}, [parser.OFPActionSetQueue(2)], ofp.OFPET_BAD_ACTION),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionGroup(17)], ofp.OFPET_GROUP_MOD_FAILED),
+    ],
+)
 def test_anything_outside_the_slice_is_refused(match, actions, error):
     with pytest.raises(policy.Refused) as refused:
         slice_of(ALICE).flow_mod(add(match, actions))
@@ -69,20 +90,28 @@ def test_the_same_rules_are_fine_for_the_household_that_owns_the_addresses():
 
 
 def test_wide_delete_needs_no_address_but_stays_in_the_slice():
-    out = slice_of(BOB).flow_mod(parser.OFPFlowMod(C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                                   out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                                   match=parser.OFPMatch()))
+    out = slice_of(BOB).flow_mod(
+        parser.OFPFlowMod(
+            C,
+            command=ofp.OFPFC_DELETE,
+            table_id=ofp.OFPTT_ALL,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(),
+        )
+    )
     assert out.table_id == ofp.OFPTT_ALL and dict(out.match.items()) == {"metadata": 2}
     assert out.cookie == 2 << 40 and out.cookie_mask == policy.COOKIE_SLOT_MASK
 
 
 def test_ids_beyond_the_households_range_are_refused():
     alice = slice_of(ALICE)
-    for msg in (add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], cookie=1 << 40),
-                add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], priority=0xFFFF),
-                add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], table_id=policy.HOUSEHOLD_TABLES),
-                add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], table_id=2,
-                    extra=[parser.OFPInstructionGotoTable(1)])):
+    for msg in (
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], cookie=1 << 40),
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], priority=0xFFFF),
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], table_id=policy.HOUSEHOLD_TABLES),
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], table_id=2, extra=[parser.OFPInstructionGotoTable(1)]),
+    ):
         with pytest.raises(policy.Refused):
             alice.flow_mod(msg)
     with pytest.raises(policy.Refused):
@@ -92,12 +121,23 @@ def test_ids_beyond_the_households_range_are_refused():
 
 def test_replies_are_translated_back_and_others_are_hidden():
     alice, bob = slice_of(ALICE), slice_of(BOB)
-    physical = alice.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetQueue(2)],
-                                  cookie=3, priority=5))
-    stats = parser.OFPFlowStats(table_id=physical.table_id, duration_sec=0, duration_nsec=0,
-                                priority=physical.priority, idle_timeout=0, hard_timeout=0, flags=0,
-                                cookie=physical.cookie, packet_count=0, byte_count=0, match=physical.match,
-                                instructions=physical.instructions)
+    physical = alice.flow_mod(
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetQueue(2)], cookie=3, priority=5)
+    )
+    stats = parser.OFPFlowStats(
+        table_id=physical.table_id,
+        duration_sec=0,
+        duration_nsec=0,
+        priority=physical.priority,
+        idle_timeout=0,
+        hard_timeout=0,
+        flags=0,
+        cookie=physical.cookie,
+        packet_count=0,
+        byte_count=0,
+        match=physical.match,
+        instructions=physical.instructions,
+    )
     seen = alice.flow_stats(stats)
     assert (seen.cookie, seen.priority, seen.table_id) == (3, 5, 0)
     assert [type(a).__name__ for a in seen.instructions[0].actions] == ["OFPActionSetQueue"]

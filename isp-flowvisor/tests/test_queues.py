@@ -1,4 +1,5 @@
 """The downlink HTB tree, applied with tc to a real interface and fed real packets."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -38,8 +39,12 @@ def downlink():
         run("ethtool", "-K", "fvq0", "tx", "off")
         run("ethtool", "-K", "fvq1", "tx", "off")
         run("ip", "addr", "add", "10.99.0.1/24", "dev", "fvq0")
-        mac = subprocess.run(["ip", "netns", "exec", ns, "cat", "/sys/class/net/fvq1/address"], check=True,
-                             capture_output=True, text=True).stdout.strip()
+        mac = subprocess.run(
+            ["ip", "netns", "exec", ns, "cat", "/sys/class/net/fvq1/address"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         run("ip", "neigh", "add", "10.99.0.2", "lladdr", mac, "dev", "fvq0")
         run("ip", "route", "add", "100.64.0.0/16", "via", "10.99.0.2")
         yield ns
@@ -48,9 +53,11 @@ def downlink():
 
 
 def _send(ns: str, dst: str, dscp: int, count: int = 20) -> None:
-    code = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-            f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {dscp << 2}); "
-            f"[s.sendto(b'x' * 1000, ('{dst}', 9)) for _ in range({count})]")
+    code = (
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {dscp << 2}); "
+        f"[s.sendto(b'x' * 1000, ('{dst}', 9)) for _ in range({count})]"
+    )
     subprocess.run(["ip", "netns", "exec", ns, "python3", "-c", code], check=True)
 
 
@@ -60,8 +67,9 @@ def test_packets_land_in_the_queue_their_dscp_and_destination_choose(downlink):
     _send(downlink, "100.64.1.5", DSCP_OF_QUEUE[2])
     _send(downlink, "100.64.2.5", DSCP_OF_QUEUE[0])
     _send(downlink, "100.64.2.6", DSCP_OF_QUEUE[1])
-    stats = wait_until(lambda: (s := queues.stats_by_household()) and s["alice"]["high"]["bytes"] > 0 and s, 30,
-                       "counters")
+    stats = wait_until(
+        lambda: (s := queues.stats_by_household()) and s["alice"]["high"]["bytes"] > 0 and s, 30, "counters"
+    )
     assert stats["alice"]["high"]["bytes"] >= 20_000 and stats["alice"]["normal"]["bytes"] == 0
     assert stats["bob"]["normal"]["bytes"] >= 20_000 and stats["bob"]["medium"]["bytes"] >= 20_000
     assert stats["bob"]["high"]["bytes"] == 0

@@ -1,4 +1,5 @@
 """Two households on a real Open vSwitch through the slicer: isolation, translation, errors."""
+
 from __future__ import annotations
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -14,8 +15,15 @@ BOB_HOST = "100.64.2.10"
 
 def flow(match: dict, actions: list, priority: int = 100, table: int = 0, cookie: int = 0, **kwargs):
     instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
-    return parser.OFPFlowMod(C, cookie=cookie, table_id=table, priority=priority, match=parser.OFPMatch(**match),
-                             instructions=instructions + kwargs.pop("extra", []), **kwargs)
+    return parser.OFPFlowMod(
+        C,
+        cookie=cookie,
+        table_id=table,
+        priority=priority,
+        match=parser.OFPMatch(**match),
+        instructions=instructions + kwargs.pop("extra", []),
+        **kwargs,
+    )
 
 
 def to(host: str) -> dict:
@@ -33,8 +41,9 @@ def test_features_and_port_view_are_per_household(households):
 
 def test_queue_rule_for_own_addresses_is_installed_as_dscp_and_queue(slicer, households, ovs):
     alice = households("alice")
-    xid = alice.send(flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)],
-                          cookie=0x42))
+    xid = alice.send(
+        flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=0x42)
+    )
     alice.no_error_for(xid)
     rules = [r for r in ovs.flows(slicer.bridge) if "cookie=0x10000000042" in r]
     assert len(rules) == 1, ovs.flows(slicer.bridge)
@@ -42,9 +51,13 @@ def test_queue_rule_for_own_addresses_is_installed_as_dscp_and_queue(slicer, hou
     assert "set_field:46->ip_dscp" in rules[0] or "mod_nw_tos:184" in rules[0]
     assert "set_queue:6" in rules[0]  # slot 1, queue 2
     # Alice reads her own rule back in her own terms.
-    stats = [s for part in alice.request(parser.OFPFlowStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                                                    0, 0, parser.OFPMatch()))
-             for s in part.body]
+    stats = [
+        s
+        for part in alice.request(
+            parser.OFPFlowStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch())
+        )
+        for s in part.body
+    ]
     assert len(stats) == 1 and stats[0].cookie == 0x42 and stats[0].table_id == 0 and stats[0].priority == 100
     assert "metadata" not in dict(stats[0].match.items())
     assert [type(a).__name__ for a in stats[0].instructions[0].actions] == ["OFPActionSetQueue", "OFPActionOutput"]
@@ -56,14 +69,14 @@ def test_neighbour_cannot_touch_anothers_traffic_directly_or_by_rewriting(slicer
     before = ovs.flows(slicer.bridge)
     attempts = {
         "match on alice's address": flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
-        "rewrite into alice's address": flow(to(BOB_HOST), [parser.OFPActionSetField(ipv4_dst=ALICE_HOST),
-                                                            parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
+        "rewrite into alice's address": flow(
+            to(BOB_HOST), [parser.OFPActionSetField(ipv4_dst=ALICE_HOST), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+        ),
         "no address at all": flow({"eth_type": 0x0800}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
         "alice's private port": flow(to(BOB_HOST), [parser.OFPActionOutput(2)]),
         "flood": flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_FLOOD)]),
         "choose a DSCP by hand": flow(to(BOB_HOST), [parser.OFPActionSetField(ip_dscp=46)]),
-        "queue for traffic from him": flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST},
-                                           [parser.OFPActionSetQueue(2)]),
+        "queue for traffic from him": flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST}, [parser.OFPActionSetQueue(2)]),
         "a fourth queue": flow(to(BOB_HOST), [parser.OFPActionSetQueue(3)]),
         "metadata": flow(to(BOB_HOST), [], extra=[parser.OFPInstructionWriteMetadata(1, 0xFF)]),
         "a table outside the slice": flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)], table=7),
@@ -72,15 +85,26 @@ def test_neighbour_cannot_touch_anothers_traffic_directly_or_by_rewriting(slicer
     }
     for what, msg in attempts.items():
         error = bob.error_for(bob.send(msg))
-        assert error.type in (ofp.OFPET_BAD_MATCH, ofp.OFPET_BAD_ACTION, ofp.OFPET_BAD_INSTRUCTION,
-                              ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPET_METER_MOD_FAILED), what
+        assert error.type in (
+            ofp.OFPET_BAD_MATCH,
+            ofp.OFPET_BAD_ACTION,
+            ofp.OFPET_BAD_INSTRUCTION,
+            ofp.OFPET_FLOW_MOD_FAILED,
+            ofp.OFPET_METER_MOD_FAILED,
+        ), what
     assert ovs.flows(slicer.bridge) == before or sorted(map(_strip_counters, ovs.flows(slicer.bridge))) == sorted(
-        map(_strip_counters, before))
+        map(_strip_counters, before)
+    )
     # Positive control: the same kinds of rule for bob's own addresses are accepted.
-    for msg in (flow(to(BOB_HOST), [parser.OFPActionSetQueue(1), parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
-                flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST}, [parser.OFPActionOutput(3)], priority=90),
-                flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST, "ipv4_dst": "192.0.2.1"},
-                     [parser.OFPActionSetField(ipv4_src="100.64.2.11"), parser.OFPActionOutput(1)], priority=80)):
+    for msg in (
+        flow(to(BOB_HOST), [parser.OFPActionSetQueue(1), parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
+        flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST}, [parser.OFPActionOutput(3)], priority=90),
+        flow(
+            {"eth_type": 0x0800, "ipv4_src": BOB_HOST, "ipv4_dst": "192.0.2.1"},
+            [parser.OFPActionSetField(ipv4_src="100.64.2.11"), parser.OFPActionOutput(1)],
+            priority=80,
+        ),
+    ):
         bob.no_error_for(bob.send(msg))
     # Alice keeps working throughout.
     alice.no_error_for(alice.send(flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
@@ -99,11 +123,13 @@ def test_statistics_show_only_the_households_own_rules(households):
     seen = [s.cookie for part in bob.request(everything) for s in part.body]
     assert seen == [2]
     # Asking for alice's cookie gives bob nothing of hers, and her address in a stats match neither.
-    by_cookie = parser.OFPFlowStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 1, 0xFFFFFFFFFF,
-                                           parser.OFPMatch())
+    by_cookie = parser.OFPFlowStatsRequest(
+        C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 1, 0xFFFFFFFFFF, parser.OFPMatch()
+    )
     assert [s for part in bob.request(by_cookie) for s in part.body] == []
-    aggregate = bob.request(parser.OFPAggregateStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
-                                                            parser.OFPMatch()))
+    aggregate = bob.request(
+        parser.OFPAggregateStatsRequest(C, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch())
+    )
     assert aggregate[0].body.flow_count == 1
     ports = {s.port_no for part in bob.request(parser.OFPPortStatsRequest(C, 0, ofp.OFPP_ANY)) for s in part.body}
     assert ports == {1, 3}
@@ -114,8 +140,14 @@ def test_wide_delete_removes_only_the_households_rules(slicer, households, ovs):
     alice, bob = households("alice"), households("bob")
     alice.no_error_for(alice.send(flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=7)))
     bob.no_error_for(bob.send(flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=8)))
-    delete_all = parser.OFPFlowMod(C, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY,
-                                   out_group=ofp.OFPG_ANY, match=parser.OFPMatch())
+    delete_all = parser.OFPFlowMod(
+        C,
+        table_id=ofp.OFPTT_ALL,
+        command=ofp.OFPFC_DELETE,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=parser.OFPMatch(),
+    )
     bob.no_error_for(bob.send(delete_all))
     rules = ovs.flows(slicer.bridge)
     assert any("cookie=0x10000000007" in r for r in rules) and not any("cookie=0x20000000008" in r for r in rules)
@@ -129,9 +161,19 @@ def test_flow_quota_refuses_the_rule_too_many_and_frees_on_delete(households):
     assert (error.type, error.code) == (ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL)
     # Replacing an existing rule is not a new one; deleting one makes room.
     bob.no_error_for(bob.send(flow(to("100.64.2.1"), [parser.OFPActionSetQueue(1)])))
-    bob.no_error_for(bob.send(parser.OFPFlowMod(C, table_id=0, priority=100, command=ofp.OFPFC_DELETE_STRICT,
-                                                out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                                match=parser.OFPMatch(**to("100.64.2.1")))))
+    bob.no_error_for(
+        bob.send(
+            parser.OFPFlowMod(
+                C,
+                table_id=0,
+                priority=100,
+                command=ofp.OFPFC_DELETE_STRICT,
+                out_port=ofp.OFPP_ANY,
+                out_group=ofp.OFPG_ANY,
+                match=parser.OFPMatch(**to("100.64.2.1")),
+            )
+        )
+    )
     bob.no_error_for(bob.send(flow(to("100.64.2.99"), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
     # Alice's larger quota is hers alone.
     for n in range(8):
@@ -154,11 +196,21 @@ def test_packet_in_reaches_only_the_household_whose_rule_sent_it(slicer, househo
 
 def test_packet_out_only_for_own_traffic(households):
     bob = households("bob")
-    bad = parser.OFPPacketOut(C, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                              actions=[parser.OFPActionOutput(1)], data=_udp_packet("100.64.9.9", ALICE_HOST))
+    bad = parser.OFPPacketOut(
+        C,
+        buffer_id=ofp.OFP_NO_BUFFER,
+        in_port=ofp.OFPP_CONTROLLER,
+        actions=[parser.OFPActionOutput(1)],
+        data=_udp_packet("100.64.9.9", ALICE_HOST),
+    )
     bob.error_for(bob.send(bad))
-    good = parser.OFPPacketOut(C, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                               actions=[parser.OFPActionOutput(1)], data=_udp_packet(BOB_HOST, "192.0.2.1"))
+    good = parser.OFPPacketOut(
+        C,
+        buffer_id=ofp.OFP_NO_BUFFER,
+        in_port=ofp.OFPP_CONTROLLER,
+        actions=[parser.OFPActionOutput(1)],
+        data=_udp_packet(BOB_HOST, "192.0.2.1"),
+    )
     bob.no_error_for(bob.send(good))
 
 

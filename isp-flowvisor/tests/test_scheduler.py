@@ -1,4 +1,5 @@
 """The round robin that decides whose messages are served next: shares, order and cost, without sockets."""
+
 from __future__ import annotations
 
 import pytest

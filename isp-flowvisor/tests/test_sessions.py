@@ -1,4 +1,5 @@
 """Sessions: version negotiation, TLS identity, rate limits and fairness, disconnects, switch restarts."""
+
 from __future__ import annotations
 
 import ssl
@@ -53,8 +54,12 @@ def test_tls_identifies_households_by_certificate(tmp_path, ovs, bridge_name):
     alice_cert, eve_cert = ca.issue("alice"), ca.issue("eve")
     stranger = CA(tmp_path / "other", "fv-other-ca").issue("mallory")
     registry = write_registry(tmp_path / "households.json", {**ALICE, "cert_sha256": alice_cert["sha256"]}, BOB)
-    proc = SlicerProcess(tmp_path / "slicer", {"backend": "file", "path": str(registry)}, tls=server,
-                         switch_socket=ovs.dir / f"{bridge_name}.slicer").start()
+    proc = SlicerProcess(
+        tmp_path / "slicer",
+        {"backend": "file", "path": str(registry)},
+        tls=server,
+        switch_socket=ovs.dir / f"{bridge_name}.slicer",
+    ).start()
     ovs.add_bridge(bridge_name, proc.controller)
     try:
         wait_until(proc.switch_connected, 60, "the switch to connect")
@@ -137,21 +142,24 @@ def test_disconnect_keeps_or_deletes_rules_as_configured(households, slicer, ovs
     bob.no_error_for(bob.send(flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=2)))
     alice.close()
     bob.close()
-    wait_until(lambda: not any("cookie=0x20000000002" in r for r in ovs.flows(slicer.bridge)), 30,
-               "bob's rules to go")
+    wait_until(lambda: not any("cookie=0x20000000002" in r for r in ovs.flows(slicer.bridge)), 30, "bob's rules to go")
     assert any("cookie=0x10000000001" in r for r in ovs.flows(slicer.bridge))
 
 
 def test_switch_restart_is_resynchronised(households, slicer, ovs):
     alice, bob = households("alice"), households("bob")
-    alice.no_error_for(alice.send(flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2),
-                                                        parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=3)))
+    alice.no_error_for(
+        alice.send(
+            flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)], cookie=3)
+        )
+    )
     ovs.stop_vswitchd()
     wait_until(lambda: not slicer.switch_connected(), 30, "the slicer to notice")
     ovs.start_vswitchd()
     wait_until(slicer.switch_connected, 60, "the switch to come back")
-    rules = wait_until(lambda: [r for r in ovs.flows(slicer.bridge) if "cookie=0x10000000003" in r], 30,
-                       "alice's rule to be put back")
+    rules = wait_until(
+        lambda: [r for r in ovs.flows(slicer.bridge) if "cookie=0x10000000003" in r], 30, "alice's rule to be put back"
+    )
     assert "set_queue:6" in rules[0]
     assert any("priority=200" in r and "nw_dst=100.64.2.0/24" in r for r in ovs.flows(slicer.bridge))
     # Both sessions survived the switch's absence.

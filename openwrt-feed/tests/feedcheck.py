@@ -1,6 +1,7 @@
 """The feed's static checks, as pure functions of file contents (the tests run them on the feed and on
 broken copies). No OpenWrt SDK can be downloaded on our machines, so this is what can be checked
 without building: Makefile structure, installed files, init scripts, UCI defaults, sysupgrade's list."""
+
 from __future__ import annotations
 
 import re
@@ -71,7 +72,7 @@ def parse_uci(text: str) -> dict[str, dict[str, str | list[str]]]:
         if not words:
             continue
         keyword, args = words[0], words[1:]
-        name_ok = all(re.fullmatch(r"[A-Za-z0-9_]+", a) for a in args[:1 if keyword != "config" else 2])
+        name_ok = all(re.fullmatch(r"[A-Za-z0-9_]+", a) for a in args[: 1 if keyword != "config" else 2])
         if keyword == "config" and len(args) in (1, 2) and name_ok:
             kind = args[0]
             name = args[1] if len(args) == 2 else f"@{kind}[{counts.get(kind, 0)}]"
@@ -90,8 +91,9 @@ def parse_uci(text: str) -> dict[str, dict[str, str | list[str]]]:
                     raise UciError(f"line {number}: {args[0]!r} is both an option and a list")
                 existing.append(args[1])
         else:
-            raise UciError(f"line {number}: not `config TYPE [NAME]`, `option NAME VALUE` or `list NAME VALUE`: "
-                           f"{line!r}")
+            raise UciError(
+                f"line {number}: not `config TYPE [NAME]`, `option NAME VALUE` or `list NAME VALUE`: " f"{line!r}"
+            )
     return sections
 
 
@@ -141,7 +143,8 @@ def dependency_problems(needed: list[str], makefiles: list[str], elsewhere: set[
     python3-* dependency must be built by the feed or be in `elsewhere` (OpenWrt's packages feed)."""
     built = {p for m in makefiles for p in built_packages(m)}
     named = {d for m in makefiles for d in re.findall(r"\+(python3-[a-z0-9-]+)", m)}
-    problems = [f"nothing depends on python3-{_normal(d)} ({d})" for d in needed
-                if f"python3-{_normal(d)}" not in named]
+    problems = [
+        f"nothing depends on python3-{_normal(d)} ({d})" for d in needed if f"python3-{_normal(d)}" not in named
+    ]
     problems += [f"{d} is neither built here nor known in the packages feed" for d in sorted(named - built - elsewhere)]
     return problems

@@ -1,5 +1,6 @@
 """What can be checked of the OpenWrt feed without an OpenWrt SDK (none can be downloaded here): each
 check runs on the feed as committed, and on a broken copy, which it must refuse."""
+
 from __future__ import annotations
 
 import re
@@ -45,8 +46,16 @@ def feed_copy(tmp_path: Path) -> Path:
 
 def test_the_feed_has_the_packages_the_router_needs():
     packages = {p for m in MAKEFILES for p in built_packages(m.read_text())}
-    assert {"homework-base", "homework-hwdb", "homework-controller", "homework-webui",
-            "python3-hwdb-client", "python3-os-ken", "python3-dnslib", "python3-flask"} <= packages
+    assert {
+        "homework-base",
+        "homework-hwdb",
+        "homework-controller",
+        "homework-webui",
+        "python3-hwdb-client",
+        "python3-os-ken",
+        "python3-dnslib",
+        "python3-flask",
+    } <= packages
 
 
 @pytest.mark.parametrize("makefile", MAKEFILES, ids=lambda m: m.parent.name)
@@ -54,15 +63,25 @@ def test_each_package_makefile_is_complete_and_installs_files_that_exist(makefil
     assert makefile_problems(makefile.read_text(), makefile.parent) == []
 
 
-@pytest.mark.parametrize("breakage, expected", [
-    (lambda t: re.sub(r"^PKG_LICENSE:=.*\n", "", t, flags=re.M), "PKG_LICENSE is not defined"),
-    (lambda t: t.replace("include $(INCLUDE_DIR)/package.mk\n", ""), "does not `include $(INCLUDE_DIR)/package.mk`"),
-    (lambda t: t.replace("define Package/homework-hwdb/install", "define Package/homework-hwdb/installed"),
-     "without `define Package/homework-hwdb/install`"),
-    (lambda t: t.replace("$(eval $(call BuildPackage,homework-hwdb))", ""), "builds no package"),
-    (lambda t: t.replace("./files/homework-hwdb.init", "./files/homework-hwdb.initt"),
-     "installs ./files/homework-hwdb.initt, which does not exist"),
-])
+@pytest.mark.parametrize(
+    "breakage, expected",
+    [
+        (lambda t: re.sub(r"^PKG_LICENSE:=.*\n", "", t, flags=re.M), "PKG_LICENSE is not defined"),
+        (
+            lambda t: t.replace("include $(INCLUDE_DIR)/package.mk\n", ""),
+            "does not `include $(INCLUDE_DIR)/package.mk`",
+        ),
+        (
+            lambda t: t.replace("define Package/homework-hwdb/install", "define Package/homework-hwdb/installed"),
+            "without `define Package/homework-hwdb/install`",
+        ),
+        (lambda t: t.replace("$(eval $(call BuildPackage,homework-hwdb))", ""), "builds no package"),
+        (
+            lambda t: t.replace("./files/homework-hwdb.init", "./files/homework-hwdb.initt"),
+            "installs ./files/homework-hwdb.initt, which does not exist",
+        ),
+    ],
+)
 def test_a_broken_makefile_is_refused(breakage, expected):
     makefile = FEED / "homework-hwdb" / "Makefile"
     broken = breakage(makefile.read_text())
@@ -81,13 +100,18 @@ def test_pypi_packages_are_pinned_to_the_lock_files_versions_with_a_sha256():
 
 def test_a_pin_that_differs_from_the_lock_file_is_refused():
     stale = {**PYPI, "dnslib": {**PYPI["dnslib"], "version": "0.9.25", "sha256": "abc"}}
-    assert pin_problems(stale, LOCK) == ["dnslib 0.9.25: requirements.lock has 0.9.26",
-                                         "dnslib: sha256 'abc' is not 64 hex digits"]
+    assert pin_problems(stale, LOCK) == [
+        "dnslib 0.9.25: requirements.lock has 0.9.26",
+        "dnslib: sha256 'abc' is not 64 hex digits",
+    ]
 
 
 def _needed() -> list[str]:
-    return [dep for component in ("controller", "webui")
-            for dep in tomllib.loads((REPO / component / "pyproject.toml").read_text())["project"]["dependencies"]]
+    return [
+        dep
+        for component in ("controller", "webui")
+        for dep in tomllib.loads((REPO / component / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
 
 
 def test_every_python_dependency_is_packaged_here_or_in_the_packages_feed():
@@ -98,22 +122,45 @@ def test_a_dependency_nobody_packages_is_named():
     makefiles = [m.read_text().replace("+python3-dnslib ", "+python3-dnslib2 ") for m in MAKEFILES]
     assert dependency_problems(_needed(), makefiles, FROM_PACKAGES_FEED) == [
         "nothing depends on python3-dnslib (dnslib)",
-        "python3-dnslib2 is neither built here nor known in the packages feed"]
+        "python3-dnslib2 is neither built here nor known in the packages feed",
+    ]
 
 
 # Found in openwrt/packages (lang/python/python-*, python3's own split packages, net/openvswitch).
 FROM_PACKAGES_FEED = {
-    "python3-light", "python3-sqlite3", "python3-logging", "python3-urllib", "python3-setuptools",
-    "python3-eventlet", "python3-msgpack", "python3-packaging", "python3-lxml", "python3-paramiko",
-    "python3-yaml", "python3-requests", "python3-six", "python3-sortedcontainers", "python3-dpkt",
-    "python3-pyroute2", "python3-idna", "python3-werkzeug", "python3-jinja2", "python3-click", "python3-blinker",
+    "python3-light",
+    "python3-sqlite3",
+    "python3-logging",
+    "python3-urllib",
+    "python3-setuptools",
+    "python3-eventlet",
+    "python3-msgpack",
+    "python3-packaging",
+    "python3-lxml",
+    "python3-paramiko",
+    "python3-yaml",
+    "python3-requests",
+    "python3-six",
+    "python3-sortedcontainers",
+    "python3-dpkt",
+    "python3-pyroute2",
+    "python3-idna",
+    "python3-werkzeug",
+    "python3-jinja2",
+    "python3-click",
+    "python3-blinker",
 }
 
 
-@pytest.mark.parametrize("package, source", [
-    ("homework-hwdb", "hwdb/Cargo.toml"), ("homework-controller", "controller/pyproject.toml"),
-    ("homework-webui", "webui/pyproject.toml"), ("python-hwdb-client", "hwdb/python/pyproject.toml"),
-])
+@pytest.mark.parametrize(
+    "package, source",
+    [
+        ("homework-hwdb", "hwdb/Cargo.toml"),
+        ("homework-controller", "controller/pyproject.toml"),
+        ("homework-webui", "webui/pyproject.toml"),
+        ("python-hwdb-client", "hwdb/python/pyproject.toml"),
+    ],
+)
 def test_our_packages_copy_sources_that_exist_at_their_version(package, source):
     makefile = (FEED / package / "Makefile").read_text()
     copied = re.search(r"Homework/CopySource,([^)]+)\)", makefile)
@@ -133,10 +180,13 @@ def test_init_scripts_pass_sh_n_and_shellcheck(script):
     assert shell_problems(script) == []
 
 
-@pytest.mark.parametrize("breakage", [
-    lambda t: t.replace("\n}\n", "\n", 1),                                   # sh -n: unclosed function
-    lambda t: t.replace('"${lan_iface}"', "${lan_iface}", 1),                # shellcheck: unquoted (SC2086)
-])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda t: t.replace("\n}\n", "\n", 1),  # sh -n: unclosed function
+        lambda t: t.replace('"${lan_iface}"', "${lan_iface}", 1),  # shellcheck: unquoted (SC2086)
+    ],
+)
 def test_a_broken_init_script_is_refused(tmp_path, breakage):
     script = FEED / "homework-hwdb" / "files" / "homework-hwdb.init"
     broken = tmp_path / script.name
@@ -160,8 +210,9 @@ def test_a_stale_init_script_fails_the_check_and_says_how_to_regenerate(tmp_path
     copy = feed_copy(tmp_path)
     script = copy / "homework-controller" / "files" / "homework-controller.init"
     script.write_text(script.read_text().replace("--of-port 6653", "--of-port 6633"))
-    run = subprocess.run([sys.executable, str(FEED / "render.py"), "--check", "--feed", str(copy)],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, str(FEED / "render.py"), "--check", "--feed", str(copy)], capture_output=True, text=True
+    )
     assert run.returncode == 1
     assert "homework-controller/files/homework-controller.init" in run.stderr
     assert "make -C openwrt-feed render" in run.stderr
@@ -210,12 +261,15 @@ def test_an_option_missing_from_the_defaults_is_named():
     assert unset_options(script, uci) == ["homework.qos.downlink_kbit"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("option lonely 'x'\n", "before any config section"),
-    ("config lan 'lan'\n\toption iface 'br-lan\n", "No closing quotation"),
-    ("config lan 'lan'\n\toptoin iface 'br-lan'\n", "not `config TYPE"),
-    ("config lan 'lan'\nconfig lan 'lan'\n", "appears twice"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("option lonely 'x'\n", "before any config section"),
+        ("config lan 'lan'\n\toption iface 'br-lan\n", "No closing quotation"),
+        ("config lan 'lan'\n\toptoin iface 'br-lan'\n", "not `config TYPE"),
+        ("config lan 'lan'\nconfig lan 'lan'\n", "appears twice"),
+    ],
+)
 def test_a_broken_uci_file_is_refused_with_its_line(text, message):
     with pytest.raises(UciError, match=message):
         parse_uci(text)
@@ -239,4 +293,5 @@ def test_sysupgrade_keeps_every_state_file_the_services_write():
 def test_a_state_file_missing_from_keep_d_is_named():
     kept = KEEP.read_text().replace("/etc/homework/controller.sqlite-wal\n", "")
     assert keep_problems(kept, _state_files(), "/etc/homework") == [
-        "sysupgrade would lose /etc/homework/controller.sqlite-wal: not in keep.d"]
+        "sysupgrade would lose /etc/homework/controller.sqlite-wal: not in keep.d"
+    ]

@@ -1,4 +1,5 @@
 """The emulated home for end-to-end tests: the `homenet` library a person's CLI also uses."""
+
 from __future__ import annotations
 
 import os

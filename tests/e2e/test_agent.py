@@ -1,5 +1,6 @@
 """The end-host agent on a household computer: the router learns which program owns a
 connection, and classifies the connection by it; a computer can speak only for itself."""
+
 from __future__ import annotations
 
 import shutil
@@ -25,8 +26,9 @@ def laptop(home):
         home.dhcp(name)
         home.permit(name)
         home.dhcp(name)
-    agent = home.spawn("laptop", AGENT, "--host", "laptop", "--interval", "100ms",
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    agent = home.spawn(
+        "laptop", AGENT, "--host", "laptop", "--interval", "100ms", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     yield "laptop"
     agent.terminate()
     agent.wait(timeout=10)
@@ -52,16 +54,24 @@ def test_a_program_named_by_the_agent_is_classified_by_its_name(home, laptop):
         # The port alone says "web" (80); the agent says the program is zoom, a video call.
         with home.internet_capture(f"tcp dst port 80 and {MARKED_HIGH}") as marked:
             call = download_as(home, laptop, "zoom", programs)
-            wait_until("the agent's report of zoom's connection in AppTuples",
-                       lambda: home.hwdb(f"select * from AppTuples where saddr = '{address}' and app = 'zoom'"), 10)
+            wait_until(
+                "the agent's report of zoom's connection in AppTuples",
+                lambda: home.hwdb(f"select * from AppTuples where saddr = '{address}' and app = 'zoom'"),
+                10,
+            )
             wait_until("zoom's packets to leave marked High", lambda: len(marked()) >= 5, 5)
             call.terminate()
         # Positive control: the same download under its own name stays "web", unmarked.
-        with home.internet_capture(f"tcp dst port 80 and {MARKED_HIGH}") as marked, \
-                home.internet_capture("tcp dst port 80") as everything:
+        with (
+            home.internet_capture(f"tcp dst port 80 and {MARKED_HIGH}") as marked,
+            home.internet_capture("tcp dst port 80") as everything,
+        ):
             web = download_as(home, laptop, "curl", programs)
-            wait_until("curl's report in AppTuples",
-                       lambda: home.hwdb(f"select * from AppTuples where saddr = '{address}' and app = 'curl'"), 10)
+            wait_until(
+                "curl's report in AppTuples",
+                lambda: home.hwdb(f"select * from AppTuples where saddr = '{address}' and app = 'curl'"),
+                10,
+            )
             time.sleep(2)
             web.terminate()
             assert len(everything()) >= 5 and marked() == []

@@ -1,4 +1,5 @@
 """Blocking a name for one device, with real dig and curl, and the block holding by address."""
+
 from __future__ import annotations
 
 import re
@@ -8,8 +9,15 @@ GAMES_IP = "198.51.100.81"
 
 
 def dig(home, name, *opts):
-    out = home.exec("tomtab" if not opts or opts[0] != "@other" else "other", "dig", "+time=2", "+tries=1",
-                   name, *[o for o in opts if o != "@other"], check=False).stdout
+    out = home.exec(
+        "tomtab" if not opts or opts[0] != "@other" else "other",
+        "dig",
+        "+time=2",
+        "+tries=1",
+        name,
+        *[o for o in opts if o != "@other"],
+        check=False,
+    ).stdout
     status = re.search(r"status: (\w+)", out)
     millis = re.search(r"Query time: (\d+) msec", out)
     return (status.group(1) if status else "TIMEOUT"), (int(millis.group(1)) if millis else None)
@@ -22,8 +30,9 @@ def test_a_blocked_name_is_refused_at_once_and_its_address_unreachable_for_that_
         home.permit(name)
     mac = home.mac("tomtab")
     status, body = home.api("POST", f"deny-dns/{mac}/Games.Example.TEST")
-    assert status == 200 and body == [{"domain": "games.example.test", "display": "games.example.test",
-                                       "action": "deny"}]
+    assert status == 200 and body == [
+        {"domain": "games.example.test", "display": "games.example.test", "action": "deny"}
+    ]
     rcode, ms = dig(home, "games.example.test")
     assert rcode == "NXDOMAIN" and ms is not None and ms < 50
     assert dig(home, "sub.games.example.test")[0] == "NXDOMAIN"
@@ -59,8 +68,13 @@ def test_malformed_queries_are_dropped_and_counted(home):
     home.permit("garbler")
     before = home.api("GET", "counters")[1]["dns_malformed"]
     gateway = home.exec("garbler", "ip", "route").stdout.split()[2]
-    home.exec("garbler", sys.executable, "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-              f"for junk in (b'garbage-not-dns', b'\\x00' * 3, b'\\xff' * 40): s.sendto(junk, ('{gateway}', 53))")
+    home.exec(
+        "garbler",
+        sys.executable,
+        "-c",
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"for junk in (b'garbage-not-dns', b'\\x00' * 3, b'\\xff' * 40): s.sendto(junk, ('{gateway}', 53))",
+    )
     assert dig_ok(home, "garbler")
     assert home.api("GET", "counters")[1]["dns_malformed"] >= before + 3
 

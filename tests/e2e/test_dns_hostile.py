@@ -1,5 +1,6 @@
 """Hostile DNS from one device, with real clients: it costs that device its own queries and
 nobody else anything (issue 9 items 1, 2 and 4)."""
+
 from __future__ import annotations
 
 import re
@@ -86,8 +87,7 @@ def test_pointer_chains_cost_the_sender_nothing_and_the_others_no_time(home):
 
 def test_tcp_clients_are_capped_and_idle_ones_dropped_and_the_wan_side_gets_nothing(home):
     join(home, "kid", "parent")
-    holder = home.spawn("kid", sys.executable, "-c", HOSTILE, "hold", gateway(home, "kid"), "30",
-                        stdout=-1, text=True)
+    holder = home.spawn("kid", sys.executable, "-c", HOSTILE, "hold", gateway(home, "kid"), "30", stdout=-1, text=True)
     try:
         # While the kid holds (or tries to hold) 30 connections, the parent's TCP lookups work...
         assert dig(home, "parent", "www.example.test", "+tcp")[0] == "NOERROR"
@@ -99,6 +99,8 @@ def test_tcp_clients_are_capped_and_idle_ones_dropped_and_the_wan_side_gets_noth
     assert int(closed) == 30 and float(seconds) < 10
     assert home.api("GET", "counters")[1]["dns_tcp_refused"] >= 26
     # The resolver listens on the LAN interface only: nothing on the WAN side reaches it.
-    probe = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], 5354), timeout=2)\n"
-             "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)")
+    probe = (
+        "import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], 5354), timeout=2)\n"
+        "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)"
+    )
     assert run(sys.executable, "-c", probe, WAN_ROUTER_IP, ns=NS_INET, check=False).strip() != "connected"

@@ -1,4 +1,5 @@
 """Link-layer gating with real hostapd and wpa_supplicant, and a router one device cannot knock over."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,12 @@ BENCH = REPO / "bench"
 
 
 def hostapd_denied(home):
-    return subprocess.run(["hostapd_cli", "-p", str(home.run_dir / "hostapd"), "-i", "br-lan", "deny_acl", "SHOW"],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["hostapd_cli", "-p", str(home.run_dir / "hostapd"), "-i", "br-lan", "deny_acl", "SHOW"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def eap_state(home, name):
@@ -58,15 +63,30 @@ def test_a_flooding_device_does_not_stop_another_from_joining_and_browsing(home)
         home.dhcp(name)
         home.permit(name)
     quiet_s = timed(lambda: home.dhcp("victim", timeout=10))
-    floods = [home.spawn("flooder", sys.executable, BENCH / "flood.py", mode, "wlan0", pps, "12",
-                         stdout=subprocess.PIPE, text=True)
-              for mode, pps in (("udp", "3000"), ("dhcp", "1000"))]
+    floods = [
+        home.spawn(
+            "flooder", sys.executable, BENCH / "flood.py", mode, "wlan0", pps, "12", stdout=subprocess.PIPE, text=True
+        )
+        for mode, pps in (("udp", "3000"), ("dhcp", "1000"))
+    ]
     try:
-        wait_until("the flood to reach the controller",
-                   lambda: home.api("GET", "counters")[1]["pending_evicted"] > 0, 20)
+        wait_until(
+            "the flood to reach the controller", lambda: home.api("GET", "counters")[1]["pending_evicted"] > 0, 20
+        )
         flooded_s = timed(lambda: home.dhcp("victim", timeout=10))
-        page = home.exec("victim", "curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
-                         "http://www.example.test/", check=False)
+        page = home.exec(
+            "victim",
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "http://www.example.test/",
+            check=False,
+        )
         assert page.stdout == "200", f"the page under flood: {page.stdout} {page.stderr}"
     finally:
         for flood in floods:
@@ -74,8 +94,16 @@ def test_a_flooding_device_does_not_stop_another_from_joining_and_browsing(home)
     assert flooded_s < 5, f"DHCP took {flooded_s:.1f}s under flood ({quiet_s:.2f}s quiet)"
     # The household was told about the flooder, and the victim was not mistaken for one.
     flooder, victim = home.mac("flooder"), home.mac("victim")
-    told = wait_until("the flow-budget event", lambda: [r["mac"] for r in home.hwdb(
-        "select kind, mac from Events where kind = 'flow-budget'") if r["mac"] == flooder], 15, 0.5)
+    told = wait_until(
+        "the flow-budget event",
+        lambda: [
+            r["mac"]
+            for r in home.hwdb("select kind, mac from Events where kind = 'flow-budget'")
+            if r["mac"] == flooder
+        ],
+        15,
+        0.5,
+    )
     assert victim not in told
 
 

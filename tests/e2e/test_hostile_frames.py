@@ -1,5 +1,6 @@
 """What one device's frames cannot do to the others: broadcasts reach only permitted devices,
 VLAN tags get nothing through, and a storm of forged MACs is reported once."""
+
 from __future__ import annotations
 
 import subprocess
@@ -50,8 +51,11 @@ def test_broadcast_and_multicast_reach_permitted_devices_only(home):
         try:
             wait_until("the listeners", lambda: all("listening" in p.read_text() for p in heard.values()), 10)
             home.exec("speaker", sys.executable, "-c", ANNOUNCE)
-            wait_until("the permitted friend to hear everything", lambda: all(
-                f"{kind}-4" in heard["friend"].read_text() for kind in ("broadcast", "multicast")), 5)
+            wait_until(
+                "the permitted friend to hear everything",
+                lambda: all(f"{kind}-4" in heard["friend"].read_text() for kind in ("broadcast", "multicast")),
+                5,
+            )
         finally:
             for listener in listeners:
                 listener.kill()
@@ -65,12 +69,14 @@ def test_vlan_tagged_frames_get_nothing_through_and_untagged_ones_do(home):
     home.dhcp("tagger")
     mac, ip = home.mac("tagger"), home.address("tagger")
     with home.internet_capture("udp port 7777") as captured:
-        send = ("from scapy.all import Ether, Dot1Q, IP, UDP, sendp\n"
-                f"base = IP(src='{ip}', dst='{INTERNET_IP}') / UDP(sport=7777, dport=7777)\n"
-                f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / Dot1Q(vlan=5) / base / b'tagged',"
-                " iface='wlan0', count=5, verbose=False)\n"
-                f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / base / b'plain', iface='wlan0',"
-                " verbose=False)\n")
+        send = (
+            "from scapy.all import Ether, Dot1Q, IP, UDP, sendp\n"
+            f"base = IP(src='{ip}', dst='{INTERNET_IP}') / UDP(sport=7777, dport=7777)\n"
+            f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / Dot1Q(vlan=5) / base / b'tagged',"
+            " iface='wlan0', count=5, verbose=False)\n"
+            f"sendp(Ether(src='{mac}', dst='02:48:57:00:00:01') / base / b'plain', iface='wlan0',"
+            " verbose=False)\n"
+        )
         home.exec("tagger", sys.executable, "-c", send)
         # Positive control: the untagged datagram, sent after the tagged ones, arrives.
         wait_until("the untagged datagram", captured, 5)
@@ -83,8 +89,9 @@ def test_a_storm_of_forged_macs_is_reported_once_and_a_real_newcomer_stays_on_th
     visitor = home.mac("visitor")
     home.dhcp("visitor")  # a real newcomer, waiting for the household to look
     home.add("storm")
-    storm = home.spawn("storm", sys.executable, REPO / "bench" / "flood.py", "dhcp", "wlan0", "1000", "8",
-                       stdout=subprocess.DEVNULL)
+    storm = home.spawn(
+        "storm", sys.executable, REPO / "bench" / "flood.py", "dhcp", "wlan0", "1000", "8", stdout=subprocess.DEVNULL
+    )
     try:
         wait_until("forged MACs evicted", lambda: home.api("GET", "counters")[1]["pending_evicted"] > 300, 30)
     finally:
@@ -92,8 +99,12 @@ def test_a_storm_of_forged_macs_is_reported_once_and_a_real_newcomer_stays_on_th
     status, body = home.api("GET", f"status/{visitor}")
     assert status == 200 and body["state"] == "pending"
     assert home.dhcp("visitor").startswith("10.2.")  # and it is served as before
-    storms = wait_until("the storm event", lambda: [r for r in home.hwdb(
-        "select * from Events [range 2 minutes]") if r["kind"] == "newcomer-storm"], 10, 0.5)
+    storms = wait_until(
+        "the storm event",
+        lambda: [r for r in home.hwdb("select * from Events [range 2 minutes]") if r["kind"] == "newcomer-storm"],
+        10,
+        0.5,
+    )
     assert len(storms) == 1
     new_devices = [r for r in home.hwdb("select * from Events [range 2 minutes]") if r["kind"] == "new-device"]
     assert len(new_devices) < 60  # not one per forged MAC

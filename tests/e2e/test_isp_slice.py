@@ -10,6 +10,7 @@ downloads now queue at the ISP, behind which A's router can no longer put its ca
 the household's evening: the neighbours download, and the family's own download is what delays the
 call, at the ISP. Hence here A's second device downloads too, in both measurements.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ CALL_PACKET_BYTES = 202  # 160 bytes of UDP payload, as tc counts it on the down
 
 def _queues(home) -> dict[str, dict[str, int]]:
     """Bytes sent so far by each household's queues on the shared downlink ({"a.high": n, ...})."""
-    return {f"{name}.{queue}": counters["bytes"] for name, s in home.isp.stats().items()
-            for queue, counters in s["queues"].items()}
+    return {
+        f"{name}.{queue}": counters["bytes"]
+        for name, s in home.isp.stats().items()
+        for queue, counters in s["queues"].items()
+    }
 
 
 def _measured(home, caller, bulk, during=None):
@@ -48,8 +52,7 @@ def _measured(home, caller, bulk, during=None):
     return call, neighbour_mbit, {key: after[key] - before.get(key, 0) for key in after}
 
 
-def test_a_high_call_keeps_its_downlink_delay_low_in_its_slice_while_the_neighbour_downloads(
-        home, call_and_bulk):  # noqa: F811 (the fixture imported above)
+def test_a_high_call_keeps_its_downlink_delay_low_in_its_slice_while_the_neighbour_downloads(home, call_and_bulk):  # noqa: F811 (the fixture imported above)
     caller, bulk = call_and_bulk
     isp = home.isp
     assert isp.connected("a") and isp.connected("b"), isp.status()
@@ -64,8 +67,10 @@ def test_a_high_call_keeps_its_downlink_delay_low_in_its_slice_while_the_neighbo
     normal, normal_b_mbit, normal_bytes = _measured(home, caller, bulk, during=(4.0, lambda: seen.append(call_rules())))
     set_priority(home, CALL_APP, "high")
     high, high_b_mbit, high_bytes = _measured(home, caller, bulk, during=(4.0, lambda: seen.append(call_rules())))
-    report = (f"normal {normal.summary()}, high {high.summary()}; B got {normal_b_mbit:.1f} / {high_b_mbit:.1f} "
-              f"Mbit/s; queue bytes at normal {normal_bytes}, at high {high_bytes}; call rules {seen}")
+    report = (
+        f"normal {normal.summary()}, high {high.summary()}; B got {normal_b_mbit:.1f} / {high_b_mbit:.1f} "
+        f"Mbit/s; queue bytes at normal {normal_bytes}, at high {high_bytes}; call rules {seen}"
+    )
 
     # The shared downlink is full: B's downloads and A's own take all of it.
     for b_mbit, call in ((normal_b_mbit, normal), (high_b_mbit, high)):

@@ -4,14 +4,16 @@ The emulated air is a Linux bridge: there is no radio, so no PMF and no per-devi
 to stop the copier from joining (docs/SECURITY.md). What the router can still see is a second
 DHCP client behind the permitted MAC, and that is what is tested here.
 """
+
 from __future__ import annotations
 
 from homenet import wait_until
 
 
 def clone_rows(home, mac):
-    return [r for r in home.hwdb("select * from Events [range 5 minutes]")
-            if r["kind"] == "mac-clone" and r["mac"] == mac]
+    return [
+        r for r in home.hwdb("select * from Events [range 5 minutes]") if r["kind"] == "mac-clone" and r["mac"] == mac
+    ]
 
 
 def suspected(home):

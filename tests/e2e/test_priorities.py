@@ -6,6 +6,7 @@ The line is the emulated home's broadband: 20 Mbit/s up, 30 down (deploy setting
 DOWNLINK_KBIT); the router shapes a little below it so that the queue forms in the router, where
 its classes are, rather than in the modem.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,12 @@ def set_priority(home, app: str, priority: str) -> None:
     """As the phone page does: a row in hwdb's AppPriority (the web UI's own tests cover the page);
     the router has it within a second or two, even just after hwdb restarted (an earlier test does)."""
     home.hwdb(f"insert into AppPriority values ('{app}', '{priority}')")
-    wait_until(f"the router to put {app} at {priority}",
-               lambda: home.api("GET", "health")[1]["qos"]["app_priorities"].get(app) == priority, 5, 0.1)
+    wait_until(
+        f"the router to put {app} at {priority}",
+        lambda: home.api("GET", "health")[1]["qos"]["app_priorities"].get(app) == priority,
+        5,
+        0.1,
+    )
 
 
 @pytest.fixture
@@ -45,8 +50,9 @@ def shaped_mbit(home, direction: str) -> float:
 # How much lower a High call's p99 delay must be: the issue's 10x on the uplink; 5x on the
 # downlink, whose Normal queue the emulation caps at ~40 ms (tests/homenet/homenet/home.py, LINE_*).
 @pytest.mark.parametrize(("direction", "factor"), [(UP, 10), (DOWN, 5)])
-def test_a_high_priority_call_keeps_its_delay_low_while_bulk_transfers_saturate_the_line(home, call_and_bulk,
-                                                                                           direction, factor):
+def test_a_high_priority_call_keeps_its_delay_low_while_bulk_transfers_saturate_the_line(
+    home, call_and_bulk, direction, factor
+):
     caller, bulk = call_and_bulk
     set_priority(home, CALL_APP, "default")
     normal = call_under_load(home, caller, bulk, direction, SECONDS)
@@ -65,8 +71,9 @@ def test_a_priority_changed_mid_transfer_acts_on_the_running_call_within_a_secon
     caller, bulk = call_and_bulk
     set_priority(home, CALL_APP, "default")
     change_at = 4.0
-    result = call_under_load(home, caller, bulk, UP, 10,
-                             during=(change_at, lambda: set_priority(home, CALL_APP, "high")))
+    result = call_under_load(
+        home, caller, bulk, UP, 10, during=(change_at, lambda: set_priority(home, CALL_APP, "high"))
+    )
     before, after = result.p(99, before_s=change_at), result.p(99, after_s=result.changes[0] + 1.0)
     assert before >= 10 * after, f"p99 before the change {before} ms, from a second after it {after} ms"
 
@@ -76,8 +83,11 @@ def test_a_device_that_fills_the_high_class_is_demoted_and_the_household_told(ho
     bulk_mac = home.mac(bulk)
 
     def overloads():
-        return [r for r in home.hwdb("select kind, mac, message from Events [range 2 minutes]")
-                if r["kind"] == "qos-overload"]
+        return [
+            r
+            for r in home.hwdb("select kind, mac, message from Events [range 2 minutes]")
+            if r["kind"] == "qos-overload"
+        ]
 
     # Positive control: a High call alone is well within its device's share.
     set_priority(home, CALL_APP, "high")
@@ -91,11 +101,15 @@ def test_a_device_that_fills_the_high_class_is_demoted_and_the_household_told(ho
     try:
         transfer = bulk_transfer(home, bulk, 30, streams=2)
         # Judged at the router's counter polls (every 5 s), over a whole poll interval.
-        wait_until("the household to be told the device was demoted",
-                   lambda: [r for r in overloads() if r["mac"] == bulk_mac], 28, 0.5,
-                   hint=lambda: f"qos {home.api('GET', 'health')[1]['qos']}\ncounters "
-                                f"{home.api('GET', 'counters')[1]}\nflows "
-                                + "\n".join(line for line in home.flows(1).splitlines() if "priority=300" in line))
+        wait_until(
+            "the household to be told the device was demoted",
+            lambda: [r for r in overloads() if r["mac"] == bulk_mac],
+            28,
+            0.5,
+            hint=lambda: f"qos {home.api('GET', 'health')[1]['qos']}\ncounters "
+            f"{home.api('GET', 'counters')[1]}\nflows "
+            + "\n".join(line for line in home.flows(1).splitlines() if "priority=300" in line),
+        )
         assert bulk_mac in home.api("GET", "health")[1]["qos"]["demoted_devices"]
         transfer.terminate()
         transfer.wait(timeout=10)

@@ -1,4 +1,5 @@
 """The router core with real clients: dhclient, ping, curl, dig through real Open vSwitch."""
+
 from __future__ import annotations
 
 import re
@@ -72,16 +73,29 @@ def test_a_device_is_reachable_right_after_it_sent_a_broadcast(home):
     joined(home, "speaker")
     speaker_ip = home.address("speaker")
     joined(home, "remote")
-    server = home.spawn("speaker", sys.executable, "-m", "http.server", "8000", "--bind", speaker_ip,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = home.spawn(
+        "speaker",
+        sys.executable,
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        speaker_ip,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until("the speaker's server", lambda: home.fetch("remote", f"http://{speaker_ip}:8000/", 2) == "200", 10)
         for _ in range(5):
             # mDNS-like announcements, then at once a connection to the announcer.
-            home.exec("speaker", sys.executable, "-c",
-                      "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                      "s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1); "
-                      "[s.sendto(b'announce', ('224.0.0.251', 5353)) for _ in range(3)]")
+            home.exec(
+                "speaker",
+                sys.executable,
+                "-c",
+                "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                "s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1); "
+                "[s.sendto(b'announce', ('224.0.0.251', 5353)) for _ in range(3)]",
+            )
             started = time.monotonic()
             assert home.fetch("remote", f"http://{speaker_ip}:8000/", 3) == "200"
             assert time.monotonic() - started < 1.5
@@ -94,8 +108,17 @@ def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
     with tempfile.TemporaryDirectory() as tmp:
         received = Path(tmp) / "big.bin"
         # The server sends 1 MB at 100 kB/s: 10 s if left alone.
-        download = home.spawn("laptop", "curl", "-sS", "-m", "20", "-o", received,
-                              f"http://{INTERNET_IP}/paced/big.bin", stderr=subprocess.DEVNULL)
+        download = home.spawn(
+            "laptop",
+            "curl",
+            "-sS",
+            "-m",
+            "20",
+            "-o",
+            received,
+            f"http://{INTERNET_IP}/paced/big.bin",
+            stderr=subprocess.DEVNULL,
+        )
 
         def size():
             return received.stat().st_size if received.exists() else 0
@@ -120,8 +143,8 @@ def test_permitted_devices_stay_permitted_with_the_same_slash30_across_a_control
     home.restart("controller")
     status, body = home.api("GET", f"status/{home.mac('tv')}")
     assert status == 200 and body["state"] == "permitted" and f"{body['ip']}/30" == addr
-    assert home.fetch("tv") == "200"   # rules are back without the device doing anything
-    assert home.dhcp("tv") == addr     # and it renews into the same /30, for an hour
+    assert home.fetch("tv") == "200"  # rules are back without the device doing anything
+    assert home.dhcp("tv") == addr  # and it renews into the same /30, for an hour
     assert home.lease_left("tv") > 3500
 
 
@@ -134,7 +157,8 @@ def test_a_device_forging_another_devices_address_gets_nothing_through(home):
         forge = (
             "from scapy.all import Ether, IP, ICMP, sendp\n"
             f"sendp(Ether(src='{mallory_mac}', dst='02:48:57:00:00:01') / IP(src='{honest_ip}', "
-            f"dst='{INTERNET_IP}') / ICMP(id=4242), iface='wlan0', count=10, inter=0.05, verbose=False)\n")
+            f"dst='{INTERNET_IP}') / ICMP(id=4242), iface='wlan0', count=10, inter=0.05, verbose=False)\n"
+        )
         home.exec("mallory", sys.executable, "-c", forge)
         # Positive control: one honest ping from mallory's own address, sent after the forged
         # ones, is seen by the capture (NATed, as everything from the home is).
@@ -163,10 +187,14 @@ def test_malformed_dhcp_is_dropped_and_counted_and_others_are_still_served(home)
         "    b = bytearray(good)\n"
         "    for _ in range(8): b[rng.randrange(len(b))] = rng.randrange(256)\n"
         "    frames.append(base / Raw(bytes(b)))\n"
-        "sendp(frames, iface='wlan0', inter=0.01, verbose=False)\n")
+        "sendp(frames, iface='wlan0', inter=0.01, verbose=False)\n"
+    )
     home.exec("fuzzer", sys.executable, "-c", fuzz)
-    wait_until("the malformed messages to be counted",
-               lambda: home.api("GET", "counters")[1]["dhcp_malformed"] >= before["dhcp_malformed"] + 3, 10)
+    wait_until(
+        "the malformed messages to be counted",
+        lambda: home.api("GET", "counters")[1]["dhcp_malformed"] >= before["dhcp_malformed"] + 3,
+        10,
+    )
     # Another device joins at once, and the fuzzer itself can still join with a real dhclient.
     home.add("bystander")
     started = time.monotonic()

@@ -9,6 +9,7 @@ Runs the real web UI (python -m homework_webui, default settings) against the FA
 and a real hwdb (tests/fakes.py). The guest is a second loopback address (127.0.0.2): the UI
 tells clients apart by address, as it tells a guest's phone from the wall panel on the LAN.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,8 @@ WEBUI = Path(__file__).resolve().parents[1]
 OWNER = ("owner", "bench owner password")
 MEMBER_PASSWORD = "bench member password"
 STREAMS = 100
-STREAMS_PER_SESSION = 4     # the UI's per-session limit
-SESSIONS_PER_MEMBER = 4     # 16 streams per account, the UI's per-account limit
+STREAMS_PER_SESSION = 4  # the UI's per-session limit
+SESSIONS_PER_MEMBER = 4  # 16 streams per account, the UI's per-account limit
 FLOOD_THREADS = 4
 DEVICES = 20
 
@@ -39,8 +40,12 @@ DEVICES = 20
 def summary(samples_s: list[float]) -> dict:
     ms = sorted(s * 1000 for s in samples_s)
     p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-    return {"n": len(ms), "median_ms": round(statistics.median(ms), 2), "p99_ms": round(p99, 2),
-            "max_ms": round(ms[-1], 2)}
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(p99, 2),
+        "max_ms": round(ms[-1], 2),
+    }
 
 
 class Browser:
@@ -132,8 +137,11 @@ class Streams:
 
 def start_stack(port: int, tmp: str) -> tuple[subprocess.Popen, dict]:
     ready = os.path.join(tmp, "ready.json")
-    proc = subprocess.Popen([sys.executable, str(WEBUI / "tests" / "fakes.py"), "--webui-port", str(port),
-                             "--ready-file", ready], cwd=WEBUI, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(WEBUI / "tests" / "fakes.py"), "--webui-port", str(port), "--ready-file", ready],
+        cwd=WEBUI,
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while not os.path.exists(ready):
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -213,9 +221,17 @@ def generate_load(port: int, info: dict, members: list[str], sessions: int, read
         n = 0
         while not stop.wait(0.25):
             n += 1
-            subprocess.run([info["hwdb_bin"], "query", "--server", f"127.0.0.1:{info['hwdb_port']}",
-                            f"insert into Links values ('02:be:00:00:00:{n % DEVICES:02x}', {-40 - n % 40}, 1, 100)"],
-                           stdout=subprocess.DEVNULL, check=False)
+            subprocess.run(
+                [
+                    info["hwdb_bin"],
+                    "query",
+                    "--server",
+                    f"127.0.0.1:{info['hwdb_port']}",
+                    f"insert into Links values ('02:be:00:00:00:{n % DEVICES:02x}', {-40 - n % 40}, 1, 100)",
+                ],
+                stdout=subprocess.DEVNULL,
+                check=False,
+            )
 
     workers = [threading.Thread(target=guest_flood, daemon=True) for _ in range(FLOOD_THREADS)]
     workers.append(threading.Thread(target=link_figures, daemon=True))
@@ -230,9 +246,15 @@ def generate_load(port: int, info: dict, members: list[str], sessions: int, read
     for w in workers:
         w.join(30)
     streams.close()
-    report.put({"streams_accepted": streams.statuses.count(200), "streams_refused": streams.statuses.count(429),
-                "streams_still_open_at_end": open_streams, "stream_bytes_received": streams.bytes,
-                "guest_sign_in_attempts": flood})
+    report.put(
+        {
+            "streams_accepted": streams.statuses.count(200),
+            "streams_refused": streams.statuses.count(429),
+            "streams_still_open_at_end": open_streams,
+            "stream_bytes_received": streams.bytes,
+            "guest_sign_in_attempts": flood,
+        }
+    )
 
 
 def run(port: int, info: dict, rounds: int) -> dict:
@@ -266,12 +288,18 @@ def run(port: int, info: dict, rounds: int) -> dict:
     quiet_after = measure(port, rounds)
     kinds = ("owner_sign_in", "devices")
     # Quiet before and after the load, pooled: drift on a shared machine counts for both.
-    quiet = {k: {**summary(quiet_before[k] + quiet_after[k]), "before": summary(quiet_before[k]),
-                 "after": summary(quiet_after[k])} for k in kinds}
+    quiet = {
+        k: {
+            **summary(quiet_before[k] + quiet_after[k]),
+            "before": summary(quiet_before[k]),
+            "after": summary(quiet_after[k]),
+        }
+        for k in kinds
+    }
     load = {k: summary(loaded[k]) for k in kinds}
     return {
         "setup": "real web UI (python -m homework_webui, default limits) + FAKE controller (tests/fakes.py) + real "
-                 "hwdb on loopback; the guest is client address 127.0.0.2, the wall panel 127.0.0.1",
+        "hwdb on loopback; the guest is client address 127.0.0.2, the wall panel 127.0.0.1",
         "load": {**load_report, "flood_threads": FLOOD_THREADS, "devices": DEVICES},
         "quiet": {**quiet, "statuses": merge(quiet_before["statuses"], quiet_after["statuses"])},
         "loaded": {**load, "statuses": loaded["statuses"]},

@@ -6,6 +6,7 @@ is one transaction, so a power cut leaves either the old or the new state and co
 requests cannot interleave. A damaged file is kept aside and the store starts empty, which
 needs the setup code again (see security.SetupCode).
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,7 +30,7 @@ ROLES = ("owner", "member", "kiosk")
 MIN_PASSWORD = 8
 # scrypt at N=2^15, r=8 costs 32 MiB and ~0.1 s on a router-class CPU: slow enough to make
 # guessing a stolen hash expensive, fast enough for a login.
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 15, 8, 1
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 PAIRING_TTL = 600.0
 SESSION_TTL = {"owner": 30 * 86400, "member": 30 * 86400, "kiosk": 365 * 86400}
 
@@ -44,8 +45,9 @@ class AlreadyOwnedError(AccountError):
 
 def hash_password(password: str) -> str:
     salt = os.urandom(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
-                            maxmem=64 * 1024 * 1024, dklen=32)
+    digest = hashlib.scrypt(
+        password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, maxmem=64 * 1024 * 1024, dklen=32
+    )
     return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
 
 
@@ -59,8 +61,9 @@ def verify_password(password: str, encoded: str | None) -> bool:
         hash_password(password)
         return False
     _, n, r, p, salt, digest = encoded.split("$")
-    got = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
-                         maxmem=64 * 1024 * 1024, dklen=32)
+    got = hashlib.scrypt(
+        password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), maxmem=64 * 1024 * 1024, dklen=32
+    )
     return hmac.compare_digest(got, base64.b64decode(digest))
 
 
@@ -101,8 +104,11 @@ class AccountStore:
         db = self._open()
         if db is None:
             self.set_aside = self._set_aside()
-            LOG.error("the accounts database was damaged: kept it as %s and started with no accounts; "
-                      "the router needs its setup code to be claimed again", self.set_aside)
+            LOG.error(
+                "the accounts database was damaged: kept it as %s and started with no accounts; "
+                "the router needs its setup code to be claimed again",
+                self.set_aside,
+            )
             db = self._open()
             if db is None:
                 raise RuntimeError(f"cannot create a working accounts database at {path}")
@@ -181,8 +187,10 @@ class AccountStore:
     @staticmethod
     def _insert(db: sqlite3.Connection, username: str, role: str, pw_hash: str | None) -> dict:
         try:
-            row = db.execute("insert into accounts (username, role, pw_hash, created) values (?, ?, ?, ?) "
-                             "returning id", (username, role, pw_hash, time.time())).fetchone()
+            row = db.execute(
+                "insert into accounts (username, role, pw_hash, created) values (?, ?, ?, ?) " "returning id",
+                (username, role, pw_hash, time.time()),
+            ).fetchone()
         except sqlite3.IntegrityError:
             raise AccountError(f"there is already an account called {username!r}") from None
         return {"id": row["id"], "username": username, "role": role}
@@ -202,8 +210,10 @@ class AccountStore:
             return self._insert(db, username, "owner", pw_hash)
 
     def authenticate(self, username: str, password: str) -> dict | None:
-        rows = self._read("select id, username, role, pw_hash from accounts where username = ? and role != 'kiosk'",
-                          ((username or "").strip(),))
+        rows = self._read(
+            "select id, username, role, pw_hash from accounts where username = ? and role != 'kiosk'",
+            ((username or "").strip(),),
+        )
         if not verify_password(password or "", rows[0]["pw_hash"] if rows else None):
             return None
         return {"id": rows[0]["id"], "username": rows[0]["username"], "role": rows[0]["role"]}
@@ -231,8 +241,10 @@ class AccountStore:
             account = db.execute("select role from accounts where id = ?", (account_id,)).fetchone()
             if account is None:
                 raise KeyError(account_id)
-            if account["role"] == "owner" and \
-                    db.execute("select count(*) from accounts where role = 'owner'").fetchone()[0] == 1:
+            if (
+                account["role"] == "owner"
+                and db.execute("select count(*) from accounts where role = 'owner'").fetchone()[0] == 1
+            ):
                 raise AccountError("the last owner cannot be removed")
             db.execute("delete from accounts where id = ?", (account_id,))
 
@@ -243,17 +255,21 @@ class AccountStore:
         now = time.time()
         with self._transaction() as db:
             db.execute("delete from sessions where expires < ?", (now,))
-            db.execute("insert into sessions (id_hash, account_id, csrf, created, expires, client) "
-                       "values (?, ?, ?, ?, ?, ?)",
-                       (_token_hash(sid), account["id"], csrf, now, now + SESSION_TTL[account["role"]], client))
+            db.execute(
+                "insert into sessions (id_hash, account_id, csrf, created, expires, client) "
+                "values (?, ?, ?, ?, ?, ?)",
+                (_token_hash(sid), account["id"], csrf, now, now + SESSION_TTL[account["role"]], client),
+            )
         return sid, csrf
 
     def session(self, sid: str | None) -> dict | None:
         if not sid:
             return None
-        rows = self._read("select a.id, a.username, a.role, s.csrf from sessions s join accounts a "
-                          "on a.id = s.account_id where s.id_hash = ? and s.expires > ?",
-                          (_token_hash(sid), time.time()))
+        rows = self._read(
+            "select a.id, a.username, a.role, s.csrf from sessions s join accounts a "
+            "on a.id = s.account_id where s.id_hash = ? and s.expires > ?",
+            (_token_hash(sid), time.time()),
+        )
         return dict(rows[0]) if rows else None
 
     def end_session(self, sid: str) -> None:
@@ -268,8 +284,10 @@ class AccountStore:
         now = time.time()
         with self._transaction() as db:
             db.execute("delete from pairing_codes where expires < ?", (now,))
-            db.execute("insert into pairing_codes (code_hash, expires, created_by) values (?, ?, ?)",
-                       (_token_hash(code), now + PAIRING_TTL, owner_id))
+            db.execute(
+                "insert into pairing_codes (code_hash, expires, created_by) values (?, ?, ?)",
+                (_token_hash(code), now + PAIRING_TTL, owner_id),
+            )
         return code, now + PAIRING_TTL
 
     def redeem_pairing_code(self, code: str, kiosk_name: str) -> dict | None:
@@ -277,13 +295,19 @@ class AccountStore:
         name is refused before the code is looked at, so it does not cost the code."""
         name = printable_name((kiosk_name or "").strip() or "Wall panel", 32, "a panel name")
         with self._transaction() as db:
-            if db.execute("delete from pairing_codes where code_hash = ? and expires > ? returning created_by",
-                          (_token_hash(normalise_code(code or "")), time.time())).fetchone() is None:
+            if (
+                db.execute(
+                    "delete from pairing_codes where code_hash = ? and expires > ? returning created_by",
+                    (_token_hash(normalise_code(code or "")), time.time()),
+                ).fetchone()
+                is None
+            ):
                 return None
             taken = {r["username"] for r in db.execute("select username from accounts")}
             # "Hall", "Hall 2", "Hall 3"…: the first free one (at most len(taken) + 1 tries).
-            unique = next(candidate for n in itertools.count(1)
-                          if (candidate := name if n == 1 else f"{name} {n}") not in taken)
+            unique = next(
+                candidate for n in itertools.count(1) if (candidate := name if n == 1 else f"{name} {n}") not in taken
+            )
             return self._insert(db, unique, "kiosk", None)
 
     # device ownership (what a member may rename)

@@ -1,4 +1,5 @@
 """The Flask application: JSON API, Server-Sent Events and the built single-page app."""
+
 from __future__ import annotations
 
 import hmac
@@ -41,18 +42,24 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 APP_RANGES = {"hour": (3600, 60), "day": (86400, 96)}
 KEEPALIVE_SECONDS = 15.0
-LATENCY_UNCONFIGURED = ("The connection check is not configured on this router: it needs a test server "
-                        "(the web UI's --latency-target option).")
+LATENCY_UNCONFIGURED = (
+    "The connection check is not configured on this router: it needs a test server "
+    "(the web UI's --latency-target option)."
+)
 # A check loads the home's uplink for its duration: a member's page (or script) looping on it
 # gets this many per account in ten minutes; one runs at a time router-wide.
 LATENCY_RUNNING = "Someone in the home is already running a connection check; try again when it has finished."
 LATENCY_CHECKS_PER_ACCOUNT = 3
 LATENCY_HISTORY = 5
 LATENCY_COLUMNS = ("grade", "idle_ms", "loaded_ms", "loaded_p90_ms", "added_ms", "down_kbit", "up_kbit", "loss_pct")
-WIFI_KEYS_UNAVAILABLE = ("Own passphrases are not available on this router: it has no Wi-Fi network name "
-                         "configured (the controller's --wifi-ssid).")
-UPDATES_UNCONFIGURED = ("Updates are installed from the router's console on this system "
-                       "(homework-update); the web UI has no installer to hand them to.")
+WIFI_KEYS_UNAVAILABLE = (
+    "Own passphrases are not available on this router: it has no Wi-Fi network name "
+    "configured (the controller's --wifi-ssid)."
+)
+UPDATES_UNCONFIGURED = (
+    "Updates are installed from the router's console on this system "
+    "(homework-update); the web UI has no installer to hand them to."
+)
 WIFI_KEY_FIELDS = ("mac", "keyid", "ssid", "passphrase", "qr", "created")
 DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
 
@@ -63,11 +70,19 @@ class ApiError(Exception):
         self.status, self.extra = status, extra
 
 
-def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hwdb_addr: tuple = ("127.0.0.1", 987),
-               dist_dir: str = DEFAULT_DIST, cookie_secure: bool = False, start_live: bool = True,
-               hostnames: Iterable[str] = (), setup_code_file: str | None = None,
-               stream_limits: StreamLimits = StreamLimits(), latency_check: LatencyCheck | None = None,
-               update_spool: UpdateSpool | None = None) -> Flask:
+def create_app(
+    state_dir: str,
+    controller_url: str = "http://127.0.0.1:8081",
+    hwdb_addr: tuple = ("127.0.0.1", 987),
+    dist_dir: str = DEFAULT_DIST,
+    cookie_secure: bool = False,
+    start_live: bool = True,
+    hostnames: Iterable[str] = (),
+    setup_code_file: str | None = None,
+    stream_limits: StreamLimits = StreamLimits(),
+    latency_check: LatencyCheck | None = None,
+    update_spool: UpdateSpool | None = None,
+) -> Flask:
     """`hostnames`: the names and addresses the router answers to besides loopback (its
     listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
     by the firmware image, if any (see security.SetupCode). `latency_check`: the
@@ -101,8 +116,13 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     setup_guesses, pairing_guesses = RateLimiter(5), RateLimiter(5)
     latency_checks = RateLimiter(LATENCY_CHECKS_PER_ACCOUNT, 600)
     own_names = {host_name(h) for h in (*LOOPBACK_NAMES, *hostnames)} - {None}
-    app.extensions["homework"] = {"accounts": accounts, "controller": controller, "hwdb": hwdb, "hub": hub,
-                                  "setup_code": setup_code}
+    app.extensions["homework"] = {
+        "accounts": accounts,
+        "controller": controller,
+        "hwdb": hwdb,
+        "hub": hub,
+        "setup_code": setup_code,
+    }
     if start_live:
         hub.start()
 
@@ -152,7 +172,8 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         resp.headers["X-Frame-Options"] = "DENY"
         resp.headers["Content-Security-Policy"] = (
             "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-            "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+            "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+        )
         return resp
 
     @app.errorhandler(ApiError)
@@ -162,8 +183,11 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @app.errorhandler(ControllerDownError)
     def controller_down(exc):
         hub._set_health("controller", False)
-        return _error(503, "The router's controller is not answering; this page will recover when it is back.",
-                      component="controller")
+        return _error(
+            503,
+            "The router's controller is not answering; this page will recover when it is back.",
+            component="controller",
+        )
 
     @app.errorhandler(ControllerError)
     def controller_error(exc):
@@ -171,8 +195,11 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
 
     @app.errorhandler(HwdbError)
     def hwdb_down(exc):
-        return _error(503, f"The router's database is not answering ({exc}); this page will recover when it is back.",
-                      component="hwdb")
+        return _error(
+            503,
+            f"The router's database is not answering ({exc}); this page will recover when it is back.",
+            component="hwdb",
+        )
 
     @app.errorhandler(404)
     @app.errorhandler(405)
@@ -210,8 +237,12 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         user = g.user
         if user is None and "csrf" not in session:
             session["csrf"] = secrets.token_urlsafe(32)
-        return {"setup_required": accounts.needs_setup(), "user": _public_user(user) if user else None,
-                "csrf_token": user["csrf"] if user else session["csrf"], "health": hub.health}
+        return {
+            "setup_required": accounts.needs_setup(),
+            "user": _public_user(user) if user else None,
+            "csrf_token": user["csrf"] if user else session["csrf"],
+            "health": hub.health,
+        }
 
     @app.post("/api/setup")
     @access(PUBLIC)
@@ -345,6 +376,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             device = controller.decide(action, _mac(mac))
             hub.update_device(device)
             return {"device": device}
+
         view.__name__ = f"device_{action}"
         return view
 
@@ -398,8 +430,9 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             controller.dns(action, mac, domain)
         except ControllerError as exc:
             if exc.status == 501:
-                raise ApiError(501, "This router cannot block names for a device yet.",
-                               code="dns-unavailable") from None
+                raise ApiError(
+                    501, "This router cannot block names for a device yet.", code="dns-unavailable"
+                ) from None
             raise
         return {"dns": _dns_rules(mac)}
 
@@ -428,8 +461,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @access("owner", "member")
     def show_wifi_key(mac):
         mac = _own_device(mac, "see the Wi-Fi passphrase of")
-        return _no_store({"wifi_key": _wifi_key_fields(_wifi_key_call(controller.show_wifi_key, mac),
-                                                       WIFI_KEY_FIELDS)})
+        return _no_store({"wifi_key": _wifi_key_fields(_wifi_key_call(controller.show_wifi_key, mac), WIFI_KEY_FIELDS)})
 
     @app.post("/api/devices/<mac>/wifi-key/revoke")
     @access("owner", "member")
@@ -471,18 +503,32 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         start = now - seconds
         series: dict[str, list[int]] = {}
         for tstamp, app_name, nbytes in hwdb.query(
-                f"select tstamp, app, bytes from AppTimeseries [range {seconds} seconds]").tuples:
+            f"select tstamp, app, bytes from AppTimeseries [range {seconds} seconds]"
+        ).tuples:
             idx = min(nbuckets - 1, max(0, int((tstamp / 1e9 - start) / width)))
             series.setdefault(app_name, [0] * nbuckets)[idx] += nbytes
-        current = {r["app"]: r["b"] for r in hwdb.query(
-            "select app, sum(bytes) as b from AppTimeseries [range 10 seconds] group by app").rows}
+        current = {
+            r["app"]: r["b"]
+            for r in hwdb.query("select app, sum(bytes) as b from AppTimeseries [range 10 seconds] group by app").rows
+        }
         priorities = {**_router_priorities(), **hwdb.priorities()}  # the household's own choice wins
-        alerts = [{"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]}
-                  for r in hwdb.query(f"select tstamp, kind, message from Events [range 1 hours] "
-                                      f"where kind = '{OVERLOAD_KIND}'").rows]
+        alerts = [
+            {"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]}
+            for r in hwdb.query(
+                f"select tstamp, kind, message from Events [range 1 hours] " f"where kind = '{OVERLOAD_KIND}'"
+            ).rows
+        ]
         names = set(series) | set(priorities)
-        apps = [{"app": a, "priority": priorities.get(a, "default"), "bytes_per_s": round(current.get(a, 0) / 10),
-                 "total_bytes": sum(series.get(a, [])), "series": series.get(a, [0] * nbuckets)} for a in names]
+        apps = [
+            {
+                "app": a,
+                "priority": priorities.get(a, "default"),
+                "bytes_per_s": round(current.get(a, 0) / 10),
+                "total_bytes": sum(series.get(a, [])),
+                "series": series.get(a, [0] * nbuckets),
+            }
+            for a in names
+        ]
         apps.sort(key=lambda a: (-a["total_bytes"], a["app"].lower()))
         return {"range": span, "start": start, "bucket_seconds": width, "apps": apps, "alerts": alerts[-5:]}
 
@@ -492,8 +538,14 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             listed = controller.apps()
         except (ControllerDownError, ControllerError):
             return {}
-        return {a["app"]: a["priority"] for a in listed if isinstance(a, dict)
-                and isinstance(a.get("app"), str) and APP_RE.match(a["app"]) and a.get("priority") in PRIORITIES}
+        return {
+            a["app"]: a["priority"]
+            for a in listed
+            if isinstance(a, dict)
+            and isinstance(a.get("app"), str)
+            and APP_RE.match(a["app"])
+            and a.get("priority") in PRIORITIES
+        }
 
     @app.put("/api/apps/<path:app_name>/priority")
     @access(*APP_ROLES)
@@ -511,14 +563,19 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     @app.get("/api/latency-check")
     @access(*APP_ROLES)
     def latency_history():
-        rows = hwdb.query(f"select tstamp, {', '.join(LATENCY_COLUMNS)} from LatencyChecks "
-                          f"[rows {LATENCY_HISTORY}]").rows
+        rows = hwdb.query(
+            f"select tstamp, {', '.join(LATENCY_COLUMNS)} from LatencyChecks " f"[rows {LATENCY_HISTORY}]"
+        ).rows
         results = [{"time": r.pop("tstamp") / 1e9, **r} for r in reversed(rows)]
         state = {"configured": latency_check is not None, "results": results, "qos": _shaper()}
         if latency_check is None:
             return {**state, "message": LATENCY_UNCONFIGURED}
-        return {**state, "running": latency_check.running, "duration_s": latency_check.duration,
-                "target": latency_check.target.address}
+        return {
+            **state,
+            "running": latency_check.running,
+            "duration_s": latency_check.duration,
+            "target": latency_check.target.address,
+        }
 
     @app.post("/api/latency-check")
     @access(*APP_ROLES)
@@ -538,9 +595,15 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         except TargetError as exc:
             raise ApiError(502, f"The connection check could not run: {exc}.", code="latency-target") from None
         try:
-            hwdb.query("insert into LatencyChecks values ({}, {}, {}, {}, {}, {}, {}, {})".format(
-                quote(result["grade"]), *(float(result[c]) for c in LATENCY_COLUMNS[1:5]),
-                int(result["down_kbit"]), int(result["up_kbit"]), float(result["loss_pct"])))
+            hwdb.query(
+                "insert into LatencyChecks values ({}, {}, {}, {}, {}, {}, {}, {})".format(
+                    quote(result["grade"]),
+                    *(float(result[c]) for c in LATENCY_COLUMNS[1:5]),
+                    int(result["down_kbit"]),
+                    int(result["up_kbit"]),
+                    float(result["loss_pct"]),
+                )
+            )
             recorded = True
         except HwdbError:
             recorded = False  # the household still sees the result it waited for
@@ -554,13 +617,18 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
             return None
         # The controller reports each shaped link: {"uplink": {"shaped_kbit", "leaf_qdisc", ...}, "downlink": ...}
         reported = [(way, qos.get(way)) for way in ("uplink", "downlink")] if isinstance(qos, dict) else []
-        links: dict[str, dict] = {way: link for way, link in reported
-                                  if isinstance(link, dict) and isinstance(link.get("leaf_qdisc"), str)
-                                  and link["leaf_qdisc"]}
+        links: dict[str, dict] = {
+            way: link
+            for way, link in reported
+            if isinstance(link, dict) and isinstance(link.get("leaf_qdisc"), str) and link["leaf_qdisc"]
+        }
         if not links:
             return None
-        rates = {f"{way}_kbit": link["shaped_kbit"] for way, link in links.items()
-                 if isinstance(link.get("shaped_kbit"), int) and not isinstance(link["shaped_kbit"], bool)}
+        rates = {
+            f"{way}_kbit": link["shaped_kbit"]
+            for way, link in links.items()
+            if isinstance(link.get("shaped_kbit"), int) and not isinstance(link["shaped_kbit"], bool)
+        }
         return {"leaf": next(iter(links.values()))["leaf_qdisc"][:32], **rates}
 
     # --- live updates -------------------------------------------------------------------------
@@ -571,8 +639,7 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
         role, sid = g.user["role"], session["sid"]
         client = hub.register(role, sid, g.user["id"])
         if client is None:
-            raise ApiError(429, "too many live pages are open; close some and this one will reconnect",
-                           retry_after=5)
+            raise ApiError(429, "too many live pages are open; close some and this one will reconnect", retry_after=5)
         first = [("health", hub.health), ("devices", _with_owners(hub.devices()))]
         # waitress reads ahead on the connection, so it knows when the page has gone: the
         # stream's slot is given back within a second rather than at the next write.
@@ -598,8 +665,9 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
                     return
                 yield message
 
-        resp = Response(stream(), mimetype="text/event-stream",
-                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        resp = Response(
+            stream(), mimetype="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        )
         # The server closes every response it was given, even one it never started to send.
         resp.call_on_close(lambda: hub.unregister(client))
         return resp
@@ -611,8 +679,12 @@ def create_app(state_dir: str, controller_url: str = "http://127.0.0.1:8081", hw
     def update_status():
         if update_spool is None:
             return {"available": False, "message": UPDATES_UNCONFIGURED}
-        return {"available": True, "max_bytes": update_spool.max_bytes, "chunk_bytes": CHUNK_BYTES,
-                **update_spool.status()}
+        return {
+            "available": True,
+            "max_bytes": update_spool.max_bytes,
+            "chunk_bytes": CHUNK_BYTES,
+            **update_spool.status(),
+        }
 
     @app.post("/api/update")
     @access("owner")
@@ -693,10 +765,18 @@ def _refuse_held_back(wsgi_app, held_back: HeldBack):
         if not wait:
             return wsgi_app(environ, start_response)
         body = json.dumps({"error": f"too many attempts; try again in {wait} s", "retry_after": wait}).encode()
-        start_response("429 Too Many Requests", [
-            ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Retry-After", str(wait)),
-            ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
+        start_response(
+            "429 Too Many Requests",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Retry-After", str(wait)),
+                ("Cache-Control", "no-store"),
+                ("X-Content-Type-Options", "nosniff"),
+            ],
+        )
         return [body]
+
     return held_back_first
 
 

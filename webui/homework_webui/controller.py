@@ -1,4 +1,5 @@
 """Client for the controller's loopback ws.v1 JSON API."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """hwdb access: one client per thread (the client is stop-and-wait), short timeouts so a
 dead database turns into a clear error rather than a hung page."""
+
 from __future__ import annotations
 
 import re

@@ -11,6 +11,7 @@ The target is a web server with `GET {base}/bulk?bytes=N` (a body of N bytes) an
 `POST {base}/sink` (reads and discards the body). Grading and summarising are pure; the
 measuring is `LatencyCheck.run`.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -45,8 +46,15 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def summarise(idle_rtts: list[float], loaded_rtts: list[float], loaded_sent: int, down_bytes: int,
-              up_bytes: int, seconds: float, probe_timeout_ms: float) -> dict:
+def summarise(
+    idle_rtts: list[float],
+    loaded_rtts: list[float],
+    loaded_sent: int,
+    down_bytes: int,
+    up_bytes: int,
+    seconds: float,
+    probe_timeout_ms: float,
+) -> dict:
     """The result of a check from its raw measurements (round trips in ms; None-free lists
     of the probes that were answered). Lost loaded probes count as the probe timeout, so a
     connection that drops everything under load grades F rather than looking perfect."""
@@ -73,6 +81,7 @@ def summarise(idle_rtts: list[float], loaded_rtts: list[float], loaded_sent: int
 @dataclass(frozen=True)
 class Target:
     """Where the check sends its load: an http:// base URL."""
+
     host: str
     port: int
     path: str  # the base path, without a trailing slash
@@ -98,8 +107,14 @@ class CheckRunning(Exception):
 
 
 class LatencyCheck:
-    def __init__(self, target: Target, duration: float = 8.0, interval: float = 0.1, idle_probes: int = 5,
-                 probe_timeout: float = 1.0):
+    def __init__(
+        self,
+        target: Target,
+        duration: float = 8.0,
+        interval: float = 0.1,
+        idle_probes: int = 5,
+        probe_timeout: float = 1.0,
+    ):
         self.target, self.duration, self.interval = target, duration, interval
         self.idle_probes, self.probe_timeout = idle_probes, probe_timeout
         self._running = threading.Lock()
@@ -142,8 +157,9 @@ class LatencyCheck:
     def _measure(self) -> dict:
         # Resolved once, so that no probe's round trip includes a name lookup.
         try:
-            family, _, _, _, address = socket.getaddrinfo(self.target.host, self.target.port,
-                                                          type=socket.SOCK_STREAM)[0]
+            family, _, _, _, address = socket.getaddrinfo(self.target.host, self.target.port, type=socket.SOCK_STREAM)[
+                0
+            ]
         except OSError as exc:
             raise TargetError(f"the test server's name {self.target.host} does not resolve ({exc})") from None
         idle, _ = self._probe_every_interval(time.monotonic() + self.idle_probes * self.interval, family, address)
@@ -152,9 +168,10 @@ class LatencyCheck:
         stop = threading.Event()
         moved = {"down": 0, "up": 0}
         refused: dict[str, str] = {}
-        workers = [threading.Thread(target=transfer, args=(stop, moved, refused), name=f"latency-{direction}",
-                                    daemon=True)
-                   for direction, transfer in (("down", self._download), ("up", self._upload))]
+        workers = [
+            threading.Thread(target=transfer, args=(stop, moved, refused), name=f"latency-{direction}", daemon=True)
+            for direction, transfer in (("down", self._download), ("up", self._upload))
+        ]
         start = time.monotonic()
         for w in workers:
             w.start()
@@ -166,8 +183,9 @@ class LatencyCheck:
         for w in workers:
             w.join(self.probe_timeout + 5)
         if refused:
-            raise TargetError("; ".join(f"the test server {self.target.address} answered {what}"
-                                        for what in refused.values()))
+            raise TargetError(
+                "; ".join(f"the test server {self.target.address} answered {what}" for what in refused.values())
+            )
         return summarise(idle, loaded, sent, moved["down"], moved["up"], elapsed, self.probe_timeout * 1000)
 
     def _connection(self) -> http.client.HTTPConnection:

@@ -9,6 +9,7 @@ notices the controller coming back, so pages recover without a reload. Events ro
 while no subscription was live are read back from the table (it is persistent), so an alert
 is never lost to a restart; none is shown twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ from .hwdb import Hwdb, HwdbClient, HwdbError
 
 LOG = logging.getLogger(__name__)
 
-LINK_WINDOW = 30.0   # seconds of Links rows behind rssi / retransmission figures
-FLOW_WINDOW = 10.0   # seconds of Flows rows behind bandwidth shares
+LINK_WINDOW = 30.0  # seconds of Links rows behind rssi / retransmission figures
+FLOW_WINDOW = 10.0  # seconds of Flows rows behind bandwidth shares
 OVERLOAD_KIND = "qos-overload"
 # Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
 CLONE_KIND = "mac-clone"
@@ -44,9 +45,10 @@ class StreamLimits:
     """How many live streams may be open. Each holds a server thread for its whole life, so
     the server is given `max_total` threads on top of those for ordinary requests (see
     __main__.waitress_options), and streams beyond these limits are refused at once."""
+
     max_total: int = 100
-    per_session: int = 4    # a few tabs
-    per_account: int = 16   # a few devices
+    per_session: int = 4  # a few tabs
+    per_account: int = 16  # a few devices
 
 
 class Client:
@@ -66,8 +68,13 @@ class Client:
 
 
 class LiveHub:
-    def __init__(self, controller: ControllerClient, hwdb: Hwdb, watchdog_interval: float = 1.0,
-                 limits: StreamLimits = StreamLimits()):
+    def __init__(
+        self,
+        controller: ControllerClient,
+        hwdb: Hwdb,
+        watchdog_interval: float = 1.0,
+        limits: StreamLimits = StreamLimits(),
+    ):
         self.controller, self.hwdb = controller, hwdb
         self.limits = limits
         self.interval = watchdog_interval
@@ -160,8 +167,13 @@ class LiveHub:
             self._set_health("hwdb", False)
 
     def _subscribe(self, client: HwdbClient) -> None:
-        handlers = {"Events": self._on_events, "Leases": self._on_leases, "Links": self._on_links,
-                    "Flows": self._on_flows, "AppTimeseries": self._on_apps}
+        handlers = {
+            "Events": self._on_events,
+            "Leases": self._on_leases,
+            "Links": self._on_links,
+            "Flows": self._on_flows,
+            "AppTimeseries": self._on_apps,
+        }
         for table, text in SUBSCRIPTIONS.items():
             self._subs[table] = client.subscribe(text, self._guard(handlers[table]))
 
@@ -180,12 +192,14 @@ class LiveHub:
                 handler(result.rows)
             except Exception:
                 LOG.exception("handling hwdb notification")
+
         return run
 
     def _seed(self) -> None:
         """Fill the windows from history, so a restart does not show blank bars."""
         links = self.hwdb.query(
-            f"select tstamp, mac, rssi, retries, packets from Links [range {int(LINK_WINDOW)} seconds]")
+            f"select tstamp, mac, rssi, retries, packets from Links [range {int(LINK_WINDOW)} seconds]"
+        )
         flows = self.hwdb.query(f"select tstamp, saddr, daddr, bytes from Flows [range {int(FLOW_WINDOW)} seconds]")
         with self._lock:
             self._links.clear()
@@ -217,14 +231,24 @@ class LiveHub:
                 with self._lock:
                     if r["mac"] not in self._devices:
                         self._provisional[r["mac"]] = {
-                            "mac": r["mac"], "state": "pending", "ip": None, "hostname": "", "name": "",
-                            "vendor_class": "", "first_seen": now, "last_seen": now, "lease_seconds_left": 0}
+                            "mac": r["mac"],
+                            "state": "pending",
+                            "ip": None,
+                            "hostname": "",
+                            "name": "",
+                            "vendor_class": "",
+                            "first_seen": now,
+                            "last_seen": now,
+                            "lease_seconds_left": 0,
+                        }
             elif r["kind"] == OVERLOAD_KIND:
-                self.broadcast("alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]},
-                               APP_ROLES)
+                self.broadcast(
+                    "alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "message": r["message"]}, APP_ROLES
+                )
             elif r["kind"] == CLONE_KIND and r["mac"]:
-                self.broadcast("alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"],
-                                         "message": r["message"]})
+                self.broadcast(
+                    "alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"], "message": r["message"]}
+                )
         # Show what the event says at once, then what the controller says.
         self.broadcast("devices", self.devices())
         self.refresh_devices()
@@ -315,8 +339,19 @@ class LiveHub:
             out = [dict(d) for d in merged.values()]
             for mac in self._links:
                 if mac not in merged:
-                    out.append({"mac": mac, "state": "nearby", "ip": None, "hostname": "", "name": "",
-                                "vendor_class": "", "first_seen": None, "last_seen": None, "lease_seconds_left": 0})
+                    out.append(
+                        {
+                            "mac": mac,
+                            "state": "nearby",
+                            "ip": None,
+                            "hostname": "",
+                            "name": "",
+                            "vendor_class": "",
+                            "first_seen": None,
+                            "last_seen": None,
+                            "lease_seconds_left": 0,
+                        }
+                    )
             device_bytes = {d["mac"]: per_ip.get(d["ip"], 0) for d in out if d.get("ip")}
             total = sum(device_bytes.values())
             for d in out:
@@ -343,9 +378,11 @@ class LiveHub:
         """A new live stream, or None when the session, the account or the router already
         has as many as it may."""
         with self._lock:
-            if len(self._clients) >= self.limits.max_total or \
-                    sum(c.session_id == session_id for c in self._clients) >= self.limits.per_session or \
-                    sum(c.account_id == account_id for c in self._clients) >= self.limits.per_account:
+            if (
+                len(self._clients) >= self.limits.max_total
+                or sum(c.session_id == session_id for c in self._clients) >= self.limits.per_session
+                or sum(c.account_id == account_id for c in self._clients) >= self.limits.per_account
+            ):
                 return None
             c = Client(role, session_id, account_id)
             self._clients.add(c)

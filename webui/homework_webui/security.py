@@ -1,4 +1,5 @@
 """Secrets on disk, rate limiting, and the access declarations every view must carry."""
+
 from __future__ import annotations
 
 import hmac
@@ -173,7 +174,7 @@ class SetupCode:
         """No owner yet: make sure there is a code, and say where (never the code itself)."""
         if not self.provisioned and not os.path.exists(self.path):
             code = random_code(self.GROUPS * self.GROUP_LENGTH)
-            groups = [code[i:i + self.GROUP_LENGTH] for i in range(0, len(code), self.GROUP_LENGTH)]
+            groups = [code[i : i + self.GROUP_LENGTH] for i in range(0, len(code), self.GROUP_LENGTH)]
             write_atomic(self.path, ("-".join(groups) + "\n").encode())
         LOG.warning("no owner yet: the first-run setup code is in %s", self.path)
 
@@ -217,8 +218,11 @@ def same_origin(origin: str, scheme: str, host: str) -> bool:
     try:
         got, want = urlsplit(origin), urlsplit(f"{scheme}://{host}")
         default = {"http": 80, "https": 443}
-        return (got.scheme, host_name(origin), got.port or default.get(got.scheme)) == \
-            (want.scheme, host_name(host), want.port or default.get(want.scheme))
+        return (got.scheme, host_name(origin), got.port or default.get(got.scheme)) == (
+            want.scheme,
+            host_name(host),
+            want.port or default.get(want.scheme),
+        )
     except ValueError:
         return False
 
@@ -230,9 +234,11 @@ SIGNED_IN = ("owner", "member", "kiosk")
 def access(*roles: str):
     """Declare who may call a view. Views without a declaration are refused to everyone
     (see app.before_request), so a new endpoint cannot be exposed by forgetting this."""
+
     def mark(view):
         view.access = PUBLIC if roles == (PUBLIC,) else frozenset(roles)
         return view
+
     return mark
 
 

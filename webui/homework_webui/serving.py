@@ -11,6 +11,7 @@ security.HeldBack) to a lane of its own instead: one thread, answering at most
 `HELD_BACK_PER_SECOND` such requests a second. The flood waits for its 429s there, costing
 the router almost nothing, and never queues in front of the household's requests.
 """
+
 from __future__ import annotations
 
 import threading
@@ -59,8 +60,9 @@ class HeldBackLane(ThreadedTaskDispatcher):
     429 (security.HeldBack.wait). waitress gives `add_task` a connection whose first queued
     request is the one to run next; it asks again for each following request on it."""
 
-    def __init__(self, held_back: Callable[[str, str, str], int], threads: int,
-                 per_second: float = HELD_BACK_PER_SECOND):
+    def __init__(
+        self, held_back: Callable[[str, str, str], int], threads: int, per_second: float = HELD_BACK_PER_SECOND
+    ):
         super().__init__()
         self.held_back = held_back
         self.interval = 1.0 / per_second
@@ -107,5 +109,8 @@ class _Paced:
 def create_server(app, listen: list[str], workers: int, max_streams: int) -> BaseWSGIServer | MultiSocketServer:
     held_back = app.extensions["homework"]["held_back"]
     # `_dispatcher` is create_server's way to bring one's own (in waitress's type stubs too).
-    return waitress_server(app, _dispatcher=HeldBackLane(held_back.wait, workers + max_streams),
-                                  **waitress_options(listen, workers, max_streams))
+    return waitress_server(
+        app,
+        _dispatcher=HeldBackLane(held_back.wait, workers + max_streams),
+        **waitress_options(listen, workers, max_streams),
+    )

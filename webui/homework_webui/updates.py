@@ -15,6 +15,7 @@ request's whole body before the app sees it, so pieces keep what it holds small 
 hostile device can make it hold, which serving.py caps), and a page whose Wi-Fi drops resumes
 where it stopped. The installer checks the bundle's signature before writing anything, so an
 upload only decides *which* signed version is offered, never what the router runs."""
+
 from __future__ import annotations
 
 import errno
@@ -65,8 +66,11 @@ class UpdateSpool:
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             raise UpdateError(400, "update-size", "Say how big the update is (its size in bytes).")
         if size > self.max_bytes:
-            raise UpdateError(413, "update-too-big",
-                              f"That file is larger than any update for this router ({self.max_bytes >> 20} MiB).")
+            raise UpdateError(
+                413,
+                "update-too-big",
+                f"That file is larger than any update for this router ({self.max_bytes >> 20} MiB).",
+            )
         with self._lock:
             if self._installing():
                 raise UpdateError(409, "update-busy", "An update is being installed; wait for it to finish.")
@@ -86,11 +90,15 @@ class UpdateSpool:
                 raise UpdateError(409, "update-not-started", "No upload is in progress: start it again.")
             if offset != self._received:
                 # A piece sent twice or skipped (a retry after a dropped answer): resume from here.
-                raise UpdateError(409, "update-offset", "The upload continues from another place.",
-                                  received=self._received)
+                raise UpdateError(
+                    409, "update-offset", "The upload continues from another place.", received=self._received
+                )
             if length is None or not 0 < length <= min(CHUNK_BYTES, self._size - offset):
-                raise UpdateError(400, "update-piece", f"Send the update in pieces of at most {CHUNK_BYTES >> 20} "
-                                  "MiB, none past its announced size.")
+                raise UpdateError(
+                    400,
+                    "update-piece",
+                    f"Send the update in pieces of at most {CHUNK_BYTES >> 20} " "MiB, none past its announced size.",
+                )
             try:
                 self._append(open_body(), length)
             except OSError as exc:
@@ -112,8 +120,9 @@ class UpdateSpool:
             while left:
                 chunk = body.read(min(_COPY, left))
                 if not chunk:
-                    raise UpdateError(400, "update-incomplete",
-                                      "The upload stopped before the whole piece arrived; try again.")
+                    raise UpdateError(
+                        400, "update-incomplete", "The upload stopped before the whole piece arrived; try again."
+                    )
                 out.write(chunk)
                 left -= len(chunk)
 
@@ -134,5 +143,6 @@ class UpdateSpool:
 
 
 def _no_space(size: int) -> UpdateError:
-    return UpdateError(507, "update-no-space",
-                       f"The router has no room for a {size >> 20} MiB update right now; nothing was changed.")
+    return UpdateError(
+        507, "update-no-space", f"The router has no room for a {size >> 20} MiB update right now; nothing was changed."
+    )

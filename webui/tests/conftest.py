@@ -28,8 +28,9 @@ def controller(hwdb):
 
 @pytest.fixture
 def app(tmp_path, controller, hwdb):
-    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port),
-                     dist_dir=str(tmp_path / "nodist"))
+    app = create_app(
+        str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist")
+    )
     yield app
     app.extensions["homework"]["hub"].stop()
 
@@ -95,8 +96,12 @@ def signed_in(app, role, owner_api=None) -> Api:
         assert api.post("/api/pair", {"code": code, "name": "Hall panel"}).status_code == 201
     else:
         name = f"{role}-{os.urandom(3).hex()}"
-        assert owner_api.post("/api/accounts", {"username": name, "password": "member password 1",
-                                                "role": role}).status_code == 201
+        assert (
+            owner_api.post(
+                "/api/accounts", {"username": name, "password": "member password 1", "role": role}
+            ).status_code
+            == 201
+        )
         assert api.post("/api/login", {"username": name, "password": "member password 1"}).status_code == 200
         api.username = name
     return api
@@ -122,11 +127,13 @@ def sse(api):
             buf += chunk.decode() if isinstance(chunk, bytes) else chunk
             while "\n\n" in buf:
                 block, buf = buf.split("\n\n", 1)
-                fields = dict(line.split(": ", 1) for line in block.splitlines()
-                              if not line.startswith(":") and ": " in line)
+                fields = dict(
+                    line.split(": ", 1) for line in block.splitlines() if not line.startswith(":") and ": " in line
+                )
                 if "event" in fields:
                     out.put((fields["event"], json.loads(fields["data"])))
         out.put((STREAM_END, None))
+
     threading.Thread(target=pump, daemon=True).start()
     return out
 

@@ -7,6 +7,7 @@ asks to join (POST /fake/join) it records the device as pending and inserts the
 
     python tests/fakes.py --webui-port 8090     # hwdb + fake controller + webui, for e2e/bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,11 @@ class HwdbServer:
         self.db_path, self.port, self.proc = db_path, free_port(socket.SOCK_DGRAM), None
 
     def start(self):
-        self.proc = subprocess.Popen([self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -194,10 +198,20 @@ class FakeController(_ServedByAThread):
             self.next_subnet += 1
             now = time.time()
             net = f"10.2.{n * 4 // 256}.{n * 4 % 256}"
-            dev = {"mac": mac, "state": state, "ip": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 2}",
-                   "gateway": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 1}", "subnet": f"{net}/30",
-                   "hostname": hostname, "vendor_class": "", "name": name, "first_seen": now, "last_seen": now,
-                   "lease_expires": now + 30, "lease_seconds_left": 30}
+            dev = {
+                "mac": mac,
+                "state": state,
+                "ip": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 2}",
+                "gateway": f"10.2.{n * 4 // 256}.{n * 4 % 256 + 1}",
+                "subnet": f"{net}/30",
+                "hostname": hostname,
+                "vendor_class": "",
+                "name": name,
+                "first_seen": now,
+                "last_seen": now,
+                "lease_expires": now + 30,
+                "lease_seconds_left": 30,
+            }
             self.devices[mac] = dev
         if event and self.hwdb_port:
             with HwdbClient("127.0.0.1", self.hwdb_port, timeout=3) as c:
@@ -216,14 +230,22 @@ class FakeController(_ServedByAThread):
 
     def status_of(self, mac: str) -> dict:
         key = self.wifi_keys.get(mac)
-        return {**self.devices[mac], "clone_suspected": self.clone_suspected.get(mac),
-                "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None}
+        return {
+            **self.devices[mac],
+            "clone_suspected": self.clone_suspected.get(mac),
+            "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None,
+        }
 
     def wifi_key_answer(self, mac: str) -> dict:
         key = self.wifi_keys[mac]
-        return {"mac": mac, "keyid": key["keyid"], "ssid": self.wifi_ssid, "passphrase": key["passphrase"],
-                "qr": f"WIFI:T:WPA;S:{_escape_qr(self.wifi_ssid)};P:{_escape_qr(key['passphrase'])};;",
-                "created": key["created"]}
+        return {
+            "mac": mac,
+            "keyid": key["keyid"],
+            "ssid": self.wifi_ssid,
+            "passphrase": key["passphrase"],
+            "qr": f"WIFI:T:WPA;S:{_escape_qr(self.wifi_ssid)};P:{_escape_qr(key['passphrase'])};;",
+            "created": key["created"],
+        }
 
     def wifi_key(self, method: str, mac: str):
         """The three passphrase calls, with the real controller's errors in its order."""
@@ -233,11 +255,16 @@ class FakeController(_ServedByAThread):
             if not self.wifi_ssid:
                 return 501, {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"}
             if self.devices[mac]["state"] != "permitted":
-                return 400, {"error": f"{mac} is {self.devices[mac]['state']}: only a permitted device gets "
-                                      f"its own passphrase"}
+                return 400, {
+                    "error": f"{mac} is {self.devices[mac]['state']}: only a permitted device gets "
+                    f"its own passphrase"
+                }
             passphrase = "-".join("".join(secrets.choice(PASSPHRASE_ALPHABET) for _ in range(4)) for _ in range(5))
-            self.wifi_keys[mac] = {"keyid": "dev-" + mac.replace(":", ""), "passphrase": passphrase,
-                                   "created": time.time()}
+            self.wifi_keys[mac] = {
+                "keyid": "dev-" + mac.replace(":", ""),
+                "passphrase": passphrase,
+                "created": time.time(),
+            }
             return 200, {**self.wifi_key_answer(mac), "applied": True, "note": ""}
         if mac not in self.wifi_keys:
             return 404, {"error": f"{mac} has no passphrase of its own"}
@@ -258,8 +285,9 @@ class FakeController(_ServedByAThread):
             length = int(environ.get("CONTENT_LENGTH") or 0)
             body = json.loads(environ["wsgi.input"].read(length) or b"{}")
             if path == "/fake/join":
-                return 200, self.add(body["mac"], body.get("state", "pending"), body.get("hostname", ""),
-                                     event=body.get("event", True))
+                return 200, self.add(
+                    body["mac"], body.get("state", "pending"), body.get("hostname", ""), event=body.get("event", True)
+                )
             if path == "/fake/calls":
                 return 200, self.calls
             if path == "/fake/clone":
@@ -269,7 +297,7 @@ class FakeController(_ServedByAThread):
                 self.qos = body or None
                 return 200, {"qos": self.qos}
             return 404, {"error": "no such fake"}
-        parts = [p for p in path[len("/ws.v1/"):].split("/") if p]
+        parts = [p for p in path[len("/ws.v1/") :].split("/") if p]
         method, args = parts[0], parts[1:]
         self.calls.append((method, "/".join(args)))
         if method == "status":
@@ -279,8 +307,9 @@ class FakeController(_ServedByAThread):
         if method in ("permit", "deny", "whitelist", "blacklist"):
             if args[0] not in self.devices:
                 return 404, {"error": "unknown device"}
-            state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted",
-                     "blacklist": "blacklisted"}[method]
+            state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted", "blacklist": "blacklisted"}[
+                method
+            ]
             self.devices[args[0]]["state"] = state
             self.clone_suspected.pop(args[0], None)  # any decision is the household's "I have seen it"
             return 200, self.status_of(args[0])
@@ -310,17 +339,41 @@ def main():
     hwdb = HwdbServer(os.path.join(tmp, "hwdb.sqlite")).start()
     ctl = FakeController(hwdb.port).start()
     speed = SpeedTestServer().start()
-    webui = subprocess.Popen([sys.executable, "-m", "homework_webui", "--listen", f"127.0.0.1:{args.webui_port}",
-                              "--controller-url", ctl.url, "--hwdb", f"127.0.0.1:{hwdb.port}",
-                              "--state-dir", os.path.join(tmp, "state"), "--log-level", "WARNING",
-                              "--latency-target", speed.url, "--latency-seconds", str(args.latency_seconds),
-                              "--update-dir", os.path.join(tmp, "update")],
-                             cwd=os.path.join(HERE, ".."))
-    info = {"webui": f"http://127.0.0.1:{args.webui_port}", "controller": ctl.url, "hwdb_port": hwdb.port,
-            "hwdb_bin": hwdb.binary, "hwdb_db": hwdb.db_path, "tmp": tmp,
-            "setup_code_file": os.path.join(tmp, "state", "setup-code"),
-            # The browser test plays the image's installer here (homework-update --spool).
-            "update_dir": os.path.join(tmp, "update")}
+    webui = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "homework_webui",
+            "--listen",
+            f"127.0.0.1:{args.webui_port}",
+            "--controller-url",
+            ctl.url,
+            "--hwdb",
+            f"127.0.0.1:{hwdb.port}",
+            "--state-dir",
+            os.path.join(tmp, "state"),
+            "--log-level",
+            "WARNING",
+            "--latency-target",
+            speed.url,
+            "--latency-seconds",
+            str(args.latency_seconds),
+            "--update-dir",
+            os.path.join(tmp, "update"),
+        ],
+        cwd=os.path.join(HERE, ".."),
+    )
+    info = {
+        "webui": f"http://127.0.0.1:{args.webui_port}",
+        "controller": ctl.url,
+        "hwdb_port": hwdb.port,
+        "hwdb_bin": hwdb.binary,
+        "hwdb_db": hwdb.db_path,
+        "tmp": tmp,
+        "setup_code_file": os.path.join(tmp, "state", "setup-code"),
+        # The browser test plays the image's installer here (homework-update --spool).
+        "update_dir": os.path.join(tmp, "update"),
+    }
     deadline = time.time() + 15
     while time.time() < deadline:
         try:
@@ -341,6 +394,7 @@ def main():
         if args.ready_file:
             with open(args.ready_file + ".restarted", "w") as f:
                 f.write(str(time.time()))
+
     signal.signal(signal.SIGUSR1, restart_hwdb)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,4 +1,5 @@
 """The JSON API and the live stream against a fake controller and a real hwdb."""
+
 import time
 
 from conftest import Api, sse, wait_for
@@ -29,8 +30,10 @@ def test_devices_carry_link_and_bandwidth_figures(app, owner, controller, hwdb):
     b = controller.add("02:00:00:00:00:32", state="permitted", event=False)
     wait_hwdb(app)
     hwdb.query("insert into Links values ('02:00:00:00:00:31', -45, 30, 100), ('02:00:00:00:00:33', -88, 0, 10)")
-    hwdb.query(f"insert into Flows values (6, '{a['ip']}', 5000, '1.1.1.1', 443, 10, 30000), "
-               f"(6, '{b['ip']}', 5001, '1.1.1.1', 443, 10, 10000)")
+    hwdb.query(
+        f"insert into Flows values (6, '{a['ip']}', 5000, '1.1.1.1', 443, 10, 30000), "
+        f"(6, '{b['ip']}', 5001, '1.1.1.1', 443, 10, 10000)"
+    )
     time.sleep(0.3)
     devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
     assert devices["02:00:00:00:00:31"]["rssi"] == -45
@@ -83,8 +86,10 @@ def test_apps_usage_and_priorities_persist(app, owner, hwdb):
 
 
 def test_apps_show_the_routers_own_priorities_until_the_household_chooses(owner, controller):
-    controller.apps = [{"app": "video-call", "priority": "high", "set_by": "table"},
-                       {"app": "games", "priority": "medium", "set_by": "table"}]
+    controller.apps = [
+        {"app": "video-call", "priority": "high", "set_by": "table"},
+        {"app": "games", "priority": "medium", "set_by": "table"},
+    ]
     shown = {a["app"]: a["priority"] for a in owner.get("/api/apps").json["apps"]}
     assert shown["video-call"] == "high" and shown["games"] == "medium"  # before any traffic
     assert owner.put("/api/apps/games/priority", json={"priority": "default"}).status_code == 200
@@ -130,12 +135,14 @@ def test_hwdb_restart_resubscribes(app, owner, controller, hwdb):
 
 def test_spa_served_when_built(tmp_path, controller, hwdb):
     from homework_webui.app import create_app
+
     dist = tmp_path / "dist"
     (dist / "assets").mkdir(parents=True)
     (dist / "index.html").write_text("<!doctype html><div id=app></div>")
     (dist / "assets" / "index-abc.js").write_text("console.log(1)")
-    app = create_app(str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist),
-                     start_live=False)
+    app = create_app(
+        str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist), start_live=False
+    )
     api = Api(app)
     r = api.get("/")
     assert r.status_code == 200 and b"id=app" in r.data

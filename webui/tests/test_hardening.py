@@ -1,4 +1,5 @@
 """The attacks of issue 10 (web UI part), each beside the same request from the household working."""
+
 import http.client
 import json
 import os
@@ -21,11 +22,13 @@ from homework_webui.updates import CHUNK_BYTES
 
 
 def make_app(tmp_path, controller, hwdb, name="state", **kw):
-    return create_app(str(tmp_path / name), controller.url, ("127.0.0.1", hwdb.port),
-                      dist_dir=str(tmp_path / "nodist"), **kw)
+    return create_app(
+        str(tmp_path / name), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist"), **kw
+    )
 
 
 # --- 1. DNS rebinding: Host and Origin ---------------------------------------------------------
+
 
 def test_a_foreign_host_name_is_refused_before_anything_runs(tmp_path, controller, hwdb):
     app = make_app(tmp_path, controller, hwdb, start_live=False, hostnames=["router.home", "10.2.0.1"])
@@ -33,9 +36,12 @@ def test_a_foreign_host_name_is_refused_before_anything_runs(tmp_path, controlle
     # A rebinding page: its own name, answering with the router's address.
     r = api.get("/api/session", headers={"Host": "evil.example:8080"})
     assert r.status_code == 400
-    r = api.call("POST", "/api/setup",
-                 {"username": "evil", "password": "evil password 1", "setup_code": setup_code(app)},
-                 headers={"Host": "evil.example:8080", "Origin": "http://evil.example:8080"})
+    r = api.call(
+        "POST",
+        "/api/setup",
+        {"username": "evil", "password": "evil password 1", "setup_code": setup_code(app)},
+        headers={"Host": "evil.example:8080", "Origin": "http://evil.example:8080"},
+    )
     assert r.status_code == 400
     assert app.extensions["homework"]["accounts"].needs_setup()
     # The router's own names and addresses work.
@@ -56,6 +62,7 @@ def test_a_state_change_from_another_origin_is_refused(app, owner, controller):
 
 
 # --- 2. first run: a one-time setup code, atomic account changes --------------------------------
+
 
 def test_first_run_needs_the_setup_code(app, tmp_path):
     path = tmp_path / "state" / "setup-code"
@@ -85,8 +92,7 @@ def test_the_setup_code_survives_a_restart_and_a_provisioned_one_wins(tmp_path, 
     assert setup_code(first) == setup_code(again)  # the code on the console stays true
     label = tmp_path / "label-code"
     label.write_text("HJKM-NPQR-STUV\n")
-    provisioned = make_app(tmp_path, controller, hwdb, name="image-state", start_live=False,
-                           setup_code_file=str(label))
+    provisioned = make_app(tmp_path, controller, hwdb, name="image-state", start_live=False, setup_code_file=str(label))
     assert not (tmp_path / "image-state" / "setup-code").exists()
     api = Api(provisioned)
     api.session()
@@ -99,8 +105,12 @@ def test_wrong_setup_codes_are_rate_limited_per_device(app):
     guesser = Api(app, ip="127.0.0.2")
     guesser.session()
     for _ in range(5):
-        assert guesser.post("/api/setup", {"username": "x", "password": OWNER[1],
-                                           "setup_code": "AAAA-BBBB-CCCC"}).status_code == 403
+        assert (
+            guesser.post(
+                "/api/setup", {"username": "x", "password": OWNER[1], "setup_code": "AAAA-BBBB-CCCC"}
+            ).status_code
+            == 403
+        )
     r = guesser.post("/api/setup", {"username": "x", "password": OWNER[1], "setup_code": setup_code(app)})
     assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
     # The household, at the wall panel, is not held up by the guesser.
@@ -166,6 +176,7 @@ def test_two_owners_removing_each_other_leave_one(tmp_path, monkeypatch):
 
 # --- 3. a damaged accounts database -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("damage", ["garbage", "torn pages"])
 def test_a_damaged_accounts_database_is_set_aside_and_first_run_needs_a_code(tmp_path, controller, hwdb, damage):
     state = tmp_path / "state"
@@ -180,7 +191,7 @@ def test_a_damaged_accounts_database_is_set_aside_and_first_run_needs_a_code(tmp
         data = bytearray(b"not a database at all\n" * 100)
     else:
         for off in range(4096, len(data), 4096):
-            data[off + 8:off + 200] = os.urandom(192)
+            data[off + 8 : off + 200] = os.urandom(192)
     db.write_bytes(bytes(data))
 
     app = make_app(tmp_path, controller, hwdb, start_live=False)
@@ -194,11 +205,16 @@ def test_a_damaged_accounts_database_is_set_aside_and_first_run_needs_a_code(tmp
     first = Api(app)
     first.session()
     assert first.post("/api/setup", {"username": "first", "password": OWNER[1]}).status_code == 403
-    assert first.post("/api/setup", {"username": "household", "password": OWNER[1],
-                                     "setup_code": setup_code(app)}).status_code == 201
+    assert (
+        first.post(
+            "/api/setup", {"username": "household", "password": OWNER[1], "setup_code": setup_code(app)}
+        ).status_code
+        == 201
+    )
 
 
 # --- 4. live streams cannot freeze the UI --------------------------------------------------------
+
 
 @pytest.fixture
 def small_app(tmp_path, controller, hwdb):
@@ -252,8 +268,12 @@ def sign_in_over_http(port, username, password, timeout=3.0):
     r = conn.getresponse()
     cookie = r.getheader("Set-Cookie").split(";")[0]
     csrf = json.loads(r.read())["csrf_token"]
-    conn.request("POST", "/api/login", json.dumps({"username": username, "password": password}),
-                 {"Content-Type": "application/json", "X-CSRF-Token": csrf, "Cookie": cookie})
+    conn.request(
+        "POST",
+        "/api/login",
+        json.dumps({"username": username, "password": password}),
+        {"Content-Type": "application/json", "X-CSRF-Token": csrf, "Cookie": cookie},
+    )
     r = conn.getresponse()
     r.read()
     conn.close()
@@ -318,12 +338,13 @@ def test_many_sessions_cannot_freeze_the_ui_with_streams(small_app, served):
 
 # --- 5. a guest's wrong guesses do not lock the household out ------------------------------------
 
+
 def permitted_devices(controller, n):
     return [controller.add(f"02:00:00:00:01:{i:02x}", state="permitted", event=False)["ip"] for i in range(n)]
 
 
 def test_a_guests_failures_do_not_lock_out_the_wall_panel(app, owner, controller):
-    guest_ip, = permitted_devices(controller, 1)
+    (guest_ip,) = permitted_devices(controller, 1)
     app.extensions["homework"]["hub"].refresh_devices()
     guest = Api(app, ip=guest_ip)
     guest.session()
@@ -365,8 +386,11 @@ def test_a_held_back_guests_flood_waits_in_its_own_lane(small_app, served):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=("127.0.0.2", 0))
         conn.request("GET", "/api/session")
         r = conn.getresponse()
-        headers = {"Content-Type": "application/json", "Cookie": r.getheader("Set-Cookie").split(";")[0],
-                   "X-CSRF-Token": json.loads(r.read())["csrf_token"]}
+        headers = {
+            "Content-Type": "application/json",
+            "Cookie": r.getheader("Set-Cookie").split(";")[0],
+            "X-CSRF-Token": json.loads(r.read())["csrf_token"],
+        }
         while not stop.is_set():
             conn.request("POST", "/api/login", json.dumps({"username": OWNER[0], "password": "a guess"}), headers)
             r = conn.getresponse()
@@ -397,6 +421,7 @@ def test_a_held_back_guests_flood_waits_in_its_own_lane(small_app, served):
 
 
 # --- 6. streams end with the session ---------------------------------------------------------------
+
 
 def test_sign_out_ends_the_live_stream_at_once(app, owner):
     other = signed_in(app, "member", owner)
@@ -433,13 +458,15 @@ def test_a_password_reset_ends_the_accounts_streams(app, owner):
 
 # --- 7. names ----------------------------------------------------------------------------------------
 
+
 def test_a_pairing_name_with_a_tab_is_refused_and_the_code_still_works(app, owner):
     code = owner.post("/api/pairing-codes").json["code"]
     panel = Api(app)
     panel.session()
     result = []
-    t = threading.Thread(target=lambda: result.append(panel.post("/api/pair", {"code": code, "name": "Hall\tpanel"})),
-                         daemon=True)
+    t = threading.Thread(
+        target=lambda: result.append(panel.post("/api/pair", {"code": code, "name": "Hall\tpanel"})), daemon=True
+    )
     t.start()
     t.join(5)
     assert not t.is_alive(), "pairing with a tab in the name never returned"
@@ -470,10 +497,12 @@ def test_two_panels_with_the_same_name_are_told_apart(app, owner):
 
 # --- 6. what the server holds for one request ---------------------------------------------------
 
+
 def test_no_request_body_beyond_an_update_piece_is_held(small_app, served):
     """waitress holds a request's whole body before the app can refuse it: a device (signed in
     or not) sending a huge body is refused as soon as it says so; a body the size of an update
     piece, the largest the API takes, still reaches the app (which refuses it for its own reasons)."""
+
     def post(size: int) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", served, timeout=10)
         conn.putrequest("PUT", "/api/update/bundle?offset=0")
@@ -487,6 +516,7 @@ def test_no_request_body_beyond_an_update_piece_is_held(small_app, served):
         status = conn.getresponse().status
         conn.close()
         return status
+
     assert post(1 << 29) == 413  # half a gigabyte: refused on its headers
     assert post(CHUNK_BYTES + 1) == 413
     assert post(CHUNK_BYTES) == 403  # reached the app: no CSRF token, no owner

@@ -1,5 +1,6 @@
 """The phone page's "latency under load" check: grading (pure), and the endpoint end to end
 against a real local test server (tests/fakes.SpeedTestServer) and a real hwdb."""
+
 import threading
 import time
 
@@ -14,9 +15,23 @@ LINE_KBIT = 20000
 LOAD_SECONDS = 1.0
 
 
-@pytest.mark.parametrize("added_ms, letter", [
-    (0, "A+"), (4.99, "A+"), (5, "A"), (29.9, "A"), (30, "B"), (59.9, "B"), (60, "C"), (199.9, "C"),
-    (200, "D"), (399.9, "D"), (400, "F"), (5000, "F")])
+@pytest.mark.parametrize(
+    "added_ms, letter",
+    [
+        (0, "A+"),
+        (4.99, "A+"),
+        (5, "A"),
+        (29.9, "A"),
+        (30, "B"),
+        (59.9, "B"),
+        (60, "C"),
+        (199.9, "C"),
+        (200, "D"),
+        (399.9, "D"),
+        (400, "F"),
+        (5000, "F"),
+    ],
+)
 def test_grades_follow_the_bufferbloat_scale(added_ms, letter):
     assert grade(added_ms) == letter
 
@@ -24,8 +39,15 @@ def test_grades_follow_the_bufferbloat_scale(added_ms, letter):
 def test_summary_adds_latency_over_idle_and_counts_lost_probes_as_timeouts():
     # Idle 10 ms; under load 8 answered probes of 40..110 ms and 2 lost (1000 ms timeout).
     loaded = [40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 110.0]
-    r = summarise([9.0, 10.0, 11.0], loaded, loaded_sent=10, down_bytes=10_000_000, up_bytes=2_500_000,
-                  seconds=8.0, probe_timeout_ms=1000.0)
+    r = summarise(
+        [9.0, 10.0, 11.0],
+        loaded,
+        loaded_sent=10,
+        down_bytes=10_000_000,
+        up_bytes=2_500_000,
+        seconds=8.0,
+        probe_timeout_ms=1000.0,
+    )
     assert r["idle_ms"] == 10.0
     assert r["loaded_ms"] == 85.0 and r["added_ms"] == 75.0 and r["grade"] == "C"
     assert r["loaded_p90_ms"] == 1000.0 and r["added_p90_ms"] == 990.0
@@ -53,9 +75,13 @@ def speed():
 
 @pytest.fixture
 def checked_app(tmp_path, controller, hwdb, speed):
-    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port),
-                     dist_dir=str(tmp_path / "nodist"),
-                     latency_check=LatencyCheck(Target.parse(speed.url), duration=LOAD_SECONDS))
+    app = create_app(
+        str(tmp_path / "state"),
+        controller.url,
+        ("127.0.0.1", hwdb.port),
+        dist_dir=str(tmp_path / "nodist"),
+        latency_check=LatencyCheck(Target.parse(speed.url), duration=LOAD_SECONDS),
+    )
     yield app
     app.extensions["homework"]["hub"].stop()
 
@@ -84,8 +110,9 @@ def test_check_is_recorded_in_hwdb_and_shown(checked_app, hwdb, speed):
     assert hwdb.query(query).rows == recorded
     shown = member.get("/api/latency-check").json
     assert shown["configured"] is True and shown["running"] is False and shown["duration_s"] == LOAD_SECONDS
-    assert [{k: s[k] for k in ("grade", "added_ms", "down_kbit")} for s in shown["results"]] == \
-        [{k: result[k] for k in ("grade", "added_ms", "down_kbit")}]
+    assert [{k: s[k] for k in ("grade", "added_ms", "down_kbit")} for s in shown["results"]] == [
+        {k: result[k] for k in ("grade", "added_ms", "down_kbit")}
+    ]
 
 
 def test_second_check_while_one_runs_gets_409(checked_app):
@@ -135,9 +162,13 @@ def test_a_looping_page_is_rate_limited_per_account(checked_app):
 def test_unreachable_test_server_is_a_clear_error_and_records_nothing(tmp_path, controller, hwdb):
     gone = SpeedTestServer()
     gone.server.server_close()  # its port was ours a moment ago: nothing listens there now
-    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port),
-                     dist_dir=str(tmp_path / "nodist"),
-                     latency_check=LatencyCheck(Target.parse(gone.url), duration=LOAD_SECONDS))
+    app = create_app(
+        str(tmp_path / "state"),
+        controller.url,
+        ("127.0.0.1", hwdb.port),
+        dist_dir=str(tmp_path / "nodist"),
+        latency_check=LatencyCheck(Target.parse(gone.url), duration=LOAD_SECONDS),
+    )
     try:
         owner = signed_in(app, "owner")
         r = owner.post("/api/latency-check")
@@ -158,9 +189,27 @@ def test_without_a_target_the_check_says_it_is_not_configured(app):
 def test_shaper_queue_discipline_shown_when_the_controller_reports_it(app, controller):
     owner = signed_in(app, "owner")
     assert owner.get("/api/latency-check").json["qos"] is None
-    controller.qos = {"uplink": {"iface": "eth0", "line_kbit": 20000, "shaped_kbit": 18000, "high_kbit": 5400,
-                                 "leaf_qdisc": "fq_codel", "error": ""},
-                      "downlink": {"iface": "wlan0", "line_kbit": 50000, "shaped_kbit": 45000, "high_kbit": 13500,
-                                   "leaf_qdisc": "fq_codel", "error": ""}, "demoted_devices": []}
-    assert owner.get("/api/latency-check").json["qos"] == {"leaf": "fq_codel", "uplink_kbit": 18000,
-                                                            "downlink_kbit": 45000}
+    controller.qos = {
+        "uplink": {
+            "iface": "eth0",
+            "line_kbit": 20000,
+            "shaped_kbit": 18000,
+            "high_kbit": 5400,
+            "leaf_qdisc": "fq_codel",
+            "error": "",
+        },
+        "downlink": {
+            "iface": "wlan0",
+            "line_kbit": 50000,
+            "shaped_kbit": 45000,
+            "high_kbit": 13500,
+            "leaf_qdisc": "fq_codel",
+            "error": "",
+        },
+        "demoted_devices": [],
+    }
+    assert owner.get("/api/latency-check").json["qos"] == {
+        "leaf": "fq_codel",
+        "uplink_kbit": 18000,
+        "downlink_kbit": 45000,
+    }

@@ -1,4 +1,5 @@
 """Authentication, authorisation and CSRF for every endpoint, found from the url_map."""
+
 import os
 import stat
 
@@ -31,8 +32,13 @@ def test_every_view_declares_access(app):
 
 def test_there_are_state_changing_endpoints_to_test(app):
     rules = {r for r, *_ in state_changing(app)}
-    assert {"/api/login", "/api/devices/<mac>/permit", "/api/apps/<path:app_name>/priority",
-            "/api/accounts", "/api/pairing-codes"} <= rules
+    assert {
+        "/api/login",
+        "/api/devices/<mac>/permit",
+        "/api/apps/<path:app_name>/priority",
+        "/api/accounts",
+        "/api/pairing-codes",
+    } <= rules
 
 
 def test_without_session_refused(app, owner, controller):

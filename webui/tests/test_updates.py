@@ -4,6 +4,7 @@ installer's verdict is shown. The installer itself (homework-update --spool, whi
 signature and writes the slot) is the image's and is tested by booting the image
 (image/tests/test_boot.py); here the test plays its side of the hand-over: it reads `bundle`
 and writes `result.json`."""
+
 import io
 import json
 import os
@@ -26,16 +27,22 @@ def spool_dir(tmp_path):
 
 @pytest.fixture
 def updating_app(tmp_path, controller, hwdb, spool_dir):
-    app = create_app(str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port),
-                     dist_dir=str(tmp_path / "nodist"), update_spool=UpdateSpool(str(spool_dir), MAX_BYTES))
+    app = create_app(
+        str(tmp_path / "state"),
+        controller.url,
+        ("127.0.0.1", hwdb.port),
+        dist_dir=str(tmp_path / "nodist"),
+        update_spool=UpdateSpool(str(spool_dir), MAX_BYTES),
+    )
     yield app
     app.extensions["homework"]["hub"].stop()
 
 
 def put_piece(api, offset: int, data: bytes, csrf=True, mimetype="application/octet-stream", headers=None, **kw):
     headers = {"Content-Type": mimetype, **({"X-CSRF-Token": api.csrf} if csrf else {}), **(headers or {})}
-    return api.client.put(f"/api/update/bundle?offset={offset}", data=data, headers=headers,
-                          environ_base={"REMOTE_ADDR": api.ip}, **kw)
+    return api.client.put(
+        f"/api/update/bundle?offset={offset}", data=data, headers=headers, environ_base={"REMOTE_ADDR": api.ip}, **kw
+    )
 
 
 def upload(api, data: bytes):
@@ -44,7 +51,7 @@ def upload(api, data: bytes):
     if r.status_code != 201:
         return r
     for offset in range(0, len(data), CHUNK_BYTES):
-        r = put_piece(api, offset, data[offset:offset + CHUNK_BYTES])
+        r = put_piece(api, offset, data[offset : offset + CHUNK_BYTES])
         if r.status_code != 200:
             return r
     return r
@@ -56,8 +63,13 @@ def left_in(spool_dir) -> list[str]:
 
 def test_owner_uploads_a_bundle_and_sees_the_installers_verdict(updating_app, spool_dir):
     owner = setup_owner(updating_app)
-    assert owner.get("/api/update").json == {"available": True, "max_bytes": MAX_BYTES,
-                                             "chunk_bytes": CHUNK_BYTES, "state": "idle", "last": None}
+    assert owner.get("/api/update").json == {
+        "available": True,
+        "max_bytes": MAX_BYTES,
+        "chunk_bytes": CHUNK_BYTES,
+        "state": "idle",
+        "last": None,
+    }
     r = upload(owner, BUNDLE)
     assert r.status_code == 200, r.json
     assert r.json["state"] == "installing"
@@ -88,7 +100,7 @@ def test_a_dropped_connection_resumes_where_the_router_stopped(updating_app, spo
     status = owner.get("/api/update").json
     assert (status["state"], status["received"], status["size"]) == ("receiving", CHUNK_BYTES, len(BUNDLE))
     for offset in range(CHUNK_BYTES, len(BUNDLE), CHUNK_BYTES):
-        assert put_piece(owner, offset, BUNDLE[offset:offset + CHUNK_BYTES]).status_code == 200
+        assert put_piece(owner, offset, BUNDLE[offset : offset + CHUNK_BYTES]).status_code == 200
     assert (spool_dir / "bundle").read_bytes() == BUNDLE
 
 
@@ -126,14 +138,17 @@ def test_bad_uploads_are_refused_and_leave_nothing(updating_app, spool_dir):
     assert r.status_code == 409 and r.json["code"] == "update-not-started"
     assert owner.post("/api/update", {"size": len(BUNDLE)}).status_code == 201
     assert put_piece(owner, 0, BUNDLE[:100], mimetype="multipart/form-data").status_code == 415
-    r = put_piece(owner, 0, BUNDLE[:CHUNK_BYTES + 1])  # a piece larger than pieces are
+    r = put_piece(owner, 0, BUNDLE[: CHUNK_BYTES + 1])  # a piece larger than pieces are
     assert r.status_code == 400 and r.json["code"] == "update-piece"
     assert owner.get("/api/update").json["received"] == 0
     # The connection drops halfway through a piece: the upload is dropped and nothing is left.
-    r = owner.client.put("/api/update/bundle?offset=0", input_stream=io.BytesIO(BUNDLE[:1 << 20]),
-                         headers={"Content-Type": "application/octet-stream", "X-CSRF-Token": owner.csrf},
-                         environ_base={"REMOTE_ADDR": owner.ip},
-                         environ_overrides={"CONTENT_LENGTH": str(CHUNK_BYTES)})
+    r = owner.client.put(
+        "/api/update/bundle?offset=0",
+        input_stream=io.BytesIO(BUNDLE[: 1 << 20]),
+        headers={"Content-Type": "application/octet-stream", "X-CSRF-Token": owner.csrf},
+        environ_base={"REMOTE_ADDR": owner.ip},
+        environ_overrides={"CONTENT_LENGTH": str(CHUNK_BYTES)},
+    )
     assert r.status_code == 400
     assert left_in(spool_dir) == []
     assert owner.get("/api/update").json["state"] == "idle"
@@ -151,7 +166,7 @@ def test_a_full_disk_is_reported_and_changes_nothing(updating_app, spool_dir):
         assert left_in(spool_dir) == []
         # Room taken while the upload runs (the size fitted when it started): the piece that
         # does not fit drops the upload, nothing is left.
-        small = BUNDLE[:CHUNK_BYTES + 1000]
+        small = BUNDLE[: CHUNK_BYTES + 1000]
         assert owner.post("/api/update", {"size": len(small)}).status_code == 201
         (spool_dir / "other").write_bytes(b"\0" * (6 << 20))
         r = put_piece(owner, 0, small[:CHUNK_BYTES])

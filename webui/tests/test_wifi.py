@@ -1,5 +1,6 @@
 """A device's own Wi-Fi passphrase and the copied-MAC warning (issue 10, item 11), against the
 fake controller (tests/fakes.py, the real ws.v1 contract and its errors) and a real hwdb."""
+
 import logging
 
 from conftest import Api, signed_in, sse, wait_for
@@ -49,8 +50,11 @@ def test_a_wall_panel_never_gets_a_passphrase_a_member_gets_their_own_devices(ap
     kiosk = signed_in(app, "kiosk", owner)
     anonymous = Api(app)
     anonymous.session()
-    for method, url in (("POST", f"/api/devices/{PHONE}/wifi-key"), ("GET", f"/api/devices/{PHONE}/wifi-key"),
-                        ("POST", f"/api/devices/{PHONE}/wifi-key/revoke")):
+    for method, url in (
+        ("POST", f"/api/devices/{PHONE}/wifi-key"),
+        ("GET", f"/api/devices/{PHONE}/wifi-key"),
+        ("POST", f"/api/devices/{PHONE}/wifi-key/revoke"),
+    ):
         r = kiosk.call(method, url, {})
         assert r.status_code == 403 and r.json["code"] == "role", (method, url)
         assert anonymous.call(method, url, {}).status_code == 401

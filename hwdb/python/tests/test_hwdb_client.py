@@ -66,8 +66,14 @@ def test_messages_reassemble(msg):
 
 def test_decode_rejects_garbage():
     good = read_vector("request_select.bin")
-    for bad in [b"", good[:19], b"\x00" + good[1:], good[:2] + b"\x02" + good[3:], good[:-1],
-                hc.encode(hc.Header(hc.REQUEST, 1, 1, 2, 2))]:
+    for bad in [
+        b"",
+        good[:19],
+        b"\x00" + good[1:],
+        good[:2] + b"\x02" + good[3:],
+        good[:-1],
+        hc.encode(hc.Header(hc.REQUEST, 1, 1, 2, 2)),
+    ]:
         with pytest.raises(ValueError):
             hc.decode(bad)
 
@@ -98,8 +104,9 @@ def test_subscription_acks_and_dedups():
 # ---------------------------------------------------------------- live server
 
 BIN = hc.default_binary()
-needs_server = pytest.mark.skipif(BIN is None or not os.path.exists(BIN),
-                                  reason="no hwdb binary (set HWDB_BIN or build hwdb)")
+needs_server = pytest.mark.skipif(
+    BIN is None or not os.path.exists(BIN), reason="no hwdb binary (set HWDB_BIN or build hwdb)"
+)
 
 
 def free_port():
@@ -116,7 +123,8 @@ class Server:
         self.db = db
         self.proc = subprocess.Popen(
             [BIN, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", db, "--rto-ms", "20"] + list(extra),
-            stderr=subprocess.DEVNULL)
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -147,8 +155,10 @@ def server(tmp_path):
 @needs_server
 def test_live_queries(server):
     with server.client() as c:
-        r = c.query("insert into Flows values (6,'10.2.0.10',5000,'1.1.1.1',443,10,1000),"
-                    "(17,'10.2.0.11',5353,'8.8.8.8',53,1,80)")
+        r = c.query(
+            "insert into Flows values (6,'10.2.0.10',5000,'1.1.1.1',443,10,1000),"
+            "(17,'10.2.0.11',5353,'8.8.8.8',53,1,80)"
+        )
         assert r.message == "inserted 2 rows"
         r = c.query("select saddr, sum(bytes) as b from Flows [range 10 seconds] group by saddr order by b desc")
         assert r.columns == ["saddr", "b"]

@@ -1,5 +1,6 @@
 """E2E_CHECK_CMD: wait until the device with E2E_MAC is connected (its forced renewal gets the
 hour-long lease and it fetches a page by name) or refused (it fetches nothing); 40 s at most."""
+
 import os
 import sys
 

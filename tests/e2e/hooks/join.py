@@ -1,5 +1,6 @@
 """E2E_JOIN_CMD for the web UI's browser flow: a new device (named by E2E_NAME) joins the emulated
 home and runs dhclient. Prints its MAC on the last line."""
+
 import os
 import re
 

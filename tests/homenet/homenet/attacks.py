@@ -1,4 +1,5 @@
 """Messages a hostile device sends, for the tests and benchmarks that play one."""
+
 from __future__ import annotations
 
 import struct

@@ -11,6 +11,7 @@ number, when it left the device and when the reflector sent it back, and one-way
 arrival minus departure. Each side prints one JSON document when it ends (after --duration, or on
 SIGTERM for the reflector): per packet (seq, sent_ns, delay_ms), and its loss.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,14 +89,17 @@ def reflect(port: int, duration: float) -> dict:
             continue
         seq, sent, _ = PACKET.unpack_from(data)
         up.setdefault(seq, (sent, (arrived - sent) / 1e6))
-        sock.sendto(PACKET.pack(seq, sent, time.time_ns()) + data[PACKET.size:], peer)
+        sock.sendto(PACKET.pack(seq, sent, time.time_ns()) + data[PACKET.size :], peer)
     return _report(up, max(up, default=-1) + 1)
 
 
 def _report(packets: dict[int, tuple[int, float]], sent: int) -> dict:
-    return {"received": len(packets), "sent": sent,
-            "loss_pct": round(100.0 * (1 - len(packets) / sent), 3) if sent else 0.0,
-            "packets": [[seq, at, round(delay, 3)] for seq, (at, delay) in sorted(packets.items())]}
+    return {
+        "received": len(packets),
+        "sent": sent,
+        "loss_pct": round(100.0 * (1 - len(packets) / sent), 3) if sent else 0.0,
+        "packets": [[seq, at, round(delay, 3)] for seq, (at, delay) in sorted(packets.items())],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,11 @@
 """homenet: the emulated home network around a Homework router (a thin layer over `Home`).
 
-    homenet up | down | status [--json] | restart SERVICE | setup-code
-    homenet client add NAME [--mac MAC] [--8021x ID:PW] | del NAME | exec NAME -- CMD... | dhcp NAME [--release]
-    homenet client auth NAME [--status] | radio NAME [--rssi DBM] [--retries N]
-    homenet router exec -- CMD...
+homenet up | down | status [--json] | restart SERVICE | setup-code
+homenet client add NAME [--mac MAC] [--8021x ID:PW] | del NAME | exec NAME -- CMD... | dhcp NAME [--release]
+homenet client auth NAME [--status] | radio NAME [--rssi DBM] [--retries N]
+homenet router exec -- CMD...
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,10 @@ def _print_status(home: Home, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report, indent=2))
         return
-    print(f"Open vSwitch: {'running' if report['ovs'] else 'stopped'}; br-lan: "
-          f"{'present' if report['bridge'] else 'absent'}")
+    print(
+        f"Open vSwitch: {'running' if report['ovs'] else 'stopped'}; br-lan: "
+        f"{'present' if report['bridge'] else 'absent'}"
+    )
     for name in home.services:
         s = report[name]
         print(f"{name}: {'ready' if s['ready'] else 'not ready'} (pid {s['pid']})")
@@ -39,13 +42,17 @@ def _print_status(home: Home, as_json: bool) -> None:
     print(f"internet: dns {'up' if inet['dns'] else 'down'}, http {'up' if inet['http'] else 'down'}")
     isp = report["isp"]
     if isp["up"]:
-        print(f"ISP: slicer {'up' if isp['slicer'] else 'down'}, aggregation switch "
-              f"{'connected' if isp['switch_connected'] else 'not connected'}, household B's router "
-              f"{'up' if isp['b_router'] else 'down'}")
+        print(
+            f"ISP: slicer {'up' if isp['slicer'] else 'down'}, aggregation switch "
+            f"{'connected' if isp['switch_connected'] else 'not connected'}, household B's router "
+            f"{'up' if isp['b_router'] else 'down'}"
+        )
         for name, h in isp["households"].items():
             queues = ", ".join(f"{q} {c['bytes']} B ({c['drops']} dropped)" for q, c in h["queues"].items())
-            print(f"  household {name} {' '.join(h['address'])}: {'connected' if h['connected'] else 'not connected'}, "
-                  f"{h['rules']} rules; downlink queues: {queues}")
+            print(
+                f"  household {name} {' '.join(h['address'])}: {'connected' if h['connected'] else 'not connected'}, "
+                f"{h['rules']} rules; downlink queues: {queues}"
+            )
     else:
         print("ISP: down")
     for c in report["clients"]:
@@ -55,8 +62,10 @@ def _print_status(home: Home, as_json: bool) -> None:
 def _client(home: Home, args) -> None:
     cmd = args.client_command
     if cmd == "add":
-        print(f"client {args.name} joined the air as "
-              f"{home.add(args.name, args.mac, args.rssi, args.retries, args.dot1x)}")
+        print(
+            f"client {args.name} joined the air as "
+            f"{home.add(args.name, args.mac, args.rssi, args.retries, args.dot1x)}"
+        )
     elif cmd == "del":
         home.remove(args.name)
         print(f"client {args.name} left")
@@ -85,15 +94,20 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="what is up").add_argument("--json", action="store_true")
     sub.add_parser("setup-code", help="the web UI's one-time first-run code")
     sub.add_parser("restart", help="restart a router service").add_argument(
-        "service", choices=["controller", "hwdb", "webui", "hostapd"])
+        "service", choices=["controller", "hwdb", "webui", "hostapd"]
+    )
     client = sub.add_parser("client", help="emulated devices").add_subparsers(dest="client_command", required=True)
     ca = client.add_parser("add", help="a new device joins the air")
     ca.add_argument("name")
     ca.add_argument("--mac")
     ca.add_argument("--rssi", type=int, default=-50, help="signal strength the router sees, dBm")
     ca.add_argument("--retries", type=float, default=0, help="wireless retransmissions per second")
-    ca.add_argument("--8021x", dest="dot1x", metavar="IDENTITY:PASSWORD",
-                    help="give it an 802.1X identity that the router's hostapd accepts")
+    ca.add_argument(
+        "--8021x",
+        dest="dot1x",
+        metavar="IDENTITY:PASSWORD",
+        help="give it an 802.1X identity that the router's hostapd accepts",
+    )
     cau = client.add_parser("auth", help="run wpa_supplicant in a device (802.1X)")
     cau.add_argument("name")
     cau.add_argument("--status", action="store_true", help="print wpa_cli status instead")
@@ -110,9 +124,11 @@ def parser() -> argparse.ArgumentParser:
     cdh.add_argument("--release", action="store_true", help="release the lease instead")
     cdh.add_argument("--timeout", type=int, default=20)
     router = sub.add_parser("router", help="where the router's services run").add_subparsers(
-        dest="router_command", required=True)
+        dest="router_command", required=True
+    )
     router.add_parser("exec", help="run a command where the router's services run").add_argument(
-        "cmd", nargs=argparse.REMAINDER)
+        "cmd", nargs=argparse.REMAINDER
+    )
     sub.add_parser("radio-loop", help=argparse.SUPPRESS)
     return p
 
@@ -123,8 +139,10 @@ def main(argv=None) -> None:
     try:
         if args.command == "up":
             home.up()
-            print(f"homenet is up. Logs in {home.processes.logs}. "
-                  "Add a device: homenet client add laptop; homenet client dhcp laptop")
+            print(
+                f"homenet is up. Logs in {home.processes.logs}. "
+                "Add a device: homenet client add laptop; homenet client dhcp laptop"
+            )
         elif args.command == "down":
             home.down()
             print("homenet is down")

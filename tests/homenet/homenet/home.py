@@ -15,6 +15,7 @@ group frames carrying their own source address), and the air never learns a stat
 address from frames the router sends into it (an access point learns its stations from
 their association, not from its distribution side).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,11 @@ BRIDGE, WLAN, AIR_UP, AIR_BRIDGE, WAN = "br-lan", "wlan0", "air-up", "air", "hw-
 ROUTER_MAC = "02:48:57:00:00:01"
 WAN_ROUTER_IP, WAN_INET_IP = "198.51.100.2", "198.51.100.1"
 INET_DNS_IP = "198.51.100.53"
-INET_HOSTS = {"www.example.test": "198.51.100.80", "games.example.test": "198.51.100.81",
-              "video.example.test": "198.51.100.82"}
+INET_HOSTS = {
+    "www.example.test": "198.51.100.80",
+    "games.example.test": "198.51.100.81",
+    "video.example.test": "198.51.100.82",
+}
 INTERNET_HOST, INTERNET_IP = "www.example.test", INET_HOSTS["www.example.test"]
 API = "http://127.0.0.1:8081/ws.v1"
 WEBUI_URL = "http://127.0.0.1:8080"
@@ -66,8 +70,16 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # (~200 KB) counts what waits in the shaper, so at most ~25 ms queue at 50 Mbit/s, ~40 ms at 30
 # (a router's kernel datapath has no such cap). 30 keeps the Normal class's delay measurable.
 LINE_UP_KBIT, LINE_DOWN_KBIT = 20_000, 30_000
-EMULATED_PARTS = ("radio", "inet-dns", "inet-http", "inet-iperf", "inet-iperf-b", "isp-b-router", "isp-b-hwdb",
-                  "isp-slicer")
+EMULATED_PARTS = (
+    "radio",
+    "inet-dns",
+    "inet-http",
+    "inet-iperf",
+    "inet-iperf-b",
+    "isp-b-router",
+    "isp-b-hwdb",
+    "isp-slicer",
+)
 # iperf3 servers run one test at a time: household B's downloads have a server of their own.
 IPERF_PORT, NEIGHBOUR_IPERF_PORT = 5201, 5202
 
@@ -89,15 +101,38 @@ class Home:
         self.run_dir = run_dir
         self.processes = Processes(run_dir)
         self.station_dump = run_dir / "station-dump.txt"
-        self.isp = ISP(run_dir, self.processes, PYTHON, HWDB_BIN, a_address=WAN_ROUTER_IP, a_wan=WAN, inet_ns=NS_INET,
-                       upstream_dns=INET_DNS_IP)
-        self.services = services.load({
-            "PYTHON": PYTHON, "HWDB_BIN": HWDB_BIN, "STATE": run_dir, "RUN": run_dir, "LAN_IFACE": BRIDGE,
-            "WLAN_PORT": WLAN, "UPSTREAM_DNS": INET_DNS_IP, "STATIONS": f"file:{self.station_dump}",
-            "LAN_ADDRESS": ROUTER_LAN_IP, "HOSTAPD_IFACE": BRIDGE, "WAN_IFACE": WAN,
-            "LATENCY_TARGET": f"http://{INTERNET_IP}", "WIFI_SSID": "Homework", "UPLINK_KBIT": LINE_UP_KBIT,
-            "DOWNLINK_KBIT": LINE_DOWN_KBIT, "UPDATES": "",  # no installer: the emulated home is not an image
-            "SETUP_CODE_FILE": "", **self.isp.slice_settings()})
+        self.isp = ISP(
+            run_dir,
+            self.processes,
+            PYTHON,
+            HWDB_BIN,
+            a_address=WAN_ROUTER_IP,
+            a_wan=WAN,
+            inet_ns=NS_INET,
+            upstream_dns=INET_DNS_IP,
+        )
+        self.services = services.load(
+            {
+                "PYTHON": PYTHON,
+                "HWDB_BIN": HWDB_BIN,
+                "STATE": run_dir,
+                "RUN": run_dir,
+                "LAN_IFACE": BRIDGE,
+                "WLAN_PORT": WLAN,
+                "UPSTREAM_DNS": INET_DNS_IP,
+                "STATIONS": f"file:{self.station_dump}",
+                "LAN_ADDRESS": ROUTER_LAN_IP,
+                "HOSTAPD_IFACE": BRIDGE,
+                "WAN_IFACE": WAN,
+                "LATENCY_TARGET": f"http://{INTERNET_IP}",
+                "WIFI_SSID": "Homework",
+                "UPLINK_KBIT": LINE_UP_KBIT,
+                "DOWNLINK_KBIT": LINE_DOWN_KBIT,
+                "UPDATES": "",  # no installer: the emulated home is not an image
+                "SETUP_CODE_FILE": "",
+                **self.isp.slice_settings(),
+            }
+        )
 
     # ---- up / down
 
@@ -122,8 +157,12 @@ class Home:
         """Start one router service as deploy/services.toml defines it, and wait until it is ready."""
         service = self.services[name]
         self.processes.start(name, service.command, cwd=REPO)
-        wait_until(f"{name} to be ready", lambda: services.is_ready(service), service.ready_timeout_s,
-                   hint=lambda: self.processes.log_tail(name))
+        wait_until(
+            f"{name} to be ready",
+            lambda: services.is_ready(service),
+            service.ready_timeout_s,
+            hint=lambda: self.processes.log_tail(name),
+        )
 
     def restart(self, name: str) -> None:
         self.processes.stop(name)
@@ -163,11 +202,29 @@ class Home:
         ensure_ns(NS_AIR)
         if not link_exists(AIR_BRIDGE, NS_AIR):
             # group_fwd_mask 8 lets EAPOL (01:80:c2:00:00:03) cross the bridge, as it crosses a real AP.
-            run("ip", "link", "add", AIR_BRIDGE, "type", "bridge", "stp_state", "0", "group_fwd_mask", "8",
-                "mcast_snooping", "0", ns=NS_AIR)
+            run(
+                "ip",
+                "link",
+                "add",
+                AIR_BRIDGE,
+                "type",
+                "bridge",
+                "stp_state",
+                "0",
+                "group_fwd_mask",
+                "8",
+                "mcast_snooping",
+                "0",
+                ns=NS_AIR,
+            )
             run("ip", "link", "set", AIR_BRIDGE, "up", ns=NS_AIR)
             # A station never hears its own frames back: the set holds each station's port and MAC.
-            run("nft", "-f", "-", ns=NS_AIR, input=f"""
+            run(
+                "nft",
+                "-f",
+                "-",
+                ns=NS_AIR,
+                input=f"""
 table bridge {NFT_AIR_TABLE} {{
   set own {{ type ifname . ether_addr; }}
   chain forward {{
@@ -175,7 +232,8 @@ table bridge {NFT_AIR_TABLE} {{
     oifname . ether saddr @own drop
   }}
 }}
-""")
+""",
+            )
         veth(WLAN, AIR_UP, b_ns=NS_AIR)
         run("ip", "link", "set", AIR_UP, "master", AIR_BRIDGE, ns=NS_AIR)
         # What the router sends never teaches the air where a station is.
@@ -190,17 +248,29 @@ table bridge {NFT_AIR_TABLE} {{
         www.mkdir(exist_ok=True)
         (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
         (www / "big.bin").write_bytes(bytes(1_000_000))  # for tests that need a download in progress
-        args = ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-                "--bind-interfaces", f"--listen-address={INET_DNS_IP}", "--local=/example.test/",
-                "--log-queries", "--log-facility=-", f"--pid-file={self.run_dir / 'dnsmasq.real.pid'}"]
+        args = [
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            f"--listen-address={INET_DNS_IP}",
+            "--local=/example.test/",
+            "--log-queries",
+            "--log-facility=-",
+            f"--pid-file={self.run_dir / 'dnsmasq.real.pid'}",
+        ]
         args += [f"--host-record={name},{ip}" for name, ip in INET_HOSTS.items()]
         self.processes.start("inet-dns", args, ns=NS_INET)
         self.processes.start("inet-http", [PYTHON, "-m", "homenet.web", "--directory", www], ns=NS_INET)
         # Bulk transfers that saturate the line, for the priority tests.
-        self.processes.start("inet-iperf", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port", IPERF_PORT],
-                             ns=NS_INET)
-        self.processes.start("inet-iperf-b", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port",
-                                              NEIGHBOUR_IPERF_PORT], ns=NS_INET)
+        self.processes.start(
+            "inet-iperf", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port", IPERF_PORT], ns=NS_INET
+        )
+        self.processes.start(
+            "inet-iperf-b", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port", NEIGHBOUR_IPERF_PORT], ns=NS_INET
+        )
 
     def _build_router(self) -> None:
         orig = self.run_dir / "ip_forward.orig"
@@ -208,7 +278,11 @@ table bridge {NFT_AIR_TABLE} {{
             orig.write_text(Path("/proc/sys/net/ipv4/ip_forward").read_text())
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
         if not run("nft", "list", "table", "ip", NFT_TABLE, check=False):
-            run("nft", "-f", "-", input=f"""
+            run(
+                "nft",
+                "-f",
+                "-",
+                input=f"""
 table ip {NFT_TABLE} {{
   chain postrouting {{
     type nat hook postrouting priority srcnat; policy accept;
@@ -228,25 +302,50 @@ table ip {NFT_TABLE} {{
     iifname "{BRIDGE}" oifname != {{ "{WAN}", "{BRIDGE}" }} drop
   }}
 }}
-""")
+""",
+            )
         # With the userspace datapath, this kernel still sees every frame that arrives on wlan0
         # and would answer ARP and IP for the router's own addresses behind OVS's back. The
         # netdev ingress hook runs after OVS's packet socket has its copy, so this drop only
         # silences the kernel. (The kernel datapath on a real router steals the frames itself.)
         Path(f"/proc/sys/net/ipv6/conf/{WLAN}/disable_ipv6").write_text("1\n")
         if not run("nft", "list", "table", "netdev", NFT_WLAN_TABLE, check=False):
-            run("nft", "-f", "-", input=f"""
+            run(
+                "nft",
+                "-f",
+                "-",
+                input=f"""
 table netdev {NFT_WLAN_TABLE} {{
   chain ingress {{
     type filter hook ingress device "{WLAN}" priority 0; policy drop;
   }}
 }}
-""")
-        run("ovs-vsctl", "--may-exist", "add-br", BRIDGE, "--",
-            "set", "bridge", BRIDGE, "datapath_type=netdev", "protocols=OpenFlow13", "fail-mode=secure",
-            f"other-config:hwaddr={ROUTER_MAC}", "other-config:disable-in-band=true", "--",
-            "--may-exist", "add-port", BRIDGE, WLAN, "--",
-            "set-controller", BRIDGE, "tcp:127.0.0.1:6653")
+""",
+            )
+        run(
+            "ovs-vsctl",
+            "--may-exist",
+            "add-br",
+            BRIDGE,
+            "--",
+            "set",
+            "bridge",
+            BRIDGE,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail-mode=secure",
+            f"other-config:hwaddr={ROUTER_MAC}",
+            "other-config:disable-in-band=true",
+            "--",
+            "--may-exist",
+            "add-port",
+            BRIDGE,
+            WLAN,
+            "--",
+            "set-controller",
+            BRIDGE,
+            "tcp:127.0.0.1:6653",
+        )
         # Reconnect within a second of a controller restart (the default backoff grows to 8 s).
         run("ovs-vsctl", "set", "controller", BRIDGE, "max_backoff=1000", "inactivity_probe=5000")
         wait_until(f"{BRIDGE} interface", lambda: link_exists(BRIDGE), 10)
@@ -258,17 +357,29 @@ table netdev {NFT_WLAN_TABLE} {{
         eap_users = self.run_dir / "hostapd.eap_user"
         if not eap_users.exists():
             eap_users.write_text("# identity, EAP method, password: one device a line (homenet client add --8021x)\n")
-        conf = run(PYTHON, "-m", "homework_controller.hostapd_conf", "--driver", "wired", "--interface", BRIDGE,
-                   "--ctrl-dir", self.run_dir / "hostapd", "--eap-users", eap_users)
+        conf = run(
+            PYTHON,
+            "-m",
+            "homework_controller.hostapd_conf",
+            "--driver",
+            "wired",
+            "--interface",
+            BRIDGE,
+            "--ctrl-dir",
+            self.run_dir / "hostapd",
+            "--eap-users",
+            eap_users,
+        )
         (self.run_dir / "hostapd.conf").write_text(conf)
 
     # ---- devices
 
     def clients(self) -> list[str]:
-        return sorted(ns[len(CLIENT_NS_PREFIX):] for ns in netns_list() if ns.startswith(CLIENT_NS_PREFIX))
+        return sorted(ns[len(CLIENT_NS_PREFIX) :] for ns in netns_list() if ns.startswith(CLIENT_NS_PREFIX))
 
-    def add(self, name: str, mac: str | None = None, rssi: int = -50, retries: float = 0,
-            dot1x: str | None = None) -> str:
+    def add(
+        self, name: str, mac: str | None = None, rssi: int = -50, retries: float = 0, dot1x: str | None = None
+    ) -> str:
         """A new device joins the air; returns its MAC. dot1x: IDENTITY:PASSWORD for 802.1X."""
         _require_root()
         if not CLIENT_NAME_RE.match(name):
@@ -321,8 +432,17 @@ table netdev {NFT_WLAN_TABLE} {{
         run("ip", "link", "delete", port, ns=NS_AIR, check=False)
         wait_until(f"the air's port {port} to go", lambda: not link_exists(port, NS_AIR), 10)
         run("ip", "netns", "delete", ns)
-        run("nft", "delete", "element", "bridge", NFT_AIR_TABLE, "own", f'{{ "{port}" . {mac} }}', ns=NS_AIR,
-            check=False)
+        run(
+            "nft",
+            "delete",
+            "element",
+            "bridge",
+            NFT_AIR_TABLE,
+            "own",
+            f'{{ "{port}" . {mac} }}',
+            ns=NS_AIR,
+            check=False,
+        )
         shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         shutil.rmtree(self._state(name), ignore_errors=True)
 
@@ -334,8 +454,9 @@ table netdev {NFT_WLAN_TABLE} {{
         argv = ["ip", "netns", "exec", self._ns(name), *map(str, cmd)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
-            raise HomenetError(f"in {name}: `{' '.join(map(str, cmd))}` failed ({proc.returncode}):\n"
-                               f"{proc.stdout}\n{proc.stderr}")
+            raise HomenetError(
+                f"in {name}: `{' '.join(map(str, cmd))}` failed ({proc.returncode}):\n" f"{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def spawn(self, name: str, *cmd, **popen_args) -> subprocess.Popen:
@@ -347,16 +468,36 @@ table netdev {NFT_WLAN_TABLE} {{
         ns, state = self._ns(name), self._state(name)
         lease_file, pid_file, conf = state / "dhclient.leases", state / "dhclient.pid", state / "dhclient.conf"
         # Each device introduces itself by its own name, as real ones do (option 12).
-        conf.write_text(f'send host-name "{name}";\n'
-                        "request subnet-mask, broadcast-address, routers, domain-name-servers;\n")
+        conf.write_text(
+            f'send host-name "{name}";\n' "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
+        )
         self._stop_dhclient(name)
         # The device re-joins, as after waking up: Debian's dhclient-script `ip addr add`s the
         # address it is given, which leaves an address it already holds with its old lifetime,
         # and the kernel would drop it when that runs out.
         run("ip", "-4", "addr", "flush", "dev", WLAN, ns=ns)
-        proc = subprocess.run(["ip", "netns", "exec", ns, "timeout", str(timeout), "dhclient", "-1", "-v",
-                               "-cf", conf, "-pf", pid_file, "-lf", lease_file, WLAN],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "timeout",
+                str(timeout),
+                "dhclient",
+                "-1",
+                "-v",
+                "-cf",
+                conf,
+                "-pf",
+                pid_file,
+                "-lf",
+                lease_file,
+                WLAN,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise HomenetError(f"{name} got no lease: {proc.stderr.strip().splitlines()[-1:]}")
         address = self.address(name, with_prefix=True)
@@ -367,8 +508,18 @@ table netdev {NFT_WLAN_TABLE} {{
     def release(self, name: str) -> None:
         state = self._state(name)
         self._stop_dhclient(name)
-        run("dhclient", "-r", "-cf", state / "dhclient.conf", "-pf", state / "dhclient.pid",
-            "-lf", state / "dhclient.leases", WLAN, ns=self._ns(name))
+        run(
+            "dhclient",
+            "-r",
+            "-cf",
+            state / "dhclient.conf",
+            "-pf",
+            state / "dhclient.pid",
+            "-lf",
+            state / "dhclient.leases",
+            WLAN,
+            ns=self._ns(name),
+        )
 
     def _stop_dhclient(self, name: str) -> None:
         # One dhclient per device (two would fight over the interface). Not with `dhclient -x`:
@@ -383,7 +534,7 @@ table netdev {NFT_WLAN_TABLE} {{
 
     def address(self, name: str, with_prefix: bool = False) -> str | None:
         info = json.loads(run("ip", "-json", "-4", "addr", "show", "dev", WLAN, ns=self._ns(name)) or "[]")
-        for a in (info[0].get("addr_info", []) if info else []):
+        for a in info[0].get("addr_info", []) if info else []:
             return f"{a['local']}/{a['prefixlen']}" if with_prefix else a["local"]
         return None
 
@@ -397,8 +548,20 @@ table netdev {NFT_WLAN_TABLE} {{
 
     def fetch(self, name: str, url: str = f"http://{INTERNET_HOST}/", timeout: float = 5) -> str:
         """The HTTP status a device gets for a page ('000' when nothing answers)."""
-        proc = self.exec(name, "curl", "-sS", "-m", timeout, "-o", "/dev/null", "-w", "%{http_code}", url,
-                         check=False, timeout=timeout + 10)
+        proc = self.exec(
+            name,
+            "curl",
+            "-sS",
+            "-m",
+            timeout,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            url,
+            check=False,
+            timeout=timeout + 10,
+        )
         return proc.stdout.strip() or "000"
 
     def radio(self, name: str, rssi: int | None = None, retries: float | None = None) -> None:
@@ -419,16 +582,31 @@ table netdev {NFT_WLAN_TABLE} {{
         except OSError:
             raise HomenetError(f"client {name} has no 802.1X identity (homenet client add --8021x ID:PW)") from None
         ctrl, conf, pidfile = state / "wpa", state / "wpa_supplicant.conf", state / "wpa_supplicant.pid"
-        conf.write_text(f"ctrl_interface={ctrl}\nap_scan=0\nnetwork={{\n  key_mgmt=IEEE8021X\n  eap=MD5\n"
-                        f'  identity="{creds["identity"]}"\n  password="{creds["password"]}"\n  eapol_flags=0\n}}\n')
+        conf.write_text(
+            f"ctrl_interface={ctrl}\nap_scan=0\nnetwork={{\n  key_mgmt=IEEE8021X\n  eap=MD5\n"
+            f'  identity="{creds["identity"]}"\n  password="{creds["password"]}"\n  eapol_flags=0\n}}\n'
+        )
         try:
             old = int(pidfile.read_text())
             os.kill(old, signal.SIGTERM)  # one supplicant per device: the new one starts over
             wait_until("the previous wpa_supplicant to stop", lambda: not services.pid_alive(old), 5)
         except (OSError, ValueError):
             pass
-        run("wpa_supplicant", "-B", "-D", "wired", "-i", WLAN, "-c", conf, "-P", pidfile,
-            "-f", state / "wpa_supplicant.log", ns=self._ns(name))
+        run(
+            "wpa_supplicant",
+            "-B",
+            "-D",
+            "wired",
+            "-i",
+            WLAN,
+            "-c",
+            conf,
+            "-P",
+            pidfile,
+            "-f",
+            state / "wpa_supplicant.log",
+            ns=self._ns(name),
+        )
 
     def auth_status(self, name: str) -> str:
         return run("wpa_cli", "-p", self._state(name) / "wpa", "-i", WLAN, "status", ns=self._ns(name), check=False)
@@ -487,11 +665,13 @@ table netdev {NFT_WLAN_TABLE} {{
         with tempfile.TemporaryDirectory() as tmp:
             seen, log = Path(tmp) / "seen.txt", Path(tmp) / "tcpdump.log"
             with seen.open("w") as out, log.open("w") as err:
-                capture = subprocess.Popen(["ip", "netns", "exec", NS_INET, "tcpdump", "-nli", "eth0", "-l",
-                                            capture_filter], stdout=out, stderr=err)
+                capture = subprocess.Popen(
+                    ["ip", "netns", "exec", NS_INET, "tcpdump", "-nli", "eth0", "-l", capture_filter],
+                    stdout=out,
+                    stderr=err,
+                )
             try:
-                wait_until("tcpdump to listen", lambda: "listening on" in log.read_text(), 10,
-                           hint=log.read_text)
+                wait_until("tcpdump to listen", lambda: "listening on" in log.read_text(), 10, hint=log.read_text)
                 yield lambda: [line for line in seen.read_text().splitlines() if line.strip()]
             finally:
                 capture.terminate()
@@ -508,10 +688,18 @@ table netdev {NFT_WLAN_TABLE} {{
         clients = []
         for name in self.clients():
             clients.append({"name": name, "mac": self.mac(name), "ipv4": self.address(name, with_prefix=True)})
-        report = {"ovs": ovs_running(), "bridge": link_exists(BRIDGE),
-                  "internet": {"namespace": NS_INET in netns_list(), "dns": bool(self.processes.pid("inet-dns")),
-                               "http": bool(self.processes.pid("inet-http"))},
-                  "isp": self.isp.status(), "clients": clients, "logs": str(self.processes.logs)}
+        report = {
+            "ovs": ovs_running(),
+            "bridge": link_exists(BRIDGE),
+            "internet": {
+                "namespace": NS_INET in netns_list(),
+                "dns": bool(self.processes.pid("inet-dns")),
+                "http": bool(self.processes.pid("inet-http")),
+            },
+            "isp": self.isp.status(),
+            "clients": clients,
+            "logs": str(self.processes.logs),
+        }
         for name, service in self.services.items():
             pid = self.processes.pid(name)
             report[name] = {"pid": pid, "ready": bool(pid) and services.is_ready(service)}

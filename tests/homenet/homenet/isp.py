@@ -19,6 +19,7 @@
 A table miss on br-agg goes to NORMAL, so the ISP is transparent: every address of the emulated
 internet and of A is what it was before the ISP existed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,10 +38,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 NS_ISP, NS_DIST, NS_B = "hw-isp", "hw-dist", "hw-hb"
 AGG, AGG_UP, AGG_DOWN = "br-agg", "agg-up", "agg-down"
-UPLINK_PORT, DOWNLINK_PORT = 1, 2        # OpenFlow port numbers on br-agg, shared by every household
+UPLINK_PORT, DOWNLINK_PORT = 1, 2  # OpenFlow port numbers on br-agg, shared by every household
 DIST, DIST_AGG, DIST_A, DIST_B, B_WAN = "dist", "dist-agg", "dist-a", "dist-b", "wan"
 SLICER_IP, SLICER_PORT = "198.51.100.254", 6643
-SLICER_RPC, SLICER_METRICS = "127.0.0.1:6644", "127.0.0.1:9644"   # hw-isp's loopback
+SLICER_RPC, SLICER_METRICS = "127.0.0.1:6644", "127.0.0.1:9644"  # hw-isp's loopback
 HOUSEHOLD_B_IP = "198.51.100.3"
 # The shared downlink: above household A's own line (30 Mbit/s, which A's router shapes to 27), so
 # that A alone still queues in its own router as before; households share it by guaranteed rate, so
@@ -61,16 +62,27 @@ class Household:
 
 
 class ISP:
-    def __init__(self, run_dir: Path, processes: Processes, python: Path, hwdb_bin: Path, a_address: str, a_wan: str,
-                 inet_ns: str, upstream_dns: str):
+    def __init__(
+        self,
+        run_dir: Path,
+        processes: Processes,
+        python: Path,
+        hwdb_bin: Path,
+        a_address: str,
+        a_wan: str,
+        inet_ns: str,
+        upstream_dns: str,
+    ):
         self.dir = run_dir / "isp"
         self.processes = processes
         self.python, self.hwdb_bin, self.upstream_dns = python, hwdb_bin, upstream_dns
         self.a_wan, self.inet_ns = a_wan, inet_ns
         self.certs = self.dir / "certs"
         self.ca = self.certs / "isp-ca.pem"
-        self.households = {name: Household(name, address, self.certs / f"{name}.crt", self.certs / f"{name}.key")
-                           for name, address in (("a", a_address), ("b", HOUSEHOLD_B_IP))}
+        self.households = {
+            name: Household(name, address, self.certs / f"{name}.crt", self.certs / f"{name}.key")
+            for name, address in (("a", a_address), ("b", HOUSEHOLD_B_IP))
+        }
 
     @functools.cached_property
     def agg_ovs(self):
@@ -112,15 +124,49 @@ class ISP:
         # also sees every frame on agg-up/agg-down (userspace datapath) and must not answer there.
         run("sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", ns=NS_ISP)
         run("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", ns=NS_ISP)
-        self.agg_ovs.vsctl("--may-exist", "add-br", AGG, "--", "set", "bridge", AGG, "datapath_type=netdev",
-                           "protocols=OpenFlow13", "fail_mode=secure", "other-config:disable-in-band=true",
-                           f"other-config:datapath-id={0x15b:016x}", "--",
-                           "--may-exist", "add-port", AGG, AGG_UP, "--",
-                           "set", "interface", AGG_UP, f"ofport_request={UPLINK_PORT}", "--",
-                           "--may-exist", "add-port", AGG, AGG_DOWN, "--",
-                           "set", "interface", AGG_DOWN, f"ofport_request={DOWNLINK_PORT}", "--",
-                           "set-controller", AGG, f"unix:{self.switch_socket}", "--",
-                           "set", "controller", AGG, "max_backoff=1000")
+        self.agg_ovs.vsctl(
+            "--may-exist",
+            "add-br",
+            AGG,
+            "--",
+            "set",
+            "bridge",
+            AGG,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail_mode=secure",
+            "other-config:disable-in-band=true",
+            f"other-config:datapath-id={0x15b:016x}",
+            "--",
+            "--may-exist",
+            "add-port",
+            AGG,
+            AGG_UP,
+            "--",
+            "set",
+            "interface",
+            AGG_UP,
+            f"ofport_request={UPLINK_PORT}",
+            "--",
+            "--may-exist",
+            "add-port",
+            AGG,
+            AGG_DOWN,
+            "--",
+            "set",
+            "interface",
+            AGG_DOWN,
+            f"ofport_request={DOWNLINK_PORT}",
+            "--",
+            "set-controller",
+            AGG,
+            f"unix:{self.switch_socket}",
+            "--",
+            "set",
+            "controller",
+            AGG,
+            "max_backoff=1000",
+        )
         wait_until(f"{AGG}'s own port", lambda: link_exists(AGG, NS_ISP), 10)
         run("ip", "addr", "replace", f"{SLICER_IP}/24", "dev", AGG, ns=NS_ISP)
         run("ip", "link", "set", AGG, "up", ns=NS_ISP)
@@ -157,20 +203,43 @@ interface = "{AGG_DOWN}"
 link_mbit = {LINK_MBIT}
 """)
         self.processes.start("isp-slicer", [self.python, "-m", "isp_flowvisor.cli", config], ns=NS_ISP)
-        wait_until("the slicer and its switch", lambda: "\nisp_flowvisor_switch_connected 1\n" in self.metrics(), 30,
-                   hint=lambda: self.processes.log_tail("isp-slicer"))
+        wait_until(
+            "the slicer and its switch",
+            lambda: "\nisp_flowvisor_switch_connected 1\n" in self.metrics(),
+            30,
+            hint=lambda: self.processes.log_tail("isp-slicer"),
+        )
         registered = {h["name"] for h in self.fvctl("list")}
         for h in self.households.values():
             if h.name not in registered:
-                self.fvctl("add", h.name, "--address", f"{h.address}/32", "--rate", str(GUARANTEED_MBIT[h.name]),
-                           "--quota", "1000", "--msg-rate", "500", "--msg-burst", "1000", "--cert", h.cert)
+                self.fvctl(
+                    "add",
+                    h.name,
+                    "--address",
+                    f"{h.address}/32",
+                    "--rate",
+                    str(GUARANTEED_MBIT[h.name]),
+                    "--quota",
+                    "1000",
+                    "--msg-rate",
+                    "500",
+                    "--msg-burst",
+                    "1000",
+                    "--cert",
+                    h.cert,
+                )
         self._start_b()
 
     def slice_settings(self) -> dict[str, object]:
         """deploy/services.toml's slice settings for household A's router."""
         a = self.households["a"]
-        return {"SLICE": f"{SLICER_IP}:{SLICER_PORT}", "SLICE_CERT": a.cert, "SLICE_KEY": a.key, "SLICE_CA": self.ca,
-                "PUBLIC_ADDRESS": a.address}
+        return {
+            "SLICE": f"{SLICER_IP}:{SLICER_PORT}",
+            "SLICE_CERT": a.cert,
+            "SLICE_KEY": a.key,
+            "SLICE_CA": self.ca,
+            "PUBLIC_ADDRESS": a.address,
+        }
 
     def _start_b(self) -> None:
         b = self.households["b"]
@@ -180,10 +249,33 @@ link_mbit = {LINK_MBIT}
         veth(B_WAN, DIST_B, a_ns=NS_B, b_ns=NS_DIST)
         run("ip", "link", "set", DIST_B, "master", DIST, ns=NS_DIST)
         run("ip", "addr", "replace", f"{b.address}/24", "dev", B_WAN, ns=NS_B)
-        self.b_ovs.vsctl("--may-exist", "add-br", B_BRIDGE, "--", "set", "bridge", B_BRIDGE, "datapath_type=netdev",
-                         "protocols=OpenFlow13", "fail_mode=secure", "other-config:disable-in-band=true", "--",
-                         "--may-exist", "add-port", B_BRIDGE, B_WLAN, "--", "set", "interface", B_WLAN, "type=internal",
-                         "--", "set-controller", B_BRIDGE, "tcp:127.0.0.1:6653")
+        self.b_ovs.vsctl(
+            "--may-exist",
+            "add-br",
+            B_BRIDGE,
+            "--",
+            "set",
+            "bridge",
+            B_BRIDGE,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail_mode=secure",
+            "other-config:disable-in-band=true",
+            "--",
+            "--may-exist",
+            "add-port",
+            B_BRIDGE,
+            B_WLAN,
+            "--",
+            "set",
+            "interface",
+            B_WLAN,
+            "type=internal",
+            "--",
+            "set-controller",
+            B_BRIDGE,
+            "tcp:127.0.0.1:6653",
+        )
         for link in (B_BRIDGE, B_WLAN):  # the controller's DHCP socket binds to the (idle) wireless port
             wait_until(f"household B's {link}", functools.partial(link_exists, link, NS_B), 10)
             run("ip", "link", "set", link, "up", ns=NS_B)
@@ -191,19 +283,43 @@ link_mbit = {LINK_MBIT}
         defined = self._b_services()
         self.processes.start("isp-b-hwdb", defined["hwdb"].command, ns=NS_B, cwd=REPO)  # B's parent's priorities
         self.processes.start("isp-b-router", defined["controller"].command, ns=NS_B, cwd=REPO)
-        wait_until("household B's router to connect to its slice", lambda: self.connected("b"), 60,
-                   hint=lambda: self.processes.log_tail("isp-b-router"))
+        wait_until(
+            "household B's router to connect to its slice",
+            lambda: self.connected("b"),
+            60,
+            hint=lambda: self.processes.log_tail("isp-b-router"),
+        )
 
     def _b_services(self) -> dict:
         """B's hwdb and controller as deploy/services.toml defines them, with B's settings (no radio, no
         hostapd, no shaping: the neighbour's router is lighter; its DNS goes to the internet's resolver)."""
         b, state = self.households["b"], self.dir / "b"
-        return services.load({
-            "PYTHON": self.python, "HWDB_BIN": self.hwdb_bin, "STATE": state, "RUN": state, "LAN_IFACE": B_BRIDGE,
-            "WLAN_PORT": B_WLAN, "UPSTREAM_DNS": self.upstream_dns, "STATIONS": "", "LAN_ADDRESS": "",
-            "HOSTAPD_IFACE": B_BRIDGE, "WAN_IFACE": "", "LATENCY_TARGET": "", "WIFI_SSID": "", "UPLINK_KBIT": 0,
-            "DOWNLINK_KBIT": 0, "UPDATES": "", "SETUP_CODE_FILE": "", "SLICE": f"{SLICER_IP}:{SLICER_PORT}",
-            "SLICE_CERT": b.cert, "SLICE_KEY": b.key, "SLICE_CA": self.ca, "PUBLIC_ADDRESS": b.address})
+        return services.load(
+            {
+                "PYTHON": self.python,
+                "HWDB_BIN": self.hwdb_bin,
+                "STATE": state,
+                "RUN": state,
+                "LAN_IFACE": B_BRIDGE,
+                "WLAN_PORT": B_WLAN,
+                "UPSTREAM_DNS": self.upstream_dns,
+                "STATIONS": "",
+                "LAN_ADDRESS": "",
+                "HOSTAPD_IFACE": B_BRIDGE,
+                "WAN_IFACE": "",
+                "LATENCY_TARGET": "",
+                "WIFI_SSID": "",
+                "UPLINK_KBIT": 0,
+                "DOWNLINK_KBIT": 0,
+                "UPDATES": "",
+                "SETUP_CODE_FILE": "",
+                "SLICE": f"{SLICER_IP}:{SLICER_PORT}",
+                "SLICE_CERT": b.cert,
+                "SLICE_KEY": b.key,
+                "SLICE_CA": self.ca,
+                "PUBLIC_ADDRESS": b.address,
+            }
+        )
 
     def _issue_certificates(self) -> None:
         """The ISP's CA, the slicer's certificate (for SLICER_IP, which households dial) and each household's."""
@@ -224,8 +340,11 @@ link_mbit = {LINK_MBIT}
         return json.loads(out) if out.strip() else None
 
     def metrics(self) -> str:
-        proc = subprocess.run(["ip", "netns", "exec", NS_ISP, "curl", "-s", "-m", "3",
-                               f"http://{SLICER_METRICS}/metrics"], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", NS_ISP, "curl", "-s", "-m", "3", f"http://{SLICER_METRICS}/metrics"],
+            capture_output=True,
+            text=True,
+        )
         return proc.stdout
 
     def connected(self, household: str) -> bool:
@@ -249,9 +368,15 @@ link_mbit = {LINK_MBIT}
         if slicer:
             report["switch_connected"] = "\nisp_flowvisor_switch_connected 1\n" in self.metrics()
             try:
-                report["households"] = {name: {"address": s["addresses"], "connected": s["connected"],
-                                               "rules": s["rules"], "queues": s["queues"]}
-                                        for name, s in self.stats().items()}
+                report["households"] = {
+                    name: {
+                        "address": s["addresses"],
+                        "connected": s["connected"],
+                        "rules": s["rules"],
+                        "queues": s["queues"],
+                    }
+                    for name, s in self.stats().items()
+                }
             except HomenetError:
                 pass
         report["b_router"] = bool(self.processes.pid("isp-b-router")) and bool(self.processes.pid("isp-b-hwdb"))
@@ -260,4 +385,3 @@ link_mbit = {LINK_MBIT}
     def b_spawn(self, *cmd, **popen_args) -> subprocess.Popen:
         """A process on household B's router (its WAN holds B's public address)."""
         return subprocess.Popen(["ip", "netns", "exec", NS_B, *map(str, cmd)], **popen_args)
-

@@ -2,6 +2,7 @@
 the line, as the household lives it (a video call during a game download). Used by the priority
 tests and `make bench`.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,10 @@ def percentile(values: list[float], q: float) -> float:
 @dataclass
 class CallUnderLoad:
     direction: str
-    delays_ms: list[float]          # the call's one-way delay per packet received, in sending order
-    sent_at_s: list[float]          # when each of those packets left, seconds from the call's start
+    delays_ms: list[float]  # the call's one-way delay per packet received, in sending order
+    sent_at_s: list[float]  # when each of those packets left, seconds from the call's start
     loss_pct: float
-    bulk_mbit: float                # what the bulk transfers got, together
+    bulk_mbit: float  # what the bulk transfers got, together
     changes: list[float] = field(default_factory=list)  # when `during` ran, seconds from the call's start
 
     def p(self, q: float, after_s: float = 0.0, before_s: float = float("inf")) -> float:
@@ -48,17 +49,30 @@ class CallUnderLoad:
 
     def summary(self) -> dict:
         slowest = sorted(zip(self.delays_ms, self.sent_at_s, strict=True), reverse=True)[:5]
-        return {"direction": self.direction, "packets": len(self.delays_ms), "loss_pct": self.loss_pct,
-                "p50_ms": round(self.p(50), 3), "p99_ms": round(self.p(99), 3), "bulk_mbit": round(self.bulk_mbit, 2),
-                "slowest_ms_at_s": [(round(d, 1), round(t, 2)) for d, t in slowest]}
+        return {
+            "direction": self.direction,
+            "packets": len(self.delays_ms),
+            "loss_pct": self.loss_pct,
+            "p50_ms": round(self.p(50), 3),
+            "p99_ms": round(self.p(99), 3),
+            "bulk_mbit": round(self.bulk_mbit, 2),
+            "slowest_ms_at_s": [(round(d, 1), round(t, 2)) for d, t in slowest],
+        }
 
 
-def bulk_transfer(home, device: str, seconds: float, direction: str = UP, streams: int = BULK_STREAMS,
-                  window: str = BULK_WINDOW) -> subprocess.Popen:
+def bulk_transfer(
+    home, device: str, seconds: float, direction: str = UP, streams: int = BULK_STREAMS, window: str = BULK_WINDOW
+) -> subprocess.Popen:
     """iperf3 from `device` to the internet's server, saturating the line for `seconds`; its JSON
     report on stdout."""
-    return _iperf3(lambda *cmd, **popen_args: home.spawn(device, *cmd, **popen_args), IPERF_PORT, seconds, direction,
-                   streams, window)
+    return _iperf3(
+        lambda *cmd, **popen_args: home.spawn(device, *cmd, **popen_args),
+        IPERF_PORT,
+        seconds,
+        direction,
+        streams,
+        window,
+    )
 
 
 def neighbour_download(home, seconds: float) -> subprocess.Popen:
@@ -71,10 +85,26 @@ def _iperf3(spawn, port: int, seconds: float, direction: str, streams: int, wind
     one ("busy"): that start is tried again, not taken for a transfer."""
     deadline = time.monotonic() + 15
     while True:
-        transfer = spawn("iperf3", "--client", WAN_INET_IP, "--port", port, "--time", str(int(seconds)),
-                         "--parallel", str(streams), "--window", window, "--congestion", BULK_CONGESTION,
-                         "--json", *(["--reverse"] if direction == DOWN else []),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        transfer = spawn(
+            "iperf3",
+            "--client",
+            WAN_INET_IP,
+            "--port",
+            port,
+            "--time",
+            str(int(seconds)),
+            "--parallel",
+            str(streams),
+            "--window",
+            window,
+            "--congestion",
+            BULK_CONGESTION,
+            "--json",
+            *(["--reverse"] if direction == DOWN else []),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             out, err = transfer.communicate(timeout=1.0)
         except subprocess.TimeoutExpired:
@@ -84,21 +114,49 @@ def _iperf3(spawn, port: int, seconds: float, direction: str, streams: int, wind
         time.sleep(0.3)
 
 
-def call_under_load(home, caller: str, bulk: str, direction: str, seconds: float,
-                    during: tuple[float, Callable[[], object]] | None = None) -> CallUnderLoad:
+def call_under_load(
+    home,
+    caller: str,
+    bulk: str,
+    direction: str,
+    seconds: float,
+    during: tuple[float, Callable[[], object]] | None = None,
+) -> CallUnderLoad:
     """`caller` makes a call for `seconds` while `bulk` uploads (direction UP) or downloads (DOWN)
     as fast as the line allows; `during=(t, fn)` calls fn() t seconds into the call."""
-    reflector = home.internet_spawn(sys.executable, "-m", "homenet.call", "reflect", "--port", CALL_PORT,
-                                    "--duration", seconds + QUEUE_FILL_S + 30,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reflector = home.internet_spawn(
+        sys.executable,
+        "-m",
+        "homenet.call",
+        "reflect",
+        "--port",
+        CALL_PORT,
+        "--duration",
+        seconds + QUEUE_FILL_S + 30,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert reflector.stderr is not None
     reflector.stderr.readline()  # "ready"
     transfer = bulk_transfer(home, bulk, seconds + QUEUE_FILL_S + 2, direction)
     changes = []
     try:
         time.sleep(QUEUE_FILL_S)
-        phone = home.spawn(caller, sys.executable, "-m", "homenet.call", "call", "--to", WAN_INET_IP,
-                           "--duration", seconds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        phone = home.spawn(
+            caller,
+            sys.executable,
+            "-m",
+            "homenet.call",
+            "call",
+            "--to",
+            WAN_INET_IP,
+            "--duration",
+            seconds,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started = time.time()
         if during:
             at, fn = during
@@ -120,6 +178,11 @@ def call_under_load(home, caller: str, bulk: str, direction: str, seconds: float
         bulk_mbit = end["sum_received"]["bits_per_second"] / 1e6
     except (ValueError, KeyError) as exc:
         raise RuntimeError(f"iperf3 failed: {bulk_out[-500:]} {bulk_err[-500:]}") from exc
-    return CallUnderLoad(direction, [p[2] for p in report["packets"]],
-                         [p[1] / 1e9 - started for p in report["packets"]],
-                         report["loss_pct"], bulk_mbit, changes)
+    return CallUnderLoad(
+        direction,
+        [p[2] for p in report["packets"]],
+        [p[1] / 1e9 - started for p in report["packets"]],
+        report["loss_pct"],
+        bulk_mbit,
+        changes,
+    )

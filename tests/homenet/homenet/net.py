@@ -1,4 +1,5 @@
 """Shell helpers for the emulated networks: commands in namespaces, namespaces, veth pairs."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def netns_list() -> list[str]:
 
 
 def link_exists(name, ns=None) -> bool:
-    return subprocess.run((["ip", "-n", ns] if ns else ["ip"]) + ["link", "show", name],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run((["ip", "-n", ns] if ns else ["ip"]) + ["link", "show", name], capture_output=True).returncode
+        == 0
+    )
 
 
 def ensure_ns(name: str) -> None:

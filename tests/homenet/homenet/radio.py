@@ -1,4 +1,5 @@
 """The emulated radio: every second, what `iw dev wlan0 station dump` would print on a router."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,11 @@ def station_dump(run_dir: Path, retries: dict[str, float]) -> str:
             continue  # a client coming or going
         retries[name] = retries.get(name, 0.0) + settings.get("retries_per_s", 0)
         # Seen from the access point: what the station sends is its rx, what it gets its tx.
-        blocks.append(f"Station {mac} (on {WLAN})\n"
-                      f"\trx packets:\t{stats['tx']['packets']}\n\ttx packets:\t{stats['rx']['packets']}\n"
-                      f"\ttx retries:\t{int(retries[name])}\n\tsignal:  \t{settings.get('rssi', -50)} dBm\n")
+        blocks.append(
+            f"Station {mac} (on {WLAN})\n"
+            f"\trx packets:\t{stats['tx']['packets']}\n\ttx packets:\t{stats['rx']['packets']}\n"
+            f"\ttx retries:\t{int(retries[name])}\n\tsignal:  \t{settings.get('rssi', -50)} dBm\n"
+        )
     return "".join(blocks)
 
 

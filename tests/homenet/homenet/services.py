@@ -1,5 +1,6 @@
 """The router's services as `deploy/services.toml` defines them (read by `homework_deploy`), started as
 processes with pid files."""
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,9 @@ class Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
         full = (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in argv]
         with open(self.logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=cwd)
+            proc = subprocess.Popen(
+                full, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd
+            )
         (self.run / f"{name}.pid").write_text(str(proc.pid))
 
     def stop(self, name: str, timeout: float = 5.0) -> None:

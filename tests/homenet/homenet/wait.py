@@ -1,4 +1,5 @@
 """Waiting for a condition: the one way every test, bench and homenet itself waits."""
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,9 @@ class WaitTimeout(AssertionError):
     """A condition did not hold in time (an AssertionError, so a test reports it as a failure)."""
 
 
-def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: float = 0.1,
-               hint: Callable[[], str] | None = None) -> T:
+def wait_until(
+    what: str, predicate: Callable[[], T], timeout: float, interval: float = 0.1, hint: Callable[[], str] | None = None
+) -> T:
     """Call `predicate` until it returns something truthy and return that; raise WaitTimeout at the deadline.
 
     The deadline is on the monotonic clock. Exceptions from `predicate` propagate: a condition

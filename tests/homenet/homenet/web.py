@@ -5,6 +5,7 @@ takes them) and POST /sink (reads the body and throws it away).
 A paced download is the server's doing, as on a real slow site: the household sees the
 bytes arrive over time, so a test can tell whether a decision cut a transfer off midway.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ class Handler(SimpleHTTPRequestHandler):
             return self._bulk(urllib.parse.parse_qs(url.query).get("bytes", [str(BULK_DEFAULT_BYTES)])[0])
         if not self.path.startswith(PACED_PREFIX):
             return super().do_GET()
-        path = Path(self.directory) / Path(self.path[len(PACED_PREFIX):]).name
+        path = Path(self.directory) / Path(self.path[len(PACED_PREFIX) :]).name
         if not path.is_file():
             return self.send_error(404)
         data = path.read_bytes()
@@ -41,7 +42,7 @@ class Handler(SimpleHTTPRequestHandler):
             # Each chunk leaves when the rate allows, whatever the client's buffers could take.
             time.sleep(max(0.0, start + offset / PACED_RATE_BPS - time.monotonic()))
             try:
-                self.wfile.write(data[offset:offset + CHUNK])
+                self.wfile.write(data[offset : offset + CHUNK])
                 self.wfile.flush()
             except OSError:
                 return None
