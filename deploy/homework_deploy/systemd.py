@@ -46,6 +46,8 @@ ADDRESS_FAMILIES: dict[str, str] = {
 DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
 # Services that change network settings under /proc/sys keep it writable.
 TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller"}
+# Five failures within two minutes and systemd stops trying: the unit is then "failed".
+START_LIMIT_BURST, START_LIMIT_INTERVAL_S = 5, 120
 
 
 def unit_name(service: str) -> str:
@@ -84,10 +86,9 @@ def render(
         # that systemd restarts a moment later) leaves this unit's start job failed for good.
         lines += [f"After={' '.join(deps)}", f"Wants={' '.join(deps)}"]
     lines += [
-        # Five failures within two minutes and systemd stops trying: the unit is then
-        # "failed", which the router's health check reports at once.
-        "StartLimitIntervalSec=120",
-        "StartLimitBurst=5",
+        # The router's health check reports a failed unit at once (and counts slower failures).
+        f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",
+        f"StartLimitBurst={START_LIMIT_BURST}",
         "",
         "[Service]",
         "Type=exec",

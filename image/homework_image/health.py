@@ -6,7 +6,10 @@ Working means: every service passes its own readiness check from deploy/services
 build writes them, filled in, to SHARE/services.json), Open vSwitch has br-lan, the switch is
 connected to the controller, a DHCP request arriving on the LAN port goes to the router's own
 port (traced through the switch's rules), where the controller's DHCP socket is running. A
-service whose unit has failed fails the check at once."""
+service that keeps failing fails the check at once: its unit has failed, or it has failed as many
+starts as systemd's start limit allows. systemd gives up only on that many failures within its
+interval, which a slow box may never reach (each try of the controller takes longer than the
+interval allows), and the rollback would then wait for the whole timeout."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from homework_deploy import ready_now
-from homework_deploy.systemd import unit_name
+from homework_deploy.systemd import START_LIMIT_BURST, unit_name
 
 from . import BRIDGE, LAN_PORT, SHARE
 
@@ -77,10 +80,16 @@ def checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
     return found
 
 
-def failed_units(names: list[str]) -> list[str]:
-    units = [unit_name(n) for n in names]
-    states = _out("systemctl", "show", "--property=ActiveState", "--value", *units).split()
-    return [u for u, s in zip(units, states, strict=False) if s == "failed"]
+def failing_units(show: str) -> list[str]:
+    """From `systemctl show --property=Id,ActiveState,NRestarts UNIT...`: the units that have
+    failed or have been restarted after as many failed starts as the start limit allows."""
+    failing = []
+    for block in show.strip().split("\n\n"):
+        unit = dict(line.partition("=")[::2] for line in block.splitlines())
+        restarts = unit.get("NRestarts", "0")
+        if unit.get("ActiveState") == "failed" or (restarts.isdigit() and int(restarts) >= START_LIMIT_BURST):
+            failing.append(unit.get("Id", "?"))
+    return failing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         if not pending:
             print("homework-health: the router works (all checks passed)", flush=True)
             return 0
-        failed = failed_units(list(services))
-        if failed or time.monotonic() > deadline:
-            why = f"{', '.join(failed)} failed" if failed else f"not within {args.timeout:g} s"
+        failing = failing_units(
+            _out("systemctl", "show", "--property=Id,ActiveState,NRestarts", *(unit_name(n) for n in services))
+        )
+        if failing or time.monotonic() > deadline:
+            why = f"{', '.join(failing)} keeps failing" if failing else f"not within {args.timeout:g} s"
             print(f"homework-health: NOT healthy ({why}); failing: {', '.join(pending)}", flush=True)
             return 1
         time.sleep(1)

@@ -438,6 +438,30 @@ def test_the_health_check_sees_dhcp_reach_the_routers_socket_only_through_the_ru
     assert "udp_src=68" in health.DHCP_DISCOVER  # tp_src= is refused by ofproto/trace after "udp"
 
 
+def show(**units: tuple[str, int]) -> str:
+    """What `systemctl show --property=Id,ActiveState,NRestarts` prints for these units."""
+    return (
+        "\n\n".join(
+            f"NRestarts={restarts}\nId=homework-{name}.service\nActiveState={state}"
+            for name, (state, restarts) in units.items()
+        )
+        + "\n"
+    )
+
+
+def test_the_health_check_gives_up_on_a_service_that_keeps_failing_however_slowly():
+    # A router coming up: a service that restarted once (say, before OVS was up) is not failing.
+    assert health.failing_units(show(controller=("activating", 1), webui=("active", 0))) == []
+    # systemd gave up on it...
+    assert health.failing_units(show(controller=("failed", 5), webui=("active", 0))) == ["homework-controller.service"]
+    # ...or has not yet, because on a slow box five tries take longer than its interval: the same.
+    assert health.failing_units(show(controller=("activating", 5), webui=("active", 0))) == [
+        "homework-controller.service"
+    ]
+    assert health.failing_units(show(controller=("activating", 4))) == []
+    assert health.failing_units("") == []  # systemctl not answering: nothing is known to fail
+
+
 # ---- systemd units from deploy/services.toml
 
 SETTINGS = build.SETTINGS  # the values the image renders its units with
