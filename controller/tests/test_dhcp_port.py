@@ -6,8 +6,8 @@ import socket
 
 import pytest
 from dhcp_frames import client_frame
-from test_dns_server import wait_until
 
+from homenet.wait import wait_until
 from homework_controller import packets
 from homework_controller.dhcp_port import DhcpPort
 
@@ -39,7 +39,7 @@ def test_only_dhcp_to_the_server_port_arrives_and_a_malformed_frame_costs_only_i
     assert (got.eth_src, got.dport) == (PHONE, 67)
     with pytest.raises(queue.Empty):
         received.get(timeout=0.3)  # the answer and the cut-off frame did not arrive as DHCP
-    wait_until(lambda: dhcp.malformed == 1, what="the cut-off frame to be counted")
+    wait_until("the cut-off frame to be counted", lambda: dhcp.malformed == 1, 5)
 
 
 def test_a_dead_socket_thread_shows_in_health_and_is_replaced(port, monkeypatch):
@@ -52,7 +52,7 @@ def test_a_dead_socket_thread_shows_in_health_and_is_replaced(port, monkeypatch)
 
     monkeypatch.setattr(packets, "parse", crash)  # a bug no per-frame check foresaw: the thread ends
     sender.send(client_frame(PHONE, "discover"))
-    wait_until(lambda: dhcp.health() == {"socket": "running", "restarts": 1}, what="the supervisor to restart it")
+    wait_until("the supervisor to restart it", lambda: dhcp.health() == {"socket": "running", "restarts": 1}, 5)
     sender.send(client_frame(PHONE, "discover"))
     assert received.get(timeout=3).eth_src == PHONE
 
