@@ -8,8 +8,8 @@ connected to the controller, a DHCP request arriving on the LAN port goes to the
 port (traced through the switch's rules), where the controller's DHCP socket is running. A
 service that keeps failing fails the check at once: its unit has failed, or it has failed as many
 starts as systemd's start limit allows. systemd gives up only on that many failures within its
-interval, which a slow box may never reach (each try of the controller takes longer than the
-interval allows), and the rollback would then wait for the whole timeout."""
+interval, which a slow box may never reach (there five tries of the controller take longer), and
+the rollback would then wait for the whole timeout."""
 
 from __future__ import annotations
 
