@@ -3,16 +3,21 @@
 Parts, each its own process: an emulated switch (cbench-style: answers what a controller asks, counts
 flow-mods), the slicer (`isp-flowvisor`, plain TCP), and this load generator, whose emulated
 households speak OpenFlow 1.3 through os-ken's codec. "direct" = households -> switch;
-"slicer" = households -> slicer -> switch. Results: bench/results/slicer.json.
+"slicer" = households -> slicer -> switch; "floor" = households -> a header-only relay -> switch,
+the least any relay that multiplexes households onto one switch connection must do (frame the
+stream with the slicer's own framing, give each message a switch-wide xid, route replies back),
+with no decoding and no checks: where the slicer's cost lies. Results: bench/results/slicer.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -23,7 +28,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec, switchside
-from isp_flowvisor.relay import read_frame
+from isp_flowvisor.relay import read_frame, read_frames
 from isp_flowvisor.scheduler import max_min_fair
 from isp_flowvisor.testing import SlicerProcess, free_port, wait_until
 
@@ -75,6 +80,69 @@ async def run_switch(listen_port: int | None, connect_unix: str | None) -> None:
     server = await asyncio.start_server(lambda r, w: switch_session(r, w, counts), "127.0.0.1", listen_port)
     async with server:
         await server.serve_forever()
+
+
+# --- the header-only relay (mode "floor") -----------------------------------------------------
+
+
+# The requests the bench's households send that the switch answers (in one part).
+ANSWERED = {ofp.OFPT_BARRIER_REQUEST, ofp.OFPT_ECHO_REQUEST}
+RECENT_LIMIT = 1 << 14
+
+
+class HeaderOnlyRelay:
+    """Frames, renumbers and routes; never decodes a body or checks anything."""
+
+    def __init__(self) -> None:
+        self.switch: asyncio.StreamWriter | None = None
+        self.switch_ready = asyncio.Event()
+        self.xid = 0
+        self.awaiting: dict[int, tuple[asyncio.StreamWriter, int]] = {}
+        self.recent: dict[int, tuple[asyncio.StreamWriter, int]] = {}
+
+    async def on_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(codec.hello())
+        await read_frame(reader)  # its hello
+        self.switch = writer
+        self.switch_ready.set()
+        unread = bytearray()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                for frame in await read_frames(reader, unread):
+                    xid = codec.header(frame)[3]
+                    route = self.awaiting.pop(xid, None) or self.recent.pop(xid, None)
+                    if route is not None:
+                        household, xid = route
+                        household.write(frame[:4] + struct.pack("!I", xid) + frame[8:])
+
+    async def on_household(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(codec.hello())
+        unread = bytearray()
+        # The bench's "is it listening" probe connects and leaves without a word.
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await read_frame(reader)  # its hello
+            while True:
+                out = []
+                for frame in await read_frames(reader, unread):
+                    self.xid = self.xid % 0xFFFFFFFF + 1
+                    _, msg_type, _, xid = codec.header(frame)
+                    if msg_type in ANSWERED:
+                        self.awaiting[self.xid] = (writer, xid)
+                    else:  # answered only by an error: kept for the last RECENT_LIMIT, as the slicer does
+                        self.recent[self.xid] = (writer, xid)
+                        self.recent.pop(self.xid - RECENT_LIMIT, None)
+                    out.append(frame[:4] + struct.pack("!I", self.xid) + frame[8:])
+                assert self.switch is not None
+                self.switch.write(b"".join(out))
+
+
+async def run_header_only_relay(listen_port: int, switch_socket: str) -> None:
+    relay = HeaderOnlyRelay()
+    switch_side = await asyncio.start_unix_server(relay.on_switch, switch_socket)
+    await relay.switch_ready.wait()  # households are let in once there is a switch to relay to
+    household_side = await asyncio.start_server(relay.on_household, "127.0.0.1", listen_port)
+    async with switch_side, household_side:
+        await asyncio.gather(switch_side.serve_forever(), household_side.serve_forever())
 
 
 # --- emulated households ----------------------------------------------------------------------
@@ -152,7 +220,8 @@ async def throughput(households: list[BenchHousehold], seconds: float, window: i
     for h in households:
         h.acked = 0
     start = time.monotonic()
-    await asyncio.gather(*(run(h) for h in households))
+    # A reply the relay lost would otherwise hang the bench.
+    await asyncio.wait_for(asyncio.gather(*(run(h) for h in households)), seconds + 60)
     return sum(h.acked for h in households) / (time.monotonic() - start)
 
 
@@ -218,19 +287,28 @@ async def fairness(households: list[BenchHousehold], offered: list[float], secon
 
 
 class Setup:
-    """One emulated switch, and (slicer mode) a slicer in front of it with the bench's households."""
+    """One emulated switch, and in front of it the slicer with the bench's households (mode
+    "slicer") or the header-only relay (mode "floor"); households connect to `port`."""
 
     def __init__(self, workdir: Path, mode: str, households: list[BenchHousehold]):
         self.mode = mode
         self.procs: list[subprocess.Popen] = []
+        self.slicer: SlicerProcess | None = None
         me = [sys.executable, str(Path(__file__).resolve())]
+        workdir.mkdir(parents=True, exist_ok=True)
         if mode == "direct":
             self.port = free_port()
             self.procs.append(subprocess.Popen([*me, "switch", "--listen", str(self.port)]))
             wait_until(lambda: _listening(self.port), 30, "the emulated switch")
-            self.slicer = None
             return
-        workdir.mkdir(parents=True, exist_ok=True)
+        if mode == "floor":
+            self.port = free_port()
+            switch_socket = workdir / "switch.sock"
+            self.procs.append(subprocess.Popen([*me, "floor-relay", str(self.port), str(switch_socket)]))
+            wait_until(switch_socket.exists, 30, "the header-only relay")
+            self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(switch_socket)]))
+            wait_until(lambda: _listening(self.port), 30, "the emulated switch to reach the header-only relay")
+            return
         registry = workdir / "households.json"
         registry.write_text(
             json.dumps(
@@ -305,7 +383,8 @@ async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, so
         capacity = out["throughput_msgs_per_s"].get("100") or out["throughput_msgs_per_s"][str(sizes[0])]
         weights = [1 / (i + 1) for i in range(100)]  # Zipf: a few heavy households, many light ones
         offered = [2 * capacity * w / sum(weights) for w in weights]
-        out["fairness"] = await fairness(households[:100], offered, 2 * seconds)
+        if mode != "floor":  # it serves in arrival order: nothing to be fair with
+            out["fairness"] = await fairness(households[:100], offered, 2 * seconds)
         if soak and setup.slicer is not None:
             out["soak"] = await soak_run(setup, households[:100], soak)
     finally:
@@ -366,6 +445,9 @@ def main() -> int:
     switch = sub.add_parser("switch", help="run the emulated switch")
     switch.add_argument("--listen", type=int)
     switch.add_argument("--connect")
+    floor_relay = sub.add_parser("floor-relay", help="run the header-only relay")
+    floor_relay.add_argument("port", type=int, help="households connect here (TCP, 127.0.0.1)")
+    floor_relay.add_argument("switch_socket", help="the switch connects here (Unix socket)")
     run = sub.add_parser("run", help="the whole bench")
     run.add_argument("--out", type=Path, default=HERE.parent.parent / "bench" / "results" / "slicer.json")
     run.add_argument("--seconds", type=float, default=10.0, help="length of each throughput/fairness run")
@@ -375,15 +457,22 @@ def main() -> int:
     if args.command == "switch":
         asyncio.run(run_switch(args.listen, args.connect))
         return 0
+    if args.command == "floor-relay":
+        asyncio.run(run_header_only_relay(args.port, args.switch_socket))
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fv-bench-") as tmp:
         direct = asyncio.run(measure("direct", Path(tmp), sizes, args.seconds, 0))
+        floor = asyncio.run(measure("floor", Path(tmp), sizes, args.seconds, 0))
         relayed = asyncio.run(measure("slicer", Path(tmp), sizes, args.seconds, args.soak))
-    ratio = {
-        n: round(relayed["throughput_msgs_per_s"][n] / direct["throughput_msgs_per_s"][n], 3)
-        for n in direct["throughput_msgs_per_s"]
-    }
+
+    def ratio_to_direct(run: dict) -> dict:
+        return {
+            n: round(run["throughput_msgs_per_s"][n] / direct["throughput_msgs_per_s"][n], 3)
+            for n in direct["throughput_msgs_per_s"]
+        }
+
     added = {
         n: {p: round(relayed["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
         for n in direct["latency_ms"]
@@ -394,17 +483,21 @@ def main() -> int:
         "method": "emulated switch + emulated households (os-ken codec), each a process; "
         "throughput = flow-mods acknowledged by barrier per second, window 20",
         "direct": direct,
+        "floor": floor,
         "slicer": relayed,
-        "throughput_ratio_slicer_over_direct": ratio,
+        "throughput_ratio_slicer_over_direct": ratio_to_direct(relayed),
+        "throughput_ratio_floor_over_direct": ratio_to_direct(floor),
         "added_latency_ms": added,
         "duration_s": round(time.monotonic() - started),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "slicer")}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "floor", "slicer")}, indent=2))
     print(
         "relay CPU per flow-mod, us: direct (the emulated switch)",
         json.dumps(direct["relay_cpu_us_per_msg"]),
+        "header-only relay",
+        json.dumps(floor["relay_cpu_us_per_msg"]),
         "slicer",
         json.dumps(relayed["relay_cpu_us_per_msg"]),
     )
