@@ -380,10 +380,10 @@ async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, so
         out["latency_ms"][str(largest)] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
         for h in households[100:]:
             h.close()
-        capacity = out["throughput_msgs_per_s"].get("100") or out["throughput_msgs_per_s"][str(sizes[0])]
-        weights = [1 / (i + 1) for i in range(100)]  # Zipf: a few heavy households, many light ones
-        offered = [2 * capacity * w / sum(weights) for w in weights]
         if mode != "floor":  # it serves in arrival order: nothing to be fair with
+            capacity = out["throughput_msgs_per_s"].get("100") or out["throughput_msgs_per_s"][str(sizes[0])]
+            weights = [1 / (i + 1) for i in range(100)]  # Zipf: a few heavy households, many light ones
+            offered = [2 * capacity * w / sum(weights) for w in weights]
             out["fairness"] = await fairness(households[:100], offered, 2 * seconds)
         if soak and setup.slicer is not None:
             out["soak"] = await soak_run(setup, households[:100], soak)
