@@ -28,6 +28,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec, switchside
+from isp_flowvisor.relay import _RECENT_LIMIT as RECENT_LIMIT
 from isp_flowvisor.relay import read_frame, read_frames
 from isp_flowvisor.scheduler import max_min_fair
 from isp_flowvisor.testing import SlicerProcess, free_port, wait_until
@@ -87,7 +88,10 @@ async def run_switch(listen_port: int | None, connect_unix: str | None) -> None:
 
 # The requests the bench's households send that the switch answers (in one part).
 ANSWERED = {ofp.OFPT_BARRIER_REQUEST, ofp.OFPT_ECHO_REQUEST}
-RECENT_LIMIT = 1 << 14
+
+
+def _renumbered(frame: bytes, xid: int) -> bytes:
+    return frame[:4] + struct.pack("!I", xid) + frame[8:]
 
 
 class HeaderOnlyRelay:
@@ -113,7 +117,7 @@ class HeaderOnlyRelay:
                     route = self.awaiting.pop(xid, None) or self.recent.pop(xid, None)
                     if route is not None:
                         household, xid = route
-                        household.write(frame[:4] + struct.pack("!I", xid) + frame[8:])
+                        household.write(_renumbered(frame, xid))
 
     async def on_household(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(codec.hello())
@@ -128,10 +132,10 @@ class HeaderOnlyRelay:
                     _, msg_type, _, xid = codec.header(frame)
                     if msg_type in ANSWERED:
                         self.awaiting[self.xid] = (writer, xid)
-                    else:  # answered only by an error: kept for the last RECENT_LIMIT, as the slicer does
+                    else:  # answered only by an error: kept for as many messages as the slicer keeps
                         self.recent[self.xid] = (writer, xid)
                         self.recent.pop(self.xid - RECENT_LIMIT, None)
-                    out.append(frame[:4] + struct.pack("!I", self.xid) + frame[8:])
+                    out.append(_renumbered(frame, self.xid))
                 assert self.switch is not None
                 self.switch.write(b"".join(out))
 
