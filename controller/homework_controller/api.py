@@ -2,6 +2,13 @@
 
 A plain WSGI application: it parses the request, calls the router service and
 renders JSON. State-changing methods are POST; errors are JSON with a 4xx code.
+
+Listening on loopback is not enough: a browser may run on the router itself, and ws.v1 answers
+Wi-Fi passphrases. A page under a name of its own that resolves to 127.0.0.1 (DNS rebinding) sends
+that name as Host, so only loopback's own names are answered (400 otherwise); a page elsewhere can
+still make the browser send a POST to 127.0.0.1 (no CORS is needed to send it), and the browser
+says whose page it was in Origin, so a state change from any origin but ws.v1's own is refused
+(403). The web UI's client sends a loopback Host and no Origin.
 """
 
 from __future__ import annotations
@@ -40,15 +47,16 @@ ROUTES = {
 }
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
 def make_app(call: Callable[..., object]):
     """`call(name, *args)` runs a service method and returns its JSON-able result."""
 
     def app(environ, start_response):
-        status, body = _dispatch(
-            call,
-            environ.get("REQUEST_METHOD", "GET"),
-            environ.get("PATH_INFO", ""),
-            parse_qs(environ.get("QUERY_STRING", "")),
+        verb = environ.get("REQUEST_METHOD", "GET")
+        status, body = _refused(environ, verb) or _dispatch(
+            call, verb, environ.get("PATH_INFO", ""), parse_qs(environ.get("QUERY_STRING", ""))
         )
         data = json.dumps(body).encode()
         start_response(
@@ -60,11 +68,24 @@ def make_app(call: Callable[..., object]):
     return app
 
 
+def _refused(environ: dict, verb: str) -> tuple[int, object] | None:
+    """A request not from loopback's own names (400), or a state change from another site's page (403)."""
+    port = environ.get("SERVER_PORT", "")
+    if environ.get("HTTP_HOST", "").lower() not in {f"{name}:{port}" for name in LOOPBACK_NAMES}:
+        return 400, {"error": f"ws.v1 answers only to loopback ({', '.join(LOOPBACK_NAMES)} at port {port})"}
+    origin = environ.get("HTTP_ORIGIN")
+    if verb != "GET" and origin is not None and origin.lower() not in {f"http://{n}:{port}" for n in LOOPBACK_NAMES}:
+        return 403, {"error": "this request comes from another site's page"}
+    return None
+
+
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    409: "Conflict",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",

@@ -143,6 +143,12 @@ class NotConfigured(ApiError):
     status = 501
 
 
+class DeviceBlocked(ApiError):
+    """A permit or deny of a blacklisted device: only lifting the block (`whitelist`) changes it."""
+
+    status = 409
+
+
 class NoFreeSubnet(RuntimeError):
     pass
 
@@ -872,10 +878,20 @@ class HomeRouter:
         return device
 
     def permit(self, mac: str) -> list:
-        return self._decide(self._known(mac), State.PERMITTED)
+        return self._decide(self._not_blocked(self._known(mac)), State.PERMITTED)
 
     def deny(self, mac: str) -> list:
-        return self._decide(self._known(mac), State.DENIED)
+        return self._decide(self._not_blocked(self._known(mac)), State.DENIED)
+
+    @staticmethod
+    def _not_blocked(device: Device) -> Device:
+        """Permit and deny leave a blacklisted device as it is: the wall panel may do both, but only
+        the owner lifts a block, with `whitelist`; deciding it here means no caller can skip it."""
+        if device.state is State.BLACKLISTED:
+            raise DeviceBlocked(
+                f"{device.mac} is blocked; the owner must lift the block (whitelist) before it is permitted or denied"
+            )
+        return device
 
     def whitelist(self, mac: str) -> list:
         """Admit a device, seen or not yet, without asking; lifts a blacklisting."""

@@ -2,24 +2,37 @@
 
 import io
 import json
+import threading
+import urllib.error
+import urllib.request
+from wsgiref import simple_server
+
+import pytest
+from test_router import PHONE, lease
 
 from homework_controller import api
 from homework_controller.model import BadMac
 from homework_controller.router import NotConfigured, UnknownDevice
 
 
-def request(app, verb, path, query=""):
+def request(app, verb, path, query="", host="127.0.0.1:8081", **headers):
+    """A request as the web UI's client sends it (loopback Host, no Origin), unless told otherwise."""
     out = {}
 
     def start_response(status, headers):
         out["status"], out["headers"] = int(status.split()[0]), dict(headers)
 
-    body = b"".join(
-        app(
-            {"REQUEST_METHOD": verb, "PATH_INFO": path, "QUERY_STRING": query, "wsgi.input": io.BytesIO()},
-            start_response,
-        )
-    )
+    environ = {
+        "REQUEST_METHOD": verb,
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_PORT": "8081",
+        "wsgi.input": io.BytesIO(),
+        **{f"HTTP_{name.upper()}": value for name, value in headers.items()},
+    }
+    if host is not None:
+        environ["HTTP_HOST"] = host
+    body = b"".join(app(environ, start_response))
     return out["status"], json.loads(body)
 
 
@@ -88,3 +101,64 @@ def test_wifi_passphrase_methods_are_routed_with_their_verbs_and_a_router_withou
         501,
         {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"},
     )
+
+
+def test_a_page_under_a_foreign_name_gets_nothing_and_the_web_uis_own_requests_work():
+    """ws.v1 answers Wi-Fi passphrases, and a browser may run on the router itself: a page whose name
+    resolves to 127.0.0.1 (DNS rebinding) sends its own name as Host, and is refused."""
+    mac = "02:00:00:00:00:01"
+    for host in ("evil.example", "evil.example:8081", "127.0.0.1:8081.evil.example", "127.0.0.1:9999", "", None):
+        status, body = request(APP, "GET", f"/ws.v1/show-wifi-key/{mac}", host=host)
+        assert status == 400 and "loopback" in body["error"], host
+    # The web UI's client: a loopback Host at the API's port, by address or name, and no Origin.
+    for host in ("127.0.0.1:8081", "localhost:8081", "[::1]:8081"):
+        assert request(APP, "GET", f"/ws.v1/show-wifi-key/{mac}", host=host)[0] == 200, host
+        assert request(APP, "POST", f"/ws.v1/permit/{mac}", host=host)[0] == 200, host
+
+
+def test_a_state_change_from_another_sites_page_is_refused():
+    """A page elsewhere may make the browser POST to loopback (no CORS needed to send it): its Origin says so."""
+    mac = "02:00:00:00:00:01"
+    for origin in ("https://evil.example", "http://127.0.0.1:8080", "null"):
+        status, body = request(APP, "POST", f"/ws.v1/permit/{mac}", origin=origin)
+        assert status == 403 and "another site" in body["error"], origin
+    # Positive control: the same request from ws.v1's own origin, or with none (not a browser), is served.
+    assert request(APP, "POST", f"/ws.v1/permit/{mac}", origin="http://127.0.0.1:8081")[0] == 200
+    assert request(APP, "POST", f"/ws.v1/permit/{mac}")[0] == 200
+
+
+def test_permit_of_a_blacklisted_device_answers_409_with_the_reason_and_whitelist_lifts_it(router):
+    def call(name, *args):
+        getattr(router, name)(*args)
+        return router.status(args[0])
+
+    app = api.make_app(call)
+    lease(router, PHONE)
+    router.blacklist(PHONE)
+    for decision in ("permit", "deny"):
+        status, body = request(app, "POST", f"/ws.v1/{decision}/{PHONE}")
+        assert status == 409 and "the owner must lift the block (whitelist)" in body["error"]
+        assert router.status(PHONE)["state"] == "blacklisted"
+    assert request(app, "POST", f"/ws.v1/whitelist/{PHONE}") == (200, router.status(PHONE))
+    assert request(app, "POST", f"/ws.v1/permit/{PHONE}")[1]["state"] == "permitted"
+
+
+def test_over_a_real_socket_a_loopback_client_is_served_and_a_foreign_host_refused():
+    server = simple_server.make_server("127.0.0.1", 0, APP, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}/ws.v1"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/status", method="GET"), timeout=5) as resp:
+            assert resp.status == 200
+        foreign = urllib.request.Request(f"{base}/status", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(foreign, timeout=5)
+        assert refused.value.code == 400
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Quiet(simple_server.WSGIRequestHandler):
+    def log_message(self, *args):
+        pass

@@ -15,6 +15,7 @@ from homework_controller.router import (
     AddGatewayAddress,
     AnswerDhcp,
     AuthenticatorDeny,
+    DeviceBlocked,
     HomeRouter,
     InstallMeter,
     InstallRules,
@@ -362,3 +363,24 @@ def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_fo
     answer = effects[-1]
     assert isinstance(answer, AnswerDhcp) and answer.after_rules
     assert [r for r in installed(effects) if r.priority == flows.Admission.SOURCE_CHECKED]
+
+
+def test_permit_or_deny_of_a_blacklisted_device_is_refused_and_it_stays_blacklisted(router):
+    """The wall panel may permit and deny, but only the owner lifts a blacklist (`whitelist`): a
+    permit or deny of a blacklisted device must not lift it, whoever sends it."""
+    lease(router, PHONE)
+    router.blacklist(PHONE)
+    for decide in (router.permit, router.deny):
+        with pytest.raises(DeviceBlocked, match="blocked; the owner must lift the block") as refused:
+            decide(PHONE)
+        assert refused.value.status == 409
+        assert router.status(PHONE)["state"] == "blacklisted"
+        assert router.blacklist_status() == [PHONE]
+    # Positive control: lifted by whitelist, the device is permitted and hostapd lets it authenticate...
+    assert AuthenticatorDeny(PHONE, False) in router.whitelist(PHONE)
+    assert router.status(PHONE)["state"] == "permitted"
+    # ...and permit and deny work on it again.
+    router.deny(PHONE)
+    assert router.status(PHONE)["state"] == "denied"
+    router.permit(PHONE)
+    assert router.status(PHONE)["state"] == "permitted"
