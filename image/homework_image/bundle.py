@@ -4,7 +4,8 @@ named in the manifest with its size and SHA-256. Signing and verifying use the `
 command (OpenSSL 3), on the build machine and on the router alike.
 
 The router checks the signature, then every payload's size and hash by reading the bundle,
-before it writes anything."""
+before it writes anything. It reads the tar itself, header by header in order, and only as far
+as the signed manifest names (`members`): a hostile tar of many members costs it one header."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import BinaryIO, Protocol
 
 from .boot import check_version
 
@@ -25,6 +26,7 @@ FORMAT = 1
 MANIFEST, SIGNATURE = "manifest.json", "manifest.sig"
 PAYLOAD = ("root.squashfs", "vmlinuz", "initrd.img")
 CHUNK = 1 << 20
+BLOCK = tarfile.BLOCKSIZE
 
 
 class BundleError(ValueError):
@@ -146,48 +148,123 @@ def write(out: Path, version: str, payload: dict[str, Path], private_pem: Path) 
     return parse_manifest(data)
 
 
-def open_verified(path: Path, public_pem: Path) -> tuple[Manifest, tarfile.TarFile]:
-    """The bundle's manifest, once its signature and every payload's size and hash check out,
-    with the open tar to read the payload from (`payload_file`). Raises BundleError otherwise."""
+def check(f: BinaryIO, public_pem: Path) -> Manifest:
+    """The bundle's manifest, once its signature and every payload's size and hash check out.
+    Raises BundleError otherwise. `f` is read from its start, once, never further than the
+    members the manifest names; nothing of it is kept."""
+    manifest = None
+    for name, data in members(f, public_pem):
+        info = data.info
+        size, digest = file_digest(data)
+        if (size, digest) != (info["size"], info["sha256"]):
+            raise BundleError(f"{name} does not match its signed size and hash (corrupt download?)")
+        manifest = data.manifest
+    if manifest is None:
+        raise BundleError("the bundle has no payload")
+    return manifest
+
+
+def members(f: BinaryIO, public_pem: Path) -> Iterator[tuple[str, PayloadReader]]:
+    """The bundle's payload members in the order they come, each as a reader of its bytes,
+    after the signature over the manifest (the first two members) checks out.
+
+    Headers are read one at a time and only as far as the signed manifest goes: the manifest
+    and its signature must come first (each read only up to a small size), then exactly the
+    payload the manifest names, each once, then the end of the archive. Anything else (a
+    member too many, a link, a long-name or pax extension header) is refused at its header, so
+    a hostile tar costs the installer one header's worth of reading. The caller still checks
+    each payload's size and hash against the manifest: the file may change while it is read."""
     try:
-        tar = tarfile.open(path, "r:")  # noqa: SIM115 - returned open, the caller closes it
-    except (OSError, tarfile.TarError) as exc:
-        raise BundleError(f"{path} is not an update bundle: {exc}") from None
-    try:
-        data, signature = _member_bytes(tar, MANIFEST, 1 << 16), _member_bytes(tar, SIGNATURE, 1024)
-        if not verify(data, signature, public_pem):
-            raise BundleError(f"{path}: the signature does not match this router's update key")
-        manifest = parse_manifest(data)
-        for name, info in manifest.files.items():
-            size, digest = file_digest(payload_file(tar, name))
-            if (size, digest) != (info["size"], info["sha256"]):
-                raise BundleError(f"{path}: {name} does not match its signed size and hash (corrupt download?)")
-        return manifest, tar
-    except tarfile.TarError as exc:  # cut off (a broken download) or damaged past its first member
-        tar.close()
-        raise BundleError(f"{path} is not a whole update bundle: {exc}") from None
-    except BaseException:
-        tar.close()
-        raise
+        f.seek(0)
+    except OSError as exc:
+        raise BundleError(f"the bundle cannot be read: {exc}") from None
+    reader = _TarReader(f)
+    data = reader.member_bytes(MANIFEST, 1 << 16)
+    signature = reader.member_bytes(SIGNATURE, 1024)
+    if not verify(data, signature, public_pem):
+        raise BundleError("the signature does not match this router's update key")
+    manifest = parse_manifest(data)
+    left = set(manifest.files)
+    while left:
+        name, size = reader.next_member()
+        if name not in left:
+            raise BundleError(f"the bundle holds {name!r} where its manifest names {sorted(left)}")
+        left.discard(name)
+        if size != manifest.files[name]["size"]:
+            raise BundleError(f"{name} does not match its signed size and hash (corrupt download?)")
+        payload = PayloadReader(reader, manifest, name)
+        yield name, payload
+        reader.skip_rest()
+    if not reader.at_end():
+        raise BundleError("the bundle holds more than its manifest names")
 
 
-def _member_bytes(tar: tarfile.TarFile, name: str, limit: int) -> bytes:
-    f = payload_file(tar, name)
-    data = f.read(limit + 1)
-    if len(data) > limit:
-        raise BundleError(f"bundle member {name} is too large")
-    return data
+class PayloadReader:
+    """One payload member's bytes, read from the bundle in order."""
+
+    def __init__(self, reader: _TarReader, manifest: Manifest, name: str):
+        self.reader, self.manifest, self.name = reader, manifest, name
+        self.info = manifest.files[name]
+
+    def read(self, n: int, /) -> bytes:
+        return self.reader.read(n)
 
 
-def payload_file(tar: tarfile.TarFile, name: str) -> IO[bytes]:
-    try:
-        member = tar.getmember(name)
-    except KeyError:
-        raise BundleError(f"the bundle has no {name}") from None
-    f = tar.extractfile(member) if member.isfile() else None
-    if f is None:
-        raise BundleError(f"bundle member {name} is not a file")
-    return f
+class _TarReader:
+    """A tar file's members in order, one 512-byte header at a time (tarfile's own reader
+    indexes every header of the archive first, and follows extension headers of any size)."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.left, self.padding = f, 0, 0
+
+    def next_member(self) -> tuple[str, int]:
+        block = self._block()
+        if block == bytes(BLOCK):
+            raise BundleError("the bundle ends before its manifest's payload")
+        try:
+            info = tarfile.TarInfo.frombuf(block, "utf-8", "strict")
+        except tarfile.HeaderError as exc:
+            raise BundleError(f"the bundle has a damaged member header: {exc}") from None
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            raise BundleError(f"bundle member {info.name!r} is not a plain file")
+        self.left, self.padding = info.size, -info.size % BLOCK
+        return info.name, info.size
+
+    def member_bytes(self, name: str, limit: int) -> bytes:
+        found, size = self.next_member()
+        if found != name:
+            raise BundleError(f"the bundle starts with {found!r}, not its {name}")
+        if size > limit:
+            raise BundleError(f"bundle member {name} is too large")
+        data = self.read(size)
+        if len(data) != size:
+            raise BundleError(f"the bundle is cut off in {name}")
+        self.skip_rest()
+        return data
+
+    def read(self, n: int) -> bytes:
+        data = self.f.read(min(n, self.left))
+        if not data and self.left:
+            raise BundleError("the bundle is cut off (a broken download?)")
+        self.left -= len(data)
+        return data
+
+    def skip_rest(self) -> None:
+        while self.left:
+            self.read(CHUNK)
+        if len(self.f.read(self.padding)) != self.padding:
+            raise BundleError("the bundle is cut off (a broken download?)")
+        self.padding = 0
+
+    def at_end(self) -> bool:
+        """Whether the archive ends here (tar's end: a block of zeros)."""
+        return self._block() == bytes(BLOCK)
+
+    def _block(self) -> bytes:
+        block = self.f.read(BLOCK)
+        if len(block) != BLOCK:
+            raise BundleError("the bundle is cut off (a broken download?)")
+        return block
 
 
 def chunks(f: Readable) -> Iterator[bytes]:

@@ -25,11 +25,14 @@ whatever happened, and restarts the router into the new version
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from . import ESP, ROOT_PARTLABEL, UPDATE_KEY, VERSION_FILE, boot, bundle
 from .bundle import BundleError
@@ -86,34 +89,53 @@ class Router:
         return {"running": {"slot": slot, "version": version}, "entries": entries}
 
 
-def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow_older: bool = False) -> dict:
+def install(
+    router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow_older: bool = False, follow_links: bool = True
+) -> dict:
+    with open_bundle(bundle_path, follow_links) as source:
+        return _install(router, source, tries, allow_older)
+
+
+def open_bundle(path: Path, follow_links: bool = True) -> BinaryIO:
+    """The bundle to read: a file or a block device (never a symlink, unless `follow_links`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW))
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode)):
+        os.close(fd)
+        raise BundleError(f"{path} is not a file")
+    return os.fdopen(fd, "rb")
+
+
+def _install(router: Router, source: BinaryIO, tries: int, allow_older: bool) -> dict:
     running_slot, running_version = router.running()
-    manifest, tar = bundle.open_verified(bundle_path, router.update_key)
-    with tar:
-        if not allow_older and boot.version_key(manifest.version) <= boot.version_key(running_version):
-            raise BundleError(
-                f"the bundle's version {manifest.version} is not newer than the running "
-                f"{running_version} (--allow-older to install it anyway)"
-            )
-        target = boot.other_slot(running_slot)
-        for path in router.entries.glob("*.conf"):
-            parsed = boot.parse_entry(path.name)
-            if parsed and parsed["slot"] == target:
-                path.unlink()
-        sync_dir(router.entries)
-        router.write_grub_config()
+    manifest = bundle.check(source, router.update_key)
+    if not allow_older and boot.version_key(manifest.version) <= boot.version_key(running_version):
+        raise BundleError(
+            f"the bundle's version {manifest.version} is not newer than the running "
+            f"{running_version} (--allow-older to install it anyway)"
+        )
+    target = boot.other_slot(running_slot)
+    capacity = _capacity(router.partition(target))
+    if capacity and manifest.files["root.squashfs"]["size"] > capacity:
+        raise BundleError(
+            f"the root image ({manifest.files['root.squashfs']['size']} bytes) is larger than slot "
+            f"{router.partition(target)} ({capacity})"
+        )
+    for path in router.entries.glob("*.conf"):
+        parsed = boot.parse_entry(path.name)
+        if parsed and parsed["slot"] == target:
+            path.unlink()
+    sync_dir(router.entries)
+    router.write_grub_config()
 
-        root = manifest.files["root.squashfs"]
-        _write_partition(router.partition(target), bundle.payload_file(tar, "root.squashfs"), root)
+    _write_payload(router, source, manifest, target)
 
-        kernel_dir = router.esp / boot.slot_dir(target)
-        kernel_dir.mkdir(parents=True, exist_ok=True)
-        for member, name in (("vmlinuz", boot.KERNEL), ("initrd.img", boot.INITRD)):
-            write_file(kernel_dir / name, bundle.payload_file(tar, member))
-
-        entry = router.entries / boot.entry_name(manifest.version, target, tries)
-        write_file(entry, boot.entry_text(manifest.version, target).encode())
-        router.write_grub_config()
+    entry = router.entries / boot.entry_name(manifest.version, target, tries)
+    write_file(entry, boot.entry_text(manifest.version, target).encode())
+    router.write_grub_config()
     return {
         "installed": manifest.version,
         "slot": target,
@@ -123,14 +145,84 @@ def install(router: Router, bundle_path: Path, tries: int = DEFAULT_TRIES, allow
     }
 
 
+class BundleChanged(OSError):
+    """The bundle's bytes changed after they were checked (someone else can write the file):
+    what was written is not what was signed, so no boot entry is made for it."""
+
+
+def _write_payload(router: Router, source: BinaryIO, manifest: bundle.Manifest, target: str) -> None:
+    """Read the bundle a second time and write each payload where it goes, hashing the very
+    bytes that are written: they must be the checked ones, or nothing is made bootable. The
+    kernel and initrd are written beside their final names and take them only once all three
+    payloads proved to be the signed ones."""
+    kernel_dir = router.esp / boot.slot_dir(target)
+    kernel_dir.mkdir(parents=True, exist_ok=True)
+    staged: dict[Path, Path] = {}
+    try:
+        for name, payload in bundle.members(source, router.update_key):
+            if payload.manifest != manifest:
+                raise BundleChanged("the bundle's manifest changed after it was checked")
+            if name == "root.squashfs":
+                _write_checked(router.partition(target), payload, manifest.files[name], create=False)
+            else:
+                final = kernel_dir / KERNEL_FILES[name]
+                staged[final] = final.with_name(final.name + ".tmp")
+                _write_checked(staged[final], payload, manifest.files[name], create=True)
+    except BundleError as exc:
+        _discard(staged.values())
+        raise BundleChanged(f"the bundle changed after it was checked: {exc}") from None
+    except BaseException:
+        _discard(staged.values())
+        raise
+    for final, tmp in staged.items():
+        tmp.replace(final)
+    sync_dir(kernel_dir)
+
+
+KERNEL_FILES = {"vmlinuz": boot.KERNEL, "initrd.img": boot.INITRD}
+
+
+def _discard(paths) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def _capacity(device: Path) -> int:
+    """The size of a slot's partition (0 if it cannot tell)."""
+    fd = os.open(device, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def _write_checked(path: Path, source: bundle.Readable, info: dict, create: bool) -> None:
+    """Write `source` to `path` (a new file, or over a partition), hashing each chunk as it is
+    written, then read it back: BundleChanged if the bytes were not the signed ones, OSError if
+    the disk does not give back what it was given."""
+    h, size = hashlib.sha256(), 0
+    with path.open("wb" if create else "r+b") as out:
+        for chunk in bundle.chunks(source):
+            h.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    if (size, h.hexdigest()) != (info["size"], info["sha256"]):
+        raise BundleChanged(f"the bundle changed after it was checked: {path.name} is not the signed one")
+    with path.open("rb") as back:
+        if bundle.file_digest(_Limited(back, info["size"])) != (info["size"], info["sha256"]):
+            raise OSError(f"{path} does not read back what was written: the disk may be failing")
+
+
 def install_from_spool(router: Router, spool: Path) -> dict | None:
     """Install the web UI's upload, SPOOL/bundle; its verdict goes to SPOOL/result.json. None: no upload."""
     upload = spool / SPOOL_BUNDLE
-    if not upload.exists():
+    if not os.path.lexists(upload):
         return None
     result = {"failed": "the installer stopped unexpectedly; the running version stays"}
     try:
-        result = install(router, upload)
+        result = install(router, upload, follow_links=False)
     except BundleError as exc:
         result = {"refused": str(exc)}
     except (OSError, boot.BootError) as exc:
@@ -140,24 +232,6 @@ def install_from_spool(router: Router, spool: Path) -> dict | None:
         write_file(spool / SPOOL_RESULT, json.dumps(result).encode())
         upload.unlink(missing_ok=True)
     return result
-
-
-def _write_partition(device: Path, source, info: dict) -> None:
-    fd = os.open(device, os.O_WRONLY)
-    try:
-        capacity = os.lseek(fd, 0, os.SEEK_END)
-        if capacity and info["size"] > capacity:
-            raise BundleError(f"the root image ({info['size']} bytes) is larger than slot {device} ({capacity})")
-        os.lseek(fd, 0, os.SEEK_SET)
-        for chunk in bundle.chunks(source):
-            os.write(fd, chunk)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    with device.open("rb") as back:
-        size, digest = bundle.file_digest(_Limited(back, info["size"]))
-    if (size, digest) != (info["size"], info["sha256"]):
-        raise OSError(f"{device} does not read back what was written: the disk may be failing")
 
 
 class _Limited:
@@ -170,14 +244,14 @@ class _Limited:
         return data
 
 
-def write_file(path: Path, source) -> None:
+def write_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically. Never through a link: the spool's directory is
+    the web UI's to write, and this runs as root."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as out:
-        if isinstance(source, bytes):
-            out.write(source)
-        else:
-            for chunk in bundle.chunks(source):
-                out.write(chunk)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)

@@ -9,8 +9,10 @@ import json
 import re
 import shlex
 import subprocess
+import tarfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -338,6 +340,94 @@ def test_the_web_uis_upload_is_installed_and_its_verdict_left_for_the_page(tmp_p
     assert result["installed"] == "101" and result["slot"] == "b" and result["tries"] == update.DEFAULT_TRIES
     assert json.loads((spool / "result.json").read_text()) == result
     assert sorted(p.name for p in spool.iterdir()) == ["result.json"]
+
+
+def test_the_spool_is_read_and_written_without_following_links(tmp_path, keys, router):
+    """The web UI (not root) owns the spool: the root installer must not be led by a link it
+    planted, to read another file as the bundle or to write its verdict elsewhere."""
+    spool, target = tmp_path / "spool", tmp_path / "precious"
+    spool.mkdir()
+    target.write_text("keep")
+    (spool / "result.json.tmp").symlink_to(target)
+    (spool / "bundle").symlink_to(make_bundle(tmp_path, "101", keys / "key.pem"))
+    assert "symbolic link" in update.install_from_spool(router, spool)["refused"]
+    assert "refused" in json.loads((spool / "result.json").read_text())
+    assert target.read_text() == "keep" and slot_b_untouched(router)
+    assert sorted(p.name for p in spool.iterdir()) == ["result.json"]
+    # The same bundle as a plain file installs.
+    (spool / "bundle").write_bytes((tmp_path / "101.bundle").read_bytes())
+    assert update.install_from_spool(router, spool)["installed"] == "101"
+
+
+def rewrite_after_check(monkeypatch, bundle_path: Path, member: bytes, evil: bytes) -> None:
+    """After the installer has checked the bundle, rewrite one payload's bytes in the same file
+    (what a compromised service that can write the spool could do while the installer runs)."""
+    checked = bundle.check
+
+    def check_then_rewrite(*args, **kwargs):
+        result = checked(*args, **kwargs)
+        data = bundle_path.read_bytes()
+        at = data.index(member)
+        with bundle_path.open("r+b") as f:
+            f.seek(at)
+            f.write(evil)
+        return result
+
+    monkeypatch.setattr(bundle, "check", check_then_rewrite)
+
+
+@pytest.mark.parametrize(
+    "member, evil",
+    [(b"kernel 101", b"EVILKN 101"), (b"initrd 101", b"EVILRD 101"), (b"squashfs root", b"EVILsquashfs!")],
+)
+def test_a_payload_rewritten_after_the_check_is_never_booted(tmp_path, keys, router, monkeypatch, member, evil):
+    good = make_bundle(tmp_path, "101", keys / "key.pem")
+    rewrite_after_check(monkeypatch, good, member, evil)
+    with pytest.raises((OSError, BundleError), match="changed"):
+        update.install(router, good)
+    assert [p.name for p in router.entries.iterdir()] == ["homework-100-a.conf"]  # nothing new boots
+    slot_b = router.esp / "homework/b"
+    assert not any(evil in p.read_bytes() for p in slot_b.iterdir()) if slot_b.exists() else True
+
+
+def test_the_same_bundle_left_alone_installs(tmp_path, keys, router, monkeypatch):
+    good = make_bundle(tmp_path, "101", keys / "key.pem")
+    rewrite_after_check(monkeypatch, good, b"kernel 101", b"kernel 101")  # the same bytes again
+    assert update.install(router, good)["installed"] == "101"
+    assert (router.esp / "homework/b/vmlinuz").read_bytes() == b"kernel 101"
+    assert sorted(p.name for p in router.esp.joinpath("homework/b").iterdir()) == ["initrd.img", "vmlinuz"]
+
+
+def tiny_members(count: int) -> bytes:
+    info = tarfile.TarInfo("x")
+    info.mode = 0o644
+    return info.tobuf(tarfile.GNU_FORMAT) * count
+
+
+@pytest.mark.parametrize("where", ["before the manifest", "after the payload"])
+def test_a_bundle_of_many_tiny_members_is_refused_quickly_in_little_memory(tmp_path, keys, router, where):
+    """Before its signature is checked, a bundle is read only as far as its signed manifest
+    names: a tar of 100,000 empty members must not cost the root installer their headers."""
+    good = make_bundle(tmp_path, "101", keys / "key.pem").read_bytes()
+    body = good.rstrip(b"\0")
+    body += b"\0" * (-len(body) % 512)
+    hostile = tmp_path / "many.bundle"
+    junk = tiny_members(100_000)
+    hostile.write_bytes(junk + good if where == "before the manifest" else body + junk + b"\0" * 1024)
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(BundleError):
+            update.install(router, hostile)
+        elapsed = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 2.0, f"{elapsed:.2f} s"
+    assert peak < 4 << 20, f"{peak / (1 << 20):.1f} MiB"
+    assert slot_b_untouched(router)
+    # The same bundle without the extra members installs.
+    assert update.install(router, tmp_path / "101.bundle")["installed"] == "101"
 
 
 def test_the_console_shows_the_setup_code_until_the_owner_exists_and_a_labels_code_always():
