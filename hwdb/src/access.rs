@@ -36,8 +36,9 @@ pub fn caller_for(peer: IpAddr, treat_as_lan: &[IpAddr]) -> Caller {
     }
 }
 
-/// The only statement a LAN caller may run begins with these words.
-const LAN_STATEMENT_START: [&str; 4] = ["insert", "into", "apptuples", "values"];
+/// The statements a LAN caller may run begin with these words: its reports, and asking the
+/// router to prove it is the household's (`pairing`).
+const LAN_STATEMENT_STARTS: [&[&str]; 2] = [&["insert", "into", "apptuples", "values"], &["prove"]];
 
 impl Caller {
     pub fn max_statement_bytes(&self, limits: &Limits) -> usize {
@@ -63,10 +64,14 @@ pub fn screen(caller: &Caller, limits: &Limits, len: usize, head: &str, whole: b
     Ok(())
 }
 
-/// False once the words in `head` show it is not the statement a LAN caller may run.
+/// False once the words in `head` show it is none of the statements a LAN caller may run.
 fn may_start_lan_statement(head: &str, whole: bool) -> bool {
+    LAN_STATEMENT_STARTS.iter().any(|words| may_start_with(head, whole, words))
+}
+
+fn may_start_with(head: &str, whole: bool, words: &[&str]) -> bool {
     let mut lex = Lexer::new(head);
-    for word in LAN_STATEMENT_START {
+    for word in words {
         match lex.next_token() {
             Ok(t) if !whole && t.end >= head.len() => return true,
             Ok(t) if matches!(t.tok, Tok::Ident(w) if w.eq_ignore_ascii_case(word)) => {}
@@ -82,6 +87,9 @@ const APPTUPLES_ARITY: usize = 7;
 
 pub fn authorize(caller: &Caller, stmt: &Stmt) -> Result<(), String> {
     let Caller::Lan(ip) = caller else { return Ok(()) };
+    if matches!(stmt, Stmt::Prove { .. }) {
+        return Ok(());
+    }
     let Stmt::Insert { table, values, rows, .. } = stmt else {
         return Err(FORBIDDEN.into());
     };
@@ -134,6 +142,8 @@ mod tests {
             assert_eq!(screen(&Caller::Local, &limits, 9000, head, false), Ok(()), "{head:?}");
         }
         assert_eq!(screen(&lan, &limits, 100, "insert into", true).unwrap_err(), FORBIDDEN);
+        assert_eq!(screen(&lan, &limits, 100, "prove 'ab' for '10.2.0.1:987'", true), Ok(()));
+        assert_eq!(screen(&lan, &limits, 100, "proven", true).unwrap_err(), FORBIDDEN);
         let too_long = limits.max_lan_query_bytes + 1;
         assert!(screen(&lan, &limits, too_long, insert, false).unwrap_err().ends_with("bytes for LAN clients"));
         assert_eq!(screen(&Caller::Local, &limits, too_long, insert, false), Ok(()));
@@ -145,6 +155,7 @@ mod tests {
         let ok = "insert into AppTuples values (6, '10.2.0.10', 5000, '1.1.1.1', 443, 'firefox', 'laptop'), \
                   (17, '10.2.0.10', 5001, '8.8.8.8', 53, 'dig', 'laptop')";
         assert_eq!(authorize(&me, &parse(ok).unwrap()), Ok(()));
+        assert_eq!(authorize(&me, &parse("prove 'ab' for '10.2.0.1:987'").unwrap()), Ok(()));
         assert_eq!(authorize(&Caller::Local, &parse("select * from Flows").unwrap()), Ok(()));
         for bad in [
             "select * from AppTuples",

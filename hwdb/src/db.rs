@@ -4,15 +4,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::access::{self, Caller};
 use crate::exec::{run_select, ColId, Limits, Pred, QueryResult, Scope};
+use crate::pairing::{self, Key};
 use crate::parse::{self, Error, ItemKind, Lit, Select, Stmt};
 use crate::persist::Persist;
+use crate::rate::{RowRates, LAN_ROWS};
 use crate::table::{Column, Ring, Table, TSTAMP};
 use crate::value::{Cell, ColType, Value};
 
@@ -123,6 +125,10 @@ pub struct Db {
     hub: OnceLock<Arc<dyn SubscriptionHub>>,
     next_sub: AtomicU32,
     subs: Mutex<BTreeMap<u32, SubInfo>>,
+    /// Each LAN address's row rate (loopback is not limited).
+    lan_rows: Mutex<RowRates>,
+    /// The household's agent key, with which `prove` answers (`pairing`); none: `prove` is refused.
+    agent_key: OnceLock<Key>,
 }
 
 // A panic elsewhere must not wedge every later query, so poisoned locks are entered anyway:
@@ -205,11 +211,17 @@ impl Db {
             hub: OnceLock::new(),
             next_sub: AtomicU32::new(1),
             subs: Mutex::new(BTreeMap::new()),
+            lan_rows: Mutex::new(RowRates::new(LAN_ROWS, Instant::now())),
+            agent_key: OnceLock::new(),
         })
     }
 
     pub fn set_hub(&self, hub: Arc<dyn SubscriptionHub>) {
         let _ = self.hub.set(hub);
+    }
+
+    pub fn set_agent_key(&self, key: Key) {
+        let _ = self.agent_key.set(key);
     }
 
     pub fn now(&self) -> u64 {
@@ -224,10 +236,19 @@ impl Db {
     }
 
     /// Screen, parse, authorize and run one statement. Errors come back as text for the client.
+    /// A LAN caller's statement is charged to its address's row rate: an insert its rows, a
+    /// `prove` one; a caller whose rate is spent is refused before its statement is parsed.
     pub fn execute(&self, text: &str, caller: &Caller) -> Result<QueryResult, String> {
         access::screen(caller, &self.limits, text.len(), text, true)?;
+        if let Caller::Lan(ip) = caller {
+            lock(&self.lan_rows).ready(*ip, Instant::now())?;
+        }
         let stmt = parse::parse(text).map_err(|e| e.render(text))?;
         access::authorize(caller, &stmt)?;
+        if let Caller::Lan(ip) = caller {
+            let rows = if let Stmt::Insert { rows, .. } = &stmt { *rows } else { 1 };
+            lock(&self.lan_rows).take(*ip, rows, Instant::now())?;
+        }
         self.run(stmt, text).map_err(|e| e.render(text))
     }
 
@@ -283,6 +304,20 @@ impl Db {
             Stmt::Save { query, name, pos } => self.save(&query, name, pos),
             Stmt::ShowTables => Ok(self.show_tables()),
             Stmt::ShowSubscriptions => Ok(self.show_subscriptions()),
+            Stmt::Prove { nonce, nonce_pos, addr } => {
+                let key = self
+                    .agent_key
+                    .get()
+                    .ok_or_else(|| Error::plain("this router has no agent key (hwdb runs without --agent-key-file)"))?;
+                let nonce = pairing::from_hex::<{ pairing::NONCE_BYTES }>(&nonce).ok_or_else(|| {
+                    Error::at(nonce_pos, "the nonce must be 32 random bytes as 64 lowercase hex characters")
+                })?;
+                Ok(QueryResult {
+                    columns: vec![("proof".into(), Varchar)],
+                    rows: vec![vec![Value::Str(pairing::to_hex(&pairing::proof(key, &nonce, &addr)).into())]],
+                    message: None,
+                })
+            }
             Stmt::Describe { table, pos } => {
                 let entry = self.entry(table, pos)?;
                 let e = rd(&entry);

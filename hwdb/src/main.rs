@@ -1,5 +1,5 @@
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +51,10 @@ enum Cmd {
         /// Log level on stderr: error, warn, info, debug (refused requests) or trace.
         #[arg(long, default_value_t = tracing::Level::INFO)]
         log: tracing::Level,
+        /// The household's agent key (created, random, if the file does not exist), with which
+        /// hwdb proves to end-host agents that this is their router.
+        #[arg(long = "agent-key-file")]
+        agent_key_file: Option<PathBuf>,
     },
     /// Run one statement against a server and print the result.
     Query {
@@ -132,13 +136,17 @@ fn print_table(r: &Reply) {
 }
 
 /// Open the database and serve until SIGTERM or SIGINT; then finish what is in progress.
-fn serve(db: &str, ring: Ring, cfg: server::Config) -> hwdb::Result<()> {
+fn serve(db: &str, ring: Ring, agent_key_file: Option<&Path>, cfg: server::Config) -> hwdb::Result<()> {
     if db != ":memory:" {
         if let Some(dir) = Path::new(db).parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
     }
     let database = Arc::new(Db::open(db, ring, system_clock(), Limits::default())?);
+    if let Some(path) = agent_key_file {
+        database.set_agent_key(hwdb::pairing::load_or_create_key(path)?);
+        tracing::info!(path = %path.display(), "agents are answered with the household's key");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -158,7 +166,18 @@ fn serve(db: &str, ring: Ring, cfg: server::Config) -> hwdb::Result<()> {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Serve { listen, lan_listen, lan_device, db, ring_rows, ring_mib, rto_ms, treat_as_lan, log } => {
+        Cmd::Serve {
+            listen,
+            lan_listen,
+            lan_device,
+            db,
+            ring_rows,
+            ring_mib,
+            rto_ms,
+            treat_as_lan,
+            log,
+            agent_key_file,
+        } => {
             tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_max_level(log).init();
             let cfg = server::Config {
                 listen: vec![listen],
@@ -167,7 +186,7 @@ fn main() -> ExitCode {
                 treat_as_lan,
                 rto: Duration::from_millis(rto_ms.max(1)),
             };
-            match serve(&db, Ring { rows: ring_rows, bytes: ring_mib << 20 }, cfg) {
+            match serve(&db, Ring { rows: ring_rows, bytes: ring_mib << 20 }, agent_key_file.as_deref(), cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

@@ -444,6 +444,13 @@ pub enum Stmt<'a> {
         table: &'a str,
         pos: usize,
     },
+    /// `prove 'NONCE' for 'ADDRESS'`: an agent asks the router to prove it holds the
+    /// household's agent key (`pairing`).
+    Prove {
+        nonce: Cow<'a, str>,
+        nonce_pos: usize,
+        addr: Cow<'a, str>,
+    },
 }
 
 // ---------------------------------------------------------------- parser
@@ -536,6 +543,17 @@ impl<'a> Parser<'a> {
         }
     }
 
+    fn string(&mut self, what: &str) -> Result<(Cow<'a, str>, usize)> {
+        match &self.cur.tok {
+            Tok::Str(s) => {
+                let (s, pos) = (s.clone(), self.cur.pos);
+                self.advance()?;
+                Ok((s, pos))
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+
     fn uint(&mut self, what: &str) -> Result<u64> {
         match self.cur.tok {
             Tok::Int(v) if v >= 0 => {
@@ -602,6 +620,13 @@ impl<'a> Parser<'a> {
                 self.advance()?;
                 let (table, pos) = self.ident("table name")?;
                 Ok(Stmt::Describe { table, pos })
+            }
+            "prove" => {
+                self.advance()?;
+                let (nonce, nonce_pos) = self.string("the nonce, a quoted string")?;
+                self.expect_kw("for")?;
+                let (addr, _) = self.string("the address the request was sent to, a quoted string")?;
+                Ok(Stmt::Prove { nonce, nonce_pos, addr })
             }
             _ => Err(self.unexpected("a statement (select, insert, create, subscribe, ...)")),
         }

@@ -513,3 +513,111 @@ fn sigterm_stops_the_server_cleanly() {
     };
     assert!(exit.success(), "{exit:?}");
 }
+
+fn lan_client(server: &Server, ip: &str) -> Client {
+    let mut c = Client::connect_from(server.addr, format!("{ip}:0").parse().unwrap()).unwrap();
+    c.opts.rto = Duration::from_millis(20);
+    c
+}
+
+/// `rows` AppTuples rows about `ip`, ports from `first_port`, in one insert.
+fn report(ip: &str, first_port: usize, rows: usize, app: &str) -> String {
+    let tuples: Vec<String> =
+        (first_port..first_port + rows).map(|p| format!("(6,'{ip}',{p},'1.1.1.1',443,'{app}','host')")).collect();
+    format!("insert into AppTuples values {}", tuples.join(","))
+}
+
+fn count(c: &mut Client, query: &str) -> u64 {
+    c.query(query).unwrap().rows[0][0].as_u64().unwrap()
+}
+
+/// Issue 20, item 4: one LAN address inserting as fast as it can is refused past its row rate,
+/// while another address's reports go in during the flood and stay in the ring; loopback is
+/// not limited.
+#[test]
+fn one_lan_address_flooding_reports_cannot_crowd_out_another() {
+    // A ring of 6,000 rows: an unlimited flood replaces all of it within a second.
+    let lan = ["--treat-as-lan", "127.0.0.2", "--treat-as-lan", "127.0.0.3", "--ring-rows", "6000"];
+    let server = Server::start(Path::new(":memory:"), &lan);
+    let (mut flooder, mut neighbour, mut local) =
+        (lan_client(&server, "127.0.0.2"), lan_client(&server, "127.0.0.3"), server.client());
+    neighbour.query(&report("127.0.0.3", 1, 20, "zoom")).unwrap();
+    let start = Instant::now();
+    let flood = Duration::from_secs(2);
+    let (accepted, refusals, neighbour_rows) = thread::scope(|s| {
+        let flooding = s.spawn(|| {
+            let (mut accepted, mut refusals, mut port) = (0usize, Vec::new(), 1);
+            while start.elapsed() < flood {
+                match flooder.query(&report("127.0.0.2", port, 400, "flood")) {
+                    Ok(_) => accepted += 400,
+                    Err(ClientError::Server(m)) => refusals.push(m),
+                    Err(e) => panic!("the flooder should get an answer: {e}"),
+                }
+                port += 400;
+            }
+            (accepted, refusals)
+        });
+        // Positive control: the neighbour's reports during the flood, 50 a second, are taken.
+        let mut neighbour_rows = 20;
+        while start.elapsed() < flood {
+            neighbour.query(&report("127.0.0.3", 1000 + neighbour_rows, 1, "zoom")).unwrap();
+            neighbour_rows += 1;
+            thread::sleep(Duration::from_millis(20));
+        }
+        let (accepted, refusals) = flooding.join().unwrap();
+        (accepted, refusals, neighbour_rows)
+    });
+    let took = start.elapsed().as_secs_f64();
+    assert!(!refusals.is_empty(), "the flood was never refused ({accepted} rows taken in {took:.1} s)");
+    let busy = "busy: 127.0.0.2 sent more AppTuples rows than its rate of 200 rows/s (bursts of 2000); retry in ";
+    assert!(refusals.iter().all(|m| m.starts_with(busy)), "{:?}", refusals[0]);
+    // The burst, the rate over the run, and the one batch that may straddle the two.
+    assert!(accepted as f64 <= 2000.0 + 200.0 * took + 400.0, "{accepted} rows taken in {took:.1} s");
+    assert!(accepted >= 2000, "the burst should go in: {accepted}");
+    let kept = count(&mut local, "select count(*) from AppTuples where saddr = '127.0.0.3'");
+    assert_eq!(kept as usize, neighbour_rows, "the neighbour's reports were evicted");
+    // The router's own services are not limited: 3,000 rows at once from loopback go in.
+    local.query(&report("127.0.0.9", 1, 3000, "local")).unwrap();
+    assert_eq!(count(&mut local, "select count(*) from AppTuples where saddr = '127.0.0.9'"), 3000);
+}
+
+/// Issue 20, item 6: a router started with the household's key proves it to an agent on the
+/// LAN (the proof is the one the agent computes with that key); one with another key cannot,
+/// and a router without a key says so. The key file is created at the first start and kept.
+#[test]
+fn the_router_proves_it_holds_the_households_agent_key() {
+    use hwdb::pairing::{self, load_or_create_key};
+    let dir = temp_dir("agent-key");
+    let key_file = dir.join("agent.key");
+    let lan = ["--treat-as-lan", "127.0.0.2", "--agent-key-file", key_file.to_str().unwrap()];
+    let server = Server::start(Path::new(":memory:"), &lan);
+    let key = load_or_create_key(&key_file).unwrap();
+    let nonce: [u8; pairing::NONCE_BYTES] = std::array::from_fn(|i| (i * 7 + 3) as u8);
+    let to = "10.2.0.1:987";
+    let ask = format!("prove '{}' for '{to}'", pairing::to_hex(&nonce));
+    let proof = lan_client(&server, "127.0.0.2").query(&ask).unwrap().rows[0][0].as_str().unwrap().to_string();
+    assert_eq!(proof, pairing::to_hex(&pairing::proof(&key, &nonce, to)), "the right key's proof");
+    let other_key = [0x5au8; pairing::KEY_BYTES];
+    assert_ne!(proof, pairing::to_hex(&pairing::proof(&other_key, &nonce, to)), "a wrong key gives another proof");
+    // Restarted, it answers with the same key from the same file.
+    drop(server);
+    let again = Server::start(Path::new(":memory:"), &lan);
+    assert_eq!(lan_client(&again, "127.0.0.2").query(&ask).unwrap().rows[0][0].as_str().unwrap(), proof);
+    // A router of another household (its own key file) gives a proof the agent rejects.
+    let other_file = dir.join("other.key");
+    let other = Server::start(Path::new(":memory:"), &["--agent-key-file", other_file.to_str().unwrap()]);
+    assert_ne!(other.client().query(&ask).unwrap().rows[0][0].as_str().unwrap(), proof);
+    // Without a key, and with a malformed nonce: clear errors.
+    let keyless = Server::start(Path::new(":memory:"), &[]);
+    match keyless.client().query(&ask) {
+        Err(ClientError::Server(m)) => {
+            assert_eq!(m, "this router has no agent key (hwdb runs without --agent-key-file)")
+        }
+        other => panic!("{other:?}"),
+    }
+    match again.client().query("prove 'abc' for '10.2.0.1:987'") {
+        Err(ClientError::Server(m)) => assert!(m.contains("the nonce must be 32 random bytes"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
