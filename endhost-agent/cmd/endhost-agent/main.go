@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"homework/endhost-agent/internal/agent"
 	"homework/endhost-agent/internal/discovery"
 	"homework/endhost-agent/internal/flow"
+	"homework/endhost-agent/internal/pairing"
 	"homework/endhost-agent/internal/reporter"
 	"homework/endhost-agent/internal/source"
 )
@@ -39,7 +41,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	hwdbFlag := fs.String("hwdb", "", "the router's hwdb RPC address (default: the router's port 987)")
 	hostFlag := fs.String("host", "", "this computer's name in reports (default: the hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	routerKey := fs.String("router-key", "", "the household's router key (64 hex characters, from the router's web UI); without it nothing is reported")
+	routerKeyFile := fs.String("router-key-file", "", "a file holding the router key (better for services: the key is not in ps)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	key, err := readRouterKey(*routerKey, *routerKeyFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "endhost-agent:", err)
 		return 2
 	}
 	var level slog.Level
@@ -84,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err = runService(serviceName, func(ctx context.Context) error {
 		log.Info("reporting connections through the router", "router", router.Gateway, "self", router.Scope.Self,
 			"on_link", router.Scope.OnLink, "hwdb", hwdb, "source", src.Name(), "interval", *interval)
-		rep := reporter.New(hwdb, netip.AddrPortFrom(router.Scope.Self, 0).String(), host, log)
+		rep := reporter.New(hwdb, netip.AddrPortFrom(router.Scope.Self, 0).String(), host, key, log)
 		defer rep.Close()
 		return a.Run(ctx, agent.Options{
 			Interval:    *interval,
@@ -101,6 +110,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// readRouterKey is the key from --router-key or --router-key-file; nil if neither is given.
+func readRouterKey(text, file string) (*pairing.Key, error) {
+	var (
+		key pairing.Key
+		err error
+	)
+	switch {
+	case text != "" && file != "":
+		return nil, errors.New("give --router-key or --router-key-file, not both")
+	case text != "":
+		key, err = pairing.ParseKey(text)
+		err = wrap("--router-key", err)
+	case file != "":
+		key, err = pairing.ReadKeyFile(file)
+		err = wrap("--router-key-file", err)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &key, nil
+}
+
+func wrap(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", flag, err)
 }
 
 func printOnce(a *agent.Agent, host string, stdout io.Writer, log *slog.Logger) int {

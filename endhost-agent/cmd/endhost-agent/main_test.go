@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,7 +114,11 @@ func TestServiceReportsToHWDBAndStopsOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "--hwdb", addr, "--interval", "50ms")
+	keyFile := filepath.Join(t.TempDir(), "router.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(hwdbtest.Key[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "--hwdb", addr, "--interval", "50ms", "--router-key-file", keyFile)
 	cmd.Env = append(os.Environ(), "HWAGENT_MAIN=1")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
@@ -151,6 +157,59 @@ func TestServiceReportsToHWDBAndStopsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
 		t.Fatalf("no clean stop in the log:\n%s", logs.String())
 	}
+}
+
+// With a key the router cannot prove (a wrong --router-key, or another household's router), the
+// running agent reports nothing and says plainly why and what to do.
+func TestServiceWithAWrongKeyReportsNothingAndSaysWhy(t *testing.T) {
+	sockets(t) // a connection through the default gateway that would be reported
+	addr := hwdbtest.StartReady(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := hwdbtest.Key
+	wrong[31] ^= 0x80
+	cmd := exec.Command(self, "--hwdb", addr, "--interval", "50ms", "--router-key", hex.EncodeToString(wrong[:]))
+	cmd.Env = append(os.Environ(), "HWAGENT_MAIN=1")
+	var logs syncBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), reporter.Unpaired) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never said it is not paired; log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "does not match this agent's key") || !strings.Contains(logs.String(), "--router-key from the router's web UI") {
+		t.Fatalf("the reason is not plain; log:\n%s", logs.String())
+	}
+	time.Sleep(500 * time.Millisecond) // ten more scans
+	if got := hwdbtest.AppTuples(t, addr); len(got) != 0 {
+		t.Fatalf("reports reached a router that did not prove the key: %q", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the test reads while the child process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func itoa(n uint16) string { return strconv.Itoa(int(n)) }

@@ -2,6 +2,7 @@
 package hwdbtest
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -11,11 +12,16 @@ import (
 	"time"
 
 	"homework/hwdb/go/hwdbclient"
+
+	"homework/endhost-agent/internal/pairing"
 )
 
 // LANPeer is the loopback address the server is told to treat as a LAN host: the tests'
 // agents report from it, and rows about any other address must be refused.
 const LANPeer = "127.0.0.2"
+
+// Key is the household key the tests' routers hold (their --agent-key-file).
+var Key = pairing.Key{0: 0x11, 7: 0x22, 31: 0x33}
 
 // Binary is the hwdb server binary from HWDB_BIN; the test is skipped without it.
 func Binary(t *testing.T) string {
@@ -38,11 +44,17 @@ func FreeAddr(t *testing.T) string {
 	return c.LocalAddr().String()
 }
 
-// Start runs a server at addr and stops it when the test ends; it does not wait for it.
+// Start runs a server at addr, holding Key, and stops it when the test ends; it does not wait
+// for it.
 func Start(t *testing.T, addr string) {
 	t.Helper()
-	cmd := exec.Command(Binary(t), "serve", "--listen", addr, "--db", filepath.Join(t.TempDir(), "hwdb.sqlite"),
-		"--rto-ms", "20", "--treat-as-lan", LANPeer)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "agent.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(Key[:])+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(Binary(t), "serve", "--listen", addr, "--db", filepath.Join(dir, "hwdb.sqlite"),
+		"--rto-ms", "20", "--treat-as-lan", LANPeer, "--agent-key-file", keyFile)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Package reporter sends the agent's reports to the router's hwdb as AppTuples rows over the
 // hwdb RPC, in statements under the server's size limit for LAN clients, keeping what could
-// not be sent for the next flush.
+// not be sent for the next flush. It reports only to a router that has proved it holds the
+// household's key (package pairing), and slows down when the router asks it to.
 package reporter
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"homework/endhost-agent/internal/agenterr"
 	"homework/endhost-agent/internal/flow"
+	"homework/endhost-agent/internal/pairing"
 )
 
 const (
@@ -23,6 +25,14 @@ const (
 	MaxQueued = 50_000
 	// AnyPeer is the daddr of an unconnected UDP socket: it talks to any peer from its port.
 	AnyPeer = "*"
+	// FirstBackoff and MaxBackoff bound the pause after the router answers "busy:" (its row
+	// rate for this computer is spent): the pause doubles while it stays busy.
+	FirstBackoff = time.Second
+	MaxBackoff   = 30 * time.Second
+	// Unpaired begins every reason the agent gives for reporting nothing to a router.
+	Unpaired = "not paired with this router: "
+	// PairingHint ends it: what the person should do.
+	PairingHint = "; run with --router-key from the router's web UI"
 )
 
 // Reporter queues reports and sends them. Not safe for concurrent use.
@@ -35,12 +45,22 @@ type Reporter struct {
 	client  *hwdbclient.Client
 	queue   []flow.Report
 	dropped int
+	// key is the household's key; nil: no router is ever trusted.
+	key *pairing.Key
+	// paired: server has proved it holds key. unpaired: why server will not be reported to
+	// (said once; cleared when the agent reports to another router).
+	paired   bool
+	unpaired error
+	// After a "busy:" answer nothing is sent before resume; backoff is the next pause.
+	resume  time.Time
+	backoff time.Duration
 }
 
 // New reports to the hwdb at server ("10.2.0.9:987"), from local ("" for any address), with
-// host as the AppTuples host column (this computer's name).
-func New(server, local, host string, log *slog.Logger) *Reporter {
-	return &Reporter{server: server, local: local, host: host, Timeout: 5 * time.Second, log: log}
+// host as the AppTuples host column (this computer's name), once the router has proved it
+// holds key (nil: never).
+func New(server, local, host string, key *pairing.Key, log *slog.Logger) *Reporter {
+	return &Reporter{server: server, local: local, host: host, key: key, Timeout: 5 * time.Second, log: log, backoff: FirstBackoff}
 }
 
 // Add queues reports for the next Flush.
@@ -56,12 +76,23 @@ func (r *Reporter) Add(reports ...flow.Report) {
 // Queued is the number of reports waiting.
 func (r *Reporter) Queued() int { return len(r.queue) }
 
-// Flush sends everything queued, one statement at a time. A transient failure keeps the rest
-// queued; a refused statement is dropped (sending it again cannot succeed) and reported.
+// Flush sends everything queued, one statement at a time, once the router has proved it is
+// this household's. A transient failure keeps the rest queued (after "busy:", nothing is sent
+// until a pause has passed); a refused statement is dropped (sending it again cannot succeed)
+// and reported. To a router that is not paired nothing is sent: the first Flush says why, the
+// later ones drop what is queued and return nil.
 func (r *Reporter) Flush() error {
+	if len(r.queue) == 0 || time.Now().Before(r.resume) {
+		return nil
+	}
+	if !r.paired {
+		if err := r.pair(); err != nil {
+			return err
+		}
+	}
 	for len(r.queue) > 0 {
 		stmt, n := Statement(r.queue, r.host)
-		err := r.send(stmt)
+		_, err := r.query("report to hwdb", stmt)
 		if err != nil && agenterr.KindOf(err) == agenterr.Transient {
 			return err
 		}
@@ -69,36 +100,84 @@ func (r *Reporter) Flush() error {
 		if err != nil {
 			return err
 		}
+		r.backoff = FirstBackoff
 		r.log.Debug("reported", "rows", n)
 	}
 	return nil
 }
 
-func (r *Reporter) send(stmt string) error {
+// pair asks the router for its proof of a fresh nonce, unless it is already known not to be
+// this household's.
+func (r *Reporter) pair() error {
+	if r.unpaired != nil {
+		r.queue = nil
+		return nil
+	}
+	if r.key == nil {
+		return r.refuse(errors.New("no router key was given"))
+	}
+	nonce, err := pairing.NewNonce()
+	if err != nil {
+		return agenterr.New("make a nonce", agenterr.Transient, err)
+	}
+	res, err := r.query("ask the router for its proof", pairing.Statement(nonce, r.server))
+	var refusal *hwdbclient.ServerError
+	switch {
+	case agenterr.KindOf(err) == agenterr.Refused && errors.As(err, &refusal):
+		return r.refuse(fmt.Errorf("the router at %s answered: %s", r.server, refusal.Msg))
+	case err != nil:
+		return err
+	case len(res.Rows) != 1 || len(res.Rows[0]) != 1:
+		return r.refuse(fmt.Errorf("the router at %s gave no proof", r.server))
+	}
+	answer, _ := res.Rows[0][0].(string)
+	if err := pairing.Check(*r.key, nonce, r.server, answer); err != nil {
+		return r.refuse(fmt.Errorf("the router at %s: %w", r.server, err))
+	}
+	r.paired = true
+	r.log.Info("the router proved it is this household's", "hwdb", r.server)
+	return nil
+}
+
+// refuse gives up on the current router: nothing queued or later is reported to it.
+func (r *Reporter) refuse(why error) error {
+	r.unpaired = errors.New(Unpaired + why.Error() + PairingHint)
+	r.queue = nil
+	return agenterr.New("report to hwdb at "+r.server, agenterr.Refused, r.unpaired)
+}
+
+// query runs one statement; "busy:" answers start a pause (see Flush).
+func (r *Reporter) query(op, stmt string) (*hwdbclient.Result, error) {
 	if r.client == nil {
 		c, err := hwdbclient.DialFrom(r.server, r.local)
 		if err != nil {
-			return agenterr.New("connect to hwdb at "+r.server, agenterr.Transient, err)
+			return nil, agenterr.New("connect to hwdb at "+r.server, agenterr.Transient, err)
 		}
 		c.Timeout = r.Timeout
 		r.client = c
 	}
-	_, err := r.client.Query(stmt)
+	res, err := r.client.Query(stmt)
 	if err == nil {
-		return nil
+		return res, nil
 	}
 	var refusal *hwdbclient.ServerError
 	if errors.As(err, &refusal) && !strings.HasPrefix(refusal.Msg, "busy:") {
-		return agenterr.New("report to hwdb", agenterr.Refused, err)
+		return nil, agenterr.New(op, agenterr.Refused, err)
+	}
+	if refusal != nil {
+		r.resume = time.Now().Add(r.backoff)
+		r.log.Info("the router asks to slow down; holding reports", "queued", len(r.queue), "pause", r.backoff, "answer", refusal.Msg)
+		r.backoff = min(2*r.backoff, MaxBackoff)
 	}
 	// Unanswered or busy: start a fresh connection next time (the server may have restarted).
 	r.client.Close()
 	r.client = nil
-	return agenterr.New("report to hwdb at "+r.server, agenterr.Transient, err)
+	return nil, agenterr.New(op+" at "+r.server, agenterr.Transient, err)
 }
 
 // Retarget sends to the hwdb at server from local from now on. Reports still queued for
-// another router are about an address that one would refuse: they are dropped.
+// another router are about an address that one would refuse: they are dropped. Another
+// router must prove again that it is this household's.
 func (r *Reporter) Retarget(server, local string) {
 	if server == r.server && local == r.local {
 		return
@@ -107,7 +186,11 @@ func (r *Reporter) Retarget(server, local string) {
 		r.log.Info("dropping reports meant for the previous router", "count", len(r.queue))
 	}
 	r.Close()
+	if server != r.server {
+		r.paired, r.unpaired = false, nil
+	}
 	r.server, r.local, r.queue = server, local, nil
+	r.resume, r.backoff = time.Time{}, FirstBackoff
 }
 
 // Close releases the connection.

@@ -12,6 +12,7 @@ import (
 	"homework/endhost-agent/internal/agenterr"
 	"homework/endhost-agent/internal/flow"
 	"homework/endhost-agent/internal/hwdbtest"
+	"homework/endhost-agent/internal/pairing"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -56,7 +57,7 @@ func TestStatementsStayUnderTheLANLimit(t *testing.T) {
 // the router and does not arrive, and the refusal does not block later reports.
 func TestReportsArriveAndForgedOnesAreRefused(t *testing.T) {
 	addr := hwdbtest.StartReady(t)
-	r := New(addr, hwdbtest.LANPeer+":0", "laptop", quiet)
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", &hwdbtest.Key, quiet)
 
 	own := []flow.Report{
 		report(flow.TCP, "127.0.0.2:40000", "93.184.216.34:443", "firefox"),
@@ -103,7 +104,7 @@ func TestReportsArriveAndForgedOnesAreRefused(t *testing.T) {
 // While the router does not answer, reports wait; once it answers they are delivered.
 func TestReportsWaitForAnUnreachableRouter(t *testing.T) {
 	addr := hwdbtest.FreeAddr(t)
-	r := New(addr, hwdbtest.LANPeer+":0", "laptop", quiet)
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", &hwdbtest.Key, quiet)
 	r.Timeout = 300 * time.Millisecond
 	r.Add(report(flow.TCP, "127.0.0.2:40000", "93.184.216.34:443", "firefox"))
 	if err := r.Flush(); agenterr.KindOf(err) != agenterr.Transient || r.Queued() != 1 {
@@ -128,6 +129,76 @@ func TestReportsWaitForAnUnreachableRouter(t *testing.T) {
 		if row != got[0] || !strings.Contains(row, "firefox") {
 			t.Fatalf("AppTuples holds %q, want the waiting report (at least once, nothing else)", got)
 		}
+	}
+	r.Close()
+}
+
+// A router that cannot prove it holds the household's key (another household's, or a wrong
+// --router-key) is sent nothing, and the agent says why once; the same reports to the paired
+// router arrive (the positive control is TestReportsArriveAndForgedOnesAreRefused).
+func TestNothingIsReportedToARouterThatIsNotPaired(t *testing.T) {
+	addr := hwdbtest.StartReady(t)
+	wrong := hwdbtest.Key
+	wrong[0] ^= 1
+	for name, key := range map[string]*pairing.Key{"a wrong key": &wrong, "no key": nil} {
+		var logs strings.Builder
+		r := New(addr, hwdbtest.LANPeer+":0", "laptop", key, slog.New(slog.NewTextHandler(&logs, nil)))
+		r.Add(report(flow.TCP, "127.0.0.2:40000", "93.184.216.34:443", "firefox"))
+		err := r.Flush()
+		if agenterr.KindOf(err) != agenterr.Refused || !strings.Contains(err.Error(), Unpaired) || !strings.HasSuffix(err.Error(), PairingHint) {
+			t.Fatalf("%s: err %v, want a refusal that says the router is not paired and what to do", name, err)
+		}
+		r.Add(report(flow.TCP, "127.0.0.2:40001", "93.184.216.34:443", "firefox"))
+		if err := r.Flush(); err != nil || r.Queued() != 0 {
+			t.Fatalf("%s: later flush: err %v, queued %d; want nothing said again and nothing kept", name, err, r.Queued())
+		}
+		if got := hwdbtest.AppTuples(t, addr); len(got) != 0 {
+			t.Fatalf("%s: reports reached a router that is not paired: %q", name, got)
+		}
+		r.Close()
+	}
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", &hwdbtest.Key, quiet)
+	r.Add(report(flow.TCP, "127.0.0.2:40002", "93.184.216.34:443", "firefox"))
+	if err := r.Flush(); err != nil || len(hwdbtest.AppTuples(t, addr)) != 1 {
+		t.Fatalf("with the right key: err %v, AppTuples %q", err, hwdbtest.AppTuples(t, addr))
+	}
+	r.Close()
+}
+
+// Past the router's row rate for this computer (a start-up scan larger than its burst), the
+// reporter pauses instead of asking again at every scan, keeps what is queued, and delivers
+// all of it once the rate allows.
+func TestABusyRouterIsGivenAPauseAndEveryReportArrives(t *testing.T) {
+	addr := hwdbtest.StartReady(t)
+	r := New(addr, hwdbtest.LANPeer+":0", "laptop", &hwdbtest.Key, quiet)
+	const total = 3000 // more than hwdb's burst of 2000 rows
+	var many []flow.Report
+	for i := 0; i < total; i++ {
+		many = append(many, report(flow.TCP, fmt.Sprintf("127.0.0.2:%d", 10000+i), "1.1.1.1:443", "backup"))
+	}
+	r.Add(many...)
+	err := r.Flush()
+	if agenterr.KindOf(err) != agenterr.Transient || !strings.Contains(err.Error(), "busy:") {
+		t.Fatalf("err %v, want the router's busy answer", err)
+	}
+	waiting := r.Queued()
+	if waiting == 0 || waiting == total {
+		t.Fatalf("%d of %d reports wait; want the burst delivered and the rest kept", waiting, total)
+	}
+	// Asked again at once (the next scan), it sends nothing: the pause has not passed.
+	if err := r.Flush(); err != nil || r.Queued() != waiting {
+		t.Fatalf("flush during the pause: err %v, queued %d (was %d)", err, r.Queued(), waiting)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for r.Queued() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reports still wait", r.Queued())
+		}
+		_ = r.Flush()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := len(hwdbtest.AppTuples(t, addr)); got != total {
+		t.Fatalf("AppTuples holds %d rows, want %d", got, total)
 	}
 	r.Close()
 }
