@@ -296,7 +296,7 @@ def _field_from_wire(tlv: bytes) -> tuple[str, Any]:
 
 
 @functools.lru_cache(maxsize=_FIELD_CACHE)
-def _field_to_wire(name: str, user_value: Any) -> bytes:
+def field_to_wire(name: str, user_value: Any) -> bytes:
     """One (name, user value) field as os-ken's OFPMatch.serialize writes it."""
     buf = bytearray()
     ofp.oxm_serialize(*ofp.oxm_from_user(name, user_value), buf, 0)
@@ -310,7 +310,7 @@ class Match(parser.OFPMatch):
     type/length header and the padding to 8 bytes."""
 
     def serialize(self, buf: bytearray, offset: int) -> int:
-        fields = b"".join(_field_to_wire(name, value) for name, value in self._fields2)
+        fields = b"".join(field_to_wire(name, value) for name, value in self._fields2)
         length = 4 + len(fields)  # type, length, fields
         padded = (length + 7) // 8 * 8
         msg_pack_into(f"!HH{len(fields)}s{padded - length}x", buf, offset, ofp.OFPMT_OXM, length, fields)

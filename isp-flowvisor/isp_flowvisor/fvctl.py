@@ -60,6 +60,8 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
             record[key] = getattr(args, option)
     if args.port:
         record["ports"] = args.port
+    if args.mac:
+        record["macs"] = args.mac
     if args.cert is not None:
         record["cert_sha256"] = certificate_sha256(args.cert)
     return record
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--cert-sha256", help="or its SHA-256 fingerprint")
         p.add_argument("--source-address", help="plain-TCP test mode only: the controller's source address")
         p.add_argument("--port", type=int, action="append", help="a switch port private to the household")
+        p.add_argument("--mac", action="append", help="its CPE's MAC, which its rules may write (repeatable)")
         p.add_argument("--on-disconnect", choices=("keep", "delete"), help="what happens to its rules")
     args = parser.parse_args(argv)
     token = args.token_file.read_text().strip() if args.token_file else ""

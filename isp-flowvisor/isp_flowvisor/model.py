@@ -10,6 +10,7 @@ from typing import Any
 MAX_SLOT = 0xFFFFFF  # slots live in the top 24 bits of a rule's cookie
 ON_DISCONNECT = ("keep", "delete")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
 class InvalidHousehold(ValueError):
@@ -22,8 +23,11 @@ class Household:
 
     `slot` numbers the household's id ranges on the switch (cookies, meters, groups, queues,
     tc classes); it is assigned once by the registry and never reused while the household exists.
-    `cert_sha256` is the SHA-256 of its controller's client certificate (DER, hex); `source_address`
-    identifies it on a plain-TCP listener, which exists only when configured for tests.
+    `macs` are the Ethernet addresses of its CPE (its router's uplink side): the only source and
+    destination MACs, beside those the slicer learns on its private ports, that its rules may write
+    and its packet-outs may carry. `cert_sha256` is the SHA-256 of its controller's client
+    certificate (DER, hex); `source_address` identifies it on a plain-TCP listener, which exists
+    only when configured for tests.
     """
 
     name: str
@@ -36,6 +40,7 @@ class Household:
     cert_sha256: str = ""
     source_address: str = ""
     ports: tuple[int, ...] = field(default=())
+    macs: tuple[str, ...] = field(default=())
     on_disconnect: str = "keep"
 
     def owns(self, network: ipaddress.IPv4Network) -> bool:
@@ -53,6 +58,7 @@ class Household:
             "cert_sha256": self.cert_sha256,
             "source_address": self.source_address,
             "ports": list(self.ports),
+            "macs": list(self.macs),
             "on_disconnect": self.on_disconnect,
         }
 
@@ -75,6 +81,7 @@ class Household:
                 cert_sha256=str(data.get("cert_sha256", "")).lower().replace(":", ""),
                 source_address=str(data.get("source_address", "")),
                 ports=tuple(int(p) for p in data.get("ports", ())),
+                macs=tuple(str(m).lower().replace("-", ":") for m in data.get("macs", ())),
                 on_disconnect=str(data.get("on_disconnect", "keep")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -98,10 +105,13 @@ class Household:
             raise InvalidHousehold(f"on_disconnect must be one of {ON_DISCONNECT}")
         if self.source_address:
             ipaddress.ip_address(self.source_address)
+        for mac in self.macs:
+            if not _MAC.match(mac) or int(mac[:2], 16) & 1:
+                raise InvalidHousehold(f"mac {mac!r}: a unicast Ethernet address like 02:00:5e:10:00:01")
 
 
 def check_disjoint(households: list[Household]) -> None:
-    """Two households may share neither an address, a slot, a certificate nor a private port."""
+    """Two households may share neither an address, a slot, a certificate, a MAC nor a private port."""
     seen_nets: list[tuple[ipaddress.IPv4Network, str]] = []
     seen: dict[tuple[str, object], str] = {}
     for h in households:
@@ -111,6 +121,7 @@ def check_disjoint(households: list[Household]) -> None:
                     raise InvalidHousehold(f"{h.name}: {net} overlaps {other}'s {other_net}")
             seen_nets.append((net, h.name))
         keys: list[tuple[str, object]] = [("slot", h.slot), *(("port", p) for p in h.ports)]
+        keys += [("mac", m) for m in h.macs]
         keys += [("certificate", h.cert_sha256)] if h.cert_sha256 else []
         keys += [("source address", h.source_address)] if h.source_address else []
         for key in keys:

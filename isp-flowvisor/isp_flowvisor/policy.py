@@ -28,6 +28,7 @@ from os_ken.lib.packet import arp, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from . import codec
 from .codec import CODEC
 from .model import Household
 
@@ -50,11 +51,11 @@ ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
 _ADDRESS_FIELDS = {"ipv4_src": ETH_IPV4, "ipv4_dst": ETH_IPV4, "arp_spa": ETH_ARP, "arp_tpa": ETH_ARP}
 _DESTINATION_FIELDS = ("ipv4_dst", "arp_tpa")
-# Fields a household may rewrite. Addresses only to its own; DSCP never (it is the queue choice).
+# Fields a household may rewrite. Addresses only to its own (IPv4, ARP and Ethernet); DSCP never (it
+# is the queue choice); VLAN ids never (a household owns no VLAN on the aggregation switch).
+_MAC_FIELDS = ("eth_src", "eth_dst")
 _SETTABLE = {
-    "eth_src",
-    "eth_dst",
-    "vlan_vid",
+    *_MAC_FIELDS,
     "vlan_pcp",
     "ip_ecn",
     "tcp_src",
@@ -66,12 +67,19 @@ _SETTABLE = {
 _HARMLESS_ACTIONS = (
     parser.OFPActionDecNwTtl,
     parser.OFPActionSetNwTtl,
-    parser.OFPActionPushVlan,
-    parser.OFPActionPopVlan,
     parser.OFPActionCopyTtlOut,
     parser.OFPActionCopyTtlIn,
 )
 _OUTPUT_RESERVED_OK = {ofp.OFPP_CONTROLLER, ofp.OFPP_NORMAL}
+# FLOOD and ALL mean "every port of the household's virtual switch": the ports of its view.
+_OUTPUT_TO_VIEW = {ofp.OFPP_FLOOD, ofp.OFPP_ALL}
+# How many copies of one packet one rule (apply and write actions, a group counted as its most) or
+# one packet-out may make. Each output is one copy, NORMAL and a translated FLOOD included: a rule
+# with thousands of outputs would flood a neighbour's port thousands-fold.
+MAX_COPIES = 8
+MAX_GROUP_COPIES = 4
+# MACs the slicer learns per household from packet-ins on its private ports (its devices).
+LEARNT_MACS = 256
 _FLOW_MOD_COMMANDS = {
     ofp.OFPFC_ADD,
     ofp.OFPFC_MODIFY,
@@ -96,10 +104,17 @@ _VALUE_CACHE = 1 << 14
 
 
 @functools.lru_cache(maxsize=_VALUE_CACHE)
-def _network(value: Any) -> ipaddress.IPv4Network:
-    if isinstance(value, tuple):
-        return ipaddress.IPv4Network(f"{value[0]}/{value[1]}", strict=False)
-    return ipaddress.IPv4Network(str(value), strict=False)
+def _network(value: Any) -> ipaddress.IPv4Network | None:
+    """The prefix an address field (address, or address and mask) selects as the switch reads it
+    (value & mask), or None when its mask is not a prefix. `ipaddress` would take a mask such as
+    0.0.0.255 for a host mask (a /24), while the switch compares the last octet only."""
+    if not isinstance(value, tuple):
+        return ipaddress.IPv4Network(str(value))
+    mask = int(ipaddress.IPv4Address(value[1]))
+    inverted = mask ^ 0xFFFFFFFF
+    if inverted & (inverted + 1):
+        return None
+    return ipaddress.IPv4Network(f"{value[0]}/{32 - inverted.bit_length()}", strict=False)
 
 
 def slot_of_cookie(cookie: int) -> int:
@@ -202,11 +217,18 @@ def rule_key(table_id: int, priority: int, match: Any) -> tuple:
 
 @functools.lru_cache(maxsize=_VALUE_CACHE)
 def _key_field(name: str, value: Any) -> tuple[str, str]:
+    """A match field as the switch stores it: a masked value as (value & mask, mask), an all-ones
+    mask as the plain value."""
     if name in _ADDRESS_FIELDS:
-        value = str(_network(value))
-    elif isinstance(value, tuple):
-        value = tuple(str(v) for v in value)
-    return (name, str(value))
+        return (name, str(_network(value) or value))
+    if not isinstance(value, tuple):
+        return (name, str(value))
+    wire = codec.field_to_wire(name, value)
+    size = wire[3] // 2
+    field_value, mask = wire[4 : 4 + size], wire[4 + size :]
+    if mask == b"\xff" * size:
+        return _key_field(name, value[0])
+    return (name, f"{bytes(v & m for v, m in zip(field_value, mask, strict=True)).hex()}/{mask.hex()}")
 
 
 @dataclass
@@ -224,10 +246,30 @@ class Slice:
         self.slot = household.slot
         self.view = frozenset(shared_ports) | frozenset(household.ports)
         self._owns = functools.lru_cache(maxsize=1024)(self._owns_uncached)
+        # MACs seen as the source of packets that came in on the household's private ports, most
+        # recent last: its devices. The relay carries them over when the record changes.
+        self.learnt_macs: dict[str, None] = {}
 
     def _owns_uncached(self, value: Any) -> bool:
         """Is this match or set_field value (an address, or address and mask) inside the household's?"""
-        return self.household.owns(_network(value))
+        network = _network(value)
+        return network is not None and self.household.owns(network)
+
+    def owns_mac(self, mac: str) -> bool:
+        """At layer 2 a household owns its CPE's MACs (the registry's) and those of its devices."""
+        mac = mac.lower()
+        return mac in self.household.macs or mac in self.learnt_macs
+
+    def _learn_mac(self, in_port: int | None, data: bytes) -> None:
+        if in_port not in self.household.ports or len(data) < 12:
+            return
+        mac = data[6:12].hex(":")
+        if data[6] & 1:
+            return  # a group address is never a device's own
+        self.learnt_macs.pop(mac, None)
+        self.learnt_macs[mac] = None
+        if len(self.learnt_macs) > LEARNT_MACS:
+            del self.learnt_macs[next(iter(self.learnt_macs))]
 
     # --- ids --------------------------------------------------------------------------------
 
@@ -276,6 +318,13 @@ class Slice:
         in_port = fields.get("in_port")
         if in_port is not None and in_port not in self.view:
             raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM, f"in_port {in_port} is not in the slice")
+        for name in _ADDRESS_FIELDS:
+            if isinstance(fields.get(name), tuple) and _network(fields[name]) is None:
+                raise Refused(
+                    ofp.OFPET_BAD_MATCH,
+                    ofp.OFPBMC_BAD_NW_ADDR_MASK,
+                    f"{name} mask {fields[name][1]} is not a prefix (the switch would compare it bit by bit)",
+                )
         own_fields = set()
         for name, eth_type in _ADDRESS_FIELDS.items():
             if name in fields and fields.get("eth_type") == eth_type and self._owns(fields[name]):
@@ -308,7 +357,12 @@ class Slice:
     def _actions(self, actions: list, ctx: _Context, packet_out: bool = False) -> list:
         out: list = []
         for action in actions:
-            if isinstance(action, parser.OFPActionOutput):
+            if isinstance(action, parser.OFPActionOutput) and action.port in _OUTPUT_TO_VIEW:
+                ports = sorted(p for p in self.view if p != ctx.in_port)
+                if len(ports) > MAX_COPIES:
+                    raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY, "flooding to more ports than copies")
+                out += [parser.OFPActionOutput(port, action.max_len) for port in ports]
+            elif isinstance(action, parser.OFPActionOutput):
                 self._output(action.port, ctx, packet_out)
                 out.append(action)
             elif isinstance(action, parser.OFPActionSetQueue):
@@ -336,6 +390,13 @@ class Slice:
                         ofp.OFPBAC_EPERM,
                         f"set_field {action.key}={action.value} leaves the household's addresses",
                     )
+                if action.key in _MAC_FIELDS and not self.owns_mac(action.value):
+                    # The switch's NORMAL learns a rewritten source MAC on the packet's in_port.
+                    raise Refused(
+                        ofp.OFPET_BAD_ACTION,
+                        ofp.OFPBAC_EPERM,
+                        f"set_field {action.key}={action.value} is not a MAC of the household's",
+                    )
                 out.append(action)
             elif isinstance(action, parser.OFPActionGroup):
                 if ctx.in_group:
@@ -343,9 +404,23 @@ class Slice:
                 out.append(parser.OFPActionGroup(self.group(action.group_id)))
             elif isinstance(action, _HARMLESS_ACTIONS):
                 out.append(action)
+            elif isinstance(action, (parser.OFPActionPushVlan, parser.OFPActionPopVlan)):
+                raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_EPERM, "VLAN tags belong to the ISP's access network")
             else:
                 raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_TYPE, f"action {type(action).__name__} not offered")
         return out
+
+    @staticmethod
+    def _check_copies(action_lists: list[list], limit: int) -> None:
+        """Refuse actions that would copy one packet more than `limit` times (a group as its most)."""
+        copies = sum(
+            1 if isinstance(a, parser.OFPActionOutput) else MAX_GROUP_COPIES
+            for actions in action_lists
+            for a in actions
+            if isinstance(a, (parser.OFPActionOutput, parser.OFPActionGroup))
+        )
+        if copies > limit:
+            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY, f"{copies} copies of a packet; at most {limit}")
 
     def _instructions(self, instructions: list, table: int, ctx: _Context) -> list:
         out: list = []
@@ -371,6 +446,7 @@ class Slice:
                 raise Refused(
                     ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST, f"instruction {type(inst).__name__} not offered"
                 )
+        self._check_copies([i.actions for i in out if isinstance(i, parser.OFPInstructionActions)], MAX_COPIES)
         return out
 
     # --- household -> switch ----------------------------------------------------------------
@@ -439,11 +515,16 @@ class Slice:
     def packet_out(self, msg: Any) -> Any:
         if msg.buffer_id != ofp.OFP_NO_BUFFER:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
-        if msg.in_port != ofp.OFPP_CONTROLLER and msg.in_port not in self.view:
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"in_port {msg.in_port} is not in the slice")
+        # The switch's NORMAL learns the packet's source MAC on its in_port: both must be the
+        # household's (a shared uplink, or a neighbour's MAC, would move the neighbour's traffic).
+        if msg.in_port != ofp.OFPP_CONTROLLER and msg.in_port not in self.household.ports:
+            raise Refused(
+                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"in_port {msg.in_port} is not a port of the household's"
+            )
         ctx = self._packet_context(msg.data or b"")
         ctx.in_port = None if msg.in_port == ofp.OFPP_CONTROLLER else msg.in_port
         actions = self._actions(msg.actions, ctx, packet_out=True)
+        self._check_copies([actions], MAX_COPIES)
         return parser.OFPPacketOut(
             CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions, data=msg.data
         )
@@ -456,6 +537,11 @@ class Slice:
             pkt = None
         ip = pkt.get_protocol(ipv4.ipv4) if pkt else None
         arp_pkt = pkt.get_protocol(arp.arp) if pkt else None
+        eth_src = data[6:12].hex(":") if len(data) >= 12 else ""
+        if not self.owns_mac(eth_src):
+            raise Refused(
+                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"source MAC {eth_src or '(none)'} is not the household's"
+            )
         if ip is not None:
             src, dst = ip.src, ip.dst
         elif arp_pkt is not None:
@@ -471,9 +557,9 @@ class Slice:
             )
         return _Context(in_port=None, to_own_address=to_own)
 
-    def _buckets(self, buckets: list) -> list:
+    def _buckets(self, group_type: int, buckets: list) -> list:
         ctx = _Context(in_port=None, to_own_address=False, in_group=True)
-        out = []
+        out: list = []
         for bucket in buckets:
             if bucket.watch_port != ofp.OFPP_ANY and bucket.watch_port not in self.view:
                 raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_port outside the slice")
@@ -484,6 +570,11 @@ class Slice:
                     bucket.weight, bucket.watch_port, bucket.watch_group, self._actions(bucket.actions, ctx)
                 )
             )
+        # An ALL group sends a copy through every bucket; the others through one.
+        if group_type == ofp.OFPGT_ALL:
+            self._check_copies([b.actions for b in out], MAX_GROUP_COPIES)
+        for bucket in out:
+            self._check_copies([bucket.actions], MAX_GROUP_COPIES)
         return out
 
     def group_mod(self, msg: Any) -> list[Any]:
@@ -491,7 +582,7 @@ class Slice:
             ids = range(1, GROUPS_PER_HOUSEHOLD + 1)
         else:
             ids = range(msg.group_id, msg.group_id + 1)
-        buckets = self._buckets(msg.buckets)
+        buckets = self._buckets(msg.type, msg.buckets)
         return [
             parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.group(g), buckets=buckets)
             for g in ids
@@ -566,6 +657,7 @@ class Slice:
         """The packet-in as this household sees it, or None when it is not this household's."""
         if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
             return None
+        self._learn_mac(msg.match.get("in_port"), msg.data or b"")
         return SimpleNamespace(
             buffer_id=ofp.OFP_NO_BUFFER,
             total_len=msg.total_len,

@@ -21,7 +21,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from . import codec, policy, switchside
+from . import codec, fastpath, policy, switchside
 from .accounting import RuleBook, TokenBucket
 from .config import SlicerConfig
 from .model import Household
@@ -137,8 +137,10 @@ class HouseholdSession:
 
     def retarget(self, household: Household) -> None:
         """The registry changed this household's record: the session continues under the new one."""
-        self.household = household
+        previous, self.household = self.slice, household
         self.slice = policy.Slice(household, self.slicer.config.shared_ports)
+        if previous.household.ports == household.ports:  # its devices are still behind the same ports
+            self.slice.learnt_macs = previous.learnt_macs
         self.bucket.reconfigure(household.msg_rate, household.msg_burst)
 
     def send(self, frame: bytes) -> None:
@@ -642,6 +644,13 @@ class Slicer:
         counters.messages_in += 1
         xid = codec.header(frame)[3]
         try:
+            # The router's usual flow-mods, checked and translated byte by byte (fastpath.py); None
+            # for anything else, which os-ken's path decides.
+            fast = fastpath.flow_mod(session.slice, frame)
+            if fast is not None:
+                self._flow_mod(session, fast.request, fast, frame)
+                counters.relayed += 1
+                return
             msg = codec.decode_request(frame)
             self._handle(session, msg, frame)
         except codec.Malformed as exc:

@@ -66,7 +66,7 @@ def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
         ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(ip_dscp=46)], ofp.OFPET_BAD_ACTION),
         ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetField(tunnel_id=1)], ofp.OFPET_BAD_ACTION),
         ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(3)], ofp.OFPET_BAD_ACTION),
-        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(ofp.OFPP_ALL)], ofp.OFPET_BAD_ACTION),
+        ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionOutput(ofp.OFPP_LOCAL)], ofp.OFPET_BAD_ACTION),
         (
             {"eth_type": 0x800, "ipv4_dst": "100.64.1.5"},
             [parser.OFPActionOutput(ofp.OFPP_IN_PORT)],

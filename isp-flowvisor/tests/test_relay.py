@@ -11,6 +11,7 @@ from isp_flowvisor.testing import wait_until
 C = codec.CODEC
 ALICE_HOST = "100.64.1.10"
 BOB_HOST = "100.64.2.10"
+MAC_OF = {ALICE_HOST: "02:00:00:00:01:01", BOB_HOST: "02:00:00:00:02:01"}  # conftest's CPE MACs
 
 
 def flow(match: dict, actions: list, priority: int = 100, table: int = 0, cookie: int = 0, **kwargs):
@@ -74,7 +75,7 @@ def test_neighbour_cannot_touch_anothers_traffic_directly_or_by_rewriting(slicer
         ),
         "no address at all": flow({"eth_type": 0x0800}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
         "alice's private port": flow(to(BOB_HOST), [parser.OFPActionOutput(2)]),
-        "flood": flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_FLOOD)]),
+        "one packet copied 3,000 times": flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)] * 3000),
         "choose a DSCP by hand": flow(to(BOB_HOST), [parser.OFPActionSetField(ip_dscp=46)]),
         "queue for traffic from him": flow({"eth_type": 0x0800, "ipv4_src": BOB_HOST}, [parser.OFPActionSetQueue(2)]),
         "a fourth queue": flow(to(BOB_HOST), [parser.OFPActionSetQueue(3)]),
@@ -245,10 +246,12 @@ def _closed(household) -> bool:
 
 
 def _udp_packet(src: str, dst: str) -> bytes:
+    """A UDP packet from `src`, from its household's CPE MAC when it is one of theirs."""
     from os_ken.lib.packet import ethernet, ipv4, packet, udp
 
     pkt = packet.Packet()
-    pkt.add_protocol(ethernet.ethernet(dst="02:00:00:00:00:02", src="02:00:00:00:00:01", ethertype=0x0800))
+    src_mac = MAC_OF.get(src, "02:00:00:00:00:01")
+    pkt.add_protocol(ethernet.ethernet(dst="02:00:00:00:00:02", src=src_mac, ethertype=0x0800))
     pkt.add_protocol(ipv4.ipv4(src=src, dst=dst, proto=17))
     pkt.add_protocol(udp.udp(src_port=1000, dst_port=2000))
     pkt.add_protocol(b"payload")
