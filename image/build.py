@@ -431,12 +431,14 @@ def _dist_name(component: Path) -> str:
 def configure(root: Path, version: str) -> None:
     log("configuration: overlay, units, keys")
     sh("cp", "-a", "--no-preserve=ownership", f"{IMAGE_DIR / 'rootfs'}/.", root)
+    # The services' own users and groups (usr/lib/sysusers.d/homework.conf), made now: /etc is
+    # read-only on the router.
+    sh("chroot", root, "systemd-sysusers")
     services = homework_deploy.load(SETTINGS)
     units = root / "usr/lib/systemd/system"
     for name, text in systemd.render_all(
         services,
         str(SETTINGS["PYTHON"]),
-        [str(STATE), str(RUN)],
         requires=["homework-network.service"],
         slowness=SLOWNESS,
     ).items():

@@ -28,6 +28,9 @@ class Service:
     after: tuple[str, ...]
     ready: dict
     ready_timeout_s: float
+    # The only paths it writes (its state and runtime files), for starters that can confine it
+    # (the image's systemd units); an empty setting's path is left out.
+    writes: tuple[str, ...] = ()
 
 
 def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
@@ -59,6 +62,7 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Ser
             tuple(s.get("after", ())),
             fill(s.get("ready", {})),
             float(s.get("ready_timeout_s", 30)),
+            tuple(path for path in fill(s.get("writes", [])) if path),
         )
         for name, s in spec["services"].items()
     }

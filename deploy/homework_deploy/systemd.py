@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import Service, ready_now
@@ -46,6 +47,30 @@ ADDRESS_FAMILIES: dict[str, str] = {
 DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
 # Services that change network settings under /proc/sys keep it writable.
 TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller"}
+
+
+@dataclass(frozen=True)
+class Account:
+    """Whom a service runs as. Root only where it must be: the controller drives Open vSwitch
+    through its root-only socket and hostapd is Debian's; hwdb keeps its files in the data
+    partition's top directory beside the controller's, which it could not write as anyone
+    else. The web UI, the one service the LAN talks to, runs as its own user."""
+
+    user: str = "root"
+    group: str = "root"
+    # Groups whose shared files it reads: hwdb's group can read the agent key hwdb makes (0640).
+    supplementary: tuple[str, ...] = ()
+
+
+HWDB_GROUP = "homework-hwdb"
+ACCOUNTS: dict[str, Account] = {
+    "hwdb": Account(group=HWDB_GROUP),
+    "webui": Account("homework-webui", "homework-webui", (HWDB_GROUP,)),
+}
+# Device nodes a service opens (any other is closed to it; a root service that could open the
+# disk could write an unsigned kernel). hostapd may use rfkill on a real radio.
+DEVICES: dict[str, tuple[str, ...]] = {"hostapd": ("/dev/rfkill rw",)}
+STATE_ROOT = "/var/lib/"
 # Five failures within two minutes and systemd stops trying: the unit is then "failed".
 START_LIMIT_BURST, START_LIMIT_INTERVAL_S = 5, 120
 
@@ -63,17 +88,23 @@ def _quote(arg: str) -> str:
 
 
 def render(
-    service: Service, python: str, writable: Sequence[str], requires: Sequence[str] = (), slowness: float = 1
+    service: Service,
+    python: str,
+    requires: Sequence[str] = (),
+    slowness: float = 1,
+    read_only: Sequence[str] = (),
 ) -> str:
     """The unit file text for one service.
 
     python: the interpreter that runs the readiness check (has homework_deploy installed);
-    writable: the only paths the service may write (its state and runtime directories);
     requires: units of the system every service starts after (e.g. the router's network);
     slowness: how many times longer than services.toml's ready_timeout_s a start may take on
-    this hardware (a router's CPU can be several times slower than a developer's)."""
+    this hardware (a router's CPU can be several times slower than a developer's);
+    read_only: paths inside the service's own `writes` that are another's (`render_all`).
+    The service may write only its `writes` from services.toml: everything else is read-only."""
     if service.name not in CAPABILITIES:
         raise ValueError(f"no capabilities declared for service {service.name!r}: add it to CAPABILITIES")
+    account = ACCOUNTS.get(service.name, Account())
     deps = [*requires, *(unit_name(s) for s in service.after)]
     caps = " ".join(CAPABILITIES[service.name])
     lines = [
@@ -109,12 +140,27 @@ def render(
         f"TimeoutStartSec={service.ready_timeout_s * slowness + 10:g}",
         "Restart=on-failure",
         "RestartSec=2",
+    ]
+    if account.user != "root":
+        lines.append(f"User={account.user}")
+    if account.group != "root":
+        lines.append(f"Group={account.group}")
+    if account.supplementary:
+        lines.append(f"SupplementaryGroups={' '.join(account.supplementary)}")
+    lines += [
         # Hardening: read-only system, no privilege gain, only the listed capabilities.
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
-        *(f"ReadWritePaths=-{path}" for path in writable),
+        *_writable(service.writes, account),
+        *(f"ReadOnlyPaths=-{path}" for path in read_only),
         "ProtectHome=yes",
         "PrivateTmp=yes",
+    ]
+    if service.name in DEVICES:
+        lines += ["DevicePolicy=closed", *(f"DeviceAllow={device}" for device in DEVICES[service.name])]
+    else:
+        lines.append("PrivateDevices=yes")
+    lines += [
         "ProtectKernelModules=yes",
         "ProtectKernelLogs=yes",
         "ProtectControlGroups=yes",
@@ -134,16 +180,47 @@ def render(
     return "\n".join(lines)
 
 
+def _writable(paths: Sequence[str], account: Account) -> list[str]:
+    """A root service's paths are opened up as they are. A service with its own user gets its
+    state directories as systemd's StateDirectory=, which hands them (and what an older image
+    left in them as root) to that user at each start."""
+    lines = []
+    for path in paths:
+        if account.user != "root" and path.startswith(STATE_ROOT):
+            lines.append(f"StateDirectory={path.removeprefix(STATE_ROOT)}")
+        else:
+            lines.append(f"ReadWritePaths=-{path}")
+    return lines
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 def render_all(
     services: dict[str, Service],
     python: str,
-    writable: Sequence[str],
     requires: Sequence[str] = (),
     slowness: float = 1,
 ) -> dict[str, str]:
-    """{unit file name: text} for every service."""
+    """{unit file name: text} for every service. What one service writes stays read-only to
+    the others, also where it lies inside another's (the web UI's state inside the data
+    directory the controller writes, the update spool inside the runtime directory)."""
     return {
-        unit_name(name): render(service, python, writable, requires, slowness) for name, service in services.items()
+        unit_name(name): render(
+            service,
+            python,
+            requires,
+            slowness,
+            read_only=[
+                path
+                for other in services.values()
+                if other.name != name
+                for path in other.writes
+                if path not in service.writes and any(_inside(path, mine) for mine in service.writes)
+            ],
+        )
+        for name, service in services.items()
     }
 
 

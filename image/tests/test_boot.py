@@ -232,6 +232,10 @@ def wait_for_services(vm: RouterVm) -> None:
     )
 
 
+def main_pid(vm: RouterVm, service: str) -> int:
+    return int(vm.run(f"systemctl show -p MainPID --value homework-{service}").strip())
+
+
 def wait_for_slot(vm: RouterVm, slot: str, since: int, timeout: float) -> str:
     """Boots come and go (a failing update reboots by itself): wait for a shell on `slot`."""
     deadline = time.monotonic() + timeout
@@ -288,6 +292,14 @@ def test_boots_and_every_service_comes_up(router, net):
     router.run("modprobe sch_cake")
     # The WAN got its address from the upstream's DHCP.
     assert "198.51.100." in router.run("ip -4 -o addr show dev wan")
+    # Each service writes only its own paths: the update spool, which the root installer reads,
+    # is the web UI's alone, and the web UI is no longer root.
+    assert router.run(f"stat -c %U /proc/{main_pid(router, 'webui')}").strip() == "homework-webui"
+    probe = "/run/homework/update/probe"
+    for service in ("controller", "hwdb", "hostapd"):
+        out = router.run(f"nsenter -t {main_pid(router, service)} -m touch {probe}", check=False)
+        assert "Read-only file system" in out, (service, out)
+    router.run(f"nsenter -t {main_pid(router, 'webui')} -m -S 871 -G 871 touch {probe} && rm {probe}")
 
 
 def test_pending_device_gets_a_short_lease_and_reaches_nothing(router, net):

@@ -563,9 +563,7 @@ def unit_lines(text: str, key: str) -> list[str]:
 
 def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependencies():
     services = homework_deploy.load(SETTINGS)
-    units = systemd.render_all(
-        services, str(SETTINGS["PYTHON"]), ["/var/lib/homework", "/run/homework"], requires=["homework-network.service"]
-    )
+    units = systemd.render_all(services, str(SETTINGS["PYTHON"]), requires=["homework-network.service"])
     assert set(units) == {f"homework-{name}.service" for name in services}
     for name, service in services.items():
         text = units[systemd.unit_name(name)]
@@ -580,15 +578,85 @@ def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependenc
     assert unit_lines(units["homework-hwdb.service"], "CapabilityBoundingSet") == ["CAP_NET_BIND_SERVICE"]
 
 
+def writable(text: str) -> set[str]:
+    """What a unit may write beside its private /tmp: ReadWritePaths= and StateDirectory= (under
+    /var/lib), less the ReadOnlyPaths= inside them."""
+    paths = {p.lstrip("-") for p in unit_lines(text, "ReadWritePaths")}
+    paths |= {f"/var/lib/{p}" for p in unit_lines(text, "StateDirectory")}
+    return paths
+
+
+def inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + "/")
+
+
+def may_write(text: str, path: str) -> bool:
+    """Whether a unit (ProtectSystem=strict: all else read-only) may write `path`."""
+    if any(inside(path, p.lstrip("-")) for p in unit_lines(text, "ReadOnlyPaths")):
+        return False
+    return any(inside(path, p) for p in writable(text))
+
+
+def image_units() -> dict[str, str]:
+    return systemd.render_all(homework_deploy.load(SETTINGS), str(SETTINGS["PYTHON"]))
+
+
+def test_only_the_web_ui_may_write_the_update_spool():
+    """What lands in the spool the root installer reads: one compromised service other than the
+    web UI must not be able to put a bundle there (nor into the web UI's accounts)."""
+    units, spool = image_units(), str(SETTINGS["UPDATES"])
+    assert all(unit_lines(text, "ProtectSystem") == ["strict"] for text in units.values())
+    assert [name for name, text in units.items() if may_write(text, f"{spool}/bundle")] == ["homework-webui.service"]
+    assert [name for name, text in units.items() if may_write(text, "/var/lib/homework/webui/accounts.sqlite")] == [
+        "homework-webui.service"
+    ]
+    # Each writes its own files: hwdb and the controller their databases, hostapd its sockets.
+    assert may_write(units["homework-hwdb.service"], "/var/lib/homework/hwdb.sqlite")
+    assert may_write(units["homework-controller.service"], "/var/lib/homework/controller.sqlite")
+    assert may_write(units["homework-hostapd.service"], "/run/homework/hostapd/br-lan")
+    assert not may_write(units["homework-controller.service"], "/run/homework/hostapd/br-lan")
+    assert not any(may_write(text, "/efi/loader/entries/x.conf") for text in units.values())
+
+
+def test_the_web_ui_runs_as_its_own_user_and_reads_hwdbs_agent_key_through_its_group():
+    units = image_units()
+    webui, hwdb = units["homework-webui.service"], units["homework-hwdb.service"]
+    assert unit_lines(webui, "User") == ["homework-webui"]
+    # systemd hands the state directory (and what an older image left there as root) to the user.
+    assert unit_lines(webui, "StateDirectory") == ["homework/webui"]
+    assert unit_lines(webui, "ReadWritePaths") == ["-/run/homework/update"]
+    assert unit_lines(hwdb, "Group") == [systemd.HWDB_GROUP]
+    assert unit_lines(webui, "SupplementaryGroups") == [systemd.HWDB_GROUP]
+    # Whoever stays root opens no disk: a root service that could would write any kernel it liked.
+    for name, text in units.items():
+        if not unit_lines(text, "User"):
+            assert unit_lines(text, "PrivateDevices") == ["yes"] or unit_lines(text, "DevicePolicy") == ["closed"], name
+    # The users and groups the units name are made in the image, with fixed numbers.
+    sysusers = (build.IMAGE_DIR / "rootfs/usr/lib/sysusers.d/homework.conf").read_text()
+    made = {line.split()[1]: line.split()[2] for line in sysusers.splitlines() if line[:2] in ("u ", "g ")}
+    named = {a.user for a in systemd.ACCOUNTS.values()} | {
+        g for a in systemd.ACCOUNTS.values() for g in a.supplementary
+    }
+    assert named - {"root"} <= set(made) and all(n.isdigit() for n in made.values())
+
+
+def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
+    """`writes` is for starters that confine; the service's command and readiness are the same."""
+    services = homework_deploy.load(SETTINGS)
+    assert services["webui"].writes == ("/var/lib/homework/webui", "/run/homework/update")
+    no_updates = homework_deploy.load({**SETTINGS, "UPDATES": ""})
+    assert no_updates["webui"].writes == ("/var/lib/homework/webui",)  # an empty setting is no path
+
+
 def test_a_service_without_declared_capabilities_is_refused():
     service = homework_deploy.Service("mystery", "?", ("true",), (), {}, 5)
     with pytest.raises(ValueError, match="no capabilities declared"):
-        systemd.render(service, "python3", [])
+        systemd.render(service, "python3")
 
 
 def test_unit_words_with_spaces_and_specifiers_survive_systemd_quoting():
     service = homework_deploy.Service("webui", "x", ("/bin/echo", "a b", "100%", "$HOME"), (), {}, 5)
-    text = systemd.render(service, "python3", [])
+    text = systemd.render(service, "python3")
     assert unit_lines(text, "ExecStart") == ["/bin/echo 'a b' 100%% $$HOME"]
 
 
