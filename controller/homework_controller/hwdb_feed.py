@@ -7,7 +7,11 @@ restart of the controller or the router restores the household's choices), and c
 subscriptions are still alive every CHECK_S (hwdb forgets them when it restarts: then it
 subscribes at once and reads the history again). Rows are parsed and checked here, outside the
 controller's lock; the router gets small, valid updates (`on_priorities({app: priority})`,
-`on_reports([AgentReport])`). A bad row costs that row only.
+`on_reports([AgentReport])`). A bad row costs that row only: it is counted, and the log says how
+many were ignored at most once every REJECTED_LOG_S (a device on the LAN may send bad rows as fast
+as it likes; a line per row would fill the log's queue). A batch keeps at most a device's cap of
+reports per address, its latest: the earlier ones would only evict each other in the router's book,
+under its lock.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Callable
 
+from .agent_reports import MAX_REPORTS_PER_DEVICE, AgentReport
 from .apps import PRIORITIES
 from .flows import PROTO_TCP, PROTO_UDP
-from .router import AgentReport
 
 LOG = logging.getLogger(__name__)
 
@@ -28,6 +33,37 @@ LOG = logging.getLogger(__name__)
 CHECK_S = 2.0
 REPORTS_REREAD_S = 60
 MAX_NAME = 64
+REJECTED_LOG_S = 60.0
+SHOWN_ROW_CHARS = 120
+
+
+class RejectedRows:
+    """Bad rows of one table: counted, and logged as one line per REJECTED_LOG_S with the last reason."""
+
+    def __init__(self, table: str, clock: Callable[[], float] = time.monotonic):
+        self.table, self.clock = table, clock
+        self.count = 0
+        self._unlogged = 0
+        self._next_log = float("-inf")
+        self._lock = threading.Lock()  # a subscription's thread and the feed's own may both deliver
+
+    def note(self, row, reason: Exception) -> None:
+        with self._lock:
+            self.count += 1
+            self._unlogged += 1
+            now = self.clock()
+            if now < self._next_log:
+                return
+            unlogged, self._unlogged, self._next_log = self._unlogged, 0, now + REJECTED_LOG_S
+        LOG.warning(
+            "ignored %d %s row(s) since the last such line (%d in all); the latest: %s (%.*s)",
+            unlogged,
+            self.table,
+            self.count,
+            reason,
+            SHOWN_ROW_CHARS,
+            repr(row),
+        )
 
 
 def _printable(value, what: str) -> str:
@@ -36,8 +72,9 @@ def _printable(value, what: str) -> str:
     return value
 
 
-def parse_priorities(rows: list[dict]) -> dict[str, str]:
+def parse_priorities(rows: list[dict], rejected: RejectedRows | None = None) -> dict[str, str]:
     """AppPriority rows, oldest first -> {app: priority}: the last row per app wins."""
+    rejected = rejected or RejectedRows("AppPriority")
     out: dict[str, str] = {}
     for row in rows:
         try:
@@ -46,7 +83,7 @@ def parse_priorities(rows: list[dict]) -> dict[str, str]:
             if priority not in PRIORITIES:
                 raise ValueError(f"priority must be one of {PRIORITIES}, not {priority!r}")
         except ValueError as exc:
-            LOG.warning("ignored AppPriority row %r: %s", row, exc)
+            rejected.note(row, exc)
             continue
         out[app] = priority
     return out
@@ -58,17 +95,32 @@ def _port(value, what: str, allow_zero: bool = False) -> int:
     return value
 
 
-def parse_reports(rows: list[dict]) -> list[AgentReport]:
-    """AppTuples rows -> AgentReports (an unconnected UDP socket: daddr "*", dport 0)."""
-    out = []
-    for row in rows:
+def _ipv4(value, checked: dict) -> str:
+    """An IPv4 address (a string) in its usual form; ValueError if it is not one."""
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not an IPv4 address")
+    known = checked.get(value)
+    if known is None:
+        known = checked[value] = str(ipaddress.IPv4Address(value))
+    return known
+
+
+def parse_reports(
+    rows: list[dict], rejected: RejectedRows | None = None, per_address: int = MAX_REPORTS_PER_DEVICE
+) -> list[AgentReport]:
+    """AppTuples rows -> AgentReports (an unconnected UDP socket: daddr "*", dport 0), each connection
+    once and at most `per_address` per sender address, the latest."""
+    rejected = rejected or RejectedRows("AppTuples")
+    addresses: dict = {}  # a batch names few addresses (a flood, one): each is checked once
+    out: list[AgentReport] = []
+    for row in reversed(rows):
         try:
             proto = row.get("proto")
             if proto not in (PROTO_TCP, PROTO_UDP):
                 raise ValueError(f"proto {proto!r} is neither TCP nor UDP")
-            saddr = str(ipaddress.IPv4Address(row.get("saddr")))
+            saddr = _ipv4(row.get("saddr"), addresses)
             daddr = row.get("daddr")
-            daddr = daddr if daddr == "*" else str(ipaddress.IPv4Address(daddr))
+            daddr = daddr if daddr == "*" else _ipv4(daddr, addresses)
             dport = _port(row.get("dport"), "dport", allow_zero=daddr == "*")
             if daddr == "*" and dport != 0:
                 raise ValueError("an unconnected socket (daddr '*') has dport 0")
@@ -78,8 +130,24 @@ def parse_reports(rows: list[dict]) -> list[AgentReport]:
                 )
             )
         except (ValueError, TypeError) as exc:
-            LOG.warning("ignored AppTuples row %r: %s", row, exc)
-    return out
+            rejected.note(row, exc)
+    latest: dict[tuple, AgentReport] = {}
+    per_sender: dict[str, int] = {}
+    for report in out:  # newest first
+        if report.connection in latest or per_sender.get(report.saddr, 0) >= per_address:
+            continue
+        latest[report.connection] = report
+        per_sender[report.saddr] = per_sender.get(report.saddr, 0) + 1
+    return list(reversed(latest.values()))
+
+
+REPORTS_PER_HOLD = 128
+
+
+def in_turns(reports: list[AgentReport]) -> list[list[AgentReport]]:
+    """A batch in parts small enough that the router takes each under its lock in turn with
+    everything else (DHCP, DNS), not a flood's whole batch in one hold."""
+    return [reports[i : i + REPORTS_PER_HOLD] for i in range(0, len(reports), REPORTS_PER_HOLD)]
 
 
 class AppFeed:
@@ -96,6 +164,7 @@ class AppFeed:
         self.check_s = check_s
         self._client_factory = client_factory
         self._stop = threading.Event()
+        self.rejected_priorities, self.rejected_reports = RejectedRows("AppPriority"), RejectedRows("AppTuples")
         self.subscribed = False  # both subscriptions live and the history read (health)
         self.restored = threading.Event()  # the household's priorities have been read once
 
@@ -122,19 +191,19 @@ class AppFeed:
                 subs.append(
                     client.subscribe(
                         "select * from AppPriority",
-                        lambda r: self._deliver(self.on_priorities, parse_priorities, r.rows),
+                        lambda r: self._deliver(self.on_priorities, self._priorities, r.rows),
                     )
                 )
                 subs.append(
                     client.subscribe(
-                        "select * from AppTuples", lambda r: self._deliver(self.on_reports, parse_reports, r.rows)
+                        "select * from AppTuples", lambda r: self._deliver(self.on_reports, self._reports, r.rows)
                     )
                 )
-                self._deliver(self.on_priorities, parse_priorities, client.query("select * from AppPriority").rows)
+                self._deliver(self.on_priorities, self._priorities, client.query("select * from AppPriority").rows)
                 # Reports of connections still open that arrived while nobody was subscribed.
                 self._deliver(
                     self.on_reports,
-                    parse_reports,
+                    self._reports,
                     client.query(f"select * from AppTuples [range {REPORTS_REREAD_S} seconds]").rows,
                 )
                 self.restored.set()
@@ -158,6 +227,12 @@ class AppFeed:
             for sub in subs:
                 sub.stop()
             self._stop.wait(retry_in)
+
+    def _priorities(self, rows: list[dict]) -> dict[str, str]:
+        return parse_priorities(rows, self.rejected_priorities)
+
+    def _reports(self, rows: list[dict]) -> list[AgentReport]:
+        return parse_reports(rows, self.rejected_reports)
 
     @staticmethod
     def _deliver(callback, parse, rows) -> None:

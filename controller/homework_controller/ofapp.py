@@ -31,6 +31,7 @@ from . import (
     dns_server,
     flows,
     hostapd_ctrl,
+    hwdb_feed,
     openflow,
     packets,
     qos,
@@ -42,7 +43,6 @@ from . import (
 from .config import CONFIG
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
-from .hwdb_feed import AppFeed
 from .hwdb_log import HwdbLog
 from .model import BadMac
 from .router import (
@@ -175,7 +175,9 @@ class HomeworkController(app_manager.OSKenApp):
             self._start_thread(hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event).run_forever)
         if self.shapers:
             self._start_thread(self._watch_shapers)
-        self.app_feed = AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
+        self.app_feed = (
+            hwdb_feed.AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
+        )
         if self.app_feed is not None:
             self.app_feed.start()
         self.slice_link = None
@@ -404,8 +406,9 @@ class HomeworkController(app_manager.OSKenApp):
             self._apply(self.router.set_app_priorities(priorities))
 
     def _on_agent_reports(self, reports: list[AgentReport]) -> None:
-        with self.lock:
-            self._apply(self.router.agent_reported(reports))
+        for part in hwdb_feed.in_turns(reports):
+            with self.lock:
+                self._apply(self.router.agent_reported(part))
 
     def _learnt_connections(self) -> list:
         """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""
@@ -621,6 +624,8 @@ class HomeworkController(app_manager.OSKenApp):
                 store_write_errors=self.router.store.errors,
                 hwdb_rows_written=self.hwdb.written,
                 hwdb_rows_dropped=self.hwdb.dropped,
+                agent_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_reports.count,
+                app_priority_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_priorities.count,
                 lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1),
                 lock_max_hold_by=self.lock.max_hold_by,
                 **self.dns.counters,

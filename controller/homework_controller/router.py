@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import idna
 
 from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
+from .agent_reports import AgentReport, AgentReportBook
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
 from .store import DeviceStore, StoreError
 
@@ -153,20 +154,6 @@ class NoFreeSubnet(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class AgentReport:
-    """One end-host agent's AppTuples row, already parsed and checked (`hwdb_feed`): the program
-    (process) owning a connection of the device at saddr. daddr "*" and dport 0: an unconnected
-    UDP socket, for every destination."""
-
-    proto: int
-    saddr: str
-    sport: int
-    daddr: str
-    dport: int
-    process: str
-
-
 @dataclass
 class FlowApp:
     """What the router decided about one learnt flow: its app, where that came from, the
@@ -183,7 +170,6 @@ class FlowApp:
 SIGHTINGS_WRITE_INTERVAL_S = 300
 BLOCK_CLEANUP_S = 60  # how late the switch may lift a DNS block whose addresses expired
 NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
-MAX_AGENT_REPORTS = 50000  # connections agents reported, least recently reported forgotten first
 
 
 def _is_decision(before: Device | None, device: Device) -> bool:
@@ -215,6 +201,7 @@ class HomeRouter:
         qos_settings: qos.QosSettings = qos.QosSettings(),
         wifi_ssid: str = "",
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
+        agent_reports: AgentReportBook | None = None,
     ):
         self.store = store
         self.lease_policy = lease_policy
@@ -255,7 +242,7 @@ class HomeRouter:
         self.app_table = app_table if app_table is not None else apps.load_table()
         self.qos = qos_settings
         self.app_priority: dict[str, str] = {}  # the household's choices (hwdb AppPriority), app -> priority
-        self.agent_reports: OrderedDict[tuple, str] = OrderedDict()  # device-side 5-tuple -> process, bounded
+        self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.names = apps.NameMemory()
         self.flow_apps: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
         self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
@@ -555,9 +542,8 @@ class HomeRouter:
 
     def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
         conn = self._device_side(device, flow)
-        process = self.agent_reports.get(
-            (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
-        ) or self.agent_reports.get((conn.proto, conn.saddr, conn.sport, "*", 0))
+        connection = (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
+        process = self.agent_reports.process_of(device.mac, connection)
         return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
 
     def _priority(self, device: Device, app: str) -> str:
@@ -637,11 +623,7 @@ class HomeRouter:
             if device is None or not (device.forwards and device.lease_active(self.clock())):
                 self.counters["agent_reports_ignored"] += 1
                 continue
-            key = (report.proto, report.saddr, report.sport, report.daddr, report.dport)
-            self.agent_reports.pop(key, None)
-            self.agent_reports[key] = report.process
-            while len(self.agent_reports) > MAX_AGENT_REPORTS:
-                self.agent_reports.popitem(last=False)
+            self.agent_reports.record(device.mac, report)
             touched[device.mac] = device
         effects: list = []
         for device in touched.values():
@@ -1183,6 +1165,7 @@ class HomeRouter:
         self.unannounced.pop(oldest.mac, None)
         for memory in (self.fingerprints, self.clone_suspected, self.clone_told):
             memory.pop(oldest.mac, None)
+        self.agent_reports.forget(oldest.mac)
         if oldest.mac in self.persisted:
             self.persisted.discard(oldest.mac)
             try:

@@ -2,6 +2,7 @@
 followed live (a change re-marks a running flow within a second), agents' rows checked, and the
 subscriptions renewed when hwdb restarts."""
 
+import logging
 import os
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 import test_qos
-from conftest import ROUTER_MAC, WLAN
+from conftest import ROUTER_MAC, WLAN, Clock
 from fakeoftable import FakeSwitch
 from test_pipeline import join
 from test_router import PHONE
@@ -50,6 +51,43 @@ def test_agent_rows_are_checked_field_by_field():
         AgentReport(17, "10.2.0.6", 5060, "*", 0, "linphone"),
         AgentReport(6, "10.2.0.6", 5060, "198.51.100.7", 443, "firefox"),
     ]
+
+
+def test_a_burst_of_bad_rows_is_counted_and_logged_in_a_bounded_number_of_lines(caplog):
+    """One device may insert bad AppTuples rows as fast as it likes: a line per row (with the whole row)
+    would grow the log's queue without bound. The rows are counted; the log says so now and then."""
+    clock = Clock()
+    rejected = hwdb_feed.RejectedRows("AppTuples", clock=clock)
+    good = {"proto": 6, "saddr": "10.2.0.6", "sport": 40000, "daddr": "198.51.100.7", "dport": 443, "app": "firefox"}
+    bad = {**good, "proto": 1, "app": "x" * 10000}
+    with caplog.at_level(logging.WARNING, logger="homework_controller.hwdb_feed"):
+        for _ in range(5):
+            clock.now += 1
+            assert hwdb_feed.parse_reports([bad] * 2000 + [good], rejected) == [
+                AgentReport(6, "10.2.0.6", 40000, "198.51.100.7", 443, "firefox")  # a good row still counts
+            ]
+    assert rejected.count == 10000
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "ignored 1 AppTuples row(s)" in line and len(line) < 400  # the row is cut short, not written whole
+    # A minute on, the next bad row is logged with how many were ignored meanwhile.
+    clock.now += hwdb_feed.REJECTED_LOG_S
+    with caplog.at_level(logging.WARNING, logger="homework_controller.hwdb_feed"):
+        hwdb_feed.parse_reports([bad], rejected)
+    assert "ignored 10000 AppTuples row(s) since the last such line (10001 in all)" in caplog.records[-1].getMessage()
+
+
+def test_a_batch_keeps_each_connection_once_and_at_most_a_devices_cap_per_address_the_latest():
+    flood = [
+        {"proto": 6, "saddr": "10.2.0.6", "sport": 1024 + i, "daddr": "198.51.100.7", "dport": 443, "app": "flood"}
+        for i in range(500)
+    ]
+    quiet = {"proto": 17, "saddr": "10.2.0.10", "sport": 5004, "daddr": "*", "dport": 0, "app": "linphone"}
+    again = {**quiet, "app": "linphone-2"}
+    reports = hwdb_feed.parse_reports([quiet, *flood, again], per_address=100)
+    assert [r.sport for r in reports if r.saddr == "10.2.0.6"] == list(range(1424, 1524))
+    assert [r.process for r in reports if r.saddr == "10.2.0.10"] == ["linphone-2"]  # the later report wins
+    # Positive control: a device under the cap keeps all its rows.
+    assert len(hwdb_feed.parse_reports(flood[:100], per_address=100)) == 100
 
 
 def free_port():

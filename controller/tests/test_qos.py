@@ -6,9 +6,10 @@ import pytest
 from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch, ipv4
 from test_pipeline import join
-from test_router import LAPTOP, PHONE
+from test_router import LAPTOP, PHONE, TABLET
 
 from homework_controller import dhcp, flows, packets, qos
+from homework_controller.agent_reports import AgentReportBook
 from homework_controller.router import AgentReport, HomeRouter, LogRow, TellHousehold
 from homework_controller.store import DeviceStore
 
@@ -270,3 +271,49 @@ def test_a_device_over_its_flow_budget_cannot_mark_its_own_packets_ef(router, sw
     assert out.packet["ip_dscp"] == 0 and out.port == LOCAL
     [back] = deliver(router, switch, own_mark(down(phone, WEB, dport=43000)))
     assert back.packet["ip_dscp"] == 0 and back.port == WLAN
+
+
+def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_their_app(db_path, clock):
+    """From the LAN an agent may insert AppTuples as fast as it likes: a flooding device evicts its own
+    reports, never another device's, so the other device's call is still classified by its agent."""
+    router = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        agent_reports=AgentReportBook(per_device=100, total=250),
+    )
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    tablet = join(router, switch, TABLET)
+    switch.apply(router.agent_reported([AgentReport(17, laptop, 5004, "*", 0, "linphone")]))
+    # The phone and the tablet flood: each many times the whole book's size, in batches as hwdb sends them.
+    for batch in range(20):
+        for ip in (phone, tablet):
+            switch.apply(
+                router.agent_reported([AgentReport(6, ip, 1024 + batch * 50 + i, WEB, 443, "flood") for i in range(50)])
+            )
+    assert router.agent_reports.reports_of(PHONE) == router.agent_reports.reports_of(TABLET) == 100
+    assert router.agent_reports.reports_of(LAPTOP) == 1
+    call = up(laptop, ZOOM, flows.PROTO_UDP, 5004, 40002, src_mac=LAPTOP)
+    assert mark_of(router, switch, call)[0] == EF  # linphone's call is still High
+    # The flooders kept their most recent reports: the book answers for them as it does for anyone.
+    assert router.agent_reports.process_of(PHONE, (6, phone, 1024 + 19 * 50 + 49, WEB, 443)) == "flood"
+    assert router.agent_reports.process_of(PHONE, (6, phone, 1024, WEB, 443)) is None
+
+
+def test_a_device_under_its_cap_keeps_every_report(db_path, clock):
+    router = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        agent_reports=AgentReportBook(per_device=100, total=250),
+    )
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    laptop = join(router, switch, LAPTOP)
+    reports = [AgentReport(6, laptop, 2000 + i, WEB, 443, f"app{i}") for i in range(100)]
+    switch.apply(router.agent_reported(reports))
+    assert router.agent_reports.reports_of(LAPTOP) == 100
+    assert all(router.agent_reports.process_of(LAPTOP, r.connection) == r.process for r in reports)
