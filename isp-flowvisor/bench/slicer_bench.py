@@ -1,12 +1,19 @@
 """`make bench`: the slicer beside the same households connected straight to the same switch.
 
-Parts, each its own process: an emulated switch (cbench-style: answers what a controller asks, counts
-flow-mods), the slicer (`isp-flowvisor`, plain TCP), and this load generator, whose emulated
-households speak OpenFlow 1.3 through os-ken's codec. "direct" = households -> switch;
-"slicer" = households -> slicer -> switch; "floor" = households -> a header-only relay -> switch,
-the least any relay that multiplexes households onto one switch connection must do (frame the
-stream with the slicer's own framing, give each message a switch-wide xid, route replies back),
-with no decoding and no checks: where the slicer's cost lies. Results: bench/results/slicer.json.
+Each of two switches is measured three ways in one run. The switches:
+
+- "real_ovs": the private Open vSwitch of `isp_flowvisor.testing` (userspace datapath, its own
+  namespace), a bridge per way; a flow-mod counts once the barrier after it is answered, i.e. once
+  OVS has installed it (a refused one fails the bench). This is the baseline of issue 21's goal.
+- "null_sink": an emulated switch (cbench-style: answers what a controller asks, counts flow-mods,
+  installs nothing): the floor of framing, what relaying costs when the switch costs nothing.
+
+The ways: "direct" = households -> switch; "slicer" = households -> the slicer (`isp-flowvisor`,
+plain TCP) -> switch; "floor" = households -> a header-only relay -> switch, the least any relay
+that multiplexes households onto one switch connection must do (frame the stream with the slicer's
+own framing, give each message a switch-wide xid, route replies back), with no decoding and no
+checks: where the slicer's cost lies. The households speak OpenFlow 1.3 through os-ken's codec;
+each part is its own process. Results: bench/results/slicer.json.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from isp_flowvisor import codec, switchside
 from isp_flowvisor.relay import _RECENT_LIMIT as RECENT_LIMIT
 from isp_flowvisor.relay import read_frame, read_frames
 from isp_flowvisor.scheduler import max_min_fair
-from isp_flowvisor.testing import SlicerProcess, free_port, wait_until
+from isp_flowvisor.testing import PrivateOVS, SlicerProcess, free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
 C = codec.CODEC
@@ -185,10 +192,14 @@ class BenchHousehold:
             "msg_burst": 10**7,
         }
 
-    async def connect(self, port: int) -> None:
-        self.reader, self.writer = await asyncio.open_connection(
-            "127.0.0.1", port, local_addr=(self.source, 0), limit=1 << 20
-        )
+    async def connect(self, target: int | str) -> None:
+        """To a TCP port on 127.0.0.1 from the household's own address, or to a Unix socket (OVS's)."""
+        if isinstance(target, str):
+            self.reader, self.writer = await asyncio.open_unix_connection(target, limit=1 << 20)
+        else:
+            self.reader, self.writer = await asyncio.open_connection(
+                "127.0.0.1", target, local_addr=(self.source, 0), limit=1 << 20
+            )
         self.writer.write(codec.hello())
         await read_frame(self.reader)
 
@@ -197,7 +208,10 @@ class BenchHousehold:
         self.writer.write(codec.encode(parser.OFPBarrierRequest(C), self.xid))
         while True:
             frame = await read_frame(self.reader)
-            if codec.header(frame)[1] == ofp.OFPT_BARRIER_REPLY and codec.header(frame)[3] == self.xid:
+            _, msg_type, _, xid = codec.header(frame)
+            if msg_type == ofp.OFPT_ERROR:  # a refused flow-mod must not count as installed
+                raise RuntimeError(f"household {self.index}: {codec.decode(frame)}")
+            if msg_type == ofp.OFPT_BARRIER_REPLY and xid == self.xid:
                 return
 
     async def window(self, size: int) -> None:
@@ -209,9 +223,11 @@ class BenchHousehold:
         self.writer.close()
 
 
-async def connect_all(households: list[BenchHousehold], port: int) -> None:
-    for start in range(0, len(households), 100):
-        await asyncio.gather(*(h.connect(port) for h in households[start : start + 100]))
+async def connect_all(households: list[BenchHousehold], target: int | str) -> None:
+    # OVS's Unix listener has a short backlog (a connect beyond it fails at once): one at a time there.
+    batch = 1 if isinstance(target, str) else 100
+    for start in range(0, len(households), batch):
+        await asyncio.gather(*(h.connect(target) for h in households[start : start + batch]))
 
 
 async def throughput(households: list[BenchHousehold], seconds: float, window: int) -> float:
@@ -291,45 +307,80 @@ async def fairness(households: list[BenchHousehold], offered: list[float], secon
 
 
 class Setup:
-    """One emulated switch, and in front of it the slicer with the bench's households (mode
-    "slicer") or the header-only relay (mode "floor"); households connect to `port`."""
+    """One way (`mode`) to one switch: households connect to `target` (a TCP port or a Unix socket).
 
-    def __init__(self, workdir: Path, mode: str, households: list[BenchHousehold]):
+    switch: a started PrivateOVS (a bridge of its own for this way, which `stop` removes) or None for
+    the emulated null-sink switch. mode "direct": households connect to the switch itself; "floor":
+    to the header-only relay; "slicer": to the slicer, with the bench's households registered."""
+
+    def __init__(self, workdir: Path, mode: str, households: list[BenchHousehold], switch: PrivateOVS | None):
         self.mode = mode
         self.procs: list[subprocess.Popen] = []
         self.slicer: SlicerProcess | None = None
+        self.ovs, self.bridge = switch, ""
+        self.switch_pid: int | None = None
         me = [sys.executable, str(Path(__file__).resolve())]
         workdir.mkdir(parents=True, exist_ok=True)
-        if mode == "direct":
-            self.port = free_port()
-            self.procs.append(subprocess.Popen([*me, "switch", "--listen", str(self.port)]))
-            wait_until(lambda: _listening(self.port), 30, "the emulated switch")
-            return
+        # OVS connects only to Unix sockets in its own run directory; the emulated switch to any.
+        socket_dir = switch.dir if switch is not None else workdir
+        switch_socket = socket_dir / f"{mode}-switch.sock"
         if mode == "floor":
-            self.port = free_port()
-            switch_socket = workdir / "switch.sock"
-            self.procs.append(subprocess.Popen([*me, "floor-relay", str(self.port), str(switch_socket)]))
+            port = free_port()
+            self.target: int | str = port
+            self.procs.append(subprocess.Popen([*me, "floor-relay", str(port), str(switch_socket)]))
             wait_until(switch_socket.exists, 30, "the header-only relay")
-            self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(switch_socket)]))
-            wait_until(lambda: _listening(self.port), 30, "the emulated switch to reach the header-only relay")
-            return
-        registry = workdir / "households.json"
-        registry.write_text(
-            json.dumps(
-                {
-                    "next_slot": len(households) + 1,
-                    "households": {
-                        h.record()["name"]: {k: v for k, v in h.record().items() if k != "name"} for h in households
-                    },
-                }
+        elif mode == "slicer":
+            registry = workdir / "households.json"
+            registry.write_text(
+                json.dumps(
+                    {
+                        "next_slot": len(households) + 1,
+                        "households": {
+                            h.record()["name"]: {k: v for k, v in h.record().items() if k != "name"} for h in households
+                        },
+                    }
+                )
             )
-        )
-        self.slicer = SlicerProcess(
-            workdir / "slicer", {"backend": "file", "path": str(registry)}, switch_socket=workdir / "switch.sock"
-        ).start()
-        self.port = self.slicer.household_port
-        self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(self.slicer.switch_socket)]))
-        wait_until(self.slicer.switch_connected, 60, "the emulated switch to reach the slicer")
+            self.slicer = SlicerProcess(
+                workdir / "slicer", {"backend": "file", "path": str(registry)}, switch_socket=switch_socket
+            ).start()
+            self.target = self.slicer.household_port
+        if switch is not None:
+            self._start_bridge(switch, mode, switch_socket)
+        elif mode == "direct":
+            port = self.target = free_port()
+            self.procs.append(subprocess.Popen([*me, "switch", "--listen", str(port)]))
+            wait_until(lambda: _listening(port), 30, "the emulated switch")
+            self.switch_pid = self.procs[-1].pid
+        else:
+            self.procs.append(subprocess.Popen([*me, "switch", "--connect", str(switch_socket)]))
+            self.switch_pid = self.procs[-1].pid
+        if self.slicer is not None:
+            wait_until(self.slicer.switch_connected, 60, "the switch to reach the slicer")
+        elif mode == "floor":
+            wait_until(lambda: _listening(port), 30, "the switch to reach the header-only relay")
+
+    def _start_bridge(self, switch: PrivateOVS, mode: str, switch_socket: Path) -> None:
+        """A bridge of the real OVS for this way. Direct, OVS listens for the households itself
+        (a passive controller target: every household is one of its controllers)."""
+        self.bridge = f"fvb-{mode[0]}"  # its internal ports' names must fit in 15 characters
+        if mode == "direct":
+            # OVS listens only on Unix sockets named after the bridge in its run directory.
+            self.target = str(switch.dir / f"{self.bridge}.households")
+            switch.add_bridge(self.bridge, f"punix:{self.target}")
+        else:
+            switch.add_bridge(self.bridge, f"unix:{switch_socket}")
+        # Idle households (most of the 1,000 while one is timed) answer no echo: OVS must not drop them.
+        switch.vsctl("set", "controller", self.bridge, "inactivity_probe=0")
+        if mode == "direct":
+            wait_until(lambda: Path(str(self.target)).exists(), 30, "OVS to listen for households")
+        self.switch_pid = int((switch.dir / "vswitchd.pid").read_text())
+
+    def rules_on_switch(self) -> int | None:
+        """The households' rules the real OVS holds (each sets a queue; the slicer's own rules do not)."""
+        if self.ovs is None:
+            return None
+        return sum("set_queue:" in rule for rule in self.ovs.flows(self.bridge))
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -337,6 +388,9 @@ class Setup:
             proc.wait(10)
         if self.slicer is not None:
             self.slicer.stop()
+        if self.ovs is not None:
+            self.ovs.vsctl("--if-exists", "del-br", self.bridge)
+            self.ovs.bridges.remove(self.bridge)
 
 
 def _listening(port: int) -> bool:
@@ -359,38 +413,61 @@ def _fds_and_rss(pid: int) -> tuple[int, int]:
     return fds, rss_kb
 
 
-async def measure(mode: str, workdir: Path, sizes: list[int], seconds: float, soak: float) -> dict:
+async def measure(
+    mode: str, workdir: Path, sizes: list[int], seconds: float, soak: float, switch: PrivateOVS | None
+) -> dict:
     largest = max(sizes)
     households = [BenchHousehold(i) for i in range(largest)]
-    setup = Setup(workdir / mode, mode, households)
-    out: dict = {"throughput_msgs_per_s": {}, "latency_ms": {}, "relay_cpu_us_per_msg": {}}
-    # CPU per flow-mod of what relays them (the slicer; the emulated switch when direct): less
-    # sensitive than messages/s to what else runs on the machine.
-    relay = setup.slicer.proc if setup.slicer is not None and setup.slicer.proc is not None else setup.procs[0]
+    setup = Setup(workdir / mode, mode, households, switch)
+    out: dict = {
+        "throughput_msgs_per_s": {},
+        "latency_ms": {},
+        "relay_cpu_us_per_msg": {},
+        "switch_cpu_us_per_msg": {},
+    }
+    if switch is not None:
+        out["rules_on_switch"] = {}
+    # CPU per flow-mod of what relays them (the slicer or the header-only relay; the switch itself
+    # when direct) and of the switch: less sensitive than messages/s to what else the machine runs.
+    relay_pid: int | None
+    if setup.slicer is not None and setup.slicer.proc is not None:
+        relay_pid = setup.slicer.proc.pid
+    elif mode == "floor":
+        relay_pid = setup.procs[0].pid
+    else:
+        relay_pid = setup.switch_pid
+    assert relay_pid is not None and setup.switch_pid is not None
     try:
-        await connect_all(households[:1], setup.port)
+        await connect_all(households[:1], setup.target)
         samples = await latency(households[0], 2000)
         out["latency_ms"]["1"] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
         connected = 1
         for n in sizes:
             if n > connected:
-                await connect_all(households[connected:n], setup.port)
+                await connect_all(households[connected:n], setup.target)
                 connected = n
-            cpu = _cpu_seconds(relay.pid)
+            relay_cpu, switch_cpu = _cpu_seconds(relay_pid), _cpu_seconds(setup.switch_pid)
             out["throughput_msgs_per_s"][str(n)] = round(await throughput(households[:n], seconds, 20))
             messages = sum(h.acked for h in households[:n])
-            out["relay_cpu_us_per_msg"][str(n)] = round((_cpu_seconds(relay.pid) - cpu) / messages * 1e6, 1)
+            out["relay_cpu_us_per_msg"][str(n)] = round((_cpu_seconds(relay_pid) - relay_cpu) / messages * 1e6, 1)
+            out["switch_cpu_us_per_msg"][str(n)] = round(
+                (_cpu_seconds(setup.switch_pid) - switch_cpu) / messages * 1e6, 1
+            )
+            if switch is not None:
+                out["rules_on_switch"][str(n)] = setup.rules_on_switch()
         samples = await latency(households[0], 2000)
         out["latency_ms"][str(largest)] = {"p50": percentile(samples, 50), "p99": percentile(samples, 99)}
         for h in households[100:]:
             h.close()
-        if mode != "floor":  # it serves in arrival order: nothing to be fair with
+        # Fairness and the soak against the real switch only. The header-only relay serves in
+        # arrival order: nothing to be fair with.
+        if switch is not None and mode != "floor":
             capacity = out["throughput_msgs_per_s"].get("100") or out["throughput_msgs_per_s"][str(sizes[0])]
             weights = [1 / (i + 1) for i in range(100)]  # Zipf: a few heavy households, many light ones
             offered = [2 * capacity * w / sum(weights) for w in weights]
             out["fairness"] = await fairness(households[:100], offered, 2 * seconds)
-        if soak and setup.slicer is not None:
-            out["soak"] = await soak_run(setup, households[:100], soak)
+            if soak and setup.slicer is not None:
+                out["soak"] = await soak_run(setup, households[:100], soak)
     finally:
         for h in households:
             if hasattr(h, "writer"):
@@ -420,7 +497,7 @@ async def soak_run(setup: Setup, households: list[BenchHousehold], seconds: floa
             h = households[50 + i % 50]
             i += 1
             h.close()
-            await h.connect(setup.port)
+            await h.connect(setup.target)
             churned += 1
 
     async def sample() -> None:
@@ -466,10 +543,59 @@ def main() -> int:
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.monotonic()
+    result: dict = {
+        "bench": "isp-flowvisor",
+        "machine": {"cores": os.cpu_count(), "load_average_at_start": os.getloadavg()},
+        "method": "households -> real OVS (userspace datapath) directly, through a header-only relay "
+        "(frames, renumbers, routes; checks nothing) and through the slicer; the same against an emulated "
+        "null-sink switch (installs nothing), the floor of framing. Throughput = flow-mods acknowledged by "
+        "barrier per second, window 20; each part a process",
+    }
     with tempfile.TemporaryDirectory(prefix="fv-bench-") as tmp:
-        direct = asyncio.run(measure("direct", Path(tmp), sizes, args.seconds, 0))
-        floor = asyncio.run(measure("floor", Path(tmp), sizes, args.seconds, 0))
-        relayed = asyncio.run(measure("slicer", Path(tmp), sizes, args.seconds, args.soak))
+        ovs = PrivateOVS(Path(tmp) / "ovs").start()
+        try:
+            for name, real in (("real_ovs", ovs), ("null_sink", None)):
+                runs = {
+                    mode: asyncio.run(
+                        measure(mode, Path(tmp) / name, sizes, args.seconds, args.soak if real else 0, real)
+                    )
+                    for mode in ("direct", "floor", "slicer")
+                }
+                result[name] = {**runs, **_compared(runs)}
+        finally:
+            ovs.stop()
+    result["duration_s"] = round(time.monotonic() - started)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for name in ("real_ovs", "null_sink"):
+        runs = result[name]
+        print(f"--- {name}")
+        for mode in ("direct", "floor", "slicer"):
+            print(
+                f"{mode:7} flow-mods/s {json.dumps(runs[mode]['throughput_msgs_per_s'])}"
+                f"  relay CPU us/flow-mod {json.dumps(runs[mode]['relay_cpu_us_per_msg'])}"
+                f"  switch CPU us/flow-mod {json.dumps(runs[mode]['switch_cpu_us_per_msg'])}"
+            )
+        print(json.dumps({k: v for k, v in runs.items() if k not in ("direct", "floor", "slicer")}))
+        if "fairness" in runs["slicer"]:
+            print(
+                "fairness (slicer):",
+                json.dumps(
+                    {
+                        k: v
+                        for k, v in runs["slicer"]["fairness"].items()
+                        if k not in ("offered", "served", "fair_share")
+                    }
+                ),
+            )
+        if "soak" in runs["slicer"]:
+            print("soak:", json.dumps({k: v for k, v in runs["slicer"]["soak"].items() if k != "samples"}))
+    return 0
+
+
+def _compared(runs: dict) -> dict:
+    """Relayed beside direct on the same switch: throughput ratios and the latency a relay adds."""
+    direct = runs["direct"]
 
     def ratio_to_direct(run: dict) -> dict:
         return {
@@ -477,39 +603,14 @@ def main() -> int:
             for n in direct["throughput_msgs_per_s"]
         }
 
-    added = {
-        n: {p: round(relayed["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
-        for n in direct["latency_ms"]
+    return {
+        "throughput_ratio_slicer_over_direct": ratio_to_direct(runs["slicer"]),
+        "throughput_ratio_floor_over_direct": ratio_to_direct(runs["floor"]),
+        "added_latency_ms": {
+            n: {p: round(runs["slicer"]["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
+            for n in direct["latency_ms"]
+        },
     }
-    result = {
-        "bench": "isp-flowvisor",
-        "machine": {"cores": os.cpu_count()},
-        "method": "emulated switch + emulated households (os-ken codec), each a process; "
-        "throughput = flow-mods acknowledged by barrier per second, window 20; "
-        "beside the slicer, a header-only relay (frames, renumbers, routes; checks nothing)",
-        "direct": direct,
-        "floor": floor,
-        "slicer": relayed,
-        "throughput_ratio_slicer_over_direct": ratio_to_direct(relayed),
-        "throughput_ratio_floor_over_direct": ratio_to_direct(floor),
-        "added_latency_ms": added,
-        "duration_s": round(time.monotonic() - started),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("direct", "floor", "slicer")}, indent=2))
-    print(
-        "relay CPU per flow-mod, us: direct (the emulated switch)",
-        json.dumps(direct["relay_cpu_us_per_msg"]),
-        "header-only relay",
-        json.dumps(floor["relay_cpu_us_per_msg"]),
-        "slicer",
-        json.dumps(relayed["relay_cpu_us_per_msg"]),
-    )
-    print("fairness (slicer):", json.dumps(relayed["fairness"]))
-    if "soak" in relayed:
-        print("soak:", json.dumps({k: v for k, v in relayed["soak"].items() if k != "samples"}))
-    return 0
 
 
 if __name__ == "__main__":
