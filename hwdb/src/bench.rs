@@ -1,18 +1,23 @@
 //! `hwdb bench`: runs the server binary as a child process on loopback and measures
 //! ingest rate, window-query latency and resident memory against the project's goals.
 //! `hwdb bench --abuse`: a loopback client's query latency while LAN peers hold all the
-//! half-sent requests they may, against the same client's latency to an unattacked server.
+//! half-sent requests they may, against the same client's latency to an unattacked server;
+//! then another LAN address's report latency and the loopback query's while one LAN address
+//! floods AppTuples reports, against the same to an unflooded server.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::client::{parse_reply, Client};
+use crate::client::{parse_reply, Client, ClientError};
 use crate::conns::LAN;
 use crate::proto::{self, Header, Kind};
+use crate::rate::LAN_ROWS;
 
 struct ServerProcess {
     child: Child,
@@ -303,6 +308,118 @@ fn interleaved(
     Ok((q, a))
 }
 
+/// `rows` AppTuples rows about `ip`, ports from `first_port`: one agent statement.
+fn reports(ip: &str, first_port: usize, rows: usize) -> String {
+    let tuples: Vec<String> = (first_port..first_port + rows)
+        .map(|p| format!("(6,'{ip}',{},'93.184.216.34',443,'firefox','laptop')", p % 65536))
+        .collect();
+    format!("insert into AppTuples values {}", tuples.join(","))
+}
+
+fn lan_client(server: SocketAddr, ip: &str) -> Result<Client, String> {
+    let local = format!("{ip}:0").parse().map_err(|e| format!("{ip}: {e}"))?;
+    let mut c = Client::connect_from(server, local).map_err(|e| e.to_string())?;
+    c.opts.rto = Duration::from_millis(50);
+    Ok(c)
+}
+
+/// Issue 20's report flood: one LAN address sends 480-row AppTuples inserts (the agent's
+/// statement size) as fast as it can to one of two identical servers. Meanwhile another LAN
+/// address's one-row report and a loopback query are timed against both servers alternately,
+/// one round every 10 ms (the neighbour's 100 rows/s stay within its own rate).
+fn report_flood(quick: bool) -> Result<Value, String> {
+    let (flooder, neighbour) = ("127.0.2.2", "127.0.2.3");
+    let lan_flags: Vec<String> =
+        [flooder, neighbour].iter().flat_map(|p| ["--treat-as-lan".into(), p.to_string()]).collect();
+    let quiet_server = spawn_server(200_000, &lan_flags)?;
+    let flooded_server = spawn_server(200_000, &lan_flags)?;
+    let mut gen = Gen(0x9E3779B97F4A7C15);
+    let (mut quiet, mut flooded) = (client(quiet_server.addr)?, client(flooded_server.addr)?);
+    for c in [&mut quiet, &mut flooded] {
+        for _ in 0..10 {
+            c.query(&format!("insert into Flows values {}", gen.batch(1000).0)).map_err(|e| e.to_string())?;
+        }
+    }
+    let (mut quiet_lan, mut flooded_lan) =
+        (lan_client(quiet_server.addr, neighbour)?, lan_client(flooded_server.addr, neighbour)?);
+    let query = "select saddr, sum(bytes), count(*) from Flows [range 1 hours] group by saddr order by saddr";
+    let rounds = if quick { 100 } else { 500 };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, server) = (stop.clone(), flooded_server.addr);
+        thread::spawn(move || -> Result<(usize, usize, usize), String> {
+            let mut c = lan_client(server, flooder)?;
+            let (mut accepted, mut refused, mut port) = (0, 0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                match c.query(&reports(flooder, port, 480)) {
+                    Ok(_) => accepted += 480,
+                    Err(ClientError::Server(m)) if m.starts_with("busy:") => refused += 1,
+                    Err(e) => return Err(format!("the flooder got no clear answer: {e}")),
+                }
+                port += 480;
+            }
+            Ok((accepted, refused, port))
+        })
+    };
+    let start = Instant::now();
+    let (mut q_insert, mut f_insert, mut q_query, mut f_query) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        let begun = Instant::now();
+        let timed = |c: &mut Client, text: &str, out: &mut Vec<f64>| -> Result<(), String> {
+            let t = Instant::now();
+            c.query(text).map_err(|e| format!("round {round}: {e}"))?;
+            out.push(t.elapsed().as_secs_f64() * 1000.0);
+            Ok(())
+        };
+        let report = reports(neighbour, round, 1);
+        // Alternate which server goes first, so neither always follows the other.
+        if round % 2 == 0 {
+            timed(&mut quiet_lan, &report, &mut q_insert)?;
+            timed(&mut flooded_lan, &report, &mut f_insert)?;
+            timed(&mut quiet, query, &mut q_query)?;
+            timed(&mut flooded, query, &mut f_query)?;
+        } else {
+            timed(&mut flooded_lan, &report, &mut f_insert)?;
+            timed(&mut quiet_lan, &report, &mut q_insert)?;
+            timed(&mut flooded, query, &mut f_query)?;
+            timed(&mut quiet, query, &mut q_query)?;
+        }
+        thread::sleep(Duration::from_millis(10).saturating_sub(begun.elapsed()));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (accepted, refused, offered) = flood.join().map_err(|_| "the flooder panicked".to_string())??;
+    let count = |c: &mut Client, ip: &str| -> Result<u64, String> {
+        let r = c.query(&format!("select count(*) from AppTuples where saddr = '{ip}'")).map_err(|e| e.to_string())?;
+        Ok(r.rows.first().and_then(|row| row[0].as_u64()).unwrap_or(0))
+    };
+    let (neighbour_kept, flooder_held) = (count(&mut flooded, neighbour)?, count(&mut flooded, flooder)?);
+    let (qi, fi, qq, fq) = (summary(q_insert), summary(f_insert), summary(q_query), summary(f_query));
+    Ok(json!({
+        "what": format!(
+            "{flooder} inserts 480-row AppTuples statements as fast as it can into one of two identical servers \
+             for {secs:.1} s; {neighbour}'s one-row report and the loopback query are timed against both alternately"
+        ),
+        "rate_rows_per_s": LAN_ROWS.per_second,
+        "burst_rows": LAN_ROWS.burst,
+        "flood_seconds": (secs * 10.0).round() / 10.0,
+        "flooder_rows_offered": offered,
+        "flooder_rows_accepted": accepted,
+        "flooder_statements_refused_busy": refused,
+        "flooder_rows_held_at_the_end": flooder_held,
+        "neighbour_reports_sent": rounds,
+        "neighbour_reports_kept": neighbour_kept,
+        "neighbour_insert": {"quiet": qi, "flooded": fi, "p99_ratio": ratio(&fi, &qi, "p99_ms"), "median_ratio": ratio(&fi, &qi, "median_ms")},
+        "loopback_query": {"quiet": qq, "flooded": fq, "p99_ratio": ratio(&fq, &qq, "p99_ms"), "median_ratio": ratio(&fq, &qq, "median_ms")},
+    }))
+}
+
+fn ratio(a: &Value, q: &Value, k: &str) -> f64 {
+    let r = a[k].as_f64().unwrap_or(0.0) / q[k].as_f64().unwrap_or(1.0).max(1e-9);
+    (r * 100.0).round() / 100.0
+}
+
 pub fn abuse(quick: bool) -> Result<Value, String> {
     let n = if quick { 200 } else { 1000 };
     // 127.0.0.2 .. : as many LAN peers as it takes to fill the whole LAN's allowance.
@@ -336,9 +453,17 @@ pub fn abuse(quick: bool) -> Result<Value, String> {
     let (still_held, _) = hold_half_sent(attacked_server.addr, &peers[0], 1)?;
 
     let (q1, a1, q2, a2) = (summary(quiet_one), summary(under_one), summary(quiet_all), summary(under_all));
-    let ratio = |a: &Value, q: &Value, k: &str| {
-        let r = a[k].as_f64().unwrap_or(0.0) / q[k].as_f64().unwrap_or(1.0).max(1e-9);
-        (r * 100.0).round() / 100.0
+    drop((quiet_server, attacked_server));
+    let flood = report_flood(quick)?;
+    let flood_row = |what: &str, k: &str, m: &str| {
+        let (a, q) = (&flood[k]["flooded"], &flood[k]["quiet"]);
+        json!([
+            what,
+            format!("{} ms", a[m]),
+            format!("{} ms quiet", q[m]),
+            format!("{:.2}x", ratio(a, q, m)),
+            "< 2x quiet"
+        ])
     };
     let rows = json!([
         [
@@ -362,6 +487,13 @@ pub fn abuse(quick: bool) -> Result<Value, String> {
             format!("{:.2}x", ratio(&a2, &q2, "median_ms")),
             ""
         ],
+        flood_row("another LAN address's report p99, one LAN address flooding AppTuples", "neighbour_insert", "p99_ms"),
+        flood_row("loopback query p99, one LAN address flooding AppTuples", "loopback_query", "p99_ms"),
+        flood_row(
+            "another LAN address's report median, one LAN address flooding AppTuples",
+            "neighbour_insert",
+            "median_ms"
+        ),
     ]);
     Ok(json!({
         "benchmark": "hwdb_abuse",
@@ -389,6 +521,7 @@ pub fn abuse(quick: bool) -> Result<Value, String> {
             "p99_ratio": ratio(&a2, &q2, "p99_ms"),
             "median_ratio": ratio(&a2, &q2, "median_ms"),
         },
+        "report_flood": flood,
         "goal_p99_ratio": 2.0,
         "rows": rows,
     }))
