@@ -1,19 +1,9 @@
 import pytest
+from support import ROUTER_MAC, WLAN, Clock
 
 from homework_controller import dhcp
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
-
-WLAN = 1
-ROUTER_MAC = "02:48:57:00:00:01"
-
-
-class Clock:
-    def __init__(self, now=1_000_000.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 """Per-flow accounting: each flow gets a counting rule, within a per-device budget, and no
 connection is too short to be counted."""
 
-from dhcp_frames import frame
-from test_router import PHONE, lease
+from support import PHONE, permitted_phone
 
 from homework_controller import flows, packets
 from homework_controller.router import InstallRules, LogRow, RemoveRules, TellHousehold
@@ -22,13 +21,6 @@ def tcp_frame(src_ip, dst_ip, sport, dport, size=100):
         dport=dport,
         size=size,
     )
-
-
-def permitted_phone(router):
-    ip = lease(router, PHONE)
-    router.permit(PHONE)
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
-    return ip
 
 
 def test_a_new_flow_gets_its_own_counting_rule_once(router):

@@ -8,7 +8,7 @@ import urllib.request
 from wsgiref import simple_server
 
 import pytest
-from test_router import PHONE, lease
+from support import PHONE, lease
 
 from homework_controller import api
 from homework_controller.model import BadMac

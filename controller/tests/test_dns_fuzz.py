@@ -15,9 +15,9 @@ import time
 
 import dnslib
 from dns_upstream import Upstream
-from test_accounting import permitted_phone
-from test_dns_server import WWW, WWW_IP, Resolver, pointer_chain, raw_query
+from support import WWW, WWW_IP, Resolver, permitted_phone
 
+from homenet.attacks import pointer_chain, raw_query
 from homework_controller import dns_server, dnsgate
 
 SEED_MESSAGES = [

@@ -6,10 +6,8 @@ import tracemalloc
 
 import dnslib
 import pytest
-from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame
-from test_accounting import permitted_phone
-from test_router import PHONE, lease
+from support import PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
 from homework_controller import dhcp, dnsgate, flows
 from homework_controller.router import BLOCK_CLEANUP_S, ApiError, HomeRouter, InstallRules, RemoveRules, ResolveName

@@ -11,85 +11,11 @@ import time
 import dnslib
 import pytest
 from dns_upstream import Upstream
-from test_accounting import permitted_phone
-from test_router import PHONE
+from support import PHONE, WWW, WWW_IP, Resolver, permitted_phone
 
 from homenet.attacks import pointer_chain, raw_query
 from homenet.wait import wait_until
 from homework_controller import dns_server, dnsgate
-from homework_controller.ofapp import TimedLock
-
-WWW, WWW_IP = "www.example.test", "198.51.100.80"
-
-
-def free_port() -> int:
-    """A port free for both UDP and TCP on 127.0.0.1."""
-    while True:
-        with (
-            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
-        ):
-            tcp.bind(("127.0.0.1", 0))
-            try:
-                udp.bind(tcp.getsockname())
-            except OSError:
-                continue
-            return tcp.getsockname()[1]
-
-
-class Resolver:
-    """A DnsServer wired to a HomeRouter as ofapp wires it (the same lock type), on loopback.
-
-    Every loopback client is taken for the permitted phone: the address check itself is the
-    router core's, tested in test_dns_gating.
-    """
-
-    def __init__(self, router, device_ip, upstream: Upstream, **options):
-        self.router, self.lock = router, TimedLock()
-        self.port = free_port()
-        self.learnt = []
-        self.server = dns_server.DnsServer(
-            ("127.0.0.1", self.port), upstream.address, self.verdict, self.learn, **options
-        )
-        self.device_ip = device_ip
-        self.server.start()
-
-    def verdict(self, client_ip, query):
-        with self.lock:
-            return self.router.dns_query(self.device_ip, query)
-
-    def learn(self, learnt, client_ip):
-        with self.lock:
-            self.learnt += learnt
-            self.router.dns_answer(learnt, self.device_ip if client_ip == "127.0.0.1" else client_ip)
-
-    def udp(self, wire, timeout=2.0):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.settimeout(timeout)
-            s.sendto(wire, ("127.0.0.1", self.port))
-            try:
-                return s.recv(65535)
-            except TimeoutError:
-                return None
-
-    def tcp(self, wire, timeout=2.0, source="127.0.0.1"):
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout, source_address=(source, 0)) as s:
-            try:
-                s.sendall(struct.pack("!H", len(wire)) + wire)
-                head = s.recv(2, socket.MSG_WAITALL)
-            except ConnectionResetError:  # closed with the message unread
-                return None
-            if len(head) < 2:
-                return None
-            return s.recv(struct.unpack("!H", head)[0], socket.MSG_WAITALL)
-
-    def lookup(self, name, over_tcp=False):
-        """(rcode name, addresses) as a device's stub resolver sees them."""
-        wire = (self.tcp if over_tcp else self.udp)(dnslib.DNSRecord.question(name).pack())
-        if wire is None:
-            return "TIMEOUT", []
-        reply = dnslib.DNSRecord.parse(wire)
-        return dnslib.RCODE.get(reply.header.rcode), [str(rr.rdata) for rr in reply.rr]
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The slice rules a household wants for its downlink, from its learnt flows: pure, and as the slicer reads them."""
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
-from test_openflow import serialised, wire
+from support import serialised, wire
 
 from homework_controller import downlink, flows, openflow, qos
 from homework_controller.flows import FiveTuple

@@ -1,7 +1,7 @@
 """Rule changes held behind DHCP answers (held.py): answers first, changes in the order decided,
 and neither starves the other."""
 
-from conftest import Clock
+from support import Clock
 
 from homework_controller.held import ANSWER, SEND, HeldChanges, Wait
 

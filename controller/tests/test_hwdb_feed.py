@@ -10,11 +10,8 @@ import threading
 import time
 
 import pytest
-import test_qos
-from conftest import ROUTER_MAC, WLAN, Clock
 from fakeoftable import FakeSwitch
-from test_pipeline import join
-from test_router import PHONE
+from support import EF, PHONE, ROUTER_MAC, WEB, WLAN, ZOOM, Clock, deliver, join, mark_of, up
 
 from homework_controller import hwdb_feed
 from homework_controller.router import AgentReport
@@ -159,23 +156,23 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
     try:
         assert feed.restored.wait(10)
         assert router.app_priority == {"web": "default", "games": "high"}  # the last row per app
-        web = test_qos.up(phone, test_qos.WEB)
+        web = up(phone, WEB)
         with lock:
-            assert test_qos.mark_of(router, switch, web)[0] == 0
+            assert mark_of(router, switch, web)[0] == 0
         asked = time.monotonic()
         hwdb.query("insert into AppPriority values ('web', 'high')")
 
         def marked():
             with lock:
-                [out] = test_qos.deliver(router, switch, web)
-            return out.packet.get("ip_dscp") == test_qos.EF
+                [out] = deliver(router, switch, web)
+            return out.packet.get("ip_dscp") == EF
 
         wait_for(marked)
         assert time.monotonic() - asked < 1.0
         # An agent's rows: a bad one is dropped, the good one labels the phone's connection.
-        call = test_qos.up(phone, test_qos.ZOOM, 17, 50000, 40001)
+        call = up(phone, ZOOM, 17, 50000, 40001)
         with lock:
-            assert test_qos.mark_of(router, switch, call)[0] == 0
+            assert mark_of(router, switch, call)[0] == 0
         hwdb.query(
             f"insert into AppTuples values (1, '{phone}', 1, '*', 0, 'zoom', 'pc'), "
             f"(17, '{phone}', 50000, '198.51.100.7', 40001, 'zoom', 'pc')"
@@ -183,8 +180,8 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
 
         def call_marked():
             with lock:
-                [out] = test_qos.deliver(router, switch, call)
-            return out.packet.get("ip_dscp") == test_qos.EF
+                [out] = deliver(router, switch, call)
+            return out.packet.get("ip_dscp") == EF
 
         wait_for(call_marked)
         # hwdb restarts (its subscriptions are gone): the feed subscribes again and keeps following.

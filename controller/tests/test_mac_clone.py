@@ -1,29 +1,17 @@
 """A copied MAC: the router notices a second DHCP client or a station with the wrong passphrase,
 tells the household once per few minutes, and shows it in the device's status."""
 
-from conftest import ROUTER_MAC, WLAN
-from dhcp_frames import frame, reply_of
+from dhcp_frames import frame
+from support import OTHER_CLIENT, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
 from homework_controller import clones, dhcp
 from homework_controller.dhcp import DhcpRequest
-from homework_controller.router import AnswerDhcp, AuthenticatorKick, HomeRouter, TellHousehold
+from homework_controller.router import AuthenticatorKick, HomeRouter, TellHousehold
 from homework_controller.store import DeviceStore
-
-PHONE = "02:00:00:00:00:aa"
-# The phone's DHCP client, and another client using its MAC (dhclient's defaults, another host name).
-PHONE_CLIENT = [("hostname", b"phone"), ("param_req_list", [1, 28, 3, 6])]
-OTHER_CLIENT = [("hostname", b"intruder"), ("param_req_list", [1, 28, 3, 6])]
 
 
 def ask(router, mac, client, msg_type="discover", **kw):
     return router.on_dhcp(frame(mac, msg_type, options=client, **kw))
-
-
-def lease(router, mac, client):
-    [offer] = [e for e in ask(router, mac, client) if isinstance(e, AnswerDhcp)]
-    pkt, opts = reply_of(offer.data)
-    ask(router, mac, [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client], "request")
-    return pkt["BOOTP"].yiaddr
 
 
 def clone_events(effects):

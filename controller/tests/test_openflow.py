@@ -1,29 +1,13 @@
 """The rule values as the switch receives them: built without a switch, serialised by os-ken, read back."""
 
-from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
+from support import WLAN, serialised, wire
 
 from homework_controller import flows, openflow, qos
 from homework_controller.model import Device, State, Subnet
 
-DATAPATH = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
-WLAN = 1
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
-
-
-def wire(msg):
-    """What the switch would read: the message serialised, then parsed again."""
-    serialised(msg)
-    return ofproto_parser.msg(DATAPATH, *ofproto_parser.header(msg.buf), msg.buf)
-
-
-def serialised(msg):
-    """The message, once os-ken has encoded it (os-ken parses only some kinds back)."""
-    msg.datapath = DATAPATH
-    msg.serialize()
-    assert len(msg.buf) == msg.msg_len
-    return msg
 
 
 def every_rule():

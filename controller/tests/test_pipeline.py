@@ -1,18 +1,15 @@
 """Where packets end up through the rules the router computes (fakeoftable), decision by decision."""
 
 import pytest
-from conftest import ROUTER_MAC, WLAN
-from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch, ipv4
-from test_router import LAPTOP, PHONE, lease
+from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import dnsgate, flows, packets
-from homework_controller.router import AddGatewayAddress, AnswerDhcp
+from homework_controller.router import AddGatewayAddress
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
-TABLET = "02:00:00:00:00:dd"
 
 
 @pytest.fixture
@@ -20,20 +17,6 @@ def switch(router):
     sw = FakeSwitch()
     sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
     return sw
-
-
-def join(router, switch, mac, permit=True):
-    """A device leases its /30 (and renews after a permit, as it would); returns its address."""
-    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
-    pkt, opts = reply_of(offer.data)
-    ip = pkt["BOOTP"].yiaddr
-    switch.apply(
-        router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", ip)]))
-    )
-    if permit:
-        switch.apply(router.permit(mac))
-        switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip)))
-    return ip
 
 
 def ports(deliveries):

@@ -3,19 +3,30 @@
 share of the High class."""
 
 import pytest
-from conftest import ROUTER_MAC, WLAN
-from fakeoftable import FakeSwitch, ipv4
-from test_pipeline import join
-from test_router import LAPTOP, PHONE, TABLET
+from fakeoftable import FakeSwitch
+from support import (
+    AF41,
+    EF,
+    LAPTOP,
+    LOCAL,
+    PHONE,
+    ROUTER_MAC,
+    TABLET,
+    WEB,
+    WLAN,
+    ZOOM,
+    deliver,
+    down,
+    join,
+    mark_of,
+    up,
+)
 
-from homework_controller import dhcp, flows, packets, qos
+from homework_controller import dhcp, flows, qos
 from homework_controller.agent_reports import AgentReportBook
 from homework_controller.router import AgentReport, HomeRouter, LogRow, TellHousehold
 from homework_controller.store import DeviceStore
 
-LOCAL = flows.LOCAL
-ZOOM, WEB = "198.51.100.7", "198.51.100.80"
-EF, AF41 = 46, 34
 UPLINK = qos.LinkShape("hw-wan", line_kbit=10000)  # shaped 9000 kbit/s; one device's High share: 1800
 
 
@@ -24,45 +35,6 @@ def switch(router):
     sw = FakeSwitch()
     sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
     return sw
-
-
-def up(ip, dst, proto=flows.PROTO_TCP, sport=40000, dport=443, src_mac=PHONE):
-    return ipv4(WLAN, src_mac, ROUTER_MAC, ip, dst, proto, sport, dport)
-
-
-def down(ip, src, proto=flows.PROTO_TCP, sport=443, dport=40000, dst_mac=PHONE):
-    return ipv4(LOCAL, ROUTER_MAC, dst_mac, src, ip, proto, sport, dport)
-
-
-def deliver(router, switch, packet, size=100):
-    """Send a packet through the switch; the controller learns from any copy it gets, as ofapp does.
-    Returns where the packet went (leaving out that copy)."""
-    out = switch.send(packet)
-    for d in out:
-        if d.port == flows.CONTROLLER:
-            p = d.packet
-            proto = p["ip_proto"]
-            prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}[proto]
-            frame = packets.Frame(
-                p["eth_src"],
-                p["eth_dst"],
-                flows.ETH_IPV4,
-                ip_src=p["ipv4_src"],
-                ip_dst=p["ipv4_dst"],
-                ip_proto=proto,
-                sport=p[f"{prefix}_src"],
-                dport=p[f"{prefix}_dst"],
-                size=size,
-            )
-            switch.apply(router.on_flow_copy(p["in_port"], frame))
-    return [d for d in out if d.port != flows.CONTROLLER]
-
-
-def mark_of(router, switch, packet):
-    """The DSCP (and queue) a packet of an established flow leaves with, and where it goes."""
-    deliver(router, switch, packet)  # the first packet: the flow's rule is learnt
-    [out] = deliver(router, switch, packet)
-    return out.packet.get("ip_dscp", 0), out.packet.get("queue", 0), out.port
 
 
 def test_a_high_apps_packets_leave_with_dscp_46_both_ways(router, switch):

@@ -4,10 +4,10 @@ import itertools
 from collections import defaultdict
 
 import pytest
-from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch
 from scapy.layers.l2 import ARP, Ether
+from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, lease
 
 from homework_controller import dhcp, flows, packets
 from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
@@ -26,20 +26,6 @@ from homework_controller.router import (
     UnknownDevice,
 )
 from homework_controller.store import DeviceStore
-
-PHONE = "02:00:00:00:00:aa"
-LAPTOP = "02:00:00:00:00:cc"
-TABLET = "02:00:00:00:00:dd"
-
-
-def lease(router, mac):
-    """Join and return the device's address."""
-    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
-    pkt, opts = reply_of(offer.data)
-    router.on_dhcp(
-        frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
-    )
-    return pkt["BOOTP"].yiaddr
 
 
 def installed(effects):

@@ -12,14 +12,11 @@ import threading
 import time
 
 import pytest
-from conftest import ROUTER_MAC, WLAN
 from fakeoftable import FakeSwitch
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
-from test_pipeline import join
-from test_qos import WEB, mark_of, up
-from test_router import PHONE
+from support import PHONE, ROUTER_MAC, WEB, WLAN, join, mark_of, up
 
 from homework_controller import downlink, flows, qos
 from homework_controller.__main__ import parse_args

@@ -7,9 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conftest import ROUTER_MAC, WLAN
 from dhcp_frames import frame
-from test_router import LAPTOP, PHONE, lease
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, lease
 
 from homework_controller import dhcp
 from homework_controller.model import Device, State

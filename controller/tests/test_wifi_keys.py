@@ -3,8 +3,7 @@
 import math
 
 import pytest
-from conftest import ROUTER_MAC, WLAN
-from test_mac_clone import PHONE, PHONE_CLIENT, lease
+from support import PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
 from homework_controller import dhcp, wifi_keys
 from homework_controller.router import ApiError, HomeRouter, NotConfigured, UnknownDevice

@@ -1,0 +1,216 @@
+"""What the controller's tests share: the home's devices and constants, a clock, a device joining
+(DHCP through the router, and through a fake switch), packets through the switch and the copies it
+sends the controller, OpenFlow messages as the switch reads them, and a resolver on loopback.
+Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import dnslib
+from dhcp_frames import frame, reply_of
+from dns_upstream import Upstream
+from fakeoftable import ipv4
+from os_ken.ofproto import ofproto_parser, ofproto_protocol
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from homework_controller import dns_server, flows, packets
+from homework_controller.ofapp import TimedLock
+from homework_controller.router import AnswerDhcp
+
+WLAN = 1
+ROUTER_MAC = "02:48:57:00:00:01"
+LOCAL = flows.LOCAL
+
+PHONE = "02:00:00:00:00:aa"
+LAPTOP = "02:00:00:00:00:cc"
+TABLET = "02:00:00:00:00:dd"
+# The phone's DHCP client, and another client using its MAC (dhclient's defaults, another host name).
+PHONE_CLIENT = [("hostname", b"phone"), ("param_req_list", [1, 28, 3, 6])]
+OTHER_CLIENT = [("hostname", b"intruder"), ("param_req_list", [1, 28, 3, 6])]
+
+ZOOM, WEB = "198.51.100.7", "198.51.100.80"
+EF, AF41 = 46, 34
+
+
+class Clock:
+    def __init__(self, now=1_000_000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+# ---- devices joining
+
+
+def lease(router, mac, client=()):
+    """Join (DISCOVER, REQUEST; client: the DHCP client's own options) and return the device's address."""
+    [offer] = [e for e in router.on_dhcp(frame(mac, "discover", options=list(client))) if isinstance(e, AnswerDhcp)]
+    pkt, opts = reply_of(offer.data)
+    router.on_dhcp(
+        frame(
+            mac,
+            "request",
+            options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr), *client],
+        )
+    )
+    return pkt["BOOTP"].yiaddr
+
+
+def join(router, switch, mac, permit=True):
+    """A device leases its /30 (and renews after a permit, as it would); returns its address."""
+    [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
+    pkt, opts = reply_of(offer.data)
+    ip = pkt["BOOTP"].yiaddr
+    switch.apply(
+        router.on_dhcp(frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", ip)]))
+    )
+    if permit:
+        switch.apply(router.permit(mac))
+        switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip)))
+    return ip
+
+
+def permitted_phone(router):
+    ip = lease(router, PHONE)
+    router.permit(PHONE)
+    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    return ip
+
+
+# ---- packets through the switch
+
+
+def up(ip, dst, proto=flows.PROTO_TCP, sport=40000, dport=443, src_mac=PHONE):
+    return ipv4(WLAN, src_mac, ROUTER_MAC, ip, dst, proto, sport, dport)
+
+
+def down(ip, src, proto=flows.PROTO_TCP, sport=443, dport=40000, dst_mac=PHONE):
+    return ipv4(LOCAL, ROUTER_MAC, dst_mac, src, ip, proto, sport, dport)
+
+
+def deliver(router, switch, packet, size=100):
+    """Send a packet through the switch; the controller learns from any copy it gets, as ofapp does.
+    Returns where the packet went (leaving out that copy)."""
+    out = switch.send(packet)
+    for d in out:
+        if d.port == flows.CONTROLLER:
+            p = d.packet
+            proto = p["ip_proto"]
+            prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}[proto]
+            frame = packets.Frame(
+                p["eth_src"],
+                p["eth_dst"],
+                flows.ETH_IPV4,
+                ip_src=p["ipv4_src"],
+                ip_dst=p["ipv4_dst"],
+                ip_proto=proto,
+                sport=p[f"{prefix}_src"],
+                dport=p[f"{prefix}_dst"],
+                size=size,
+            )
+            switch.apply(router.on_flow_copy(p["in_port"], frame))
+    return [d for d in out if d.port != flows.CONTROLLER]
+
+
+def mark_of(router, switch, packet):
+    """The DSCP (and queue) a packet of an established flow leaves with, and where it goes."""
+    deliver(router, switch, packet)  # the first packet: the flow's rule is learnt
+    [out] = deliver(router, switch, packet)
+    return out.packet.get("ip_dscp", 0), out.packet.get("queue", 0), out.port
+
+
+# ---- OpenFlow messages as the switch reads them
+
+DATAPATH = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
+
+
+def wire(msg):
+    """What the switch would read: the message serialised, then parsed again."""
+    serialised(msg)
+    return ofproto_parser.msg(DATAPATH, *ofproto_parser.header(msg.buf), msg.buf)
+
+
+def serialised(msg):
+    """The message, once os-ken has encoded it (os-ken parses only some kinds back)."""
+    msg.datapath = DATAPATH
+    msg.serialize()
+    assert len(msg.buf) == msg.msg_len
+    return msg
+
+
+# ---- the resolver on loopback
+
+WWW, WWW_IP = "www.example.test", "198.51.100.80"
+
+
+def free_port() -> int:
+    """A port free for both UDP and TCP on 127.0.0.1."""
+    while True:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+        ):
+            tcp.bind(("127.0.0.1", 0))
+            try:
+                udp.bind(tcp.getsockname())
+            except OSError:
+                continue
+            return tcp.getsockname()[1]
+
+
+class Resolver:
+    """A DnsServer wired to a HomeRouter as ofapp wires it (the same lock type), on loopback.
+
+    Every loopback client is taken for the permitted phone: the address check itself is the
+    router core's, tested in test_dns_gating.
+    """
+
+    def __init__(self, router, device_ip, upstream: Upstream, **options):
+        self.router, self.lock = router, TimedLock()
+        self.port = free_port()
+        self.learnt = []
+        self.server = dns_server.DnsServer(
+            ("127.0.0.1", self.port), upstream.address, self.verdict, self.learn, **options
+        )
+        self.device_ip = device_ip
+        self.server.start()
+
+    def verdict(self, client_ip, query):
+        with self.lock:
+            return self.router.dns_query(self.device_ip, query)
+
+    def learn(self, learnt, client_ip):
+        with self.lock:
+            self.learnt += learnt
+            self.router.dns_answer(learnt, self.device_ip if client_ip == "127.0.0.1" else client_ip)
+
+    def udp(self, wire, timeout=2.0):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            s.sendto(wire, ("127.0.0.1", self.port))
+            try:
+                return s.recv(65535)
+            except TimeoutError:
+                return None
+
+    def tcp(self, wire, timeout=2.0, source="127.0.0.1"):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout, source_address=(source, 0)) as s:
+            try:
+                s.sendall(struct.pack("!H", len(wire)) + wire)
+                head = s.recv(2, socket.MSG_WAITALL)
+            except ConnectionResetError:  # closed with the message unread
+                return None
+            if len(head) < 2:
+                return None
+            return s.recv(struct.unpack("!H", head)[0], socket.MSG_WAITALL)
+
+    def lookup(self, name, over_tcp=False):
+        """(rcode name, addresses) as a device's stub resolver sees them."""
+        wire = (self.tcp if over_tcp else self.udp)(dnslib.DNSRecord.question(name).pack())
+        if wire is None:
+            return "TIMEOUT", []
+        reply = dnslib.DNSRecord.parse(wire)
+        return dnslib.RCODE.get(reply.header.rcode), [str(rr.rdata) for rr in reply.rr]
