@@ -12,7 +12,9 @@ wall time, so a busy machine changes the numbers less. Two loads:
   only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches.
 
 `--profile N` prints cProfile's top N functions by own time for the distinct load; `--stages` the
-CPU per flow-mod of each step (decode, the policy's check and translation, the rule key, encode).
+CPU per flow-mod of each step, on os-ken's path (decode, the policy's check and translation, the rule
+key, encode) and on the fast path (its check and translation, the rule key, the frame);
+`--os-ken-only` relays without the fast path (`isp_flowvisor.fastpath`), as before it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from isp_flowvisor import codec, policy
+from isp_flowvisor import codec, fastpath, policy, relay
 from isp_flowvisor.model import Household
 from isp_flowvisor.testing import socketless_slicer
 
@@ -93,12 +95,34 @@ def stages(frames: list[bytes]) -> dict[str, float]:
     return {step: ns / len(frames) / 1e3 for step, ns in spent.items()}
 
 
+def fast_stages(frames: list[bytes]) -> dict[str, float]:
+    """The same for the fast path; every frame must take it."""
+    slice_ = policy.Slice(HOUSEHOLD, frozenset({1}))
+    spent = dict.fromkeys(("fast check+translate", "rule key", "frame"), 0)
+    clock = time.process_time_ns
+    for frame in frames:
+        t0 = clock()
+        translated = fastpath.flow_mod(slice_, frame)
+        t1 = clock()
+        assert translated is not None, frame.hex()
+        policy.rule_key(translated.table_id, translated.priority, translated.match)
+        t2 = clock()
+        codec.encode(translated, 1)
+        t3 = clock()
+        for step, ns in zip(spent, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            spent[step] += ns
+    return {step: ns / len(frames) / 1e3 for step, ns in spent.items()}
+
+
 def main() -> int:
     args = argparse.ArgumentParser(prog="relay_cost", description=__doc__.split("\n")[0])
     args.add_argument("--count", type=int, default=20000)
     args.add_argument("--profile", type=int, default=0, metavar="N")
     args.add_argument("--stages", action="store_true")
+    args.add_argument("--os-ken-only", action="store_true", help="relay without the fast path")
     options = args.parse_args()
+    if options.os_ken_only:
+        relay.fastpath.flow_mod = lambda *_: None
     for name, frames in loads(options.count).items():
         asyncio.run(relay_all(frames[:1000]))  # warm the caches os-ken and the slicer keep
         spent = asyncio.run(relay_all(frames))
@@ -108,6 +132,10 @@ def main() -> int:
             stages(frames[:1000])  # warm the caches
             steps = stages(frames)
             print(f"{name:9}", "  ".join(f"{step} {us:5.1f} us" for step, us in steps.items()))
+            if not options.os_ken_only:
+                fast_stages(frames[:1000])
+                steps = fast_stages(frames)
+                print(f"{name:9}", "  ".join(f"{step} {us:5.1f} us" for step, us in steps.items()))
     if options.profile:
         profile = cProfile.Profile()
         frames = loads(options.count)["distinct"]
