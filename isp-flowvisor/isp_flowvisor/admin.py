@@ -11,7 +11,10 @@ import contextlib
 import hmac
 import json
 import logging
+import os
+import secrets
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from .model import Household, InvalidHousehold
@@ -20,6 +23,51 @@ from .relay import Slicer
 
 LOG = logging.getLogger("isp_flowvisor.admin")
 Handler = Callable[[str, str, dict[str, str], bytes], Awaitable[tuple[int, str, bytes]]]
+# Where the slicer keeps fvctl's token unless told otherwise; fvctl reads it from the same place.
+DEFAULT_TOKEN_FILE = Path("/var/lib/isp-flowvisor/fvctl.token")
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    415: "Unsupported Media Type",
+}
+
+
+class TokenError(ValueError):
+    pass
+
+
+def load_or_create_token(path: Path) -> str:
+    """fvctl's token: read from `path`, or made there (mode 0600) at the first start.
+
+    A token file others may read is refused: anyone who reads it can manage every household."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            raise TokenError(f"{path}: readable by others; chmod 600 it") from None
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise TokenError(f"{path}: a token of at least 16 characters, please") from None
+        return token
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return load_or_create_token(path)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    LOG.info("made fvctl's token in %s", path)
+    return token
+
+
+def _loopback_host(host: str) -> bool:
+    """Is the Host header a loopback name? A page that rebinds its own name to 127.0.0.1 still
+    sends its own name here."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name.lower() in _LOOPBACK_HOSTS
 
 
 async def serve_http(host: str, port: int, handler: Handler) -> asyncio.Server:
@@ -38,7 +86,7 @@ async def serve_http(host: str, port: int, handler: Handler) -> asyncio.Server:
             status, ctype, payload = await handler(method, path, headers, body)
         except (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, ctype, payload = 400, "text/plain", b"bad request\n"
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "Error")
+        reason = _REASONS.get(status, "Error")
         writer.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n"
             "Connection: close\r\n\r\n".encode()
@@ -52,7 +100,9 @@ async def serve_http(host: str, port: int, handler: Handler) -> asyncio.Server:
 
 
 class Admin:
-    def __init__(self, slicer: Slicer, token: str = "", queue_stats: Callable[[], dict] | None = None):
+    def __init__(self, slicer: Slicer, token: str, queue_stats: Callable[[], dict] | None = None):
+        if not token:
+            raise TokenError("fvctl's endpoint needs a token")
         self.slicer = slicer
         self.token = token
         self.queue_stats = queue_stats or dict
@@ -63,7 +113,14 @@ class Admin:
     async def rpc(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str, bytes]:
         if method != "POST":
             return 404, "text/plain", b"POST JSON-RPC 2.0 here\n"
-        if self.token and not hmac.compare_digest(headers.get("authorization", ""), f"Bearer {self.token}"):
+        # A web page in a browser on this host can reach loopback too: it cannot choose the Host
+        # header, and without a CORS preflight (which this endpoint never answers) it can send
+        # only form or text bodies, never application/json.
+        if not _loopback_host(headers.get("host", "")):
+            return 403, "text/plain", b"loopback Host only\n"
+        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return 415, "text/plain", b"Content-Type: application/json only\n"
+        if not hmac.compare_digest(headers.get("authorization", "").encode(), f"Bearer {self.token}".encode()):
             return 401, "text/plain", b"token required\n"
         call_id = None
         try:

@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .admin import Admin, serve_http
+from .admin import DEFAULT_TOKEN_FILE, Admin, TokenError, load_or_create_token, serve_http
 from .config import ConfigError, SlicerConfig
 from .queues import DownlinkQueues
 from .registry import open_registry
@@ -20,7 +20,7 @@ LOG = logging.getLogger("isp_flowvisor")
 USAGE_INTERVAL = 5.0
 
 
-async def run(config: SlicerConfig, token: str = "", ready: asyncio.Event | None = None) -> None:
+async def run(config: SlicerConfig, token: str, ready: asyncio.Event | None = None) -> None:
     registry = open_registry(config.registry)
     slicer = Slicer(config, registry)
     queues = DownlinkQueues.from_config(config.queues) if config.queues.get("interface") else None
@@ -68,7 +68,12 @@ async def run(config: SlicerConfig, token: str = "", ready: asyncio.Event | None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="isp-flowvisor", description=__doc__)
     parser.add_argument("config", type=Path, help="the slicer's TOML configuration")
-    parser.add_argument("--token-file", type=Path, help="fvctl must present this token (a 0600 file)")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=DEFAULT_TOKEN_FILE,
+        help=f"fvctl's token (mode 0600), made here at the first start (default {DEFAULT_TOKEN_FILE})",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -77,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"isp-flowvisor: {exc}", file=sys.stderr)
         return 2
-    token = args.token_file.read_text().strip() if args.token_file else ""
+    try:
+        token = load_or_create_token(args.token_file)
+    except (OSError, TokenError) as exc:
+        print(f"isp-flowvisor: fvctl's token: {exc}", file=sys.stderr)
+        return 2
     asyncio.run(run(config, token))
     return 0
 

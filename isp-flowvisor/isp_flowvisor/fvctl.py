@@ -14,6 +14,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from .admin import DEFAULT_TOKEN_FILE
+
 
 class FvctlError(RuntimeError):
     pass
@@ -70,7 +72,12 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fvctl", description=__doc__)
     parser.add_argument("--rpc", default="127.0.0.1:6644", help="the slicer's admin address (loopback)")
-    parser.add_argument("--token-file", type=Path, help="the token the slicer was started with")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=DEFAULT_TOKEN_FILE,
+        help=f"the slicer's token file (default {DEFAULT_TOKEN_FILE}; readable by root only)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every household, with its rule count and connection")
     for name in ("show", "remove"):
@@ -92,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--mac", action="append", help="its CPE's MAC, which its rules may write (repeatable)")
         p.add_argument("--on-disconnect", choices=("keep", "delete"), help="what happens to its rules")
     args = parser.parse_args(argv)
-    token = args.token_file.read_text().strip() if args.token_file else ""
+    try:
+        token = args.token_file.read_text().strip()
+    except OSError as exc:
+        print(f"fvctl: cannot read the slicer's token ({exc}); run as root or give --token-file", file=sys.stderr)
+        return 1
     try:
         if args.command == "add":
             result = call(args.rpc, "add", {"name": args.name, **_record(args)}, token)

@@ -398,15 +398,23 @@ class Slicer:
             policy.COOKIE_SLOT_MASK,
             parser.OFPMatch(),
         )
-        with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+        book = self.books.get(household.name)
+        if book is None:
+            return
+        asked = book.dump_asked()  # the request goes out in _ask_switch before its first await
+        try:
             dump = await self._ask_switch(request)
-            book = self.books.get(household.name)
-            if book is not None and book.stale:
-                book.replace(
-                    (policy.rule_key(s.table_id, s.priority, s.match), _flow_mod_from_stats(s))
-                    for part in dump
-                    for s in part.body
-                )
+        except (TimeoutError, ConnectionError):
+            book.dump_failed(asked)
+            return
+        book.dump_arrived(
+            asked,
+            (
+                (policy.rule_key(s.table_id, s.priority, s.match), _flow_mod_from_stats(s))
+                for part in dump
+                for s in part.body
+            ),
+        )
 
     async def usage(self) -> dict[str, dict[str, int]]:
         """Bytes to ("down") and from ("up") each household, from the counters of its dispatch rules."""
@@ -718,7 +726,7 @@ class Slicer:
         elif command == ofp.OFPFC_MODIFY_STRICT:
             book.modify_strict(key, encoded)
         else:
-            book.stale = True
+            book.changed_widely()
             asyncio.get_running_loop().create_task(self._refresh_book(household))
 
     def _bare(self, session: HouseholdSession, msg: codec.Bare) -> None:

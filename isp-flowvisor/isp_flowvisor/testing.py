@@ -302,6 +302,7 @@ metrics = "127.0.0.1:{self.metrics_port}"
 """)
         self.proc: subprocess.Popen | None = None
         self.log = self.dir / "slicer.log"
+        self.token_file = self.dir / "fvctl.token"  # made by the slicer at its first start
 
     @property
     def controller(self) -> str:
@@ -311,7 +312,14 @@ metrics = "127.0.0.1:{self.metrics_port}"
     def start(self) -> SlicerProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [str(VENV_BIN / "isp-flowvisor"), str(self.config), "--log-level", "INFO"],
+                [
+                    str(VENV_BIN / "isp-flowvisor"),
+                    str(self.config),
+                    "--log-level",
+                    "INFO",
+                    "--token-file",
+                    str(self.token_file),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -337,7 +345,14 @@ metrics = "127.0.0.1:{self.metrics_port}"
 
     def fvctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [str(VENV_BIN / "fvctl"), "--rpc", f"127.0.0.1:{self.rpc_port}", *args],
+            [
+                str(VENV_BIN / "fvctl"),
+                "--rpc",
+                f"127.0.0.1:{self.rpc_port}",
+                "--token-file",
+                str(self.token_file),
+                *args,
+            ],
             capture_output=True,
             text=True,
             timeout=60,

@@ -72,3 +72,37 @@ def test_fvctl_reports_errors_clearly(slicer):
     assert missing.returncode == 1 and "no household nobody" in missing.stderr
     bad = slicer.fvctl("add", "Bad Name", "--address", "100.64.9.0/24", check=False)
     assert bad.returncode == 1 and "name" in bad.stderr
+
+
+def _post(slicer, body: bytes, headers: dict[str, str]) -> int:
+    """The status a raw HTTP request to fvctl's endpoint gets (as a browser page could send it)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{slicer.rpc_port}/", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_fvctl_needs_its_token_its_host_and_json_so_a_browser_page_cannot_drive_it(slicer):
+    token_file = slicer.dir / "fvctl.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600  # made at the slicer's first start
+    token = token_file.read_text().strip()
+    assert len(token) >= 32
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "list"}).encode()
+    good = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    assert _post(slicer, body, {"Content-Type": "application/json"}) == 401  # no token
+    assert _post(slicer, body, {**good, "Authorization": "Bearer guess"}) == 401
+    # A page on another origin (DNS rebinding names this host as its own) or a form post.
+    assert _post(slicer, body, {**good, "Host": "attacker.example:6644"}) == 403
+    assert _post(slicer, body, {**good, "Content-Type": "text/plain"}) == 415
+    assert _post(slicer, body, {**good, "Content-Type": "application/x-www-form-urlencoded"}) == 415
+    # Positive controls: the same request with its token, from loopback, as JSON; fvctl itself.
+    assert _post(slicer, body, good) == 200
+    assert _post(slicer, body, {**good, "Host": f"localhost:{slicer.rpc_port}"}) == 200
+    assert {h["name"] for h in json.loads(slicer.fvctl("list").stdout)} == {"alice", "bob"}
+    # /metrics stays open on loopback (Prometheus scrapes it without a token).
+    assert "isp_flowvisor_switch_connected" in slicer.metrics()
