@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import idna
-
 from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .agent_reports import AgentReport, AgentReportBook
+from .dns_gating import BadDomain, DnsGating
+from .lifecycle import Concern
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
 from .store import DeviceStore, StoreError
 
@@ -168,7 +168,6 @@ class FlowApp:
 # ---- the core --------------------------------------------------------------
 
 SIGHTINGS_WRITE_INTERVAL_S = 300
-BLOCK_CLEANUP_S = 60  # how late the switch may lift a DNS block whose addresses expired
 NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
 
 
@@ -219,14 +218,6 @@ class HomeRouter:
         self.max_pending = max_pending
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
-        self.dns_rules: dict[str, dict[str, str]] = store.load_dns_rules()
-        self.addresses = dnsgate.AddressBook(clock=clock)
-        # Per device, the addresses blocked for it (address -> live (name, address) pairs that block
-        # it), kept up to date as answers teach and TTLs run out, and which of them the switch holds.
-        self.dns_blocked: dict[str, Counter[str]] = {}
-        self.blocks_on_switch: dict[str, set[str]] = {}
-        self.stale_blocks: set[str] = set()  # devices whose switch holds blocks no longer wanted
-        self.next_block_cleanup = clock() + BLOCK_CLEANUP_S
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.learnt: dict[str, set[flows.FiveTuple]] = {}
         self.persisted: set[str] = set(self.devices)  # in the store; pending newcomers live in memory
@@ -259,6 +250,9 @@ class HomeRouter:
             "agent_reports_ignored": 0,
             "mac_clone_suspected": 0,
         }
+        self.dns_gating = DnsGating(store, clock, self.counters)
+        # What the router forgets a device through: each concern owns its memory of it.
+        self.concerns: tuple[Concern, ...] = (self.dns_gating, self.agent_reports)
         # A copied MAC: the DHCP fingerprint of whoever took each live lease, what the household
         # should look at, and when it was last told (`clones`). In memory: a restart starts afresh.
         self.fingerprints: dict[str, clones.Fingerprint] = {}
@@ -274,7 +268,7 @@ class HomeRouter:
         """The switch (re)connected: it has no rules; give it the whole rule set."""
         self.wlan_port, self.router_mac = wlan_port, router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
-        self.blocks_on_switch, self.stale_blocks = {}, set()
+        self.dns_gating.switch_ready()
         self.forwarding, self.broadcast = set(), frozenset()
         effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
@@ -713,7 +707,7 @@ class HomeRouter:
         if query is None:
             self.counters["dns_malformed"] += 1
             return DnsVerdict("malformed")
-        if dnsgate.decide(self.dns_rules.get(device.mac, {}), query.qname) == dnsgate.DENY:
+        if self.dns_gating.verdict(device.mac, query.qname):
             self.counters["dns_refused"] += 1
             return DnsVerdict("block")
         return DnsVerdict("allow")
@@ -722,25 +716,12 @@ class HomeRouter:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
         `dnsgate.inspect_answer`): block new addresses of blocked names at once. client_ip: the
         device that asked (None: the router's own lookup), whose connections the names will name.
-
-        Costs time in what the answer taught, times the devices with rules, not in what the
-        router has learnt before.
         """
-        newly_blocked: dict[str, list[str]] = {}
-        for name, ip, ttl in learnt:
-            if client_ip is not None:
+        if client_ip is not None:
+            for name, ip, _ in learnt:
                 self.names.learn(client_ip, name, ip)
-            blocking = self._blocking(name)
-            new, forgotten = self.addresses.learn(name, ip, ttl, keep=bool(blocking))
-            if new:
-                for mac in blocking:
-                    blocked = self.dns_blocked.setdefault(mac, Counter())
-                    blocked[ip] += 1
-                    if blocked[ip] == 1:
-                        newly_blocked.setdefault(mac, []).append(ip)
-            self._forget_addresses(forgotten)
         effects: list = []
-        for mac, ips in newly_blocked.items():
+        for mac, ips in self.dns_gating.learn(learnt).items():
             effects += self._install_blocks(self.devices.get(mac), ips)
         return effects
 
@@ -751,104 +732,31 @@ class HomeRouter:
         return self._set_dns_rule(mac, domain, dnsgate.ALLOW)
 
     def dns_rules_of(self, mac: str) -> list[dict]:
-        device = self._known(mac)
-        return [
-            {"domain": domain, "display": _display_domain(domain), "action": action}
-            for domain, action in sorted(self.dns_rules.get(device.mac, {}).items())
-        ]
+        return self.dns_gating.rules_of(self._known(mac).mac)
 
     def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
         device = self._known(mac)
         try:
-            domain = dnsgate.normalize_domain(domain)
-        except dnsgate.BadDomain as exc:
+            domain, new = self.dns_gating.set_rule(device.mac, domain, action)
+        except BadDomain as exc:
             raise ApiError(str(exc)) from None
-        rules = self.dns_rules.setdefault(device.mac, {})
-        new: str | None
-        if action == dnsgate.ALLOW and rules.get(domain) == dnsgate.DENY:
-            new = None  # lifting a block: remove it rather than pile an exception on it
-        elif action == dnsgate.ALLOW and dnsgate.decide(rules, domain) == dnsgate.ALLOW:
-            new = None  # already allowed: nothing to remember
-        else:
-            new = action
-        if new is None:
-            rules.pop(domain, None)
-        else:
-            rules[domain] = new
-        changes: dict[str, str | None] = {domain: new}
-        # Exceptions that no block covers any more are dropped, so lifting a block lifts it all.
-        for other, act in list(rules.items()):
-            if (
-                act == dnsgate.ALLOW
-                and dnsgate.decide({d: a for d, a in rules.items() if d != other}, other) == dnsgate.ALLOW
-            ):
-                del rules[other]
-                changes[other] = None
-        try:
-            for changed, change in changes.items():
-                self.store.save_dns_rule(device.mac, changed, change)
-        except StoreError as exc:
-            self.counters["store_errors"] += 1
-            LOG.error("%s", exc)
-        LOG.info("household: DNS %s %s for %s", action, domain, device.mac)
-        effects = self._recompute_blocks(device)
+        lifted = self.dns_gating.recompute(device.mac)
+        effects = self._reconcile(device, reinstall=lifted) + self._install_blocks(device)
         if new == dnsgate.DENY:
             effects.append(ResolveName(domain))  # learn its addresses now, not when someone asks
         return effects
 
-    def _blocking(self, name: str) -> list[str]:
-        """The devices for which name is blocked."""
-        return [mac for mac, rules in self.dns_rules.items() if dnsgate.decide(rules, name) == dnsgate.DENY]
-
-    def _forget_addresses(self, entries) -> None:
-        """(name, address) pairs the book forgot (expired, or made room): unblock what they alone blocked.
-
-        The switch keeps the drop rule until the next clean-up (`tick`): lifting a block a
-        minute late costs nothing, reinstalling a device's rules on every expiry would.
-        """
-        for name, ip in entries:
-            for mac in self._blocking(name):
-                blocked = self.dns_blocked.get(mac)
-                if blocked is None or ip not in blocked:
-                    continue
-                blocked[ip] -= 1
-                if not blocked[ip]:
-                    del blocked[ip]
-                    if ip in self.blocks_on_switch.get(mac, ()):
-                        self.stale_blocks.add(mac)
-
-    def _recompute_blocks(self, device: Device) -> list:
-        """The device's rules changed: its blocked set afresh from the book, lifted blocks lifted now.
-
-        Costs time in the pairs learnt under the device's blocked domains, not in the book.
-        """
-        rules = self.dns_rules.get(device.mac, {})
-        blocking = {
-            entry
-            for domain, action in rules.items()
-            if action == dnsgate.DENY
-            for entry in self.addresses.under(domain)
-            if dnsgate.decide(rules, entry[0]) == dnsgate.DENY
-        }
-        for entry in blocking:
-            self.addresses.keep(entry)
-        blocked = Counter(ip for _, ip in blocking)
-        self.dns_blocked[device.mac] = blocked
-        lifted = bool(self.blocks_on_switch.get(device.mac, set()) - set(blocked))
-        return self._reconcile(device, reinstall=lifted) + self._install_blocks(device, list(blocked))
-
-    def _install_blocks(self, device: Device | None, ips) -> list:
-        """Drop rules from the device to those of ips the switch does not hold yet, if it forwards."""
+    def _install_blocks(self, device: Device | None, ips=None) -> list:
+        """Drop rules from the device to those of ips (default: all its blocked addresses) the switch
+        does not hold yet, if it forwards."""
         if (
             device is None
             or device.mac not in self.installed
             or not (device.forwards and device.lease_active(self.clock()))
         ):
             return []
-        on_switch = self.blocks_on_switch.setdefault(device.mac, set())
-        new = [addr for addr in ips if addr not in on_switch]
-        on_switch.update(new)
-        return [InstallRules(tuple(flows.dns_block_rule(device, addr) for addr in sorted(new)))] if new else []
+        rules = self.dns_gating.block_rules(device, ips)
+        return [InstallRules(tuple(rules))] if rules else []
 
     # -- the household's decisions
 
@@ -998,13 +906,9 @@ class HomeRouter:
             effects += self._remark(self.devices[mac])
         for mac in list(self.installed):
             effects += self._reconcile(self.devices[mac])
-        self._forget_addresses(self.addresses.expire())
-        if self.stale_blocks and now >= self.next_block_cleanup:
-            for mac in self.stale_blocks:
-                if mac in self.devices:
-                    effects += self._reconcile(self.devices[mac], reinstall=True)
-            self.stale_blocks.clear()
-            self.next_block_cleanup = now + BLOCK_CLEANUP_S
+        for mac in self.dns_gating.tick(now):
+            if mac in self.devices:
+                effects += self._reconcile(self.devices[mac], reinstall=True)
         return effects
 
     # -- queries
@@ -1083,7 +987,7 @@ class HomeRouter:
             self.wlan_port,
             self.router_mac,
             learning=device.mac not in self.over_budget,
-            dns_gated=dnsgate.DENY in self.dns_rules.get(device.mac, {}).values(),
+            dns_gated=self.dns_gating.gated(device.mac),
         )
         have = self.installed.get(device.mac)
         if wanted == have and not reinstall:
@@ -1110,12 +1014,12 @@ class HomeRouter:
             effects.append(RemoveRules(flows.device_cookie(device)))
             self.learnt.pop(device.mac, None)
             self.flow_apps.pop(device.mac, None)
-            self.blocks_on_switch.pop(device.mac, None)
+            self.dns_gating.rules_dropped(device.mac)
         if wanted is not None:
             # In any order: no two rules of a set match the same packets at the same rule priority.
             effects.append(InstallRules(wanted))
             self.installed[device.mac] = wanted
-            effects += self._install_blocks(device, list(self.dns_blocked.get(device.mac, ())))
+            effects += self._install_blocks(device)
         else:
             self.installed.pop(device.mac, None)
         forwards = device.forwards and device.lease_active(self.clock())
@@ -1165,7 +1069,8 @@ class HomeRouter:
         self.unannounced.pop(oldest.mac, None)
         for memory in (self.fingerprints, self.clone_suspected, self.clone_told):
             memory.pop(oldest.mac, None)
-        self.agent_reports.forget(oldest.mac)
+        for concern in self.concerns:
+            concern.forget(oldest.mac)
         if oldest.mac in self.persisted:
             self.persisted.discard(oldest.mac)
             try:
@@ -1199,10 +1104,3 @@ class HomeRouter:
         index = Subnet.device_index(ip)
         mac = self.mac_by_subnet.get(index) if index is not None else None
         return self.devices.get(mac) if mac else None
-
-
-def _display_domain(domain: str) -> str:
-    try:
-        return idna.decode(domain)
-    except idna.IDNAError:
-        return domain

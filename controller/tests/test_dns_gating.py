@@ -10,7 +10,8 @@ from dhcp_frames import frame
 from support import PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
 from homework_controller import dhcp, dnsgate, flows
-from homework_controller.router import BLOCK_CLEANUP_S, ApiError, HomeRouter, InstallRules, RemoveRules, ResolveName
+from homework_controller.dns_gating import BLOCK_CLEANUP_S
+from homework_controller.router import ApiError, HomeRouter, InstallRules, RemoveRules, ResolveName
 from homework_controller.store import DeviceStore
 
 
@@ -194,7 +195,7 @@ def test_answers_and_ticks_cost_the_same_however_much_the_router_has_learnt(rout
 
     counter = iter(range(10**6))
     router.dns_answer([(f"n{i}.example.test", f"203.0.{i // 250}.{i % 250}", 300) for i in range(20000)])
-    assert len(router.addresses) == 20000
+    assert len(router.dns_gating.addresses) == 20000
     answer_s = median_s(lambda: teach(router, f"b{next(counter)}.blocked1.test", "198.51.100.8"))
     tick_s = median_s(router.tick)
     rule_s = median_s(lambda: router.deny_dns(PHONE, f"c{next(counter)}.test"))
@@ -227,9 +228,9 @@ def test_a_device_resolving_random_names_cannot_push_a_block_out_of_the_book(rou
     router.deny_dns(PHONE, "games.example.test")
     teach(router, "games.example.test", "198.51.100.81")
     router.dns_answer([(f"r{i}.wildcard.test", "203.0.113.7", 300) for i in range(30000)])
-    assert len(router.addresses) == 20000
-    assert ("games.example.test", "198.51.100.81") in set(router.addresses)
-    assert router.dns_blocked[PHONE] == {"198.51.100.81": 1}
+    assert len(router.dns_gating.addresses) == 20000
+    assert ("games.example.test", "198.51.100.81") in set(router.dns_gating.addresses)
+    assert router.dns_gating.blocked[PHONE] == {"198.51.100.81": 1}
     # A pair learnt before its name was blocked is kept once it is: blocking it again finds it.
     teach(router, "video.example.test", "198.51.100.82")
     assert blocked_rules(router.deny_dns(PHONE, "video.example.test")) == {"198.51.100.82"}

@@ -1,0 +1,48 @@
+"""A device the router forgets (a pending device making way for a newcomer) leaves nothing behind:
+not in memory, not on the disk, and a device asking again under its MAC starts afresh."""
+
+from dhcp_frames import frame
+from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET, WLAN
+
+from homework_controller import dhcp
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
+
+
+def test_an_evicted_pending_device_leaves_no_dns_rule_in_memory_or_on_the_disk(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, max_pending=2)
+    router.switch_ready(WLAN, ROUTER_MAC)
+    router.on_dhcp(frame(PHONE, "discover"))  # all a newcomer that never took its lease sent
+    router.deny_dns(PHONE, "games.example.test")  # the household looked at it while it waited
+    assert router.dns_rules_of(PHONE) == [
+        {"domain": "games.example.test", "display": "games.example.test", "action": "deny"}
+    ]
+    for mac in (LAPTOP, TABLET):  # two newcomers; the phone, silent longest, makes way
+        clock.now += 1
+        router.on_dhcp(frame(mac, "discover"))
+    assert PHONE not in {d["mac"] for d in router.status()}
+    assert router.store.flush()
+    assert PHONE not in DeviceStore(db_path).load_dns_rules()  # a restart does not bring it back
+    # A device asking again under the phone's MAC is a newcomer with no rules of the old one's.
+    clock.now += 1
+    router.on_dhcp(frame(PHONE, "discover"))
+    assert router.dns_rules_of(PHONE) == []
+    # Positive control: a device that stays keeps its rule, in memory and on the disk.
+    router.deny_dns(TABLET, "games.example.test")
+    assert router.store.flush()
+    assert [r["domain"] for r in router.dns_rules_of(TABLET)] == ["games.example.test"]
+    assert DeviceStore(db_path).load_dns_rules()[TABLET] == {"games.example.test": "deny"}
+
+
+def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, max_pending=1)
+    router.switch_ready(WLAN, ROUTER_MAC)
+    router.on_dhcp(frame(PHONE, "discover", options=PHONE_CLIENT))
+    router.deny_dns(PHONE, "games.example.test")
+    router.dns_answer([("games.example.test", "198.51.100.81", 300)])
+    assert [c for c in router.concerns if c.knows(PHONE)]  # what the test below must see go
+    clock.now += 1
+    router.on_dhcp(frame(LAPTOP, "discover"))
+    assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []
+    router.deny_dns(LAPTOP, "games.example.test")
+    assert [type(c).__name__ for c in router.concerns if c.knows(LAPTOP)]  # the newcomer is known
