@@ -494,6 +494,7 @@ pub fn abuse(quick: bool) -> Result<Value, String> {
             "neighbour_insert",
             "median_ms"
         ),
+        flood_row("loopback query median, one LAN address flooding AppTuples", "loopback_query", "median_ms"),
     ]);
     Ok(json!({
         "benchmark": "hwdb_abuse",
@@ -501,7 +502,9 @@ pub fn abuse(quick: bool) -> Result<Value, String> {
         "what": format!(
             "a loopback client's query ({query}, 10 000 rows) timed alternately against two identical servers, \
              one of which LAN peers flood with half-sent requests (first fragment of two, never the second): \
-             first one peer sending 1,100, then {} peers each filling its allowance of {}",
+             first one peer sending 1,100, then {} peers each filling its allowance of {}; \
+             then, on two fresh servers, one LAN address flooding AppTuples inserts against another's reports \
+             and the same query (report_flood)",
             peers.len(), LAN.conns_per_owner
         ),
         "one_lan_peer": {

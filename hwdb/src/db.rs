@@ -240,9 +240,7 @@ impl Db {
     /// `prove` one; a caller whose rate is spent is refused before its statement is parsed.
     pub fn execute(&self, text: &str, caller: &Caller) -> Result<QueryResult, String> {
         access::screen(caller, &self.limits, text.len(), text, true)?;
-        if let Caller::Lan(ip) = caller {
-            lock(&self.lan_rows).ready(*ip, Instant::now())?;
-        }
+        self.admit(caller)?;
         let stmt = parse::parse(text).map_err(|e| e.render(text))?;
         access::authorize(caller, &stmt)?;
         if let Caller::Lan(ip) = caller {
@@ -250,6 +248,14 @@ impl Db {
             lock(&self.lan_rows).take(*ip, rows, Instant::now())?;
         }
         self.run(stmt, text).map_err(|e| e.render(text))
+    }
+
+    /// Whether `caller` may send a statement now: a LAN address whose row rate is spent may not.
+    pub fn admit(&self, caller: &Caller) -> Result<(), String> {
+        match caller {
+            Caller::Lan(ip) => lock(&self.lan_rows).ready(*ip, Instant::now()),
+            Caller::Local => Ok(()),
+        }
     }
 
     /// `execute`, encoded as the JSON reply the RPC carries (see PROTOCOL.md).

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RowRate {
@@ -35,11 +35,14 @@ pub const LAN_ROWS: RowRate = RowRate { per_second: 200.0, burst: 2000.0, addres
 struct Bucket {
     tokens: f64,
     at: Instant,
+    /// After a refusal the address was told to retry at this time; until then it may send
+    /// nothing (so a flood is refused before it is parsed, not after).
+    hold: Instant,
 }
 
 impl Bucket {
     fn full(rate: &RowRate, now: Instant) -> Bucket {
-        Bucket { tokens: rate.burst, at: now }
+        Bucket { tokens: rate.burst, at: now, hold: now }
     }
 
     fn refill(&mut self, rate: &RowRate, now: Instant) {
@@ -80,9 +83,15 @@ impl RowRates {
         }
     }
 
-    /// Whether `ip` may send a statement at all at `now` (its bucket holds at least one row),
-    /// taking nothing: asked before a statement is parsed, so a drained address costs no parsing.
+    /// Whether `ip` may send a statement at all at `now`, taking nothing: its bucket holds at
+    /// least one row and the time it was told to retry at has come. Asked at a request's first
+    /// datagram, so a refused address costs no reassembly and no parsing.
     pub fn ready(&mut self, ip: IpAddr, now: Instant) -> Result<(), String> {
+        let rate = self.rate;
+        let bucket = self.bucket(ip, now);
+        if now < bucket.hold {
+            return Err(busy(ip, &rate, bucket.hold - now));
+        }
         self.refilled(ip, 1, now).map(|_| ())
     }
 
@@ -107,20 +116,26 @@ impl RowRates {
         let bucket = self.bucket(ip, now);
         bucket.refill(&rate, now);
         if bucket.tokens < rows as f64 {
-            let wait = (rows as f64 - bucket.tokens) / rate.per_second;
-            return Err(format!(
-                "busy: {ip} sent more AppTuples rows than its rate of {} rows/s (bursts of {}); retry in {wait:.2} s",
-                rate.per_second, rate.burst
-            ));
+            let wait = Duration::from_secs_f64((rows as f64 - bucket.tokens) / rate.per_second);
+            bucket.hold = now + wait;
+            return Err(busy(ip, &rate, wait));
         }
         Ok(bucket)
     }
 }
 
+fn busy(ip: IpAddr, rate: &RowRate, wait: Duration) -> String {
+    format!(
+        "busy: {ip} sent more AppTuples rows than its rate of {} rows/s (bursts of {}); retry in {:.2} s",
+        rate.per_second,
+        rate.burst,
+        wait.as_secs_f64()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     const RATE: RowRate = RowRate { per_second: 100.0, burst: 1000.0, addresses: 4 };
 
@@ -143,13 +158,14 @@ mod tests {
         );
         // Another address is not affected (the positive control).
         r.take(ip("10.2.0.11"), 1000, t0).unwrap();
-        // Half a second later, half of a 100-row batch has come back; a second later all of it.
-        assert!(r.take(me, 100, t0 + Duration::from_millis(500)).unwrap_err().ends_with("retry in 0.50 s"));
+        // Until the time it was told, it may send nothing, not even what would fit by then.
+        assert!(r.ready(me, t0 + Duration::from_millis(500)).unwrap_err().ends_with("retry in 0.50 s"));
+        // A second later a 100-row batch has come back.
         r.take(me, 100, t0 + Duration::from_secs(1)).unwrap();
         // A long quiet refills the bucket to its burst and no further.
         r.take(me, 1000, t0 + Duration::from_secs(3600)).unwrap();
         assert!(r.ready(me, t0 + Duration::from_secs(3600)).unwrap_err().ends_with("retry in 0.01 s"));
-        r.ready(me, t0 + Duration::from_millis(3_600_010)).unwrap();
+        r.ready(me, t0 + Duration::from_millis(3_600_020)).unwrap();
         assert!(r.take(me, 1001, t0).unwrap_err().starts_with("an insert from the LAN may hold at most 1000 rows"));
     }
 

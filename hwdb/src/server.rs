@@ -21,7 +21,6 @@ use tracing::{debug, info, warn};
 use crate::access::{self, caller_for, Caller};
 use crate::conns::{ConnTable, Owner, ReassemblyPools};
 use crate::db::{encode_notification, encode_reply, Db, SubSink, SubscriptionHub};
-use crate::exec::Limits;
 use crate::proto::{self, Header, Kind, FLAG_RETRANSMIT, FLAG_UNKNOWN};
 use crate::value::{ColType, Value};
 
@@ -127,8 +126,9 @@ pub async fn serve(db: Arc<Db>, cfg: Config, until: impl Future<Output = ()>) ->
 }
 
 /// Everything a request's first fragment says about whether to take it on at all: its
-/// declared size and, from a LAN peer, its first words (`access::screen`).
-fn screen_first_fragment(caller: &Caller, limits: &Limits, h: &Header, payload: &[u8]) -> Result<(), String> {
+/// declared size and, from a LAN peer, its first words (`access::screen`) and whether its
+/// address may send a statement now (its row rate), so a flood is refused at its first datagram.
+fn screen_first_fragment(db: &Db, caller: &Caller, h: &Header, payload: &[u8]) -> Result<(), String> {
     let whole = h.count == 1;
     // Every fragment but the last is full, so this is the least the whole request can be.
     let len = if whole { payload.len() } else { (h.count as usize - 1) * proto::MAX_PAYLOAD + 1 };
@@ -137,7 +137,8 @@ fn screen_first_fragment(caller: &Caller, limits: &Limits, h: &Header, payload: 
         Ok(text) => text,
         Err(e) => std::str::from_utf8(&payload[..e.valid_up_to()]).unwrap_or_default(),
     };
-    access::screen(caller, limits, len, head, whole)
+    access::screen(caller, &db.limits, len, head, whole)?;
+    db.admit(caller)
 }
 
 /// A one-datagram answer that needs no connection state: a refusal, or "no such request".
@@ -217,9 +218,7 @@ async fn receive_loop(sock: Arc<UdpSocket>, db: Arc<Db>, cfg: Config, shutdown: 
         }
         let caller = caller_for(peer.ip(), &cfg.treat_as_lan);
         let owner = Owner::of(&caller);
-        if let Err(msg) =
-            screen_first_fragment(&caller, &db.limits, &h, &pkt.payload).and_then(|()| conns.make_room(owner))
-        {
+        if let Err(msg) = screen_first_fragment(&db, &caller, &h, &pkt.payload).and_then(|()| conns.make_room(owner)) {
             refuse(&sock, peer, &h, msg).await;
             continue;
         }
@@ -326,7 +325,7 @@ impl Conn {
             // The start of this request went to a connection state we no longer have.
             return;
         }
-        if let Err(msg) = screen_first_fragment(&self.caller, &self.db.limits, &p.h, &p.payload) {
+        if let Err(msg) = screen_first_fragment(&self.db, &self.caller, &p.h, &p.payload) {
             return self.finish(seq, Arc::new(encode_reply(&Err(msg)))).await;
         }
         let count = p.h.count;
