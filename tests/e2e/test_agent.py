@@ -1,5 +1,6 @@
 """The end-host agent on a household computer: the router learns which program owns a
-connection, and classifies the connection by it; a computer can speak only for itself."""
+connection, and classifies the connection by it; a computer can speak only for itself, and the
+agent reports only to the router that proves it holds the household's key."""
 
 from __future__ import annotations
 
@@ -19,19 +20,47 @@ MARKED_HIGH = "ip[1] & 0xfc == 0xb8"  # DSCP 46 (EF) in the TOS byte: the High c
 PACED = f"http://{INTERNET_IP}/paced/big.bin"  # 10 s at 100 kB/s: a connection that stays open
 
 
-@pytest.fixture
-def laptop(home):
-    for name in ("laptop", "phone"):
+def router_key_file(home) -> Path:
+    """The household's agent key, which hwdb makes in the router's state directory (what the
+    owner copies from the web UI into the agent)."""
+    return home.run_dir / "agent.key"
+
+
+def start_agent(home, device: str, *key_args: str) -> subprocess.Popen:
+    return home.spawn(
+        device,
+        AGENT,
+        "--host",
+        device,
+        "--interval",
+        "100ms",
+        *key_args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(agent: subprocess.Popen) -> str:
+    """Stop the agent; its log."""
+    agent.terminate()
+    return agent.communicate(timeout=10)[1]
+
+
+def join(home, *names: str) -> None:
+    for name in names:
         home.add(name)
         home.dhcp(name)
         home.permit(name)
         home.dhcp(name)
-    agent = home.spawn(
-        "laptop", AGENT, "--host", "laptop", "--interval", "100ms", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+
+
+@pytest.fixture
+def laptop(home):
+    join(home, "laptop", "phone")
+    agent = start_agent(home, "laptop", "--router-key-file", str(router_key_file(home)))
     yield "laptop"
-    agent.terminate()
-    agent.wait(timeout=10)
+    stop(agent)
 
 
 def gateway(home, name: str) -> str:
@@ -90,3 +119,28 @@ def test_a_computer_may_report_only_its_own_connections(home, laptop):
     assert not home.hwdb(f"select * from AppTuples where saddr = '{other}'")
     assert report(own).returncode == 0  # positive control: about its own address
     assert home.hwdb(f"select * from AppTuples where saddr = '{own}' and sport = 40000")
+
+
+def test_the_agent_reports_only_to_the_router_that_proves_the_households_key(home):
+    join(home, "tablet")
+    address = home.address("tablet")
+    right = router_key_file(home).read_text().strip()
+    wrong = ("0" if right[0] != "0" else "1") + right[1:]
+    reported = f"select * from AppTuples where saddr = '{address}' and app = 'zoom'"
+    with tempfile.TemporaryDirectory() as tmp:
+        call = download_as(home, "tablet", "zoom", Path(tmp))  # open for 10 s
+        try:
+            # A wrong key (as if this were another household's router): nothing is reported.
+            agent = start_agent(home, "tablet", "--router-key", wrong)
+            time.sleep(3)  # 30 scans, each of which would have reported the open connection
+            log = stop(agent)
+            assert "not paired with this router" in log and "--router-key from the router's web UI" in log, log
+            assert not home.hwdb(f"select * from AppTuples where saddr = '{address}'")
+            # Positive control: the router's own key, and the same connection is reported.
+            agent = start_agent(home, "tablet", "--router-key", right)
+            try:
+                wait_until("the tablet's report of zoom in AppTuples", lambda: home.hwdb(reported), 10)
+            finally:
+                stop(agent)
+        finally:
+            call.terminate()
