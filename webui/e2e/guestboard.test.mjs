@@ -91,7 +91,10 @@ test('wall panel: device details, naming', async () => {
   const { page } = wall
   const mac = await stack.join('ipad')
   await page.waitForSelector(label('asking', mac))
+  // The panel fills the name field from the router's answer: type only after it came.
+  const details = page.waitForResponse((r) => r.url().endsWith(`/api/devices/${mac}`))
   await page.click(label('asking', mac))
+  await details
   await page.waitForSelector('.panel .device-title')
   await page.fill('.panel input[maxlength="64"]', "Grandma's iPad")
   await page.click('.panel form.row button[type=submit]')
@@ -238,6 +241,48 @@ test('wall panel: a device whose address another device uses is flagged until le
   await page.waitForSelector(`${label('inside', copied)} [data-test=clone-badge]`, { state: 'detached', timeout: 3000 })
   assert.equal(await page.$('[data-test=clone-alert]'), null, 'the banner goes with the warning')
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${copied}`)).clone_suspected, null)
+})
+
+// Issue 20, item 1: only the owner lifts a blacklist. A blocked label does not move and no zone
+// lights up under it (the router would refuse the permit anyway); the owner's Unblock works.
+test('wall panel: a blocked device offers no drop target; the owner unblocks it in its details', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack: a blocked device on demand')
+  const { page } = wall
+  // A device panel left open by an earlier test (its focused button went away, so Escape missed it).
+  if (await page.$('.panel .close')) await page.click('.panel .close')
+  await page.click('a[href="#/board"]')
+  const blocked = await stack.join('blocked-phone', { state: 'blacklisted' })
+  await page.waitForSelector(`${label('outside', blocked)}:has-text("blocked")`, { timeout: 10000 })
+  const from = await page.locator(label('outside', blocked)).boundingBox()
+  const to = await page.locator('.zone-inside').boundingBox()
+  await page.mouse.move(from.x + from.width / 2, from.y + from.height / 2)
+  await page.mouse.down()
+  await page.mouse.move(to.x + to.width / 2, to.y + to.height / 2, { steps: 12 })
+  assert.equal(await page.$('.zone.over'), null, 'no zone is offered as a drop target')
+  assert.equal(await page.$('.board.dragging'), null, 'the blocked label does not move')
+  await page.mouse.up()
+  await sleep(300)
+  assert.ok(await page.$(label('outside', blocked)), 'still among the blocked')
+  const calls = await stack.ctl('POST', '/fake/calls', {})
+  assert.ok(!calls.some(([m, arg]) => arg === blocked && m !== 'status'), 'nothing was asked of the controller')
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${blocked}`)).state, 'blacklisted')
+  // The owner lifts it from the device's details.
+  await page.click(label('outside', blocked))
+  await page.click('.panel button:has-text("Unblock")')
+  await page.click('.panel .close')
+  await page.waitForSelector(label('inside', blocked), { timeout: 3000 })
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${blocked}`)).state, 'permitted')
+})
+
+// Issue 20, item 5: the owner finds the household's agent key on the Household page.
+test('owner: the Household page shows the agent key for end-host agents', async (t) => {
+  if (!stack.fake) return t.skip('the fake stack knows the key it made')
+  const key = readFileSync(stack.info.agent_key_file, 'utf8').trim()
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  await page.waitForSelector('[data-test=agent-command]')
+  assert.equal((await page.textContent('[data-test=agent-command]')).trim(), `endhost-agent --router-key ${key}`)
+  await context.close()
 })
 
 // Issue 13: the owner installs a firmware update from the Household page. The page sends the

@@ -62,6 +62,12 @@ def main(argv=None) -> None:
         "DIR); without it (or empty) updates are console-only",
     )
     p.add_argument("--update-max-mb", type=int, default=512, help="the largest update bundle accepted")
+    p.add_argument(
+        "--agent-key-file",
+        metavar="PATH",
+        help="the household's agent key (made by hwdb), shown to the owner for end-host agents; "
+        "without it the page does not offer one",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -81,6 +87,7 @@ def main(argv=None) -> None:
         stream_limits=StreamLimits(max_total=args.max_streams),
         latency_check=latency,
         update_spool=UpdateSpool(args.update_dir, args.update_max_mb << 20) if args.update_dir else None,
+        agent_key_file=args.agent_key_file,
     )
     server = create_server(app, listen, args.threads, args.max_streams)
     server.print_listen("Serving on http://{}:{}")

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from datetime import timedelta
 
 from flask import Flask, Response, abort, g, jsonify, request, send_from_directory, session
+from itsdangerous import BadSignature
+from werkzeug.http import parse_cookie
 
 from .accounts import AccountError, AccountStore, AlreadyOwnedError, printable_name
 from .controller import ControllerClient, ControllerDownError, ControllerError
@@ -60,7 +62,18 @@ UPDATES_UNCONFIGURED = (
     "Updates are installed from the router's console on this system "
     "(homework-update); the web UI has no installer to hand them to."
 )
+# The key end-host agents check the router by (hwdb writes it: 64 lowercase hex characters).
+AGENT_KEY_LENGTH = 64
+AGENT_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+AGENT_KEY_UNCONFIGURED = (
+    "This router has no agent key configured (the web UI's --agent-key-file option), so end-host "
+    "agents cannot check that they talk to it."
+)
+AGENT_KEY_MISSING = "The router has not made its agent key yet (hwdb makes it when it starts); try again in a moment."
 WIFI_KEY_FIELDS = ("mac", "keyid", "ssid", "passphrase", "qr", "created")
+# The largest body of any request but an owner's update piece (JSON: names, passwords, codes).
+SMALL_BODY_BYTES = 16 * 1024
+UPLOAD_PATH = "/api/update/bundle"
 DEFAULT_DIST = os.path.join(os.path.dirname(__file__), "..", "frontend", "dist")
 
 
@@ -82,12 +95,15 @@ def create_app(
     stream_limits: StreamLimits = StreamLimits(),
     latency_check: LatencyCheck | None = None,
     update_spool: UpdateSpool | None = None,
+    agent_key_file: str | None = None,
 ) -> Flask:
     """`hostnames`: the names and addresses the router answers to besides loopback (its
     listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
     by the firmware image, if any (see security.SetupCode). `latency_check`: the
     "latency under load" check, when a test server is configured. `update_spool`: where
-    uploaded firmware updates go to the router's installer (updates.py), on the image."""
+    uploaded firmware updates go to the router's installer (updates.py), on the image.
+    `agent_key_file`: the household's agent key, made by hwdb (read on each request, as it
+    may appear after the UI starts)."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
     app = Flask(__name__, static_folder=None)
@@ -100,7 +116,7 @@ def create_app(
         # The cookie may live a year (a paired kiosk); the server-side session row decides
         # how long a sign-in really lasts (accounts.SESSION_TTL).
         PERMANENT_SESSION_LIFETIME=timedelta(days=365),
-        MAX_CONTENT_LENGTH=16 * 1024,
+        MAX_CONTENT_LENGTH=SMALL_BODY_BYTES,
         JSON_SORT_KEYS=False,
     )
     accounts = AccountStore(os.path.join(state_dir, "accounts.sqlite"))
@@ -153,8 +169,9 @@ def create_app(
             if origin is not None and not same_origin(origin, request.scheme, request.host):
                 return _error(403, "this request comes from another site's page", code="origin")
             expected = g.user["csrf"] if g.user else session.get("csrf")
-            sent = request.headers.get("X-CSRF-Token", "")
-            if not expected or not hmac.compare_digest(sent, expected):
+            # As bytes: a header may carry any octet, which hmac cannot compare as text.
+            sent = request.headers.get("X-CSRF-Token", "").encode("utf-8", "surrogateescape")
+            if not expected or not hmac.compare_digest(sent, expected.encode()):
                 return _error(403, "missing or wrong CSRF token; reload the page", code="csrf")
         if rule == PUBLIC:
             return None
@@ -249,9 +266,8 @@ def create_app(
     def setup():
         if not accounts.needs_setup():
             raise ApiError(409, "this router already has an owner")
-        _limited(setup_guesses.retry_after(g.client_ip))
         body = _body()
-        setup_guesses.charge(g.client_ip)
+        _limited(setup_guesses.take(g.client_ip))
         if not setup_code.matches(str(body.get("setup_code") or "")):
             raise ApiError(403, "That setup code is wrong. It is on the router's label and console.", code="setup-code")
         setup_guesses.clear(g.client_ip)
@@ -269,8 +285,7 @@ def create_app(
     def login():
         body = _body()
         username = str(body.get("username", ""))
-        _limited(sign_ins.retry_after(g.client_ip, username))
-        sign_ins.attempt(g.client_ip, username)
+        _limited(sign_ins.take(g.client_ip, username))
         account = accounts.authenticate(username, str(body.get("password", "")))
         if account is None:
             raise ApiError(401, "wrong user name or password")
@@ -280,12 +295,19 @@ def create_app(
     @app.post("/api/pair")
     @access(PUBLIC)
     def pair():
-        _limited(pairing_guesses.retry_after(g.client_ip))
         body = _body()
-        account = _account_call(accounts.redeem_pairing_code, str(body.get("code", "")), str(body.get("name", "")))
+        # Charged before the code is looked up, in one step with the check, so concurrent
+        # guesses cannot slip past the count; a right code or a bad panel name (which spends
+        # no code) is no guess.
+        _limited(pairing_guesses.take(g.client_ip))
+        try:
+            account = accounts.redeem_pairing_code(str(body.get("code", "")), str(body.get("name", "")))
+        except AccountError as exc:
+            pairing_guesses.refund(g.client_ip)
+            raise ApiError(400, str(exc)) from None
         if account is None:
-            pairing_guesses.charge(g.client_ip)
             raise ApiError(400, "that pairing code is wrong or has expired")
+        pairing_guesses.refund(g.client_ip)
         return _start_session(account), 201
 
     @app.post("/api/logout")
@@ -300,8 +322,12 @@ def create_app(
     @access("owner", "member")
     def change_own_password():
         body = _body()
-        if accounts.authenticate(g.user["username"], str(body.get("current", ""))) is None:
+        # The current password is guessed no faster than at sign-in, and counted the same way.
+        username = g.user["username"]
+        _limited(sign_ins.take(g.client_ip, username))
+        if accounts.authenticate(username, str(body.get("current", ""))) is None:
             raise ApiError(403, "the current password is wrong")
+        sign_ins.succeeded(g.client_ip, username)
         _account_call(accounts.set_password, g.user["id"], str(body.get("password", "")))
         hub.end_streams(account_id=g.user["id"])
         return _start_session(g.user)
@@ -373,7 +399,12 @@ def create_app(
 
     def _decision(action):
         def view(mac):
-            device = controller.decide(action, _mac(mac))
+            try:
+                device = controller.decide(action, _mac(mac))
+            except ControllerError as exc:
+                if exc.status == 409:  # the controller's word: a blacklist is lifted only by whitelist
+                    raise ApiError(409, str(exc), code="blacklisted", component="controller") from None
+                raise
             hub.update_device(device)
             return {"device": device}
 
@@ -692,7 +723,7 @@ def create_app(
         _update_call(lambda spool: spool.start(_body().get("size")))
         return update_status(), 201
 
-    @app.put("/api/update/bundle")
+    @app.put(UPLOAD_PATH)
     @access("owner")
     def upload_update_piece():
         if request.mimetype != "application/octet-stream":
@@ -712,6 +743,22 @@ def create_app(
             call(update_spool)
         except UpdateError as exc:
             raise ApiError(exc.status, str(exc), code=exc.code, **exc.extra) from None
+
+    # --- the household's agent key (owner) -------------------------------------------------------
+
+    @app.get("/api/agent-key")
+    @access("owner")
+    def agent_key():
+        if agent_key_file is None:
+            raise ApiError(404, AGENT_KEY_UNCONFIGURED, code="agent-key-unconfigured")
+        try:
+            with open(agent_key_file) as f:
+                key = f.read(AGENT_KEY_LENGTH + 2).strip()
+        except FileNotFoundError:
+            key = ""
+        if not AGENT_KEY_RE.match(key):
+            raise ApiError(404, AGENT_KEY_MISSING, code="no-agent-key")
+        return _no_store({"key": key, "command": f"endhost-agent --router-key {key}"})
 
     @app.get("/api/health")
     @access(PUBLIC)
@@ -753,8 +800,33 @@ def create_app(
     # A device already held back is answered before Flask does any work (cookie, database,
     # routing), so a flood of guesses costs the router as little as it can; behind waitress
     # such requests also wait in a lane of their own (serving.HeldBackLane).
-    held_back = HeldBack({"/api/login": sign_ins.devices, "/api/setup": setup_guesses, "/api/pair": pairing_guesses})
+    held_back = HeldBack(
+        {
+            "/api/login": sign_ins.devices,
+            "/api/me/password": sign_ins.devices,
+            "/api/setup": setup_guesses,
+            "/api/pair": pairing_guesses,
+        }
+    )
     app.extensions["homework"]["held_back"] = held_back
+
+    cookie_reader = app.session_interface.get_signing_serializer(app)  # type: ignore[attr-defined]
+
+    def body_limit(method: str, path: str, cookie_header: str) -> int:
+        """The largest body a request may have, decided on its headers (serving.BodyLimitParser),
+        before the server reads any of it: an update piece from a signed-in owner when an update
+        spool is configured, a small JSON body otherwise."""
+        if update_spool is None or method != "PUT" or path != UPLOAD_PATH:
+            return SMALL_BODY_BYTES
+        try:
+            signed = parse_cookie(cookie_header).get(app.config["SESSION_COOKIE_NAME"]) or ""
+            sid = cookie_reader.loads(signed, max_age=int(app.permanent_session_lifetime.total_seconds())).get("sid")
+        except (BadSignature, AttributeError):
+            return SMALL_BODY_BYTES
+        user = accounts.session(sid)
+        return CHUNK_BYTES if user is not None and user["role"] == "owner" else SMALL_BODY_BYTES
+
+    app.extensions["homework"]["body_limit"] = body_limit
     app.wsgi_app = _refuse_held_back(app.wsgi_app, held_back)  # type: ignore[method-assign]
     return app
 

@@ -84,9 +84,23 @@ class RateLimiter:
 
     def charge(self, key: str) -> None:
         with self._lock:
-            self._attempts.setdefault(key, deque()).append(time.monotonic())
-            if len(self._attempts) > 10000:  # bounded memory when many addresses try
-                self._attempts.pop(next(iter(self._attempts)))
+            self._charge(key, time.monotonic())
+
+    def take(self, key: str) -> int:
+        """Charge an attempt if one is allowed now, as one step (concurrent requests cannot all
+        see room for one more): 0 if charged, else the seconds to wait."""
+        now = time.monotonic()
+        with self._lock:
+            q = self._recent(key, now)
+            if len(q) >= self.limit:
+                return int(q[-self.limit] + self.window - now) + 1
+            self._charge(key, now)
+            return 0
+
+    def _charge(self, key: str, now: float) -> None:
+        self._attempts.setdefault(key, deque()).append(now)
+        if len(self._attempts) > 10000:  # bounded memory when many addresses try
+            self._attempts.pop(next(iter(self._attempts)))
 
     def refund(self, key: str) -> None:
         with self._lock:
@@ -109,6 +123,16 @@ class SignInGuard:
     def __init__(self, per_device: int = 5, per_account: int = 20, window: float = 300.0):
         self.devices = RateLimiter(per_device, window)
         self.accounts = RateLimiter(per_account, window)
+        self._lock = threading.Lock()
+
+    def take(self, device: str, username: str) -> int:
+        """Charge an attempt if one is allowed now, as one step: 0 if charged, else the seconds
+        to wait (see RateLimiter.take)."""
+        with self._lock:
+            wait = self.retry_after(device, username)
+            if not wait:
+                self.attempt(device, username)
+            return wait
 
     def retry_after(self, device: str, username: str) -> int:
         wait = self.devices.retry_after(device)

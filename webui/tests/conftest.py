@@ -8,6 +8,7 @@ import pytest
 from fakes import FakeController, HwdbServer
 
 from homework_webui.app import create_app
+from homework_webui.live import StreamLimits
 
 OWNER = ("owner", "correct horse battery")
 
@@ -31,6 +32,20 @@ def app(tmp_path, controller, hwdb):
     app = create_app(
         str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist")
     )
+    yield app
+    app.extensions["homework"]["hub"].stop()
+
+
+def make_app(tmp_path, controller, hwdb, name="state", **kw):
+    return create_app(
+        str(tmp_path / name), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist"), **kw
+    )
+
+
+@pytest.fixture
+def small_app(tmp_path, controller, hwdb):
+    """Stream limits small enough to reach in a test."""
+    app = make_app(tmp_path, controller, hwdb, stream_limits=StreamLimits(max_total=6, per_session=2, per_account=4))
     yield app
     app.extensions["homework"]["hub"].stop()
 

@@ -307,6 +307,9 @@ class FakeController(_ServedByAThread):
         if method in ("permit", "deny", "whitelist", "blacklist"):
             if args[0] not in self.devices:
                 return 404, {"error": "unknown device"}
+            if method in ("permit", "deny") and self.devices[args[0]]["state"] == "blacklisted":
+                # The controller's own rule: only lifting the blacklist (whitelist) undoes it.
+                return 409, {"error": f"{args[0]} is blacklisted: its blacklist must be lifted first"}
             state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted", "blacklist": "blacklisted"}[
                 method
             ]
@@ -339,6 +342,10 @@ def main():
     hwdb = HwdbServer(os.path.join(tmp, "hwdb.sqlite")).start()
     ctl = FakeController(hwdb.port).start()
     speed = SpeedTestServer().start()
+    # What hwdb makes on the router: the household's agent key.
+    agent_key_file = os.path.join(tmp, "agent.key")
+    with open(agent_key_file, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
     webui = subprocess.Popen(
         [
             sys.executable,
@@ -360,6 +367,8 @@ def main():
             str(args.latency_seconds),
             "--update-dir",
             os.path.join(tmp, "update"),
+            "--agent-key-file",
+            agent_key_file,
         ],
         cwd=os.path.join(HERE, ".."),
     )
@@ -373,6 +382,7 @@ def main():
         "setup_code_file": os.path.join(tmp, "state", "setup-code"),
         # The browser test plays the image's installer here (homework-update --spool).
         "update_dir": os.path.join(tmp, "update"),
+        "agent_key_file": agent_key_file,
     }
     deadline = time.time() + 15
     while time.time() < deadline:

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, zoneOf, type Device } from './board'
+import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
@@ -20,6 +20,13 @@ describe('zones', () => {
     expect(dropAction(dev({ state: 'denied' }), 'inside')).toBe('permit')
     expect(dropAction(dev({ state: 'permitted' }), 'asking')).toBeNull()
     expect(dropAction(dev({ state: 'nearby' }), 'inside')).toBeNull()
+  })
+  it('offers no drop for a blocked device: only the owner lifts a blacklist', () => {
+    for (const to of ['inside', 'asking', 'outside'] as const) expect(dropAction(dev({ state: 'blacklisted' }), to)).toBeNull()
+    expect(keyAction(dev({ state: 'blacklisted' }), 'ArrowRight')).toBeNull()
+    expect(draggable(dev({ state: 'blacklisted' }))).toBe(false)
+    expect(draggable(dev({ state: 'nearby' }))).toBe(false)
+    for (const state of ['pending', 'permitted', 'denied'] as const) expect(draggable(dev({ state }))).toBe(true)
   })
   it('offers the same decisions from the keyboard', () => {
     expect(keyAction(dev({ state: 'pending' }), 'ArrowRight')).toBe('permit')

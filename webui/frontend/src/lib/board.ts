@@ -52,9 +52,16 @@ export function zoneOf(d: Pick<Device, 'state'>): Zone {
 export function dropAction(d: Pick<Device, 'state'>, to: Zone): Action | null {
   const from = zoneOf(d)
   if (from === to || d.state === 'nearby') return null // a device that never asked has nothing to admit
+  // Only the owner lifts a blacklist (Unblock, in the device's details); the router refuses a drag's permit.
+  if (d.state === 'blacklisted') return null
   if (to === 'inside') return 'permit'
   if (to === 'outside') return 'deny'
   return null // there is no way back to "asking": the router only asks once
+}
+
+/** Whether a label can be dragged at all: some zone would take it. */
+export function draggable(d: Pick<Device, 'state'>): boolean {
+  return ZONES.some((z) => dropAction(d, z.id) !== null)
 }
 
 /** The keyboard alternative to dragging: → lets in, ← refuses. */
