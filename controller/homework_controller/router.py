@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .agent_reports import AgentReport, AgentReportBook
+from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
 from .lifecycle import Concern
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
@@ -251,16 +252,12 @@ class HomeRouter:
             "mac_clone_suspected": 0,
         }
         self.dns_gating = DnsGating(store, clock, self.counters)
-        # What the router forgets a device through: each concern owns its memory of it.
-        self.concerns: tuple[Concern, ...] = (self.dns_gating, self.agent_reports)
-        # A copied MAC: the DHCP fingerprint of whoever took each live lease, what the household
-        # should look at, and when it was last told (`clones`). In memory: a restart starts afresh.
-        self.fingerprints: dict[str, clones.Fingerprint] = {}
-        self.clone_suspected: dict[str, clones.Suspicion] = {}
-        self.clone_told: dict[str, float] = {}
+        self.clone_watch = CloneWatch(clock, self.counters)
         # Devices' own Wi-Fi passphrases (hostapd's wpa_psk_file, written by the I/O edge).
         self.wifi_ssid, self.new_passphrase = wifi_ssid, new_passphrase
         self.wifi_keys: dict[str, wifi_keys.WifiKey] = store.load_wifi_keys()
+        # What the router forgets a device through: each concern owns its memory of it.
+        self.concerns: tuple[Concern, ...] = (self.dns_gating, self.agent_reports, self.clone_watch)
 
     # -- switch lifecycle
 
@@ -297,14 +294,16 @@ class HomeRouter:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
-        differs = self._fingerprint_differs(before, req)
+        differs = (
+            self.clone_watch.differences(before.mac, req) if before is not None and before.lease_active(now) else []
+        )
         if differs and before is not None and outcome.device is not None:
             # Served as the device (refusing would cut off the real one too, and the copier could
             # set the address by hand), but its name and class stay the lease holder's.
             outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
             effects += self._suspect_clone(req.chaddr, differs)
         if outcome.lease_action == "granted":
-            self.fingerprints[req.chaddr] = clones.Fingerprint.of(req)
+            self.clone_watch.record_lease_holder(req.chaddr, req)
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
@@ -343,24 +342,9 @@ class HomeRouter:
                 effects.insert(0, answer)
         return effects
 
-    def _fingerprint_differs(self, before: Device | None, req: dhcp.DhcpRequest) -> list[str]:
-        """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
-        if before is None or not before.lease_active(self.clock()) or req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST):
-            return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
-        seen = clones.Fingerprint.of(req)
-        # After a restart the first sender is taken for the holder.
-        return clones.differences(self.fingerprints.setdefault(before.mac, seen), seen)
-
     def _suspect_clone(self, mac: str, differs: list[str]) -> list:
-        """Shown in the device's status until the household decides about it; told at most every few minutes."""
-        now = self.clock()
-        self.counters["mac_clone_suspected"] += 1
-        self.clone_suspected[mac] = clones.Suspicion(now, tuple(differs))
-        LOG.warning("%s is in use by a second device: %s", mac, "; ".join(differs))
-        last = self.clone_told.get(mac)
-        if last is not None and now - last < clones.CLONE_EVENT_INTERVAL_S:
+        if not self.clone_watch.suspect(mac, differs):
             return []
-        self.clone_told[mac] = now
         device = self.devices.get(mac)
         label = (device.name or device.hostname) if device else ""
         return [
@@ -804,10 +788,7 @@ class HomeRouter:
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
-        # The household has looked at it: the device's next DHCP client is taken for its own
-        # (after an OS update, say, it is no longer reported at every renewal).
-        self.clone_suspected.pop(device.mac, None)
-        self.fingerprints.pop(device.mac, None)
+        self.clone_watch.household_decided(device.mac)
         effects = self._update(device.with_(state=state))
         if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
             effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
@@ -919,10 +900,10 @@ class HomeRouter:
         return [self._status_of(d) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
 
     def _status_of(self, device: Device) -> dict:
-        suspicion, key = self.clone_suspected.get(device.mac), self.wifi_keys.get(device.mac)
+        key = self.wifi_keys.get(device.mac)
         return {
             **device.to_json(self.clock()),
-            "clone_suspected": suspicion.to_json() if suspicion else None,
+            **self.clone_watch.status_of(device.mac),
             "wifi_key": {"keyid": key.keyid, "created": key.created} if key else None,
         }
 
@@ -1067,8 +1048,6 @@ class HomeRouter:
         del self.devices[oldest.mac]
         self.sighted.discard(oldest.mac)
         self.unannounced.pop(oldest.mac, None)
-        for memory in (self.fingerprints, self.clone_suspected, self.clone_told):
-            memory.pop(oldest.mac, None)
         for concern in self.concerns:
             concern.forget(oldest.mac)
         if oldest.mac in self.persisted:

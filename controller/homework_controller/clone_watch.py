@@ -1,0 +1,68 @@
+"""Watching for a copied MAC, the concern: the DHCP client that took each live lease, what the
+household should look at, and when it was last told (`clones` compares, pure).
+
+In memory only: after a restart the first DHCP client of a live lease is taken for its holder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from . import clones, dhcp
+
+LOG = logging.getLogger(__name__)
+
+
+class CloneWatch:
+    def __init__(self, clock: Callable[[], float], counters: dict[str, int]):
+        self.clock, self.counters = clock, counters
+        self.fingerprints: dict[str, clones.Fingerprint] = {}
+        self.suspected: dict[str, clones.Suspicion] = {}
+        self.told: dict[str, float] = {}
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.fingerprints or mac in self.suspected or mac in self.told
+
+    def forget(self, mac: str) -> None:
+        for memory in (self.fingerprints, self.suspected, self.told):
+            memory.pop(mac, None)
+
+    def status_of(self, mac: str) -> dict:
+        suspicion = self.suspected.get(mac)
+        return {"clone_suspected": suspicion.to_json() if suspicion else None}
+
+    # -- events
+
+    def record_lease_holder(self, mac: str, req: dhcp.DhcpRequest) -> None:
+        """A lease was granted: its DHCP client is the device's from now on."""
+        self.fingerprints[mac] = clones.Fingerprint.of(req)
+
+    def differences(self, mac: str, req: dhcp.DhcpRequest) -> list[str]:
+        """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
+        if req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST):
+            return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
+        seen = clones.Fingerprint.of(req)
+        # After a restart the first sender is taken for the holder.
+        return clones.differences(self.fingerprints.setdefault(mac, seen), seen)
+
+    def suspect(self, mac: str, differs: list[str]) -> bool:
+        """Shown in the device's status until the household decides about it. Whether to tell the
+        household now (at most every few minutes)."""
+        now = self.clock()
+        self.counters["mac_clone_suspected"] += 1
+        self.suspected[mac] = clones.Suspicion(now, tuple(differs))
+        LOG.warning("%s is in use by a second device: %s", mac, "; ".join(differs))
+        last = self.told.get(mac)
+        if last is not None and now - last < clones.CLONE_EVENT_INTERVAL_S:
+            return False
+        self.told[mac] = now
+        return True
+
+    def household_decided(self, mac: str) -> None:
+        """The household has looked at the device: its next DHCP client is taken for its own (after an
+        OS update, say, it is no longer reported at every renewal)."""
+        self.suspected.pop(mac, None)
+        self.fingerprints.pop(mac, None)
