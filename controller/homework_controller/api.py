@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
+from .errors import ApiError
 from .model import BadMac
-from .router import ApiError
 
 LOG = logging.getLogger(__name__)
 

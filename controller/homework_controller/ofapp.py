@@ -577,7 +577,7 @@ class HomeworkController(app_manager.OSKenApp):
             return {"applied": False, "note": "no key file configured (--wifi-psk-file): the radio does not know it"}
         with self.wifi_keys_lock:
             with self.lock:
-                keys = list(self.router.wifi_keys.values())
+                keys = self.router.passphrases.all()
             try:
                 wifi_keys.write_psk_file(
                     CONFIG.wifi_psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(CONFIG.wifi_psk_file), keys)

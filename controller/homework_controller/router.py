@@ -19,8 +19,10 @@ from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .agent_reports import AgentReport, AgentReportBook
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
+from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .lifecycle import Concern
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
+from .passphrases import Passphrases
 from .store import DeviceStore, StoreError
 
 LOG = logging.getLogger(__name__)
@@ -133,24 +135,6 @@ class LogRow:
     row: tuple
 
 
-class ApiError(Exception):
-    status = 400
-
-
-class UnknownDevice(ApiError):
-    status = 404
-
-
-class NotConfigured(ApiError):
-    status = 501
-
-
-class DeviceBlocked(ApiError):
-    """A permit or deny of a blacklisted device: only lifting the block (`whitelist`) changes it."""
-
-    status = 409
-
-
 class NoFreeSubnet(RuntimeError):
     pass
 
@@ -253,11 +237,14 @@ class HomeRouter:
         }
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
-        # Devices' own Wi-Fi passphrases (hostapd's wpa_psk_file, written by the I/O edge).
-        self.wifi_ssid, self.new_passphrase = wifi_ssid, new_passphrase
-        self.wifi_keys: dict[str, wifi_keys.WifiKey] = store.load_wifi_keys()
+        self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
         # What the router forgets a device through: each concern owns its memory of it.
-        self.concerns: tuple[Concern, ...] = (self.dns_gating, self.agent_reports, self.clone_watch)
+        self.concerns: tuple[Concern, ...] = (
+            self.dns_gating,
+            self.agent_reports,
+            self.clone_watch,
+            self.passphrases,
+        )
 
     # -- switch lifecycle
 
@@ -358,8 +345,7 @@ class HomeRouter:
     def station_joined(self, mac: str, keyid: str) -> list:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
         mac = normalize_mac(mac)
-        own = self.wifi_keys.get(mac)
-        differs = clones.wrong_key(own.keyid if own else None, keyid)
+        differs = clones.wrong_key(self.passphrases.keyid_of(mac), keyid)
         if not differs:
             return []
         # Not the device, whose passphrase is its own: off the air, and the household told.
@@ -799,43 +785,16 @@ class HomeRouter:
     def issue_wifi_key(self, mac: str) -> dict:
         """A new passphrase of the device's own (replacing one it had); the answer carries it and its QR code."""
         device = self._known(mac)
-        if not self.wifi_ssid:
-            raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
         if device.state is not State.PERMITTED:
             raise ApiError(f"{device.mac} is {device.state.value}: only a permitted device gets its own passphrase")
-        key = wifi_keys.WifiKey(device.mac, self.new_passphrase(), self.clock())
-        self.wifi_keys[device.mac] = key
-        self._persist_wifi_key(device.mac, key)
-        return self.wifi_key_of(device.mac)
+        return self.passphrases.issue(device.mac)
 
     def revoke_wifi_key(self, mac: str) -> dict:
         """The device joins with the shared passphrase again (from its next association)."""
-        mac = normalize_mac(mac)
-        if self.wifi_keys.pop(mac, None) is None:
-            raise UnknownDevice(f"{mac} has no passphrase of its own")
-        self._persist_wifi_key(mac, None)
-        return {"mac": mac, "revoked": True}
+        return self.passphrases.revoke(normalize_mac(mac))
 
     def wifi_key_of(self, mac: str) -> dict:
-        mac = normalize_mac(mac)
-        key = self.wifi_keys.get(mac)
-        if key is None:
-            raise UnknownDevice(f"{mac} has no passphrase of its own")
-        return {
-            "mac": mac,
-            "keyid": key.keyid,
-            "ssid": self.wifi_ssid,
-            "passphrase": key.passphrase,
-            "qr": wifi_keys.qr_payload(self.wifi_ssid, key.passphrase),
-            "created": key.created,
-        }
-
-    def _persist_wifi_key(self, mac: str, key: wifi_keys.WifiKey | None) -> None:
-        try:
-            self.store.save_wifi_key(mac, key)
-        except StoreError as exc:
-            self.counters["store_errors"] += 1
-            LOG.error("%s", exc)
+        return self.passphrases.key_of(normalize_mac(mac))
 
     # -- the clock
 
@@ -900,11 +859,10 @@ class HomeRouter:
         return [self._status_of(d) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
 
     def _status_of(self, device: Device) -> dict:
-        key = self.wifi_keys.get(device.mac)
         return {
             **device.to_json(self.clock()),
             **self.clone_watch.status_of(device.mac),
-            "wifi_key": {"keyid": key.keyid, "created": key.created} if key else None,
+            **self.passphrases.status_of(device.mac),
         }
 
     def dhcp_status(self) -> list:

@@ -11,8 +11,8 @@ import pytest
 from support import PHONE, lease
 
 from homework_controller import api
+from homework_controller.errors import NotConfigured, UnknownDevice
 from homework_controller.model import BadMac
-from homework_controller.router import NotConfigured, UnknownDevice
 
 
 def request(app, verb, path, query="", host="127.0.0.1:8081", **headers):

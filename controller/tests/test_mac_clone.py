@@ -100,12 +100,13 @@ def test_after_a_restart_the_first_client_is_taken_for_the_lease_holder(db_path,
     assert len(clone_events(ask(second, PHONE, OTHER_CLIENT))) == 1
 
 
-def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_air(router):
+def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_air(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    router.switch_ready(WLAN, ROUTER_MAC)
     lease(router, PHONE, PHONE_CLIENT)
     router.permit(PHONE)
     # Without a passphrase of its own, any passphrase is the device's.
     assert router.station_joined(PHONE, "guest") == []
-    router.wifi_ssid = "home"
     keyid = router.issue_wifi_key(PHONE)["keyid"]
     assert router.station_joined(PHONE, keyid) == []  # positive control: the phone with its own
     effects = router.station_joined(PHONE, "guest")

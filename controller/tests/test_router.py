@@ -10,12 +10,12 @@ from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, lease
 
 from homework_controller import dhcp, flows, packets
+from homework_controller.errors import DeviceBlocked, UnknownDevice
 from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
 from homework_controller.router import (
     AddGatewayAddress,
     AnswerDhcp,
     AuthenticatorDeny,
-    DeviceBlocked,
     HomeRouter,
     InstallMeter,
     InstallRules,
@@ -23,7 +23,6 @@ from homework_controller.router import (
     RemoveMeter,
     RemoveRules,
     TellHousehold,
-    UnknownDevice,
 )
 from homework_controller.store import DeviceStore
 

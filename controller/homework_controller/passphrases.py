@@ -1,0 +1,88 @@
+"""Devices' own Wi-Fi passphrases, the concern: which device has one, kept in the controller's
+SQLite file (`wifi_keys` makes them and renders hostapd's key file, which the I/O edge writes)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from . import wifi_keys
+from .errors import NotConfigured, UnknownDevice
+from .store import DeviceStore, StoreError
+
+LOG = logging.getLogger(__name__)
+
+
+class Passphrases:
+    def __init__(
+        self,
+        store: DeviceStore,
+        clock: Callable[[], float],
+        counters: dict[str, int],
+        ssid: str = "",
+        new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
+    ):
+        self.store, self.clock, self.counters = store, clock, counters
+        self.ssid, self.new_passphrase = ssid, new_passphrase
+        self._keys: dict[str, wifi_keys.WifiKey] = store.load_wifi_keys()
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return mac in self._keys
+
+    def forget(self, mac: str) -> None:
+        if self._keys.pop(mac, None) is not None:
+            self._save(mac, None)
+
+    def status_of(self, mac: str) -> dict:
+        """That it has one, and since when; never the passphrase."""
+        key = self._keys.get(mac)
+        return {"wifi_key": {"keyid": key.keyid, "created": key.created} if key else None}
+
+    # -- the household's requests (the caller checks the device may have one)
+
+    def issue(self, mac: str) -> dict:
+        if not self.ssid:
+            raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
+        key = wifi_keys.WifiKey(mac, self.new_passphrase(), self.clock())
+        self._keys[mac] = key
+        self._save(mac, key)
+        return self.key_of(mac)
+
+    def revoke(self, mac: str) -> dict:
+        if self._keys.pop(mac, None) is None:
+            raise UnknownDevice(f"{mac} has no passphrase of its own")
+        self._save(mac, None)
+        return {"mac": mac, "revoked": True}
+
+    # -- queries
+
+    def key_of(self, mac: str) -> dict:
+        """The passphrase and its QR code (to show it again)."""
+        key = self._keys.get(mac)
+        if key is None:
+            raise UnknownDevice(f"{mac} has no passphrase of its own")
+        return {
+            "mac": mac,
+            "keyid": key.keyid,
+            "ssid": self.ssid,
+            "passphrase": key.passphrase,
+            "qr": wifi_keys.qr_payload(self.ssid, key.passphrase),
+            "created": key.created,
+        }
+
+    def keyid_of(self, mac: str) -> str | None:
+        key = self._keys.get(mac)
+        return key.keyid if key else None
+
+    def all(self) -> list[wifi_keys.WifiKey]:
+        """Every device's passphrase, for hostapd's key file."""
+        return list(self._keys.values())
+
+    def _save(self, mac: str, key: wifi_keys.WifiKey | None) -> None:
+        try:
+            self.store.save_wifi_key(mac, key)
+        except StoreError as exc:
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
