@@ -46,11 +46,14 @@ func FreeAddr(t *testing.T) string {
 
 // Start runs a server at addr, holding Key, and stops it when the test ends; it does not wait
 // for it.
-func Start(t *testing.T, addr string) {
+func Start(t *testing.T, addr string) { StartHolding(t, addr, Key) }
+
+// StartHolding is Start with another household's key.
+func StartHolding(t *testing.T, addr string, key pairing.Key) {
 	t.Helper()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "agent.key")
-	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(Key[:])+"\n"), 0o640); err != nil {
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key[:])+"\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(Binary(t), "serve", "--listen", addr, "--db", filepath.Join(dir, "hwdb.sqlite"),
@@ -62,10 +65,13 @@ func Start(t *testing.T, addr string) {
 }
 
 // StartReady runs a server and returns its address once it answers.
-func StartReady(t *testing.T) string {
+func StartReady(t *testing.T) string { return StartReadyHolding(t, Key) }
+
+// StartReadyHolding is StartReady with another household's key.
+func StartReadyHolding(t *testing.T, key pairing.Key) string {
 	t.Helper()
 	addr := FreeAddr(t)
-	Start(t, addr)
+	StartHolding(t, addr, key)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := Query(t, addr, "show tables"); err == nil {

@@ -202,3 +202,33 @@ func TestABusyRouterIsGivenAPauseAndEveryReportArrives(t *testing.T) {
 	}
 	r.Close()
 }
+
+// A laptop that moves from its home to another network: the router it now reports to must
+// prove the key again, and another household's router cannot, so it is told nothing; back
+// home, reports arrive again.
+func TestAnotherRouterMustProveTheKeyAgain(t *testing.T) {
+	home := hwdbtest.StartReady(t)
+	other := hwdbtest.Key
+	other[5] ^= 0xff
+	elsewhere := hwdbtest.StartReadyHolding(t, other)
+	r := New(home, hwdbtest.LANPeer+":0", "laptop", &hwdbtest.Key, quiet)
+	send := func(port int) error {
+		r.Add(report(flow.TCP, fmt.Sprintf("127.0.0.2:%d", port), "93.184.216.34:443", "firefox"))
+		return r.Flush()
+	}
+	if err := send(40000); err != nil || len(hwdbtest.AppTuples(t, home)) != 1 {
+		t.Fatalf("at home: err %v, AppTuples %q", err, hwdbtest.AppTuples(t, home))
+	}
+	r.Retarget(elsewhere, hwdbtest.LANPeer+":0")
+	if err := send(40001); !strings.Contains(fmt.Sprint(err), Unpaired) {
+		t.Fatalf("elsewhere: err %v, want not paired", err)
+	}
+	if got := hwdbtest.AppTuples(t, elsewhere); len(got) != 0 {
+		t.Fatalf("another household's router was told %q", got)
+	}
+	r.Retarget(home, hwdbtest.LANPeer+":0")
+	if err := send(40002); err != nil || len(hwdbtest.AppTuples(t, home)) != 2 {
+		t.Fatalf("back home: err %v, AppTuples %q", err, hwdbtest.AppTuples(t, home))
+	}
+	r.Close()
+}
