@@ -21,9 +21,10 @@ from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
 from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .lifecycle import Concern
-from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet, normalize_mac
+from .model import Device, State, Subnet, normalize_mac
 from .passphrases import Passphrases
-from .store import DeviceStore, StoreError
+from .registry import DeviceRegistry
+from .store import DeviceStore
 
 LOG = logging.getLogger(__name__)
 
@@ -135,10 +136,6 @@ class LogRow:
     row: tuple
 
 
-class NoFreeSubnet(RuntimeError):
-    pass
-
-
 @dataclass
 class FlowApp:
     """What the router decided about one learnt flow: its app, where that came from, the
@@ -152,24 +149,7 @@ class FlowApp:
 
 # ---- the core --------------------------------------------------------------
 
-SIGHTINGS_WRITE_INTERVAL_S = 300
 NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
-
-
-def _is_decision(before: Device | None, device: Device) -> bool:
-    """Whether a change is worth the disk: the household's decisions, names and reservations, and
-    leases renewed; not when a device was last seen, and nothing of a newcomer still waiting
-    (a storm of forged MACs writes nothing). Leases matter after a restart: the controller
-    installs a permitted device's rules at once if its lease still runs."""
-    if device.state is State.PENDING and not device.name:
-        return False
-    if before is None:
-        return True
-    decided = ("state", "subnet", "name", "hostname", "vendor_class", "first_seen")
-    return (
-        any(getattr(before, f) != getattr(device, f) for f in decided)
-        or abs(device.lease_expires - before.lease_expires) > 60
-    )
 
 
 class HomeRouter:
@@ -190,11 +170,6 @@ class HomeRouter:
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
-        self.devices: dict[str, Device] = store.load()
-        self.used_subnets = {d.subnet.index for d in self.devices.values() if d.subnet}
-        self.lowest_free_subnet = FIRST_DEVICE_SUBNET  # no /30 below it is free (a storm allocates in turn)
-        self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
-        self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
         self.meters: set[int] = set()
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
@@ -205,9 +180,6 @@ class HomeRouter:
         self.router_mac: str | None = None
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.learnt: dict[str, set[flows.FiveTuple]] = {}
-        self.persisted: set[str] = set(self.devices)  # in the store; pending newcomers live in memory
-        self.sighted: set[str] = set()  # persisted devices seen since their record was written
-        self.next_sightings_write = clock() + SIGHTINGS_WRITE_INTERVAL_S
         self.newcomer_times: deque[float] = deque()
         self.unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it takes a lease
         self.storm_reported = False
@@ -235,11 +207,14 @@ class HomeRouter:
             "agent_reports_ignored": 0,
             "mac_clone_suspected": 0,
         }
+        self.registry = DeviceRegistry(store, clock, self.counters)
+        self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
         # What the router forgets a device through: each concern owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
+            self.registry,
             self.dns_gating,
             self.agent_reports,
             self.clone_watch,
@@ -279,7 +254,7 @@ class HomeRouter:
         effects: list = []
         if before is None and req.msg_type == dhcp.DISCOVER:
             effects += self._make_room_for_a_newcomer()
-        outcome = dhcp.serve(req, before, now, self.lease_policy, self._allocate_subnet)
+        outcome = dhcp.serve(req, before, now, self.lease_policy, self.registry.allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
         differs = (
             self.clone_watch.differences(before.mac, req) if before is not None and before.lease_active(now) else []
@@ -300,7 +275,7 @@ class HomeRouter:
                 else [TellHousehold(kind, req.chaddr, msg)]
             )
         if outcome.lease_action and outcome.device is not None:
-            effects.append(self._lease_row(outcome.device, outcome.lease_action))
+            effects.append(self._record_lease(outcome.device, outcome.lease_action))
             if req.chaddr in self.unannounced:
                 # Asked during a storm, and real: it took its lease, which a forged MAC never does.
                 effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
@@ -363,8 +338,8 @@ class HomeRouter:
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
-            target = self._device_by_ip(req.dst_ip)
-            if target and target.forwards and target.lease_active(self.clock()):
+            target = self.registry.forwarding_at(req.dst_ip)
+            if target:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
         device = self.devices.get(frame.eth_src)
@@ -387,7 +362,7 @@ class HomeRouter:
         outgoing = in_port != flows.LOCAL
         if frame.ip_src is None or frame.ip_dst is None:
             return []  # not IPv4: nothing the accounting table copies
-        device = self._device_by_ip(frame.ip_src if outgoing else frame.ip_dst)
+        device = self.registry.by_ip(frame.ip_src if outgoing else frame.ip_dst)
         if device is None or not device.forwards or device.mac in self.over_budget:
             return []  # copies still in flight after a change: the device's own rule counted them
         flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
@@ -494,7 +469,7 @@ class HomeRouter:
 
     def _device_of_flow(self, flow: flows.FiveTuple) -> Device | None:
         """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
-        return self._device_by_ip(flow.saddr) or self._device_by_ip(flow.daddr)
+        return self.registry.by_ip(flow.saddr) or self.registry.by_ip(flow.daddr)
 
     @staticmethod
     def _device_side(device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
@@ -583,8 +558,8 @@ class HomeRouter:
         address is the report's saddr, and only those (an agent speaks for its own device)."""
         touched: dict[str, Device] = {}
         for report in reports:
-            device = self._device_by_ip(report.saddr)
-            if device is None or not (device.forwards and device.lease_active(self.clock())):
+            device = self.registry.forwarding_at(report.saddr)
+            if device is None:
                 self.counters["agent_reports_ignored"] += 1
                 continue
             self.agent_reports.record(device.mac, report)
@@ -668,8 +643,8 @@ class HomeRouter:
 
         Runs under the controller's lock: a lookup and the device's rules, nothing more.
         """
-        device = self._device_by_ip(client_ip)
-        if device is None or not (device.forwards and device.lease_active(self.clock())):
+        device = self.registry.forwarding_at(client_ip)
+        if device is None:
             # Only permitted devices get here through the switch; anyone else (the WAN side,
             # a stale address) gets no answer at all.
             self.counters["dns_not_a_device"] += 1
@@ -719,11 +694,7 @@ class HomeRouter:
     def _install_blocks(self, device: Device | None, ips=None) -> list:
         """Drop rules from the device to those of ips (default: all its blocked addresses) the switch
         does not hold yet, if it forwards."""
-        if (
-            device is None
-            or device.mac not in self.installed
-            or not (device.forwards and device.lease_active(self.clock()))
-        ):
+        if device is None or device.mac not in self.installed or not self.registry.forwarding_now(device):
             return []
         rules = self.dns_gating.block_rules(device, ips)
         return [InstallRules(tuple(rules))] if rules else []
@@ -826,19 +797,7 @@ class HomeRouter:
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
-        if self.sighted and now >= self.next_sightings_write:
-            # When decided devices were last seen: written in one batch every few minutes,
-            # not on every DHCP message (a storm must not wear the flash).
-            for mac in self.sighted:
-                if mac in self.devices:
-                    self._persist(self.devices[mac])
-            self.sighted.clear()
-            self.next_sightings_write = now + SIGHTINGS_WRITE_INTERVAL_S
-        effects = [
-            self._lease_row(self.devices[mac], "expired")
-            for mac in list(self.leased)
-            if not self.devices[mac].lease_active(now)
-        ]
+        effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
         for mac in [m for m, until in self.over_budget.items() if until <= now]:
             del self.over_budget[mac]
         for mac in [m for m, until in self.demoted.items() if until <= now]:
@@ -888,33 +847,15 @@ class HomeRouter:
 
     # -- internals
 
-    def _lease_row(self, device: Device, action: str) -> LogRow:
-        if action in ("released", "expired"):
-            self.leased.discard(device.mac)
-        else:
-            self.leased.add(device.mac)
+    def _record_lease(self, device: Device, action: str) -> LogRow:
+        """The registry notes the lease; hwdb's Leases table gets its row."""
+        self.registry.record_lease(device, action)
         assert device.subnet is not None, "a lease is always of the device's /30"
         return LogRow("Leases", (device.mac, device.subnet.device_ip, device.hostname, action, device.state.value))
 
     def _update(self, device: Device) -> list:
-        before = self.devices.get(device.mac)
-        self.devices[device.mac] = device
-        if device.subnet:
-            self.mac_by_subnet[device.subnet.index] = device.mac
-        if _is_decision(before, device):
-            self._persist(device)
-        elif device.mac in self.persisted and before != device:
-            self.sighted.add(device.mac)  # written with the next batch of sightings
+        self.registry.record(device)
         return self._reconcile(device)
-
-    def _persist(self, device: Device) -> None:
-        try:
-            self.store.save(device)
-            self.persisted.add(device.mac)
-        except StoreError as exc:
-            # Keep serving from memory: a full disk must not take the network down.
-            self.counters["store_errors"] += 1
-            LOG.error("%s", exc)
 
     def _reconcile(self, device: Device, reinstall: bool = False) -> list:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
@@ -932,12 +873,8 @@ class HomeRouter:
         if wanted == have and not reinstall:
             return []
         effects: list = []
-        if (
-            device.forwards
-            and device.lease_active(self.clock())
-            and device.subnet
-            and device.subnet.index not in self.gateways
-        ):
+        forwards = self.registry.forwarding_now(device)
+        if forwards and device.subnet and device.subnet.index not in self.gateways:
             # Only a permitted device talks to the router's own stack; a pending one gets DHCP
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
             self.gateways.add(device.subnet.index)
@@ -961,7 +898,6 @@ class HomeRouter:
             effects += self._install_blocks(device)
         else:
             self.installed.pop(device.mac, None)
-        forwards = device.forwards and device.lease_active(self.clock())
         if forwards != (device.mac in self.forwarding):
             (self.forwarding.add if forwards else self.forwarding.discard)(device.mac)
             effects += self._reconcile_broadcast()
@@ -988,7 +924,7 @@ class HomeRouter:
         """
         if len(self.devices) < self.max_pending:
             return []  # fewer devices than that at all: no need to count the pending ones on every DISCOVER
-        pending = [d for d in self.devices.values() if d.state is State.PENDING]
+        pending = self.registry.pending()
         if len(pending) < self.max_pending:
             return []
         # One the household has named is one it is looking at: it stays.
@@ -1003,41 +939,15 @@ class HomeRouter:
             oldest.last_seen,
         )
         self.counters["pending_evicted"] += 1
-        del self.devices[oldest.mac]
-        self.sighted.discard(oldest.mac)
-        self.unannounced.pop(oldest.mac, None)
-        for concern in self.concerns:
-            concern.forget(oldest.mac)
-        if oldest.mac in self.persisted:
-            self.persisted.discard(oldest.mac)
-            try:
-                self.store.delete(oldest.mac)
-            except StoreError as exc:
-                self.counters["store_errors"] += 1
-                LOG.error("%s", exc)
-        self.leased.discard(oldest.mac)
         effects: list = []
         if oldest.subnet:
-            self.used_subnets.discard(oldest.subnet.index)
-            self.lowest_free_subnet = min(self.lowest_free_subnet, oldest.subnet.index)
-            self.mac_by_subnet.pop(oldest.subnet.index, None)
             meter = flows.device_meter(oldest).meter_id
             if self.installed.pop(oldest.mac, None) is not None:
                 effects.append(RemoveRules(flows.device_cookie(oldest)))
             if meter in self.meters:
                 self.meters.discard(meter)
                 effects.append(RemoveMeter(meter))
+        self.unannounced.pop(oldest.mac, None)
+        for concern in self.concerns:
+            concern.forget(oldest.mac)
         return effects
-
-    def _allocate_subnet(self) -> Subnet:
-        for index in range(self.lowest_free_subnet, SUBNET_COUNT):
-            if index not in self.used_subnets:
-                self.used_subnets.add(index)
-                self.lowest_free_subnet = index + 1
-                return Subnet(index)
-        raise NoFreeSubnet("all /30s in 10.2.0.0/16 are taken")
-
-    def _device_by_ip(self, ip: str) -> Device | None:
-        index = Subnet.device_index(ip)
-        mac = self.mac_by_subnet.get(index) if index is not None else None
-        return self.devices.get(mac) if mac else None

@@ -40,9 +40,8 @@ def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
     lease(router, PHONE, PHONE_CLIENT)  # its DHCP client is remembered (a copied MAC would differ)
     router.deny_dns(PHONE, "games.example.test")
     router.dns_answer([("games.example.test", "198.51.100.81", 300)])
-    assert {type(c).__name__ for c in router.concerns if c.knows(PHONE)} == {"DnsGating", "CloneWatch"}
+    assert {type(c).__name__ for c in router.concerns if c.knows(PHONE)} == {"DeviceRegistry", "DnsGating", "CloneWatch"}
     clock.now += 1
     router.on_dhcp(frame(LAPTOP, "discover"))
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []
-    router.deny_dns(LAPTOP, "games.example.test")
-    assert [type(c).__name__ for c in router.concerns if c.knows(LAPTOP)]  # the newcomer is known
+    assert [type(c).__name__ for c in router.concerns if c.knows(LAPTOP)] == ["DeviceRegistry"]  # the newcomer

@@ -1,0 +1,146 @@
+"""The device registry, the concern: every device the router knows, the /30s in use, which devices
+hold a lease, and what of it is on the disk. It also names, once, when a device's traffic is
+forwarded now (`forwarding_now`): a permitted device whose lease runs.
+
+What is written: the household's decisions, names, reservations and renewed leases at once; when
+a decided device was last seen in a batch every few minutes; a device still waiting for a
+decision never (a storm of forged MACs costs the disk nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet
+from .store import DeviceStore, StoreError
+
+LOG = logging.getLogger(__name__)
+
+SIGHTINGS_WRITE_INTERVAL_S = 300
+
+
+class NoFreeSubnet(RuntimeError):
+    pass
+
+
+def _is_decision(before: Device | None, device: Device) -> bool:
+    """Whether a change is worth the disk: the household's decisions, names and reservations, and
+    leases renewed; not when a device was last seen, and nothing of a newcomer still waiting
+    (a storm of forged MACs writes nothing). Leases matter after a restart: the controller
+    installs a permitted device's rules at once if its lease still runs."""
+    if device.state is State.PENDING and not device.name:
+        return False
+    if before is None:
+        return True
+    decided = ("state", "subnet", "name", "hostname", "vendor_class", "first_seen")
+    return (
+        any(getattr(before, f) != getattr(device, f) for f in decided)
+        or abs(device.lease_expires - before.lease_expires) > 60
+    )
+
+
+class DeviceRegistry:
+    def __init__(self, store: DeviceStore, clock: Callable[[], float], counters: dict[str, int]):
+        self.store, self.clock, self.counters = store, clock, counters
+        self.devices: dict[str, Device] = store.load()
+        self.used_subnets = {d.subnet.index for d in self.devices.values() if d.subnet}
+        self.lowest_free_subnet = FIRST_DEVICE_SUBNET  # no /30 below it is free (a storm allocates in turn)
+        self.mac_by_subnet = {d.subnet.index: d.mac for d in self.devices.values() if d.subnet}
+        self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
+        self.persisted: set[str] = set(self.devices)  # in the store; pending newcomers live in memory
+        self.sighted: set[str] = set()  # persisted devices seen since their record was written
+        self.next_sightings_write = clock() + SIGHTINGS_WRITE_INTERVAL_S
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.devices or mac in self.leased or mac in self.persisted or mac in self.sighted
+
+    def forget(self, mac: str) -> None:
+        """The device, its /30 and its lease go, from memory and the disk."""
+        device = self.devices.pop(mac, None)
+        self.sighted.discard(mac)
+        self.leased.discard(mac)
+        if mac in self.persisted:
+            self.persisted.discard(mac)
+            try:
+                self.store.delete(mac)
+            except StoreError as exc:
+                self.counters["store_errors"] += 1
+                LOG.error("%s", exc)
+        if device is not None and device.subnet:
+            self.used_subnets.discard(device.subnet.index)
+            self.lowest_free_subnet = min(self.lowest_free_subnet, device.subnet.index)
+            self.mac_by_subnet.pop(device.subnet.index, None)
+
+    def tick(self, now: float) -> list[Device]:
+        """When decided devices were last seen, written in one batch every few minutes (not on every
+        DHCP message: a storm must not wear the flash). Returns the devices whose lease ran out."""
+        if self.sighted and now >= self.next_sightings_write:
+            for mac in self.sighted:
+                if mac in self.devices:
+                    self._persist(self.devices[mac])
+            self.sighted.clear()
+            self.next_sightings_write = now + SIGHTINGS_WRITE_INTERVAL_S
+        return [self.devices[mac] for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
+
+    # -- queries
+
+    def get(self, mac: str) -> Device | None:
+        return self.devices.get(mac)
+
+    def by_ip(self, ip: str) -> Device | None:
+        """The device whose /30 holds the address (by the address's /30 index: no scan)."""
+        index = Subnet.device_index(ip)
+        mac = self.mac_by_subnet.get(index) if index is not None else None
+        return self.devices.get(mac) if mac else None
+
+    def forwarding_now(self, device: Device) -> bool:
+        """Whether the device's traffic is forwarded now: permitted (or whitelisted), with a live lease."""
+        return device.forwards and device.lease_active(self.clock())
+
+    def forwarding_at(self, ip: str) -> Device | None:
+        """The device at the address, if its traffic is forwarded now."""
+        device = self.by_ip(ip)
+        return device if device is not None and self.forwarding_now(device) else None
+
+    def pending(self) -> list[Device]:
+        return [d for d in self.devices.values() if d.state is State.PENDING]
+
+    # -- changes
+
+    def record(self, device: Device) -> None:
+        """A device as it is now: kept, and written if the change is worth the disk."""
+        before = self.devices.get(device.mac)
+        self.devices[device.mac] = device
+        if device.subnet:
+            self.mac_by_subnet[device.subnet.index] = device.mac
+        if _is_decision(before, device):
+            self._persist(device)
+        elif device.mac in self.persisted and before != device:
+            self.sighted.add(device.mac)  # written with the next batch of sightings
+
+    def record_lease(self, device: Device, action: str) -> None:
+        """A lease granted, renewed, released or expired."""
+        if action in ("released", "expired"):
+            self.leased.discard(device.mac)
+        else:
+            self.leased.add(device.mac)
+
+    def allocate_subnet(self) -> Subnet:
+        for index in range(self.lowest_free_subnet, SUBNET_COUNT):
+            if index not in self.used_subnets:
+                self.used_subnets.add(index)
+                self.lowest_free_subnet = index + 1
+                return Subnet(index)
+        raise NoFreeSubnet("all /30s in 10.2.0.0/16 are taken")
+
+    def _persist(self, device: Device) -> None:
+        try:
+            self.store.save(device)
+            self.persisted.add(device.mac)
+        except StoreError as exc:
+            # Keep serving from memory: a full disk must not take the network down.
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
