@@ -40,7 +40,8 @@ def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
     lease(router, PHONE, PHONE_CLIENT)  # its DHCP client is remembered (a copied MAC would differ)
     router.deny_dns(PHONE, "games.example.test")
     router.dns_answer([("games.example.test", "198.51.100.81", 300)])
-    assert {type(c).__name__ for c in router.concerns if c.knows(PHONE)} == {"DeviceRegistry", "DnsGating", "CloneWatch"}
+    knowing = {type(c).__name__ for c in router.concerns if c.knows(PHONE)}
+    assert knowing == {"DeviceRegistry", "DnsGating", "CloneWatch"}  # what the eviction below must clear
     clock.now += 1
     router.on_dhcp(frame(LAPTOP, "discover"))
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []
