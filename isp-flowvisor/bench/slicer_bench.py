@@ -424,6 +424,7 @@ async def measure(
         "latency_ms": {},
         "relay_cpu_us_per_msg": {},
         "switch_cpu_us_per_msg": {},
+        "households_cpu_us_per_msg": {},  # this process: what sending the load costs
     }
     if switch is not None:
         out["rules_on_switch"] = {}
@@ -447,8 +448,10 @@ async def measure(
                 await connect_all(households[connected:n], setup.target)
                 connected = n
             relay_cpu, switch_cpu = _cpu_seconds(relay_pid), _cpu_seconds(setup.switch_pid)
+            households_cpu = time.process_time()
             out["throughput_msgs_per_s"][str(n)] = round(await throughput(households[:n], seconds, 20))
             messages = sum(h.acked for h in households[:n])
+            out["households_cpu_us_per_msg"][str(n)] = round((time.process_time() - households_cpu) / messages * 1e6, 1)
             out["relay_cpu_us_per_msg"][str(n)] = round((_cpu_seconds(relay_pid) - relay_cpu) / messages * 1e6, 1)
             out["switch_cpu_us_per_msg"][str(n)] = round(
                 (_cpu_seconds(setup.switch_pid) - switch_cpu) / messages * 1e6, 1
@@ -575,6 +578,7 @@ def main() -> int:
                 f"{mode:7} flow-mods/s {json.dumps(runs[mode]['throughput_msgs_per_s'])}"
                 f"  relay CPU us/flow-mod {json.dumps(runs[mode]['relay_cpu_us_per_msg'])}"
                 f"  switch CPU us/flow-mod {json.dumps(runs[mode]['switch_cpu_us_per_msg'])}"
+                f"  households CPU us/flow-mod {json.dumps(runs[mode]['households_cpu_us_per_msg'])}"
             )
         print(json.dumps({k: v for k, v in runs.items() if k not in ("direct", "floor", "slicer")}))
         if "fairness" in runs["slicer"]:
