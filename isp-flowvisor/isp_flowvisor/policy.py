@@ -236,6 +236,11 @@ class _Context:
     in_port: int | None
     to_own_address: bool  # the traffic is headed to this household: its queues may be chosen
     in_group: bool = False
+    # The household's table-miss entry (rule priority 0, no match fields). On the switch it matches
+    # the household's metadata, so the switch would not see a table-miss in it and would say
+    # "action" in its packet-ins, where controllers such as Open vSwitch's learning switch wait
+    # for "no match": its output to the controller becomes OVS's controller(reason=no_match).
+    table_miss: bool = False
 
 
 class Slice:
@@ -311,7 +316,12 @@ class Slice:
 
     # --- matches ----------------------------------------------------------------------------
 
-    def _check_match(self, match: Any, *, pinned: bool) -> _Context:
+    def _check_match(self, match: Any) -> _Context:
+        """Every household rule also matches metadata == its slot, so it sees only traffic the
+        dispatch rules gave the household (to or from its addresses): a match without addresses
+        (a stock controller's table-miss rule, its MAC-learning rules) stays inside the slice. A match
+        that names addresses must name some of the household's: one on a neighbour's only would
+        never match, and is refused rather than installed."""
         fields = dict(match.items())
         if "metadata" in fields:
             raise Refused(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM, "metadata belongs to the slicer")
@@ -325,15 +335,15 @@ class Slice:
                     ofp.OFPBMC_BAD_NW_ADDR_MASK,
                     f"{name} mask {fields[name][1]} is not a prefix (the switch would compare it bit by bit)",
                 )
-        own_fields = set()
-        for name, eth_type in _ADDRESS_FIELDS.items():
-            if name in fields and fields.get("eth_type") == eth_type and self._owns(fields[name]):
-                own_fields.add(name)
-        if pinned and not own_fields:
+        named = [
+            name for name, eth_type in _ADDRESS_FIELDS.items() if fields.get("eth_type") == eth_type and name in fields
+        ]
+        own_fields = {name for name in named if self._owns(fields[name])}
+        if named and not own_fields:
             raise Refused(
                 ofp.OFPET_BAD_MATCH,
                 ofp.OFPBMC_EPERM,
-                "the match must pin ipv4_src/ipv4_dst (or arp_spa/arp_tpa) inside the household's addresses",
+                "the match names ipv4_src/ipv4_dst (or arp_spa/arp_tpa) outside the household's addresses only",
             )
         return _Context(in_port=in_port, to_own_address=any(f in own_fields for f in _DESTINATION_FIELDS))
 
@@ -362,6 +372,8 @@ class Slice:
                 if len(ports) > MAX_COPIES:
                     raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY, "flooding to more ports than copies")
                 out += [parser.OFPActionOutput(port, action.max_len) for port in ports]
+            elif isinstance(action, parser.OFPActionOutput) and action.port == ofp.OFPP_CONTROLLER and ctx.table_miss:
+                out.append(parser.NXActionController(max_len=action.max_len, controller_id=0, reason=ofp.OFPR_NO_MATCH))
             elif isinstance(action, parser.OFPActionOutput):
                 self._output(action.port, ctx, packet_out)
                 out.append(action)
@@ -414,10 +426,10 @@ class Slice:
     def _check_copies(action_lists: list[list], limit: int) -> None:
         """Refuse actions that would copy one packet more than `limit` times (a group as its most)."""
         copies = sum(
-            1 if isinstance(a, parser.OFPActionOutput) else MAX_GROUP_COPIES
+            MAX_GROUP_COPIES if isinstance(a, parser.OFPActionGroup) else 1
             for actions in action_lists
             for a in actions
-            if isinstance(a, (parser.OFPActionOutput, parser.OFPActionGroup))
+            if isinstance(a, (parser.OFPActionOutput, parser.NXActionController, parser.OFPActionGroup))
         )
         if copies > limit:
             raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY, f"{copies} copies of a packet; at most {limit}")
@@ -481,8 +493,9 @@ class Slice:
             raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"priority above {MAX_PRIORITY}")
         deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
         table = self._table(msg.table_id, allow_all=command == ofp.OFPFC_DELETE)
-        # A household's non-strict delete may be as wide as it likes: metadata and cookie confine it.
-        ctx = self._check_match(msg.match, pinned=command != ofp.OFPFC_DELETE)
+        # However wide a household's rule or delete, metadata and cookie confine it to its own.
+        ctx = self._check_match(msg.match)
+        ctx.table_miss = msg.priority == 0 and not msg.match._fields2
         if command == ofp.OFPFC_ADD:
             if msg.cookie > COOKIE_LOW:
                 raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"cookie above {COOKIE_LOW:#x}")
@@ -601,7 +614,7 @@ class Slice:
     def flow_stats_request(self, msg: Any) -> Any:
         """FLOW or AGGREGATE request, confined to the household's rules."""
         table = self._table(msg.table_id, allow_all=True)
-        self._check_match(msg.match, pinned=False)
+        self._check_match(msg.match)
         out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
         cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
         return type(msg)(
@@ -633,6 +646,8 @@ class Slice:
                 out.append(parser.OFPActionSetQueue(action.queue_id & 3))
             elif isinstance(action, parser.OFPActionGroup):
                 out.append(parser.OFPActionGroup(self.unscoped(action.group_id)))
+            elif isinstance(action, parser.NXActionController):  # its table-miss entry's
+                out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, action.max_len))
             else:
                 out.append(action)
         return out

@@ -50,7 +50,7 @@ def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
     [
         ({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [], ofp.OFPET_BAD_MATCH),
         ({"eth_type": 0x800, "ipv4_dst": ("100.64.0.0", "255.255.0.0")}, [], ofp.OFPET_BAD_MATCH),  # wider than hers
-        ({"eth_type": 0x86DD}, [], ofp.OFPET_BAD_MATCH),
+        ({"eth_type": 0x800, "ipv4_src": "100.64.2.5"}, [], ofp.OFPET_BAD_MATCH),  # a neighbour's only
         ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "metadata": 2}, [], ofp.OFPET_BAD_MATCH),
         ({"eth_type": 0x800, "ipv4_dst": "100.64.1.5", "in_port": 3}, [], ofp.OFPET_BAD_MATCH),
         (
@@ -178,3 +178,31 @@ def test_dispatch_rules_send_a_households_traffic_to_its_tables_and_clear_dscp_d
     actions = down.instructions[0].actions
     assert (actions[0].key, actions[0].value) == ("ip_dscp", 0)
     assert down.instructions[1].metadata == 1 and down.instructions[2].table_id == policy.FIRST_HOUSEHOLD_TABLE
+
+
+def test_a_table_miss_entry_says_no_match_in_its_packet_ins_and_reads_back_as_written():
+    alice = slice_of(ALICE)
+    to_controller = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, 128)]
+    physical = alice.flow_mod(add({}, to_controller, priority=0))
+    (action,) = physical.instructions[0].actions
+    assert isinstance(action, parser.NXActionController) and action.reason == ofp.OFPR_NO_MATCH
+    assert dict(physical.match.items()) == {"metadata": 1}  # still only her traffic
+    stats = parser.OFPFlowStats(
+        table_id=physical.table_id,
+        duration_sec=0,
+        duration_nsec=0,
+        priority=physical.priority,
+        idle_timeout=0,
+        hard_timeout=0,
+        flags=0,
+        cookie=physical.cookie,
+        packet_count=0,
+        byte_count=0,
+        match=physical.match,
+        instructions=physical.instructions,
+    )
+    (seen,) = alice.flow_stats(stats).instructions[0].actions
+    assert (type(seen), seen.port, seen.max_len) == (parser.OFPActionOutput, ofp.OFPP_CONTROLLER, 128)
+    # Any other rule's output to the controller is passed as it is.
+    other = alice.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, to_controller, priority=0))
+    assert isinstance(other.instructions[0].actions[0], parser.OFPActionOutput)

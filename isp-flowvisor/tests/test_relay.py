@@ -73,7 +73,9 @@ def test_neighbour_cannot_touch_anothers_traffic_directly_or_by_rewriting(slicer
         "rewrite into alice's address": flow(
             to(BOB_HOST), [parser.OFPActionSetField(ipv4_dst=ALICE_HOST), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
         ),
-        "no address at all": flow({"eth_type": 0x0800}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]),
+        "alice's address as the source": flow(
+            {"eth_type": 0x0800, "ipv4_src": ALICE_HOST}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+        ),
         "alice's private port": flow(to(BOB_HOST), [parser.OFPActionOutput(2)]),
         "one packet copied 3,000 times": flow(to(BOB_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)] * 3000),
         "choose a DSCP by hand": flow(to(BOB_HOST), [parser.OFPActionSetField(ip_dscp=46)]),
@@ -105,6 +107,8 @@ def test_neighbour_cannot_touch_anothers_traffic_directly_or_by_rewriting(slicer
             [parser.OFPActionSetField(ipv4_src="100.64.2.11"), parser.OFPActionOutput(1)],
             priority=80,
         ),
+        # No address at all: a stock controller's table-miss rule; metadata keeps it to bob's traffic.
+        flow({}, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)], priority=0),
     ):
         bob.no_error_for(bob.send(msg))
     # Alice keeps working throughout.

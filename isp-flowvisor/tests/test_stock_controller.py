@@ -1,0 +1,116 @@
+"""A household controller this project did not write: Open vSwitch's learning switch
+(`ovs-testcontroller`, Debian's openvswitch-testcontroller) dials the slicer as a controller dials a
+switch, learns MACs through a slice, and its rules carry a ping between two hosts on the household's
+ports; beside it a household with the router's kind of rule keeps working.
+
+(os-ken 4.2.2 ships no sample applications: neither its wheel, its sdist nor Debian's python3-os-ken
+has `os_ken.app.simple_switch_13`.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+from test_relay import ALICE_HOST, flow, to
+
+from isp_flowvisor.testing import have, wait_until
+
+CAROL = {"address": "100.64.3.0/24", "hosts": ("100.64.3.1", "100.64.3.2"), "ports": (4, 5), "slot": 3}
+# The learning switch cannot choose its source address: on plain TCP, carol is 127.0.0.1.
+CAROL_SOURCE = "127.0.0.1"
+
+
+def _run(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def carols_hosts(slicer, ovs):
+    """Two hosts (network namespaces) on carol's private ports 4 and 5, through veth pairs."""
+    tag = f"{os.getpid() % 10000}"
+    names = [f"fvsc{tag}{side}" for side in "ab"]
+    for name, host, port in zip(names, CAROL["hosts"], CAROL["ports"], strict=True):
+        _run("ip", "netns", "add", name)
+        _run("ip", "link", "add", f"{name}0", "type", "veth", "peer", "name", f"{name}1")
+        _run("ip", "link", "set", f"{name}0", "netns", ovs.netns)
+        _run("ip", "link", "set", f"{name}1", "netns", name)
+        for ns, end in ((ovs.netns, f"{name}0"), (name, f"{name}1")):
+            _run("ip", "netns", "exec", ns, "ip", "link", "set", end, "up")
+            _run("ip", "netns", "exec", ns, "ethtool", "-K", end, "tx", "off")
+        _run("ip", "netns", "exec", name, "ip", "addr", "add", f"{host}/24", "dev", f"{name}1")
+        ovs.vsctl("add-port", slicer.bridge, f"{name}0", "--", "set", "interface", f"{name}0", f"ofport_request={port}")
+    yield names
+    for name in names:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)  # takes both veth ends with it
+
+
+def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
+    slicer, households, ovs, carols_hosts, tmp_path
+):
+    assert have("ovs-testcontroller"), "install Debian's openvswitch-testcontroller (scripts/install-deps.sh)"
+    slicer.fvctl(
+        "add",
+        "carol",
+        "--address",
+        CAROL["address"],
+        "--source-address",
+        CAROL_SOURCE,
+        *(arg for port in CAROL["ports"] for arg in ("--port", str(port))),
+        "--quota",
+        "50",
+    )
+    log = tmp_path / "testcontroller.log"
+    app = subprocess.Popen(
+        [
+            "ovs-testcontroller",
+            "-O",
+            "OpenFlow13",
+            f"--log-file={log}",
+            "-vfile:dbg",
+            f"--unixctl={tmp_path / 'testcontroller.ctl'}",
+            f"tcp:127.0.0.1:{slicer.household_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(
+            lambda: 'isp_flowvisor_household_connected{household="carol"} 1' in slicer.metrics(),
+            30,
+            "the learning switch to connect through the slicer",
+        )
+        cookie = f"cookie=0x{CAROL['slot'] << 40:x}"
+        table_miss = wait_until(
+            lambda: [
+                r for r in ovs.flows(slicer.bridge) if cookie in r and "priority=1," in r and "controller" in r.lower()
+            ],
+            30,
+            "its table-miss rule on the switch",
+        )
+        assert "metadata=0x3" in table_miss[0] and "table=1" in table_miss[0], table_miss
+        # Beside it, alice (the router's kind of rule: a queue for traffic to her) is served as before.
+        alice = households("alice")
+        alice.no_error_for(
+            alice.send(flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)]))
+        )
+        ping = subprocess.run(
+            ["ip", "netns", "exec", carols_hosts[0], "ping", "-c", "5", "-i", "0.2", "-W", "2", CAROL["hosts"][1]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ping.returncode == 0, ping.stdout + log.read_text()[-2000:]
+        # Its own MAC-learning rules are on the switch, in carol's slice, and carry the ping.
+        learnt = [r for r in ovs.flows(slicer.bridge) if cookie in r and "dl_dst=" in r and "in_port=" in r]
+        assert len(learnt) >= 2, ovs.flows(slicer.bridge)
+        assert all("metadata=0x3" in r for r in learnt)
+        assert sum(int(r.split("n_packets=")[1].split(",")[0]) for r in learnt) > 0, learnt
+        stats = json.loads(slicer.fvctl("stats", "carol").stdout)["carol"]
+        assert stats["counters"]["refused"] == 0, (stats, log.read_text()[-2000:])
+    finally:
+        app.terminate()
+        app.wait(10)
