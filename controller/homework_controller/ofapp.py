@@ -40,18 +40,13 @@ from . import (
     stations,
     wifi_keys,
 )
+from .agent_reports import AgentReport
 from .config import CONFIG
-from .fairness import FairQueue
-from .held import ANSWER, SEND, HeldChanges, Wait
-from .hwdb_log import HwdbLog
-from .model import BadMac
-from .router import (
+from .effects import (
     AddGatewayAddress,
-    AgentReport,
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
-    HomeRouter,
     InstallMeter,
     InstallRules,
     LogRow,
@@ -62,6 +57,11 @@ from .router import (
     SendFrame,
     TellHousehold,
 )
+from .fairness import FairQueue
+from .held import ANSWER, SEND, HeldChanges, Wait
+from .hwdb_log import HwdbLog
+from .model import BadMac
+from .router import HomeRouter
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")

@@ -19,121 +19,30 @@ from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .agent_reports import AgentReport, AgentReportBook
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
+from .effects import (
+    AddGatewayAddress,
+    AnswerDhcp,
+    AuthenticatorDeny,
+    AuthenticatorKick,
+    DnsVerdict,
+    InstallMeter,
+    InstallRules,
+    LogRow,
+    ModifyRules,
+    RemoveMeter,
+    RemoveRules,
+    ResolveName,
+    SendFrame,
+    TellHousehold,
+)
 from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .lifecycle import Concern
-from .model import Device, State, Subnet, normalize_mac
+from .model import Device, State, normalize_mac
 from .passphrases import Passphrases
 from .registry import DeviceRegistry
 from .store import DeviceStore
 
 LOG = logging.getLogger(__name__)
-
-
-# ---- effects ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InstallRules:
-    """Rules to add: given, or a device's rule set (`flows.DeviceRules`), built when it is sent."""
-
-    rules: tuple[flows.FlowRule, ...] | flows.DeviceRules
-
-
-@dataclass(frozen=True)
-class ModifyRules:
-    """New actions for rules the switch may hold (same table, match and rule priority); counters carry on.
-    A rule the switch no longer holds (it idled out) is not brought back."""
-
-    rules: tuple[flows.FlowRule, ...]
-
-
-@dataclass(frozen=True)
-class RemoveRules:
-    cookie: int
-
-
-@dataclass(frozen=True)
-class InstallMeter:
-    band: flows.MeterBand
-
-
-@dataclass(frozen=True)
-class RemoveMeter:
-    meter_id: int
-
-
-@dataclass(frozen=True)
-class SendFrame:
-    port: int | str
-    data: bytes
-
-
-@dataclass(frozen=True)
-class AnswerDhcp:
-    """A DHCP answer, sent by the router's LAN interface into the switch (which passes it to the
-    wireless port): DHCP arrives there too, so it is answered without an OpenFlow round trip.
-
-    after_rules: the answer lets a device use its address (an ACK to a device whose traffic is
-    forwarded), so the rules that forward it must be on the switch first: a device's first DNS
-    query follows its ACK within milliseconds, and a lost one costs it five seconds. Any other
-    answer goes before the rule changes it brings (`held.py`)."""
-
-    data: bytes
-    after_rules: bool = False
-
-
-@dataclass(frozen=True)
-class AuthenticatorDeny:
-    """Tell the authenticator (hostapd) to refuse, or accept again, a device's association.
-
-    The switch already drops a blacklisted device's EAPOL; on a real radio hostapd gets
-    EAPOL from the driver before the switch sees it, so it must be told as well.
-    """
-
-    mac: str
-    deny: bool
-
-
-@dataclass(frozen=True)
-class AuthenticatorKick:
-    """Tell the authenticator (hostapd) to take a station off the air now; it may join again."""
-
-    mac: str
-
-
-@dataclass(frozen=True)
-class AddGatewayAddress:
-    subnet: Subnet
-
-
-@dataclass(frozen=True)
-class ResolveName:
-    """Look a name up upstream and feed what it teaches to `HomeRouter.dns_answer`."""
-
-    domain: str
-
-
-@dataclass(frozen=True)
-class DnsVerdict:
-    """What the resolver does with one query: "drop" it (not from a device: no answer at all),
-    answer FORMERR ("malformed"), refuse it ("block"), or relay it upstream ("allow")."""
-
-    action: str
-
-
-@dataclass(frozen=True)
-class TellHousehold:
-    kind: str
-    mac: str
-    message: str
-
-
-@dataclass(frozen=True)
-class LogRow:
-    """A row for one of hwdb's tables."""
-
-    table: str
-    row: tuple
 
 
 @dataclass
