@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from .effects import (
 from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .lifecycle import Concern
 from .model import Device, State, normalize_mac
+from .newcomers import Newcomers
 from .passphrases import Passphrases
 from .registry import DeviceRegistry
 from .store import DeviceStore
@@ -57,8 +57,6 @@ class FlowApp:
 
 
 # ---- the core --------------------------------------------------------------
-
-NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
 
 
 class HomeRouter:
@@ -84,14 +82,10 @@ class HomeRouter:
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
         self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
         self.broadcast: frozenset[flows.FlowRule] = frozenset()
-        self.max_pending = max_pending
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.learnt: dict[str, set[flows.FiveTuple]] = {}
-        self.newcomer_times: deque[float] = deque()
-        self.unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it takes a lease
-        self.storm_reported = False
         self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
         self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
@@ -117,6 +111,7 @@ class HomeRouter:
             "mac_clone_suspected": 0,
         }
         self.registry = DeviceRegistry(store, clock, self.counters)
+        self.newcomers = Newcomers(clock, max_pending)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
@@ -124,6 +119,7 @@ class HomeRouter:
         # What the router forgets a device through: each concern owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
+            self.newcomers,
             self.dns_gating,
             self.agent_reports,
             self.clone_watch,
@@ -179,15 +175,13 @@ class HomeRouter:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
             effects += (
-                self._newcomer_event(req.chaddr, msg)
+                self.newcomers.announce(req.chaddr, msg)
                 if kind == "new-device"
                 else [TellHousehold(kind, req.chaddr, msg)]
             )
         if outcome.lease_action and outcome.device is not None:
             effects.append(self._record_lease(outcome.device, outcome.lease_action))
-            if req.chaddr in self.unannounced:
-                # Asked during a storm, and real: it took its lease, which a forged MAC never does.
-                effects.append(TellHousehold("new-device", req.chaddr, self.unannounced.pop(req.chaddr)))
+            effects += self.newcomers.took_lease(req.chaddr)
         if outcome.reply is not None:
             reply = outcome.reply
             lets_it_use_the_address = (
@@ -678,31 +672,6 @@ class HomeRouter:
 
     # -- the clock
 
-    def _newcomer_event(self, mac: str, message: str) -> list:
-        """The household hears of each new device, but of a storm of them (forged MACs) only once."""
-        now = self.clock()
-        window = self.newcomer_times
-        window.append(now)
-        while window and window[0] < now - NEWCOMER_STORM_WINDOW_S:
-            window.popleft()
-        if len(window) < NEWCOMER_STORM:
-            if len(window) < NEWCOMER_STORM // 2:
-                self.storm_reported = False  # calm again: the next storm is news
-            return [TellHousehold("new-device", mac, message)]
-        self.unannounced[mac] = message  # told when it takes a lease
-        if self.storm_reported:
-            return []
-        self.storm_reported = True
-        return [
-            TellHousehold(
-                "newcomer-storm",
-                "",
-                f"{len(window)} devices asked to join within "
-                f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
-                "that takes an address is announced, the rest are forgotten",
-            )
-        ]
-
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
@@ -826,27 +795,11 @@ class HomeRouter:
         return effects
 
     def _make_room_for_a_newcomer(self) -> list:
-        """At most max_pending devices wait for a decision; the one silent longest makes way.
-
-        A DHCP storm of forged MACs would otherwise take a /30, a meter and two rules per
-        MAC. Devices the household has decided about are never evicted.
-        """
-        if len(self.devices) < self.max_pending:
-            return []  # fewer devices than that at all: no need to count the pending ones on every DISCOVER
-        pending = self.registry.pending()
-        if len(pending) < self.max_pending:
+        """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten
+        by every concern, and its meter and rules leave the switch."""
+        oldest = self.newcomers.evictee(len(self.devices), self.registry.pending)
+        if oldest is None:
             return []
-        # One the household has named is one it is looking at: it stays.
-        pending = [d for d in pending if not d.name] or pending
-        # A device that only ever sent DISCOVERs (all a forged MAC does) goes before one that took
-        # a lease (a real newcomer renews and waits for the household to look).
-        oldest = min(pending, key=lambda d: (d.lease_expires > 0, d.last_seen))
-        LOG.info(
-            "pending devices at their cap (%d): forgetting %s, silent since %.0f",
-            self.max_pending,
-            oldest.mac,
-            oldest.last_seen,
-        )
         self.counters["pending_evicted"] += 1
         effects: list = []
         if oldest.subnet:
@@ -856,7 +809,6 @@ class HomeRouter:
             if meter in self.meters:
                 self.meters.discard(meter)
                 effects.append(RemoveMeter(meter))
-        self.unannounced.pop(oldest.mac, None)
         for concern in self.concerns:
             concern.forget(oldest.mac)
         return effects

@@ -242,8 +242,14 @@ def test_every_dhcp_decision_is_logged_to_leases(router):
     assert rows == [(PHONE, ip, "", "renewed", "permitted"), (PHONE, ip, "", "released", "permitted")]
 
 
-def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(router, clock):
-    router.max_pending = 3
+def with_max_pending(db_path, clock, max_pending):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, max_pending=max_pending)
+    router.switch_ready(WLAN, ROUTER_MAC)
+    return router
+
+
+def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(db_path, clock):
+    router = with_max_pending(db_path, clock, 3)
     router.whitelist(LAPTOP)
     lease(router, LAPTOP)
     macs = [f"02:00:00:00:01:{i:02x}" for i in range(6)]
@@ -256,8 +262,8 @@ def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(router, cl
     assert router.counters["pending_evicted"] == 3
 
 
-def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
-    router.max_pending = 1
+def test_an_evicted_devices_meter_and_rules_go_with_it(db_path, clock):
+    router = with_max_pending(db_path, clock, 1)
     lease(router, PHONE)
     meter = flows.device_meter(router.devices[PHONE]).meter_id
     assert meter in router.meters
@@ -266,8 +272,8 @@ def test_an_evicted_devices_meter_and_rules_go_with_it(router, clock):
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects
 
 
-def test_a_newcomer_takes_the_lowest_free_slash30_even_one_an_evicted_device_left(router, clock):
-    router.max_pending = 2
+def test_a_newcomer_takes_the_lowest_free_slash30_even_one_an_evicted_device_left(db_path, clock):
+    router = with_max_pending(db_path, clock, 2)
     first, second, third, fourth = (f"02:00:00:00:02:{i:02x}" for i in range(4))
     for mac in (first, second):
         clock.now += 1
@@ -289,8 +295,8 @@ def forged_discovers(router, count, start=0):
     return events
 
 
-def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newcomer_stays(router):
-    router.max_pending = 50
+def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newcomer_stays(db_path, clock):
+    router = with_max_pending(db_path, clock, 50)
     ip = lease(router, PHONE)  # a real newcomer: it took its lease and waits for the household
     told = [e for e in forged_discovers(router, 400) if isinstance(e, TellHousehold)]
     assert [e.kind for e in told].count("newcomer-storm") == 1
