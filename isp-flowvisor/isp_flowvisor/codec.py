@@ -430,6 +430,10 @@ def _multipart(frame: bytes) -> Any:
     if mp_type in _ONE_ID_MULTIPART:
         cls, layout = _ONE_ID_MULTIPART[mp_type]
         return cls(CODEC, flags, _unpack(layout, frame, body)[0])
+    if mp_type == ofp.OFPMP_TABLE_FEATURES:
+        if len(frame) > body:  # a controller setting the tables' features: they are the ISP's
+            raise Malformed(ofp.OFPET_TABLE_FEATURES_FAILED, ofp.OFPTFFC_EPERM, "table features are read-only")
+        return parser.OFPTableFeaturesStatsRequest(CODEC, flags, [])
     if mp_type == ofp.OFPMP_QUEUE:
         port_no, queue_id = _unpack(ofp.OFP_QUEUE_STATS_REQUEST_PACK_STR, frame, body)
         return parser.OFPQueueStatsRequest(CODEC, flags, port_no, queue_id)

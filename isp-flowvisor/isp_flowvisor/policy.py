@@ -70,6 +70,47 @@ _HARMLESS_ACTIONS = (
     parser.OFPActionCopyTtlOut,
     parser.OFPActionCopyTtlIn,
 )
+# What the household's virtual switch offers, as TABLE_FEATURES, GROUP_FEATURES and METER_FEATURES
+# tell a controller: the fields its rules may match (IPv4 and ARP flowspace; metadata is the
+# slicer's), the instructions and actions the checks below let through.
+_MATCHABLE = {
+    "in_port": False,
+    "eth_dst": True,
+    "eth_src": True,
+    "eth_type": False,
+    "vlan_vid": True,
+    "vlan_pcp": False,
+    "ip_dscp": False,
+    "ip_ecn": False,
+    "ip_proto": False,
+    "ipv4_src": True,
+    "ipv4_dst": True,
+    "tcp_src": False,
+    "tcp_dst": False,
+    "udp_src": False,
+    "udp_dst": False,
+    "sctp_src": False,
+    "sctp_dst": False,
+    "icmpv4_type": False,
+    "icmpv4_code": False,
+    "arp_op": False,
+    "arp_spa": True,
+    "arp_tpa": True,
+    "arp_sha": True,
+    "arp_tha": True,
+}
+_INSTRUCTIONS = (ofp.OFPIT_WRITE_ACTIONS, ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_CLEAR_ACTIONS, ofp.OFPIT_METER)
+_ACTIONS = (
+    ofp.OFPAT_OUTPUT,
+    ofp.OFPAT_COPY_TTL_OUT,
+    ofp.OFPAT_COPY_TTL_IN,
+    ofp.OFPAT_SET_NW_TTL,
+    ofp.OFPAT_DEC_NW_TTL,
+    ofp.OFPAT_SET_QUEUE,
+    ofp.OFPAT_GROUP,
+    ofp.OFPAT_SET_FIELD,
+)
+_GROUP_TYPES = (ofp.OFPGT_ALL, ofp.OFPGT_SELECT, ofp.OFPGT_INDIRECT, ofp.OFPGT_FF)
 _OUTPUT_RESERVED_OK = {ofp.OFPP_CONTROLLER, ofp.OFPP_NORMAL}
 # FLOOD and ALL mean "every port of the household's virtual switch": the ports of its view.
 _OUTPUT_TO_VIEW = {ofp.OFPP_FLOOD, ofp.OFPP_ALL}
@@ -602,6 +643,11 @@ class Slice:
         ]
 
     def meter_mod(self, msg: Any) -> list[Any]:
+        for band in msg.bands:
+            if band.type != ofp.OFPMBT_DROP:  # a DSCP remark would choose a queue
+                raise Refused(
+                    ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_BAD_BAND, f"meter band type {band.type}: drop only"
+                )
         if msg.command == ofp.OFPMC_DELETE and msg.meter_id == ofp.OFPM_ALL:
             ids = range(1, METERS_PER_HOUSEHOLD + 1)
         else:
@@ -631,6 +677,58 @@ class Slice:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"port {msg.port_no} is not in the slice")
         queue = msg.queue_id if msg.queue_id == ofp.OFPQ_ALL else self.queue(msg.queue_id)
         return parser.OFPQueueStatsRequest(CODEC, msg.flags, msg.port_no, queue)
+
+    # --- the household's virtual switch, as it describes itself ----------------------------------
+
+    def table_features(self) -> list[Any]:
+        """Its four tables: what each matches and does under the slice's rules."""
+        oxm = [parser.OFPOxmId(name, hasmask=mask) for name, mask in _MATCHABLE.items()]
+        settable = [parser.OFPOxmId(name) for name in sorted(_SETTABLE)]
+        actions = [parser.OFPActionId(a) for a in _ACTIONS]
+        tables = []
+        for table in range(HOUSEHOLD_TABLES):
+            goto = [ofp.OFPIT_GOTO_TABLE] if table < HOUSEHOLD_TABLES - 1 else []
+            properties = [
+                parser.OFPTableFeaturePropInstructions(
+                    ofp.OFPTFPT_INSTRUCTIONS,
+                    instruction_ids=[parser.OFPInstructionId(i) for i in goto + list(_INSTRUCTIONS)],
+                ),
+                parser.OFPTableFeaturePropNextTables(
+                    ofp.OFPTFPT_NEXT_TABLES, table_ids=list(range(table + 1, HOUSEHOLD_TABLES))
+                ),
+                parser.OFPTableFeaturePropActions(ofp.OFPTFPT_WRITE_ACTIONS, action_ids=actions),
+                parser.OFPTableFeaturePropActions(ofp.OFPTFPT_APPLY_ACTIONS, action_ids=actions),
+                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_MATCH, oxm_ids=oxm),
+                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WILDCARDS, oxm_ids=oxm),
+                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WRITE_SETFIELD, oxm_ids=settable),
+                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_APPLY_SETFIELD, oxm_ids=settable),
+            ]
+            tables.append(
+                parser.OFPTableFeaturesStats(
+                    table_id=table,
+                    name=f"slice table {table}",
+                    metadata_match=0,
+                    metadata_write=0,
+                    config=0,
+                    max_entries=self.household.flow_quota,
+                    properties=properties,
+                )
+            )
+        return tables
+
+    @staticmethod
+    def group_features() -> tuple[int, int, list[int], list[int]]:
+        """(types, capabilities, max groups per type, actions per type) of its 16 groups."""
+        types = sum(1 << t for t in _GROUP_TYPES)
+        capabilities = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS  # no chaining
+        actions = sum(1 << a for a in _ACTIONS if a != ofp.OFPAT_GROUP)
+        return types, capabilities, [GROUPS_PER_HOUSEHOLD] * 4, [actions] * 4
+
+    @staticmethod
+    def meter_features() -> tuple[int, int, int, int, int]:
+        """(max meter, band types, capabilities, max bands, max colour) of its 16 meters."""
+        capabilities = ofp.OFPMF_KBPS | ofp.OFPMF_PKTPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS
+        return METERS_PER_HOUSEHOLD, 1 << ofp.OFPMBT_DROP, capabilities, 1, 0
 
     # --- switch -> household ----------------------------------------------------------------
 

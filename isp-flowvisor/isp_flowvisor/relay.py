@@ -777,6 +777,15 @@ class Slicer:
             frames = switchside.multipart_reply(
                 msg.xid, ofp.OFPMP_TABLE, [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
             )
+        elif isinstance(msg, parser.OFPTableFeaturesStatsRequest):
+            entries = [switchside.table_features_entry(t) for t in slice_.table_features()]
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE_FEATURES, entries)
+        elif isinstance(msg, parser.OFPGroupFeaturesStatsRequest):
+            entry = switchside.group_features_entry(*slice_.group_features())
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_GROUP_FEATURES, [entry])
+        elif isinstance(msg, parser.OFPMeterFeaturesStatsRequest):
+            entry = switchside.meter_features_entry(*slice_.meter_features())
+            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_METER_FEATURES, [entry])
         elif isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPAggregateStatsRequest)):
             kind = "flow" if isinstance(msg, parser.OFPFlowStatsRequest) else "aggregate"
             self._relay(slice_.flow_stats_request(msg), Pending(session, msg.xid, kind, head))

@@ -179,3 +179,28 @@ def queue_stats_entry(stats: Any) -> bytearray:
 
 def table_stats_entry(table_id: int, active_count: int, lookup_count: int, matched_count: int) -> bytearray:
     return _pack(ofp.OFP_TABLE_STATS_PACK_STR, table_id, active_count, lookup_count, matched_count)
+
+
+def table_features_entry(features: Any) -> bytearray:
+    """One table's features from an os-ken OFPTableFeaturesStats (its own serialiser, name as bytes)."""
+    name = features.name.encode() if isinstance(features.name, str) else features.name
+    packed: bytearray = type(features)(
+        features.table_id,
+        name,
+        features.metadata_match,
+        features.metadata_write,
+        features.config,
+        features.max_entries,
+        features.properties,
+    ).serialize()
+    return packed
+
+
+def group_features_entry(types: int, capabilities: int, max_groups: list[int], actions: list[int]) -> bytearray:
+    return _pack(ofp.OFP_GROUP_FEATURES_PACK_STR, types, capabilities, *max_groups, *actions)
+
+
+def meter_features_entry(
+    max_meter: int, band_types: int, capabilities: int, max_bands: int, max_color: int
+) -> bytearray:
+    return _pack(ofp.OFP_METER_FEATURES_PACK_STR, max_meter, band_types, capabilities, max_bands, max_color)

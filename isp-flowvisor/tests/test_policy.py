@@ -206,3 +206,13 @@ def test_a_table_miss_entry_says_no_match_in_its_packet_ins_and_reads_back_as_wr
     # Any other rule's output to the controller is passed as it is.
     other = alice.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, to_controller, priority=0))
     assert isinstance(other.instructions[0].actions[0], parser.OFPActionOutput)
+
+
+def test_a_meter_may_drop_but_not_remark_dscp_which_is_the_queue_choice():
+    alice = slice_of(ALICE)
+    remark = parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDscpRemark(1000, 100, 1)])
+    with pytest.raises(policy.Refused) as refused:
+        alice.meter_mod(remark)
+    assert (refused.value.err_type, refused.value.err_code) == (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_BAD_BAND)
+    drop = parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDrop(1000, 100)])
+    assert [m.meter_id for m in alice.meter_mod(drop)] == [16]

@@ -114,3 +114,42 @@ def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
     finally:
         app.terminate()
         app.wait(10)
+
+
+def _ofctl(slicer, *args: str) -> str:
+    """Open vSwitch's own client, pointed at the slicer as at a switch (carol's virtual switch)."""
+    result = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", args[0], f"tcp:127.0.0.1:{slicer.household_port}", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_stock_client_reads_the_households_tables_groups_and_meters(slicer, households):
+    slicer.fvctl("add", "carol", "--address", CAROL["address"], "--source-address", CAROL_SOURCE, "--quota", "50")
+    tables = _ofctl(slicer, "dump-table-features")
+    # Her four tables, each with her quota, going forward only; no write_metadata (the slicer's).
+    assert [line.split('"')[1] for line in tables.splitlines() if line.startswith("  table ")] == [
+        f"slice table {t}" for t in range(4)
+    ]
+    assert tables.count("max_entries=50") == 2 and "next tables: 1-3" in tables  # tables 1, 2 say "ditto"
+    assert "goto_table" in tables.split("table 3")[0] and "goto_table" not in tables.split("table 3")[1]
+    assert "write_metadata" not in tables and "push_vlan" not in tables
+    groups = _ofctl(slicer, "dump-group-features")
+    assert "Types:  0xf" in groups and groups.count("max_groups=0x10") == 4 and "actions: output" in groups
+    meters = _ofctl(slicer, "meter-features")
+    assert "max_meter:16" in meters and "band_types: drop" in meters
+    # Setting table features is refused, as by a switch whose tables are fixed.
+    refused = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "mod-table", f"tcp:127.0.0.1:{slicer.household_port}", "0", "evict"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode != 0
+    # Alice's session beside carol's is untouched.
+    alice = households("alice")
+    alice.no_error_for(alice.send(flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
