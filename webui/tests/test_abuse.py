@@ -316,3 +316,24 @@ def test_large_bodies_are_refused_on_their_headers(tmp_path, controller, hwdb):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(small_app):
+    """A body without Content-Length is counted as it arrives: past 16 KiB the request gets 413
+    and the connection is closed; a small chunked body reaches the app (which wants its CSRF token)."""
+
+    def chunked(port: int, pieces: int) -> bytes:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        with contextlib.suppress(OSError):
+            for _ in range(pieces):
+                s.sendall(b"1000\r\n" + b" " * 0x1000 + b"\r\n")
+            s.sendall(b"2\r\n{}\r\n0\r\n\r\n")
+        answer = s.recv(200)
+        s.close()
+        return answer
+
+    with waitress_serving(small_app, ["127.0.0.1:0"]) as bound:
+        port = int(bound[0][1])
+        assert chunked(port, 8).startswith(b"HTTP/1.1 413")  # 32 KiB
+        assert chunked(port, 1).startswith(b"HTTP/1.1 403")  # 4 KiB: the app's own answer
