@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
+from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
@@ -84,11 +85,7 @@ class HomeRouter:
         self.broadcast: frozenset[flows.FlowRule] = frozenset()
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
-        self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
-        self.learnt: dict[str, set[flows.FiveTuple]] = {}
-        self.copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
-        self.over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
-        self.flow_counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
+        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
         # Application priorities: what each learnt flow is, and what the household and agents said.
         self.app_table = app_table if app_table is not None else apps.load_table()
         self.qos = qos_settings
@@ -120,6 +117,7 @@ class HomeRouter:
         self.concerns: tuple[Concern, ...] = (
             self.registry,
             self.newcomers,
+            self.accounting,
             self.dns_gating,
             self.agent_reports,
             self.clone_watch,
@@ -266,29 +264,22 @@ class HomeRouter:
         if frame.ip_src is None or frame.ip_dst is None:
             return []  # not IPv4: nothing the accounting table copies
         device = self.registry.by_ip(frame.ip_src if outgoing else frame.ip_dst)
-        if device is None or not device.forwards or device.mac in self.over_budget:
+        if device is None or not device.forwards or not self.accounting.learning(device.mac):
             return []  # copies still in flight after a change: the device's own rule counted them
         flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
-        # The device's learning rule counted this packet too: it is the flow's, not the device's.
-        device_key = ("device", frame.ip_src, "0.0.0.0") if outgoing else ("device", "0.0.0.0", frame.ip_dst)
-        for key in (("flow", flow), device_key):
-            pkts, nbytes = self.copied.get(key, (0, 0))
-            self.copied[key] = (pkts + 1, nbytes + frame.size)
-        learnt = self.learnt.setdefault(device.mac, set())
-        if flow in learnt:
+        verdict = self.accounting.count_copy(device.mac, flow, outgoing, frame.size)
+        if verdict == "wait":
             return []  # its rule is on its way
-        if len(learnt) >= self.flow_budget:
-            self.over_budget[device.mac] = self.clock() + self.budget_cooldown_s
+        if verdict == "over":
             label = device.name or device.hostname or device.mac
             return self._reconcile(device) + [
                 TellHousehold(
                     "flow-budget",
                     device.mac,
-                    f"{label} opened more than {self.flow_budget} connections at once; its traffic is counted "
-                    f"as a whole for the next {int(self.budget_cooldown_s // 60)} minutes",
+                    f"{label} opened more than {self.accounting.flow_budget} connections at once; its traffic is "
+                    f"counted as a whole for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
                 )
             ]
-        learnt.add(flow)
         app, source = self._classify(device, flow)
         info = FlowApp(app, source, self._priority(device, app))
         self.flow_apps.setdefault(device.mac, {})[flow] = info
@@ -302,23 +293,7 @@ class HomeRouter:
         device's learning rule (traffic not counted per flow) is a row with protocol 0 and the
         far side 0.0.0.0.
         """
-        rows = []
-        seen = set()
-        for priority, match, pkts, nbytes in entries:
-            key = self._counter_key(priority, match)
-            if key is None:
-                continue
-            seen.add(key)
-            row = self._count(key, pkts, nbytes)
-            if row is not None:
-                rows.append(row)
-        for key in set(self.flow_counters) - seen:  # rules that are gone, counted at removal
-            del self.flow_counters[key]
-        # Flows that ended before their rule was in place: what the controller saw is all there is.
-        for key in [k for k in self.copied if k not in seen]:
-            row = self._count(key, 0, 0, keep=False)
-            if row is not None and key[0] == "flow":
-                rows.append(row)
+        rows = self.accounting.read_counters(entries)
         now = self.clock()
         interval = now - self.last_stats_at if self.last_stats_at is not None else 0.0
         self.last_stats_at = now
@@ -329,33 +304,12 @@ class HomeRouter:
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
-        key = self._counter_key(priority, match)
-        if key is None:
-            return []
-        row = self._count(key, pkts, nbytes, keep=False)
-        rows = [row] if row is not None else []
+        flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         effects = rows + self._app_rows(rows)
-        for learnt in self.learnt.values():
-            learnt.discard(key[1])
-        for known in self.flow_apps.values():
-            known.pop(key[1], None)
+        if flow is not None:
+            for known in self.flow_apps.values():
+                known.pop(flow, None)
         return effects
-
-    def _count(self, key, pkts: int, nbytes: int, keep: bool = True) -> LogRow | None:
-        """The row for what a counter saw since it was last read, if it saw anything."""
-        before_p, before_b = self.flow_counters.pop(key, (0, 0))
-        if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
-            before_p, before_b = 0, 0
-        if keep:
-            self.flow_counters[key] = (pkts, nbytes)
-        copied_p, copied_b = self.copied.pop(key, (0, 0))
-        if key[0] == "flow":
-            delta_p, delta_b = pkts - before_p + copied_p, nbytes - before_b + copied_b
-        else:  # a device's rule also counted the copies that were then counted as flows
-            delta_p, delta_b = max(0, pkts - before_p - copied_p), max(0, nbytes - before_b - copied_b)
-        if delta_p <= 0:
-            return None
-        return LogRow("Flows", self._flow_row(key, delta_p, delta_b))
 
     def _app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
         """AppTimeseries: this interval's learnt-flow traffic summed per application."""
@@ -524,21 +478,6 @@ class HomeRouter:
             ]
         return effects
 
-    @staticmethod
-    def _counter_key(priority: int, match: dict):
-        if priority == flows.Accounting.LEARNT_FLOW:
-            return ("flow", flows.FiveTuple.from_match(match))
-        if priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST):
-            return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
-        return None
-
-    @staticmethod
-    def _flow_row(key, pkts: int, nbytes: int) -> tuple:
-        if key[0] == "flow":
-            f = key[1]
-            return (f.proto, f.saddr, f.sport, f.daddr, f.dport, pkts, nbytes)
-        return (0, key[1], 0, key[2], 0, pkts, nbytes)
-
     # -- DNS gating
 
     def dns_query(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
@@ -676,8 +615,7 @@ class HomeRouter:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
         effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
-        for mac in [m for m, until in self.over_budget.items() if until <= now]:
-            del self.over_budget[mac]
+        self.accounting.tick(now)
         for mac in [m for m, until in self.demoted.items() if until <= now]:
             del self.demoted[mac]
             effects += self._remark(self.devices[mac])
@@ -744,7 +682,7 @@ class HomeRouter:
             self.clock(),
             self.wlan_port,
             self.router_mac,
-            learning=device.mac not in self.over_budget,
+            learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
         )
         have = self.installed.get(device.mac)
@@ -766,7 +704,7 @@ class HomeRouter:
             # Deleting by cookie also ends flows in progress (a denied device is cut off at
             # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
-            self.learnt.pop(device.mac, None)
+            self.accounting.rules_dropped(device.mac)
             self.flow_apps.pop(device.mac, None)
             self.dns_gating.rules_dropped(device.mac)
         if wanted is not None:

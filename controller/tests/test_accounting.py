@@ -1,10 +1,11 @@
 """Per-flow accounting: each flow gets a counting rule, within a per-device budget, and no
 connection is too short to be counted."""
 
-from support import PHONE, permitted_phone
+from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
 
-from homework_controller import flows, packets
-from homework_controller.router import InstallRules, LogRow, RemoveRules, TellHousehold
+from homework_controller import dhcp, flows, packets
+from homework_controller.router import HomeRouter, InstallRules, LogRow, RemoveRules, TellHousehold
+from homework_controller.store import DeviceStore
 
 INTERNET = "198.51.100.80"
 
@@ -64,8 +65,9 @@ def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_
     assert row.row == (6, ip, 40002, INTERNET, 80, 1, 60)
 
 
-def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_told(router):
-    router.flow_budget = 10
+def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_told(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=10)
+    router.switch_ready(WLAN, ROUTER_MAC)
     ip = permitted_phone(router)
     for port in range(10):
         router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000 + port, 80))
@@ -78,7 +80,7 @@ def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_t
     assert told.kind == "flow-budget" and "more than 10 connections" in told.message
     assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 50001, 80)) == []  # no more learning
     # ...until it cools down.
-    router.clock.now += router.budget_cooldown_s + 1
+    clock.now += 120 + 1  # the default cool-down
     resumed = [
         r
         for e in router.tick()

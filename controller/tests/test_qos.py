@@ -234,8 +234,10 @@ def test_a_devices_own_ef_mark_never_reaches_the_shaper(router, switch):
     assert mark_of(router, switch, own_mark(up(phone, ZOOM), dscp=0))[0] == EF
 
 
-def test_a_device_over_its_flow_budget_cannot_mark_its_own_packets_ef(router, switch):
-    router.flow_budget = 3
+def test_a_device_over_its_flow_budget_cannot_mark_its_own_packets_ef(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=3)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     phone = join(router, switch, PHONE)
     for port in range(5):  # over the budget: the device is counted as a whole, no per-flow rules
         deliver(router, switch, up(phone, WEB, sport=42000 + port))

@@ -1,0 +1,131 @@
+"""Flow accounting, the concern: which flows each device has a counting rule for (within its flow
+budget), what the controller counted itself before a flow's rule was in place, and the counters at
+the last poll, from which `Flows` rows say what each flow did since.
+
+A learnt flow is its 5-tuple; a device's learning rule (traffic not counted per flow) is a row
+with protocol 0 and the far side 0.0.0.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import flows
+from .effects import LogRow
+
+
+class Accounting:
+    def __init__(self, clock: Callable[[], float], flow_budget: int = 200, budget_cooldown_s: float = 120.0):
+        self.clock = clock
+        self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
+        self._learnt: dict[str, set[flows.FiveTuple]] = {}
+        self._copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
+        self._over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
+        self._counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return mac in self._learnt or mac in self._over_budget
+
+    def forget(self, mac: str) -> None:
+        self._learnt.pop(mac, None)
+        self._over_budget.pop(mac, None)
+
+    def rules_dropped(self, mac: str) -> None:
+        """The device's rules left the switch: its learnt flows with them (learnt again as they pass)."""
+        self._learnt.pop(mac, None)
+
+    def tick(self, now: float) -> None:
+        """Devices whose flow budget cooled down learn flows again (their rules say so at the next reconcile)."""
+        for mac in [m for m, until in self._over_budget.items() if until <= now]:
+            del self._over_budget[mac]
+
+    def learning(self, mac: str) -> bool:
+        """Whether the device's rules copy a new flow's packets to the controller (it is within its budget)."""
+        return mac not in self._over_budget
+
+    # -- events
+
+    def count_copy(self, mac: str, flow: flows.FiveTuple, outgoing: bool, size: int) -> str:
+        """A packet of the device's flow copied to the controller while it is forwarded: counted here
+        (a connection may end before its rule is in place). What to do: "learn" (a rule for the flow),
+        "wait" (its rule is on its way), "over" (the device just went over its budget)."""
+        # The device's learning rule counted this packet too: it is the flow's, not the device's.
+        device_key = ("device", flow.saddr, "0.0.0.0") if outgoing else ("device", "0.0.0.0", flow.daddr)
+        for key in (("flow", flow), device_key):
+            pkts, nbytes = self._copied.get(key, (0, 0))
+            self._copied[key] = (pkts + 1, nbytes + size)
+        learnt = self._learnt.setdefault(mac, set())
+        if flow in learnt:
+            return "wait"
+        if len(learnt) >= self.flow_budget:
+            self._over_budget[mac] = self.clock() + self.budget_cooldown_s
+            return "over"
+        learnt.add(flow)
+        return "learn"
+
+    def read_counters(self, entries: list[tuple[int, dict, int, int]]) -> list[LogRow]:
+        """Counters of the accounting table ((priority, match, packets, bytes) per rule) -> Flows rows
+        with what each flow did since the last poll. A learnt flow's row is what its rule counted plus
+        what the controller saw of it before the rule was in place."""
+        rows = []
+        seen = set()
+        for priority, match, pkts, nbytes in entries:
+            key = _counter_key(priority, match)
+            if key is None:
+                continue
+            seen.add(key)
+            row = self._count(key, pkts, nbytes)
+            if row is not None:
+                rows.append(row)
+        for key in set(self._counters) - seen:  # rules that are gone, counted at removal
+            del self._counters[key]
+        # Flows that ended before their rule was in place: what the controller saw is all there is.
+        for key in [k for k in self._copied if k not in seen]:
+            row = self._count(key, 0, 0, keep=False)
+            if row is not None and key[0] == "flow":
+                rows.append(row)
+        return rows
+
+    def flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> tuple[flows.FiveTuple | None, list]:
+        """A learnt flow idled out (or was deleted): (the flow, if it was one, and its row for what it
+        saw since the last poll, if anything)."""
+        key = _counter_key(priority, match)
+        if key is None:
+            return None, []
+        row = self._count(key, pkts, nbytes, keep=False)
+        for learnt in self._learnt.values():
+            learnt.discard(key[1])
+        return (key[1] if key[0] == "flow" else None), [row] if row is not None else []
+
+    def _count(self, key, pkts: int, nbytes: int, keep: bool = True) -> LogRow | None:
+        """The row for what a counter saw since it was last read, if it saw anything."""
+        before_p, before_b = self._counters.pop(key, (0, 0))
+        if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
+            before_p, before_b = 0, 0
+        if keep:
+            self._counters[key] = (pkts, nbytes)
+        copied_p, copied_b = self._copied.pop(key, (0, 0))
+        if key[0] == "flow":
+            delta_p, delta_b = pkts - before_p + copied_p, nbytes - before_b + copied_b
+        else:  # a device's rule also counted the copies that were then counted as flows
+            delta_p, delta_b = max(0, pkts - before_p - copied_p), max(0, nbytes - before_b - copied_b)
+        if delta_p <= 0:
+            return None
+        return LogRow("Flows", _flow_row(key, delta_p, delta_b))
+
+
+def _counter_key(priority: int, match: dict):
+    if priority == flows.Accounting.LEARNT_FLOW:
+        return ("flow", flows.FiveTuple.from_match(match))
+    if priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST):
+        return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
+    return None
+
+
+def _flow_row(key, pkts: int, nbytes: int) -> tuple:
+    if key[0] == "flow":
+        f = key[1]
+        return (f.proto, f.saddr, f.sport, f.daddr, f.dport, pkts, nbytes)
+    return (0, key[1], 0, key[2], 0, pkts, nbytes)
