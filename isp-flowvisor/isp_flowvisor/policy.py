@@ -516,7 +516,7 @@ class Slice:
         return table_id + FIRST_HOUSEHOLD_TABLE
 
     def _out_filters(self, out_port: int, out_group: int) -> tuple[int, int]:
-        if out_port != ofp.OFPP_ANY and out_port not in self.view:
+        if out_port != ofp.OFPP_ANY and out_port not in self.view and out_port not in _OUTPUT_RESERVED_OK:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"out_port {out_port} is not in the slice")
         return out_port, out_group if out_group == ofp.OFPG_ANY else self.group(out_group)
 
@@ -600,6 +600,12 @@ class Slice:
             src, dst = ip.src, ip.dst
         elif arp_pkt is not None:
             src, dst = arp_pkt.src_ip, arp_pkt.dst_ip
+            # An ARP packet's sender is what every host that reads it learns: only the household's
+            # own addresses may be announced (not "the gateway is at my MAC").
+            if not self._owns(src) or not self.owns_mac(arp_pkt.src_mac):
+                raise Refused(
+                    ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"ARP for {src} at {arp_pkt.src_mac}: not the household's"
+                )
         else:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4 or ARP")
         to_own = self._owns(dst)

@@ -39,6 +39,13 @@ _READ_SIZE = 1 << 16
 # send to the switch and one to every household answered, so not after every turn; short enough
 # that a reply waits at most this long behind other households' turns.
 _SERVE_SLICE = 0.001
+# What every household gets, whatever its SET_ASYNC said: packet-ins for misses and actions, every
+# port status and flow-removed reason (the masks of OpenFlow 1.3's default for a master).
+_ASYNC_MASKS = (
+    1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION,
+    1 << ofp.OFPPR_ADD | 1 << ofp.OFPPR_DELETE | 1 << ofp.OFPPR_MODIFY,
+    1 << ofp.OFPRR_IDLE_TIMEOUT | 1 << ofp.OFPRR_HARD_TIMEOUT | 1 << ofp.OFPRR_DELETE | 1 << ofp.OFPRR_GROUP_DELETE,
+)
 _CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
 
 
@@ -735,6 +742,8 @@ class Slicer:
             session.send(switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES))
         elif msg.msg_type == ofp.OFPT_GET_CONFIG_REQUEST:
             session.send(switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER))
+        elif msg.msg_type == ofp.OFPT_GET_ASYNC_REQUEST:
+            session.send(switchside.get_async_reply(msg.xid, *_ASYNC_MASKS))
         elif msg.msg_type == ofp.OFPT_BARRIER_REQUEST:
             head = codec.encode(parser.OFPBarrierRequest(codec.CODEC), msg.xid)
             self._relay(parser.OFPBarrierRequest(codec.CODEC), Pending(session, msg.xid, "barrier", head))

@@ -49,6 +49,14 @@ def get_config_reply(xid: int, flags: int, miss_send_len: int) -> bytes:
     return _message(ofp.OFPT_GET_CONFIG_REPLY, xid, _pack(ofp.OFP_SWITCH_CONFIG_PACK_STR, flags, miss_send_len))
 
 
+def get_async_reply(xid: int, packet_in: int, port_status: int, flow_removed: int) -> bytes:
+    """The asynchronous messages a controller gets (the same masks for the master and slave role)."""
+    body = _pack(
+        ofp.OFP_ASYNC_CONFIG_PACK_STR, packet_in, packet_in, port_status, port_status, flow_removed, flow_removed
+    )
+    return _message(ofp.OFPT_GET_ASYNC_REPLY, xid, body)
+
+
 def packet_in(xid: int, msg: Any) -> bytes:
     """PACKET_IN from an os-ken OFPPacketIn-shaped object (buffer_id, total_len, reason, table_id,
     cookie, match, data)."""

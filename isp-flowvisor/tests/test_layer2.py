@@ -266,3 +266,34 @@ def test_no_neighbours_mac_is_learnt_on_the_wrong_port_and_the_households_own_wo
     alice.no_error_for(alice.send(packet_out(2, frame(alice_mac, src="100.64.1.11"))))
     learnt = _learnt(ovs, bridge)
     assert learnt[alice_mac] == {2} and learnt[bob_mac] == {3}, learnt
+
+
+def _arp(op: int, src_mac: str, src_ip: str, dst_mac: str, dst_ip: str) -> bytes:
+    from os_ken.lib.packet import arp, ethernet, packet
+
+    pkt = packet.Packet()
+    pkt.add_protocol(ethernet.ethernet(dst=dst_mac, src=src_mac, ethertype=0x0806))
+    pkt.add_protocol(arp.arp(opcode=op, src_mac=src_mac, src_ip=src_ip, dst_mac=dst_mac, dst_ip=dst_ip))
+    pkt.serialize()
+    return bytes(pkt.data)
+
+
+def test_a_packet_out_arp_speaks_only_for_the_households_addresses():
+    slice_ = alice()
+    # "The gateway (100.64.0.1) is at alice's MAC", sent to bob: it would move bob's traffic to her.
+    poison = _arp(2, ALICE_MAC, "100.64.0.1", BOB_MAC, "100.64.1.10")
+    assert refusal(slice_.packet_out, packet_out(2, poison)) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM)
+    # Her own ARP, a question and an answer for her addresses, go out.
+    slice_.packet_out(packet_out(2, _arp(1, ALICE_MAC, "100.64.1.10", "ff:ff:ff:ff:ff:ff", "100.64.0.1")))
+    slice_.packet_out(packet_out(2, _arp(2, ALICE_MAC, "100.64.1.10", GATEWAY_MAC, "100.64.0.1")))
+
+
+def test_reserved_ports_filter_deletes_and_statistics_as_on_a_switch():
+    slice_ = alice()
+    for port in (ofp.OFPP_CONTROLLER, ofp.OFPP_NORMAL):
+        delete = parser.OFPFlowMod(
+            C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=port, out_group=ofp.OFPG_ANY
+        )
+        assert slice_.flow_mod(delete).out_port == port
+    foreign = parser.OFPFlowMod(C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=3, out_group=ofp.OFPG_ANY)
+    assert refusal(slice_.flow_mod, foreign)[0] == ofp.OFPET_BAD_REQUEST  # bob's port

@@ -8,6 +8,8 @@ has `os_ken.app.simple_switch_13`.)"""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
 import os
 import subprocess
@@ -17,7 +19,11 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import ALICE_HOST, flow, to
 
-from isp_flowvisor.testing import have, wait_until
+from isp_flowvisor import codec
+from isp_flowvisor.model import Household
+from isp_flowvisor.testing import have, socketless_slicer, wait_until
+
+C = codec.CODEC
 
 CAROL = {"address": "100.64.3.0/24", "hosts": ("100.64.3.1", "100.64.3.2"), "ports": (4, 5), "slot": 3}
 # The learning switch cannot choose its source address: on plain TCP, carol is 127.0.0.1.
@@ -153,3 +159,20 @@ def test_a_stock_client_reads_the_households_tables_groups_and_meters(slicer, ho
     # Alice's session beside carol's is untouched.
     alice = households("alice")
     alice.no_error_for(alice.send(flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)])))
+
+
+def test_get_async_is_answered_with_what_the_household_gets():
+    """A real switch answers GET_ASYNC_REQUEST (OpenFlow 1.3, 7.3.10); so does the slice."""
+
+    async def run() -> list:
+        slicer, session, household_end, _ = socketless_slicer(
+            Household("carol", 3, (ipaddress.IPv4Network("100.64.3.0/24"),))
+        )
+        slicer._serve(session, codec.encode(parser.OFPGetAsyncRequest(C), 77))
+        await asyncio.sleep(0)
+        return [codec.decode(f) for f in household_end.frames]
+
+    (reply,) = asyncio.run(run())
+    assert isinstance(reply, parser.OFPGetAsyncReply) and reply.xid == 77
+    assert reply.packet_in_mask[0] == 1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION
+    assert reply.flow_removed_mask[0] & 1 << ofp.OFPRR_IDLE_TIMEOUT
