@@ -609,8 +609,8 @@ class HomeworkController(app_manager.OSKenApp):
                     "app_feed": None
                     if self.app_feed is None
                     else {"subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
-                    "app_priorities": dict(sorted(self.router.app_priority.items())),
-                    "demoted_devices": sorted(self.router.demoted),
+                    "app_priorities": dict(sorted(self.router.priorities.chosen.items())),
+                    "demoted_devices": sorted(self.router.priorities.demoted),
                 },
                 "slice": None if self.slice_link is None else self.slice_link.health(),
             }

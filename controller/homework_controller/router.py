@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
+from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
 from .effects import (
@@ -28,7 +28,6 @@ from .effects import (
     InstallMeter,
     InstallRules,
     LogRow,
-    ModifyRules,
     RemoveMeter,
     RemoveRules,
     ResolveName,
@@ -44,17 +43,6 @@ from .registry import DeviceRegistry
 from .store import DeviceStore
 
 LOG = logging.getLogger(__name__)
-
-
-@dataclass
-class FlowApp:
-    """What the router decided about one learnt flow: its app, where that came from, the
-    priority its rule carries, and its rate at the last poll (for the behaviour heuristic)."""
-
-    app: str
-    source: str
-    priority: str
-    pps: float = 0.0
 
 
 # ---- the core --------------------------------------------------------------
@@ -86,15 +74,7 @@ class HomeRouter:
         self.wlan_port: int | None = None
         self.router_mac: str | None = None
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
-        # Application priorities: what each learnt flow is, and what the household and agents said.
-        self.app_table = app_table if app_table is not None else apps.load_table()
-        self.qos = qos_settings
-        self.app_priority: dict[str, str] = {}  # the household's choices (hwdb AppPriority), app -> priority
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
-        self.names = apps.NameMemory()
-        self.flow_apps: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
-        self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
-        self.last_stats_at: float | None = None
         self.counters = {
             "dhcp_malformed": 0,
             "dhcp_spoofed_chaddr": 0,
@@ -109,6 +89,14 @@ class HomeRouter:
         }
         self.registry = DeviceRegistry(store, clock, self.counters)
         self.newcomers = Newcomers(clock, max_pending)
+        self.priorities = AppPriorities(
+            clock,
+            app_table if app_table is not None else apps.load_table(),
+            qos_settings,
+            device_at=self.registry.by_ip,
+            device_of=self.registry.devices.__getitem__,
+            process_of=self.agent_reports.process_of,
+        )
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
@@ -118,6 +106,7 @@ class HomeRouter:
             self.registry,
             self.newcomers,
             self.accounting,
+            self.priorities,
             self.dns_gating,
             self.agent_reports,
             self.clone_watch,
@@ -280,10 +269,8 @@ class HomeRouter:
                     f"counted as a whole for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
                 )
             ]
-        app, source = self._classify(device, flow)
-        info = FlowApp(app, source, self._priority(device, app))
-        self.flow_apps.setdefault(device.mac, {})[flow] = info
-        return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(info.priority)),))]
+        priority = self.priorities.learn_flow(device, flow)
+        return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
 
     def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
         """Counters of the accounting table -> Flows rows with what each flow did since last time.
@@ -294,121 +281,27 @@ class HomeRouter:
         far side 0.0.0.0.
         """
         rows = self.accounting.read_counters(entries)
-        now = self.clock()
-        interval = now - self.last_stats_at if self.last_stats_at is not None else 0.0
-        self.last_stats_at = now
-        effects: list = rows + self._app_rows(rows)
-        if interval > 0:
-            effects += self._judge_behaviour(rows, interval) + self._cap_high_per_device(rows, interval)
-        return effects
+        return rows + self.priorities.poll(rows)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
-        effects = rows + self._app_rows(rows)
         if flow is not None:
-            for known in self.flow_apps.values():
-                known.pop(flow, None)
-        return effects
-
-    def _app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
-        """AppTimeseries: this interval's learnt-flow traffic summed per application."""
-        per_app: dict[str, list[int]] = {}
-        for r in flow_rows:
-            proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
-            if proto:  # device totals (proto 0) are not attributable to an application
-                totals = per_app.setdefault(self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
-                totals[0] += nbytes
-                totals[1] += pkts
-        return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
+            self.priorities.flow_ended(flow)
+        return rows + self.priorities.app_rows(rows)
 
     # -- application priorities
 
-    def _device_of_flow(self, flow: flows.FiveTuple) -> Device | None:
-        """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
-        return self.registry.by_ip(flow.saddr) or self.registry.by_ip(flow.daddr)
-
-    @staticmethod
-    def _device_side(device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
-        """The connection as the device sees it (its address first): both directions name it alike."""
-        assert device.subnet is not None
-        if flow.saddr == device.subnet.device_ip:
-            return flow
-        return flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
-
-    def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
-        conn = self._device_side(device, flow)
-        connection = (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
-        process = self.agent_reports.process_of(device.mac, connection)
-        return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
-
-    def _priority(self, device: Device, app: str) -> str:
-        """The household's priority for the app, else the table's; High only within the device's share."""
-        priority = self.app_priority.get(app) or self.app_table.default_priority(app)
-        if priority == qos.HIGH and device.mac in self.demoted:
-            return qos.MEDIUM
-        return priority
-
-    def _app_of(self, flow: flows.FiveTuple) -> str:
-        device = self._device_of_flow(flow)
-        if device is None:
-            return self.app_table.app_of_ports(flow) or apps.OTHER
-        known = self.flow_apps.get(device.mac, {}).get(flow)
-        return known.app if known is not None else self._classify(device, flow)[0]
-
-    def _remark(self, device: Device, flows_of_device=None) -> list:
-        """Reclassify the device's learnt flows (or those given) and re-mark those whose priority changed.
-
-        The switch keeps each rule's counters (OFPFC_MODIFY_STRICT), so accounting carries on."""
-        known = self.flow_apps.get(device.mac, {})
-        changed = []
-        for flow in list(flows_of_device if flows_of_device is not None else known):
-            info = known.get(flow)
-            if info is None:
-                continue
-            app, source = self._classify(device, flow)
-            if not (source == apps.UNKNOWN and info.source == apps.BEHAVIOUR):  # that verdict waits for a poll
-                info.app, info.source = app, source
-            priority = self._priority(device, info.app)
-            if priority != info.priority:
-                info.priority = priority
-                changed.append(flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)))
-        return [ModifyRules(tuple(changed))] if changed else []
-
     def set_app_priorities(self, priorities: dict[str, str]) -> list:
         """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
-        changed = {app for app, priority in priorities.items() if self.app_priority.get(app) != priority}
-        self.app_priority.update(priorities)
-        if not changed:
-            return []
-        LOG.info("household: app priorities %s", {app: priorities[app] for app in sorted(changed)})
-        effects: list = []
-        for mac, known in self.flow_apps.items():
-            affected = [flow for flow, info in known.items() if info.app in changed]
-            if affected:
-                effects += self._remark(self.devices[mac], affected)
-        return effects
+        return self.priorities.set_priorities(priorities)
 
     def app_priorities(self) -> list[dict]:
         """Every app the table or the household names, with the priority its flows get and who chose it."""
-        names = set(self.app_table.priorities) | set(self.app_priority)
-        return [
-            {
-                "app": app,
-                "priority": self.app_priority.get(app) or self.app_table.default_priority(app),
-                "set_by": "household" if app in self.app_priority else "table",
-            }
-            for app in sorted(names)
-        ]
+        return self.priorities.listed()
 
     def learnt_connections(self) -> list[tuple[flows.FiveTuple, str]]:
-        """Every learnt flow as its device sees it (its address first), with the priority its rule
-        carries: what the household's ISP slice rules are made from (`downlink.py`)."""
-        return [
-            (self._device_side(self.devices[mac], flow), info.priority)
-            for mac, known in self.flow_apps.items()
-            for flow, info in known.items()
-        ]
+        return self.priorities.learnt_connections()
 
     def agent_reported(self, reports: list[AgentReport]) -> list:
         """End-host agents said which program owns connections: label those of the device whose lease
@@ -423,59 +316,7 @@ class HomeRouter:
             touched[device.mac] = device
         effects: list = []
         for device in touched.values():
-            effects += self._remark(device)
-        return effects
-
-    def _judge_behaviour(self, rows: list[LogRow], interval: float) -> list:
-        """Flows nothing else names are judged by their rate over the last two polls."""
-        moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
-        effects: list = []
-        for mac, known in self.flow_apps.items():
-            device = self.devices[mac]
-            changed = []
-            for flow, info in known.items():
-                if info.source not in (apps.UNKNOWN, apps.BEHAVIOUR):
-                    continue
-                pkts, nbytes = moved.get(flow, (0, 0))
-                rates = apps.FlowRates(pkts / interval, info.pps, nbytes / pkts if pkts else 0.0)
-                info.pps = rates.pps
-                app, source = self._classify(device, flow, rates)
-                if (app, source) != (info.app, info.source):
-                    info.app, info.source = app, source
-                    changed.append(flow)
-            if changed:
-                effects += self._remark(device, changed)
-        return effects
-
-    def _cap_high_per_device(self, rows: list[LogRow], interval: float) -> list:
-        """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium."""
-        high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
-        for r in rows:
-            if r.table != "Flows" or not r.row[0]:
-                continue
-            flow = flows.FiveTuple(*r.row[:5])
-            device = self._device_of_flow(flow)
-            info = self.flow_apps.get(device.mac, {}).get(flow) if device else None
-            if device is None or info is None or info.priority != qos.HIGH:
-                continue
-            assert device.subnet is not None
-            high.setdefault(device.mac, [0, 0])[0 if flow.saddr == device.subnet.device_ip else 1] += r.row[6]
-        effects: list = []
-        for mac, (up, down) in high.items():
-            why = qos.over_device_share(self.qos, up, down, interval)
-            if why is None or mac in self.demoted:
-                continue
-            device = self.devices[mac]
-            self.demoted[mac] = self.clock() + self.qos.demotion_s
-            label = device.name or device.hostname or mac
-            effects += self._remark(device) + [
-                TellHousehold(
-                    "qos-overload",
-                    mac,
-                    f"{label} sent {why}: its high-priority traffic is medium for the next "
-                    f"{int(self.qos.demotion_s)} seconds",
-                )
-            ]
+            effects += self.priorities.remark(device)
         return effects
 
     # -- DNS gating
@@ -506,7 +347,7 @@ class HomeRouter:
         """
         if client_ip is not None:
             for name, ip, _ in learnt:
-                self.names.learn(client_ip, name, ip)
+                self.priorities.names.learn(client_ip, name, ip)
         effects: list = []
         for mac, ips in self.dns_gating.learn(learnt).items():
             effects += self._install_blocks(self.devices.get(mac), ips)
@@ -616,9 +457,7 @@ class HomeRouter:
         now = self.clock()
         effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
         self.accounting.tick(now)
-        for mac in [m for m, until in self.demoted.items() if until <= now]:
-            del self.demoted[mac]
-            effects += self._remark(self.devices[mac])
+        effects += self.priorities.tick(now)
         for mac in list(self.installed):
             effects += self._reconcile(self.devices[mac])
         for mac in self.dns_gating.tick(now):
@@ -705,7 +544,7 @@ class HomeRouter:
             # once) and takes its learnt flows with it: they are learnt again as they pass.
             effects.append(RemoveRules(flows.device_cookie(device)))
             self.accounting.rules_dropped(device.mac)
-            self.flow_apps.pop(device.mac, None)
+            self.priorities.rules_dropped(device.mac)
             self.dns_gating.rules_dropped(device.mac)
         if wanted is not None:
             # In any order: no two rules of a set match the same packets at the same rule priority.

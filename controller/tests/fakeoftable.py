@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from homework_controller import flows
-from homework_controller.router import InstallRules, ModifyRules, RemoveRules
+from homework_controller.effects import InstallRules, ModifyRules, RemoveRules
 
 WLAN = 1
 

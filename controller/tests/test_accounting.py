@@ -4,7 +4,8 @@ connection is too short to be counted."""
 from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
 
 from homework_controller import dhcp, flows, packets
-from homework_controller.router import HomeRouter, InstallRules, LogRow, RemoveRules, TellHousehold
+from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
+from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 INTERNET = "198.51.100.80"

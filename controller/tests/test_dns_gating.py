@@ -11,8 +11,9 @@ from support import PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
 from homework_controller import dhcp, dnsgate, flows
 from homework_controller.dns_gating import BLOCK_CLEANUP_S
+from homework_controller.effects import InstallRules, RemoveRules, ResolveName
 from homework_controller.errors import ApiError
-from homework_controller.router import HomeRouter, InstallRules, RemoveRules, ResolveName
+from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 

@@ -14,7 +14,7 @@ from fakeoftable import FakeSwitch
 from support import EF, PHONE, ROUTER_MAC, WEB, WLAN, ZOOM, Clock, deliver, join, mark_of, up
 
 from homework_controller import hwdb_feed
-from homework_controller.router import AgentReport
+from homework_controller.agent_reports import AgentReport
 from hwdb_client import HwdbClient, HwdbError, default_binary
 
 BIN = default_binary()
@@ -155,7 +155,7 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
     feed.start()
     try:
         assert feed.restored.wait(10)
-        assert router.app_priority == {"web": "default", "games": "high"}  # the last row per app
+        assert router.priorities.chosen == {"web": "default", "games": "high"}  # the last row per app
         web = up(phone, WEB)
         with lock:
             assert mark_of(router, switch, web)[0] == 0
@@ -194,7 +194,7 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
         try:
             wait_for(lambda: feed.subscribed and len(hwdb.query("show subscriptions").rows) == 4, timeout=10)
             hwdb.query("insert into AppPriority values ('web', 'medium')")
-            wait_for(lambda: router.app_priority.get("web") == "medium", timeout=3)
+            wait_for(lambda: router.priorities.chosen.get("web") == "medium", timeout=3)
         finally:
             for squatter in squatters:
                 squatter.close()

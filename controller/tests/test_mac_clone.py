@@ -6,7 +6,8 @@ from support import OTHER_CLIENT, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
 from homework_controller import clones, dhcp
 from homework_controller.dhcp import DhcpRequest
-from homework_controller.router import AuthenticatorKick, HomeRouter, TellHousehold
+from homework_controller.effects import AuthenticatorKick, TellHousehold
+from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 

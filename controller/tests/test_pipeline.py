@@ -5,7 +5,7 @@ from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import dnsgate, flows, packets
-from homework_controller.router import AddGatewayAddress
+from homework_controller.effects import AddGatewayAddress
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL

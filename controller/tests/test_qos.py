@@ -23,8 +23,9 @@ from support import (
 )
 
 from homework_controller import dhcp, flows, qos
-from homework_controller.agent_reports import AgentReportBook
-from homework_controller.router import AgentReport, HomeRouter, LogRow, TellHousehold
+from homework_controller.agent_reports import AgentReport, AgentReportBook
+from homework_controller.effects import LogRow, TellHousehold
+from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 UPLINK = qos.LinkShape("hw-wan", line_kbit=10000)  # shaped 9000 kbit/s; one device's High share: 1800

@@ -10,13 +10,10 @@ from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, lease
 
 from homework_controller import dhcp, flows, packets
-from homework_controller.errors import DeviceBlocked, UnknownDevice
-from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
-from homework_controller.router import (
+from homework_controller.effects import (
     AddGatewayAddress,
     AnswerDhcp,
     AuthenticatorDeny,
-    HomeRouter,
     InstallMeter,
     InstallRules,
     LogRow,
@@ -24,6 +21,9 @@ from homework_controller.router import (
     RemoveRules,
     TellHousehold,
 )
+from homework_controller.errors import DeviceBlocked, UnknownDevice
+from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
+from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 

@@ -1,0 +1,242 @@
+"""Application priorities, the concern: what each learnt flow is (its app, and where that came from),
+the priority its rule carries, the household's choices (hwdb AppPriority), the names devices looked
+up, and which devices have their High flows demoted for a while (over their share of High).
+
+It reads what else it needs through functions `HomeRouter` gives it (the device at an address, a
+device by MAC, what an agent reported for a connection), so it imports no other concern.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import apps, flows, qos
+from .effects import LogRow, ModifyRules, TellHousehold
+from .model import Device
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class FlowApp:
+    """What the router decided about one learnt flow: its app, where that came from, the
+    priority its rule carries, and its rate at the last poll (for the behaviour heuristic)."""
+
+    app: str
+    source: str
+    priority: str
+    pps: float = 0.0
+
+
+class AppPriorities:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        app_table: apps.AppTable,
+        qos_settings: qos.QosSettings,
+        device_at: Callable[[str], Device | None],
+        device_of: Callable[[str], Device],
+        process_of: Callable[[str, tuple], str | None],
+    ):
+        self.clock, self.app_table, self.qos = clock, app_table, qos_settings
+        self._device_at, self._device_of, self._process_of = device_at, device_of, process_of
+        self.chosen: dict[str, str] = {}  # the household's choices (hwdb AppPriority), app -> priority
+        self.names = apps.NameMemory()
+        self.flows_of: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
+        self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
+        self.last_poll_at: float | None = None
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.flows_of or mac in self.demoted
+
+    def forget(self, mac: str) -> None:
+        self.flows_of.pop(mac, None)
+        self.demoted.pop(mac, None)
+
+    def rules_dropped(self, mac: str) -> None:
+        """The device's rules left the switch: its learnt flows with them."""
+        self.flows_of.pop(mac, None)
+
+    def tick(self, now: float) -> list:
+        """Devices whose demotion ended: their High flows are High again."""
+        effects: list = []
+        for mac in [m for m, until in self.demoted.items() if until <= now]:
+            del self.demoted[mac]
+            effects += self.remark(self._device_of(mac))
+        return effects
+
+    # -- events
+
+    def learn_flow(self, device: Device, flow: flows.FiveTuple) -> str:
+        """A flow of the device gets a rule of its own: what it is, and the priority its rule carries."""
+        app, source = self._classify(device, flow)
+        info = FlowApp(app, source, self._priority(device, app))
+        self.flows_of.setdefault(device.mac, {})[flow] = info
+        return info.priority
+
+    def flow_ended(self, flow: flows.FiveTuple) -> None:
+        for known in self.flows_of.values():
+            known.pop(flow, None)
+
+    def poll(self, rows: list[LogRow]) -> list:
+        """This poll's Flows rows: AppTimeseries rows, flows judged by their rate, High over a device's share."""
+        now = self.clock()
+        interval = now - self.last_poll_at if self.last_poll_at is not None else 0.0
+        self.last_poll_at = now
+        effects: list = self.app_rows(rows)
+        if interval > 0:
+            effects += self._judge_behaviour(rows, interval) + self._cap_high_per_device(rows, interval)
+        return effects
+
+    def app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
+        """AppTimeseries: this interval's learnt-flow traffic summed per application."""
+        per_app: dict[str, list[int]] = {}
+        for r in flow_rows:
+            proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
+            if proto:  # device totals (proto 0) are not attributable to an application
+                totals = per_app.setdefault(self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
+                totals[0] += nbytes
+                totals[1] += pkts
+        return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
+
+    def _device_of_flow(self, flow: flows.FiveTuple) -> Device | None:
+        """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
+        return self._device_at(flow.saddr) or self._device_at(flow.daddr)
+
+    @staticmethod
+    def _device_side(device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
+        """The connection as the device sees it (its address first): both directions name it alike."""
+        assert device.subnet is not None
+        if flow.saddr == device.subnet.device_ip:
+            return flow
+        return flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
+
+    def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
+        conn = self._device_side(device, flow)
+        connection = (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
+        process = self._process_of(device.mac, connection)
+        return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
+
+    def _priority(self, device: Device, app: str) -> str:
+        """The household's priority for the app, else the table's; High only within the device's share."""
+        priority = self.chosen.get(app) or self.app_table.default_priority(app)
+        if priority == qos.HIGH and device.mac in self.demoted:
+            return qos.MEDIUM
+        return priority
+
+    def _app_of(self, flow: flows.FiveTuple) -> str:
+        device = self._device_of_flow(flow)
+        if device is None:
+            return self.app_table.app_of_ports(flow) or apps.OTHER
+        known = self.flows_of.get(device.mac, {}).get(flow)
+        return known.app if known is not None else self._classify(device, flow)[0]
+
+    def remark(self, device: Device, flows_of_device=None) -> list:
+        """Reclassify the device's learnt flows (or those given) and re-mark those whose priority changed.
+
+        The switch keeps each rule's counters (OFPFC_MODIFY_STRICT), so accounting carries on."""
+        known = self.flows_of.get(device.mac, {})
+        changed = []
+        for flow in list(flows_of_device if flows_of_device is not None else known):
+            info = known.get(flow)
+            if info is None:
+                continue
+            app, source = self._classify(device, flow)
+            if not (source == apps.UNKNOWN and info.source == apps.BEHAVIOUR):  # that verdict waits for a poll
+                info.app, info.source = app, source
+            priority = self._priority(device, info.app)
+            if priority != info.priority:
+                info.priority = priority
+                changed.append(flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)))
+        return [ModifyRules(tuple(changed))] if changed else []
+
+    def set_priorities(self, priorities: dict[str, str]) -> list:
+        """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
+        changed = {app for app, priority in priorities.items() if self.chosen.get(app) != priority}
+        self.chosen.update(priorities)
+        if not changed:
+            return []
+        LOG.info("household: app priorities %s", {app: priorities[app] for app in sorted(changed)})
+        effects: list = []
+        for mac, known in self.flows_of.items():
+            affected = [flow for flow, info in known.items() if info.app in changed]
+            if affected:
+                effects += self.remark(self._device_of(mac), affected)
+        return effects
+
+    def listed(self) -> list[dict]:
+        """Every app the table or the household names, with the priority its flows get and who chose it."""
+        names = set(self.app_table.priorities) | set(self.chosen)
+        return [
+            {
+                "app": app,
+                "priority": self.chosen.get(app) or self.app_table.default_priority(app),
+                "set_by": "household" if app in self.chosen else "table",
+            }
+            for app in sorted(names)
+        ]
+
+    def learnt_connections(self) -> list[tuple[flows.FiveTuple, str]]:
+        """Every learnt flow as its device sees it (its address first), with the priority its rule
+        carries: what the household's ISP slice rules are made from (`downlink.py`)."""
+        return [
+            (self._device_side(self._device_of(mac), flow), info.priority)
+            for mac, known in self.flows_of.items()
+            for flow, info in known.items()
+        ]
+
+    def _judge_behaviour(self, rows: list[LogRow], interval: float) -> list:
+        """Flows nothing else names are judged by their rate over the last two polls."""
+        moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
+        effects: list = []
+        for mac, known in self.flows_of.items():
+            device = self._device_of(mac)
+            changed = []
+            for flow, info in known.items():
+                if info.source not in (apps.UNKNOWN, apps.BEHAVIOUR):
+                    continue
+                pkts, nbytes = moved.get(flow, (0, 0))
+                rates = apps.FlowRates(pkts / interval, info.pps, nbytes / pkts if pkts else 0.0)
+                info.pps = rates.pps
+                app, source = self._classify(device, flow, rates)
+                if (app, source) != (info.app, info.source):
+                    info.app, info.source = app, source
+                    changed.append(flow)
+            if changed:
+                effects += self.remark(device, changed)
+        return effects
+
+    def _cap_high_per_device(self, rows: list[LogRow], interval: float) -> list:
+        """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium."""
+        high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
+        for r in rows:
+            if r.table != "Flows" or not r.row[0]:
+                continue
+            flow = flows.FiveTuple(*r.row[:5])
+            device = self._device_of_flow(flow)
+            info = self.flows_of.get(device.mac, {}).get(flow) if device else None
+            if device is None or info is None or info.priority != qos.HIGH:
+                continue
+            assert device.subnet is not None
+            high.setdefault(device.mac, [0, 0])[0 if flow.saddr == device.subnet.device_ip else 1] += r.row[6]
+        effects: list = []
+        for mac, (up, down) in high.items():
+            why = qos.over_device_share(self.qos, up, down, interval)
+            if why is None or mac in self.demoted:
+                continue
+            device = self._device_of(mac)
+            self.demoted[mac] = self.clock() + self.qos.demotion_s
+            label = device.name or device.hostname or mac
+            effects += self.remark(device) + [
+                TellHousehold(
+                    "qos-overload",
+                    mac,
+                    f"{label} sent {why}: its high-priority traffic is medium for the next "
+                    f"{int(self.qos.demotion_s)} seconds",
+                )
+            ]
+        return effects
