@@ -83,9 +83,18 @@ def home(db: str, devices: int, learnt: int) -> HomeRouter:
             router.on_flow_copy(
                 WLAN,
                 packets.Frame(
-                    mac_of(i + 1), ROUTER_MAC, flows.ETH_IPV4, ip, FAR, flows.PROTO_TCP, 30000 + port, 443, size=100
+                    mac_of(i + 1),
+                    ROUTER_MAC,
+                    flows.ETH_IPV4,
+                    ip_src=ip,
+                    ip_dst=FAR,
+                    ip_proto=flows.PROTO_TCP,
+                    sport=30000 + port,
+                    dport=443,
+                    size=100,
                 ),
             )
+    assert len(router.learnt_connections()) == devices * learnt, "every device's flows learnt"
     return router
 
 
