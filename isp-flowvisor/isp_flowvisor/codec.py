@@ -219,12 +219,13 @@ def _unpack(layout: str, frame: bytes, offset: int) -> tuple:
 # (found by this package's fuzz test), so every length in an untrusted list is checked first.
 
 
-def _check_list(frame: bytes, start: int, end: int, min_len: int, inner: Any = None) -> None:
+def _check_list(frame: bytes, start: int, end: int, min_len: int, inner: Any = None, length_at: int = 2) -> None:
+    """Elements' lengths: at `length_at` in each (after a 16-bit type; a bucket starts with it)."""
     offset = start
     while offset < end:
         if offset + 4 > end:
             raise ValueError("truncated list element")
-        length = struct.unpack_from("!H", frame, offset + 2)[0]
+        length = struct.unpack_from("!H", frame, offset + length_at)[0]
         if length < min_len or length % 8 or offset + length > end:
             raise ValueError(f"list element length {length} at {offset}")
         if inner is not None:
@@ -394,7 +395,7 @@ def _packet_out(frame: bytes) -> Any:
 
 def _group_mod(frame: bytes) -> Any:
     command, group_type, group_id = _unpack(ofp.OFP_GROUP_MOD_PACK_STR, frame, HEADER_SIZE)
-    _check_list(frame, ofp.OFP_GROUP_MOD_SIZE, len(frame), ofp.OFP_BUCKET_SIZE, _check_bucket)
+    _check_list(frame, ofp.OFP_GROUP_MOD_SIZE, len(frame), ofp.OFP_BUCKET_SIZE, _check_bucket, length_at=0)
     buckets = _list(parser.OFPBucket.parser, frame, ofp.OFP_GROUP_MOD_SIZE, len(frame))
     return parser.OFPGroupMod(CODEC, command=command, type_=group_type, group_id=group_id, buckets=buckets)
 

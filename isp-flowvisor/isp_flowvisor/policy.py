@@ -673,6 +673,14 @@ class Slice:
             CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask, self._scoped_match(msg.match)
         )
 
+    def group_stats_request(self, msg: Any) -> Any:
+        """GROUP or METER / METER_CONFIG statistics: one of its ids, or all (the reply is filtered)."""
+        if isinstance(msg, parser.OFPGroupStatsRequest):
+            group = msg.group_id if msg.group_id == ofp.OFPG_ALL else self.group(msg.group_id)
+            return parser.OFPGroupStatsRequest(CODEC, msg.flags, group)
+        meter = msg.meter_id if msg.meter_id == ofp.OFPM_ALL else self.meter(msg.meter_id)
+        return type(msg)(CODEC, msg.flags, meter)
+
     def port_stats_request(self, msg: Any) -> Any:
         if msg.port_no != ofp.OFPP_ANY and msg.port_no not in self.view:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"port {msg.port_no} is not in the slice")
@@ -821,6 +829,30 @@ class Slice:
             match=self._own_match(stats.match),
             instructions=self._back_instructions(stats.instructions),
         )
+
+    def group_stats(self, stats: Any) -> Any | None:
+        if not self.owns_scoped(stats.group_id):
+            return None
+        return SimpleNamespace(**{**vars(stats), "group_id": self.unscoped(stats.group_id)})
+
+    def group_desc(self, desc: Any) -> tuple[int, int, list] | None:
+        """(type, its group id, buckets in its own terms), or None when the group is not its own."""
+        if not self.owns_scoped(desc.group_id):
+            return None
+        buckets = [
+            parser.OFPBucket(b.weight, b.watch_port, b.watch_group, self._back_actions(b.actions)) for b in desc.buckets
+        ]
+        return desc.type, self.unscoped(desc.group_id), buckets
+
+    def meter_stats(self, stats: Any) -> Any | None:
+        if not self.owns_scoped(stats.meter_id):
+            return None
+        return SimpleNamespace(**{**vars(stats), "meter_id": self.unscoped(stats.meter_id)})
+
+    def meter_config(self, config: Any) -> tuple[int, int, list] | None:
+        if not self.owns_scoped(config.meter_id):
+            return None
+        return config.flags, self.unscoped(config.meter_id), config.bands
 
     def queue_stats(self, stats: Any) -> tuple | None:
         if stats.port_no not in self.view or not self.owns_queue(stats.queue_id):

@@ -33,7 +33,18 @@ HELLO_TIMEOUT = 10.0
 # Relayed messages without a reply (flow-mods, packet-outs, ...) are remembered only to map a switch
 # error back to their sender; the most recent ones suffice, since the switch answers in order.
 _RECENT_LIMIT = 1 << 14
-_REPLY_KINDS = {"own", "barrier", "flow", "aggregate", "port_stats", "queue"}
+_REPLY_KINDS = {
+    "own",
+    "barrier",
+    "flow",
+    "aggregate",
+    "port_stats",
+    "queue",
+    "group",
+    "group_desc",
+    "meter",
+    "meter_config",
+}
 _READ_SIZE = 1 << 16
 # How long the relay serves turns before it lets replies and new messages in: each pause costs a
 # send to the switch and one to every household answered, so not after every turn; short enough
@@ -542,6 +553,14 @@ class Slicer:
             entries = [switchside.aggregate_entry(msg.body.packet_count, msg.body.byte_count, msg.body.flow_count)]
         elif pending.kind == "port_stats":
             entries = [switchside.port_stats_entry(s) for s in msg.body if s.port_no in slice_.view]
+        elif pending.kind == "group":
+            entries = [switchside.group_stats_entry(g) for g in map(slice_.group_stats, msg.body) if g]
+        elif pending.kind == "group_desc":
+            entries = [switchside.group_desc_entry(*g) for g in map(slice_.group_desc, msg.body) if g]
+        elif pending.kind == "meter":
+            entries = [switchside.meter_stats_entry(m) for m in map(slice_.meter_stats, msg.body) if m]
+        elif pending.kind == "meter_config":
+            entries = [switchside.meter_config_entry(*m) for m in map(slice_.meter_config, msg.body) if m]
         else:  # queue
             entries = [switchside.queue_stats_entry(s) for s in (slice_.queue_stats(x) for x in msg.body) if s]
         frames = switchside.multipart_reply(pending.xid, msg.type, entries)
@@ -804,6 +823,21 @@ class Slicer:
             return
         elif isinstance(msg, parser.OFPQueueStatsRequest):
             self._relay(slice_.queue_stats_request(msg), Pending(session, msg.xid, "queue", head))
+            return
+        elif isinstance(msg, parser.OFPGroupDescStatsRequest):
+            self._relay(
+                parser.OFPGroupDescStatsRequest(codec.CODEC, msg.flags), Pending(session, msg.xid, "group_desc", head)
+            )
+            return
+        elif isinstance(
+            msg, (parser.OFPGroupStatsRequest, parser.OFPMeterStatsRequest, parser.OFPMeterConfigStatsRequest)
+        ):
+            kind = {
+                parser.OFPGroupStatsRequest: "group",
+                parser.OFPMeterStatsRequest: "meter",
+                parser.OFPMeterConfigStatsRequest: "meter_config",
+            }[type(msg)]
+            self._relay(slice_.group_stats_request(msg), Pending(session, msg.xid, kind, head))
             return
         else:
             raise policy.Refused(

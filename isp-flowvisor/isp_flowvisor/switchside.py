@@ -212,3 +212,56 @@ def meter_features_entry(
     max_meter: int, band_types: int, capabilities: int, max_bands: int, max_color: int
 ) -> bytearray:
     return _pack(ofp.OFP_METER_FEATURES_PACK_STR, max_meter, band_types, capabilities, max_bands, max_color)
+
+
+def group_stats_entry(stats: Any) -> bytearray:
+    """OFPGroupStats-shaped (group_id, ref_count, counts, duration, bucket_stats)."""
+    counters = b"".join(
+        _pack(ofp.OFP_BUCKET_COUNTER_PACK_STR, b.packet_count, b.byte_count) for b in stats.bucket_stats
+    )
+    length = ofp.OFP_GROUP_STATS_SIZE + len(counters)
+    head = _pack(
+        ofp.OFP_GROUP_STATS_PACK_STR,
+        length,
+        stats.group_id,
+        stats.ref_count,
+        stats.packet_count,
+        stats.byte_count,
+        stats.duration_sec,
+        stats.duration_nsec,
+    )
+    return head + counters
+
+
+def group_desc_entry(group_type: int, group_id: int, buckets: Iterable[Any]) -> bytearray:
+    """A group's description; its buckets serialise themselves (os-ken's OFPBucket)."""
+    tail = bytearray()
+    for bucket in buckets:
+        bucket.serialize(tail, len(tail))
+    return (
+        _pack(ofp.OFP_GROUP_DESC_STATS_PACK_STR, ofp.OFP_GROUP_DESC_STATS_SIZE + len(tail), group_type, group_id) + tail
+    )
+
+
+def meter_stats_entry(stats: Any) -> bytearray:
+    bands = b"".join(
+        _pack(ofp.OFP_METER_BAND_STATS_PACK_STR, b.packet_band_count, b.byte_band_count) for b in stats.band_stats
+    )
+    head = _pack(
+        ofp.OFP_METER_STATS_PACK_STR,
+        stats.meter_id,
+        ofp.OFP_METER_STATS_SIZE + len(bands),
+        stats.flow_count,
+        stats.packet_in_count,
+        stats.byte_in_count,
+        stats.duration_sec,
+        stats.duration_nsec,
+    )
+    return head + bands
+
+
+def meter_config_entry(flags: int, meter_id: int, bands: Iterable[Any]) -> bytearray:
+    tail = bytearray()
+    for band in bands:
+        band.serialize(tail, len(tail))
+    return _pack(ofp.OFP_METER_CONFIG_PACK_STR, ofp.OFP_METER_CONFIG_SIZE + len(tail), flags, meter_id) + tail

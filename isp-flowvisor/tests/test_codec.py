@@ -204,3 +204,15 @@ def test_an_action_longer_than_its_type_is_refused_not_followed_into_an_endless_
     # The same rule with its true lengths is read as sent.
     msg, error = _within(5, codec.decode_request, codec.encode(rule, 1))
     assert error is None and len(msg.instructions[0].actions) == 2
+
+
+def test_a_group_mod_with_buckets_is_decoded_as_os_ken_encodes_it():
+    # A bucket's length is its first field (not its second, as in actions): every group with a
+    # bucket was answered BAD_LEN before (found by ovs-ofctl add-group through a slice).
+    bucket = parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY, [parser.OFPActionOutput(3)])
+    frame = codec.encode(parser.OFPGroupMod(C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, [bucket, bucket]), 9)
+    msg = codec.decode_request(frame)
+    assert [b.actions[0].port for b in msg.buckets] == [3, 3]
+    assert codec.encode(msg, 9) == frame
+    with pytest.raises(codec.Malformed):  # a bucket claiming length 0 still stops at the check
+        codec.decode_request(frame[:16] + bytes(2) + frame[18:])

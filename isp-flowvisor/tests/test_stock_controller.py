@@ -176,3 +176,31 @@ def test_get_async_is_answered_with_what_the_household_gets():
     assert isinstance(reply, parser.OFPGetAsyncReply) and reply.xid == 77
     assert reply.packet_in_mask[0] == 1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION
     assert reply.flow_removed_mask[0] & 1 << ofp.OFPRR_IDLE_TIMEOUT
+
+
+def test_a_stock_client_manages_and_reads_only_the_households_own_groups_and_meters(slicer, households):
+    slicer.fvctl("add", "carol", "--address", CAROL["address"], "--source-address", CAROL_SOURCE)
+    bob = households("bob")  # his group 1 and meter 1 are other ids on the switch
+    bob.no_error_for(
+        bob.send(
+            parser.OFPGroupMod(
+                C,
+                ofp.OFPGC_ADD,
+                ofp.OFPGT_ALL,
+                1,
+                [parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY, [parser.OFPActionOutput(3)])],
+            )
+        )
+    )
+    bob.no_error_for(
+        bob.send(parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDrop(5000, 0)]))
+    )
+    _ofctl(slicer, "add-group", "group_id=1,type=all,bucket=output:NORMAL")
+    _ofctl(slicer, "add-meter", "meter=2,kbps,band=type=drop,rate=1000")
+    groups = _ofctl(slicer, "dump-groups")
+    assert "group_id=1,type=all,bucket=actions=NORMAL" in groups.replace(" ", "") and groups.count("group_id=") == 1
+    assert _ofctl(slicer, "dump-group-stats").count("group_id=") == 1
+    meters = _ofctl(slicer, "dump-meters")
+    assert "meter=2" in meters and "rate=1000" in meters and "meter=1 " not in meters and "rate=5000" not in meters
+    assert _ofctl(slicer, "meter-stats").count("meter:") == 1
+    assert "meter:2" in _ofctl(slicer, "meter-stats", "meter=2")
