@@ -20,16 +20,12 @@ from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
 from .effects import (
-    AddGatewayAddress,
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
     DnsVerdict,
-    InstallMeter,
     InstallRules,
     LogRow,
-    RemoveMeter,
-    RemoveRules,
     ResolveName,
     SendFrame,
     TellHousehold,
@@ -41,6 +37,7 @@ from .newcomers import Newcomers
 from .passphrases import Passphrases
 from .registry import DeviceRegistry
 from .store import DeviceStore
+from .switch_mirror import SwitchMirror
 
 LOG = logging.getLogger(__name__)
 
@@ -66,13 +63,7 @@ class HomeRouter:
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
-        self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
-        self.meters: set[int] = set()
-        self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
-        self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
-        self.broadcast: frozenset[flows.FlowRule] = frozenset()
-        self.wlan_port: int | None = None
-        self.router_mac: str | None = None
+        self.switch = SwitchMirror()
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.counters = {
@@ -104,6 +95,7 @@ class HomeRouter:
         # What the router forgets a device through: each concern owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
+            self.switch,
             self.newcomers,
             self.accounting,
             self.priorities,
@@ -117,11 +109,8 @@ class HomeRouter:
 
     def switch_ready(self, wlan_port: int, router_mac: str) -> list:
         """The switch (re)connected: it has no rules; give it the whole rule set."""
-        self.wlan_port, self.router_mac = wlan_port, router_mac
-        self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
+        effects = self.switch.switch_ready(wlan_port, router_mac)
         self.dns_gating.switch_ready()
-        self.forwarding, self.broadcast = set(), frozenset()
-        effects: list = [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
         for device in self.devices.values():
             effects += self._reconcile(device)
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
@@ -178,7 +167,7 @@ class HomeRouter:
             )
             answer = AnswerDhcp(
                 packets.udp_frame(
-                    self._switch()[1],
+                    self.switch.ports()[1],
                     reply.dst_mac,
                     reply.server_ip,
                     reply.dst_ip,
@@ -216,12 +205,6 @@ class HomeRouter:
         # Not the device, whose passphrase is its own: off the air, and the household told.
         return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
 
-    def _switch(self) -> tuple[int, str]:
-        """The wireless port and the router's MAC: known once the switch has connected, which
-        it has whenever a packet arrives from it."""
-        assert self.wlan_port is not None and self.router_mac is not None, "no switch yet"
-        return self.wlan_port, self.router_mac
-
     def on_arp(self, in_port, frame: packets.Frame) -> list:
         """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
         req = frame.arp
@@ -242,7 +225,7 @@ class HomeRouter:
             or req.dst_ip != device.subnet.gateway
         ):
             return []
-        wlan_port, router_mac = self._switch()
+        wlan_port, router_mac = self.switch.ports()
         return [SendFrame(wlan_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
@@ -377,7 +360,7 @@ class HomeRouter:
     def _install_blocks(self, device: Device | None, ips=None) -> list:
         """Drop rules from the device to those of ips (default: all its blocked addresses) the switch
         does not hold yet, if it forwards."""
-        if device is None or device.mac not in self.installed or not self.registry.forwarding_now(device):
+        if device is None or not self.switch.holds_rules_of(device.mac) or not self.registry.forwarding_now(device):
             return []
         rules = self.dns_gating.block_rules(device, ips)
         return [InstallRules(tuple(rules))] if rules else []
@@ -458,7 +441,7 @@ class HomeRouter:
         effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
-        for mac in list(self.installed):
+        for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:
@@ -514,62 +497,27 @@ class HomeRouter:
 
     def _reconcile(self, device: Device, reinstall: bool = False) -> list:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
-        if self.wlan_port is None or self.router_mac is None:
+        if not self.switch.connected:
             return []  # no switch yet: it gets everything when it connects
+        wlan_port, router_mac = self.switch.ports()
         wanted = flows.device_rules(
             device,
             self.clock(),
-            self.wlan_port,
-            self.router_mac,
+            wlan_port,
+            router_mac,
             learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
         )
-        have = self.installed.get(device.mac)
-        if wanted == have and not reinstall:
-            return []
-        effects: list = []
         forwards = self.registry.forwarding_now(device)
-        if forwards and device.subnet and device.subnet.index not in self.gateways:
-            # Only a permitted device talks to the router's own stack; a pending one gets DHCP
-            # and ARP from the controller, so a storm of newcomers costs no netlink work.
-            self.gateways.add(device.subnet.index)
-            effects.append(AddGatewayAddress(device.subnet))
-        if wanted is not None and wanted.metered:
-            band = flows.device_meter(device)
-            if band.meter_id not in self.meters:
-                self.meters.add(band.meter_id)
-                effects.append(InstallMeter(band))
-        if have is not None:
-            # Deleting by cookie also ends flows in progress (a denied device is cut off at
-            # once) and takes its learnt flows with it: they are learnt again as they pass.
-            effects.append(RemoveRules(flows.device_cookie(device)))
-            self.accounting.rules_dropped(device.mac)
-            self.priorities.rules_dropped(device.mac)
-            self.dns_gating.rules_dropped(device.mac)
-        if wanted is not None:
-            # In any order: no two rules of a set match the same packets at the same rule priority.
-            effects.append(InstallRules(wanted))
-            self.installed[device.mac] = wanted
-            effects += self._install_blocks(device)
-        else:
-            self.installed.pop(device.mac, None)
-        if forwards != (device.mac in self.forwarding):
-            (self.forwarding.add if forwards else self.forwarding.discard)(device.mac)
-            effects += self._reconcile_broadcast()
-        return effects
-
-    def _reconcile_broadcast(self) -> list:
-        """Broadcast reaches exactly the devices that forward: rebuilt when that set changes."""
-        assert self.wlan_port is not None
-        permitted = [self.devices[mac] for mac in sorted(self.forwarding)]
-        wanted = flows.broadcast_rules(permitted, self.wlan_port)
-        if wanted == self.broadcast:
+        effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)
+        if not effects:
             return []
-        effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
-        if wanted:
-            effects.append(InstallRules(tuple(wanted)))
-        self.broadcast = wanted
-        return effects
+        if dropped:
+            for concern in (self.accounting, self.priorities, self.dns_gating):
+                concern.rules_dropped(device.mac)
+        if wanted is not None:
+            effects += self._install_blocks(device)
+        return effects + self.switch.set_forwarding(device.mac, forwards, self.devices.__getitem__)
 
     def _make_room_for_a_newcomer(self) -> list:
         """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten
@@ -578,14 +526,7 @@ class HomeRouter:
         if oldest is None:
             return []
         self.counters["pending_evicted"] += 1
-        effects: list = []
-        if oldest.subnet:
-            meter = flows.device_meter(oldest).meter_id
-            if self.installed.pop(oldest.mac, None) is not None:
-                effects.append(RemoveRules(flows.device_cookie(oldest)))
-            if meter in self.meters:
-                self.meters.discard(meter)
-                effects.append(RemoveMeter(meter))
+        effects = self.switch.evict(oldest)
         for concern in self.concerns:
             concern.forget(oldest.mac)
         return effects

@@ -41,7 +41,7 @@ def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
     router.deny_dns(PHONE, "games.example.test")
     router.dns_answer([("games.example.test", "198.51.100.81", 300)])
     knowing = {type(c).__name__ for c in router.concerns if c.knows(PHONE)}
-    assert knowing == {"DeviceRegistry", "DnsGating", "CloneWatch"}  # what the eviction below must clear
+    assert knowing == {"DeviceRegistry", "SwitchMirror", "DnsGating", "CloneWatch"}  # all cleared below
     clock.now += 1
     router.on_dhcp(frame(LAPTOP, "discover"))
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []

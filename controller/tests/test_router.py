@@ -266,7 +266,7 @@ def test_an_evicted_devices_meter_and_rules_go_with_it(db_path, clock):
     router = with_max_pending(db_path, clock, 1)
     lease(router, PHONE)
     meter = flows.device_meter(router.devices[PHONE]).meter_id
-    assert meter in router.meters
+    assert meter in router.switch.meters
     clock.now += 1
     effects = router.on_dhcp(frame(LAPTOP, "discover"))
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects

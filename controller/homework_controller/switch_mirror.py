@@ -1,0 +1,119 @@
+"""The switch mirror, the concern: what the switch holds for the router (each device's rule set, its
+meters, the gateway addresses on the router's stack, the broadcast rules) and the changes that bring
+a device's rules in line with what they should be (reconciled, not patched: a device's rules go by
+its one cookie and its new set is installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import flows
+from .effects import AddGatewayAddress, InstallMeter, InstallRules, RemoveMeter, RemoveRules
+from .model import Device
+
+
+class SwitchMirror:
+    def __init__(self):
+        self.wlan_port: int | None = None
+        self.router_mac: str | None = None
+        self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
+        self.meters: set[int] = set()
+        self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
+        self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
+        self.broadcast: frozenset[flows.FlowRule] = frozenset()
+
+    # -- the lifecycle
+
+    def switch_ready(self, wlan_port: int, router_mac: str) -> list:
+        """The switch (re)connected and holds nothing: the newcomers' meter and the base rules first."""
+        self.wlan_port, self.router_mac = wlan_port, router_mac
+        self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
+        self.forwarding, self.broadcast = set(), frozenset()
+        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.installed or mac in self.forwarding
+
+    def forget(self, mac: str) -> None:
+        """Its rules and meter are no longer the router's to track (`evict` said what to remove)."""
+        self.installed.pop(mac, None)
+        self.forwarding.discard(mac)
+
+    # -- queries
+
+    @property
+    def connected(self) -> bool:
+        return self.wlan_port is not None and self.router_mac is not None
+
+    def ports(self) -> tuple[int, str]:
+        """The wireless port and the router's MAC: known once the switch has connected, which
+        it has whenever a packet arrives from it."""
+        assert self.wlan_port is not None and self.router_mac is not None, "no switch yet"
+        return self.wlan_port, self.router_mac
+
+    def holds_rules_of(self, mac: str) -> bool:
+        return mac in self.installed
+
+    def devices_with_rules(self) -> list[str]:
+        return list(self.installed)
+
+    # -- changes
+
+    def reconcile(
+        self, device: Device, wanted: flows.DeviceRules | None, forwards: bool, reinstall: bool = False
+    ) -> tuple[list, bool]:
+        """The changes that give the device the rule set wanted (reinstall: even if it has it), and
+        whether its rules left the switch (and what else went with its cookie: learnt flows, blocks)."""
+        have = self.installed.get(device.mac)
+        if wanted == have and not reinstall:
+            return [], False
+        effects: list = []
+        if forwards and device.subnet and device.subnet.index not in self.gateways:
+            # Only a permitted device talks to the router's own stack; a pending one gets DHCP
+            # and ARP from the controller, so a storm of newcomers costs no netlink work.
+            self.gateways.add(device.subnet.index)
+            effects.append(AddGatewayAddress(device.subnet))
+        if wanted is not None and wanted.metered:
+            band = flows.device_meter(device)
+            if band.meter_id not in self.meters:
+                self.meters.add(band.meter_id)
+                effects.append(InstallMeter(band))
+        if have is not None:
+            # Deleting by cookie also ends flows in progress (a denied device is cut off at
+            # once) and takes its learnt flows with it: they are learnt again as they pass.
+            effects.append(RemoveRules(flows.device_cookie(device)))
+        if wanted is not None:
+            # In any order: no two rules of a set match the same packets at the same rule priority.
+            effects.append(InstallRules(wanted))
+            self.installed[device.mac] = wanted
+        else:
+            self.installed.pop(device.mac, None)
+        return effects, have is not None
+
+    def set_forwarding(self, mac: str, forwards: bool, device_of: Callable[[str], Device]) -> list:
+        """Broadcast reaches exactly the devices that forward: rebuilt when that set changes."""
+        if forwards == (mac in self.forwarding):
+            return []
+        (self.forwarding.add if forwards else self.forwarding.discard)(mac)
+        assert self.wlan_port is not None
+        wanted = flows.broadcast_rules([device_of(m) for m in sorted(self.forwarding)], self.wlan_port)
+        if wanted == self.broadcast:
+            return []
+        effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
+        if wanted:
+            effects.append(InstallRules(tuple(wanted)))
+        self.broadcast = wanted
+        return effects
+
+    def evict(self, device: Device) -> list:
+        """A forgotten device's rules and meter off the switch."""
+        effects: list = []
+        if device.subnet:
+            meter = flows.device_meter(device).meter_id
+            if self.installed.pop(device.mac, None) is not None:
+                effects.append(RemoveRules(flows.device_cookie(device)))
+            if meter in self.meters:
+                self.meters.discard(meter)
+                effects.append(RemoveMeter(meter))
+        return effects
