@@ -1,10 +1,13 @@
 """The router's policy core: state in, effects out.
 
-`HomeRouter` holds the device table and answers each event (a DHCP or ARP
-packet, a DNS query, a household decision, the clock) with a list of effects
-for the I/O edge to carry out: rules to install or remove, frames to send,
-gateway addresses to add, events to tell the household. It never talks to a
-switch, a socket or the kernel itself, so unit tests drive it directly.
+`HomeRouter` answers each event (a DHCP or ARP packet, a DNS query, a household
+decision, the clock) with a list of effects for the I/O edge to carry out: rules
+to install or remove, frames to send, gateway addresses to add, events to tell
+the household. It never talks to a switch, a socket or the kernel itself, so unit
+tests drive it directly. Its state lives in the concerns it composes (one module
+each: the device registry, the switch mirror, newcomers, accounting, app
+priorities, agent reports, DNS gating, clone watching, passphrases); it sequences
+the events that involve several of them.
 """
 
 from __future__ import annotations
@@ -63,9 +66,6 @@ class HomeRouter:
         self.store = store
         self.lease_policy = lease_policy
         self.clock = clock
-        self.switch = SwitchMirror()
-        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
-        self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.counters = {
             "dhcp_malformed": 0,
             "dhcp_spoofed_chaddr": 0,
@@ -79,28 +79,31 @@ class HomeRouter:
             "mac_clone_suspected": 0,
         }
         self.registry = DeviceRegistry(store, clock, self.counters)
+        self.devices = self.registry.devices  # by MAC; changed only through the registry
+        self.switch = SwitchMirror()
         self.newcomers = Newcomers(clock, max_pending)
+        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
+        self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.priorities = AppPriorities(
             clock,
             app_table if app_table is not None else apps.load_table(),
             qos_settings,
             device_at=self.registry.by_ip,
-            device_of=self.registry.devices.__getitem__,
+            device_of=self.devices.__getitem__,
             process_of=self.agent_reports.process_of,
         )
-        self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
-        # What the router forgets a device through: each concern owns its memory of it.
+        # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
             self.switch,
             self.newcomers,
             self.accounting,
             self.priorities,
-            self.dns_gating,
             self.agent_reports,
+            self.dns_gating,
             self.clone_watch,
             self.passphrases,
         )
