@@ -18,33 +18,14 @@ import logging
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
+from . import operations
 from .errors import ApiError
 from .model import BadMac
+from .operations import PREFIX
 
 LOG = logging.getLogger(__name__)
 
-PREFIX = "/ws.v1/"
-
-# method name -> (HTTP verb, number of path arguments, name of the service call)
-ROUTES = {
-    "status": ("GET", (0, 1), "status"),
-    "dhcp-status": ("GET", (0,), "dhcp_status"),
-    "blacklist-status": ("GET", (0,), "blacklist_status"),
-    "counters": ("GET", (0,), "counters"),
-    "health": ("GET", (0,), "health"),
-    "permit": ("POST", (1,), "permit"),
-    "deny": ("POST", (1,), "deny"),
-    "whitelist": ("POST", (1,), "whitelist"),
-    "blacklist": ("POST", (1,), "blacklist"),
-    "name": ("POST", (1,), "rename"),  # the name itself in the query string: ?name=Grandma%27s%20iPad
-    "permit-dns": ("POST", (2,), "permit_dns"),
-    "deny-dns": ("POST", (2,), "deny_dns"),
-    "dns-rules": ("GET", (1,), "dns_rules_of"),
-    "apps": ("GET", (0,), "app_priorities"),
-    "wifi-key": ("POST", (1,), "issue_wifi_key"),  # a new passphrase of the device's own, with its QR payload
-    "show-wifi-key": ("GET", (1,), "wifi_key_of"),
-    "revoke-wifi-key": ("POST", (1,), "revoke_wifi_key"),
-}
+ROUTES = operations.BY_NAME  # every method, declared once (operations.py)
 
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -99,17 +80,17 @@ def _dispatch(call, verb: str, path: str, query: dict) -> tuple[int, object]:
     if not parts or parts[0] not in ROUTES:
         return 404, {"error": f"unknown method {parts[0] if parts else ''!r}", "methods": sorted(ROUTES)}
     method, args = parts[0], parts[1:]
-    want_verb, arities, service_name = ROUTES[method]
-    if verb != want_verb:
-        return 405, {"error": f"{method} needs {want_verb}, not {verb}"}
-    if len(args) not in arities:
-        return 400, {"error": f"{method} takes {' or '.join(map(str, arities))} path argument(s), got {len(args)}"}
-    if method == "name":
-        if "name" not in query:
-            return 400, {"error": "name needs ?name=... (empty to clear)"}
-        args = [*args, query["name"][0]]
+    op = ROUTES[method]
+    if verb != op.verb:
+        return 405, {"error": f"{method} needs {op.verb}, not {verb}"}
+    if len(args) not in op.arities:
+        return 400, {"error": f"{method} takes {' or '.join(map(str, op.arities))} path argument(s), got {len(args)}"}
+    if op.query:
+        if op.query not in query:
+            return 400, {"error": f"{method} needs ?{op.query}=... (empty to clear)"}
+        args = [*args, query[op.query][0]]
     try:
-        return 200, call(service_name, *args)
+        return 200, call(op.call, *args)
     except BadMac as exc:
         return 400, {"error": str(exc)}
     except ApiError as exc:

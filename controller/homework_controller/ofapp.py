@@ -33,6 +33,7 @@ from . import (
     hostapd_ctrl,
     hwdb_feed,
     openflow,
+    operations,
     packets,
     qos,
     shaper,
@@ -558,13 +559,18 @@ class HomeworkController(app_manager.OSKenApp):
                         LOG.exception("lease expiry pass failed")
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
-    DECISIONS = ("permit", "deny", "whitelist", "blacklist", "rename", "permit_dns", "deny_dns", *WIFI_KEY_CHANGES)
 
     def call(self, name: str, *args):
         """Run one ws.v1 method; state changes reach the switch (and hostapd), and the disk, before the answer."""
+        op = operations.BY_CALL[name]
         with self.lock:
-            result = self._call(name, *args)
-        if name in self.DECISIONS and not self.router.store.flush():
+            if op.answers == "edge":
+                result = self._edge_answer(name)
+            else:
+                result = operations.perform(
+                    self.router, op, list(args), lambda effects: self._apply(effects, at_once=True), self.switch_ready
+                )
+        if op.decision and not self.router.store.flush():
             LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
         if name in self.WIFI_KEY_CHANGES:
             result = dict(result, **self._publish_wifi_keys())
@@ -594,7 +600,8 @@ class HomeworkController(app_manager.OSKenApp):
                 return {"applied": False, "note": f"key file written; {exc}"}
         return {"applied": True, "note": ""}
 
-    def _call(self, name: str, *args):
+    def _edge_answer(self, name: str) -> dict:
+        """ws.v1's health and counters: the I/O edge's own state as well as the router's."""
         if name == "health":
             # switch_ready: the switch is connected and holds this controller's rules.
             return {
@@ -630,12 +637,4 @@ class HomeworkController(app_manager.OSKenApp):
                 lock_max_hold_by=self.lock.max_hold_by,
                 **self.dns.counters,
             )
-        result = getattr(self.router, name)(*args)
-        if name in ("permit_dns", "deny_dns"):
-            self._apply(result, at_once=True)
-            return self.router.dns_rules_of(args[0])
-        if name in ("permit", "deny", "whitelist", "blacklist", "rename"):
-            self._apply(result, at_once=True)
-            # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
-            return dict(self.router.status(args[0]), applied=self.switch_ready)
-        return result
+        raise ValueError(f"{name} is not the edge's to answer")

@@ -1,0 +1,207 @@
+"""ws.v1's operations, each declared once: its name, verb and arguments (the routes, `api.py`),
+whether it is a household's decision that must be on the disk before the answer and what it
+answers (`perform`, which `ofapp` calls under the controller's lock), and `openapi.yaml`
+(`python -m homework_controller.operations > controller/openapi.yaml`; a test checks the file).
+
+What an operation answers:
+  result     what the router's method returns (a query, or a passphrase)
+  device     the device's status after the change, with `applied` (the switch has it)
+  dns-rules  the device's DNS rules after the change
+  edge       the I/O edge's own (health, counters): `ofapp` answers it
+A decision's effects reach the switch before the answer; `perform` refuses to answer effects.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PREFIX = "/ws.v1/"
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str  # the ws.v1 method: /ws.v1/<name>/<path args>
+    verb: str  # GET (a query) or POST (a change)
+    call: str  # HomeRouter's method (or the edge's, for answers "edge")
+    summary: str
+    path: tuple[str, ...] = ()  # path arguments, in order
+    optional: bool = False  # the last path argument may be left out
+    query: str | None = None  # an argument in the query string (?name=...)
+    decision: bool = False  # the household's decision: on the disk before the answer
+    answers: str = "result"
+
+    @property
+    def arities(self) -> tuple[int, ...]:
+        return (len(self.path) - 1, len(self.path)) if self.optional else (len(self.path),)
+
+
+OPERATIONS = (
+    Operation("status", "GET", "status", "every device (or one) with its state, lease and flags", ("mac",), True),
+    Operation("dhcp-status", "GET", "dhcp_status", "the live leases"),
+    Operation("blacklist-status", "GET", "blacklist_status", "the blacklisted devices' MACs"),
+    Operation(
+        "counters",
+        "GET",
+        "counters",
+        "what was dropped, refused or failed, and the lock's longest hold",
+        answers="edge",
+    ),
+    Operation(
+        "health", "GET", "health", "the switch, the store, hwdb, the resolver, DHCP, QoS and the slice", answers="edge"
+    ),
+    Operation(
+        "permit", "POST", "permit", "let a device in (not a blacklisted one)", ("mac",), decision=True, answers="device"
+    ),
+    Operation(
+        "deny", "POST", "deny", "keep a device out (not a blacklisted one)", ("mac",), decision=True, answers="device"
+    ),
+    Operation(
+        "whitelist",
+        "POST",
+        "whitelist",
+        "admit a device, seen or not; lifts a block",
+        ("mac",),
+        decision=True,
+        answers="device",
+    ),
+    Operation(
+        "blacklist",
+        "POST",
+        "blacklist",
+        "block a device, seen or not, DHCP and EAPOL included",
+        ("mac",),
+        decision=True,
+        answers="device",
+    ),
+    Operation(
+        "name",
+        "POST",
+        "rename",
+        "what the household calls a device (empty clears it)",
+        ("mac",),
+        query="name",
+        decision=True,
+        answers="device",
+    ),
+    Operation(
+        "permit-dns",
+        "POST",
+        "permit_dns",
+        "allow a name for a device (lifts its block)",
+        ("mac", "domain"),
+        decision=True,
+        answers="dns-rules",
+    ),
+    Operation(
+        "deny-dns",
+        "POST",
+        "deny_dns",
+        "block a name (and its subdomains) for a device",
+        ("mac", "domain"),
+        decision=True,
+        answers="dns-rules",
+    ),
+    Operation("dns-rules", "GET", "dns_rules_of", "a device's DNS rules", ("mac",)),
+    Operation("apps", "GET", "app_priorities", "every app with its priority and who chose it"),
+    Operation(
+        "wifi-key",
+        "POST",
+        "issue_wifi_key",
+        "a new passphrase of the device's own, with its QR payload",
+        ("mac",),
+        decision=True,
+    ),
+    Operation(
+        "show-wifi-key", "GET", "wifi_key_of", "the device's own passphrase again (to show its QR code)", ("mac",)
+    ),
+    Operation(
+        "revoke-wifi-key",
+        "POST",
+        "revoke_wifi_key",
+        "the device joins with the shared passphrase again",
+        ("mac",),
+        decision=True,
+    ),
+)
+
+BY_NAME = {op.name: op for op in OPERATIONS}
+BY_CALL = {op.call: op for op in OPERATIONS}
+
+
+def perform(router, op: Operation, args: list, apply: Callable[[list], None], applied: bool):
+    """Run one operation on the router (under the controller's lock): a decision's effects are carried
+    out by `apply` before the answer is made. applied: whether the switch is there to take them."""
+    result = getattr(router, op.call)(*args)
+    if op.answers == "device":
+        apply(result)
+        # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
+        return dict(router.status(args[0]), applied=applied)
+    if op.answers == "dns-rules":
+        apply(result)
+        return router.dns_rules_of(args[0])
+    if isinstance(result, list) and op.verb == "POST":
+        raise TypeError(f"{op.name} changed state but declares no answer for it (answers={op.answers!r})")
+    return result
+
+
+def openapi_yaml() -> str:
+    """The API's description, from the declarations above."""
+    out = [
+        "# Made by `python -m homework_controller.operations` from operations.py; do not edit by hand.",
+        "openapi: 3.0.3",
+        "info:",
+        "  title: ws.v1, the Homework controller's control API (loopback only)",
+        "  version: '1'",
+        "paths:",
+    ]
+    params = {
+        "mac": "the device's MAC address",
+        "domain": "a DNS name (IDNA or Unicode)",
+        "name": "the name; empty clears it",
+    }
+    for op in OPERATIONS:
+        for count in op.arities:
+            out.append(f"  {PREFIX}{'/'.join([op.name, *(f'{{{p}}}' for p in op.path[:count])])}:")
+            out.append(f"    {op.verb.lower()}:")
+            out.append(f"      operationId: {op.call}{'_one' if op.optional and count == len(op.path) else ''}")
+            out.append(f"      summary: {op.summary}")
+            if op.decision:
+                out.append("      description: a decision; on the disk before the answer")
+            names = [*op.path[:count], *([op.query] if op.query else [])]
+            if names:
+                out.append("      parameters:")
+            for p in names:
+                where = "query" if p == op.query else "path"
+                about = f"description: {params[p]}, schema: {{type: string}}"
+                out.append(f"        - {{name: {p}, in: {where}, required: true, {about}}}")
+            out.append("      responses:")
+            out.append(f"        '200': {{description: \"{_answer_text(op)}\"}}")
+            for status, why in _errors(op, count):
+                out.append(f"        '{status}': {{description: \"{why}\"}}")
+    return "\n".join(out) + "\n"
+
+
+def _answer_text(op: Operation) -> str:
+    return {
+        "device": "the device's status, with applied (the switch has the change)",
+        "dns-rules": "the device's DNS rules",
+        "edge": "a JSON object",
+        "result": "JSON",
+    }[op.answers]
+
+
+def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
+    errors = [(400, "bad arguments (a MAC, a domain)"), (405, "wrong verb")]
+    if path_args:
+        errors.append((404, "no such device (or passphrase)"))
+    if op.name in ("permit", "deny"):
+        errors.append((409, "the device is blacklisted: only whitelist lifts that"))
+    if op.call in ("issue_wifi_key",):
+        errors.append((501, "no Wi-Fi network configured"))
+    return sorted(errors)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(openapi_yaml())

@@ -1,0 +1,60 @@
+"""ws.v1's operations are declared once (operations.py): the routes, what a decision does before it
+answers, and openapi.yaml all come from that declaration."""
+
+import json
+from pathlib import Path
+
+from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
+
+from homework_controller import api, dhcp, operations
+from homework_controller.effects import InstallRules
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
+
+OPENAPI = Path(__file__).resolve().parents[1] / "openapi.yaml"
+
+
+def test_openapi_yaml_is_what_the_declarations_say():
+    assert (
+        OPENAPI.read_text() == operations.openapi_yaml()
+    ), "controller/openapi.yaml is stale: python -m homework_controller.operations > controller/openapi.yaml"
+
+
+def test_every_declared_operation_is_routed_and_every_change_is_a_durable_decision():
+    assert set(api.ROUTES) == {op.name for op in operations.OPERATIONS}
+    for op in operations.OPERATIONS:
+        assert op.decision == (op.verb == "POST"), op.name  # a change is on the disk before its answer
+        assert op.answers == "edge" or callable(getattr(HomeRouter, op.call, None)), op.name
+
+
+def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    router.switch_ready(WLAN, ROUTER_MAC)
+    permitted_phone(router)
+    arguments = {"mac": PHONE, "domain": "games.example.test", "name": "Phone"}
+    order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "deny", "permit"]
+    order += [op.name for op in operations.OPERATIONS if op.name not in order and op.answers != "edge"]
+    for name in order:
+        op = operations.BY_NAME[name]
+        carried_out: list = []
+        args = [arguments[p] for p in op.path] + ([arguments[op.query]] if op.query else [])
+        answer = operations.perform(router, op, args, carried_out.append, applied=True)
+        json.dumps(answer)  # never effects: those went to the switch
+        assert len(carried_out) == (op.answers in ("device", "dns-rules")), name
+        if op.answers == "device":
+            assert answer["mac"] == PHONE and answer["applied"] is True, name
+        if op.answers == "dns-rules":
+            assert isinstance(answer, list), name
+        if name in ("deny", "permit"):  # the change itself went to the switch
+            assert any(isinstance(e, InstallRules) for e in carried_out[0]), name
+
+
+def test_an_operation_that_would_answer_effects_is_refused(router):
+    undeclared = operations.Operation("permit", "POST", "permit", "permit, declared without its answer", ("mac",))
+    permitted_phone(router)
+    try:
+        operations.perform(router, undeclared, [PHONE], lambda effects: None, applied=True)
+    except TypeError as exc:
+        assert "declares no answer" in str(exc)
+    else:
+        raise AssertionError("effects answered to the caller")
