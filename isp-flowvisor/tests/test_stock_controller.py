@@ -1,7 +1,8 @@
 """A household controller this project did not write: Open vSwitch's learning switch
 (`ovs-testcontroller`, Debian's openvswitch-testcontroller) dials the slicer as a controller dials a
 switch, learns MACs through a slice, and its rules carry a ping between two hosts on the household's
-ports; beside it a household with the router's kind of rule keeps working.
+ports; beside it the router's own controller (its slice link, `controller/`) keeps alice's queue
+rule in her slice.
 
 (os-ken 4.2.2 ships no sample applications: neither its wheel, its sdist nor Debian's python3-os-ken
 has `os_ken.app.simple_switch_13`.)"""
@@ -15,6 +16,7 @@ import os
 import subprocess
 
 import pytest
+from conftest import ALICE
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_relay import ALICE_HOST, flow, to
@@ -54,8 +56,8 @@ def carols_hosts(slicer, ovs):
         subprocess.run(["ip", "netns", "del", name], capture_output=True)  # takes both veth ends with it
 
 
-def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
-    slicer, households, ovs, carols_hosts, tmp_path
+def test_a_stock_learning_switch_works_through_a_slice_beside_the_routers_own_controller(
+    slicer, ovs, carols_hosts, tmp_path
 ):
     assert have("ovs-testcontroller"), "install Debian's openvswitch-testcontroller (scripts/install-deps.sh)"
     slicer.fvctl(
@@ -83,6 +85,7 @@ def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
+    routers_link = None
     try:
         wait_until(
             lambda: 'isp_flowvisor_household_connected{household="carol"} 1' in slicer.metrics(),
@@ -98,11 +101,11 @@ def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
             "its table-miss rule on the switch",
         )
         assert "metadata=0x3" in table_miss[0] and "table=1" in table_miss[0], table_miss
-        # Beside it, alice (the router's kind of rule: a queue for traffic to her) is served as before.
-        alice = households("alice")
-        alice.no_error_for(
-            alice.send(flow(to(ALICE_HOST), [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)]))
-        )
+        # Beside it, the router's own controller keeps alice's High call in her slice.
+        routers_link = _routers_slice_link(slicer)
+        wait_until(lambda: routers_link.health()["rules_installed"] == 1, 30, "the router's queue rule")
+        routers_rule = f"cookie={(1 << 40) | 0x486F6D65:#x}"  # her slot, the router's cookie
+        assert any(routers_rule in r and "set_queue:6" in r for r in ovs.flows(slicer.bridge)), ovs.flows(slicer.bridge)
         ping = subprocess.run(
             ["ip", "netns", "exec", carols_hosts[0], "ping", "-c", "5", "-i", "0.2", "-W", "2", CAROL["hosts"][1]],
             capture_output=True,
@@ -117,9 +120,31 @@ def test_a_stock_learning_switch_works_through_a_slice_beside_another_household(
         assert sum(int(r.split("n_packets=")[1].split(",")[0]) for r in learnt) > 0, learnt
         stats = json.loads(slicer.fvctl("stats", "carol").stdout)["carol"]
         assert stats["counters"]["refused"] == 0, (stats, log.read_text()[-2000:])
+        assert routers_link.health()["connected"] and routers_link.health()["rules_refused"] == 0
     finally:
         app.terminate()
         app.wait(10)
+        if routers_link is not None:
+            routers_link.stop()
+
+
+def _routers_slice_link(slicer):
+    """Alice's router: `controller/`'s slice link, with one High call learnt (plain TCP, her source)."""
+    from homework_controller import flows, qos
+    from homework_controller.slice_link import SliceLink
+
+    call = (flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 50000, "198.51.100.7", 8801), qos.HIGH)
+    return SliceLink(
+        "127.0.0.1",
+        slicer.household_port,
+        lambda: [call],
+        [ALICE_HOST],
+        None,
+        source_address=ALICE["source_address"],
+        poll_s=0.2,
+        echo_s=0.3,
+        max_backoff_s=1.0,
+    ).start()
 
 
 def _ofctl(slicer, *args: str) -> str:
