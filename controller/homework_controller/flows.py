@@ -466,7 +466,14 @@ class DeviceRules:
 
 
 def device_rules(
-    device: Device, now: float, wlan_port: int, router_mac: str, *, learning: bool = True, dns_gated: bool = False
+    device: Device,
+    now: float,
+    wlan_port: int,
+    router_mac: str,
+    *,
+    learning: bool = True,
+    dns_gated: bool = False,
+    held: bool = False,
 ) -> DeviceRules | None:
     """The rules a device should have right now (learnt flows aside); None if none.
 
@@ -475,6 +482,9 @@ def device_rules(
 
     learning=False is the device over its flow budget: one rule each way instead of a
     rule per flow, and no copies to the controller.
+
+    held: a per-device policy holds its traffic for now (it is paused): its rules are a
+    non-forwarding device's, DHCP and ARP only.
     """
     if device.state is State.BLACKLISTED:
         return DeviceRules(device.mac, wlan_port, blacklisted=True)
@@ -483,7 +493,7 @@ def device_rules(
         # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return None
-    if not (device.forwards and live):
+    if held or not (device.forwards and live):
         return DeviceRules(device.mac, wlan_port, subnet=device.subnet)
     return DeviceRules(
         device.mac,

@@ -86,6 +86,15 @@ OPERATIONS = (
         answers="device",
     ),
     Operation(
+        "pause",
+        "POST",
+        "pause",
+        "stop a device's traffic now, until resumed (a restart of the controller resumes it)",
+        ("mac",),
+        answers="device",
+    ),
+    Operation("resume", "POST", "resume", "a paused device's traffic flows again", ("mac",), answers="device"),
+    Operation(
         "permit-dns",
         "POST",
         "permit_dns",

@@ -38,6 +38,7 @@ from .lifecycle import Concern
 from .model import Device, State, normalize_mac
 from .newcomers import Newcomers
 from .passphrases import Passphrases
+from .pauses import Pauses
 from .registry import DeviceRegistry
 from .store import DeviceStore
 from .switch_mirror import SwitchMirror
@@ -95,6 +96,9 @@ class HomeRouter:
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
+        self.pauses = Pauses()
+        # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
+        self.gates = (self.pauses,)
         # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
@@ -106,6 +110,7 @@ class HomeRouter:
             self.dns_gating,
             self.clone_watch,
             self.passphrases,
+            self.pauses,
         )
 
     # -- switch lifecycle
@@ -412,6 +417,17 @@ class HomeRouter:
             raise ApiError("a device name has at most 64 characters")
         return self._update(device.with_(name=name))
 
+    def pause(self, mac: str) -> list:
+        """The device's traffic stops now (its connections with it) until it is resumed."""
+        device = self._known(mac)
+        self.pauses.pause(device.mac)
+        return self._reconcile(device)
+
+    def resume(self, mac: str) -> list:
+        device = self._known(mac)
+        self.pauses.resume(device.mac)
+        return self._reconcile(device)
+
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
         self.clone_watch.household_decided(device.mac)
@@ -463,6 +479,7 @@ class HomeRouter:
             **device.to_json(self.clock()),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
+            **self.pauses.status_of(device.mac),
         }
 
     def dhcp_status(self) -> list:
@@ -503,6 +520,7 @@ class HomeRouter:
         if not self.switch.connected:
             return []  # no switch yet: it gets everything when it connects
         wlan_port, router_mac = self.switch.ports()
+        held = not all(gate.may_forward(device.mac) for gate in self.gates)
         wanted = flows.device_rules(
             device,
             self.clock(),
@@ -510,8 +528,9 @@ class HomeRouter:
             router_mac,
             learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
+            held=held,
         )
-        forwards = self.registry.forwarding_now(device)
+        forwards = self.registry.forwarding_now(device) and not held
         effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)
         if not effects:
             return []

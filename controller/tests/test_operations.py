@@ -20,10 +20,10 @@ def test_openapi_yaml_is_what_the_declarations_say():
     ), "controller/openapi.yaml is stale: python -m homework_controller.operations > controller/openapi.yaml"
 
 
-def test_every_declared_operation_is_routed_and_every_change_is_a_durable_decision():
+def test_every_declared_operation_is_routed_to_a_method_of_the_router():
     assert set(api.ROUTES) == {op.name for op in operations.OPERATIONS}
     for op in operations.OPERATIONS:
-        assert op.decision == (op.verb == "POST"), op.name  # a change is on the disk before its answer
+        assert not op.decision or op.verb == "POST", op.name  # a query writes nothing
         assert op.answers == "edge" or callable(getattr(HomeRouter, op.call, None)), op.name
 
 
@@ -32,7 +32,8 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     router.switch_ready(WLAN, ROUTER_MAC)
     permitted_phone(router)
     arguments = {"mac": PHONE, "domain": "games.example.test", "name": "Phone"}
-    order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "deny", "permit"]
+    order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
+    order += ["deny", "permit"]
     order += [op.name for op in operations.OPERATIONS if op.name not in order and op.answers != "edge"]
     for name in order:
         op = operations.BY_NAME[name]

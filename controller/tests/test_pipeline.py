@@ -206,3 +206,22 @@ def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(route
     lease(router, PHONE)
     effects = router.permit(PHONE)
     assert AddGatewayAddress(router.devices[PHONE].subnet) in effects
+
+
+def test_a_paused_devices_connections_stop_and_flow_again_when_it_is_resumed(router, switch):
+    phone = join(router, switch, PHONE)
+    laptop = join(router, switch, LAPTOP)
+    to_internet = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, flows.PROTO_TCP, 40000, 443)
+    from_internet = ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, flows.PROTO_TCP, 443, 40000)
+    assert forwarded(switch.send(to_internet)) and forwarded(switch.send(from_internet))
+    switch.apply(router.pause(PHONE))
+    assert router.status(PHONE)["paused"] is True and router.status(PHONE)["state"] == "permitted"
+    assert switch.send(to_internet) == [] and switch.send(from_internet) == []  # its connection stopped
+    # It keeps its lease: its DHCP still reaches the router, so it is back at once when resumed.
+    renewal = ipv4(WLAN, PHONE, BROADCAST_MAC, phone, "255.255.255.255", flows.PROTO_UDP, 68, 67)
+    assert ports(switch.send(renewal)) == [LOCAL]
+    # Positive control: another device is not paused with it.
+    assert forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET, flows.PROTO_TCP, 40000, 443)))
+    switch.apply(router.resume(PHONE))
+    assert router.status(PHONE)["paused"] is False
+    assert forwarded(switch.send(to_internet)) and forwarded(switch.send(from_internet))

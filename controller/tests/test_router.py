@@ -116,7 +116,7 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
     depend on would reinstall them for nothing (and lose the device's learnt flows)."""
     now = 1_000_000.0
     made = []
-    for mac, state, (subnet, expires), wlan_port, router_mac, learning, dns_gated in itertools.product(
+    for mac, state, (subnet, expires), wlan_port, router_mac, learning, dns_gated, held in itertools.product(
         (PHONE, LAPTOP),
         State,
         ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
@@ -124,9 +124,10 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
         (ROUTER_MAC, "02:48:57:00:00:02"),
         (True, False),
         (True, False),
+        (True, False),
     ):
         device = Device(mac=mac, state=state, subnet=subnet, lease_expires=expires)
-        name = flows.device_rules(device, now, wlan_port, router_mac, learning=learning, dns_gated=dns_gated)
+        name = flows.device_rules(device, now, wlan_port, router_mac, learning=learning, dns_gated=dns_gated, held=held)
         made.append((name, frozenset(name) if name is not None else frozenset()))
     by_name, by_rules = defaultdict(set), defaultdict(set)
     for i, (name, rules) in enumerate(made):
