@@ -172,7 +172,7 @@ class Admin:
             "slot": household.slot,
             "addresses": [str(a) for a in household.addresses],
             "guaranteed_mbit": household.guaranteed_mbit,
-            "connected": household.name in self.slicer.sessions,
+            "connected": self.slicer.is_connected(household.name),
             "rules": len(book) if book else 0,
             "flow_quota": household.flow_quota,
             "counters": vars(counters) if counters else {},
@@ -220,7 +220,7 @@ class Admin:
             "isp_flowvisor_household_connected",
             "gauge",
             "1 while the household's controller is connected",
-            per_household(lambda h: 1 if h.name in slicer.sessions else 0),
+            per_household(lambda h: 1 if slicer.is_connected(h.name) else 0),
         )
         family(
             "isp_flowvisor_household_rules",

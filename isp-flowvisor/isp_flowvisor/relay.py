@@ -1,8 +1,9 @@
 """The slicer's asyncio layer: it moves bytes between one switch and many household sessions.
 
-Decisions come from `policy.Slice` (what a message may do and how its ids map), `accounting`
-(quotas, rate limits) and the codecs; this module only reads frames, serves households round-robin
-and writes what those modules decided.
+Decisions come from `admission` (which messages a household may send, and what the slicer does with
+them; the rule quota), `policy.Slice` (what a message may do and how its ids map), `accounting` and the
+codecs; what the slicer holds for a household is its `session.HouseholdSession`. This module only reads
+frames, serves households round-robin and carries out what those modules decided.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 import logging
 import ssl
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +22,13 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from . import codec, fastpath, policy, switchside
-from .accounting import RuleBook, TokenBucket
+from . import admission, codec, fastpath, policy, switchside
+from .accounting import RuleBook
 from .config import SlicerConfig
 from .model import Household
 from .registry import Registry
 from .scheduler import RoundRobin
+from .session import BatchedWriter, Connection, Counters, HouseholdSession
 
 LOG = logging.getLogger("isp_flowvisor")
 HELLO_TIMEOUT = 10.0
@@ -45,6 +47,8 @@ _REPLY_KINDS = {
     "meter",
     "meter_config",
 }
+# Statistics the switch answers for a household, filtered to its own.
+_RELAYED_STATISTICS = _REPLY_KINDS - {"own", "barrier"}
 _READ_SIZE = 1 << 16
 # How long the relay serves turns before it lets replies and new messages in: each pause costs a
 # send to the switch and one to every household answered, so not after every turn; short enough
@@ -82,25 +86,6 @@ async def read_frames(reader: asyncio.StreamReader, unread: bytearray) -> list[b
             return frames
 
 
-class BatchedWriter:
-    """Frames for one peer, handed to its transport together once per event-loop iteration: one
-    send per round-robin turn instead of one per frame."""
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self.writer = writer
-        self._frames: list[bytes] = []
-
-    def write(self, frame: bytes) -> None:
-        if not self._frames:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self._frames.append(frame)
-
-    def flush(self) -> None:
-        frames, self._frames = self._frames, []
-        if frames and not self.writer.is_closing():
-            self.writer.write(b"".join(frames))
-
-
 async def exchange_hellos(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """Send our HELLO, read the peer's; on an incompatible peer answer HELLO_FAILED and say so."""
     writer.write(codec.hello())
@@ -114,21 +99,11 @@ async def exchange_hellos(reader: asyncio.StreamReader, writer: asyncio.StreamWr
 
 
 @dataclass
-class Counters:
-    messages_in: int = 0
-    relayed: int = 0
-    refused: int = 0
-    malformed: int = 0
-    throttled: int = 0
-    packet_ins: int = 0
-    sessions: int = 0
-
-
-@dataclass
 class Pending:
     """A relayed request awaiting its reply or error."""
 
     session: HouseholdSession | None
+    connection: Connection | None  # the one it came on: its answer goes there or nowhere
     xid: int  # the household's own xid
     kind: str
     head: bytes  # the household's original message (for errors), at most 64 bytes
@@ -137,48 +112,14 @@ class Pending:
     parts: list = field(default_factory=list)
 
 
-class HouseholdSession:
-    def __init__(
-        self, slicer: Slicer, household: Household, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ):
-        self.slicer = slicer
-        self.household = household
-        self.slice = policy.Slice(household, slicer.config.shared_ports)
-        self.reader = reader
-        self.writer = writer
-        self.out = BatchedWriter(writer)
-        self.inbox: deque[bytes] = deque()
-        self.room = asyncio.Event()
-        self.room.set()
-        self.bucket = TokenBucket(household.msg_rate, household.msg_burst, slicer.clock)
-        self.closed = False
-
-    def retarget(self, household: Household) -> None:
-        """The registry changed this household's record: the session continues under the new one."""
-        previous, self.household = self.slice, household
-        self.slice = policy.Slice(household, self.slicer.config.shared_ports)
-        if previous.household.ports == household.ports:  # its devices are still behind the same ports
-            self.slice.learnt_macs = previous.learnt_macs
-        self.bucket.reconfigure(household.msg_rate, household.msg_burst)
-
-    def send(self, frame: bytes) -> None:
-        if not self.closed:
-            self.out.write(frame)
-
-    def close(self) -> None:
-        self.closed = True
-        self.writer.close()
-
-
 class Slicer:
     def __init__(self, config: SlicerConfig, registry: Registry, clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.registry = registry
         self.clock = clock
-        self.households: dict[str, Household] = {}
+        # One session per household in the registry, connected or not; by slot for the switch's messages.
         self.sessions: dict[str, HouseholdSession] = {}
-        self.books: dict[str, RuleBook] = {}
-        self.counters: dict[str, Counters] = {}
+        self._by_slot: dict[int, HouseholdSession] = {}
         self.switch_writer: asyncio.StreamWriter | None = None
         self._switch_out: BatchedWriter | None = None
         self.switch_ready = asyncio.Event()
@@ -194,17 +135,36 @@ class Slicer:
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._rotation: RoundRobin[str] = RoundRobin(config.batch)
-        self._names_by_slot: dict[int, str] = {}
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
+
+    @property
+    def households(self) -> dict[str, Household]:
+        return {name: session.household for name, session in self.sessions.items()}
+
+    @property
+    def books(self) -> dict[str, RuleBook]:
+        return {name: session.book for name, session in self.sessions.items()}
+
+    @property
+    def counters(self) -> dict[str, Counters]:
+        return {name: session.counters for name, session in self.sessions.items()}
+
+    def is_connected(self, name: str) -> bool:
+        session = self.sessions.get(name)
+        return session is not None and session.connected
+
+    def register(self, household: Household) -> HouseholdSession:
+        """A household the registry added: its session, until it is forgotten."""
+        session = HouseholdSession(household, self.config.shared_ports, self.clock)
+        self.sessions[household.name] = session
+        self._by_slot[household.slot] = session
+        return session
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.households = await self.registry.snapshot()
-        self._names_by_slot = {h.slot: name for name, h in self.households.items()}
-        for name in self.households:
-            self.books.setdefault(name, RuleBook())
-            self.counters.setdefault(name, Counters())
+        for household in (await self.registry.snapshot()).values():
+            self.register(household)
         if self.config.switch_unix:
             self._servers.append(await asyncio.start_unix_server(self._on_switch, self.config.switch_unix))
         else:
@@ -239,7 +199,7 @@ class Slicer:
         for server in self._servers:
             server.close()
         for session in list(self.sessions.values()):
-            session.close()
+            session.forget()
         if self.switch_writer is not None:
             self.switch_writer.close()
         for server in self._servers:
@@ -250,41 +210,36 @@ class Slicer:
 
     async def apply_registry(self, households: dict[str, Household]) -> None:
         """Bring switch and sessions in line with the registry, without dropping other sessions."""
-        old = self.households
-        self.households = households
-        self._names_by_slot = {h.slot: name for name, h in households.items()}
         for name, household in households.items():
-            self.books.setdefault(name, RuleBook())
-            self.counters.setdefault(name, Counters())
-            before = old.get(name)
+            session = self.sessions.get(name)
+            before = session.household if session is not None else None
             if before == household:
                 continue
             if before is not None and before.addresses != household.addresses:
                 self._to_switch(codec.encode(policy.delete_slicer_rules(before.slot)))
             for rule in policy.dispatch_rules(household):
                 self._to_switch(codec.encode(rule))
-            if name in self.sessions:
-                self.sessions[name].retarget(household)
-        for name, household in old.items():
-            if name not in households:
-                self._forget(household)
+            if session is None:
+                self.register(household)
+            else:
+                session.retarget(household)
+        for name in [name for name in self.sessions if name not in households]:
+            self._forget(self.sessions.pop(name))
+        self._by_slot = {session.household.slot: session for session in self.sessions.values()}
         for callback in self.on_households_changed:
             callback(households)
 
     async def apply_registry_from_source(self) -> None:
         await self.apply_registry(await self.registry.snapshot())
 
-    def _forget(self, household: Household) -> None:
-        session = self.sessions.pop(household.name, None)
-        if session is not None:
-            session.close()
-        self._to_switch(codec.encode(policy.delete_slicer_rules(household.slot)))
-        self._delete_household_state(household)
-        self.books.pop(household.name, None)
+    def _forget(self, session: HouseholdSession) -> None:
+        session.forget()
+        self._to_switch(codec.encode(policy.delete_slicer_rules(session.household.slot)))
+        self._delete_household_state(session)
 
-    def _delete_household_state(self, household: Household) -> None:
+    def _delete_household_state(self, session: HouseholdSession) -> None:
         """Every rule, meter and group of the household on the switch."""
-        slice_ = policy.Slice(household, self.config.shared_ports)
+        slice_ = session.slice
         wide_delete = parser.OFPFlowMod(
             codec.CODEC,
             cookie=slice_.cookie(0),
@@ -300,9 +255,7 @@ class Slicer:
             self._to_switch(codec.encode(msg))
         for msg in slice_.group_mod(parser.OFPGroupMod(codec.CODEC, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)):
             self._to_switch(codec.encode(msg))
-        book = self.books.get(household.name)
-        if book is not None:
-            book.replace([])
+        session.book.replace([])
 
     # --- switch side --------------------------------------------------------------------------
 
@@ -331,7 +284,7 @@ class Slicer:
     async def _ask_switch(self, msg: Any) -> list:
         """Send a request of the slicer's own and wait for all parts of its reply."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._relay(msg, Pending(None, 0, "own", b"", future=future))
+        self._relay(msg, Pending(None, None, 0, "own", b"", future=future))
         return await asyncio.wait_for(future, 30)
 
     async def _on_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -391,34 +344,34 @@ class Slicer:
             slot = policy.slot_of_cookie(stats.cookie)
             if slot == 0 and stats.table_id == policy.TABLE_DISPATCH and stats.cookie and stats.cookie not in slots:
                 self._to_switch(codec.encode(policy.delete_slicer_rules(stats.cookie)))  # a household since removed
-        for household in self.households.values():
-            self._resynchronise(household, [s for s in entries if policy.slot_of_cookie(s.cookie) == household.slot])
+        for session in self.sessions.values():
+            slot = session.household.slot
+            self._resynchronise(session, [s for s in entries if policy.slot_of_cookie(s.cookie) == slot])
 
-    def _resynchronise(self, household: Household, entries: list) -> None:
+    def _resynchronise(self, session: HouseholdSession, entries: list) -> None:
         """Make the book match the switch; put back rules the switch lost (it restarted)."""
-        book = self.books.setdefault(household.name, RuleBook())
+        book = session.book
         on_switch = {policy.rule_key(s.table_id, s.priority, s.match): _flow_mod_from_stats(s) for s in entries}
         missing = {k: v for k, v in book.rules.items() if k not in on_switch} if not book.stale else {}
         for frame in missing.values():
             self._to_switch(frame)
         book.replace({**on_switch, **missing}.items())
 
-    async def _refresh_book(self, household: Household) -> None:
+    async def _refresh_book(self, session: HouseholdSession) -> None:
         """After a wide delete or modify: read the household's rules back from the switch."""
-        slice_ = policy.Slice(household, self.config.shared_ports)
+        if self.sessions.get(session.household.name) is not session:
+            return  # forgotten meanwhile
         request = parser.OFPFlowStatsRequest(
             codec.CODEC,
             0,
             ofp.OFPTT_ALL,
             ofp.OFPP_ANY,
             ofp.OFPG_ANY,
-            slice_.cookie(0),
+            session.slice.cookie(0),
             policy.COOKIE_SLOT_MASK,
             parser.OFPMatch(),
         )
-        book = self.books.get(household.name)
-        if book is None:
-            return
+        book = session.book
         asked = book.dump_asked()  # the request goes out in _ask_switch before its first await
         try:
             dump = await self._ask_switch(request)
@@ -475,19 +428,15 @@ class Slicer:
         for pending in awaiting.values():
             if pending.future is not None and not pending.future.done():
                 pending.future.set_exception(ConnectionError("switch disconnected"))
-            elif pending.session is not None and not pending.session.closed:
-                pending.session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
-
-    def _session_of_slot(self, slot: int) -> HouseholdSession | None:
-        name = self._names_by_slot.get(slot)
-        return self.sessions.get(name) if name is not None else None
+            elif pending.connection is not None:
+                pending.connection.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
 
     def _from_switch(self, msg: Any, out: BatchedWriter) -> None:
         if isinstance(msg, parser.OFPPacketIn):
-            session = self._session_of_slot(policy.slot_of_cookie(msg.cookie))
-            seen = session.slice.packet_in(msg) if session else None
+            session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
+            seen = session.slice.packet_in(msg) if session and session.connected else None
             if session and seen is not None:
-                self.counters[session.household.name].packet_ins += 1
+                session.counters.packet_ins += 1
                 session.send(switchside.packet_in(0, seen))
         elif isinstance(msg, parser.OFPFlowRemoved):
             self._flow_removed(msg)
@@ -499,13 +448,12 @@ class Slicer:
             self._reply(msg)
 
     def _flow_removed(self, msg: Any) -> None:
-        name = self._names_by_slot.get(policy.slot_of_cookie(msg.cookie))
-        if name is None:
+        session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
+        if session is None:
             return
-        self.books[name].remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
-        session = self.sessions.get(name)
-        seen = session.slice.flow_removed(msg) if session else None
-        if session and seen is not None:
+        session.book.remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
+        seen = session.slice.flow_removed(msg) if session.connected else None
+        if seen is not None:
             session.send(switchside.flow_removed(0, seen))
 
     def _port_status(self, msg: Any) -> None:
@@ -514,7 +462,7 @@ class Slicer:
         else:
             self.ports[msg.desc.port_no] = msg.desc
         for session in self.sessions.values():
-            if msg.desc.port_no in session.slice.view:
+            if session.connected and msg.desc.port_no in session.slice.view:
                 session.send(switchside.port_status(0, msg.reason, msg.desc))
 
     def _reply(self, msg: Any) -> None:
@@ -531,18 +479,18 @@ class Slicer:
                 if not more:
                     pending.future.set_result(pending.parts)
             return
-        session = pending.session
-        if session is None or session.closed:
+        session, connection = pending.session, pending.connection
+        if session is None or connection is None or connection.closed:
             return
         if isinstance(msg, parser.OFPErrorMsg):
             if pending.rule_key is not None:
-                self.books[session.household.name].remove(pending.rule_key)
-            session.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
+                session.book.remove(pending.rule_key)
+            connection.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
         elif isinstance(msg, parser.OFPBarrierReply):
-            session.send(codec.encode(parser.OFPBarrierReply(codec.CODEC), pending.xid))
+            connection.send(codec.encode(parser.OFPBarrierReply(codec.CODEC), pending.xid))
         elif isinstance(msg, parser.OFPMultipartReply):
             for frame in self._multipart_for(session, pending, msg, more):
-                session.send(frame)
+                connection.send(frame)
 
     def _multipart_for(self, session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
         slice_ = session.slice
@@ -595,41 +543,42 @@ class Slicer:
         except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
             writer.close()
             return
-        session = HouseholdSession(self, household, reader, writer)
-        previous = self.sessions.get(household.name)
-        if previous is not None:
-            previous.close()  # the household reconnected (its NAT mapping changed, say)
-        self.sessions[household.name] = session
-        self.counters.setdefault(household.name, Counters()).sessions += 1
-        try:
-            await self._read_household(session)
-        finally:
-            session.closed = True
+        session = self.sessions.get(household.name)
+        if session is None:  # forgotten while it said hello
             writer.close()
-            if self.sessions.get(household.name) is session:
-                del self.sessions[household.name]
-                current = self.households.get(household.name)
-                if current is not None and current.on_disconnect == "delete":
-                    self._delete_household_state(current)
+            return
+        connection = session.connect(reader, writer)
+        try:
+            await self._read_household(session, connection)
+        finally:
+            current = session.disconnected(connection) and self.sessions.get(household.name) is session
+            if current and session.household.on_disconnect == "delete":
+                self._delete_household_state(session)
 
-    async def _read_household(self, session: HouseholdSession) -> None:
+    async def _read_household(self, session: HouseholdSession, connection: Connection) -> None:
         limit = self.config.inbox
         unread = bytearray()
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError, ssl.SSLError):
-            while not session.closed:
-                await session.room.wait()
-                frames = await read_frames(session.reader, unread)
+            while not connection.closed:
+                await connection.room.wait()
+                frames = await read_frames(connection.reader, unread)
                 # A household with queued messages is already in the rotation or waiting on its
                 # rate limit's timer: only its first message needs to wake it.
-                first = not session.inbox
-                session.inbox.extend(frames)
-                if len(session.inbox) >= limit:
-                    session.room.clear()  # stop reading: TCP pushes back on a flooding household
+                first = not connection.inbox
+                connection.inbox.extend(frames)
+                if len(connection.inbox) >= limit:
+                    connection.room.clear()  # stop reading: TCP pushes back on a flooding household
                 if first:
                     self._wake(session)
 
     def _wake(self, session: HouseholdSession) -> None:
-        if not session.closed and session.inbox and self.sessions.get(session.household.name) is session:
+        connection = session.connection
+        if (
+            connection is not None
+            and not connection.closed
+            and connection.inbox
+            and self.sessions.get(session.household.name) is session
+        ):
             self._rotation.wake(session.household.name)
             self._work.set()
 
@@ -658,23 +607,24 @@ class Slicer:
 
     def _turn(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         session = self.sessions.get(name)
-        if session is None or session.closed or not session.inbox:
+        connection = session.connection if session is not None else None
+        if session is None or connection is None or connection.closed or not connection.inbox:
             return
-        allowed = self._rotation.allowance(len(session.inbox), session.bucket.available())
+        allowed = self._rotation.allowance(len(connection.inbox), session.bucket.available())
         if allowed == 0:
-            self.counters[name].throttled += 1
+            session.counters.throttled += 1
             loop.call_later(session.bucket.seconds_until_available(), self._wake, session)
             return
         session.bucket.take(allowed)
         for _ in range(allowed):
-            self._serve(session, session.inbox.popleft())
-        if len(session.inbox) < self.config.inbox // 2:
-            session.room.set()
-        if session.inbox:
+            self._serve(session, connection.inbox.popleft())
+        if len(connection.inbox) < self.config.inbox // 2:
+            connection.room.set()
+        if connection.inbox:
             self._rotation.wake(name)
 
     def _serve(self, session: HouseholdSession, frame: bytes) -> None:
-        counters = self.counters[session.household.name]
+        counters = session.counters
         counters.messages_in += 1
         xid = codec.header(frame)[3]
         try:
@@ -701,51 +651,37 @@ class Slicer:
             session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, frame, xid))
 
     def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
-        household, slice_ = session.household, session.slice
-        counters = self.counters[household.name]
-        if isinstance(msg, parser.OFPFlowMod):
-            translated = slice_.flow_mod(msg)
-            self._flow_mod(session, msg, translated, frame)
-        elif isinstance(msg, parser.OFPPacketOut):
-            self._relay(slice_.packet_out(msg), Pending(session, msg.xid, "packet_out", frame[:64]))
-        elif isinstance(msg, (parser.OFPGroupMod, parser.OFPMeterMod)):
-            mods = slice_.group_mod(msg) if isinstance(msg, parser.OFPGroupMod) else slice_.meter_mod(msg)
-            for mod in mods:
-                self._relay(mod, Pending(session, msg.xid, "mod", frame[:64]))
-        elif isinstance(msg, codec.Bare):
-            self._bare(session, msg)
-            return
-        elif isinstance(msg, parser.OFPEchoRequest):
-            session.send(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
-            return
-        elif isinstance(msg, parser.OFPQueueGetConfigRequest):
-            self._queue_config(session, msg)
-            return
-        elif isinstance(msg, parser.OFPMultipartRequest):
-            self._multipart(session, msg, frame)
+        kind = admission.request(msg)
+        slice_, head = session.slice, frame[:64]
+        if kind == "flow_mod":
+            self._flow_mod(session, msg, slice_.flow_mod(msg), frame)
+        elif kind == "packet_out":
+            self._relay(slice_.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
+        elif kind in ("group_mod", "meter_mod"):
+            for mod in slice_.group_mod(msg) if kind == "group_mod" else slice_.meter_mod(msg):
+                self._relay(mod, self._pending(session, msg.xid, "mod", head))
+        elif kind in _RELAYED_STATISTICS:
+            self._relay(self._stats_request(slice_, kind, msg), self._pending(session, msg.xid, kind, head))
             return
         else:
-            raise policy.Refused(
-                ofp.OFPET_BAD_REQUEST,
-                ofp.OFPBRC_BAD_TYPE,
-                f"{type(msg).__name__} is not a controller-to-switch message",
-            )
-        counters.relayed += 1
+            self._answer(session, kind, msg)
+            return
+        session.counters.relayed += 1
+
+    def _pending(
+        self, session: HouseholdSession, xid: int, kind: str, head: bytes, rule_key: tuple | None = None
+    ) -> Pending:
+        return Pending(session, session.connection, xid, kind, head, rule_key)
 
     def _flow_mod(self, session: HouseholdSession, msg: Any, translated: Any, frame: bytes) -> None:
-        household = session.household
-        book = self.books.setdefault(household.name, RuleBook())
         key = policy.rule_key(translated.table_id, translated.priority, translated.match)
-        command = msg.command
-        if command == ofp.OFPFC_ADD and book.would_exceed(key, household.flow_quota):
-            raise policy.Refused(
-                ofp.OFPET_FLOW_MOD_FAILED,
-                ofp.OFPFMFC_TABLE_FULL,
-                f"flow-table quota of {household.flow_quota} rules reached",
-            )
-        pending = Pending(session, msg.xid, "flow_mod", frame[:64], rule_key=key if command == ofp.OFPFC_ADD else None)
-        encoded = self._relay(translated, pending)
-        if command == ofp.OFPFC_ADD:
+        command, book = msg.command, session.book
+        admission.admit_rule(book, key, command, session.household.flow_quota)
+        is_add = command == ofp.OFPFC_ADD
+        encoded = self._relay(
+            translated, self._pending(session, msg.xid, "flow_mod", frame[:64], key if is_add else None)
+        )
+        if is_add:
             book.add(key, encoded)
         elif command == ofp.OFPFC_DELETE_STRICT:
             book.remove(key)
@@ -753,98 +689,66 @@ class Slicer:
             book.modify_strict(key, encoded)
         else:
             book.changed_widely()
-            asyncio.get_running_loop().create_task(self._refresh_book(household))
+            asyncio.get_running_loop().create_task(self._refresh_book(session))
 
-    def _bare(self, session: HouseholdSession, msg: codec.Bare) -> None:
-        if msg.msg_type == ofp.OFPT_FEATURES_REQUEST:
-            dpid = ((self.switch_dpid & 0xFFFFFFFFFF) << 24) | session.household.slot
-            session.send(switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES))
-        elif msg.msg_type == ofp.OFPT_GET_CONFIG_REQUEST:
-            session.send(switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER))
-        elif msg.msg_type == ofp.OFPT_GET_ASYNC_REQUEST:
-            session.send(switchside.get_async_reply(msg.xid, *_ASYNC_MASKS))
-        elif msg.msg_type == ofp.OFPT_BARRIER_REQUEST:
-            head = codec.encode(parser.OFPBarrierRequest(codec.CODEC), msg.xid)
-            self._relay(parser.OFPBarrierRequest(codec.CODEC), Pending(session, msg.xid, "barrier", head))
-        elif msg.msg_type in (ofp.OFPT_SET_CONFIG, ofp.OFPT_SET_ASYNC):
-            return  # accepted and without effect: the switch's config is shared, the slicer's own
-        elif msg.msg_type in (ofp.OFPT_HELLO, ofp.OFPT_ECHO_REPLY, ofp.OFPT_ERROR):
+    @staticmethod
+    def _stats_request(slice_: policy.Slice, kind: str, msg: Any) -> Any:
+        """The household's statistics request as the switch gets it."""
+        if kind in ("flow", "aggregate"):
+            return slice_.flow_stats_request(msg)
+        if kind == "port_stats":
+            return slice_.port_stats_request(msg)
+        if kind == "queue":
+            return slice_.queue_stats_request(msg)
+        if kind == "group_desc":
+            return parser.OFPGroupDescStatsRequest(codec.CODEC, msg.flags)
+        return slice_.group_stats_request(msg)  # group, meter, meter_config
+
+    def _answer(self, session: HouseholdSession, kind: str, msg: Any) -> None:
+        """Messages the slicer answers itself, from the household's view (or takes without effect)."""
+        slice_, xid = session.slice, msg.xid
+        if kind == "barrier":
+            head = codec.encode(parser.OFPBarrierRequest(codec.CODEC), xid)
+            self._relay(parser.OFPBarrierRequest(codec.CODEC), self._pending(session, xid, "barrier", head))
             return
-        elif msg.msg_type == ofp.OFPT_PORT_MOD:
-            raise policy.Refused(ofp.OFPET_PORT_MOD_FAILED, ofp.OFPPMFC_EPERM, "ports belong to the ISP")
-        elif msg.msg_type == ofp.OFPT_TABLE_MOD:
-            raise policy.Refused(ofp.OFPET_TABLE_MOD_FAILED, ofp.OFPTMFC_EPERM, "tables belong to the ISP")
-        elif msg.msg_type == ofp.OFPT_ROLE_REQUEST:
-            raise policy.Refused(ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_UNSUP, "one controller per slice")
-        elif msg.msg_type == ofp.OFPT_EXPERIMENTER:
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER, "no experimenter messages")
-        else:
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"message type {msg.msg_type}")
-
-    def _queue_config(self, session: HouseholdSession, msg: Any) -> None:
-        if msg.port != ofp.OFPP_ANY and msg.port not in session.slice.view:
-            raise policy.Refused(ofp.OFPET_QUEUE_OP_FAILED, ofp.OFPQOFC_BAD_PORT, f"port {msg.port} not in the slice")
-        link = float(self.config.queues.get("link_mbit", 1000))
-        share = min(1000, int(1000 * session.household.guaranteed_mbit / link))
-        session.send(switchside.queue_get_config_reply(msg.xid, msg.port, dict.fromkeys(policy.QUEUE_NAMES, share)))
-
-    def _multipart(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
-        slice_, head = session.slice, frame[:64]
-        if isinstance(msg, parser.OFPDescStatsRequest):
+        if kind == "ignore":
+            return
+        frames: list[bytes]
+        if kind == "echo":
+            frames = [codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), xid)]
+        elif kind == "features":
+            dpid = admission.datapath_id(self.switch_dpid, session.household.slot)
+            frames = [switchside.features_reply(xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES)]
+        elif kind == "get_config":
+            frames = [switchside.get_config_reply(xid, 0, ofp.OFPCML_NO_BUFFER)]
+        elif kind == "get_async":
+            frames = [switchside.get_async_reply(xid, *_ASYNC_MASKS)]
+        elif kind == "queue_config":
+            shares = admission.queue_shares(slice_, msg.port, float(self.config.queues.get("link_mbit", 1000)))
+            frames = [switchside.queue_get_config_reply(xid, msg.port, shares)]
+        elif kind == "desc":
             entry = switchside.desc_entry(
                 "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
             )
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
-        elif isinstance(msg, parser.OFPPortDescStatsRequest):
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_DESC, [entry])
+        elif kind == "port_desc":
             ports = [self.ports[p] for p in sorted(slice_.view) if p in self.ports]
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
-        elif isinstance(msg, parser.OFPTableStatsRequest):
-            counts = [0] * policy.HOUSEHOLD_TABLES
-            for table_id, _, _ in self.books.get(session.household.name, RuleBook()).rules:
-                counts[table_id - policy.FIRST_HOUSEHOLD_TABLE] += 1
-            frames = switchside.multipart_reply(
-                msg.xid, ofp.OFPMP_TABLE, [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
-            )
-        elif isinstance(msg, parser.OFPTableFeaturesStatsRequest):
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
+        elif kind == "table":
+            counts = admission.rules_per_table(session.book.rules)
+            entries = [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_TABLE, entries)
+        elif kind == "table_features":
             entries = [switchside.table_features_entry(t) for t in slice_.table_features()]
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE_FEATURES, entries)
-        elif isinstance(msg, parser.OFPGroupFeaturesStatsRequest):
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_TABLE_FEATURES, entries)
+        elif kind == "group_features":
             entry = switchside.group_features_entry(*slice_.group_features())
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_GROUP_FEATURES, [entry])
-        elif isinstance(msg, parser.OFPMeterFeaturesStatsRequest):
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_GROUP_FEATURES, [entry])
+        else:  # meter_features
             entry = switchside.meter_features_entry(*slice_.meter_features())
-            frames = switchside.multipart_reply(msg.xid, ofp.OFPMP_METER_FEATURES, [entry])
-        elif isinstance(msg, (parser.OFPFlowStatsRequest, parser.OFPAggregateStatsRequest)):
-            kind = "flow" if isinstance(msg, parser.OFPFlowStatsRequest) else "aggregate"
-            self._relay(slice_.flow_stats_request(msg), Pending(session, msg.xid, kind, head))
-            return
-        elif isinstance(msg, parser.OFPPortStatsRequest):
-            self._relay(slice_.port_stats_request(msg), Pending(session, msg.xid, "port_stats", head))
-            return
-        elif isinstance(msg, parser.OFPQueueStatsRequest):
-            self._relay(slice_.queue_stats_request(msg), Pending(session, msg.xid, "queue", head))
-            return
-        elif isinstance(msg, parser.OFPGroupDescStatsRequest):
-            self._relay(
-                parser.OFPGroupDescStatsRequest(codec.CODEC, msg.flags), Pending(session, msg.xid, "group_desc", head)
-            )
-            return
-        elif isinstance(
-            msg, (parser.OFPGroupStatsRequest, parser.OFPMeterStatsRequest, parser.OFPMeterConfigStatsRequest)
-        ):
-            kind = {
-                parser.OFPGroupStatsRequest: "group",
-                parser.OFPMeterStatsRequest: "meter",
-                parser.OFPMeterConfigStatsRequest: "meter_config",
-            }[type(msg)]
-            self._relay(slice_.group_stats_request(msg), Pending(session, msg.xid, kind, head))
-            return
-        else:
-            raise policy.Refused(
-                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_MULTIPART, f"{type(msg).__name__} is not offered to slices"
-            )
-        for f in frames:
-            session.send(f)
+            frames = switchside.multipart_reply(xid, ofp.OFPMP_METER_FEATURES, [entry])
+        for frame in frames:
+            session.send(frame)
 
 
 def _log_crash(task: asyncio.Task) -> None:

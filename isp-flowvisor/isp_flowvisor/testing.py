@@ -36,7 +36,8 @@ from isp_flowvisor import codec
 from isp_flowvisor.config import SlicerConfig
 from isp_flowvisor.model import Household as Record
 from isp_flowvisor.registry import Registry
-from isp_flowvisor.relay import BatchedWriter, Counters, HouseholdSession, Slicer
+from isp_flowvisor.relay import Slicer
+from isp_flowvisor.session import BatchedWriter, HouseholdSession
 
 VENV_BIN = Path(sys.executable).parent
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -511,14 +512,11 @@ def socketless_slicer(household: Record) -> tuple[Slicer, HouseholdSession, Fram
     """A slicer (call it inside an event loop) with the household's session, whose switch and household
     ends are lists of frames: what the slicer writes reaches them one event-loop iteration later."""
     slicer = Slicer(SlicerConfig(plain_tcp=True, shared_ports=frozenset({1})), _OneHousehold(household))
-    slicer.households = {household.name: household}
-    slicer._names_by_slot = {household.slot: household.name}
+    session = slicer.register(household)
     switch, household_end = FrameSink(), FrameSink()
     slicer.switch_writer = switch  # type: ignore[assignment]
     slicer._switch_out = BatchedWriter(switch)  # type: ignore[arg-type]
-    session = HouseholdSession(slicer, household, None, household_end)  # type: ignore[arg-type]
-    slicer.sessions[household.name] = session
-    slicer.counters[household.name] = Counters()
+    session.connect(None, household_end)  # type: ignore[arg-type]
     return slicer, session, household_end, switch
 
 
