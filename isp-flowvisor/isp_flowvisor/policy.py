@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import ipaddress
+import socket
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -253,7 +254,13 @@ def delete_slicer_rules(slot: int) -> Any:
 def rule_key(table_id: int, priority: int, match: Any) -> tuple:
     """Identity of a flow entry as OpenFlow defines it (table, priority, match), normalised so a
     flow-mod and the switch's own flow-stats entry for it compare equal."""
-    return (table_id, priority, tuple(sorted(_key_field(name, value) for name, value in match.items())))
+    return (table_id, priority, _key_fields(tuple(match.items())))
+
+
+@functools.lru_cache(maxsize=_VALUE_CACHE)
+def _key_fields(items: tuple) -> tuple:
+    """A match's fields as `rule_key` has them (kept per match: households repeat whole rules)."""
+    return tuple(sorted(_key_field(name, value) for name, value in items))
 
 
 @functools.lru_cache(maxsize=_VALUE_CACHE)
@@ -261,7 +268,7 @@ def _key_field(name: str, value: Any) -> tuple[str, str]:
     """A match field as the switch stores it: a masked value as (value & mask, mask), an all-ones
     mask as the plain value."""
     if name in _ADDRESS_FIELDS:
-        return (name, str(_network(value) or value))
+        return (name, _address_key(value))
     if not isinstance(value, tuple):
         return (name, str(value))
     wire = codec.field_to_wire(name, value)
@@ -270,6 +277,29 @@ def _key_field(name: str, value: Any) -> tuple[str, str]:
     if mask == b"\xff" * size:
         return _key_field(name, value[0])
     return (name, f"{bytes(v & m for v, m in zip(field_value, mask, strict=True)).hex()}/{mask.hex()}")
+
+
+# A prefix mask as an integer -> its length.
+_PREFIX_LENGTHS = {(0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF: length for length in range(33)}
+_PREFIX_MASKS = {length: mask for mask, length in _PREFIX_LENGTHS.items()}
+
+
+def _address_key(value: Any) -> str:
+    """An address field (address, or address and mask) as "network/length", the text of the
+    `_network` it selects, worked out on integers (ipaddress costs about 8 us a value); a mask
+    that is no prefix (which the policy refuses) as the value itself."""
+    if isinstance(value, tuple):
+        length = _PREFIX_LENGTHS.get(_address_int(value[1]))
+        if length is None:
+            return str(value)
+        address = _address_int(value[0]) & _PREFIX_MASKS[length]
+    else:
+        address, length = _address_int(value), 32
+    return f"{socket.inet_ntoa(address.to_bytes(4, 'big'))}/{length}"
+
+
+def _address_int(text: str) -> int:
+    return int.from_bytes(socket.inet_aton(text), "big")
 
 
 @dataclass
