@@ -520,7 +520,11 @@ class HomeRouter:
         if not self.switch.connected:
             return []  # no switch yet: it gets everything when it connects
         wlan_port, router_mac = self.switch.ports()
-        held = not all(gate.may_forward(device.mac) for gate in self.gates)
+        held = False  # a plain loop: this runs for every DHCP message
+        for gate in self.gates:
+            if not gate.may_forward(device.mac):
+                held = True
+                break
         wanted = flows.device_rules(
             device,
             self.clock(),
