@@ -41,6 +41,7 @@ from waitress.server import BaseWSGIServer, MultiSocketServer, TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
 from .security import is_loopback
+from .services import services
 from .updates import CHUNK_BYTES
 
 # Answers to held-back requests, router-wide: a held-back client gets its 429 at this pace
@@ -277,8 +278,8 @@ def create_server(
     app, listen: list[str], workers: int, max_streams: int, limits: ClientLimits = ClientLimits()
 ) -> BaseWSGIServer | MultiSocketServer:
     """waitress's create_server for TCP, with our server class on every listening socket."""
-    held_back = app.extensions["homework"]["held_back"]
-    body_limit = app.extensions["homework"]["body_limit"]
+    held_back, body_limit = services(app).held_back, services(app).body_limit
+    assert held_back is not None and body_limit is not None, "gate.install makes them with the app"
     adj = Adjustments(**waitress_options(listen, workers, max_streams))
     dispatcher = HeldBackLane(held_back.wait, adj.threads)
     book = ConnectionBook(limits.per_address, _share(max_streams), _share(max_streams))

@@ -9,6 +9,7 @@ from fakes import FakeController, HwdbServer
 
 from homework_webui.app import create_app
 from homework_webui.live import StreamLimits
+from homework_webui.services import services
 
 OWNER = ("owner", "correct horse battery")
 
@@ -33,7 +34,7 @@ def app(tmp_path, controller, hwdb):
         str(tmp_path / "state"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(tmp_path / "nodist")
     )
     yield app
-    app.extensions["homework"]["hub"].stop()
+    services(app).hub.stop()
 
 
 def make_app(tmp_path, controller, hwdb, name="state", **kw):
@@ -47,7 +48,7 @@ def small_app(tmp_path, controller, hwdb):
     """Stream limits small enough to reach in a test."""
     app = make_app(tmp_path, controller, hwdb, stream_limits=StreamLimits(max_total=6, per_session=2, per_account=4))
     yield app
-    app.extensions["homework"]["hub"].stop()
+    services(app).hub.stop()
 
 
 class Api:
@@ -87,7 +88,7 @@ class Api:
 
 def setup_code(app) -> str:
     """What the household reads from the router's console: the one-time setup code."""
-    with open(app.extensions["homework"]["setup_code"].path) as f:
+    with open(services(app).setup_code.path) as f:
         return f.read().strip()
 
 

@@ -19,6 +19,7 @@ from conftest import OWNER, Api, make_app, setup_owner, signed_in
 from fakes import free_port
 from waitress import wasyncore
 
+from homework_webui.services import services
 from homework_webui.serving import ClientLimits, create_server
 from homework_webui.updates import CHUNK_BYTES
 
@@ -145,7 +146,7 @@ def lan_address() -> str | None:
 def waitress_serving(app, listen: list[str]):
     """The app behind the production server (serving.create_server), on a thread; yields the
     bound (host, port) pairs."""
-    server = create_server(app, listen, workers=2, max_streams=app.extensions["homework"]["hub"].limits.max_total)
+    server = create_server(app, listen, workers=2, max_streams=services(app).hub.limits.max_total)
     stop = threading.Event()
 
     def run():

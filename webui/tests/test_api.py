@@ -4,10 +4,12 @@ import time
 
 from conftest import Api, sse, wait_for
 
+from homework_webui.services import services
+
 
 def wait_hwdb(app):
     """The hub subscribes in the background; a row inserted before that would not be pushed."""
-    hub = app.extensions["homework"]["hub"]
+    hub = services(app).hub
     end = time.time() + 5
     while not hub.health["hwdb"] and time.time() < end:
         time.sleep(0.05)
@@ -106,7 +108,7 @@ def test_overload_alert(app, owner, hwdb):
 
 
 def test_controller_down_is_reported_and_recovers(app, owner, controller):
-    hub = app.extensions["homework"]["hub"]
+    hub = services(app).hub
     real = controller.url
     hub.controller.base = "http://127.0.0.1:9/ws.v1/"  # nothing listens on the discard port
     r = owner.get("/api/devices")
@@ -121,7 +123,7 @@ def test_controller_down_is_reported_and_recovers(app, owner, controller):
 
 
 def test_hwdb_restart_resubscribes(app, owner, controller, hwdb):
-    hub = app.extensions["homework"]["hub"]
+    hub = services(app).hub
     stream = sse(owner)
     hwdb.stop()
     wait_for(stream, lambda e, d: e == "health" and d["hwdb"] is False, 5)

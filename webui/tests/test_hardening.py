@@ -15,6 +15,7 @@ from waitress import wasyncore
 
 from homework_webui import accounts
 from homework_webui.accounts import AccountStore
+from homework_webui.services import services
 from homework_webui.serving import HELD_BACK_PER_SECOND, ClientLimits, create_server
 from homework_webui.updates import CHUNK_BYTES
 
@@ -34,7 +35,7 @@ def test_a_foreign_host_name_is_refused_before_anything_runs(tmp_path, controlle
         headers={"Host": "evil.example:8080", "Origin": "http://evil.example:8080"},
     )
     assert r.status_code == 400
-    assert app.extensions["homework"]["accounts"].needs_setup()
+    assert services(app).accounts.needs_setup()
     # The router's own names and addresses work.
     for host in ("127.0.0.1:8080", "localhost:8080", "10.2.0.1:8080", "router.home:8080", "ROUTER.HOME.", "[::1]:8080"):
         assert api.get("/api/session", headers={"Host": host}).status_code == 200, host
@@ -67,7 +68,7 @@ def test_first_run_needs_the_setup_code(app, tmp_path):
     for wrong in (None, "", "AAAA-BBBB-CCCC"):
         r = api.post("/api/setup", {**body, "setup_code": wrong} if wrong is not None else body)
         assert r.status_code == 403 and r.json["code"] == "setup-code", wrong
-    assert app.extensions["homework"]["accounts"].needs_setup()
+    assert services(app).accounts.needs_setup()
     # Typed loosely (lower case, spaces) it still works; then it is spent.
     r = api.post("/api/setup", {**body, "setup_code": " " + code.lower().replace("-", " ") + " "})
     assert r.status_code == 201 and r.json["user"]["role"] == "owner"
@@ -127,7 +128,7 @@ def test_concurrent_first_runs_make_one_owner(app):
     for t in threads:
         t.join(30)
     assert sorted(statuses) == [201, 409, 409, 409]
-    owners = [a for a in app.extensions["homework"]["accounts"].list_accounts() if a["role"] == "owner"]
+    owners = [a for a in services(app).accounts.list_accounts() if a["role"] == "owner"]
     assert len(owners) == 1
 
 
@@ -174,8 +175,8 @@ def test_a_damaged_accounts_database_is_set_aside_and_first_run_needs_a_code(tmp
     app = make_app(tmp_path, controller, hwdb, start_live=False)
     owner = setup_owner(app)
     for i in range(200):  # enough rows for the file to have pages worth tearing
-        app.extensions["homework"]["accounts"].create_session({"id": 1, "role": "owner"}, "x" * 100 + str(i))
-    app.extensions["homework"]["accounts"].close()
+        services(app).accounts.create_session({"id": 1, "role": "owner"}, "x" * 100 + str(i))
+    services(app).accounts.close()
     db = state / "accounts.sqlite"
     data = bytearray(db.read_bytes())
     if damage == "garbage":
@@ -210,7 +211,7 @@ def test_a_damaged_accounts_database_is_set_aside_and_first_run_needs_a_code(tmp
 @pytest.fixture
 def served(small_app):
     """The app behind waitress, sized the way `python -m homework_webui` sizes it."""
-    limits = small_app.extensions["homework"]["hub"].limits
+    limits = services(small_app).hub.limits
     server = create_server(small_app, ["127.0.0.1:0"], workers=2, max_streams=limits.max_total)
     stop = threading.Event()
 
@@ -272,7 +273,7 @@ def test_one_member_cannot_freeze_the_ui_with_streams(small_app, served):
     streams = [open_stream(port, cookie) for _ in range(ClientLimits().per_address - 4)]
     try:
         statuses = [status for _, status in streams]
-        assert statuses.count(200) == small_app.extensions["homework"]["hub"].limits.per_session
+        assert statuses.count(200) == services(small_app).hub.limits.per_session
         assert set(statuses) == {200, 429}
         status, took = timed_get(port, "/api/health")
         assert status == 200 and took < 2.0
@@ -284,7 +285,7 @@ def test_one_member_cannot_freeze_the_ui_with_streams(small_app, served):
 
 def test_many_sessions_cannot_freeze_the_ui_with_streams(small_app, served):
     port = served
-    hub = small_app.extensions["homework"]["hub"]
+    hub = services(small_app).hub
     owner = setup_owner(small_app)
     streams = []
     try:
@@ -330,7 +331,7 @@ def permitted_devices(controller, n):
 
 def test_a_guests_failures_do_not_lock_out_the_wall_panel(app, owner, controller):
     (guest_ip,) = permitted_devices(controller, 1)
-    app.extensions["homework"]["hub"].refresh_devices()
+    services(app).hub.refresh_devices()
     guest = Api(app, ip=guest_ip)
     guest.session()
     for _ in range(5):
@@ -344,7 +345,7 @@ def test_a_guests_failures_do_not_lock_out_the_wall_panel(app, owner, controller
 
 def test_many_guessing_devices_are_held_back_but_a_clean_device_signs_in(app, owner, controller):
     ips = permitted_devices(controller, 6)
-    app.extensions["homework"]["hub"].refresh_devices()
+    services(app).hub.refresh_devices()
     guessers = [Api(app, ip=ip) for ip in ips[:5]]
     for g in guessers:
         g.session()
@@ -418,7 +419,7 @@ def test_sign_out_ends_the_live_stream_at_once(app, owner):
     wait_for(mine, lambda e, d: e == STREAM_END, 1.0)
     assert time.monotonic() - t0 < 1.0
     # Someone else's stream carries on.
-    app.extensions["homework"]["hub"].broadcast("health", {"controller": True, "hwdb": True})
+    services(app).hub.broadcast("health", {"controller": True, "hwdb": True})
     wait_for(theirs, lambda e, d: e == "health", 1.0)
 
 

@@ -10,6 +10,7 @@ from fakes import SpeedTestServer
 
 from homework_webui.app import create_app
 from homework_webui.latency import LatencyCheck, Target, grade, summarise
+from homework_webui.services import services
 
 LINE_KBIT = 20000
 LOAD_SECONDS = 1.0
@@ -83,7 +84,7 @@ def checked_app(tmp_path, controller, hwdb, speed):
         latency_check=LatencyCheck(Target.parse(speed.url), duration=LOAD_SECONDS),
     )
     yield app
-    app.extensions["homework"]["hub"].stop()
+    services(app).hub.stop()
 
 
 def test_check_is_recorded_in_hwdb_and_shown(checked_app, hwdb, speed):
@@ -175,7 +176,7 @@ def test_unreachable_test_server_is_a_clear_error_and_records_nothing(tmp_path, 
         assert r.status_code == 502 and f"127.0.0.1:{gone.port}" in r.json["error"], r.json
         assert owner.get("/api/latency-check").json["results"] == []
     finally:
-        app.extensions["homework"]["hub"].stop()
+        services(app).hub.stop()
 
 
 def test_without_a_target_the_check_says_it_is_not_configured(app):

@@ -7,6 +7,7 @@ import pytest
 from conftest import OWNER, Api, setup_code, signed_in
 
 from homework_webui.security import PUBLIC
+from homework_webui.services import services
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
 SAMPLE_ARGS = {"mac": "02:00:00:00:00:01", "account_id": 2, "app_name": "video", "name": "x.js"}
@@ -117,7 +118,7 @@ def test_password_hash_and_state_files(app, owner, tmp_path):
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
     for name in ("accounts.sqlite", "session_secret"):
         assert stat.S_IMODE(os.stat(state / name).st_mode) == 0o600, name
-    store = app.extensions["homework"]["accounts"]
+    store = services(app).accounts
     stored = store._read("select pw_hash from accounts where username = 'owner'")[0]["pw_hash"]
     assert stored.startswith("scrypt$") and OWNER[1] not in stored
 
@@ -196,7 +197,7 @@ def test_unpermitted_device_cannot_reach_ui(app, owner, controller, state):
     for path in ("/", "/api/session", "/api/devices"):
         assert Api(app, ip=dev["ip"]).get(path).status_code == 403
     controller.devices[dev["mac"]]["state"] = "permitted"
-    app.extensions["homework"]["hub"].refresh_devices()
+    services(app).hub.refresh_devices()
     assert Api(app, ip=dev["ip"]).get("/api/session").status_code == 200
 
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import setup_owner, signed_in
 
 from homework_webui.app import create_app
+from homework_webui.services import services
 from homework_webui.updates import CHUNK_BYTES, UpdateSpool
 
 MAX_BYTES = 64 << 20
@@ -35,7 +36,7 @@ def updating_app(tmp_path, controller, hwdb, spool_dir):
         update_spool=UpdateSpool(str(spool_dir), MAX_BYTES),
     )
     yield app
-    app.extensions["homework"]["hub"].stop()
+    services(app).hub.stop()
 
 
 def put_piece(api, offset: int, data: bytes, csrf=True, mimetype="application/octet-stream", headers=None, **kw):

@@ -1,0 +1,14 @@
+"""The API's blueprints, one concern each (README's layout table says which holds what)."""
+
+from . import accounts, apps, devices, events, latency, page, updates, wifi_keys
+
+BLUEPRINTS = (
+    page.bp,
+    accounts.bp,
+    devices.bp,
+    wifi_keys.bp,
+    apps.bp,
+    latency.bp,
+    events.bp,
+    updates.bp,
+)

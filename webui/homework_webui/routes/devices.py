@@ -1,0 +1,123 @@
+"""Devices: the list and one device's detail, the household's decisions (permit, deny,
+blacklist, whitelist), names, owners and DNS blocks."""
+
+from __future__ import annotations
+
+import re
+
+from flask import Blueprint, g
+
+from ..accounts import printable_name
+from ..controller import ControllerDownError
+from ..errors import ApiError, ask_controller
+from ..security import SIGNED_IN, access
+from ..services import services
+from .common import account_call, body, mac_of, own_device, with_owners
+
+bp = Blueprint("devices", __name__)
+
+DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# The controller's word: a blacklist is lifted only by whitelist.
+BLACKLISTED = {409: ("blacklisted", None)}
+DNS_UNAVAILABLE = {501: ("dns-unavailable", "This router cannot block names for a device yet.")}
+
+
+@bp.get("/api/devices")
+@access(*SIGNED_IN)
+def list_devices():
+    hub = services().hub
+    if hub.refresh_devices() is None:
+        raise ControllerDownError("status")
+    return {"devices": with_owners(hub.devices()), "health": hub.health}
+
+
+@bp.get("/api/devices/<mac>")
+@access(*SIGNED_IN)
+def device_detail(mac):
+    svc, mac = services(), mac_of(mac)
+    svc.hub.update_device(svc.controller.device(mac))
+    device = next(d for d in with_owners(svc.hub.devices()) if d["mac"] == mac)
+    if g.user["role"] != "kiosk":
+        device["dns"] = _dns_rules(mac)
+    return {"device": device}
+
+
+def _changed(call, *args, meaning=None) -> dict:
+    """A change the controller answers with the device's new status, which every page learns."""
+    device = ask_controller(call, *args, meaning=meaning)
+    services().hub.update_device(device)
+    return {"device": device}
+
+
+@bp.post("/api/devices/<mac>/permit")
+@access("owner", "kiosk")
+def device_permit(mac):
+    return _changed(services().controller.decide, "permit", mac_of(mac), meaning=BLACKLISTED)
+
+
+@bp.post("/api/devices/<mac>/deny")
+@access("owner", "kiosk")
+def device_deny(mac):
+    return _changed(services().controller.decide, "deny", mac_of(mac), meaning=BLACKLISTED)
+
+
+@bp.post("/api/devices/<mac>/blacklist")
+@access("owner")
+def device_blacklist(mac):
+    return _changed(services().controller.decide, "blacklist", mac_of(mac), meaning=BLACKLISTED)
+
+
+@bp.post("/api/devices/<mac>/whitelist")
+@access("owner")
+def device_whitelist(mac):
+    return _changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
+
+
+@bp.post("/api/devices/<mac>/name")
+@access("owner", "member")
+def rename_device(mac):
+    mac = own_device(mac, "name")
+    name = account_call(printable_name, str(body().get("name", "")), 64, "a device name", True)
+    return _changed(services().controller.rename, mac, name)
+
+
+@bp.post("/api/devices/<mac>/owner")
+@access("owner")
+def set_device_owner(mac):
+    accounts = services().accounts
+    account_id = body().get("account_id")
+    if not isinstance(account_id, int) or accounts.get_account(account_id) is None:
+        raise ApiError(400, "account_id must name an account")
+    accounts.claim_device(mac_of(mac), account_id, force=True)
+    return {"ok": True}
+
+
+@bp.post("/api/devices/<mac>/dns-blocks")
+@access("owner")
+def block_domain(mac):
+    return _dns_change("deny-dns", mac)
+
+
+@bp.post("/api/devices/<mac>/dns-unblocks")
+@access("owner")
+def unblock_domain(mac):
+    return _dns_change("permit-dns", mac)
+
+
+def _dns_change(action, mac):
+    mac = mac_of(mac)
+    domain = str(body().get("domain", "")).strip().lower().rstrip(".")
+    if not DOMAIN_RE.match(domain):
+        raise ApiError(400, "not a domain name")
+    ask_controller(services().controller.dns, action, mac, domain, meaning=DNS_UNAVAILABLE)
+    return {"dns": _dns_rules(mac)}
+
+
+def _dns_rules(mac):
+    try:
+        rules = ask_controller(services().controller.dns_rules, mac, meaning=DNS_UNAVAILABLE)
+    except ApiError as exc:
+        if exc.status == 501:
+            return {"available": False, "rules": []}
+        raise
+    return {"available": True, "rules": rules}
