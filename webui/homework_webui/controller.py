@@ -55,6 +55,13 @@ class ControllerClient:
     def rename(self, mac: str, name: str) -> dict:
         return self._call("POST", f"name/{self._mac(mac)}", {"name": name})
 
+    def pause(self, mac: str) -> dict:
+        """The device's traffic stops now, until resumed; answers its status (`paused`)."""
+        return self._call("POST", f"pause/{self._mac(mac)}")
+
+    def resume(self, mac: str) -> dict:
+        return self._call("POST", f"resume/{self._mac(mac)}")
+
     def dns_rules(self, mac: str):
         return self._call("GET", f"dns-rules/{self._mac(mac)}")
 

@@ -27,6 +27,11 @@ from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs, urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from homework_controller.api import make_app
+from homework_controller.errors import ApiError as ControllerApiError
+from homework_controller.errors import DeviceBlocked, NotConfigured, UnknownDevice
+from homework_controller.model import normalize_mac
+from homework_controller.operations import BY_CALL
 from hwdb_client import HwdbClient, HwdbError, default_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,10 +191,12 @@ class FakeController(_ServedByAThread):
         self.wifi_ssid = "Home Wi-Fi"  # "" as without --wifi-ssid: own passphrases answer 501
         self.wifi_keys: dict[str, dict] = {}  # mac -> {keyid, passphrase, created}
         self.clone_suspected: dict[str, dict] = {}  # mac -> {at, differs}
+        self.paused: set[str] = set()
         self.calls: list[tuple[str, str]] = []
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
         self.lock = threading.Lock()
+        self.ws_v1 = make_app(self.call)
         self._serve(make_server("127.0.0.1", 0, self.app, server_class=_Threading, handler_class=_Quiet))
 
     def add(self, mac, state="pending", hostname="", name="", event=True) -> dict:
@@ -233,6 +240,7 @@ class FakeController(_ServedByAThread):
         return {
             **self.devices[mac],
             "clone_suspected": self.clone_suspected.get(mac),
+            "paused": mac in self.paused,
             "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None,
         }
 
@@ -247,89 +255,125 @@ class FakeController(_ServedByAThread):
             "created": key["created"],
         }
 
-    def wifi_key(self, method: str, mac: str):
-        """The three passphrase calls, with the real controller's errors in its order."""
-        if method == "wifi-key":
-            if mac not in self.devices:
-                return 404, {"error": f"unknown device {mac}"}
-            if not self.wifi_ssid:
-                return 501, {"error": "this router has no Wi-Fi network configured (--wifi-ssid)"}
-            if self.devices[mac]["state"] != "permitted":
-                return 400, {
-                    "error": f"{mac} is {self.devices[mac]['state']}: only a permitted device gets "
-                    f"its own passphrase"
-                }
-            passphrase = "-".join("".join(secrets.choice(PASSPHRASE_ALPHABET) for _ in range(4)) for _ in range(5))
-            self.wifi_keys[mac] = {
-                "keyid": "dev-" + mac.replace(":", ""),
-                "passphrase": passphrase,
-                "created": time.time(),
-            }
-            return 200, {**self.wifi_key_answer(mac), "applied": True, "note": ""}
-        if mac not in self.wifi_keys:
-            return 404, {"error": f"{mac} has no passphrase of its own"}
-        if method == "show-wifi-key":
-            return 200, self.wifi_key_answer(mac)
-        del self.wifi_keys[mac]
-        return 200, {"mac": mac, "revoked": True, "applied": True, "note": ""}
-
     def app(self, environ, start_response):
-        verb, path = environ["REQUEST_METHOD"], environ["PATH_INFO"]
-        status, body = self.dispatch(verb, path, parse_qs(environ.get("QUERY_STRING", "")), environ)
+        if not environ["PATH_INFO"].startswith("/fake/"):
+            return self.ws_v1(environ, start_response)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        status, body = self.fake(environ["PATH_INFO"], json.loads(environ["wsgi.input"].read(length) or b"{}"))
         data = json.dumps(body).encode()
         start_response(f"{status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
-    def dispatch(self, verb, path, query, environ):
-        if path.startswith("/fake/"):
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            body = json.loads(environ["wsgi.input"].read(length) or b"{}")
-            if path == "/fake/join":
-                return 200, self.add(
-                    body["mac"], body.get("state", "pending"), body.get("hostname", ""), event=body.get("event", True)
-                )
-            if path == "/fake/calls":
-                return 200, self.calls
-            if path == "/fake/clone":
-                self.suspect_clone(body["mac"], body.get("differs", "host name 'phone' -> 'intruder'"))
-                return 200, self.status_of(body["mac"])
-            if path == "/fake/qos":
-                self.qos = body or None
-                return 200, {"qos": self.qos}
-            return 404, {"error": "no such fake"}
-        parts = [p for p in path[len("/ws.v1/") :].split("/") if p]
-        method, args = parts[0], parts[1:]
-        self.calls.append((method, "/".join(args)))
-        if method == "status":
-            if not args:
-                return 200, [self.status_of(mac) for mac in list(self.devices)]
-            return (200, self.status_of(args[0])) if args[0] in self.devices else (404, {"error": "unknown device"})
-        if method in ("permit", "deny", "whitelist", "blacklist"):
-            if args[0] not in self.devices:
-                return 404, {"error": "unknown device"}
-            if method in ("permit", "deny") and self.devices[args[0]]["state"] == "blacklisted":
-                # The controller's own rule: only lifting the blacklist (whitelist) undoes it.
-                return 409, {"error": f"{args[0]} is blacklisted: its blacklist must be lifted first"}
-            state = {"permit": "permitted", "deny": "denied", "whitelist": "permitted", "blacklist": "blacklisted"}[
-                method
-            ]
-            self.devices[args[0]]["state"] = state
-            self.clone_suspected.pop(args[0], None)  # any decision is the household's "I have seen it"
-            return 200, self.status_of(args[0])
-        if method == "name":
-            self.devices[args[0]]["name"] = query.get("name", [""])[0]
-            return 200, self.status_of(args[0])
-        if method in ("wifi-key", "show-wifi-key", "revoke-wifi-key"):
-            return self.wifi_key(method, args[0])
-        if method in ("deny-dns", "permit-dns", "dns-rules"):
-            return 501, {"error": f"{method} is not implemented yet"}
-        if method == "counters":
-            return 200, {"packet_in": 0}
-        if method == "apps":
-            return 200, self.apps
-        if method == "health":
-            return 200, {"switch_ready": True, "devices": len(self.devices), **({"qos": self.qos} if self.qos else {})}
-        return 404, {"error": "unknown method"}
+    def fake(self, path: str, body: dict) -> tuple[int, object]:
+        """What a test does to the fake home (a device joins, a clone appears) or asks of it."""
+        if path == "/fake/join":
+            return 200, self.add(
+                body["mac"], body.get("state", "pending"), body.get("hostname", ""), event=body.get("event", True)
+            )
+        if path == "/fake/calls":
+            return 200, self.calls
+        if path == "/fake/clone":
+            self.suspect_clone(body["mac"], body.get("differs", "host name 'phone' -> 'intruder'"))
+            return 200, self.status_of(body["mac"])
+        if path == "/fake/qos":
+            self.qos = body or None
+            return 200, {"qos": self.qos}
+        return 404, {"error": "no such fake"}
+
+    # ws.v1 itself is the controller's own routing (api.make_app over operations.OPERATIONS): its
+    # paths, verbs, arguments and refusals cannot drift from the real one. Each operation is
+    # answered by the method of the router's name below; one the fake lacks answers 501, as a
+    # router without that feature does.
+
+    def call(self, method: str, *args):
+        op = BY_CALL[method]
+        self.calls.append((op.name, "/".join(args[: len(op.path)])))
+        answer = getattr(self, f"ws_{method}", None)
+        if answer is None:
+            raise NotConfigured(f"{op.name} is not implemented by the fake controller")
+        return answer(*args)
+
+    def _known(self, mac: str) -> str:
+        mac = normalize_mac(mac)
+        if mac not in self.devices:
+            raise UnknownDevice(f"unknown device {mac}")
+        return mac
+
+    def ws_status(self, mac: str | None = None):
+        if mac is None:
+            return [self.status_of(m) for m in list(self.devices)]
+        return self.status_of(self._known(mac))
+
+    def _decide(self, mac: str, state: str, lifts_blacklist: bool) -> dict:
+        mac = self._known(mac)
+        if not lifts_blacklist and self.devices[mac]["state"] == "blacklisted":
+            # The controller's own rule: only lifting the blacklist (whitelist) undoes it.
+            raise DeviceBlocked(f"{mac} is blacklisted: its blacklist must be lifted first")
+        self.devices[mac]["state"] = state
+        self.clone_suspected.pop(mac, None)  # any decision is the household's "I have seen it"
+        return self.status_of(mac)
+
+    def ws_permit(self, mac):
+        return self._decide(mac, "permitted", False)
+
+    def ws_deny(self, mac):
+        return self._decide(mac, "denied", False)
+
+    def ws_whitelist(self, mac):
+        return self._decide(mac, "permitted", True)
+
+    def ws_blacklist(self, mac):
+        return self._decide(mac, "blacklisted", True)
+
+    def ws_rename(self, mac, name):
+        mac = self._known(mac)
+        self.devices[mac]["name"] = name
+        return self.status_of(mac)
+
+    def ws_pause(self, mac):
+        mac = self._known(mac)
+        self.paused.add(mac)
+        return self.status_of(mac)
+
+    def ws_resume(self, mac):
+        mac = self._known(mac)
+        self.paused.discard(mac)
+        return self.status_of(mac)
+
+    def ws_issue_wifi_key(self, mac):
+        mac = self._known(mac)
+        if not self.wifi_ssid:
+            raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
+        if self.devices[mac]["state"] != "permitted":
+            raise ControllerApiError(
+                f"{mac} is {self.devices[mac]['state']}: only a permitted device gets its own passphrase"
+            )
+        passphrase = "-".join("".join(secrets.choice(PASSPHRASE_ALPHABET) for _ in range(4)) for _ in range(5))
+        self.wifi_keys[mac] = {"keyid": "dev-" + mac.replace(":", ""), "passphrase": passphrase, "created": time.time()}
+        return {**self.wifi_key_answer(mac), "applied": True, "note": ""}
+
+    def _own_key(self, mac: str) -> str:
+        mac = normalize_mac(mac)
+        if mac not in self.wifi_keys:
+            raise UnknownDevice(f"{mac} has no passphrase of its own")
+        return mac
+
+    def ws_wifi_key_of(self, mac):
+        return self.wifi_key_answer(self._own_key(mac))
+
+    def ws_revoke_wifi_key(self, mac):
+        mac = self._own_key(mac)
+        del self.wifi_keys[mac]
+        return {"mac": mac, "revoked": True, "applied": True, "note": ""}
+
+    def ws_app_priorities(self):
+        return self.apps
+
+    def ws_counters(self):
+        return {"packet_in": 0}
+
+    def ws_health(self):
+        return {"switch_ready": True, "devices": len(self.devices), **({"qos": self.qos} if self.qos else {})}
 
 
 def main():
