@@ -79,6 +79,7 @@ class ISP:
         self.a_wan, self.inet_ns = a_wan, inet_ns
         self.certs = self.dir / "certs"
         self.ca = self.certs / "isp-ca.pem"
+        self.token_file = self.dir / "fvctl.token"  # made by the slicer at its first start
         self.households = {
             name: Household(name, address, self.certs / f"{name}.crt", self.certs / f"{name}.key")
             for name, address in (("a", a_address), ("b", HOUSEHOLD_B_IP))
@@ -202,7 +203,11 @@ path = "{self.dir / 'households.json'}"
 interface = "{AGG_DOWN}"
 link_mbit = {LINK_MBIT}
 """)
-        self.processes.start("isp-slicer", [self.python, "-m", "isp_flowvisor.cli", config], ns=NS_ISP)
+        self.processes.start(
+            "isp-slicer",
+            [self.python, "-m", "isp_flowvisor.cli", config, "--token-file", str(self.token_file)],
+            ns=NS_ISP,
+        )
         wait_until(
             "the slicer and its switch",
             lambda: "\nisp_flowvisor_switch_connected 1\n" in self.metrics(),
@@ -336,7 +341,17 @@ link_mbit = {LINK_MBIT}
 
     def fvctl(self, *args: object) -> Any:
         """fvctl's JSON answer (a list for `list`, an object for the rest), None when it prints nothing."""
-        out = run(self.python, "-m", "isp_flowvisor.fvctl", "--rpc", SLICER_RPC, *args, ns=NS_ISP)
+        out = run(
+            self.python,
+            "-m",
+            "isp_flowvisor.fvctl",
+            "--rpc",
+            SLICER_RPC,
+            "--token-file",
+            self.token_file,
+            *args,
+            ns=NS_ISP,
+        )
         return json.loads(out) if out.strip() else None
 
     def metrics(self) -> str:
