@@ -517,10 +517,10 @@ class HomeRouter:
 
     def _reconcile(self, device: Device, reinstall: bool = False) -> list:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
-        if not self.switch.connected:
+        wlan_port, router_mac = self.switch.wlan_port, self.switch.router_mac
+        if wlan_port is None or router_mac is None:
             return []  # no switch yet: it gets everything when it connects
-        wlan_port, router_mac = self.switch.ports()
-        held = False  # a plain loop: this runs for every DHCP message
+        held = False  # a plain loop: this runs for every DHCP message, and for every device at a tick
         for gate in self.gates:
             if not gate.may_forward(device.mac):
                 held = True
@@ -534,6 +534,8 @@ class HomeRouter:
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
         )
+        if not reinstall and self.switch.holds(device.mac, wanted):
+            return []
         forwards = self.registry.forwarding_now(device) and not held
         effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)
         if not effects:

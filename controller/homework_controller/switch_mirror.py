@@ -42,15 +42,15 @@ class SwitchMirror:
 
     # -- queries
 
-    @property
-    def connected(self) -> bool:
-        return self.wlan_port is not None and self.router_mac is not None
-
     def ports(self) -> tuple[int, str]:
         """The wireless port and the router's MAC: known once the switch has connected, which
         it has whenever a packet arrives from it."""
         assert self.wlan_port is not None and self.router_mac is not None, "no switch yet"
         return self.wlan_port, self.router_mac
+
+    def holds(self, mac: str, rules: flows.DeviceRules | None) -> bool:
+        """Whether the switch holds exactly this rule set for the device (None: none)."""
+        return self.installed.get(mac) == rules
 
     def holds_rules_of(self, mac: str) -> bool:
         return mac in self.installed
