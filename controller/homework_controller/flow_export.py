@@ -147,7 +147,7 @@ class Collector:
         on_records: Callable[[list[FlowRecord]], None],
         host: str = "127.0.0.1",
         port: int = 0,
-        queue_size: int = 512,
+        queue_size: int = 4096,
         batch_datagrams: int = 64,
     ):
         if not _loopback(host):

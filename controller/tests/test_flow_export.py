@@ -220,7 +220,7 @@ def stop_home(switch, home, bridge: str) -> None:
 
 
 def test_every_connection_of_a_burst_is_reported_with_its_packets_and_bytes(switch, tmp_path):
-    from export_burst import Sink, accounted, collector_in
+    from export_burst import Sink, await_reports, collector_in, unaccounted
 
     home, bridge = home_with(switch, tmp_path, hosts=1)
     try:
@@ -237,18 +237,16 @@ def test_every_connection_of_a_burst_is_reported_with_its_packets_and_bytes(swit
             time.sleep(1)
             with home.capture() as wire:
                 made = home.burst(80, 40)
+                await_reports(made, sink, within=15)
             assert all(c.ok for c in made) and len(made) == 80
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and len(accounted(made, sink.totals(), wire)) < 80:
-                time.sleep(0.2)
-            assert len(accounted(made, sink.totals(), wire)) == 80
+            assert unaccounted(made, sink.totals(), wire) == []
             assert collector.stats()["malformed"] == 0
     finally:
         stop_home(switch, home, bridge)
 
 
 def test_five_hosts_bursting_at_once_are_all_reported(switch, tmp_path):
-    from export_burst import Sink, accounted, collector_in
+    from export_burst import Sink, await_reports, collector_in, unaccounted
 
     home, bridge = home_with(switch, tmp_path, hosts=5)
     try:
@@ -258,10 +256,8 @@ def test_five_hosts_bursting_at_once_are_all_reported(switch, tmp_path):
             time.sleep(1)
             with home.capture() as wire:
                 made = home.burst(80, 40)
+                await_reports(made, sink, within=15)
             assert len(made) == 400 and all(c.ok for c in made)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and len(accounted(made, sink.totals(), wire)) < 400:
-                time.sleep(0.2)
-            assert len(accounted(made, sink.totals(), wire)) == 400
+            assert unaccounted(made, sink.totals(), wire) == []
     finally:
         stop_home(switch, home, bridge)

@@ -158,30 +158,41 @@ class BurstHome:
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[Wire]:
-        """What the switch forwarded to and from the server, counted per TCP direction."""
-        pcap = self.dir / f"cap{time.monotonic_ns()}.pcap"
-        dev = f"fx{self.tag}i0"
-        argv = ["ip", "netns", "exec", self.server_ns, "tcpdump", "-i", dev, "-U", "-n", "-w", str(pcap), "tcp"]
-        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        """What the switch forwarded, counted per TCP direction where it arrived: tcpdump `-Q in` on
+        the server's and every host's veth (a packet a sender retransmits because the switch never
+        took it counts once, as the switch forwarded it)."""
+        stamp = time.monotonic_ns()
+        taps = []
+        for n, ns in enumerate([self.server_ns, *self.host_ns]):
+            pcap = self.dir / f"cap{stamp}-{n}.pcap"
+            argv = ["ip", "netns", "exec", ns, "tcpdump", "-i", f"fx{self.tag}i{n}", "-Q", "in", "-U", "-n"]
+            proc = subprocess.Popen([*argv, "-w", str(pcap), "tcp"], stderr=subprocess.PIPE, text=True)
+            taps.append((pcap, proc))
         wire = Wire()
         try:
-            _wait_for_file(pcap)
+            for pcap, _ in taps:
+                _wait_for_file(pcap)
             time.sleep(0.3)
             yield wire
         finally:
-            time.sleep(0.5)
-            proc.terminate()
-            _, err = proc.communicate(timeout=10)
-        if "\n0 packets dropped by kernel" not in err:
-            raise RuntimeError(f"tcpdump lost packets: {err.strip()}")
-        with pcap.open("rb") as f:
-            for _, frame in dpkt.pcap.Reader(f):
-                ip = dpkt.ethernet.Ethernet(frame).data
-                if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
-                    key = (socket.inet_ntoa(ip.src), ip.data.sport, socket.inet_ntoa(ip.dst), ip.data.dport)
-                    count = wire.counts.setdefault(key, [0, 0])
-                    count[0] += 1
-                    count[1] += ip.len
+            # tcpdump discards what is still in its ring when stopped: wait until it has written all
+            _wait_until_still([pcap for pcap, _ in taps])
+            errors = []
+            for _, proc in taps:
+                proc.terminate()
+                errors.append(proc.communicate(timeout=10)[1])
+        for err in errors:
+            if "\n0 packets dropped by kernel" not in err:
+                raise RuntimeError(f"tcpdump lost packets: {err.strip()}")
+        for pcap, _ in taps:
+            with pcap.open("rb") as f:
+                for _, frame in dpkt.pcap.Reader(f):
+                    ip = dpkt.ethernet.Ethernet(frame).data
+                    if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
+                        key = (socket.inet_ntoa(ip.src), ip.data.sport, socket.inet_ntoa(ip.dst), ip.data.dport)
+                        count = wire.counts.setdefault(key, [0, 0])
+                        count[0] += 1
+                        count[1] += ip.len
 
     def burst(self, count: int, parallel: int) -> list[Connection]:
         """Every host fetches the page `count` times, `parallel` at a time, all hosts at once."""
@@ -199,6 +210,17 @@ class BurstHome:
                 proc.wait(timeout=10)
         for ns in [self.server_ns, *self.host_ns]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _wait_until_still(paths: list[Path], quiet: float = 1.0, timeout: float = 20.0) -> None:
+    deadline, sizes, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = [p.stat().st_size for p in paths]
+        if now != sizes:
+            sizes, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.1)
 
 
 def _wait_for_file(path: Path, timeout: float = 10.0) -> None:
@@ -235,14 +257,38 @@ class Sink:
         return out
 
 
+def both_directions(c: Connection) -> set[tuple[str, int, str, int]]:
+    return {(c.host, c.sport, SERVER_IP, 80), (SERVER_IP, 80, c.host, c.sport)}
+
+
+def await_reports(made: list[Connection], sink: Sink, within: float = 15.0, quiet: float = 3.0) -> None:
+    """Wait (at most `within` s) until the switch has reported both directions of every connection
+    made, then until no record has come for `quiet` s (longer than the active timeout: a connection
+    still open is reported again), so that a capture still running holds every packet reported."""
+    deadline = time.monotonic() + within
+    wanted = set().union(*map(both_directions, made))
+    while time.monotonic() < deadline and not wanted <= sink.totals().keys():
+        time.sleep(0.2)
+    while time.monotonic() < deadline and time.monotonic() - sink.last_arrival < quiet:
+        time.sleep(0.2)
+
+
+def unaccounted(made: list[Connection], reported: dict, wire: Wire, tolerance: float = 0.01) -> list[str]:
+    """Each direction of a connection the switch did not report within `tolerance` of the wire:
+    "saddr:sport>daddr:dport reported [packets, bytes] wire [packets, bytes]"."""
+    out = []
+    for c in made:
+        for key in ((c.host, c.sport, SERVER_IP, 80), (SERVER_IP, 80, c.host, c.sport)):
+            got, seen = reported.get(key), wire.counts.get(key)
+            if not (got and seen and all(abs(g - s) <= tolerance * s for g, s in zip(got, seen, strict=True))):
+                out.append(f"{key[0]}:{key[1]}>{key[2]}:{key[3]} reported {got} wire {seen}")
+    return out
+
+
 def accounted(made: list[Connection], reported: dict, wire: Wire, tolerance: float = 0.01) -> list[Connection]:
     """The connections whose both directions the switch reported, each within `tolerance` of the wire."""
-
-    def close(key: tuple[str, int, str, int]) -> bool:
-        got, seen = reported.get(key), wire.counts.get(key)
-        return bool(got and seen) and all(abs(g - s) <= tolerance * s for g, s in zip(got, seen, strict=True))
-
-    return [c for c in made if close((c.host, c.sport, SERVER_IP, 80)) and close((SERVER_IP, 80, c.host, c.sport))]
+    missing = " ".join(unaccounted(made, reported, wire, tolerance)) + " "
+    return [c for c in made if f"{c.host}:{c.sport}>" not in missing and f">{c.host}:{c.sport} " not in missing]
 
 
 @contextlib.contextmanager
@@ -266,10 +312,10 @@ def run_once(home: BurstHome, count: int, parallel: int, settle: float = 15.0) -
             started = time.monotonic()
             made = home.burst(count, parallel)
             finished = time.monotonic()
-        deadline = finished + settle
-        while time.monotonic() < deadline and len(accounted(made, sink.totals(), wire)) < len(made):
-            time.sleep(0.2)
-        done = accounted(made, sink.totals(), wire)
+            await_reports(made, sink, within=settle)
+        reported = sink.totals()
+        done = accounted(made, reported, wire)
+        seen = [c for c in made if both_directions(c) <= reported.keys()]
         home.disable_export()
     stats = collector.stats()
     return {
@@ -277,6 +323,7 @@ def run_once(home: BurstHome, count: int, parallel: int, settle: float = 15.0) -
         "connections_made": len(made),
         "fetches_ok": sum(c.ok for c in made),
         "connections_reported": len(done),
+        "connections_seen_any_count": len(seen),
         "completeness": len(done) / len(made) if made else 0.0,
         "burst_seconds": round(finished - started, 3),
         "last_record_after_burst_s": round(max(0.0, sink.last_arrival - finished), 3),
@@ -291,8 +338,8 @@ def run_once(home: BurstHome, count: int, parallel: int, settle: float = 15.0) -
 def serve(root: str) -> None:
     handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=root)  # noqa: E731
     http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None  # type: ignore[method-assign]
+    http.server.ThreadingHTTPServer.request_queue_size = 256  # read when the server starts listening
     server = http.server.ThreadingHTTPServer((SERVER_IP, 80), handler)
-    server.request_queue_size = 256
     server.serve_forever()
 
 
