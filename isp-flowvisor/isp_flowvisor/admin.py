@@ -157,7 +157,7 @@ class Admin:
             return {"removed": params["name"]}
         if method == "reload":
             await self.slicer.apply_registry(await registry.snapshot())
-            return {"households": len(self.slicer.households)}
+            return {"households": len(self.slicer.sessions)}
         if method == "stats":
             households = await registry.snapshot()
             names = [params["name"]] if params.get("name") else sorted(households)
@@ -165,8 +165,9 @@ class Admin:
         raise ValueError(f"unknown method {method!r}")
 
     def _summary(self, household: Household) -> dict[str, Any]:
-        counters = self.slicer.counters.get(household.name)
-        book = self.slicer.books.get(household.name)
+        session = self.slicer.sessions.get(household.name)
+        counters = session.counters if session is not None else None
+        book = session.book if session is not None else None
         return {
             "name": household.name,
             "slot": household.slot,
@@ -202,7 +203,7 @@ class Admin:
             return [(f'{{household="{h.name}"}}', getter(h)) for h in households]
 
         def counter(field: str) -> Callable[[Household], float]:
-            return lambda h: getattr(slicer.counters.get(h.name), field, 0)
+            return lambda h: getattr(slicer.sessions[h.name].counters, field)
 
         family(
             "isp_flowvisor_switch_connected",
@@ -226,7 +227,7 @@ class Admin:
             "isp_flowvisor_household_rules",
             "gauge",
             "flow entries the household has on the switch",
-            per_household(lambda h: len(slicer.books.get(h.name) or ())),
+            per_household(lambda h: len(slicer.sessions[h.name].book)),
         )
         family(
             "isp_flowvisor_household_rule_quota",

@@ -137,6 +137,7 @@ class Slicer:
         self._rotation: RoundRobin[str] = RoundRobin(config.batch)
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
 
+    # Views by name, built on each call: for fvctl, the registry's callbacks and tests, never per message.
     @property
     def households(self) -> dict[str, Household]:
         return {name: session.household for name, session in self.sessions.items()}
