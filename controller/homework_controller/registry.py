@@ -108,6 +108,28 @@ class DeviceRegistry:
     def pending(self) -> list[Device]:
         return [d for d in self.devices.values() if d.state is State.PENDING]
 
+    def leases_status(self) -> list[dict]:
+        """Every live lease, by /30 (ws.v1 dhcp-status)."""
+        now = self.clock()
+        leased = sorted(
+            (d for d in self.devices.values() if d.subnet and d.lease_active(now)),
+            key=lambda d: d.subnet.index if d.subnet else 0,
+        )
+        return [
+            {
+                "mac": d.mac,
+                "ip": d.subnet.device_ip if d.subnet else None,
+                "state": d.state.value,
+                "hostname": d.hostname,
+                "lease_expires": d.lease_expires,
+                "lease_seconds_left": max(0, int(d.lease_expires - now)),
+            }
+            for d in leased
+        ]
+
+    def blacklisted(self) -> list[str]:
+        return sorted(d.mac for d in self.devices.values() if d.state is State.BLACKLISTED)
+
     # -- changes
 
     def record(self, device: Device) -> None:

@@ -483,25 +483,10 @@ class HomeRouter:
         }
 
     def dhcp_status(self) -> list:
-        now = self.clock()
-        leased = sorted(
-            (d for d in self.devices.values() if d.subnet and d.lease_active(now)),
-            key=lambda d: d.subnet.index if d.subnet else 0,
-        )
-        return [
-            {
-                "mac": d.mac,
-                "ip": d.subnet.device_ip if d.subnet else None,
-                "state": d.state.value,
-                "hostname": d.hostname,
-                "lease_expires": d.lease_expires,
-                "lease_seconds_left": max(0, int(d.lease_expires - now)),
-            }
-            for d in leased
-        ]
+        return self.registry.leases_status()
 
     def blacklist_status(self) -> list:
-        return sorted(d.mac for d in self.devices.values() if d.state is State.BLACKLISTED)
+        return self.registry.blacklisted()
 
     # -- internals
 
