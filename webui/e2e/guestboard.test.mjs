@@ -105,6 +105,31 @@ test('wall panel: device details, naming', async () => {
   await page.waitForSelector(`.label[data-mac="${mac}"]:has-text("Grandma's iPad")`)
 })
 
+test('wall panel: a device is paused now and resumed; its label says so meanwhile', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack: it joins devices already let in (tests/e2e/test_pause.py runs the real one)')
+  const { page } = wall
+  await page.click('a[href="#/board"]')
+  const mac = await stack.join('games-console', { state: 'permitted' })
+  const other = await stack.join('work-laptop', { state: 'permitted' })
+  await page.waitForSelector(label('inside', mac), { timeout: 10000 })
+  await page.click(label('inside', mac))
+  await page.click('.panel [data-test=pause]')
+  await page.waitForSelector('.panel [data-test=paused-note]', { timeout: 3000 })
+  await page.waitForSelector('.panel [data-test=resume]')
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, true, 'the router has it paused')
+  await shot(page, 'device-paused-wallpanel')
+  await page.keyboard.press('Escape')
+  await page.waitForSelector(`${label('inside', mac)} [data-test=paused-badge]`, { timeout: 3000 })
+  assert.equal(await page.$(`${label('inside', other)} [data-test=paused-badge]`), null, 'only the paused device says so')
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${other}`)).paused, false)
+  await page.click(label('inside', mac))
+  await page.click('.panel [data-test=resume]')
+  await page.waitForSelector('.panel [data-test=paused-note]', { state: 'detached', timeout: 3000 })
+  await page.keyboard.press('Escape')
+  await page.waitForSelector(`${label('inside', mac)} [data-test=paused-badge]`, { state: 'detached', timeout: 3000 })
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, false, 'the router has it resumed')
+})
+
 test('wall panel: priorities view', async () => {
   const { page } = wall
   await page.click('a[href="#/apps"]')

@@ -1,5 +1,5 @@
 """Devices: the list and one device's detail, the household's decisions (permit, deny,
-blacklist, whitelist), names, owners and DNS blocks."""
+blacklist, whitelist), pausing and resuming, names, owners and DNS blocks."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)
 # The controller's word: a blacklist is lifted only by whitelist.
 BLACKLISTED = {409: ("blacklisted", None)}
 DNS_UNAVAILABLE = {501: ("dns-unavailable", "This router cannot block names for a device yet.")}
+PAUSE_UNAVAILABLE = {501: ("pause-unavailable", "This router cannot pause a device.")}
 
 
 @bp.get("/api/devices")
@@ -71,6 +72,21 @@ def device_blacklist(mac):
 @access("owner")
 def device_whitelist(mac):
     return _changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
+
+
+# Pausing is refusing for now: whoever may deny a device may pause it (owner and wall panel).
+
+
+@bp.post("/api/devices/<mac>/pause")
+@access("owner", "kiosk")
+def device_pause(mac):
+    return _changed(services().controller.pause, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
+
+
+@bp.post("/api/devices/<mac>/resume")
+@access("owner", "kiosk")
+def device_resume(mac):
+    return _changed(services().controller.resume, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/name")

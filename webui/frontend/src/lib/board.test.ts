@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, zoneOf, type Device } from './board'
+import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, mayPause, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
@@ -92,5 +92,19 @@ describe('own Wi-Fi passphrase', () => {
   it('is never for a wall panel, nor for a device that is not let in', () => {
     expect(mayManageWifiKey(panel, dev({ state: 'permitted', owner_id: 3 }))).toBe(false)
     for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayManageWifiKey(owner, dev({ state }))).toBe(false)
+  })
+})
+
+describe('who may pause a device', () => {
+  const owner = { role: 'owner' }
+  const member = { role: 'member' }
+  const panel = { role: 'kiosk' }
+  it('is whoever may refuse it: the owner and the wall panel', () => {
+    expect(mayPause(owner, dev({ state: 'permitted' }))).toBe(true)
+    expect(mayPause(panel, dev({ state: 'permitted' }))).toBe(true)
+  })
+  it('is never a member, nor for a device that is not let in', () => {
+    expect(mayPause(member, dev({ state: 'permitted' }))).toBe(false)
+    for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayPause(owner, dev({ state }))).toBe(false)
   })
 })

@@ -24,6 +24,16 @@ export interface Device {
   clone_suspected?: { at: number; differs: string[] } | null
   /** The device joins Wi-Fi with a passphrase of its own (the passphrase itself is never listed). */
   wifi_key?: { keyid: string; created: number } | null
+  /** The household paused it: its traffic stops (it keeps its address) until resumed. */
+  paused?: boolean
+}
+
+/**
+ * Who may pause a device now and resume it: whoever may refuse it (the owner and the wall
+ * panel, not a member), and only a device that is let in (there is nothing else to pause).
+ */
+export function mayPause(user: { role: string }, d: Pick<Device, 'state'>): boolean {
+  return d.state === 'permitted' && (user.role === 'owner' || user.role === 'kiosk')
 }
 
 /**
