@@ -71,6 +71,9 @@ ACCOUNTS: dict[str, Account] = {
 # disk could write an unsigned kernel). hostapd may use rfkill on a real radio.
 DEVICES: dict[str, tuple[str, ...]] = {"hostapd": ("/dev/rfkill rw",)}
 STATE_ROOT = "/var/lib/"
+# Services that share one private /tmp: hostapd answers a control client (the controller's
+# hostapd_cli and event listener) at the client's socket path in /tmp, which it must see.
+SHARES_TMP_WITH: dict[str, str] = {"controller": "hostapd"}
 # Five failures within two minutes and systemd stops trying: the unit is then "failed".
 START_LIMIT_BURST, START_LIMIT_INTERVAL_S = 5, 120
 
@@ -116,6 +119,8 @@ def render(
         # Wants=, not Requires=: with Requires=, a dependency whose first start fails (and
         # that systemd restarts a moment later) leaves this unit's start job failed for good.
         lines += [f"After={' '.join(deps)}", f"Wants={' '.join(deps)}"]
+    if service.name in SHARES_TMP_WITH:
+        lines.append(f"JoinsNamespaceOf={unit_name(SHARES_TMP_WITH[service.name])}")
     lines += [
         # The router's health check reports a failed unit at once (and counts slower failures).
         f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",

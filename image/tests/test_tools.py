@@ -640,6 +640,14 @@ def test_the_web_ui_runs_as_its_own_user_and_reads_hwdbs_agent_key_through_its_g
     assert named - {"root"} <= set(made) and all(n.isdigit() for n in made.values())
 
 
+def test_the_controller_shares_hostapds_private_tmp_where_hostapd_answers_it():
+    units = image_units()
+    controller, hostapd = units["homework-controller.service"], units["homework-hostapd.service"]
+    assert unit_lines(controller, "JoinsNamespaceOf") == ["homework-hostapd.service"]
+    assert unit_lines(controller, "PrivateTmp") == unit_lines(hostapd, "PrivateTmp") == ["yes"]
+    assert not unit_lines(units["homework-webui.service"], "JoinsNamespaceOf")
+
+
 def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
     """`writes` is for starters that confine; the service's command and readiness are the same."""
     services = homework_deploy.load(SETTINGS)
