@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -103,13 +104,14 @@ def test_a_device_is_reachable_right_after_it_sent_a_broadcast(home):
         server.kill()
 
 
-def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
-    joined(home, "laptop")
+@contextlib.contextmanager
+def paced_download(home, name):
+    """A device downloads 1 MB that the server sends at 100 kB/s (10 s if left alone): yields the
+    curl process and a function that says how many bytes have landed, once they are flowing."""
     with tempfile.TemporaryDirectory() as tmp:
         received = Path(tmp) / "big.bin"
-        # The server sends 1 MB at 100 kB/s: 10 s if left alone.
         download = home.spawn(
-            "laptop",
+            name,
             "curl",
             "-sS",
             "-m",
@@ -123,9 +125,19 @@ def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
         def size():
             return received.stat().st_size if received.exists() else 0
 
-        # Positive control: the download is under way and growing.
-        first = wait_until("the download to start", size, 5)
-        wait_until("the download to make progress", lambda: size() > first + 50_000, 5)
+        try:
+            # Positive control: the download is under way and growing.
+            first = wait_until("the download to start", size, 5)
+            wait_until("the download to make progress", lambda: size() > first + 50_000, 5)
+            yield download, size
+        finally:
+            download.kill()
+            download.wait(timeout=10)
+
+
+def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
+    joined(home, "laptop")
+    with paced_download(home, "laptop") as (download, size):
         home.deny("laptop")
         at_deny = size()
         download.wait(timeout=30)
@@ -134,6 +146,43 @@ def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
         assert size() - at_deny < 50_000, f"{size() - at_deny} bytes arrived after the deny"
         assert size() < 600_000
     assert home.exec("laptop", "ping", "-c", "2", "-W", "1", INTERNET_IP, check=False).returncode != 0
+
+
+def test_a_paused_device_stops_at_once_keeps_its_lease_and_works_again_when_resumed(home):
+    joined(home, "console")
+    address = home.dhcp("console")
+    joined(home, "schoolbook")
+    mac = home.mac("console")
+    with paced_download(home, "console") as (_, size):
+        before, paused_at = size(), time.monotonic()
+        status, body = home.api("POST", f"pause/{mac}")
+        answered_at = time.monotonic()
+        assert status == 200 and body["paused"] is True and body["state"] == "permitted", body
+        # Watch the file for three seconds: when did the last byte land? (Bytes that landed
+        # while the pause was being answered count as landing at the answer.)
+        last = size()
+        last_growth = answered_at if last > before else paused_at
+        while time.monotonic() < paused_at + 3:
+            time.sleep(0.05)
+            if size() > last:
+                last, last_growth = size(), time.monotonic()
+        stopped_after = last_growth - paused_at
+        print(
+            f"pause: answered in {(answered_at - paused_at) * 1000:.0f} ms; the download's last bytes "
+            f"landed {stopped_after * 1000:.0f} ms after the pause was asked"
+        )
+        assert stopped_after < 1.0, f"bytes still arrived {stopped_after:.2f} s after the pause"
+        assert size() < 900_000
+    # Paused: nothing new gets through for it, while the other permitted device works as before.
+    assert home.fetch("console", f"http://{INTERNET_IP}/", timeout=3) == "000"
+    assert home.fetch("schoolbook", f"http://{INTERNET_IP}/") == "200"
+    # Its DHCP still reaches the router: it renews into the same /30, for the hour.
+    assert home.dhcp("console") == address
+    assert home.lease_left("console") > 3500
+    status, body = home.api("POST", f"resume/{mac}")
+    assert status == 200 and body["paused"] is False, body
+    wait_until("a fetch after the resume", lambda: home.fetch("console", f"http://{INTERNET_IP}/", 2) == "200", 5)
+    assert home.fetch("schoolbook", f"http://{INTERNET_IP}/") == "200"
 
 
 def test_permitted_devices_stay_permitted_with_the_same_slash30_across_a_controller_restart(home):
