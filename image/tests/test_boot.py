@@ -297,6 +297,11 @@ def test_boots_and_every_service_comes_up(router, net):
         lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False).split() == ["active"] * len(units),
         300,
         3,
+        hint=lambda: router.run(
+            f"systemctl is-active {' '.join(units)}; systemctl --failed --no-pager; "
+            "journalctl -b --no-pager -n 80 -u 'homework-*'",
+            check=False,
+        ),
     )
     TIMINGS["boot_to_services_up_s"] = round(time.monotonic() - powered_on, 1)
     assert router.slot_and_version()[0] == "a"
