@@ -321,6 +321,12 @@ def test_boots_and_every_service_comes_up(router, net):
         out = router.run(f"{as_service(router, service)} touch {probe}", check=False)
         assert "cannot touch" in out, (service, out)
     router.run(f"{as_service(router, 'webui')} touch {probe} && rm {probe}")
+    # Nor may any service write the boot loader's partition (a boot entry of its own would boot
+    # unsigned code); only the installer, a unit of its own, writes there.
+    for service in ("controller", "hwdb", "hostapd", "webui"):
+        out = router.run(f"{as_service(router, service)} touch /efi/loader/probe", check=False)
+        assert "Read-only file system" in out or "Permission denied" in out, (service, out)
+    router.run("touch /efi/loader/probe && rm /efi/loader/probe")  # the installer's root may
     # The web UI reads the agent key hwdb made (through hwdb's group), and may not change it.
     router.run(f"{as_service(router, 'webui')} head -c 64 /var/lib/homework/agent.key >/dev/null")
     assert "cannot" in router.run(f"{as_service(router, 'webui')} touch /var/lib/homework/agent.key", check=False)
