@@ -248,9 +248,9 @@ def test_a_device_over_its_flow_budget_cannot_mark_its_own_packets_ef(db_path, c
     assert back.packet["ip_dscp"] == 0 and back.port == WLAN
 
 
-def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_their_app(db_path, clock):
-    """From the LAN an agent may insert AppTuples as fast as it likes: a flooding device evicts its own
-    reports, never another device's, so the other device's call is still classified by its agent."""
+@pytest.fixture
+def small_book(db_path, clock):
+    """A router whose agent report book holds 100 reports a device and 250 in all, on a ready switch."""
     router = HomeRouter(
         DeviceStore(db_path),
         dhcp.LeasePolicy(30, 3600),
@@ -259,6 +259,13 @@ def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_t
     )
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return router, switch
+
+
+def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_their_app(small_book):
+    """From the LAN an agent may insert AppTuples as fast as it likes: a flooding device evicts its own
+    reports, never another device's, so the other device's call is still classified by its agent."""
+    router, switch = small_book
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
     tablet = join(router, switch, TABLET)
@@ -278,15 +285,8 @@ def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_t
     assert router.agent_reports.process_of(PHONE, (6, phone, 1024, WEB, 443)) is None
 
 
-def test_a_device_under_its_cap_keeps_every_report(db_path, clock):
-    router = HomeRouter(
-        DeviceStore(db_path),
-        dhcp.LeasePolicy(30, 3600),
-        clock=clock,
-        agent_reports=AgentReportBook(per_device=100, total=250),
-    )
-    switch = FakeSwitch()
-    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+def test_a_device_under_its_cap_keeps_every_report(small_book):
+    router, switch = small_book
     laptop = join(router, switch, LAPTOP)
     reports = [AgentReport(6, laptop, 2000 + i, WEB, 443, f"app{i}") for i in range(100)]
     switch.apply(router.agent_reported(reports))
