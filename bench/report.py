@@ -128,6 +128,17 @@ def ui_load_rows(r: dict) -> dict:
                     "< 2x quiet" if stat == "p99_ms" else "",
                 ]
             )
+    for key, label in (("owner_sign_in", "the owner's sign-in"), ("devices", "`GET /api/devices`")):
+        quiet, trickled = r["quiet"][key], r["trickled"][key]
+        rows.append(
+            [
+                f"{label}, p99, one device trickling 200 half-sent requests",
+                f"{trickled['p99_ms']} ms",
+                f"{quiet['p99_ms']} ms quiet",
+                f"{trickled['p99_ms'] / quiet['p99_ms']:.2f}x",
+                "< 2x quiet",
+            ]
+        )
     return {
         "benchmark": "ui_load",
         "what": f"{r['setup']}; load: {load['streams_accepted']} live streams open "
@@ -135,6 +146,26 @@ def ui_load_rows(r: dict) -> dict:
         f"({sum(load['guest_sign_in_attempts'].values()):,} attempts)",
         "rows": rows,
     }
+
+
+def flow_export_rows(r: dict) -> dict:
+    rows = []
+    for hosts in sorted({run["hosts"] for run in r["runs"]}):
+        runs = [run for run in r["runs"] if run["hosts"] == hosts]
+        reported = sum(run["connections_reported"] for run in runs)
+        made = sum(run["connections_made"] for run in runs)
+        cpu = sorted(run["collector_cpu_us_per_datagram"] for run in runs)
+        rows.append(
+            [
+                f"connections logged, {hosts} host(s) x 80, {len(runs)} runs",
+                f"{reported} of {made}",
+                "",
+                f"{reported / made:.2f}",
+                "every connection",
+            ]
+        )
+        rows.append([f"collector CPU per datagram, {hosts} host(s)", f"{cpu[0]}-{cpu[-1]} us", "", "", ""])
+    return {"benchmark": "flow_export", "what": f"{r['what']}; {r['burst']}", "rows": rows}
 
 
 def agent_rows(r: dict) -> dict:
@@ -278,6 +309,7 @@ ADAPTERS = {
     "hwdb.json": hwdb_rows,
     "webui.json": webui_rows,
     "ui_load.json": ui_load_rows,
+    "flow_export.json": flow_export_rows,
     "agent.json": agent_rows,
     "slicer.json": slicer_rows,
 }
