@@ -10,6 +10,17 @@ On a radio, management frames are protected (802.11w, PMF) for every device that
 (`--pmf optional`, the default) or required of all (`--pmf required`: older devices cannot
 join). With `--psk-file`, the guest passphrase is the file's wildcard line (`keyid=guest`) and
 the controller adds each device's own passphrase to the same file (`--wifi-psk-file`).
+
+`--security wpa2-wpa3` (the default) adds WPA3-SAE in transition mode: WPA3 devices join with
+SAE (PMF required of them), older ones with WPA2. hostapd's SAE does not read wpa_psk_file, so
+each device line of the key file becomes an `sae_password=...|mac=MAC` line, ahead of the guest
+one: for a device's MAC hostapd takes the device's own password, so a copy of that MAC cannot
+join with the guest password over SAE either. A device key added later reaches SAE when the
+configuration is rendered again (hostapd's next start).
+
+`--country` is the regulatory domain: `00` (the world domain, the kernel's default until the
+household chooses) is not advertised; a country is, with 802.11d. 5 GHz needs a country: in
+the world domain its channels may not start a network.
 """
 
 from __future__ import annotations
@@ -23,6 +34,34 @@ from . import wifi_keys
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "hostapd" / "hostapd.conf.in"
 PMF = {"optional": 1, "required": 2}  # hostapd's ieee80211w
+HW_MODE = {"2.4": "g", "5": "a"}  # band (GHz) -> hostapd's hw_mode
+WORLD = "00"
+
+
+def check_country(country: str) -> str:
+    """`00` (the world domain) or an ISO 3166-1 alpha-2 code such as `GB`."""
+    if country != WORLD and not (len(country) == 2 and country.isascii() and country.isalpha() and country.isupper()):
+        raise ValueError(f"country is 00 or two capital letters (ISO 3166-1, e.g. GB), not {country!r}")
+    return country
+
+
+def sae_password_lines(psk_file_text: str, guest: str) -> list[str]:
+    """hostapd's sae_password lines: each device line of the key file bound to its MAC, then the guest's.
+
+    hostapd takes the first line that fits a station, so the device lines come first."""
+    lines = []
+    for line in psk_file_text.splitlines():
+        if line.startswith(f"keyid={wifi_keys.DEVICE_KEYID_PREFIX}"):
+            _keyid, mac, passphrase = line.split(" ", 2)
+            lines.append(f"sae_password={sae_password(passphrase)}|mac={mac}")
+    return [*lines, f"sae_password={sae_password(guest)}"]
+
+
+def sae_password(passphrase: str) -> str:
+    # hostapd ends the password at the first `|` (what follows are its options).
+    if "|" in passphrase:
+        raise ValueError("with WPA3 (SAE) a passphrase cannot contain `|`")
+    return passphrase
 
 
 def driver_settings(args) -> str:
@@ -38,32 +77,50 @@ def driver_settings(args) -> str:
         raise SystemExit(f"nl80211 needs --passphrase: {exc}") from None
     if "\n" in args.ssid or not 1 <= len(args.ssid.encode()) <= 32:
         raise SystemExit("--ssid is 1 to 32 bytes on one line")
+    try:
+        country = check_country(args.country)
+    except ValueError as exc:
+        raise SystemExit(f"--country: {exc}") from None
+    if args.band == "5" and country == WORLD:
+        raise SystemExit("--band 5 needs --country: in the world domain (00) no 5 GHz channel may start a network")
+    wpa3 = args.security == "wpa2-wpa3"
     # WPA-PSK-SHA256 is the AKM a PMF-capable device negotiates; WPA-PSK keeps older ones joining
-    # (with ieee80211w=2 they cannot: they do not do PMF). No SAE (WPA3): hostapd's SAE does not
-    # read wpa_psk_file, so a WPA3 device would join with the shared passphrase only, and the
-    # per-device passphrases are what tells a device from a copy of its MAC (see docs/SECURITY.md).
+    # (with ieee80211w=2 they cannot: they do not do PMF). SAE (WPA3) always protects management
+    # frames (sae_require_mfp), whatever --pmf asks of WPA2 devices.
     settings = [
         f"ssid={args.ssid}",
         "utf8_ssid=1",
-        "hw_mode=g",
+        f"hw_mode={HW_MODE[args.band]}",
         f"channel={args.channel}",
+        "ieee80211n=1",
+        "wmm_enabled=1",
+        *([f"country_code={country}", "ieee80211d=1"] if country != WORLD else []),
         "wpa=2",
-        "wpa_key_mgmt=WPA-PSK WPA-PSK-SHA256",
+        "wpa_key_mgmt=WPA-PSK WPA-PSK-SHA256" + (" SAE" if wpa3 else ""),
         "rsn_pairwise=CCMP",
         f"ieee80211w={PMF[args.pmf]}",
+        *(["sae_require_mfp=1"] if wpa3 else []),
+        # Stations reach each other only through the router, and each gets its multicast and
+        # broadcast as unicast frames (the switch's rules decide who receives which).
         "ap_isolate=1",
-    ]  # stations reach each other only through the router
+        "multicast_to_unicast=1",
+    ]
+    key_file = ""
     if args.psk_file:
         path = Path(args.psk_file)
         try:
-            wifi_keys.write_psk_file(
-                str(path), wifi_keys.render_guest_line(wifi_keys.read_text(str(path)), args.passphrase)
-            )
+            key_file = wifi_keys.render_guest_line(wifi_keys.read_text(str(path)), args.passphrase)
+            wifi_keys.write_psk_file(str(path), key_file)
         except OSError as exc:
             raise SystemExit(f"--psk-file {path}: {exc}") from None
         settings.append(f"wpa_psk_file={path}")
     else:
         settings.append(f"wpa_passphrase={args.passphrase}")
+    if wpa3:
+        try:
+            settings += sae_password_lines(key_file, args.passphrase)
+        except ValueError as exc:
+            raise SystemExit(f"--passphrase: {exc}") from None
     return "\n".join(settings)
 
 
@@ -93,6 +150,16 @@ def main(argv=None):
         help="nl80211: protected management frames (802.11w) for devices that can, or required of all",
     )
     p.add_argument("--channel", type=int, default=6)
+    p.add_argument("--band", choices=sorted(HW_MODE), default="2.4", help="nl80211: the band, in GHz")
+    p.add_argument(
+        "--country", default=WORLD, help="nl80211: the regulatory domain (ISO 3166-1 alpha-2); 00, the world's"
+    )
+    p.add_argument(
+        "--security",
+        choices=["wpa2", "wpa2-wpa3"],
+        default="wpa2-wpa3",
+        help="nl80211: WPA2-PSK only, or WPA3-SAE beside it (transition mode, per-device SAE passwords)",
+    )
     args = p.parse_args(argv)
     if args.driver == "wired" and not args.eap_users:
         p.error("wired needs --eap-users")

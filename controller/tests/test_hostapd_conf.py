@@ -57,8 +57,51 @@ def test_one_template_renders_the_emulated_wired_authenticator_and_the_real_radi
 def test_the_radio_protects_management_frames_for_devices_that_can_and_can_require_it(capsys):
     optional = settings(radio(capsys))
     assert optional["ieee80211w"] == "1"  # PMF where the device can; older devices still join
-    assert optional["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256"]
+    assert optional["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256", "SAE"]
+    assert optional["sae_require_mfp"] == "1"  # a WPA3 device always protects them
     assert settings(radio(capsys, "--pmf", "required"))["ieee80211w"] == "2"
+    wpa2_only = settings(radio(capsys, "--security", "wpa2"))
+    assert wpa2_only["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256"] and "sae_password" not in wpa2_only
+
+
+def test_the_radio_isolates_stations_and_sends_them_multicast_as_unicast(capsys):
+    conf = settings(radio(capsys))
+    assert conf["ap_isolate"] == "1" and conf["multicast_to_unicast"] == "1"
+
+
+def test_the_world_domain_is_not_advertised_a_chosen_country_is_and_5_ghz_needs_one(capsys):
+    world = settings(radio(capsys))
+    assert "country_code" not in world and world["hw_mode"] == "g" and world["channel"] == "6"
+    chosen = settings(radio(capsys, "--country", "GB", "--band", "5", "--channel", "36"))
+    assert (chosen["country_code"], chosen["ieee80211d"], chosen["hw_mode"], chosen["channel"]) == (
+        "GB",
+        "1",
+        "a",
+        "36",
+    )
+    with pytest.raises(SystemExit, match="--band 5 needs --country"):
+        radio(capsys, "--band", "5", "--channel", "36")
+    for bad in ("gb", "GBR", "G1", ""):
+        with pytest.raises(SystemExit, match="--country"):
+            radio(capsys, "--country", bad)
+
+
+def test_each_devices_own_passphrase_is_its_sae_password_bound_to_its_mac_ahead_of_the_guests(capsys, tmp_path):
+    psk = tmp_path / "hostapd.wpa_psk"
+    phone = WifiKey("02:00:00:00:00:01", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
+    psk.write_text(wifi_keys.render_psk_file("", [phone]))
+    lines = [line for line in radio(capsys, "--psk-file", str(psk)).splitlines() if line.startswith("sae_password=")]
+    # hostapd takes the first line that fits: for the phone's MAC only its own password.
+    assert lines == [
+        "sae_password=k7qm-3xhv-9bcd-efgh-jkmn|mac=02:00:00:00:00:01",
+        "sae_password=correct horse battery",
+    ]
+    # hostapd would end the password at `|`: refused, not cut short. The same passphrase is fine for WPA2 only.
+    args = ["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home", "--passphrase", "pass|word here"]
+    with pytest.raises(SystemExit, match=r"cannot contain `\|`"):
+        hostapd_conf.main(args)
+    hostapd_conf.main([*args, "--security", "wpa2"])
+    assert "wpa_passphrase=pass|word here" in capsys.readouterr().out
 
 
 def test_a_radio_without_a_usable_passphrase_or_ssid_is_refused():
@@ -125,9 +168,14 @@ def run_hostapd(conf_path, ns=None, timeout=10):
 
 
 @needs_hostapd
-@pytest.mark.parametrize("pmf", ["optional", "required"])
-def test_real_hostapd_accepts_every_line_of_the_rendered_radio_config(capsys, tmp_path, pmf):
-    conf = radio(capsys, "--pmf", pmf, "--psk-file", str(tmp_path / "psk"), "--ctrl-dir", str(tmp_path / "ctrl"))
+@pytest.mark.parametrize(
+    "extra", [("--pmf", "optional"), ("--pmf", "required"), ("--country", "GB", "--band", "5", "--channel", "36")]
+)
+def test_real_hostapd_accepts_every_line_of_the_rendered_radio_config(capsys, tmp_path, extra):
+    psk = tmp_path / "psk"
+    psk.write_text(wifi_keys.render_psk_file("", [WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)]))
+    conf = radio(capsys, *extra, "--psk-file", str(psk), "--ctrl-dir", str(tmp_path / "ctrl"))
+    assert conf.count("sae_password=") == 2
     (tmp_path / "hostapd.conf").write_text(conf.replace("interface=wlan0", "interface=hwnoradio0"))
     out = run_hostapd(tmp_path / "hostapd.conf")
     assert "errors found in configuration file" not in out.stdout + out.stderr, out.stdout + out.stderr
