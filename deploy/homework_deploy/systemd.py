@@ -52,9 +52,8 @@ TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller"}
 @dataclass(frozen=True)
 class Account:
     """Whom a service runs as. Root only where it must be: the controller drives Open vSwitch
-    through its root-only socket and hostapd is Debian's; hwdb keeps its files in the data
-    partition's top directory beside the controller's, which it could not write as anyone
-    else. The web UI, the one service the LAN talks to, runs as its own user."""
+    through its root-only socket and hostapd is Debian's. hwdb, which the LAN's agents talk to,
+    and the web UI, the LAN's management surface, run as their own users."""
 
     user: str = "root"
     group: str = "root"
@@ -64,7 +63,7 @@ class Account:
 
 HWDB_GROUP = "homework-hwdb"
 ACCOUNTS: dict[str, Account] = {
-    "hwdb": Account(group=HWDB_GROUP),
+    "hwdb": Account("homework-hwdb", HWDB_GROUP),
     "webui": Account("homework-webui", "homework-webui", (HWDB_GROUP,)),
 }
 # Device nodes a service opens (any other is closed to it; a root service that could open the

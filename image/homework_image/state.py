@@ -10,15 +10,43 @@ older image says so on its console."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from . import STATE
 
-CURRENT = 1
+CURRENT = 2
 DIRECTORIES = ("config", "webui")
-MIGRATIONS: dict[int, Callable[[Path], None]] = {}
+# hwdb's directory (format 2 on), and what hwdb kept in the partition's top directory before
+# (format 1): its SQLite file with the write-ahead log, which may hold committed rows, and the
+# household's agent key.
+HWDB_DIR = "hwdb"
+HWDB_FILES = ("hwdb.sqlite", "hwdb.sqlite-wal", "agent.key")
+
+
+def copy_hwdb_into_its_own_directory(state: Path) -> None:
+    """Format 1 -> 2: hwdb runs as its own user and writes only STATE/hwdb (no longer the top
+    directory beside the controller's database). Its files are copied there whole, or not at
+    all (a directory made aside, then renamed); the originals stay for an older image after a
+    rollback. systemd's StateDirectory= hands the directory to hwdb's user when hwdb starts."""
+    target = state / HWDB_DIR
+    if target.exists():  # renamed into place before a power cut kept FORMAT from saying so
+        return
+    staging = state / f"{HWDB_DIR}.migrating"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for name in HWDB_FILES:
+        if (state / name).exists():
+            shutil.copy2(state / name, staging / name)  # with its mode: the key stays 0640
+            _fsync(staging / name)
+    _fsync(staging)
+    staging.rename(target)
+    _fsync(state)
+
+
+MIGRATIONS: dict[int, Callable[[Path], None]] = {1: copy_hwdb_into_its_own_directory}
 
 
 def migrate(
@@ -37,6 +65,14 @@ def migrate(
         migrations[step](state)
         _write_format(path, step + 1)
     return f"format {current}" + (f" (migrated from {found})" if found < current else "")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_format(path: Path, number: int) -> None:

@@ -3,9 +3,10 @@
 One router, one story, in order (each step builds on the one before):
 boot and services up -> a LAN device gets a 30 s lease and reaches nothing -> the owner claims
 the router with the console's setup code and permits the device through the web UI's API ->
-one-hour lease, a page through the NAT -> reboot: still permitted -> hard power-off right after
-a permit: still permitted -> an update whose controller cannot start rolls back to A by itself ->
-an update to slot B boots B and is kept.
+one-hour lease, a page through the NAT -> reboot from the previous image's data format (hwdb's
+files in the partition's top directory): still permitted, hwdb's rows kept in its own directory ->
+hard power-off right after a permit: still permitted -> an update whose controller cannot start
+rolls back to A by itself -> an update to slot B boots B and is kept (hwdb's rows still there).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ LAPTOP_MAC, PHONE_MAC = "02:1a:00:00:00:01", "02:1a:00:00:00:02"
 # there); the measured times are reported.
 BOOT_S = {True: 240, False: 900}
 PENDING_LEASE_S, PERMITTED_LEASE_S = 30, 3600
+DATA, HWDB_DIR = "/var/lib/homework", "/var/lib/homework/hwdb"
+# A row of one of hwdb's persistent tables, written before the reboot that moves hwdb's files
+# into its own directory; it must be there after that and after each update.
+HWDB_ROW = "written before the reboot and the updates"
 TIMINGS: dict[str, float] = {}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the boot test needs root (namespaces, taps, KVM)")
@@ -232,6 +237,14 @@ def wait_for_services(vm: RouterVm) -> None:
     )
 
 
+def hwdb_query(vm: RouterVm, text: str) -> str:
+    return vm.run(f"/usr/lib/homework/bin/hwdb query --server 127.0.0.1:987 --timeout 2 {shlex.quote(text)}")
+
+
+def hwdb_keeps_its_row(vm: RouterVm) -> bool:
+    return HWDB_ROW in hwdb_query(vm, "select message from Events where kind = 'boot-test'")
+
+
 def main_pid(vm: RouterVm, service: str) -> int:
     return int(vm.run(f"systemctl show -p MainPID --value homework-{service}").strip())
 
@@ -327,9 +340,20 @@ def test_boots_and_every_service_comes_up(router, net):
         out = router.run(f"{as_service(router, service)} touch /efi/loader/probe", check=False)
         assert "Read-only file system" in out or "Permission denied" in out, (service, out)
     router.run("touch /efi/loader/probe && rm /efi/loader/probe")  # the installer's root may
+    # hwdb, which the LAN's agents talk to, is not root either, and writes only its own
+    # directory: not the controller's database beside it, which the controller may write (and
+    # not hwdb's).
+    assert router.run(f"stat -c %U /proc/{main_pid(router, 'hwdb')}").strip() == "homework-hwdb"
+    for path in (f"{DATA}/probe", f"{DATA}/controller.sqlite"):
+        out = router.run(f"{as_service(router, 'hwdb')} touch {path}", check=False)
+        assert "Read-only file system" in out or "Permission denied" in out, (path, out)
+    router.run(f"{as_service(router, 'hwdb')} touch {HWDB_DIR}/probe && rm {HWDB_DIR}/probe")
+    out = router.run(f"{as_service(router, 'controller')} touch {HWDB_DIR}/probe", check=False)
+    assert "Read-only file system" in out or "Permission denied" in out, out
+    router.run(f"{as_service(router, 'controller')} touch {DATA}/probe && rm {DATA}/probe")
     # The web UI reads the agent key hwdb made (through hwdb's group), and may not change it.
-    router.run(f"{as_service(router, 'webui')} head -c 64 /var/lib/homework/agent.key >/dev/null")
-    assert "cannot" in router.run(f"{as_service(router, 'webui')} touch /var/lib/homework/agent.key", check=False)
+    router.run(f"{as_service(router, 'webui')} head -c 64 {HWDB_DIR}/agent.key >/dev/null")
+    assert "cannot" in router.run(f"{as_service(router, 'webui')} touch {HWDB_DIR}/agent.key", check=False)
     # The controller, seeing what it sees, gets hostapd's answers (the blacklist goes that way).
     ping = f"nsenter -t {main_pid(router, 'controller')} -m hostapd_cli -p /run/homework/hostapd -i br-lan ping"
     assert router.run(ping, check=False).split()[-1:] == ["PONG"]
@@ -376,10 +400,22 @@ def test_permitted_device_renews_for_an_hour_and_reaches_the_internet(net):
     assert status == "200" and "Hello from the internet" in body
 
 
-def test_permit_survives_a_reboot(router, net):
+def test_permit_and_hwdbs_rows_survive_a_reboot_that_moves_them_into_hwdbs_own_directory(router, net):
+    hwdb_query(router, f"insert into Events values ('boot-test', '{LAPTOP_MAC}', '{HWDB_ROW}')")
+    key = router.run(f"cat {HWDB_DIR}/agent.key").strip()
+    # The data partition as the previous image left it (format 1: hwdb, as root, kept its files
+    # in the top directory), so this reboot is what a box updated from that image goes through.
+    router.run(
+        f"systemctl stop homework-hwdb && mv {HWDB_DIR}/hwdb.sqlite* {HWDB_DIR}/agent.key {DATA}/ && rmdir {HWDB_DIR}"
+        f" && chown root {DATA}/hwdb.sqlite* {DATA}/agent.key && echo 1 >{DATA}/FORMAT"
+    )
     router.wait_for_shell(router.reboot(), BOOT_S[router.kvm])
     wait_for_services(router)
     assert device_state(router, LAPTOP_MAC) == "permitted"
+    assert router.run(f"cat {DATA}/FORMAT").strip() == "2"
+    assert router.run(f"stat -c %U {HWDB_DIR}/hwdb.sqlite {HWDB_DIR}/agent.key").split() == ["homework-hwdb"] * 2
+    assert router.run(f"cat {HWDB_DIR}/agent.key").strip() == key, "the agents' key changed: each must be paired again"
+    assert hwdb_keeps_its_row(router)
     laptop = net.clients["laptop"]
     laptop.dhcp(timeout=120)
     assert laptop.lease_left() > PENDING_LEASE_S * 10
@@ -426,6 +462,7 @@ def test_an_update_whose_controller_cannot_start_rolls_back_by_itself(router, ne
     wait_for_services(router)
     assert device_state(router, LAPTOP_MAC) == "permitted"
     assert net.clients["laptop"].fetch()[0] == "200"
+    assert hwdb_keeps_its_row(router)
 
 
 def test_an_update_from_the_web_ui_boots_slot_b_and_is_kept(router, net, bundles):
@@ -459,6 +496,7 @@ def test_an_update_from_the_web_ui_boots_slot_b_and_is_kept(router, net, bundles
 
     wait_until("slot B's boot entry to be blessed", blessed, 300, 5)
     assert device_state(router, LAPTOP_MAC) == "permitted"
+    assert hwdb_keeps_its_row(router)
     laptop = net.clients["laptop"]
     laptop.dhcp(timeout=120)
     assert laptop.fetch()[0] == "200"

@@ -8,6 +8,7 @@ import http.server
 import json
 import re
 import shlex
+import socket
 import subprocess
 import tarfile
 import threading
@@ -214,6 +215,63 @@ def test_migrations_run_once_in_order(tmp_path):
     state.migrate(tmp_path, current=3, migrations=steps)
     assert ran == [1, 2]
     assert "newer than this image" in state.migrate(tmp_path, current=2, migrations=steps)
+
+
+HWDB = build.REPO / "hwdb/target/release/hwdb"
+
+
+def hwdb_serving(db: Path, key: Path) -> tuple[subprocess.Popen, str]:
+    """The real hwdb on a free loopback port, once it answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        server = f"127.0.0.1:{s.getsockname()[1]}"
+    proc = subprocess.Popen([HWDB, "serve", "--listen", server, "--db", db, "--agent-key-file", key])
+    wait_until("hwdb answers", lambda: hwdb_query(server, "show tables", check=False).returncode == 0, 20, 0.2)
+    return proc, server
+
+
+def hwdb_query(server: str, text: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [HWDB, "query", "--server", server, "--timeout", "1", text], capture_output=True, text=True, check=check
+    )
+
+
+def test_an_update_moves_hwdbs_rows_and_key_into_its_own_directory(tmp_path):
+    """The previous image's data partition (format 1: hwdb's files in the top directory, its
+    newest row still only in the write-ahead log after a power cut) keeps what hwdb holds."""
+    proc, server = hwdb_serving(tmp_path / "hwdb.sqlite", tmp_path / "agent.key")
+    try:
+        hwdb_query(server, "insert into Events values ('update', '02:1a:00:00:00:01', 'written before the update')")
+    finally:
+        proc.kill()  # a power cut: no checkpoint
+        proc.wait()
+    assert (tmp_path / "hwdb.sqlite-wal").stat().st_size > 0
+    (tmp_path / "FORMAT").write_text("1\n")
+    key = (tmp_path / "agent.key").read_text()
+
+    assert "migrated from 1" in state.migrate(tmp_path)
+
+    own = tmp_path / state.HWDB_DIR
+    assert (own / "agent.key").read_text() == key and (own / "agent.key").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "hwdb.sqlite").exists(), "the originals stay for an older image after a rollback"
+    proc, server = hwdb_serving(own / "hwdb.sqlite", own / "agent.key")
+    try:
+        rows = hwdb_query(server, "select message from Events where kind = 'update'").stdout
+    finally:
+        proc.terminate()
+        proc.wait()
+    assert "written before the update" in rows
+
+
+def test_a_cut_off_move_of_hwdbs_files_is_done_again_whole(tmp_path):
+    (tmp_path / "FORMAT").write_text("1\n")
+    (tmp_path / "agent.key").write_text("k\n")
+    (tmp_path / "hwdb.migrating").mkdir()
+    (tmp_path / "hwdb.migrating" / "agent.key").write_text("half")  # power cut during the copy
+    state.migrate(tmp_path)
+    assert (tmp_path / "hwdb" / "agent.key").read_text() == "k\n"
+    assert not (tmp_path / "hwdb.migrating").exists()
+    assert (tmp_path / "FORMAT").read_text() == f"{state.CURRENT}\n"
 
 
 # ---- bundles and their installation
@@ -611,21 +669,25 @@ def test_only_the_web_ui_may_write_the_update_spool():
         "homework-webui.service"
     ]
     # Each writes its own files: hwdb and the controller their databases, hostapd its sockets.
-    assert may_write(units["homework-hwdb.service"], "/var/lib/homework/hwdb.sqlite")
+    assert may_write(units["homework-hwdb.service"], "/var/lib/homework/hwdb/hwdb.sqlite")
     assert may_write(units["homework-controller.service"], "/var/lib/homework/controller.sqlite")
+    # ... and not each other's: hwdb its own directory only, the controller everything but it.
+    assert not may_write(units["homework-hwdb.service"], "/var/lib/homework/controller.sqlite")
+    assert not may_write(units["homework-controller.service"], "/var/lib/homework/hwdb/hwdb.sqlite")
     assert may_write(units["homework-hostapd.service"], "/run/homework/hostapd/br-lan")
     assert not may_write(units["homework-controller.service"], "/run/homework/hostapd/br-lan")
     assert not any(may_write(text, "/efi/loader/entries/x.conf") for text in units.values())
 
 
-def test_the_web_ui_runs_as_its_own_user_and_reads_hwdbs_agent_key_through_its_group():
+def test_hwdb_and_the_web_ui_run_as_their_own_users_and_the_web_ui_reads_hwdbs_agent_key():
     units = image_units()
     webui, hwdb = units["homework-webui.service"], units["homework-hwdb.service"]
     assert unit_lines(webui, "User") == ["homework-webui"]
     # systemd hands the state directory (and what an older image left there as root) to the user.
     assert unit_lines(webui, "StateDirectory") == ["homework/webui"]
     assert unit_lines(webui, "ReadWritePaths") == ["-/run/homework/update"]
-    assert unit_lines(hwdb, "Group") == [systemd.HWDB_GROUP]
+    assert unit_lines(hwdb, "User") == ["homework-hwdb"] and unit_lines(hwdb, "Group") == [systemd.HWDB_GROUP]
+    assert unit_lines(hwdb, "StateDirectory") == ["homework/hwdb"] and not unit_lines(hwdb, "ReadWritePaths")
     assert unit_lines(webui, "SupplementaryGroups") == [systemd.HWDB_GROUP]
     # Whoever stays root opens no disk: a root service that could would write any kernel it liked.
     for name, text in units.items():

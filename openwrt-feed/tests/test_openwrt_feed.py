@@ -286,8 +286,43 @@ def test_sysupgrade_keeps_every_state_file_the_services_write():
     state_dir = parse_uci(UCI_DEFAULTS.read_text())["main"]["state_dir"]
     assert isinstance(state_dir, str)
     files = _state_files()
-    assert {"hwdb.sqlite", "controller.sqlite", "webui"} <= set(files)
+    assert {"hwdb/hwdb.sqlite", "hwdb/agent.key", "controller.sqlite", "webui"} <= set(files)
     assert keep_problems(KEEP.read_text(), files, state_dir) == []
+
+
+HWDB_MOVE = FEED / "homework-hwdb" / "files" / "homework-hwdb.uci-defaults"
+
+
+def run_hwdb_move(state_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The uci-defaults script as first boot runs it, with `uci` answering the state directory."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "uci").write_text(f"#!/bin/sh\necho '{state_dir}'\n")
+    (bin_dir / "uci").chmod(0o755)
+    return subprocess.run(["sh", str(HWDB_MOVE)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True)
+
+
+def test_an_older_routers_hwdb_files_move_into_hwdbs_directory_once(tmp_path):
+    state = tmp_path / "homework"
+    state.mkdir()
+    for name, text in (("hwdb.sqlite", "db"), ("hwdb.sqlite-wal", "wal"), ("agent.key", "key\n")):
+        (state / name).write_text(text)
+    (state / "agent.key").chmod(0o640)
+    assert run_hwdb_move(state, tmp_path).returncode == 0
+    moved = {p.name: p.read_text() for p in (state / "hwdb").iterdir()}
+    assert moved == {"hwdb.sqlite": "db", "hwdb.sqlite-wal": "wal", "agent.key": "key\n"}
+    assert (state / "hwdb" / "agent.key").stat().st_mode & 0o777 == 0o640
+    # hwdb's own files, once it has them, are never overwritten by the old ones.
+    (state / "hwdb" / "hwdb.sqlite").write_text("newer")
+    assert run_hwdb_move(state, tmp_path).returncode == 0
+    assert (state / "hwdb" / "hwdb.sqlite").read_text() == "newer"
+
+
+def test_a_new_router_gets_no_hwdb_directory_from_the_move(tmp_path):
+    state = tmp_path / "homework"
+    state.mkdir()
+    assert run_hwdb_move(state, tmp_path).returncode == 0
+    assert not (state / "hwdb").exists()  # hwdb makes it, as its files
 
 
 def test_a_state_file_missing_from_keep_d_is_named():

@@ -21,9 +21,9 @@ PACED = f"http://{INTERNET_IP}/paced/big.bin"  # 10 s at 100 kB/s: a connection 
 
 
 def router_key_file(home) -> Path:
-    """The household's agent key, which hwdb makes in the router's state directory (what the
-    owner copies from the web UI into the agent)."""
-    return home.run_dir / "agent.key"
+    """The household's agent key, which hwdb makes in its directory of the router's state (what
+    the owner copies from the web UI into the agent)."""
+    return home.run_dir / "hwdb" / "agent.key"
 
 
 def start_agent(home, device: str, *key_args: str) -> subprocess.Popen:
