@@ -1,0 +1,174 @@
+"""IPv6 for every device, each in its own /64 (RFC 8273, "Unique IPv6 Prefix per Host"): the /30 idea
+carried over, so every packet between devices still passes the router.
+
+The prefix plan is pure: a ULA /48 (RFC 4193) that always exists, made once from a random 40-bit global
+ID kept beside the controller's SQLite file (`load_or_make_ula`, the one piece of I/O here), and the
+prefix the ISP delegates when one is known (/56, /60 or /64).
+
+- A device's ULA /64 is the /48's subnet numbered as its /30 (the device record's subnet index, which
+  the store keeps): the same device has the same ULA /64 after a restart.
+- Global /64s: the delegated prefix's /64 number 0 is the router's own; the rest go to forwarding
+  devices in the order they come to forward, each preferring the /64 numbered as its /30 (stable across
+  a restart while the household fits), else the lowest free one. With fewer /64s than devices the later
+  ones get their ULA /64 only (RFC 6724: a host with only a ULA source reaches global names over IPv4).
+  With only a /64 delegated, devices are ULA-only: the router keeps that /64, and does no NAT66.
+- A device that stops forwarding (denied, paused, its lease ran out) gives its global /64 back, and
+  gets no prefix at all: its router advertisements say router lifetime 0 and carry none.
+
+`Ipv6Addresses` is the concern: which global /64 each device holds, and what its last router
+advertisement said (so a change is advertised at once, and otherwise every `ADVERT_INTERVAL_S`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import Device
+
+ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
+ROUTER_LINK_LOCAL = "fe80::1"  # the router's address on every device's link (the source of its adverts)
+GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
+GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
+ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)
+
+
+class BadPrefix(ValueError):
+    pass
+
+
+def ula_prefix(global_id: int) -> ipaddress.IPv6Network:
+    """RFC 4193: fd00::/8 with the locally assigned bit, a 40-bit global ID, a /48."""
+    if not 0 <= global_id < 1 << 40:
+        raise ValueError("a ULA global ID has 40 bits")
+    return ipaddress.IPv6Network(((0xFD << 120) | (global_id << 80), 48))
+
+
+def load_or_make_ula(directory: str | Path, random_id: Callable[[], int] = lambda: secrets.randbits(40)):
+    """The home's ULA /48: its global ID read from the data partition, or made (once) and written there
+    atomically (temporary file, fsync, rename), so it survives reboots and updates."""
+    path = Path(directory) / ULA_ID_FILE
+    try:
+        return ula_prefix(int(path.read_text().strip(), 16))
+    except FileNotFoundError:
+        pass
+    except ValueError as exc:
+        raise BadPrefix(f"{path}: not a 40-bit ULA global ID ({exc}); remove it to make a new one") from None
+    global_id = random_id()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as out:
+        out.write(f"{global_id:010x}\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    return ula_prefix(global_id)
+
+
+def parse_delegated(text: str) -> ipaddress.IPv6Network | None:
+    """A delegated prefix as the command line gives it ("" for none): a global /48../64."""
+    if not text:
+        return None
+    try:
+        net = ipaddress.IPv6Network(text)
+    except ValueError as exc:
+        raise BadPrefix(f"not an IPv6 prefix: {text!r} ({exc})") from None
+    if not 48 <= net.prefixlen <= 64 or not net.subnet_of(GLOBAL_UNICAST):
+        raise BadPrefix(f"{net}: a delegated prefix is a global unicast (2000::/3) /48 to /64")
+    return net
+
+
+@dataclass(frozen=True)
+class PrefixPlan:
+    ula: ipaddress.IPv6Network  # /48
+    delegated: ipaddress.IPv6Network | None = None
+
+    def ula_of(self, subnet_index: int) -> str:
+        """The device's ULA /64, numbered as its /30 (indexes fit: 16,384 /30s, 65,536 /64s)."""
+        return str(_nth_64(self.ula, subnet_index))
+
+    @property
+    def global_slots(self) -> int:
+        """How many /64s of the delegated prefix devices may have (its first is the router's own)."""
+        if self.delegated is None:
+            return 0
+        return (1 << (64 - self.delegated.prefixlen)) - 1
+
+    def global_of(self, slot: int) -> str:
+        assert self.delegated is not None and 1 <= slot <= self.global_slots
+        return str(_nth_64(self.delegated, slot))
+
+
+def _nth_64(net: ipaddress.IPv6Network, n: int) -> ipaddress.IPv6Network:
+    return ipaddress.IPv6Network((int(net.network_address) + (n << 64), 64))
+
+
+def gateway_of(prefix: str) -> str:
+    """The router's address in a device's /64."""
+    return str(ipaddress.IPv6Network(prefix).network_address + GATEWAY_HOST)
+
+
+@dataclass(frozen=True)
+class Advert:
+    """What one router advertisement to a device says: its prefixes (global first), or none (router lifetime 0)."""
+
+    prefixes: tuple[str, ...]
+
+
+class Ipv6Addresses:
+    """The concern: global /64s held by devices, and what each device was last advertised, and when."""
+
+    def __init__(self, plan: PrefixPlan, clock: Callable[[], float]):
+        self.plan = plan
+        self.clock = clock
+        self.slot_of: dict[str, int] = {}  # MAC -> its global /64's number in the delegated prefix
+        self.holder: dict[int, str] = {}
+        self.advertised: dict[str, tuple[Advert, float]] = {}
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.slot_of or mac in self.advertised
+
+    def forget(self, mac: str) -> None:
+        self._release(mac)
+        self.advertised.pop(mac, None)
+
+    def prefixes_of(self, device: Device, forwarding: bool) -> tuple[str, ...]:
+        """The device's /64s now (global first, then ULA): none unless it forwards."""
+        if not forwarding or device.subnet is None:
+            self._release(device.mac)
+            return ()
+        ula = self.plan.ula_of(device.subnet.index)
+        slot = self._slot(device.mac, device.subnet.index)
+        return (self.plan.global_of(slot), ula) if slot else (ula,)
+
+    def _slot(self, mac: str, preferred: int) -> int:
+        slot = self.slot_of.get(mac)
+        if slot is not None:
+            return slot
+        slots = self.plan.global_slots
+        if len(self.holder) >= slots:
+            return 0
+        if preferred <= slots and preferred not in self.holder:
+            slot = preferred
+        else:
+            slot = next(n for n in range(1, slots + 1) if n not in self.holder)
+        self.slot_of[mac], self.holder[slot] = slot, mac
+        return slot
+
+    def _release(self, mac: str) -> None:
+        slot = self.slot_of.pop(mac, None)
+        if slot is not None:
+            del self.holder[slot]
+
+    def advert_due(self, mac: str, prefixes: tuple[str, ...], now: float, solicited: bool = False) -> Advert | None:
+        """The advertisement to send the device now, if any: when what it says changed, when the device
+        asks (a router solicitation), or when the last one is ADVERT_INTERVAL_S old."""
+        advert = Advert(prefixes)
+        last = self.advertised.get(mac)
+        if not solicited and last is not None and last[0] == advert and now - last[1] < ADVERT_INTERVAL_S:
+            return None
+        self.advertised[mac] = (advert, now)
+        return advert
