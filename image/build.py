@@ -112,6 +112,8 @@ SYSTEM_UNITS = (
     "homework-console.service",
     "homework-update-spool.path",
     "homework-grub-count.service",
+    # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
+    "homework-test-radios.service",
     "nftables.service",
     "systemd-networkd.service",
     "systemd-resolved.service",

@@ -1,0 +1,225 @@
+"""The router's own access point: the first radio that can be one serves the household's network.
+
+`homework-network` calls `setup_radio` once the bridge is up. It asks the kernel (nl80211, through
+pyroute2) for the box's radios and takes the first, in the kernel's order, that supports AP mode;
+a box without one keeps the wired setup (hostapd's 802.1X on the bridge). The radio's interface
+is renamed `wlan0`, switched to AP mode and made a port of `br-lan`, so every station is a
+port-level peer the controller sees, isolates and admits; hostapd runs on it with
+`driver=nl80211` (`homework_controller.hostapd_conf`: WPA2-PSK and WPA3-SAE, per-device
+passphrases from `STATE/hostapd.wpa_psk`, `ap_isolate`, multicast as unicast).
+
+The household's settings are in `STATE/config/wifi.conf`, `key=value` lines:
+
+    ssid=Homework            the network's name
+    passphrase=...           the shared (guest) passphrase; made at first boot if absent
+    country=00               the regulatory domain (ISO 3166-1, e.g. GB); 00, the world's, until set
+    band=2.4                 2.4 or 5 (GHz; 5 needs a country)
+    channel=6
+
+A line that is not understood is reported and left out (the others still apply). The services
+find hostapd's control socket under the bridge's name (`RUN/hostapd/br-lan`, as on a box without a
+radio): with a radio that name is a link to the radio's socket.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from . import BRIDGE, RUN, STATE, VENV
+
+RADIO_PORT = "wlan0"
+WIFI_CONFIG = STATE / "config" / "wifi.conf"
+PSK_FILE = STATE / "hostapd.wpa_psk"
+HOSTAPD_CTRL = RUN / "hostapd"
+BANDS = ("2.4", "5")
+
+
+class RadioError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class WifiSettings:
+    ssid: str = "Homework"
+    passphrase: str = ""
+    country: str = "00"
+    band: str = "2.4"
+    channel: int = 6
+
+
+@dataclass(frozen=True)
+class Radio:
+    phy: str  # e.g. phy0
+    ifname: str  # its network interface as the driver named it
+
+
+def _check(key: str, value: str) -> Any:
+    if key == "ssid":
+        if not 1 <= len(value.encode()) <= 32:
+            raise ValueError("a network name is 1 to 32 bytes")
+        return value
+    if key == "passphrase":
+        if not 8 <= len(value) <= 63 or any(not 32 <= ord(ch) <= 126 for ch in value):
+            raise ValueError("a passphrase is 8 to 63 printable ASCII characters")
+        return value
+    if key == "country":
+        if value != "00" and not (len(value) == 2 and value.isascii() and value.isalpha()):
+            raise ValueError("a country is 00 or two letters (ISO 3166-1, e.g. GB)")
+        return value.upper()
+    if key == "band":
+        if value not in BANDS:
+            raise ValueError(f"a band is one of {', '.join(BANDS)} (GHz)")
+        return value
+    if key == "channel":
+        if not value.isdigit() or not 1 <= int(value) <= 196:
+            raise ValueError("a channel is a number from 1 to 196")
+        return int(value)
+    raise ValueError(f"unknown setting (known: {', '.join(f.name for f in fields(WifiSettings))})")
+
+
+def parse_wifi_config(text: str) -> tuple[WifiSettings, list[str]]:
+    """The settings `text` gives (defaults for the rest) and one message per line left out."""
+    settings, problems = WifiSettings(), []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected key=value")
+            settings = replace(settings, **{key.strip(): _check(key.strip(), value.strip())})
+        except ValueError as exc:
+            problems.append(f"{WIFI_CONFIG} line {number}: {exc}; left out")
+    if settings.band == "5" and settings.country == "00":
+        problems.append(
+            f"{WIFI_CONFIG}: band=5 needs a country (in the world domain 5 GHz may not start a network); 2.4 GHz"
+        )
+        settings = replace(settings, band="2.4", channel=WifiSettings.channel)
+    return settings, problems
+
+
+def ap_radios(wiphys: Iterable[dict], interfaces: Iterable[dict]) -> list[Radio]:
+    """Radios that support AP mode and have an interface, in the kernel's order (wiphy index).
+
+    wiphys: {"index": int, "name": "phy0", "iftypes": ["station", "ap", ...]}, one or more per
+    radio (a split dump repeats them); interfaces: {"wiphy": int, "ifname": "wlan0"}."""
+    capable: dict[int, str] = {}
+    for w in wiphys:
+        if "ap" in w.get("iftypes", ()):
+            capable[w["index"]] = w["name"]
+    first_interface: dict[int, str] = {}
+    for i in sorted(interfaces, key=lambda i: i["ifname"]):
+        first_interface.setdefault(i["wiphy"], i["ifname"])
+    return [Radio(capable[index], first_interface[index]) for index in sorted(capable) if index in first_interface]
+
+
+def read_radios() -> list[Radio]:
+    """The box's AP-capable radios, from nl80211 (none when the kernel has no nl80211 at all)."""
+    from pyroute2 import IW
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    try:
+        iw = IW()
+    except NetlinkError:  # no cfg80211: no wireless driver has loaded
+        return []
+    with iw:
+        wiphys = [
+            {
+                "index": m.get("NL80211_ATTR_WIPHY"),
+                "name": m.get("NL80211_ATTR_WIPHY_NAME"),
+                "iftypes": m.get("NL80211_ATTR_SUPPORTED_IFTYPES") or [],
+            }
+            for m in iw.list_wiphy()
+        ]
+        interfaces = [
+            {"wiphy": m.get("NL80211_ATTR_WIPHY"), "ifname": m.get("NL80211_ATTR_IFNAME")}
+            for m in iw.get_interfaces_dump()
+        ]
+    return ap_radios(wiphys, interfaces)
+
+
+def hostapd_args(settings: WifiSettings) -> list[str]:
+    """`homework_controller.hostapd_conf`'s arguments for the radio."""
+    return [
+        "--driver",
+        "nl80211",
+        "--interface",
+        RADIO_PORT,
+        "--ctrl-dir",
+        str(HOSTAPD_CTRL),
+        "--ssid",
+        settings.ssid,
+        "--passphrase",
+        settings.passphrase,
+        "--psk-file",
+        str(PSK_FILE),
+        "--country",
+        settings.country,
+        "--band",
+        settings.band,
+        "--channel",
+        str(settings.channel),
+    ]
+
+
+def run(*cmd: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RadioError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def wifi_settings() -> WifiSettings:
+    """The household's settings; at first boot a guest passphrase is made and kept."""
+    settings, problems = parse_wifi_config(WIFI_CONFIG.read_text() if WIFI_CONFIG.exists() else "")
+    for problem in problems:
+        print(f"homework-network: {problem}", file=sys.stderr)
+    if not settings.passphrase:
+        from homework_controller import wifi_keys
+
+        settings = replace(settings, passphrase=wifi_keys.new_passphrase())
+        WIFI_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+        with WIFI_CONFIG.open("a") as f:
+            f.write(f"passphrase={settings.passphrase}\n")
+        os.chmod(WIFI_CONFIG, 0o600)
+    return settings
+
+
+def setup_radio() -> bool:
+    """Serve the household's network on the first AP-capable radio; False when the box has none."""
+    radios = read_radios()
+    if not radios:
+        return False
+    radio = radios[0]
+    settings = wifi_settings()
+    print(
+        f"homework-network: access point on {radio.phy} ({radio.ifname} -> {RADIO_PORT}): "
+        f"{settings.ssid!r}, {settings.band} GHz channel {settings.channel}, country {settings.country}"
+    )
+    if radio.ifname != RADIO_PORT:
+        run("ip", "link", "set", "dev", radio.ifname, "down")
+        run("ip", "link", "set", "dev", radio.ifname, "name", RADIO_PORT)
+    # A station-mode interface cannot be a bridge port; hostapd would make it an AP anyway.
+    run("iw", "dev", RADIO_PORT, "set", "type", "__ap")
+    Path(f"/proc/sys/net/ipv6/conf/{RADIO_PORT}/disable_ipv6").write_text("1\n")
+    run("ovs-vsctl", "--may-exist", "add-port", BRIDGE, RADIO_PORT)
+    conf = run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
+    RUN.mkdir(parents=True, exist_ok=True)
+    target = RUN / "hostapd.conf"
+    target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
+    with os.fdopen(fd, "w") as f:
+        f.write(conf)
+    # The controller and the readiness check look for hostapd's socket under the bridge's name.
+    HOSTAPD_CTRL.mkdir(parents=True, exist_ok=True)
+    alias = HOSTAPD_CTRL / BRIDGE
+    alias.unlink(missing_ok=True)
+    alias.symlink_to(RADIO_PORT)
+    return True

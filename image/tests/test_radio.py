@@ -1,0 +1,80 @@
+"""The router's own access point, its pure parts: which radio serves, the household's settings,
+and hostapd's configuration rendered from them (real hostapd reads it). The radio itself is
+tested in the VM (tests/test_radio_boot.py, mac80211_hwsim)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from homework_image import radio
+from homework_image.radio import Radio, WifiSettings
+
+
+def test_the_first_radio_that_can_be_an_access_point_serves_in_the_kernels_order():
+    wiphys = [
+        {"index": 1, "name": "phy1", "iftypes": ["station", "ap", "monitor"]},
+        {"index": 0, "name": "phy0", "iftypes": ["station", "monitor"]},  # a client-only card
+        {"index": 2, "name": "phy2", "iftypes": ["station", "ap"]},
+        {"index": 1, "name": "phy1"},  # a split dump repeats a radio without its iftypes
+    ]
+    interfaces = [
+        {"wiphy": 2, "ifname": "wlan2"},
+        {"wiphy": 1, "ifname": "wlp1s0"},
+        {"wiphy": 0, "ifname": "wlan0"},
+    ]
+    assert radio.ap_radios(wiphys, interfaces) == [Radio("phy1", "wlp1s0"), Radio("phy2", "wlan2")]
+
+
+def test_a_radio_without_an_interface_or_a_box_without_radios_has_no_access_point():
+    assert radio.ap_radios([{"index": 0, "name": "phy0", "iftypes": ["ap"]}], []) == []
+    assert radio.ap_radios([], []) == []
+
+
+def test_this_machine_has_no_nl80211_so_no_radio_and_the_wired_setup_stays():
+    # The host kernel has no mac80211 (docs: DESIGN.md): pyroute2 finds no nl80211 family.
+    assert radio.read_radios() == []
+
+
+def test_the_households_settings_and_their_defaults():
+    assert radio.parse_wifi_config("") == (WifiSettings(), [])
+    text = "# ours\nssid=Our house\npassphrase=correct horse battery\ncountry=gb\nband=5\nchannel=36\n"
+    assert radio.parse_wifi_config(text) == (
+        WifiSettings("Our house", "correct horse battery", "GB", "5", 36),
+        [],
+    )
+
+
+def test_a_bad_line_is_reported_and_left_out_and_the_others_apply():
+    settings, problems = radio.parse_wifi_config("ssid=Ours\nchannel=two\npassphrase=short\ncolour=blue\nnoequals\n")
+    assert settings == WifiSettings(ssid="Ours")
+    assert [p.split(": ", 1)[0].rsplit(" ", 1)[-1] for p in problems] == ["2", "3", "4", "5"]
+    assert "channel" in problems[0] and "8 to 63" in problems[1] and "unknown setting" in problems[2]
+    # 5 GHz without a country cannot start a network: the radio stays on 2.4 GHz, and says why.
+    settings, problems = radio.parse_wifi_config("band=5\nchannel=36\n")
+    assert (settings.band, settings.channel) == ("2.4", 6) and "needs a country" in problems[0]
+    assert radio.parse_wifi_config("country=G1\n")[0].country == "00"
+
+
+@pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
+def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(radio, "PSK_FILE", tmp_path / "psk")
+    monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "ctrl")
+    settings = WifiSettings("Our house", "correct horse battery", "GB", "2.4", 11)
+    conf = subprocess.run(
+        [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = conf.splitlines()
+    for wanted in ("interface=wlan0", "driver=nl80211", "ssid=Our house", "country_code=GB", "channel=11"):
+        assert wanted in lines
+    assert f"wpa_psk_file={tmp_path / 'psk'}" in lines and "sae_password=correct horse battery" in lines
+    (tmp_path / "hostapd.conf").write_text(conf.replace("interface=wlan0", "interface=hwnoradio0"))
+    out = subprocess.run(["timeout", "10", "hostapd", str(tmp_path / "hostapd.conf")], capture_output=True, text=True)
+    assert "errors found in configuration file" not in out.stdout + out.stderr, out.stdout
+    assert "Failed to initialize driver 'nl80211'" in out.stdout + out.stderr
