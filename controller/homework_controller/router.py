@@ -16,9 +16,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import apps, clones, dhcp, dnsgate, flows, packets, qos, wifi_keys
+from . import allowances, apps, clones, dhcp, dnsgate, flows, packets, qos, schedules, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
+from .allowances import Allowances
 from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
@@ -96,9 +97,11 @@ class HomeRouter:
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
-        self.pauses = Pauses()
+        self.household = schedules.HouseholdTime(store)
+        self.pauses = Pauses(store, clock, self.household)
+        self.allowances = Allowances(store, clock, self.household)
         # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
-        self.gates = (self.pauses,)
+        self.gates = (self.pauses, self.allowances)
         # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
@@ -111,6 +114,7 @@ class HomeRouter:
             self.clone_watch,
             self.passphrases,
             self.pauses,
+            self.allowances,
         )
 
     # -- switch lifecycle
@@ -272,14 +276,14 @@ class HomeRouter:
         far side 0.0.0.0.
         """
         rows = self.accounting.read_counters(entries)
-        return rows + self.priorities.poll(rows)
+        return rows + self.priorities.poll(rows) + self._count_usage(rows)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         if flow is not None:
             self.priorities.flow_ended(flow)
-        return rows + self.priorities.app_rows(rows)
+        return rows + self.priorities.app_rows(rows) + self._count_usage(rows)
 
     # -- application priorities
 
@@ -326,6 +330,10 @@ class HomeRouter:
         if query is None:
             self.counters["dns_malformed"] += 1
             return DnsVerdict("malformed")
+        if not all(gate.may_forward(device.mac) for gate in self.gates):
+            # Paused: every name is refused, so its apps say so at once instead of waiting out a timeout.
+            self.counters["dns_refused"] += 1
+            return DnsVerdict("block")
         if self.dns_gating.verdict(device.mac, query.qname):
             self.counters["dns_refused"] += 1
             return DnsVerdict("block")
@@ -423,10 +431,78 @@ class HomeRouter:
         self.pauses.pause(device.mac)
         return self._reconcile(device)
 
+    def pause_for(self, mac: str, duration: str) -> list:
+        """Paused now for a while: "30" or "30 min", "1 h", or "tomorrow" (the household's next reset)."""
+        device = self._known(mac)
+        now = self.clock()
+        if duration.strip().lower() == "tomorrow":
+            until = self.household.next_reset(now)
+        else:
+            minutes = duration if duration.strip()[-1:].isalpha() else f"{duration} min"  # "30" is minutes
+            try:
+                kind, amount = allowances.parse_amount(minutes)
+            except allowances.BadAllowance:
+                kind, amount = "", 0
+            if kind != "minutes":
+                raise ApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
+            until = now + amount * 60
+        self.pauses.pause(device.mac, until)
+        return self._reconcile(device)
+
     def resume(self, mac: str) -> list:
+        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
+        allowance that is used up still holds it: only a bonus or the reset lifts that."""
         device = self._known(mac)
         self.pauses.resume(device.mac)
         return self._reconcile(device)
+
+    def set_schedule(self, mac: str, text: str) -> list:
+        """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""
+        device = self._known(mac)
+        try:
+            windows = schedules.parse(text)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        self.pauses.set_schedule(device.mac, windows)
+        return self._reconcile(device)
+
+    def set_allowance(self, mac: str, amount: str) -> list:
+        """The device's daily allowance ("2 h", "500 MB"; empty removes it)."""
+        device = self._known(mac)
+        try:
+            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+        self.allowances.choose(device.mac, allowance)
+        return self._reconcile(device)
+
+    def grant_bonus(self, mac: str, amount: str) -> list:
+        """More for today, until the household's reset ("30 min", "500 MB")."""
+        device = self._known(mac)
+        try:
+            self.allowances.grant_bonus(device.mac, *allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+        return self._reconcile(device)
+
+    def household_time(self) -> dict:
+        return self.household.to_json()
+
+    def set_time_zone(self, name: str) -> dict:
+        """The household's time zone (IANA name): schedules and the reset are read in it from now on."""
+        try:
+            self.household.set_zone(name)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.household.to_json()
+
+    def set_reset_time(self, at: str) -> dict:
+        """When the household's day begins: allowances start again, "until tomorrow" ends."""
+        try:
+            self.household.set_reset(at)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.household.to_json()
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
@@ -460,6 +536,9 @@ class HomeRouter:
         effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
+        # Bedtimes that began or ended, pauses that ran out, a new day: the loop below applies them.
+        self.pauses.tick(now)
+        self.allowances.tick(now)
         for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
         for mac in self.dns_gating.tick(now):
@@ -480,7 +559,39 @@ class HomeRouter:
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
             **self.pauses.status_of(device.mac),
+            **self.allowances.status_of(device.mac),
+            **self._hold_status(device.mac),
         }
+
+    def _hold_status(self, mac: str) -> dict:
+        """paused, and if so why ("paused" | "bedtime" | "allowance") and until when (the household's
+        local time, ISO; null: until resumed). A pause or bedtime is said before a used-up allowance:
+        resuming it still leaves the allowance to lift."""
+        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
+        if hold is None:
+            return {"paused": False, "paused_why": None, "paused_until": None}
+        why, until = hold
+        return {
+            "paused": True,
+            "paused_why": why,
+            "paused_until": None if until is None else schedules.iso(until, self.household.tz),
+        }
+
+    def _count_usage(self, rows: list) -> list:
+        """What the `Flows` rows say each device moved counts against its allowance; one that runs out is
+        paused now (its rules, not at the next tick)."""
+        used: dict[str, int] = {}
+        for row in rows:
+            if row.table != "Flows":
+                continue
+            _, saddr, _, daddr, _, _, nbytes = row.row
+            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr)
+            if device is not None:
+                used[device.mac] = used.get(device.mac, 0) + nbytes
+        effects: list = []
+        for mac in self.allowances.count(used):
+            effects += self._reconcile(self.devices[mac])
+        return effects
 
     def dhcp_status(self) -> list:
         return self.registry.leases_status()

@@ -1,4 +1,5 @@
-"""The controller's own SQLite file: device decisions, /30 reservations, DNS rules and Wi-Fi passphrases.
+"""The controller's own SQLite file: device decisions, /30 reservations, DNS rules, Wi-Fi passphrases,
+pauses, schedules, allowances (and today's use) and the household's time settings.
 
 Writes never run on the caller's thread: `save`, `save_dns_rule` and `delete` queue the
 change and return at once (the router calls them under the controller's lock, where nothing
@@ -49,6 +50,32 @@ CREATE TABLE IF NOT EXISTS wifi_keys (
     mac TEXT PRIMARY KEY,
     passphrase TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pauses (
+    mac TEXT PRIMARY KEY,
+    paused INTEGER NOT NULL,
+    until REAL,
+    excused_until REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS schedules (
+    mac TEXT PRIMARY KEY,
+    windows TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS allowances (
+    mac TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('minutes', 'bytes')),
+    amount INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS allowance_usage (
+    mac TEXT PRIMARY KEY,
+    day_start REAL NOT NULL,
+    bytes INTEGER NOT NULL,
+    minutes INTEGER NOT NULL,
+    bonus INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 """
 
@@ -150,6 +177,25 @@ class DeviceStore:
             for mac, passphrase, created in self.db.execute("SELECT mac, passphrase, created FROM wifi_keys")
         }
 
+    def load_pauses(self) -> dict[str, tuple[bool, float | None, float]]:
+        """mac -> (paused, until when (None: until resumed), excused from its schedule until when)."""
+        rows = self.db.execute("SELECT mac, paused, until, excused_until FROM pauses")
+        return {mac: (bool(paused), until, excused) for mac, paused, until, excused in rows}
+
+    def load_schedules(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT mac, windows FROM schedules"))
+
+    def load_allowances(self) -> dict[str, tuple[str, int]]:
+        rows = self.db.execute("SELECT mac, kind, amount FROM allowances")
+        return {mac: (kind, amount) for mac, kind, amount in rows}
+
+    def load_usage(self) -> dict[str, tuple[float, int, int, int]]:
+        rows = self.db.execute("SELECT mac, day_start, bytes, minutes, bonus FROM allowance_usage")
+        return {mac: (day_start, nbytes, minutes, bonus) for mac, day_start, nbytes, minutes, bonus in rows}
+
+    def load_settings(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM settings"))
+
     # -- writing: queued, committed by the writer thread
 
     def save(self, device: Device) -> None:
@@ -195,10 +241,59 @@ class DeviceStore:
                 (mac, key.passphrase, key.created),
             )
 
+    def save_pause(self, mac: str, paused: bool, until: float | None, excused_until: float) -> None:
+        if not paused and not excused_until:
+            self._submit("DELETE FROM pauses WHERE mac = ?", (mac,))
+        else:
+            self._submit(
+                "INSERT INTO pauses (mac, paused, until, excused_until) VALUES (?,?,?,?) ON CONFLICT(mac) "
+                "DO UPDATE SET paused=excluded.paused, until=excluded.until, excused_until=excluded.excused_until",
+                (mac, int(paused), until, excused_until),
+            )
+
+    def save_schedule(self, mac: str, windows: str) -> None:
+        """A device's weekly schedule in its text form (`schedules.text`); empty removes it."""
+        if not windows:
+            self._submit("DELETE FROM schedules WHERE mac = ?", (mac,))
+        else:
+            self._submit(
+                "INSERT INTO schedules (mac, windows) VALUES (?,?) "
+                "ON CONFLICT(mac) DO UPDATE SET windows=excluded.windows",
+                (mac, windows),
+            )
+
+    def save_allowance(self, mac: str, kind: str | None, amount: int) -> None:
+        """Set (or, with kind None, remove) a device's daily allowance."""
+        if kind is None:
+            self._submit("DELETE FROM allowances WHERE mac = ?", (mac,))
+            self._submit("DELETE FROM allowance_usage WHERE mac = ?", (mac,))
+        else:
+            self._submit(
+                "INSERT INTO allowances (mac, kind, amount) VALUES (?,?,?) ON CONFLICT(mac) "
+                "DO UPDATE SET kind=excluded.kind, amount=excluded.amount",
+                (mac, kind, amount),
+            )
+
+    def save_usage(self, mac: str, day_start: float, nbytes: int, minutes: int, bonus: int) -> None:
+        self._submit(
+            "INSERT INTO allowance_usage (mac, day_start, bytes, minutes, bonus) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(mac) DO UPDATE SET day_start=excluded.day_start, bytes=excluded.bytes, "
+            "minutes=excluded.minutes, bonus=excluded.bonus",
+            (mac, day_start, nbytes, minutes, bonus),
+        )
+
+    def save_setting(self, key: str, value: str) -> None:
+        self._submit(
+            "INSERT INTO settings (key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
+
     def delete(self, mac: str) -> None:
         self._submit("DELETE FROM devices WHERE mac = ?", (mac,))
         self._submit("DELETE FROM dns_rules WHERE mac = ?", (mac,))
         self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
+        for table in ("pauses", "schedules", "allowances", "allowance_usage"):
+            self._submit(f"DELETE FROM {table} WHERE mac = ?", (mac,))
 
     def _submit(self, sql: str, args: tuple) -> None:
         with self._changed:

@@ -31,7 +31,8 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
     router.switch_ready(WLAN, ROUTER_MAC)
     permitted_phone(router)
-    arguments = {"mac": PHONE, "domain": "games.example.test", "name": "Phone"}
+    arguments = {"mac": PHONE, "domain": "games.example.test", "name": "Phone", "duration": "30"}
+    arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
     order += [op.name for op in operations.OPERATIONS if op.name not in order and op.answers != "edge"]
