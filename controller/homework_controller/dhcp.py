@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from . import portal
 from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
 DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
@@ -38,6 +39,7 @@ OPT_RENEWAL_T1 = 58
 OPT_REBINDING_T2 = 59
 OPT_VENDOR_CLASS = 60
 OPT_CLIENT_ID = 61
+OPT_CAPTIVE_PORTAL = 114  # RFC 8910: the captive portal's API (RFC 8908)
 OPT_END = 255
 
 BROADCAST_FLAG = 0x8000
@@ -195,6 +197,7 @@ _LEASE_TIMES = struct.Struct("!BBI BBI BBI")
 _ADDRESSES = struct.Struct("!BB4s BB4s BB4s BB4s")
 _SUBNET_MASK = socket.inet_aton(Subnet.mask)
 _END = b"\xff"
+_CAPTIVE_PORTAL = bytes((OPT_CAPTIVE_PORTAL, len(portal.API_URL))) + portal.API_URL.encode()
 
 
 def encode_reply(reply: DhcpReply) -> bytes:
@@ -248,6 +251,8 @@ def encode_reply(reply: DhcpReply) -> bytes:
                 socket.inet_aton(sub.broadcast),
             )
         )
+        # Every device is told where the portal's API is; it answers `captive: false` once it may go online.
+        parts.append(_CAPTIVE_PORTAL)
     parts.append(_END)
     return b"".join(parts)
 

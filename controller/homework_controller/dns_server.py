@@ -26,7 +26,7 @@ from collections import Counter
 
 import dnslib
 
-from . import dnsgate
+from . import dnsgate, portal
 from .supervised import SocketService, Supervisor
 
 LOG = logging.getLogger(__name__)
@@ -206,6 +206,9 @@ class DnsServer:
         if verdict.action == "block":
             assert query is not None, "only a parsed query can be blocked"
             return dnsgate.refusal(query)
+        if verdict.action == "portal":
+            assert query is not None, "only a parsed query names a probe"
+            return portal.probe_answer(query.record)
         return None
 
     def _read_upstream(self, answer: bytes | None, query: dnsgate.Query, wire: bytes, client_ip: str) -> bytes | None:

@@ -95,7 +95,8 @@ class ResolveName:
 @dataclass(frozen=True)
 class DnsVerdict:
     """What the resolver does with one query: "drop" it (not from a device: no answer at all),
-    answer FORMERR ("malformed"), refuse it ("block"), or relay it upstream ("allow")."""
+    answer FORMERR ("malformed"), refuse it ("block"), relay it upstream ("allow"), or answer a held-back
+    device's captive-portal probe with the router's address ("portal")."""
 
     action: str
 

@@ -180,6 +180,13 @@ OPERATIONS = (
     Operation("dns-rules", "GET", "dns_rules_of", "a device's DNS rules", ("mac",)),
     Operation("apps", "GET", "app_priorities", "every app with its priority and who chose it"),
     Operation(
+        "portal",
+        "GET",
+        "portal_of",
+        "what the captive portal tells the device at an address about itself: held back, why, until when, its code",
+        ("ip",),
+    ),
+    Operation(
         "wifi-key",
         "POST",
         "issue_wifi_key",
@@ -233,6 +240,7 @@ def openapi_yaml() -> str:
     params = {
         "mac": "the device's MAC address",
         "domain": "a DNS name (IDNA or Unicode)",
+        "ip": "a device's leased address (the web UI passes a request's source address)",
         "name": "the name; empty clears it",
         "duration": "minutes ('30', '30 min', '1 h') or 'tomorrow'",
         "windows": "the schedule's windows, DAYS HH:MM-HH:MM separated by ';' (empty clears it)",

@@ -30,8 +30,8 @@ def test_every_declared_operation_is_routed_to_a_method_of_the_router():
 def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
     router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
     router.switch_ready(WLAN, ROUTER_MAC)
-    permitted_phone(router)
-    arguments = {"mac": PHONE, "domain": "games.example.test", "name": "Phone", "duration": "30"}
+    phone_ip = permitted_phone(router)
+    arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}
     arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]

@@ -1,0 +1,169 @@
+"""The captive portal, the concern: a device held back (waiting for the household, paused, out of
+its allowance) is told why, the way phones and laptops look for a captive portal.
+
+- DHCP option 114 (RFC 8910) in every answer names the portal's API (RFC 8908), `API_URL`;
+- while held back, the device reaches the router's resolver and the portal and nothing else
+  (`flows.portal_rules`); the resolver answers the names the operating systems probe
+  (`PROBE_NAMES`) with the router's address, so their probe gets the portal, not 204/"Success";
+- the portal itself (the API and the page) is the web UI's, on the LAN side; it asks ws.v1
+  `portal/<ip>` about the device at the request's source address (`view`).
+
+The per-device code ("K7-Q2") is what the person at the wall panel matches against the label on
+the Guest Board. It is no secret (the board shows it), only an identifier, unique among the devices
+the router knows; made when first asked for, in memory (a restart makes new ones).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from collections.abc import Callable
+
+import dnslib
+
+from .model import LAN_NETWORK, ROUTER_FALLBACK_IP
+
+# The router's own LAN address (10.2.0.1: its /30 is kept for the router), where the web UI listens.
+ROUTER_ADDRESS = ROUTER_FALLBACK_IP
+# Plain HTTP on port 80: the probes are plain HTTP to port 80, and no publicly trusted certificate can
+# name a home router's LAN address (docs/captive-portal.md says what each OS makes of it). Port 80 is
+# sent on to the web UI's port by the router's own nftables rule (`redirect_port_80`).
+PORTAL_URL = f"http://{ROUTER_ADDRESS}/captive-portal"
+API_URL = f"{PORTAL_URL}/api"
+HTTP_PORT = 80
+
+# The names operating systems look up to tell whether they are behind a captive portal.
+PROBE_NAMES = frozenset(
+    {
+        # Android (and ChromeOS): http://connectivitycheck.gstatic.com/generate_204 and older names.
+        "connectivitycheck.gstatic.com",
+        "connectivitycheck.android.com",
+        "clients1.google.com",
+        "clients3.google.com",
+        "www.google.com",
+        # iOS, iPadOS, macOS: http://captive.apple.com/hotspot-detect.html
+        "captive.apple.com",
+        "www.apple.com",
+        "www.appleiphonecell.com",
+        # Windows: http://www.msftconnecttest.com/connecttest.txt (and the older NCSI name).
+        "www.msftconnecttest.com",
+        "www.msftncsi.com",
+        # Firefox's own check.
+        "detectportal.firefox.com",
+    }
+)
+# How long a device may keep the router's address for a probe name: once it may go online, its next
+# probe must find the real one.
+PROBE_TTL_S = 1
+
+# Four characters, shown as "K7-Q2": letters and digits no one confuses (no 0/O/D, 1/I/L, 2/Z, 5/S, 8/B,
+# U/V): 22^4 = 234,256 codes.
+CODE_ALPHABET = "ACEFGHJKMNPQRTWXY34679"
+
+
+def new_code(choose: Callable[[str], str] = secrets.choice) -> str:
+    chars = "".join(choose(CODE_ALPHABET) for _ in range(4))
+    return f"{chars[:2]}-{chars[2:]}"
+
+
+class Portal:
+    def __init__(self, make_code: Callable[[], str] = new_code):
+        self._make_code = make_code
+        self._codes: dict[str, str] = {}
+        self._taken: set[str] = set()
+
+    def knows(self, mac: str) -> bool:
+        return mac in self._codes
+
+    def forget(self, mac: str) -> None:
+        code = self._codes.pop(mac, None)
+        self._taken.discard(code or "")
+
+    def code_of(self, mac: str) -> str:
+        code = self._codes.get(mac)
+        if code is None:
+            code = self._make_code()
+            while code in self._taken:  # 234,256 codes for at most a few hundred devices: rarely twice
+                code = self._make_code()
+            self._codes[mac] = code
+            self._taken.add(code)
+        return code
+
+    def status_of(self, mac: str) -> dict:
+        return {"portal_code": self.code_of(mac)}
+
+
+def is_probe(qname: str) -> bool:
+    """Whether a (normalised, lower-case) question name is one an OS probes for a captive portal."""
+    return qname.rstrip(".") in PROBE_NAMES
+
+
+def probe_answer(record: dnslib.DNSRecord) -> bytes:
+    """The resolver's answer to a held-back device's query for a probe name: the router's address
+    (A), or no address of that type (NOERROR, empty: an NXDOMAIN would tell the device that the name
+    does not exist at all), good for PROBE_TTL_S."""
+    reply = record.reply()
+    reply.header.aa = 0
+    if record.q.qtype == dnslib.QTYPE.A:
+        reply.add_answer(dnslib.RR(record.q.qname, dnslib.QTYPE.A, rdata=dnslib.A(ROUTER_ADDRESS), ttl=PROBE_TTL_S))
+    return reply.pack()
+
+
+def waiting_reason(status: dict) -> str | None:
+    """Why the device may not go online now, from its status: "pending" (the household has not
+    decided), "denied", "paused" / "bedtime" / "allowance" (the pause's why, `paused_why`); None if it may."""
+    state = status.get("state")
+    if state == "pending":
+        return "pending"
+    if state in ("denied", "blacklisted"):
+        return "denied"
+    if status.get("paused") or status.get("paused_why"):
+        why = status.get("paused_why")
+        return why if why in ("bedtime", "allowance") else "paused"
+    return None
+
+
+def view(status: dict) -> dict:
+    """What the portal tells a device about itself (and nothing about any other): whether it is held
+    back, why, until when, and its code. The web UI turns it into the API's and the page's answers."""
+    reason = waiting_reason(status)
+    paused = reason in ("paused", "bedtime", "allowance")
+    return {
+        "captive": reason is not None,
+        "reason": reason,
+        "code": status.get("portal_code"),
+        "paused_until": status.get("paused_until") if paused else None,
+        "user_portal_url": PORTAL_URL,
+    }
+
+
+# ---- the I/O edge: the router's stack answers held-back devices
+
+NFT_TABLE = "homework_portal"
+# Where the web UI listens on the router's LAN address (deploy/services.toml: `--listen ${LAN_ADDRESS}:8080`).
+WEB_UI_PORT = 8080
+
+
+def open_lan_side(lan_iface: str, web_port: int = WEB_UI_PORT) -> None:
+    """Let the router's stack answer a held-back device (whose rules let through only its DNS and the
+    portal): a route to the whole LAN on the LAN interface (a device gets its gateway address on the
+    interface only once it is let in, so a storm of newcomers costs no netlink work), and the LAN's
+    plain HTTP to the router's address sent on to the web UI (nftables, replaced atomically): the OS
+    probes and the portal's URLs are port 80, which the unprivileged web UI cannot listen on."""
+    ruleset = f"""
+table ip {NFT_TABLE}
+flush table ip {NFT_TABLE}
+table ip {NFT_TABLE} {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname "{lan_iface}" ip daddr {ROUTER_ADDRESS} tcp dport {HTTP_PORT} dnat to {ROUTER_ADDRESS}:{web_port}
+  }}
+}}
+"""
+    for command, given in (
+        (["ip", "route", "replace", str(LAN_NETWORK), "dev", lan_iface, "scope", "link"], None),
+        (["nft", "-f", "-"], ruleset),
+    ):
+        proc = subprocess.run(command, input=given, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"could not open the portal ({' '.join(command[:2])}): {proc.stderr.strip()}")

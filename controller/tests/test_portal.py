@@ -1,0 +1,218 @@
+"""The captive portal: a device held back (pending, paused, out of its allowance) is told why. Its DHCP
+answers name the portal's API (option 114), its switch rules let it reach the router's resolver and the
+portal and nothing else, the resolver answers the OS probes' names with the router's address, and ws.v1
+tells the web UI about the device at an address, that device only."""
+
+import dnslib
+import pytest
+from dhcp_frames import frame, reply_of
+from fakeoftable import FakeSwitch, ipv4
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
+
+from homework_controller import dnsgate, flows, portal
+from homework_controller.effects import AnswerDhcp
+from homework_controller.errors import UnknownDevice
+
+LOCAL = flows.LOCAL
+INTERNET = "198.51.100.80"
+ROUTER = portal.ROUTER_ADDRESS
+PROBE = "connectivitycheck.gstatic.com"
+
+
+@pytest.fixture
+def switch(router):
+    sw = FakeSwitch()
+    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return sw
+
+
+def gateway_of(router, mac):
+    return router.devices[mac].subnet.gateway
+
+
+def ask(router, ip, name, qtype="A"):
+    return router.dns_query(ip, dnsgate.parse_query(dnslib.DNSRecord.question(name, qtype).pack()))
+
+
+# ---- the code and what the portal says (pure)
+
+
+def test_codes_are_short_unambiguous_and_unique_among_the_devices_known():
+    made = iter(["K7-Q2", "K7-Q2", "AC-34", "K7-Q2"])
+    codes = portal.Portal(make_code=lambda: next(made))
+    assert codes.code_of(PHONE) == "K7-Q2"
+    assert codes.code_of(LAPTOP) == "AC-34"  # the phone's code again was drawn, and drawn again
+    assert codes.code_of(PHONE) == "K7-Q2" and codes.status_of(PHONE) == {"portal_code": "K7-Q2"}
+    codes.forget(PHONE)
+    assert not codes.knows(PHONE)
+    assert codes.code_of(LAPTOP) == "AC-34"
+    code = portal.new_code()
+    assert len(code) == 5 and code[2] == "-" and set(code.replace("-", "")) <= set(portal.CODE_ALPHABET)
+    assert not set("0O1IL2Z5S8BUVD") & set(portal.CODE_ALPHABET)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "until"),
+    [
+        ({"state": "pending"}, "pending", None),
+        ({"state": "permitted", "paused": False}, None, None),
+        ({"state": "permitted", "paused": True, "paused_why": "paused", "paused_until": None}, "paused", None),
+        (
+            {
+                "state": "permitted",
+                "paused": True,
+                "paused_why": "bedtime",
+                "paused_until": "2026-11-26T07:00:00+00:00",
+            },
+            "bedtime",
+            "2026-11-26T07:00:00+00:00",
+        ),
+        ({"state": "permitted", "paused": True, "paused_why": "allowance", "paused_until": "x"}, "allowance", "x"),
+        ({"state": "permitted", "paused": True}, "paused", None),  # a pause without a why
+        ({"state": "denied"}, "denied", None),
+    ],
+)
+def test_the_portal_says_why_a_device_waits_from_its_status(status, reason, until):
+    said = portal.view({**status, "portal_code": "K7-Q2", "mac": PHONE, "name": "x"})
+    assert said == {
+        "captive": reason is not None,
+        "reason": reason,
+        "code": "K7-Q2",
+        "paused_until": until,
+        "user_portal_url": portal.PORTAL_URL,
+    }
+
+
+# ---- DHCP option 114
+
+
+def test_every_dhcp_answer_names_the_portals_api(router):
+    [offer] = [e for e in router.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
+    pkt, opts = reply_of(offer.data)
+    assert opts["captive-portal"] == portal.API_URL.encode() == b"http://10.2.0.1/captive-portal/api"
+    [ack] = [
+        e
+        for e in router.on_dhcp(
+            frame(PHONE, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+        )
+        if isinstance(e, AnswerDhcp)
+    ]
+    assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
+    # A permitted device's too: its API then says captive: false.
+    router.permit(PHONE)
+    ip = pkt["BOOTP"].yiaddr
+    [ack] = [e for e in router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, AnswerDhcp)]
+    assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
+
+
+# ---- the switch: the portal and the resolver, nothing else
+
+
+def test_a_pending_device_reaches_the_routers_resolver_and_the_portal_and_nothing_else(router, switch):
+    laptop = join(router, switch, LAPTOP, permit=False)
+    gateway = gateway_of(router, LAPTOP)
+    for dst, proto, dport in (
+        (gateway, flows.PROTO_UDP, 53),
+        (gateway, flows.PROTO_TCP, 53),
+        (ROUTER, flows.PROTO_TCP, 80),
+    ):
+        [out] = switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, dst, proto, 40000, dport))
+        assert out.port == LOCAL
+        # ...and the router's answers reach it.
+        [back] = switch.send(ipv4(LOCAL, ROUTER_MAC, LAPTOP, dst, laptop, proto, dport, 40000))
+        assert back.port == WLAN
+    # Nothing else: the internet, other ports of the router, another DNS server, the web UI's own port.
+    for dst, proto, dport in (
+        (INTERNET, flows.PROTO_TCP, 80),
+        (INTERNET, flows.PROTO_UDP, 53),
+        (ROUTER, flows.PROTO_TCP, portal.WEB_UI_PORT),
+        (ROUTER, flows.PROTO_TCP, 22),
+        (gateway, flows.PROTO_TCP, 80),
+    ):
+        assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, dst, proto, 40000, dport)) == []
+    assert switch.send(ipv4(LOCAL, ROUTER_MAC, LAPTOP, INTERNET, laptop, flows.PROTO_TCP, 80, 40000)) == []
+    assert switch.send(ipv4(LOCAL, ROUTER_MAC, LAPTOP, ROUTER, laptop, flows.PROTO_TCP, 22, 40000)) == []
+
+
+def test_a_held_back_device_cannot_ask_the_portal_as_another_device(router, switch):
+    """The portal knows a device by the address a request comes from: the switch lets a held-back device
+    send only from its own MAC and leased address, so it cannot be answered about another's."""
+    phone = join(router, switch, PHONE, permit=False)
+    laptop = join(router, switch, LAPTOP, permit=False)
+    forged = ipv4(WLAN, LAPTOP, ROUTER_MAC, phone, ROUTER, flows.PROTO_TCP, 40000, 80)  # the phone's address
+    assert switch.send(forged) == []
+    stranger = ipv4(WLAN, "02:00:00:00:00:ee", ROUTER_MAC, laptop, ROUTER, flows.PROTO_TCP, 40000, 80)
+    assert switch.send(stranger) == []
+    # Positive control: from its own address it is let through.
+    assert [
+        d.port for d in switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, ROUTER, flows.PROTO_TCP, 40000, 80))
+    ] == [LOCAL]
+
+
+def test_a_paused_device_gets_the_portal_and_once_resumed_everything_again(router, switch):
+    phone = join(router, switch, PHONE)
+    to_portal = ipv4(WLAN, PHONE, ROUTER_MAC, phone, ROUTER, flows.PROTO_TCP, 40000, 80)
+    to_internet = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, flows.PROTO_TCP, 40000, 443)
+    switch.apply(router.pause(PHONE))
+    assert [d.port for d in switch.send(to_portal)] == [LOCAL]
+    assert switch.send(to_internet) == []
+    assert router.portal_of(phone)["captive"] is True
+    switch.apply(router.resume(PHONE))
+    assert not [r for r in switch.rules if r.priority == flows.Admission.PORTAL]
+    assert [d.port for d in switch.send(to_internet) if d.port != flows.CONTROLLER] == [LOCAL]
+    assert router.portal_of(phone)["captive"] is False
+
+
+def test_a_denied_device_and_a_lapsed_lease_get_no_portal(router, switch, clock):
+    laptop = join(router, switch, LAPTOP, permit=False)
+    switch.apply(router.deny(LAPTOP))
+    assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, ROUTER, flows.PROTO_TCP, 40000, 80)) == []
+    phone = join(router, switch, PHONE, permit=False)
+    clock.now += 31
+    switch.apply(router.tick())
+    assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, ROUTER, flows.PROTO_TCP, 40000, 80)) == []
+
+
+# ---- the resolver
+
+
+def test_a_held_back_device_gets_the_router_for_the_os_probes_and_a_refusal_for_anything_else(router, switch):
+    laptop = join(router, switch, LAPTOP, permit=False)
+    phone = join(router, switch, PHONE)
+    for name in (PROBE, "captive.apple.com", "www.msftconnecttest.com", "CLIENTS3.google.com."):
+        assert ask(router, laptop, name).action == "portal"
+    assert ask(router, laptop, "www.example.test").action == "block"
+    # Positive control: a permitted device's probe goes to the real internet.
+    assert ask(router, phone, PROBE).action == "allow"
+    switch.apply(router.pause(PHONE))
+    assert ask(router, phone, PROBE).action == "portal"
+    assert ask(router, phone, "www.example.test").action == "block"
+    assert router.counters["dns_portal"] == 5
+
+
+def test_the_probe_answer_is_the_routers_address_for_a_second():
+    query = dnsgate.parse_query(dnslib.DNSRecord.question(PROBE, "A").pack())
+    answer = dnslib.DNSRecord.parse(portal.probe_answer(query.record))
+    assert answer.header.id == query.record.header.id and answer.header.rcode == dnslib.RCODE.NOERROR
+    [rr] = answer.rr
+    assert str(rr.rdata) == ROUTER and rr.ttl == portal.PROBE_TTL_S and str(rr.rname) == PROBE + "."
+    # No IPv6 address for the name, but the name exists (an NXDOMAIN would stand for every type).
+    aaaa = dnslib.DNSRecord.parse(portal.probe_answer(dnslib.DNSRecord.question(PROBE, "AAAA")))
+    assert aaaa.header.rcode == dnslib.RCODE.NOERROR and aaaa.rr == []
+
+
+# ---- ws.v1: the device at an address, that device only
+
+
+def test_the_portal_answers_about_the_device_at_the_address_only(router):
+    phone = lease(router, PHONE)
+    laptop = lease(router, LAPTOP)
+    router.permit(LAPTOP)
+    said = router.portal_of(phone)
+    assert said["captive"] is True and said["reason"] == "pending"
+    assert said["code"] == router.status(PHONE)["portal_code"] != router.status(LAPTOP)["portal_code"]
+    assert PHONE not in str(said) and LAPTOP not in str(said)  # no MAC, no other device
+    assert router.portal_of(laptop)["captive"] is False
+    for nobody in ("10.2.0.1", router.devices[PHONE].subnet.gateway, "10.2.9.2", "198.51.100.1", "garbage"):
+        with pytest.raises(UnknownDevice):
+            router.portal_of(nobody)
