@@ -14,6 +14,14 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="homework_controller", description=__doc__)
     p.add_argument("--db", default=CONFIG.db, help="SQLite file for device decisions (default %(default)s)")
     p.add_argument("--wlan-port", default=CONFIG.wlan_port, help="OVS port name of the wireless interface")
+    p.add_argument(
+        "--access-ports",
+        default="",
+        metavar="PORT,PORT",
+        help="OVS port names where devices are, comma-separated (the radio's, wired LAN ports): each "
+        "behaves like the air, and a device is bound to the one it took its lease on "
+        "(default: --wlan-port alone)",
+    )
     p.add_argument("--lan-iface", default=CONFIG.lan_iface, help="interface that holds the gateway addresses")
     p.add_argument("--upstream-dns", default=CONFIG.upstream_dns, help="resolver the router relays DNS to")
     p.add_argument("--api-port", type=int, default=CONFIG.api_port, help="ws.v1 port on loopback")
@@ -131,6 +139,9 @@ def parse_args(argv):
         p.error(f"--rebind-allow: {exc}")
     if len(args.wifi_ssid.encode()) > 32 or "\n" in args.wifi_ssid:
         p.error("--wifi-ssid is at most 32 bytes on one line")
+    args.access_ports = tuple(dict.fromkeys(n.strip() for n in args.access_ports.split(",") if n.strip()))
+    if any(len(n) > 15 or not n.isprintable() or " " in n for n in args.access_ports):
+        p.error(f"--access-ports takes interface names separated by commas, not {','.join(args.access_ports)!r}")
     if args.stats_interval < 0.5:
         p.error("--stats-interval below 0.5 s would keep the switch busy answering")
     for port in (args.api_port, args.of_port, args.dns_port):
@@ -193,6 +204,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     log_writer.configure(args.log_level.upper(), sys.stderr)
     CONFIG.db, CONFIG.wlan_port, CONFIG.lan_iface = args.db, args.wlan_port, args.lan_iface
+    CONFIG.access_ports = args.access_ports
     CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
     CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
     CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 class Config:
     db: str = "/var/lib/homework/controller.sqlite"
     wlan_port: str = "wlan0"  # the OVS port of the wireless interface
+    # Every OVS port where devices are (the radio's, wired LAN ports, an extra access point's); empty: wlan_port
+    access_ports: tuple[str, ...] = ()
     lan_iface: str = "br-lan"  # the router's LAN interface, holding each /30's gateway
     upstream_dns: str = "127.0.0.53"
     api_host: str = "127.0.0.1"
@@ -47,6 +49,9 @@ class Config:
     slice_ca: str = ""
     slice_plain_tcp: bool = False  # tests only: no TLS
     public_addresses: tuple[str, ...] = ()  # the household's address(es) as the ISP sees them (after NAT)
+
+    def access_port_names(self) -> tuple[str, ...]:
+        return self.access_ports or (self.wlan_port,)
 
 
 CONFIG = Config()

@@ -4,13 +4,22 @@ Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.
 them into FlowMods. Three tables keep rule counts additive. Rule priorities are named bands
 per table (`Admission`, `Accounting`, `Routing`), highest first:
 
+Every access port (the radio's, and wired ports where devices plug in) is "wlan" below: a device is
+bound to one of them, its own (where it was first seen), and its rules accept its frames there only.
+
 table 0, admission: what may enter at all.
-  TAGGED         wlan: any VLAN-tagged frame                           -> drop (a station sends untagged frames)
+  TAGGED         wlan: any VLAN-tagged frame, or one to a port mark    -> drop (a station sends untagged frames;
+                                                                          only the switch writes port marks)
   BLACKLISTED    blacklisted device (from it, or to it)                -> drop
+  ELSEWHERE      wlan: a bound device's MAC on another access port     -> newcomers' meter, controller (a moved
+                                                                          device, or a copied MAC: `port_binding`)
   DEVICE_CONTROL wlan: a known device's DHCP (broadcast, or to its      -> its own meter, then the router (the
                  gateway) / EAPOL                                         controller's DHCP socket) / hostapd
   CONTROL        wlan: broadcast DHCP / EAPOL from anyone else         -> newcomers' meter, router / hostapd
-                 router: EAPOL, DHCP answers                           -> wlan
+                 router: EAPOL, DHCP answers                           -> the device's own port (to a bound
+                                                                          device), else every access port
+  DHCP to the router is marked with the access port it came in on (its destination MAC becomes the
+  port's mark, `port_mark`), so the DHCP socket knows where a device is without a packet-in.
   DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
   ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
   SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
@@ -25,8 +34,8 @@ table 1, accounting: one counting rule per flow, so OVS counts each flow's packe
                  (over its flow budget: the same match without the copy: one rule for the device)
   MISS           anything else                                         -> goto 2
 table 2, routing:
-  TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out the port it came in
-                 from the router, to a permitted device's address      -> wlan (the router's stack set the MACs)
+  TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out its own port
+                 from the router, to a permitted device's address      -> its own port (the router's stack set the MACs)
   BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
                  broadcast                                             -> one unicast copy to each *other* permitted
                                                                           device, and the router: a pending or
@@ -37,11 +46,9 @@ table 2, routing:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from . import portal
 from .model import Device, State, Subnet
 
 TABLE_ADMISSION = 0
@@ -52,11 +59,11 @@ TABLE_ROUTING = 2
 class Admission:
     TAGGED = 1200
     BLACKLISTED = 1100
+    ELSEWHERE = 1050
     DEVICE_CONTROL = 1001
     CONTROL = 1000
     DEVICE_ARP = 901
     ARP = 900
-    PORTAL = 700
     SOURCE_CHECKED = 500
     MISS = 0
 
@@ -86,7 +93,6 @@ DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
 ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
 VLAN_PRESENT = 0x1000  # OpenFlow 1.3's OFPVID_PRESENT bit of vlan_vid
 DNS_OVER_TLS_PORT = 853
-DNS_PORT = 53
 PROTO_TCP, PROTO_UDP = 6, 17
 FLOW_IDLE_TIMEOUT_S = 30
 
@@ -145,6 +151,25 @@ class MeterBand:
 # each (a device has its own budget only from its first lease on), and some to spare.
 NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=250)
 DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
+
+
+# DHCP reaching the router's DHCP socket carries the access port it came in on as its destination MAC
+# (a locally administered address no interface has: the router's stack ignores the frame, the raw
+# socket reads it). "HWP" and the port number in the last two bytes.
+PORT_MARK_PREFIX = "0a:48:57:50"
+_ANY_PORT_MARK = (PORT_MARK_PREFIX + ":00:00", "ff:ff:ff:ff:00:00")  # (value, mask)
+
+
+def port_mark(port: int) -> str:
+    assert 0 < port < 0xFF00, f"not a switch port: {port}"
+    return f"{PORT_MARK_PREFIX}:{port >> 8:02x}:{port & 0xFF:02x}"
+
+
+def port_of_mark(mac: str) -> int | None:
+    """The access port a DHCP frame came in on, from its destination MAC; None: not marked."""
+    if not mac.startswith(PORT_MARK_PREFIX + ":"):
+        return None
+    return int(mac[len(PORT_MARK_PREFIX) + 1 :].replace(":", ""), 16) or None
 
 
 def device_meter(device: Device) -> MeterBand:
@@ -221,43 +246,51 @@ def _cookie_of(mac: str) -> int:
     return _DEVICE_COOKIE_BASE | int(mac.replace(":", ""), 16)
 
 
-def base_rules(wlan_port: int) -> list[FlowRule]:
+def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
     to_controller = (Output(CONTROLLER),)
     newcomers_meter = Meter(NEWCOMERS_METER.meter_id)
     newcomer = (newcomers_meter, Output(CONTROLLER))
-    return [
-        # OVS matches an untagged frame's fields whatever tag it carries: refuse tags outright.
-        rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=wlan_port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
-        # DHCP goes to the controller's socket on the router's LAN interface, not as packet-ins:
-        # no OpenFlow round trip on the path a hundred devices take at once after a power cut.
-        # Only to a DHCP server's addresses: the router's stack would route anything else onwards.
+    to_every_access_port = tuple(Output(p) for p in access_ports)
+    rules = []
+    for port in access_ports:
+        rules += [
+            # OVS matches an untagged frame's fields whatever tag it carries: refuse tags outright.
+            rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
+            # A port mark from a device would tell the DHCP socket it is on another port.
+            rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=port, eth_dst=_ANY_PORT_MARK),
+            # DHCP goes to the controller's socket on the router's LAN interface, not as packet-ins:
+            # no OpenFlow round trip on the path a hundred devices take at once after a power cut.
+            # Only to a DHCP server's addresses: the router's stack would route anything else onwards.
+            rule(
+                TABLE_ADMISSION,
+                Admission.CONTROL,
+                (newcomers_meter, SetField("eth_dst", port_mark(port)), Output(LOCAL)),
+                in_port=port,
+                eth_type=ETH_IPV4,
+                ip_proto=PROTO_UDP,
+                ipv4_dst=ALL_HOSTS,
+                udp_dst=DHCP_SERVER_PORT,
+            ),
+            # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
+            # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
+            rule(
+                TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=port, eth_type=ETH_EAPOL
+            ),
+            rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=port, eth_type=ETH_ARP),
+        ]
+    return rules + [
+        # To a device not bound to a port yet (a newcomer's offer): every access port.
         rule(
             TABLE_ADMISSION,
             Admission.CONTROL,
-            (newcomers_meter, Output(LOCAL)),
-            in_port=wlan_port,
-            eth_type=ETH_IPV4,
-            ip_proto=PROTO_UDP,
-            ipv4_dst=ALL_HOSTS,
-            udp_dst=DHCP_SERVER_PORT,
-        ),
-        rule(
-            TABLE_ADMISSION,
-            Admission.CONTROL,
-            (Output(wlan_port),),
+            to_every_access_port,
             in_port=LOCAL,
             eth_type=ETH_IPV4,
             ip_proto=PROTO_UDP,
             udp_src=DHCP_SERVER_PORT,
             udp_dst=DHCP_CLIENT_PORT,
         ),
-        # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
-        # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
-        rule(
-            TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=wlan_port, eth_type=ETH_EAPOL
-        ),
-        rule(TABLE_ADMISSION, Admission.CONTROL, (Output(wlan_port),), in_port=LOCAL, eth_type=ETH_EAPOL),
-        rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=wlan_port, eth_type=ETH_ARP),
+        rule(TABLE_ADMISSION, Admission.CONTROL, to_every_access_port, in_port=LOCAL, eth_type=ETH_EAPOL),
         rule(TABLE_ADMISSION, Admission.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
         rule(TABLE_ADMISSION, Admission.MISS, ()),
         rule(TABLE_ACCOUNTING, Accounting.MISS, (GotoTable(TABLE_ROUTING),)),
@@ -265,48 +298,59 @@ def base_rules(wlan_port: int) -> list[FlowRule]:
     ]
 
 
-def broadcast_rules(permitted: list[Device], wlan_port: int) -> frozenset[FlowRule]:
+def outputs_to(targets: Sequence[int], in_port: int | str) -> tuple[Output, ...]:
+    """Out of each target port; the port the packet came in on only as IN_PORT (OpenFlow sends nothing
+    back out of its in_port otherwise)."""
+    return tuple(Output(IN_PORT if t == in_port else t) for t in targets)
+
+
+def broadcast_rules(
+    permitted: list[Device], access_ports: Sequence[int], own_ports: Callable[[str], Sequence[int]]
+) -> frozenset[FlowRule]:
     """Broadcast and multicast among permitted devices, as unicast copies (an access point's
     multicast-to-unicast): a pending or denied device shares the radio but hears none of it, and
-    no device hears its own frames back. One rule per sender and destination, each naming
-    every other permitted device, so it is rebuilt whenever the permitted set changes."""
+    no device hears its own frames back. One rule per sender, port and destination, each naming
+    every other permitted device (out of its own ports: `own_ports(mac)`), so it is rebuilt whenever
+    the permitted set changes."""
 
-    def copies_to(receivers):
+    def copies_to(receivers, in_port):
         out: list = []
         for d in receivers:
-            out += [SetField("eth_dst", d.mac), Output(IN_PORT)]
+            out += [SetField("eth_dst", d.mac), *outputs_to(own_ports(d.mac), in_port)]
         return tuple(out)
 
     rules = set()
     for sender in permitted:
         assert sender.subnet is not None
-        others = copies_to(d for d in permitted if d.mac != sender.mac)
-        for dst in (ALL_HOSTS, MULTICAST):
+        for port in own_ports(sender.mac):
+            assert port in access_ports, f"{sender.mac} bound to {port}, not an access port"
+            others = copies_to((d for d in permitted if d.mac != sender.mac), port)
+            for dst in (ALL_HOSTS, MULTICAST):
+                rules.add(
+                    rule(
+                        TABLE_ROUTING,
+                        Routing.BROADCAST,
+                        others + (Output(LOCAL),),
+                        BROADCAST_COOKIE,
+                        in_port=port,
+                        eth_src=sender.mac,
+                        eth_type=ETH_IPV4,
+                        ipv4_dst=dst,
+                    )
+                )
+            # A /30's own broadcast address becomes the all-hosts broadcast (where a device expects it).
             rules.add(
                 rule(
                     TABLE_ROUTING,
                     Routing.BROADCAST,
-                    others + (Output(LOCAL),),
+                    (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others,
                     BROADCAST_COOKIE,
-                    in_port=wlan_port,
+                    in_port=port,
                     eth_src=sender.mac,
                     eth_type=ETH_IPV4,
-                    ipv4_dst=dst,
+                    ipv4_dst=sender.subnet.broadcast,
                 )
             )
-        # A /30's own broadcast address becomes the all-hosts broadcast (where a device expects it).
-        rules.add(
-            rule(
-                TABLE_ROUTING,
-                Routing.BROADCAST,
-                (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others,
-                BROADCAST_COOKIE,
-                in_port=wlan_port,
-                eth_src=sender.mac,
-                eth_type=ETH_IPV4,
-                ipv4_dst=sender.subnet.broadcast,
-            )
-        )
     return frozenset(rules)
 
 
@@ -321,11 +365,11 @@ class DeviceRules:
     Made by `device_rules`, which leaves out what a kind of rule set does not depend on."""
 
     mac: str
-    wlan_port: int
+    access_ports: tuple[int, ...]
+    port: int | None = None  # its own access port; None: not bound to one yet (accepted on every one)
     blacklisted: bool = False
     subnet: Subnet | None = None  # its own packet-in budget (meter, DHCP, EAPOL, ARP), from its first lease on
     forwarding: bool = False  # permitted with a live lease: its traffic is forwarded and counted
-    portal: bool = False  # held back with a live lease: it reaches the router's resolver and the portal only
     # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
     router_mac: str = ""
     learning: bool = True
@@ -336,32 +380,51 @@ class DeviceRules:
         """Whether the rules send through the device's own meter (which must be on the switch first)."""
         return self.subnet is not None
 
+    @property
+    def own_ports(self) -> tuple[int, ...]:
+        return self.access_ports if self.port is None else (self.port,)
+
     def __iter__(self) -> Iterator[FlowRule]:
         return iter(self.rules)
 
     @functools.cached_property
     def rules(self) -> frozenset[FlowRule]:
         cookie = _cookie_of(self.mac)
-        wlan_port = self.wlan_port
         if self.blacklisted:
-            # Nothing in or out, EAPOL included: it cannot even finish the key handshake.
+            # Nothing in or out on any port, EAPOL included: it cannot even finish the key handshake.
             return frozenset(
                 {
-                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=wlan_port, eth_src=self.mac),
-                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac),
+                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=p, eth_src=self.mac)
+                    for p in self.access_ports
                 }
+                | {rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac)}
             )
         subnet = self.subnet
         assert subnet is not None, "a device without a lease has no rules (device_rules: None)"
+        own = self.own_ports
+        # Its MAC on another access port is not the device (or it moved): nothing of it passes there;
+        # the controller hears of it on the newcomers' budget (a copier must not use up the device's).
+        elsewhere = {
+            rule(
+                TABLE_ADMISSION,
+                Admission.ELSEWHERE,
+                (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER)),
+                cookie,
+                in_port=p,
+                eth_src=self.mac,
+            )
+            for p in self.access_ports
+            if p not in own
+        }
         # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
         meter = Meter(_meter_of(subnet).meter_id)
         budget = {
             rule(
                 TABLE_ADMISSION,
                 Admission.DEVICE_CONTROL,
-                (meter, Output(LOCAL)),
+                (meter, SetField("eth_dst", port_mark(port)), Output(LOCAL)),
                 cookie,
-                in_port=wlan_port,
+                in_port=port,
                 eth_src=self.mac,
                 eth_type=ETH_IPV4,
                 ip_proto=PROTO_UDP,
@@ -369,29 +432,58 @@ class DeviceRules:
                 udp_dst=DHCP_SERVER_PORT,
             )
             for server in (ALL_HOSTS, subnet.gateway)
+            for port in own
         }
-        budget |= {
-            rule(
-                TABLE_ADMISSION,
-                Admission.DEVICE_CONTROL,
-                (meter, Output(LOCAL)),
-                cookie,
-                in_port=wlan_port,
-                eth_src=self.mac,
-                eth_type=ETH_EAPOL,
-            ),
-            rule(
-                TABLE_ADMISSION,
-                Admission.DEVICE_ARP,
-                (meter, Output(CONTROLLER)),
-                cookie,
-                in_port=wlan_port,
-                eth_src=self.mac,
-                eth_type=ETH_ARP,
-            ),
-        }
+        for port in own:
+            budget |= {
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    (meter, Output(LOCAL)),
+                    cookie,
+                    in_port=port,
+                    eth_src=self.mac,
+                    eth_type=ETH_EAPOL,
+                ),
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_ARP,
+                    (meter, Output(CONTROLLER)),
+                    cookie,
+                    in_port=port,
+                    eth_src=self.mac,
+                    eth_type=ETH_ARP,
+                ),
+            }
+        if self.port is not None and len(self.access_ports) > 1:
+            # What the router and hostapd send it go out of its own port only.
+            to_own = (Output(self.port),)
+            budget |= {
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    to_own,
+                    cookie,
+                    in_port=LOCAL,
+                    eth_dst=self.mac,
+                    eth_type=ETH_IPV4,
+                    ip_proto=PROTO_UDP,
+                    udp_src=DHCP_SERVER_PORT,
+                    udp_dst=DHCP_CLIENT_PORT,
+                ),
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    to_own,
+                    cookie,
+                    in_port=LOCAL,
+                    eth_dst=self.mac,
+                    eth_type=ETH_EAPOL,
+                ),
+            }
+        budget |= elsewhere
         if not self.forwarding:
-            return frozenset(budget | portal_rules(self.mac, (wlan_port,), subnet, cookie) if self.portal else budget)
+            return frozenset(budget)
         ip = subnet.device_ip
         rules = {
             rule(
@@ -399,11 +491,14 @@ class DeviceRules:
                 Admission.SOURCE_CHECKED,
                 (GotoTable(TABLE_ACCOUNTING),),
                 cookie,
-                in_port=wlan_port,
+                in_port=port,
                 eth_src=self.mac,
                 eth_type=ETH_IPV4,
                 ipv4_src=ip,
-            ),
+            )
+            for port in own
+        }
+        rules |= {
             rule(
                 TABLE_ADMISSION,
                 Admission.SOURCE_CHECKED,
@@ -416,21 +511,25 @@ class DeviceRules:
             rule(
                 TABLE_ROUTING,
                 Routing.TO_DEVICE,
-                (SetField("eth_src", self.router_mac), SetField("eth_dst", self.mac), DecTtl(), Output(IN_PORT)),
-                cookie,
-                in_port=wlan_port,
-                eth_type=ETH_IPV4,
-                ipv4_dst=ip,
-            ),
-            rule(
-                TABLE_ROUTING,
-                Routing.TO_DEVICE,
-                (Output(wlan_port),),
+                outputs_to(own, LOCAL),
                 cookie,
                 in_port=LOCAL,
                 eth_type=ETH_IPV4,
                 ipv4_dst=ip,
             ),
+        }
+        # From any access port (another device's): hairpinned through the router, out of its own port.
+        rules |= {
+            rule(
+                TABLE_ROUTING,
+                Routing.TO_DEVICE,
+                (SetField("eth_src", self.router_mac), SetField("eth_dst", self.mac), DecTtl(), *outputs_to(own, port)),
+                cookie,
+                in_port=port,
+                eth_type=ETH_IPV4,
+                ipv4_dst=ip,
+            )
+            for port in self.access_ports
         }
         # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
         # first packet, or on everything while it is over its flow budget, must not jump the queue.
@@ -473,9 +572,10 @@ class DeviceRules:
 def device_rules(
     device: Device,
     now: float,
-    wlan_port: int,
+    access_ports: tuple[int, ...],
     router_mac: str,
     *,
+    port: int | None = None,
     learning: bool = True,
     dns_gated: bool = False,
     held: bool = False,
@@ -489,21 +589,23 @@ def device_rules(
     rule per flow, and no copies to the controller.
 
     held: a per-device policy holds its traffic for now (it is paused): its rules are a
-    non-forwarding device's, DHCP and ARP only, and while its lease is live the captive portal.
+    non-forwarding device's, DHCP and ARP only.
+
+    port: the access port it is bound to (`port_binding`); None: any of them.
     """
     if device.state is State.BLACKLISTED:
-        return DeviceRules(device.mac, wlan_port, blacklisted=True)
+        return DeviceRules(device.mac, access_ports, blacklisted=True)
     live = device.lease_active(now)
     if device.subnet is None or (device.state is State.PENDING and not live):
         # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return None
     if held or not (device.forwards and live):
-        portal = live and device.state is not State.DENIED  # held back, so told why (refused: nothing)
-        return DeviceRules(device.mac, wlan_port, subnet=device.subnet, portal=portal)
+        return DeviceRules(device.mac, access_ports, port, subnet=device.subnet)
     return DeviceRules(
         device.mac,
-        wlan_port,
+        access_ports,
+        port,
         subnet=device.subnet,
         forwarding=True,
         router_mac=router_mac,
@@ -537,39 +639,3 @@ def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowR
         notify_removal=True,
         **flow.match(),
     )
-
-
-def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) -> set[FlowRule]:
-    """A held-back device (pending, paused, out of its allowance) with a live lease reaches the router's
-    resolver at its gateway (which answers the OS's captive-portal probes with the router's address and
-    refuses every other name) and the portal on the router's address, port 80, and nothing else; only
-    from its own MAC and leased address on its own ports, so no device can ask as another."""
-    ip, gateway = subnet.device_ip, subnet.gateway
-    services = (
-        (gateway, PROTO_UDP, "udp", DNS_PORT),
-        (gateway, PROTO_TCP, "tcp", DNS_PORT),
-        (portal.ROUTER_ADDRESS, PROTO_TCP, "tcp", portal.HTTP_PORT),
-    )
-    to_device = tuple(Output(p) for p in ports)
-    rules = set()
-    for server, proto, l4, service in services:
-        # Any: rule() takes match fields and its own options as keywords alike.
-        there: dict[str, Any] = {"ipv4_src": ip, "ipv4_dst": server, "ip_proto": proto, f"{l4}_dst": service}
-        back: dict[str, Any] = {"eth_type": ETH_IPV4, "ipv4_src": server, "ipv4_dst": ip, "ip_proto": proto}
-        back[f"{l4}_src"] = service
-        rules |= {
-            rule(
-                TABLE_ADMISSION,
-                Admission.PORTAL,
-                (Output(LOCAL),),
-                cookie,
-                in_port=p,
-                eth_src=mac,
-                eth_type=ETH_IPV4,
-                **there,
-            )
-            for p in ports
-        }
-        back_rule = rule(TABLE_ADMISSION, Admission.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back)
-        rules.add(back_rule)
-    return rules

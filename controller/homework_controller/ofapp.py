@@ -35,7 +35,6 @@ from . import (
     openflow,
     operations,
     packets,
-    portal,
     qos,
     shaper,
     slice_link,
@@ -212,7 +211,6 @@ class HomeworkController(app_manager.OSKenApp):
             rebind_allowed=CONFIG.rebind_allow,
         )
         dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
-        portal.open_lan_side(CONFIG.lan_iface)
         self.dns.start()
         LOG.info(
             "resolver on %s port %d (LAN DNS redirected here), upstream %s",
@@ -238,23 +236,28 @@ class HomeworkController(app_manager.OSKenApp):
     def _on_port_desc(self, ev):
         dp = ev.msg.datapath
         ports = {p.name.decode(): p for p in ev.msg.body}
-        if CONFIG.wlan_port not in ports:
-            LOG.error("bridge has no port %r (ports: %s); waiting for it", CONFIG.wlan_port, sorted(ports))
+        names = CONFIG.access_port_names()
+        present = [ports[n] for n in names if n in ports]
+        if len(present) < len(names):
+            # One not there yet (a radio still coming up) is added when the bridge says so (port status).
+            LOG.error("bridge has no port %s (ports: %s)", [n for n in names if n not in ports], sorted(ports))
+        if not present:
             return
+        access = tuple(p.port_no for p in present)
+        without_link = frozenset(p.port_no for p in present if p.state & dp.ofproto.OFPPS_LINK_DOWN)
         local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
         with self.lock:
             self.datapath, self.switch_ready = dp, False
             self.held_rules.clear()  # the whole rule set, from the router's state, follows
             for msg in openflow.delete_everything():
                 self._send(dp, msg)
-            self._apply(self.router.switch_ready(ports[CONFIG.wlan_port].port_no, local.hw_addr))
+            self._apply(self.router.switch_ready(access, local.hw_addr, without_link))
             # Ready once the switch has acted on all of that, not when it is merely queued.
             dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         LOG.info(
-            "switch %016x connected: %s is port %d, router MAC %s",
+            "switch %016x connected: access ports %s, router MAC %s",
             dp.id,
-            CONFIG.wlan_port,
-            ports[CONFIG.wlan_port].port_no,
+            ", ".join(f"{p.name.decode()} = {p.port_no}" for p in present),
             local.hw_addr,
         )
 
@@ -272,9 +275,16 @@ class HomeworkController(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _on_port_status(self, ev):
-        # The wireless port coming (back) changes its number: rebuild everything.
-        if ev.msg.desc.name.decode() == CONFIG.wlan_port and ev.msg.reason == ev.msg.datapath.ofproto.OFPPR_ADD:
-            ev.msg.datapath.send_msg(ev.msg.datapath.ofproto_parser.OFPPortDescStatsRequest(ev.msg.datapath, 0))
+        desc, dp = ev.msg.desc, ev.msg.datapath
+        if desc.name.decode() not in CONFIG.access_port_names():
+            return
+        if ev.msg.reason == dp.ofproto.OFPPR_ADD:
+            # An access port coming (back) may have a new number: rebuild everything.
+            dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+            return
+        up = ev.msg.reason != dp.ofproto.OFPPR_DELETE and not desc.state & dp.ofproto.OFPPS_LINK_DOWN
+        with self.lock:
+            self._apply(self.router.access_port_link(desc.port_no, up))
 
     # ---- packet-ins and DHCP: parsed outside the lock, queued per device, served round-robin
 
@@ -345,9 +355,7 @@ class HomeworkController(app_manager.OSKenApp):
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
             return self.router.on_flow_copy(in_port, frame)
-        if frame.arp is not None:
-            return self.router.on_arp(in_port, frame)
-        return []
+        return self.router.on_admission_copy(in_port, frame)
 
     # ---- flow accounting
 

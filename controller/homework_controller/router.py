@@ -16,10 +16,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import allowances, apps, clones, dhcp, dnsgate, flows, packets, portal, qos, schedules, wifi_keys
+from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, qos, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
-from .allowances import Allowances
 from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
@@ -79,7 +78,6 @@ class HomeRouter:
             "pending_evicted": 0,
             "agent_reports_ignored": 0,
             "mac_clone_suspected": 0,
-            "dns_portal": 0,
         }
         self.registry = DeviceRegistry(store, clock, self.counters)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
@@ -97,13 +95,11 @@ class HomeRouter:
         )
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
-        self.portal = portal.Portal()
+        self.port_binding = port_binding.PortBinding()
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
-        self.household = schedules.HouseholdTime(store)
-        self.pauses = Pauses(store, clock, self.household)
-        self.allowances = Allowances(store, clock, self.household)
+        self.pauses = Pauses()
         # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
-        self.gates = (self.pauses, self.allowances)
+        self.gates = (self.pauses,)
         # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
@@ -114,17 +110,21 @@ class HomeRouter:
             self.agent_reports,
             self.dns_gating,
             self.clone_watch,
+            self.port_binding,
             self.passphrases,
-            self.portal,
             self.pauses,
-            self.allowances,
         )
 
     # -- switch lifecycle
 
-    def switch_ready(self, wlan_port: int, router_mac: str) -> list:
-        """The switch (re)connected: it has no rules; give it the whole rule set."""
-        effects = self.switch.switch_ready(wlan_port, router_mac)
+    def switch_ready(
+        self, access_ports: int | tuple[int, ...], router_mac: str, without_link: frozenset[int] = frozenset()
+    ) -> list:
+        """The switch (re)connected: it has no rules; give it the whole rule set. access_ports: where
+        devices are (one port: the radio's); without_link: those of them whose link is down."""
+        access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
+        self.port_binding.switch_ready(access_ports, set(without_link))
+        effects = self.switch.switch_ready(access_ports, router_mac)
         self.dns_gating.switch_ready()
         for device in self.devices.values():
             effects += self._reconcile(device)
@@ -148,6 +148,12 @@ class HomeRouter:
         now = self.clock()
         before = self.devices.get(req.chaddr)
         effects: list = []
+        port = flows.port_of_mark(frame.eth_dst)  # the access port it asked on (None: the switch did not say)
+        if port is not None and before is not None:
+            rebound, moves = self._saw_on_port(before, port, now)
+            if rebound is None:
+                return moves  # its MAC on another port than its own: not served there
+            effects += moves
         if before is None and req.msg_type == dhcp.DISCOVER:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self.registry.allocate_subnet)
@@ -162,6 +168,8 @@ class HomeRouter:
             effects += self._suspect_clone(req.chaddr, differs)
         if outcome.lease_action == "granted":
             self.clone_watch.record_lease_holder(req.chaddr, req)
+        if port is not None and before is None and outcome.device is not None:
+            self.port_binding.saw(req.chaddr, port)  # a newcomer: the port it first asks on is its own
         if outcome.device is not None and outcome.device != before:
             effects += self._update(outcome.device)
         for kind, msg in outcome.events:
@@ -220,13 +228,49 @@ class HomeRouter:
         # Not the device, whose passphrase is its own: off the air, and the household told.
         return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
 
+    def on_admission_copy(self, in_port, frame: packets.Frame) -> list:
+        """A frame the admission table sent the controller: a device's ARP, or a bound device's MAC on
+        another access port (flows' ELSEWHERE)."""
+        device = self.devices.get(frame.eth_src)
+        effects: list = []
+        if in_port != flows.LOCAL and device is not None:
+            rebound, effects = self._saw_on_port(device, in_port, self.clock())
+            if rebound is None:
+                return effects
+            # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is.
+        return effects + (self.on_arp(in_port, frame) if frame.arp is not None else [])
+
+    def _saw_on_port(self, device: Device, port: int, now: float) -> tuple[bool | None, list]:
+        """A known device's frame came in on access port `port`: whether that bound it to a new port
+        (None: not its port, and not a move: counted as a copied MAC, its frame is not served), and the
+        effects (its rules on its new port; the household told of a copy)."""
+        if not device.lease_active(now):
+            self.port_binding.lease_ended(device.mac)  # without a lease, the port it asks on is its own
+        seen = self.port_binding.saw(device.mac, port)
+        if seen == port_binding.OWN:
+            return False, []
+        if seen == port_binding.ELSEWHERE:
+            own = self.port_binding.port_of(device.mac)
+            return None, self._suspect_clone(
+                device.mac,
+                [f"seen on access port {port}, not on its own ({own}); if it moved there, permit it again"],
+            )
+        if seen == port_binding.MOVED:
+            LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
+        return True, self._reconcile(device)
+
+    def access_port_link(self, port: int, up: bool) -> list:
+        """An access port's link went up or down (a device on a port without link may move elsewhere)."""
+        self.port_binding.link(port, up)
+        return []
+
     def on_arp(self, in_port, frame: packets.Frame) -> list:
         """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
         req = frame.arp
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
-            target = self.registry.forwarding_at(req.dst_ip) or self._portal_device(req.dst_ip)
+            target = self.registry.forwarding_at(req.dst_ip)
             if target:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
@@ -240,8 +284,8 @@ class HomeRouter:
             or req.dst_ip != device.subnet.gateway
         ):
             return []
-        wlan_port, router_mac = self.switch.ports()
-        return [SendFrame(wlan_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
+        router_mac = self.switch.ports()[1]
+        return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
@@ -279,14 +323,14 @@ class HomeRouter:
         far side 0.0.0.0.
         """
         rows = self.accounting.read_counters(entries)
-        return rows + self.priorities.poll(rows) + self._count_usage(rows)
+        return rows + self.priorities.poll(rows)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         if flow is not None:
             self.priorities.flow_ended(flow)
-        return rows + self.priorities.app_rows(rows) + self._count_usage(rows)
+        return rows + self.priorities.app_rows(rows)
 
     # -- application priorities
 
@@ -325,58 +369,18 @@ class HomeRouter:
         Runs under the controller's lock: a lookup and the device's rules, nothing more.
         """
         device = self.registry.forwarding_at(client_ip)
-        if device is None or self._held(device.mac):
-            return self._portal_dns(client_ip, query)
-        if query is None:
-            self.counters["dns_malformed"] += 1
-            return DnsVerdict("malformed")
-        if not all(gate.may_forward(device.mac) for gate in self.gates):
-            # Paused: every name is refused, so its apps say so at once instead of waiting out a timeout.
-            self.counters["dns_refused"] += 1
-            return DnsVerdict("block")
-        if self.dns_gating.verdict(device.mac, query.qname):
-            self.counters["dns_refused"] += 1
-            return DnsVerdict("block")
-        return DnsVerdict("allow")
-
-    def _portal_dns(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
-        """A query from a device held back, whose rules let only DNS and the portal through: the names
-        operating systems probe for a captive portal get the router's address (the OS then shows its
-        sign-in sheet with the portal), every other name a refusal."""
-        if self._portal_device(client_ip) is None:
-            # Only devices with a live lease get here through the switch; anyone else (the WAN side,
+        if device is None:
+            # Only permitted devices get here through the switch; anyone else (the WAN side,
             # a stale address) gets no answer at all.
             self.counters["dns_not_a_device"] += 1
             return DnsVerdict("drop")
         if query is None:
             self.counters["dns_malformed"] += 1
             return DnsVerdict("malformed")
-        if portal.is_probe(query.qname):
-            self.counters["dns_portal"] += 1
-            return DnsVerdict("portal")
-        self.counters["dns_refused"] += 1
-        return DnsVerdict("block")
-
-    def _portal_device(self, ip: str) -> Device | None:
-        """The device at the address if it holds a live lease and is not refused: the router's stack
-        may answer it (held back, its rules let only its DNS and the portal through: `flows.portal_rules`)."""
-        device = self.registry.by_ip(ip)
-        if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
-            return None
-        return device
-
-    def _held(self, mac: str) -> bool:
-        """Whether a per-device policy (a gate) holds the device's traffic now."""
-        return not all(gate.may_forward(mac) for gate in self.gates)
-
-    def portal_of(self, ip: str) -> dict:
-        """What the captive portal tells the device at this address about itself (`portal.view`). The
-        web UI asks with the address a request came from (the switch lets a device send only from its
-        own), never with one the device names."""
-        device = self.registry.by_ip(ip)
-        if device is None:
-            raise UnknownDevice(f"no device has the address {ip!r}")
-        return portal.view(self._status_of(device))
+        if self.dns_gating.verdict(device.mac, query.qname):
+            self.counters["dns_refused"] += 1
+            return DnsVerdict("block")
+        return DnsVerdict("allow")
 
     def dns_answer(self, learnt, client_ip: str | None = None) -> list:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
@@ -470,82 +474,15 @@ class HomeRouter:
         self.pauses.pause(device.mac)
         return self._reconcile(device)
 
-    def pause_for(self, mac: str, duration: str) -> list:
-        """Paused now for a while: "30" or "30 min", "1 h", or "tomorrow" (the household's next reset)."""
-        device = self._known(mac)
-        now = self.clock()
-        if duration.strip().lower() == "tomorrow":
-            until = self.household.next_reset(now)
-        else:
-            minutes = duration if duration.strip()[-1:].isalpha() else f"{duration} min"  # "30" is minutes
-            try:
-                kind, amount = allowances.parse_amount(minutes)
-            except allowances.BadAllowance:
-                kind, amount = "", 0
-            if kind != "minutes":
-                raise ApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
-            until = now + amount * 60
-        self.pauses.pause(device.mac, until)
-        return self._reconcile(device)
-
     def resume(self, mac: str) -> list:
-        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
-        allowance that is used up still holds it: only a bonus or the reset lifts that."""
         device = self._known(mac)
         self.pauses.resume(device.mac)
         return self._reconcile(device)
 
-    def set_schedule(self, mac: str, text: str) -> list:
-        """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""
-        device = self._known(mac)
-        try:
-            windows = schedules.parse(text)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        self.pauses.set_schedule(device.mac, windows)
-        return self._reconcile(device)
-
-    def set_allowance(self, mac: str, amount: str) -> list:
-        """The device's daily allowance ("2 h", "500 MB"; empty removes it)."""
-        device = self._known(mac)
-        try:
-            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
-        except allowances.BadAllowance as exc:
-            raise ApiError(str(exc)) from None
-        self.allowances.choose(device.mac, allowance)
-        return self._reconcile(device)
-
-    def grant_bonus(self, mac: str, amount: str) -> list:
-        """More for today, until the household's reset ("30 min", "500 MB")."""
-        device = self._known(mac)
-        try:
-            self.allowances.grant_bonus(device.mac, *allowances.parse_amount(amount))
-        except allowances.BadAllowance as exc:
-            raise ApiError(str(exc)) from None
-        return self._reconcile(device)
-
-    def household_time(self) -> dict:
-        return self.household.to_json()
-
-    def set_time_zone(self, name: str) -> dict:
-        """The household's time zone (IANA name): schedules and the reset are read in it from now on."""
-        try:
-            self.household.set_zone(name)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        return self.household.to_json()
-
-    def set_reset_time(self, at: str) -> dict:
-        """When the household's day begins: allowances start again, "until tomorrow" ends."""
-        try:
-            self.household.set_reset(at)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        return self.household.to_json()
-
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
         self.clone_watch.household_decided(device.mac)
+        self.port_binding.household_decided(device.mac)  # where it was last seen is its own port now
         effects = self._update(device.with_(state=state))
         if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
             effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
@@ -572,12 +509,12 @@ class HomeRouter:
     def tick(self) -> list:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
-        effects = [self._record_lease(device, "expired") for device in self.registry.tick(now)]
+        effects = []
+        for device in self.registry.tick(now):
+            self.port_binding.lease_ended(device.mac)
+            effects.append(self._record_lease(device, "expired"))
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
-        # Bedtimes that began or ended, pauses that ran out, a new day: the loop below applies them.
-        self.pauses.tick(now)
-        self.allowances.tick(now)
         for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
         for mac in self.dns_gating.tick(now):
@@ -597,41 +534,9 @@ class HomeRouter:
             **device.to_json(self.clock()),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
-            **self.portal.status_of(device.mac),
             **self.pauses.status_of(device.mac),
-            **self.allowances.status_of(device.mac),
-            **self._hold_status(device.mac),
+            **self.port_binding.status_of(device.mac),
         }
-
-    def _hold_status(self, mac: str) -> dict:
-        """paused, and if so why ("paused" | "bedtime" | "allowance") and until when (the household's
-        local time, ISO; null: until resumed). A pause or bedtime is said before a used-up allowance:
-        resuming it still leaves the allowance to lift."""
-        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
-        if hold is None:
-            return {"paused": False, "paused_why": None, "paused_until": None}
-        why, until = hold
-        return {
-            "paused": True,
-            "paused_why": why,
-            "paused_until": None if until is None else schedules.iso(until, self.household.tz),
-        }
-
-    def _count_usage(self, rows: list) -> list:
-        """What the `Flows` rows say each device moved counts against its allowance; one that runs out is
-        paused now (its rules, not at the next tick)."""
-        used: dict[str, int] = {}
-        for row in rows:
-            if row.table != "Flows":
-                continue
-            _, saddr, _, daddr, _, _, nbytes = row.row
-            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr)
-            if device is not None:
-                used[device.mac] = used.get(device.mac, 0) + nbytes
-        effects: list = []
-        for mac in self.allowances.count(used):
-            effects += self._reconcile(self.devices[mac])
-        return effects
 
     def dhcp_status(self) -> list:
         return self.registry.leases_status()
@@ -653,8 +558,8 @@ class HomeRouter:
 
     def _reconcile(self, device: Device, reinstall: bool = False) -> list:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
-        wlan_port, router_mac = self.switch.wlan_port, self.switch.router_mac
-        if wlan_port is None or router_mac is None:
+        access_ports, router_mac = self.switch.access_ports, self.switch.router_mac
+        if not access_ports or router_mac is None:
             return []  # no switch yet: it gets everything when it connects
         held = False  # a plain loop: this runs for every DHCP message, and for every device at a tick
         for gate in self.gates:
@@ -664,8 +569,9 @@ class HomeRouter:
         wanted = flows.device_rules(
             device,
             self.clock(),
-            wlan_port,
+            access_ports,
             router_mac,
+            port=self.port_binding.port_of(device.mac),
             learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
@@ -681,7 +587,9 @@ class HomeRouter:
                 concern.rules_dropped(device.mac)
         if wanted is not None:
             effects += self._install_blocks(device)
-        return effects + self.switch.set_forwarding(device.mac, forwards, self.devices.__getitem__)
+        return effects + self.switch.set_forwarding(
+            device.mac, forwards, wanted.own_ports if wanted is not None else access_ports, self.devices.__getitem__
+        )
 
     def _make_room_for_a_newcomer(self) -> list:
         """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten

@@ -15,22 +15,23 @@ from .model import Device
 
 class SwitchMirror:
     def __init__(self):
-        self.wlan_port: int | None = None
+        self.access_ports: tuple[int, ...] = ()  # where devices are (the radio's port, wired ones)
         self.router_mac: str | None = None
         self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
         self.meters: set[int] = set()
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
-        self.forwarding: set[str] = set()  # devices whose forwarding rules are installed
+        self.forwarding: dict[str, tuple[int, ...]] = {}  # devices whose forwarding rules are installed: their ports
         self.broadcast: frozenset[flows.FlowRule] = frozenset()
 
     # -- the lifecycle
 
-    def switch_ready(self, wlan_port: int, router_mac: str) -> list:
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list:
         """The switch (re)connected and holds nothing: the newcomers' meter and the base rules first."""
-        self.wlan_port, self.router_mac = wlan_port, router_mac
+        assert access_ports, "a switch without an access port has no devices"
+        self.access_ports, self.router_mac = access_ports, router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
-        self.forwarding, self.broadcast = set(), frozenset()
-        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(wlan_port)))]
+        self.forwarding, self.broadcast = {}, frozenset()
+        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(access_ports)))]
 
     def knows(self, mac: str) -> bool:
         return mac in self.installed or mac in self.forwarding
@@ -38,15 +39,15 @@ class SwitchMirror:
     def forget(self, mac: str) -> None:
         """Its rules and meter are no longer the router's to track (`evict` said what to remove)."""
         self.installed.pop(mac, None)
-        self.forwarding.discard(mac)
+        self.forwarding.pop(mac, None)
 
     # -- queries
 
-    def ports(self) -> tuple[int, str]:
-        """The wireless port and the router's MAC: known once the switch has connected, which
+    def ports(self) -> tuple[tuple[int, ...], str]:
+        """The access ports and the router's MAC: known once the switch has connected, which
         it has whenever a packet arrives from it."""
-        assert self.wlan_port is not None and self.router_mac is not None, "no switch yet"
-        return self.wlan_port, self.router_mac
+        assert self.access_ports and self.router_mac is not None, "no switch yet"
+        return self.access_ports, self.router_mac
 
     def holds(self, mac: str, rules: flows.DeviceRules | None) -> bool:
         """Whether the switch holds exactly this rule set for the device (None: none)."""
@@ -91,13 +92,20 @@ class SwitchMirror:
             self.installed.pop(device.mac, None)
         return effects, have is not None
 
-    def set_forwarding(self, mac: str, forwards: bool, device_of: Callable[[str], Device]) -> list:
-        """Broadcast reaches exactly the devices that forward: rebuilt when that set changes."""
-        if forwards == (mac in self.forwarding):
+    def set_forwarding(
+        self, mac: str, forwards: bool, own_ports: tuple[int, ...], device_of: Callable[[str], Device]
+    ) -> list:
+        """Broadcast reaches exactly the devices that forward, out of their own ports: rebuilt when that
+        set changes, or a device's port does."""
+        if self.forwarding.get(mac) == (own_ports if forwards else None):
             return []
-        (self.forwarding.add if forwards else self.forwarding.discard)(mac)
-        assert self.wlan_port is not None
-        wanted = flows.broadcast_rules([device_of(m) for m in sorted(self.forwarding)], self.wlan_port)
+        if forwards:
+            self.forwarding[mac] = own_ports
+        else:
+            self.forwarding.pop(mac)
+        wanted = flows.broadcast_rules(
+            [device_of(m) for m in sorted(self.forwarding)], self.access_ports, self.forwarding.__getitem__
+        )
         if wanted == self.broadcast:
             return []
         effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []

@@ -96,13 +96,19 @@ def _matches(r: flows.FlowRule, packet: dict) -> bool:
         have = packet.get(name)
         if have is None:
             return False
-        if isinstance(want, tuple):  # (address, mask)
-            value, mask = (int(ipaddress.IPv4Address(x)) for x in want)
-            if int(ipaddress.IPv4Address(have)) & mask != value & mask:
+        if isinstance(want, tuple):  # (address, mask): IPv4, or a MAC
+            value, mask, seen = (_as_int(x) for x in (*want, have))
+            if seen & mask != value & mask:
                 return False
         elif have != want:
             return False
     return True
+
+
+def _as_int(address) -> int:
+    if isinstance(address, int):
+        return address
+    return int(address.replace(":", ""), 16) if ":" in address else int(ipaddress.IPv4Address(address))
 
 
 def ipv4(in_port, eth_src, eth_dst, src, dst, proto=flows.PROTO_TCP, sport=40000, dport=80, ttl=64) -> dict:

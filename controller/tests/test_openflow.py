@@ -13,8 +13,9 @@ PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1),
 def every_rule():
     blacklisted = Device(mac="02:00:00:00:00:bb", state=State.BLACKLISTED)
     return (
-        flows.base_rules(WLAN)
-        + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", dns_gated=True))
+        flows.base_rules((WLAN, 2))
+        + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01", dns_gated=True))
+        + list(flows.device_rules(PHONE, 0, (WLAN, 2), "02:48:57:00:00:01", port=2))
         + [
             flows.dns_block_rule(PHONE, "198.51.100.81"),
             flows.learnt_flow_rule(PHONE, flows.FiveTuple(6, "10.2.0.6", 40000, "198.51.100.80", 80)),
@@ -24,11 +25,13 @@ def every_rule():
         ]
         + list(
             flows.broadcast_rules(
-                [PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2))], WLAN
+                [PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2))],
+                (WLAN, 2),
+                lambda mac: (2,) if mac == PHONE.mac else (WLAN,),
             )
         )
-        + list(flows.device_rules(PHONE, 0, WLAN, "02:48:57:00:00:01", learning=False))
-        + list(flows.device_rules(blacklisted, 0, WLAN, "02:48:57:00:00:01"))
+        + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01", learning=False))
+        + list(flows.device_rules(blacklisted, 0, (WLAN, 2), "02:48:57:00:00:01"))
     )
 
 

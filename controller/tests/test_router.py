@@ -43,9 +43,8 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     )
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
     rules = installed(effects)
-    budget = [r for r in rules if r.priority != flows.Admission.PORTAL]  # and the captive portal: test_portal.py
-    assert {r.priority for r in budget} == {1001, 901}
-    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in budget)
+    assert {r.priority for r in rules} == {1001, 901}
+    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in rules)
 
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
@@ -117,18 +116,21 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
     depend on would reinstall them for nothing (and lose the device's learnt flows)."""
     now = 1_000_000.0
     made = []
-    for mac, state, (subnet, expires), wlan_port, router_mac, learning, dns_gated, held in itertools.product(
+    for mac, state, (subnet, expires), (access_ports, port), router_mac, learning, dns_gated, held in itertools.product(
         (PHONE, LAPTOP),
         State,
         ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
-        (WLAN, 2),
+        # One access port (nothing to bind: `port_binding` says None), or two and bound to either or neither.
+        (((WLAN,), None), ((2,), None), ((WLAN, 2), None), ((WLAN, 2), WLAN), ((WLAN, 2), 2)),
         (ROUTER_MAC, "02:48:57:00:00:02"),
         (True, False),
         (True, False),
         (True, False),
     ):
         device = Device(mac=mac, state=state, subnet=subnet, lease_expires=expires)
-        name = flows.device_rules(device, now, wlan_port, router_mac, learning=learning, dns_gated=dns_gated, held=held)
+        name = flows.device_rules(
+            device, now, access_ports, router_mac, port=port, learning=learning, dns_gated=dns_gated, held=held
+        )
         made.append((name, frozenset(name) if name is not None else frozenset()))
     by_name, by_rules = defaultdict(set), defaultdict(set)
     for i, (name, rules) in enumerate(made):
@@ -210,18 +212,11 @@ def test_proxy_arp_answers_a_device_for_its_own_gateway_only(router):
     assert router.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
 
 
-def test_router_stack_learns_only_devices_with_a_live_lease(router, clock):
-    """A permitted device's, and a held-back one's while its lease runs (its rules let only the router's
-    resolver and the captive portal answer it: test_portal.py); not a stranger's, nor a lapsed lease's."""
+def test_router_stack_learns_only_permitted_devices(router):
     ip = lease(router, PHONE)
     ask = arp_request(ROUTER_MAC, "10.2.0.5", ip)
-    [answer] = router.on_arp(flows.LOCAL, ask)
-    assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
-    assert router.on_arp(flows.LOCAL, arp_request(ROUTER_MAC, "10.2.0.5", "10.2.0.10")) == []  # no one's
-    clock.now += 31  # its pending lease ran out
     assert router.on_arp(flows.LOCAL, ask) == []
     router.permit(PHONE)
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
     [answer] = router.on_arp(flows.LOCAL, ask)
     assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
 
