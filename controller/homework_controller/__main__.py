@@ -45,7 +45,8 @@ def parse_args(argv):
     p.add_argument(
         "--stations",
         default=CONFIG.stations,
-        help="link quality source for Links: iw:wlan0 on a router, file:PATH from an emulated radio",
+        help="link quality source for Links: nl80211:wlan0 on a router (iw:wlan0 runs iw instead), "
+        "file:PATH from an emulated radio",
     )
     p.add_argument(
         "--hostapd-ctrl",

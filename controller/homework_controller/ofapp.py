@@ -369,7 +369,7 @@ class HomeworkController(app_manager.OSKenApp):
                 self._send(dp, openflow.flow_counters_request())
             if CONFIG.stations:
                 try:
-                    now = stations.parse_station_dump(stations.read_stations(CONFIG.stations))
+                    now = stations.read_stations(CONFIG.stations)
                 except (OSError, ValueError, subprocess.SubprocessError) as exc:
                     LOG.debug("no station list from %s: %s", CONFIG.stations, exc)
                     continue
