@@ -62,6 +62,35 @@ class ControllerClient:
     def resume(self, mac: str) -> dict:
         return self._call("POST", f"resume/{self._mac(mac)}")
 
+    def pause_for(self, mac: str, duration: str) -> dict:
+        """Paused now for minutes ("30", "1 h") or until "tomorrow" (the household's reset)."""
+        return self._call("POST", f"pause-for/{self._mac(mac)}/{urllib.parse.quote(duration, safe='')}")
+
+    def set_schedule(self, mac: str, windows: str) -> dict:
+        """The device's weekly bedtime ("sun-thu 21:30-07:00"; empty clears it); answers its status."""
+        return self._call("POST", f"schedule/{self._mac(mac)}", {"windows": windows})
+
+    def set_allowance(self, mac: str, amount: str) -> dict:
+        """The device's daily allowance ("2 h", "500 MB"; empty removes it); answers its status."""
+        return self._call("POST", f"allowance/{self._mac(mac)}", {"amount": amount})
+
+    def grant_bonus(self, mac: str, amount: str) -> dict:
+        return self._call("POST", f"bonus/{self._mac(mac)}", {"amount": amount})
+
+    def household_time(self) -> dict:
+        return self._call("GET", "household-time")
+
+    def set_time_zone(self, zone: str) -> dict:
+        return self._call("POST", "time-zone", {"zone": zone})
+
+    def set_reset_time(self, at: str) -> dict:
+        return self._call("POST", "reset-time", {"at": at})
+
+    def portal(self, ip: str) -> dict:
+        """What the captive portal tells the device at this address (a request's source) about itself:
+        {captive, reason, code, paused_until, allowance, user_portal_url}."""
+        return self._call("GET", f"portal/{urllib.parse.quote(ip, safe='')}")
+
     def dns_rules(self, mac: str):
         return self._call("GET", f"dns-rules/{self._mac(mac)}")
 

@@ -27,6 +27,7 @@ from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs, urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from homework_controller import allowances, portal, schedules
 from homework_controller.api import make_app
 from homework_controller.errors import ApiError as ControllerApiError
 from homework_controller.errors import DeviceBlocked, NotConfigured, UnknownDevice
@@ -191,7 +192,14 @@ class FakeController(_ServedByAThread):
         self.wifi_ssid = "Home Wi-Fi"  # "" as without --wifi-ssid: own passphrases answer 501
         self.wifi_keys: dict[str, dict] = {}  # mac -> {keyid, passphrase, created}
         self.clone_suspected: dict[str, dict] = {}  # mac -> {at, differs}
+        self.portal_codes = portal.Portal()  # each device's code, as the controller makes them
         self.paused: set[str] = set()
+        # Bedtimes and allowances, checked by the controller's own parsers, so bad input is refused alike.
+        self.paused_until: dict[str, str | None] = {}  # mac -> ISO time (None: until resumed)
+        self.schedules: dict[str, str] = {}
+        self.allowances: dict[str, allowances.Allowance] = {}
+        self.usage: dict[str, allowances.DayUsage] = {}
+        self.household = {"time_zone": "UTC", "reset_time": "04:00"}
         self.calls: list[tuple[str, str]] = []
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
@@ -240,9 +248,26 @@ class FakeController(_ServedByAThread):
         return {
             **self.devices[mac],
             "clone_suspected": self.clone_suspected.get(mac),
-            "paused": mac in self.paused,
+            **self.held_status(mac),
+            "schedule": self.schedules.get(mac, ""),
+            "allowance": self.allowance_of(mac),
             "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None,
+            **self.portal_codes.status_of(mac),
         }
+
+    def held_status(self, mac: str) -> dict:
+        allowance = self.allowance_of(mac)
+        if mac in self.paused:
+            return {"paused": True, "paused_why": "paused", "paused_until": self.paused_until.get(mac)}
+        if allowance and allowance["used_up"]:
+            return {"paused": True, "paused_why": "allowance", "paused_until": allowance["resets_at"]}
+        return {"paused": False, "paused_why": None, "paused_until": None}
+
+    def allowance_of(self, mac: str) -> dict | None:
+        if mac not in self.allowances:
+            return None
+        usage = self.usage.setdefault(mac, allowances.DayUsage(0.0))
+        return dict(allowances.standing(self.allowances[mac], usage), resets_at="2030-01-02T04:00:00+00:00")
 
     def wifi_key_answer(self, mac: str) -> dict:
         key = self.wifi_keys[mac]
@@ -274,6 +299,10 @@ class FakeController(_ServedByAThread):
             return 200, self.calls
         if path == "/fake/clone":
             self.suspect_clone(body["mac"], body.get("differs", "host name 'phone' -> 'intruder'"))
+            return 200, self.status_of(body["mac"])
+        if path == "/fake/usage":  # what the device used today (bytes or minutes, as its allowance)
+            usage = self.usage.setdefault(body["mac"], allowances.DayUsage(0.0))
+            usage.bytes = usage.minutes = int(body["used"])
             return 200, self.status_of(body["mac"])
         if path == "/fake/qos":
             self.qos = body or None
@@ -338,7 +367,72 @@ class FakeController(_ServedByAThread):
     def ws_resume(self, mac):
         mac = self._known(mac)
         self.paused.discard(mac)
+        self.paused_until.pop(mac, None)
         return self.status_of(mac)
+
+    def ws_pause_for(self, mac, duration):
+        mac = self._known(mac)
+        if duration == "tomorrow":
+            until = time.time() + 12 * 3600
+        else:
+            try:
+                kind, minutes = allowances.parse_amount(duration if duration[-1:].isalpha() else f"{duration} min")
+            except allowances.BadAllowance:
+                kind, minutes = "", 0
+            if kind != "minutes":
+                raise ControllerApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
+            until = time.time() + minutes * 60
+        self.paused.add(mac)
+        self.paused_until[mac] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(until))
+        return self.status_of(mac)
+
+    def ws_set_schedule(self, mac, windows):
+        mac = self._known(mac)
+        try:
+            self.schedules[mac] = schedules.text(schedules.parse(windows))
+        except schedules.BadSchedule as exc:
+            raise ControllerApiError(str(exc)) from None
+        return self.status_of(mac)
+
+    def ws_set_allowance(self, mac, amount):
+        mac = self._known(mac)
+        if not amount.strip():
+            self.allowances.pop(mac, None)
+            return self.status_of(mac)
+        try:
+            self.allowances[mac] = allowances.Allowance(*allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ControllerApiError(str(exc)) from None
+        return self.status_of(mac)
+
+    def ws_grant_bonus(self, mac, amount):
+        mac = self._known(mac)
+        try:
+            kind, more = allowances.parse_amount(amount)
+        except allowances.BadAllowance as exc:
+            raise ControllerApiError(str(exc)) from None
+        if mac not in self.allowances or self.allowances[mac].kind != kind:
+            raise ControllerApiError("this device has no allowance of that kind to add to")
+        self.usage.setdefault(mac, allowances.DayUsage(0.0)).bonus += more
+        return self.status_of(mac)
+
+    def ws_household_time(self):
+        return dict(self.household)
+
+    def ws_set_time_zone(self, zone):
+        try:
+            schedules.zone(zone)
+        except schedules.BadSchedule as exc:
+            raise ControllerApiError(str(exc)) from None
+        self.household["time_zone"] = zone
+        return dict(self.household)
+
+    def ws_set_reset_time(self, at):
+        try:
+            self.household["reset_time"] = f"{schedules.clock_time(at):%H:%M}"
+        except schedules.BadSchedule as exc:
+            raise ControllerApiError(str(exc)) from None
+        return dict(self.household)
 
     def ws_issue_wifi_key(self, mac):
         mac = self._known(mac)
@@ -365,6 +459,13 @@ class FakeController(_ServedByAThread):
         mac = self._own_key(mac)
         del self.wifi_keys[mac]
         return {"mac": mac, "revoked": True, "applied": True, "note": ""}
+
+    def ws_portal_of(self, ip):
+        """The controller's own view of the device at the address (`portal.view`)."""
+        for mac, dev in self.devices.items():
+            if dev["ip"] == ip:
+                return portal.view(self.status_of(mac))
+        raise UnknownDevice(f"no device has the address {ip!r}")
 
     def ws_app_priorities(self):
         return self.apps

@@ -1,0 +1,111 @@
+"""Pause for a while, bedtimes and daily allowances (issue 23): the phone page's controls.
+
+Pausing for a while is pausing, so whoever may pause a device may (owner, wall panel). Schedules,
+allowances, bonuses and the household's time settings are the owner's alone: a wall panel is in
+everyone's reach, and a member must not lift their own bedtime. The controller checks what is
+asked (a schedule's text, an amount, a zone) and its refusal is passed on with its message.
+
+A person's schedule is their devices' schedule: the web UI knows who owns which device
+(`device_owners`), the controller only devices, so a person's bedtime is set on each device the
+account owns, now; a device they are given later gets it when it is set again.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+from ..controller import ControllerError
+from ..errors import ApiError, ask_controller
+from ..security import SIGNED_IN, access
+from ..services import services
+from .common import body, mac_of
+
+bp = Blueprint("bedtime", __name__)
+
+UNAVAILABLE = {501: ("bedtime-unavailable", "This router cannot pause for a while, keep bedtimes or allowances.")}
+
+
+def _text(field: str, limit: int = 400) -> str:
+    value = body().get(field, "")
+    if not isinstance(value, str) or len(value) > limit:
+        raise ApiError(400, f"{field} must be text of at most {limit} characters")
+    return value
+
+
+def _changed(call, *args) -> dict:
+    device = ask_controller(call, *args, meaning=UNAVAILABLE)
+    services().hub.update_device(device)
+    return {"device": device}
+
+
+@bp.post("/api/devices/<mac>/pause-for")
+@access("owner", "kiosk")
+def pause_for(mac):
+    """{"for": "30" | "60" | "1 h" | "tomorrow"}"""
+    return _changed(services().controller.pause_for, mac_of(mac), _text("for", 20))
+
+
+@bp.post("/api/devices/<mac>/schedule")
+@access("owner")
+def set_schedule(mac):
+    """{"windows": "sun-thu 21:30-07:00; fri,sat 23:00-08:00"} (empty clears it)"""
+    return _changed(services().controller.set_schedule, mac_of(mac), _text("windows"))
+
+
+@bp.post("/api/devices/<mac>/allowance")
+@access("owner")
+def set_allowance(mac):
+    """{"amount": "2 h" | "500 MB"} (empty removes it)"""
+    return _changed(services().controller.set_allowance, mac_of(mac), _text("amount", 40))
+
+
+@bp.post("/api/devices/<mac>/bonus")
+@access("owner")
+def grant_bonus(mac):
+    """{"amount": "30 min" | "500 MB"}: more for today, until the household's reset."""
+    return _changed(services().controller.grant_bonus, mac_of(mac), _text("amount", 40))
+
+
+@bp.post("/api/accounts/<int:account_id>/schedule")
+@access("owner")
+def set_person_schedule(account_id):
+    """{"windows": ...}: the same bedtime on every device the account owns."""
+    svc = services()
+    if svc.accounts.get_account(account_id) is None:
+        raise ApiError(404, "no such account")
+    windows = _text("windows")
+    macs = sorted(mac for mac, owner in svc.accounts.device_owners().items() if owner == account_id)
+    if not macs:
+        raise ApiError(400, "this person owns no devices yet: give them a device first")
+    devices, not_seen = [], []
+    for mac in macs:
+        try:
+            devices.append(ask_controller(svc.controller.set_schedule, mac, windows, meaning=UNAVAILABLE))
+        except ControllerError as exc:
+            if exc.status != 404:
+                raise  # a bad schedule is refused for the first device, before any changed
+            not_seen.append(mac)  # owned, but the router has not seen it (yet)
+    for device in devices:
+        svc.hub.update_device(device)
+    return {"devices": devices, "not_seen": not_seen}
+
+
+@bp.get("/api/household-time")
+@access(*SIGNED_IN)
+def household_time():
+    return ask_controller(services().controller.household_time, meaning=UNAVAILABLE)
+
+
+@bp.post("/api/household-time")
+@access("owner")
+def set_household_time():
+    """{"time_zone": "Europe/London", "reset_time": "04:00"} (either or both)."""
+    sent = body()
+    answer = None
+    if "time_zone" in sent:
+        answer = ask_controller(services().controller.set_time_zone, _text("time_zone", 64), meaning=UNAVAILABLE)
+    if "reset_time" in sent:
+        answer = ask_controller(services().controller.set_reset_time, _text("reset_time", 5), meaning=UNAVAILABLE)
+    if answer is None:
+        raise ApiError(400, "send time_zone and/or reset_time")
+    return answer

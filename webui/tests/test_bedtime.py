@@ -1,0 +1,100 @@
+"""Pause for a while, bedtimes and allowances from the web UI (issue 23): the owner sets them, a wall
+panel may only pause for a while (it may refuse a device), a member may do none of it (not even for
+their own device: a bedtime is not theirs to lift); bad input is refused with the controller's words."""
+
+from conftest import Api, signed_in
+
+PHONE, LAPTOP, TABLET = "02:00:00:00:00:81", "02:00:00:00:00:82", "02:00:00:00:00:83"
+
+
+def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controller):
+    controller.add(PHONE, state="permitted", event=False)
+    r = owner.post(f"/api/devices/{PHONE}/schedule", {"windows": "sun-thu 21:30-07:00"})
+    assert r.status_code == 200 and r.json["device"]["schedule"] == "mon,tue,wed,thu,sun 21:30-07:00"
+    r = owner.post(f"/api/devices/{PHONE}/allowance", {"amount": "1 MB"})
+    assert (
+        r.json["device"]["allowance"] | {"kind": "bytes", "allowed": 1_000_000, "warning": False}
+        == (r.json["device"]["allowance"])
+    )
+    controller.fake("/fake/usage", {"mac": PHONE, "used": 850_000})
+    assert owner.get(f"/api/devices/{PHONE}").json["device"]["allowance"]["warning"] is True
+    controller.fake("/fake/usage", {"mac": PHONE, "used": 1_000_000})
+    device = owner.get(f"/api/devices/{PHONE}").json["device"]
+    assert (device["paused"], device["paused_why"]) == (True, "allowance")
+    r = owner.post(f"/api/devices/{PHONE}/bonus", {"amount": "500 MB"})
+    assert r.status_code == 200 and not r.json["device"]["paused"] and r.json["device"]["allowance"]["bonus"] == 5e8
+    assert ("bonus", PHONE) in controller.calls
+
+
+def test_pause_for_a_while_says_until_when(app, owner, controller):
+    controller.add(PHONE, state="permitted", event=False)
+    device = owner.post(f"/api/devices/{PHONE}/pause-for", {"for": "30"}).json["device"]
+    assert (device["paused"], device["paused_why"]) == (True, "paused") and device["paused_until"]
+    assert owner.post(f"/api/devices/{PHONE}/resume").json["device"]["paused_until"] is None
+
+
+def test_a_wall_panel_may_pause_for_a_while_but_not_set_bedtimes_and_a_member_may_do_neither(app, owner, controller):
+    mine = controller.add(PHONE, state="permitted", event=False)
+    controller.add(LAPTOP, state="permitted", event=False)
+    kiosk = signed_in(app, "kiosk", owner)
+    assert owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).status_code == 201
+    member = Api(app, ip=mine["ip"])  # signed in on the phone, so the phone is theirs
+    member.session()
+    assert member.post("/api/login", {"username": "kid", "password": "kid password"}).status_code == 200
+    anonymous = Api(app)
+    anonymous.session()
+    changes = (
+        ("schedule", {"windows": ""}),
+        ("allowance", {"amount": ""}),
+        ("bonus", {"amount": "30 min"}),
+    )
+    for what, sent in changes:
+        for who in (kiosk, member):
+            r = who.post(f"/api/devices/{PHONE}/{what}", sent)
+            assert r.status_code == 403 and r.json["code"] == "role", what
+        assert anonymous.post(f"/api/devices/{PHONE}/{what}", sent).status_code == 401
+    assert member.post(f"/api/devices/{PHONE}/pause-for", {"for": "30"}).status_code == 403
+    for who in (kiosk, member):
+        assert who.post("/api/household-time", {"time_zone": "Europe/London"}).status_code == 403
+    assert not any(m in ("schedule", "allowance", "bonus", "pause-for", "time-zone") for m, _ in controller.calls)
+    # The controls: the wall panel may pause for a while, the owner may set the rest, anyone signed in may read.
+    assert kiosk.post(f"/api/devices/{LAPTOP}/pause-for", {"for": "tomorrow"}).json["device"]["paused"] is True
+    assert owner.post(f"/api/devices/{PHONE}/schedule", {"windows": "daily 21:00-07:00"}).status_code == 200
+    assert member.get("/api/household-time").json == {"time_zone": "UTC", "reset_time": "04:00"}
+
+
+def test_bad_input_is_refused_with_the_controllers_words_and_changes_nothing(app, owner, controller):
+    controller.add(PHONE, state="permitted", event=False)
+    for what, sent, says in (
+        ("schedule", {"windows": "funday 21:00-07:00"}, "not a day"),
+        ("schedule", {"windows": 42}, "must be text"),
+        ("allowance", {"amount": "lots"}, "not an amount"),
+        ("bonus", {"amount": "30 min"}, "no allowance"),
+        ("pause-for", {"for": "forever"}, "pause for minutes"),
+        ("pause-for", {"for": "x" * 100}, "at most 20"),
+    ):
+        r = owner.post(f"/api/devices/{PHONE}/{what}", sent)
+        assert r.status_code == 400 and says in r.json["error"], (what, r.json)
+    device = owner.get(f"/api/devices/{PHONE}").json["device"]
+    assert (device["schedule"], device["allowance"], device["paused"]) == ("", None, False)
+    r = owner.post("/api/household-time", {"time_zone": "Atlantis/Capital"})
+    assert r.status_code == 400 and "time zone" in r.json["error"]
+    r = owner.post("/api/household-time", {"time_zone": "Europe/Berlin", "reset_time": "05:30"})
+    assert r.json == {"time_zone": "Europe/Berlin", "reset_time": "05:30"}
+
+
+def test_a_persons_bedtime_is_set_on_every_device_they_own(app, owner, controller):
+    for mac in (PHONE, LAPTOP, TABLET):
+        controller.add(mac, state="permitted", event=False)
+    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
+    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
+        assert owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id}).status_code == 200
+    r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun-thu 21:30-07:00"})
+    assert r.status_code == 200 and r.json["not_seen"] == ["02:00:00:00:00:99"]
+    assert sorted(d["mac"] for d in r.json["devices"]) == [PHONE, LAPTOP]
+    assert controller.schedules == {PHONE: "mon,tue,wed,thu,sun 21:30-07:00", LAPTOP: "mon,tue,wed,thu,sun 21:30-07:00"}
+    assert TABLET not in controller.schedules  # positive control: a device not theirs keeps none
+    r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun 25:00-07:00"})
+    assert r.status_code == 400 and controller.schedules[PHONE] == "mon,tue,wed,thu,sun 21:30-07:00"
+    assert owner.post("/api/accounts/9999/schedule", {"windows": ""}).status_code == 404
