@@ -128,6 +128,13 @@ def parse_args(argv):
         metavar="IPV4",
         help="the household's public address, as the ISP sees it after the router's NAT (repeatable)",
     )
+    p.add_argument(
+        "--flow-export-port",
+        type=int,
+        default=CONFIG.flow_export_port,
+        help="loopback UDP port where OVS's IPFIX export of the LAN bridge arrives: Flows rows come from the "
+        "switch's own records (default %(default)s; 0: from the accounting rules' counters)",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     try:
@@ -148,6 +155,8 @@ def parse_args(argv):
     for port in (args.api_port, args.of_port, args.dns_port):
         if not 0 < port < 65536:
             p.error(f"port {port} out of range")
+    if not 0 <= args.flow_export_port < 65536:
+        p.error(f"--flow-export-port {args.flow_export_port} out of range (0: none)")
     for iface, kbit, name in (
         (args.upstream_iface, args.uplink_kbit, "uplink"),
         (args.downlink_iface, args.downlink_kbit, "downlink"),
@@ -219,6 +228,7 @@ def main(argv=None):
     CONFIG.downlink_iface, CONFIG.downlink_kbit = args.downlink_iface, args.downlink_kbit
     CONFIG.shaper_percent, CONFIG.high_share = args.shaper_percent, args.high_share
     CONFIG.high_device_share = args.high_device_share
+    CONFIG.flow_export_port = args.flow_export_port
     if args.slice:
         CONFIG.slice_host, CONFIG.slice_port = args.slice_host, args.slice_port
         CONFIG.slice_cert, CONFIG.slice_key, CONFIG.slice_ca = args.slice_cert, args.slice_key, args.slice_ca

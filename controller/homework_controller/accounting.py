@@ -4,6 +4,11 @@ the last poll, from which `Flows` rows say what each flow did since.
 
 A learnt flow is its 5-tuple; a device's learning rule (traffic not counted per flow) is a row
 with protocol 0 and the far side 0.0.0.0.
+
+With the switch's own records (flow export, `flow_export.py`), `Flows` rows come from them instead:
+the switch counts every connection it forwards, also those whose packet copies never reached the
+controller (issue 26). The rules' counters and the copies are then not counted at all (each packet
+would count twice), and a device over its flow budget still has every connection counted.
 """
 
 from __future__ import annotations
@@ -13,11 +18,24 @@ from collections.abc import Callable
 from . import flows
 from .effects import LogRow
 
+# Connection directions kept between two polls from the switch's records; beyond, a device's new
+# ones are counted as its whole (a row like its learning rule's), so a flood cannot grow memory.
+MAX_EXPORTED_FLOWS = 65536
+ETHERNET_HEADER = 14  # bytes a frame adds to its IP packet (no VLAN tag on the LAN)
+
 
 class Accounting:
-    def __init__(self, clock: Callable[[], float], flow_budget: int = 200, budget_cooldown_s: float = 120.0):
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        flow_budget: int = 200,
+        budget_cooldown_s: float = 120.0,
+        from_export: bool = False,
+    ):
         self.clock = clock
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
+        self.from_export = from_export
+        self._exported: dict[flows.FiveTuple, list[int]] = {}  # since the last poll: [packets, bytes]
         self._learnt: dict[str, set[flows.FiveTuple]] = {}
         self._copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self._over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
@@ -51,11 +69,8 @@ class Accounting:
         """A packet of the device's flow copied to the controller while it is forwarded: counted here
         (a connection may end before its rule is in place). What to do: "learn" (a rule for the flow),
         "wait" (its rule is on its way), "over" (the device just went over its budget)."""
-        # The device's learning rule counted this packet too: it is the flow's, not the device's.
-        device_key = ("device", flow.saddr, "0.0.0.0") if outgoing else ("device", "0.0.0.0", flow.daddr)
-        for key in (("flow", flow), device_key):
-            pkts, nbytes = self._copied.get(key, (0, 0))
-            self._copied[key] = (pkts + 1, nbytes + size)
+        if not self.from_export:
+            self._count_copy(flow, outgoing, size)
         learnt = self._learnt.setdefault(mac, set())
         if flow in learnt:
             return "wait"
@@ -65,10 +80,37 @@ class Accounting:
         learnt.add(flow)
         return "learn"
 
+    def _count_copy(self, flow: flows.FiveTuple, outgoing: bool, size: int) -> None:
+        # The device's learning rule counted this packet too: it is the flow's, not the device's.
+        device_key = ("device", flow.saddr, "0.0.0.0") if outgoing else ("device", "0.0.0.0", flow.daddr)
+        for key in (("flow", flow), device_key):
+            pkts, nbytes = self._copied.get(key, (0, 0))
+            self._copied[key] = (pkts + 1, nbytes + size)
+
+    def exported(self, flow: flows.FiveTuple, outgoing: bool, pkts: int, octets: int) -> None:
+        """What the switch forwarded of one direction of a device's connection (outgoing: the device
+        sent it), from its records: counted in the next poll's rows. The records count IP bytes;
+        Flows counts frames, Ethernet header included, as the rules' counters do."""
+        nbytes = octets + ETHERNET_HEADER * pkts
+        if flow not in self._exported and len(self._exported) >= MAX_EXPORTED_FLOWS:
+            if outgoing:
+                flow = flows.FiveTuple(0, flow.saddr, 0, "0.0.0.0", 0)
+            else:
+                flow = flows.FiveTuple(0, "0.0.0.0", 0, flow.daddr, 0)
+        total = self._exported.setdefault(flow, [0, 0])
+        total[0] += pkts
+        total[1] += nbytes
+
     def read_counters(self, entries: list[tuple[int, dict, int, int]]) -> list[LogRow]:
         """Counters of the accounting table ((priority, match, packets, bytes) per rule) -> Flows rows
         with what each flow did since the last poll. A learnt flow's row is what its rule counted plus
-        what the controller saw of it before the rule was in place."""
+        what the controller saw of it before the rule was in place. With the switch's records, the
+        rows are theirs since the last poll instead."""
+        if self.from_export:
+            exported, self._exported = self._exported, {}
+            return [
+                LogRow("Flows", (f.proto, f.saddr, f.sport, f.daddr, f.dport, p, b)) for f, (p, b) in exported.items()
+            ]
         rows = []
         seen = set()
         for priority, match, pkts, nbytes in entries:
@@ -94,7 +136,7 @@ class Accounting:
         key = _counter_key(priority, match)
         if key is None:
             return None, []
-        row = self._count(key, pkts, nbytes, keep=False)
+        row = None if self.from_export else self._count(key, pkts, nbytes, keep=False)
         for learnt in self._learnt.values():
             learnt.discard(key[1])
         return (key[1] if key[0] == "flow" else None), [row] if row is not None else []

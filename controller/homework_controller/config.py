@@ -49,6 +49,9 @@ class Config:
     slice_ca: str = ""
     slice_plain_tcp: bool = False  # tests only: no TLS
     public_addresses: tuple[str, ...] = ()  # the household's address(es) as the ISP sees them (after NAT)
+    # Loopback UDP port where the switch's IPFIX records arrive (Flows rows come from them); 0: none,
+    # Flows from the accounting rules' counters
+    flow_export_port: int = 4739
 
     def access_port_names(self) -> tuple[str, ...]:
         return self.access_ports or (self.wlan_port,)

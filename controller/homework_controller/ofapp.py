@@ -29,6 +29,7 @@ from . import (
     dhcp,
     dhcp_port,
     dns_server,
+    flow_export,
     flows,
     hostapd_ctrl,
     hwdb_feed,
@@ -131,6 +132,7 @@ class HomeworkController(app_manager.OSKenApp):
             app_table=apps.load_table(CONFIG.apps_file or None),
             qos_settings=settings,
             wifi_ssid=CONFIG.wifi_ssid,
+            flows_from_export=bool(CONFIG.flow_export_port),
         )
         self.shapers = {
             way: shaper.Shaper(link)
@@ -168,6 +170,11 @@ class HomeworkController(app_manager.OSKenApp):
         self.dhcp_port.start(self._on_dhcp)
         self._start_thread(self._tick)
         self._start_thread(self._poll_counters)
+        # The switch's own per-connection records (IPFIX), exported to the collector once it listens.
+        self.flow_export = None
+        if CONFIG.flow_export_port:
+            self.flow_export = flow_export.Collector(self._on_exported, port=CONFIG.flow_export_port).start()
+            self._start_thread(self._export_flows)
         self._start_thread(self._add_gateway_addresses)
         self._start_thread(self._tell_hostapd_in_order)
         self._start_thread(self._publish_wifi_keys)  # the file as the database has it (e.g. after a restore)
@@ -386,6 +393,21 @@ class HomeworkController(app_manager.OSKenApp):
         entries, self.stats_parts = self.stats_parts, []
         with self.lock:
             self._apply(self.router.on_flow_stats(entries))
+
+    def _export_flows(self) -> None:
+        try:
+            flow_export.export_to(CONFIG.lan_iface, CONFIG.flow_export_port)
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            LOG.error("the switch does not export its flows (no Flows rows): %s %s", exc, detail.decode().strip())
+            return
+        LOG.info("switch %s exports its flows to 127.0.0.1:%d", CONFIG.lan_iface, CONFIG.flow_export_port)
+
+    def _on_exported(self, batch: list[flow_export.FlowRecord]) -> None:
+        """The collector's thread: a batch of the switch's records, summed here, merged under the lock."""
+        totals = flow_export.per_connection(batch)
+        with self.lock:
+            self.router.on_flow_export(totals)
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _on_flow_removed(self, ev):
@@ -643,6 +665,10 @@ class HomeworkController(app_manager.OSKenApp):
                 hwdb_rows_dropped=self.hwdb.dropped,
                 agent_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_reports.count,
                 app_priority_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_priorities.count,
+                **{
+                    f"flow_export_{name}": value
+                    for name, value in (self.flow_export.stats() if self.flow_export else {}).items()
+                },
                 lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1),
                 lock_max_hold_by=self.lock.max_hold_by,
                 **self.dns.counters,

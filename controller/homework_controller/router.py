@@ -63,6 +63,7 @@ class HomeRouter:
         wifi_ssid: str = "",
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
         agent_reports: AgentReportBook | None = None,
+        flows_from_export: bool = False,
     ):
         self.store = store
         self.lease_policy = lease_policy
@@ -83,7 +84,7 @@ class HomeRouter:
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.switch = SwitchMirror()
         self.newcomers = Newcomers(clock, max_pending)
-        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
+        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s, from_export=flows_from_export)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.priorities = AppPriorities(
             clock,
@@ -324,6 +325,15 @@ class HomeRouter:
         """
         rows = self.accounting.read_counters(entries)
         return rows + self.priorities.poll(rows)
+
+    def on_flow_export(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
+        """The switch's own records of what it forwarded, summed per connection direction (off the
+        lock): those of the router's devices are counted in the next poll's Flows rows."""
+        for flow, (pkts, nbytes) in totals.items():
+            if self.registry.by_ip(flow.saddr) is not None:
+                self.accounting.exported(flow, True, pkts, nbytes)
+            elif self.registry.by_ip(flow.daddr) is not None:
+                self.accounting.exported(flow, False, pkts, nbytes)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""

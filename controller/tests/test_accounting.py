@@ -114,3 +114,77 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
         ("web", 300, 3),
     ]
     assert all(isinstance(e, LogRow) for e in first + second)
+
+
+# ---- the switch's own records (flow export, issue 26)
+
+
+def exporting_router(db_path, clock):
+    r = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flows_from_export=True)
+    r.switch_ready(WLAN, ROUTER_MAC)
+    return r
+
+
+def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_poll(db_path, clock):
+    router = exporting_router(db_path, clock)
+    ip = permitted_phone(router)
+    up = flows.FiveTuple(6, ip, 40000, INTERNET, 80)
+    down = flows.FiveTuple(6, INTERNET, 80, ip, 40000)
+    # Two batches before the poll (a long connection is reported every active timeout): summed.
+    router.on_flow_export({up: [5, 400], down: [4, 24000]})
+    router.on_flow_export({up: [1, 40]})
+    # What the accounting rules counted is not counted again (the same packets). The records count IP
+    # bytes; Flows counts frames (14 bytes of Ethernet header each), as the rules' counters do.
+    rows = router.on_flow_stats([(flows.Accounting.LEARNT_FLOW, up.match(), 6, 440)])
+    assert [(e.table, e.row) for e in rows] == [
+        ("Flows", (6, ip, 40000, INTERNET, 80, 6, 440 + 6 * 14)),
+        ("Flows", (6, INTERNET, 80, ip, 40000, 4, 24000 + 4 * 14)),
+        ("AppTimeseries", ("web", 24440 + 10 * 14, 10)),
+    ]
+    assert router.on_flow_stats([]) == []  # nothing since
+    assert router.on_flow_removed(flows.Accounting.LEARNT_FLOW, up.match(), 9, 900) == []
+
+
+def test_with_the_switchs_records_copies_are_not_counted_and_a_device_over_budget_still_has_each_connection(
+    db_path, clock
+):
+    router = HomeRouter(
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=2, flows_from_export=True
+    )
+    router.switch_ready(WLAN, ROUTER_MAC)
+    ip = permitted_phone(router)
+    for port in range(3):  # the third goes over the budget
+        router.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000 + port, 80))
+    assert router.on_flow_stats([]) == []  # copies alone are no rows: the switch's records are
+    router.on_flow_export({flows.FiveTuple(6, ip, 41000 + port, INTERNET, 80): [3, 180] for port in range(3)})
+    assert sorted(e.row for e in router.on_flow_stats([]) if e.table == "Flows") == [
+        (6, ip, 41000 + port, INTERNET, 80, 3, 180 + 3 * 14) for port in range(3)
+    ]
+
+
+def test_records_of_no_devices_traffic_are_not_rows(db_path, clock):
+    router = exporting_router(db_path, clock)
+    ip = permitted_phone(router)
+    router.on_flow_export(
+        {
+            flows.FiveTuple(17, "0.0.0.0", 68, "255.255.255.255", 67): [1, 328],  # a newcomer's DHCP
+            flows.FiveTuple(6, "10.2.9.10", 40000, INTERNET, 80): [2, 120],  # a lease nobody holds
+            flows.FiveTuple(6, "2001:db8::10", 40000, "2001:db8::1", 80): [2, 160],
+            flows.FiveTuple(6, ip, 40000, INTERNET, 80): [1, 60],  # positive control: the phone's
+        }
+    )
+    assert [e.row for e in router.on_flow_stats([]) if e.table == "Flows"] == [(6, ip, 40000, INTERNET, 80, 1, 74)]
+
+
+def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(db_path, clock, monkeypatch):
+    from homework_controller import accounting
+
+    monkeypatch.setattr(accounting, "MAX_EXPORTED_FLOWS", 10)
+    router = exporting_router(db_path, clock)
+    ip = permitted_phone(router)
+    router.on_flow_export({flows.FiveTuple(17, ip, 1000 + n, INTERNET, 53): [1, 36] for n in range(25)})
+    router.on_flow_export({flows.FiveTuple(17, INTERNET, 53, ip, 1000 + n): [1, 56] for n in range(25)})
+    rows = [e.row for e in router.on_flow_stats([]) if e.table == "Flows"]
+    assert len(rows) == 12  # ten connections of their own, and the device's up and down as wholes
+    assert (0, ip, 0, "0.0.0.0", 0, 15, 750) in rows and (0, "0.0.0.0", 0, ip, 0, 25, 1750) in rows
+    assert sum(r[5] for r in rows) == 50 and sum(r[6] for r in rows) == 25 * 50 + 25 * 70  # nothing lost

@@ -19,23 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from homework_controller.flow_export import Collector, ExportParser, FlowRecord, MalformedExport
+from homework_controller.flow_export import Collector, ExportParser, FlowRecord, MalformedExport, tcp_totals
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tools"))
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "ovs_ipfix.json").read_text())
 DATAGRAMS = [bytes.fromhex(d) for d in FIXTURE["datagrams"]]
 EXPORTER = "127.0.0.1:40000"
-
-
-def totals(records: list[FlowRecord]) -> dict[tuple[str, int, str, int], list[int]]:
-    out: dict[tuple[str, int, str, int], list[int]] = {}
-    for r in records:
-        if r.proto == 6:
-            total = out.setdefault((r.saddr, r.sport, r.daddr, r.dport), [0, 0])
-            total[0] += r.packets
-            total[1] += r.octets
-    return out
 
 
 def parse_all(datagrams: list[bytes]) -> list[FlowRecord]:
@@ -46,7 +36,7 @@ def parse_all(datagrams: list[bytes]) -> list[FlowRecord]:
 def test_real_datagrams_give_each_direction_what_the_wire_carried():
     records = parse_all(DATAGRAMS)
     expected = {(s, sp, d, dp): [packets, octets] for s, sp, d, dp, packets, octets in FIXTURE["wire"]}
-    assert totals(records) == expected  # each direction once (egress only), exact
+    assert tcp_totals(records) == expected  # each direction once (egress only), exact
     for r in records:
         assert 0 < r.end - r.start < 10 and abs(r.end - time.time()) < 10 * 365 * 86400
 
@@ -94,7 +84,7 @@ def test_thousands_of_corrupt_datagrams_cost_only_themselves():
     # positive control: the same parser still reads the real datagrams afterwards
     fresh = [r for d in DATAGRAMS for r in parser.parse(d, EXPORTER)]
     expected = {(s, sp, d, dp): [p, o] for s, sp, d, dp, p, o in FIXTURE["wire"]}
-    assert totals(fresh) == expected
+    assert tcp_totals(fresh) == expected
 
 
 def template_datagram(template_id: int, fields: int) -> bytes:
@@ -146,7 +136,7 @@ def test_collector_delivers_real_records_and_counts_garbage():
         stats = collector.stats()
         assert stats["malformed"] == 2
         expected = {(s, sp, d, dp): [p, o] for s, sp, d, dp, p, o in FIXTURE["wire"]}
-        assert totals([r for b in batches for r in b]) == expected
+        assert tcp_totals([r for b in batches for r in b]) == expected
     finally:
         collector.stop()
 

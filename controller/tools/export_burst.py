@@ -39,7 +39,7 @@ from pathlib import Path
 
 import dpkt
 
-from homework_controller.flow_export import Collector, FlowRecord
+from homework_controller.flow_export import Collector, FlowRecord, tcp_totals
 
 BRIDGE = "fxbr"
 SUBNET = "10.77.0"
@@ -247,14 +247,7 @@ class Sink:
     def totals(self) -> dict[tuple[str, int, str, int], list[int]]:
         """Packets and bytes per TCP direction, summed over active-timeout records."""
         with self.lock:
-            records = list(self.records)
-        out: dict[tuple[str, int, str, int], list[int]] = {}
-        for r in records:
-            if r.proto == 6:
-                total = out.setdefault((r.saddr, r.sport, r.daddr, r.dport), [0, 0])
-                total[0] += r.packets
-                total[1] += r.octets
-        return out
+            return tcp_totals(self.records)
 
 
 def both_directions(c: Connection) -> set[tuple[str, int, str, int]]:

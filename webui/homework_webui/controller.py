@@ -86,6 +86,11 @@ class ControllerClient:
     def set_reset_time(self, at: str) -> dict:
         return self._call("POST", "reset-time", {"at": at})
 
+    def portal(self, ip: str) -> dict:
+        """What the captive portal tells the device at this address (a request's source) about itself:
+        {captive, reason, code, paused_until, allowance, user_portal_url}."""
+        return self._call("GET", f"portal/{urllib.parse.quote(ip, safe='')}")
+
     def dns_rules(self, mac: str):
         return self._call("GET", f"dns-rules/{self._mac(mac)}")
 

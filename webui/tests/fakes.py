@@ -27,7 +27,7 @@ from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs, urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from homework_controller import allowances, schedules
+from homework_controller import allowances, portal, schedules
 from homework_controller.api import make_app
 from homework_controller.errors import ApiError as ControllerApiError
 from homework_controller.errors import DeviceBlocked, NotConfigured, UnknownDevice
@@ -192,6 +192,7 @@ class FakeController(_ServedByAThread):
         self.wifi_ssid = "Home Wi-Fi"  # "" as without --wifi-ssid: own passphrases answer 501
         self.wifi_keys: dict[str, dict] = {}  # mac -> {keyid, passphrase, created}
         self.clone_suspected: dict[str, dict] = {}  # mac -> {at, differs}
+        self.portal_codes = portal.Portal()  # each device's code, as the controller makes them
         self.paused: set[str] = set()
         # Bedtimes and allowances, checked by the controller's own parsers, so bad input is refused alike.
         self.paused_until: dict[str, str | None] = {}  # mac -> ISO time (None: until resumed)
@@ -251,6 +252,7 @@ class FakeController(_ServedByAThread):
             "schedule": self.schedules.get(mac, ""),
             "allowance": self.allowance_of(mac),
             "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None,
+            **self.portal_codes.status_of(mac),
         }
 
     def held_status(self, mac: str) -> dict:
@@ -457,6 +459,13 @@ class FakeController(_ServedByAThread):
         mac = self._own_key(mac)
         del self.wifi_keys[mac]
         return {"mac": mac, "revoked": True, "applied": True, "note": ""}
+
+    def ws_portal_of(self, ip):
+        """The controller's own view of the device at the address (`portal.view`)."""
+        for mac, dev in self.devices.items():
+            if dev["ip"] == ip:
+                return portal.view(self.status_of(mac))
+        raise UnknownDevice(f"no device has the address {ip!r}")
 
     def ws_app_priorities(self):
         return self.apps

@@ -1,9 +1,10 @@
 """The API's blueprints, one concern each (README's layout table says which holds what)."""
 
-from . import accounts, apps, bedtime, devices, events, latency, page, updates, wifi_keys
+from . import accounts, apps, bedtime, devices, events, latency, page, portal, updates, wifi_keys
 
 BLUEPRINTS = (
     page.bp,
+    portal.bp,
     accounts.bp,
     devices.bp,
     bedtime.bp,
