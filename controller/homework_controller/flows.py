@@ -48,7 +48,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from . import portal
 from .model import Device, State, Subnet
 
 TABLE_ADMISSION = 0
@@ -64,6 +66,7 @@ class Admission:
     CONTROL = 1000
     DEVICE_ARP = 901
     ARP = 900
+    PORTAL = 700
     SOURCE_CHECKED = 500
     MISS = 0
 
@@ -93,6 +96,7 @@ DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
 ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
 VLAN_PRESENT = 0x1000  # OpenFlow 1.3's OFPVID_PRESENT bit of vlan_vid
 DNS_OVER_TLS_PORT = 853
+DNS_PORT = 53
 PROTO_TCP, PROTO_UDP = 6, 17
 FLOW_IDLE_TIMEOUT_S = 30
 
@@ -370,6 +374,7 @@ class DeviceRules:
     blacklisted: bool = False
     subnet: Subnet | None = None  # its own packet-in budget (meter, DHCP, EAPOL, ARP), from its first lease on
     forwarding: bool = False  # permitted with a live lease: its traffic is forwarded and counted
+    portal: bool = False  # held back with a live lease: it reaches the router's resolver and the portal only
     # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
     router_mac: str = ""
     learning: bool = True
@@ -483,7 +488,7 @@ class DeviceRules:
             }
         budget |= elsewhere
         if not self.forwarding:
-            return frozenset(budget)
+            return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.portal else budget)
         ip = subnet.device_ip
         rules = {
             rule(
@@ -589,7 +594,7 @@ def device_rules(
     rule per flow, and no copies to the controller.
 
     held: a per-device policy holds its traffic for now (it is paused): its rules are a
-    non-forwarding device's, DHCP and ARP only.
+    non-forwarding device's, DHCP and ARP only, and while its lease is live the captive portal.
 
     port: the access port it is bound to (`port_binding`); None: any of them.
     """
@@ -601,7 +606,8 @@ def device_rules(
         # it shares the newcomers' budget, and a storm of them costs the switch nothing.
         return None
     if held or not (device.forwards and live):
-        return DeviceRules(device.mac, access_ports, port, subnet=device.subnet)
+        portal = live and device.state is not State.DENIED  # held back, so told why (refused: nothing)
+        return DeviceRules(device.mac, access_ports, port, subnet=device.subnet, portal=portal)
     return DeviceRules(
         device.mac,
         access_ports,
@@ -639,3 +645,39 @@ def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowR
         notify_removal=True,
         **flow.match(),
     )
+
+
+def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) -> set[FlowRule]:
+    """A held-back device (pending, paused, out of its allowance) with a live lease reaches the router's
+    resolver at its gateway (which answers the OS's captive-portal probes with the router's address and
+    refuses every other name) and the portal on the router's address, port 80, and nothing else; only
+    from its own MAC and leased address on its own ports, so no device can ask as another."""
+    ip, gateway = subnet.device_ip, subnet.gateway
+    services = (
+        (gateway, PROTO_UDP, "udp", DNS_PORT),
+        (gateway, PROTO_TCP, "tcp", DNS_PORT),
+        (portal.ROUTER_ADDRESS, PROTO_TCP, "tcp", portal.HTTP_PORT),
+    )
+    to_device = tuple(Output(p) for p in ports)
+    rules = set()
+    for server, proto, l4, service in services:
+        # Any: rule() takes match fields and its own options as keywords alike.
+        there: dict[str, Any] = {"ipv4_src": ip, "ipv4_dst": server, "ip_proto": proto, f"{l4}_dst": service}
+        back: dict[str, Any] = {"eth_type": ETH_IPV4, "ipv4_src": server, "ipv4_dst": ip, "ip_proto": proto}
+        back[f"{l4}_src"] = service
+        rules |= {
+            rule(
+                TABLE_ADMISSION,
+                Admission.PORTAL,
+                (Output(LOCAL),),
+                cookie,
+                in_port=p,
+                eth_src=mac,
+                eth_type=ETH_IPV4,
+                **there,
+            )
+            for p in ports
+        }
+        back_rule = rule(TABLE_ADMISSION, Admission.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back)
+        rules.add(back_rule)
+    return rules

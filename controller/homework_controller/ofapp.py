@@ -36,6 +36,7 @@ from . import (
     openflow,
     operations,
     packets,
+    portal,
     qos,
     shaper,
     slice_link,
@@ -218,6 +219,7 @@ class HomeworkController(app_manager.OSKenApp):
             rebind_allowed=CONFIG.rebind_allow,
         )
         dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
+        portal.open_lan_side(CONFIG.lan_iface)
         self.dns.start()
         LOG.info(
             "resolver on %s port %d (LAN DNS redirected here), upstream %s",

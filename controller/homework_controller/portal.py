@@ -133,6 +133,7 @@ def view(status: dict) -> dict:
         "reason": reason,
         "code": status.get("portal_code"),
         "paused_until": status.get("paused_until") if paused else None,
+        "allowance": status.get("allowance") if reason == "allowance" else None,  # what was used up
         "user_portal_url": PORTAL_URL,
     }
 

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, qos, wifi_keys
+from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
 from .app_priorities import AppPriorities
@@ -79,6 +79,7 @@ class HomeRouter:
             "pending_evicted": 0,
             "agent_reports_ignored": 0,
             "mac_clone_suspected": 0,
+            "dns_portal": 0,
         }
         self.registry = DeviceRegistry(store, clock, self.counters)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
@@ -96,6 +97,7 @@ class HomeRouter:
         )
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
+        self.portal = portal.Portal()
         self.port_binding = port_binding.PortBinding()
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
         self.pauses = Pauses()
@@ -113,6 +115,7 @@ class HomeRouter:
             self.clone_watch,
             self.port_binding,
             self.passphrases,
+            self.portal,
             self.pauses,
         )
 
@@ -271,7 +274,7 @@ class HomeRouter:
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
-            target = self.registry.forwarding_at(req.dst_ip)
+            target = self.registry.forwarding_at(req.dst_ip) or self._portal_device(req.dst_ip)
             if target:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
@@ -379,11 +382,8 @@ class HomeRouter:
         Runs under the controller's lock: a lookup and the device's rules, nothing more.
         """
         device = self.registry.forwarding_at(client_ip)
-        if device is None:
-            # Only permitted devices get here through the switch; anyone else (the WAN side,
-            # a stale address) gets no answer at all.
-            self.counters["dns_not_a_device"] += 1
-            return DnsVerdict("drop")
+        if device is None or self._held(device.mac):
+            return self._portal_dns(client_ip, query)
         if query is None:
             self.counters["dns_malformed"] += 1
             return DnsVerdict("malformed")
@@ -391,6 +391,46 @@ class HomeRouter:
             self.counters["dns_refused"] += 1
             return DnsVerdict("block")
         return DnsVerdict("allow")
+
+    def _portal_dns(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
+        """A query from a device held back, whose rules let only DNS and the portal through: the names
+        operating systems probe for a captive portal get the router's address (the OS then shows its
+        sign-in sheet with the portal), every other name a refusal (a paused device's apps say so at
+        once instead of waiting out a timeout)."""
+        if self._portal_device(client_ip) is None:
+            # Only devices with a live lease get here through the switch; anyone else (the WAN side,
+            # a stale address) gets no answer at all.
+            self.counters["dns_not_a_device"] += 1
+            return DnsVerdict("drop")
+        if query is None:
+            self.counters["dns_malformed"] += 1
+            return DnsVerdict("malformed")
+        if portal.is_probe(query.qname):
+            self.counters["dns_portal"] += 1
+            return DnsVerdict("portal")
+        self.counters["dns_refused"] += 1
+        return DnsVerdict("block")
+
+    def _portal_device(self, ip: str) -> Device | None:
+        """The device at the address if it holds a live lease and is not refused: the router's stack
+        may answer it (held back, its rules let only its DNS and the portal through: `flows.portal_rules`)."""
+        device = self.registry.by_ip(ip)
+        if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
+            return None
+        return device
+
+    def _held(self, mac: str) -> bool:
+        """Whether a per-device policy (a gate) holds the device's traffic now."""
+        return not all(gate.may_forward(mac) for gate in self.gates)
+
+    def portal_of(self, ip: str) -> dict:
+        """What the captive portal tells the device at this address about itself (`portal.view`). The
+        web UI asks with the address a request came from (the switch lets a device send only from its
+        own), never with one the device names."""
+        device = self.registry.by_ip(ip)
+        if device is None:
+            raise UnknownDevice(f"no device has the address {ip!r}")
+        return portal.view(self._status_of(device))
 
     def dns_answer(self, learnt, client_ip: str | None = None) -> list:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
@@ -544,6 +584,7 @@ class HomeRouter:
             **device.to_json(self.clock()),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
+            **self.portal.status_of(device.mac),
             **self.pauses.status_of(device.mac),
             **self.port_binding.status_of(device.mac),
         }

@@ -67,7 +67,17 @@ def test_codes_are_short_unambiguous_and_unique_among_the_devices_known():
             "bedtime",
             "2026-11-26T07:00:00+00:00",
         ),
-        ({"state": "permitted", "paused": True, "paused_why": "allowance", "paused_until": "x"}, "allowance", "x"),
+        (
+            {
+                "state": "permitted",
+                "paused": True,
+                "paused_why": "allowance",
+                "paused_until": "x",
+                "allowance": {"kind": "minutes"},
+            },
+            "allowance",
+            "x",
+        ),
         ({"state": "permitted", "paused": True}, "paused", None),  # a pause without a why
         ({"state": "denied"}, "denied", None),
     ],
@@ -79,6 +89,7 @@ def test_the_portal_says_why_a_device_waits_from_its_status(status, reason, unti
         "reason": reason,
         "code": "K7-Q2",
         "paused_until": until,
+        "allowance": status.get("allowance"),
         "user_portal_url": portal.PORTAL_URL,
     }
 

@@ -43,8 +43,9 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     )
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
     rules = installed(effects)
-    assert {r.priority for r in rules} == {1001, 901}
-    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in rules)
+    budget = [r for r in rules if r.priority != flows.Admission.PORTAL]  # and the captive portal: test_portal.py
+    assert {r.priority for r in budget} == {1001, 901}
+    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in budget)
 
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
@@ -212,11 +213,18 @@ def test_proxy_arp_answers_a_device_for_its_own_gateway_only(router):
     assert router.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
 
 
-def test_router_stack_learns_only_permitted_devices(router):
+def test_router_stack_learns_only_devices_with_a_live_lease(router, clock):
+    """A permitted device's, and a held-back one's while its lease runs (its rules let only the router's
+    resolver and the captive portal answer it: test_portal.py); not a stranger's, nor a lapsed lease's."""
     ip = lease(router, PHONE)
     ask = arp_request(ROUTER_MAC, "10.2.0.5", ip)
+    [answer] = router.on_arp(flows.LOCAL, ask)
+    assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
+    assert router.on_arp(flows.LOCAL, arp_request(ROUTER_MAC, "10.2.0.5", "10.2.0.10")) == []  # no one's
+    clock.now += 31  # its pending lease ran out
     assert router.on_arp(flows.LOCAL, ask) == []
     router.permit(PHONE)
+    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
     [answer] = router.on_arp(flows.LOCAL, ask)
     assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
 

@@ -13,6 +13,7 @@ from flask import Flask, g, request, session
 from itsdangerous import BadSignature
 from werkzeug.http import parse_cookie
 
+from . import captive
 from .errors import error, plain
 from .security import PUBLIC, HeldBack, host_name, is_loopback, same_origin
 from .services import Services
@@ -43,16 +44,19 @@ def install(app: Flask, svc: Services, hostnames: Iterable[str]) -> None:
 
     @app.before_request
     def gatekeeper():
-        # A page under someone else's name that resolves to us (DNS rebinding) gets nothing.
-        if host_name(request.headers.get("Host")) not in own_names:
-            return plain(400, "This router answers only to its own names and addresses.")
         addr = request.remote_addr or ""
         g.client_ip = addr
+        # A page under someone else's name that resolves to us (DNS rebinding) gets nothing, but for an
+        # OS's captive-portal probe from a held-back device, which is sent on to the portal.
+        if host_name(request.headers.get("Host")) not in own_names:
+            probe = None if is_loopback(addr) or request.method not in SAFE_METHODS else captive.probe_answer()
+            return probe or plain(400, "This router answers only to its own names and addresses.")
         if not is_loopback(addr):
             state = hub.device_state_for_ip(addr)
             if state is None:
                 return plain(503, "The router cannot check this device right now. Try again in a moment.")
-            if state != "permitted":
+            # A device held back reaches the captive portal (which tells it why), and nothing else.
+            if state != "permitted" and request.path not in captive.PATHS:
                 return plain(403, "This device has not been let into the home network, so it cannot manage it.")
         view = app.view_functions.get(request.endpoint) if request.endpoint else None
         if view is None:
