@@ -79,8 +79,9 @@ SETTINGS = {
     "RUN": RUN,
     "LAN_IFACE": BRIDGE,
     "WLAN_PORT": LAN_PORT,
+    "ACCESS_PORTS": "",  # WLAN_PORT alone
     "UPSTREAM_DNS": "127.0.0.53",
-    "STATIONS": "iw:wlan0",
+    "STATIONS": "nl80211:wlan0",
     "LAN_ADDRESS": ROUTER_LAN_IP,
     "WAN_IFACE": WAN_IFACE,
     # 802.1X on the LAN port, for the access point's stations (driver=wired on the bridge).

@@ -44,6 +44,7 @@ SETTINGS: dict[str, Value] = {
     "RUN": ("/var/run",),
     "LAN_IFACE": (Uci("lan", "iface"),),
     "WLAN_PORT": (Uci("lan", "wlan_port"),),
+    "ACCESS_PORTS": (Uci("lan", "access_ports", required=False),),  # empty: the radio's port alone
     "UPSTREAM_DNS": (Uci("dns", "upstream"),),
     "STATIONS": ("iw:", Uci("lan", "wlan_port")),
     "LAN_ADDRESS": (Uci("lan", "address"),),

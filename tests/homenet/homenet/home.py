@@ -5,6 +5,8 @@ Layout (every name prefixed, so `down` finds and removes them, even after a cras
   client netns hw-c-NAME (wlan0) ─┐
   client netns hw-c-NAME (wlan0) ─┤ netns hw-air: Linux bridge "air", client ports isolated
                                   └─ air-up ══ wlan0 ─ OVS br-lan (netdev, OF1.3, fail-secure) ─ controller
+  client netns hw-c-NAME (wlan0) ══ lan1 ─ OVS br-lan: a wired access port, one device on its cable
+                                   (`add(wired=True)`), gated and isolated as the air is
   router = this (root) namespace: br-lan holds each /30's gateway; NAT out of hw-wan
   hw-wan ══ the ISP (isp.py: a sliced aggregation switch, and household B beside this one)
          ══ eth0 in netns hw-inet: DNS (dnsmasq) for example.test, HTTP on :80, iperf3
@@ -46,6 +48,7 @@ HWDB_BIN = REPO / "hwdb" / "target" / "release" / "hwdb"
 
 NS_AIR, NS_INET, CLIENT_NS_PREFIX = "hw-air", "hw-inet", "hw-c-"
 BRIDGE, WLAN, AIR_UP, AIR_BRIDGE, WAN = "br-lan", "wlan0", "air-up", "air", "hw-wan"
+LAN_PORT = "lan1"  # the router's wired access port (a device's cable), beside the radio's
 ROUTER_MAC = "02:48:57:00:00:01"
 WAN_ROUTER_IP, WAN_INET_IP = "198.51.100.2", "198.51.100.1"
 INET_DNS_IP = "198.51.100.53"
@@ -53,6 +56,9 @@ INET_HOSTS = {
     "www.example.test": "198.51.100.80",
     "games.example.test": "198.51.100.81",
     "video.example.test": "198.51.100.82",
+    # An OS's captive-portal probe (Android's http://connectivitycheck.gstatic.com/generate_204), answered
+    # 204 by the emulated internet's web server, as the real one does.
+    "connectivitycheck.gstatic.com": "198.51.100.80",
 }
 INTERNET_HOST, INTERNET_IP = "www.example.test", INET_HOSTS["www.example.test"]
 API = "http://127.0.0.1:8081/ws.v1"
@@ -119,6 +125,7 @@ class Home:
                 "RUN": run_dir,
                 "LAN_IFACE": BRIDGE,
                 "WLAN_PORT": WLAN,
+                "ACCESS_PORTS": f"{WLAN},{LAN_PORT}",
                 "UPSTREAM_DNS": INET_DNS_IP,
                 "STATIONS": f"file:{self.station_dump}",
                 "LAN_ADDRESS": ROUTER_LAN_IP,
@@ -179,11 +186,13 @@ class Home:
                 shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         if ovs_running():
             run("ovs-vsctl", "--if-exists", "del-br", BRIDGE, check=False)
-        for link in (WLAN, WAN):
+        for link in (WLAN, LAN_PORT, WAN):
             if link_exists(link):
                 run("ip", "link", "delete", link, check=False)
-        for family, table in (("ip", NFT_TABLE), ("netdev", NFT_WLAN_TABLE), ("ip", "homework_dns")):
-            run("nft", "delete", "table", family, table, check=False)  # homework_dns: the controller's DNS redirect
+        # homework_dns, homework_portal: the controller's DNS redirect and its port 80 to the web UI
+        controllers = (("ip", "homework_dns"), ("ip", "homework_portal"))
+        for family, table in (("ip", NFT_TABLE), ("netdev", NFT_WLAN_TABLE), *controllers):
+            run("nft", "delete", "table", family, table, check=False)
         orig = self.run_dir / "ip_forward.orig"
         if orig.exists():
             Path("/proc/sys/net/ipv4/ip_forward").write_text(orig.read_text())
@@ -378,9 +387,16 @@ table netdev {NFT_WLAN_TABLE} {{
         return sorted(ns[len(CLIENT_NS_PREFIX) :] for ns in netns_list() if ns.startswith(CLIENT_NS_PREFIX))
 
     def add(
-        self, name: str, mac: str | None = None, rssi: int = -50, retries: float = 0, dot1x: str | None = None
+        self,
+        name: str,
+        mac: str | None = None,
+        rssi: int = -50,
+        retries: float = 0,
+        dot1x: str | None = None,
+        wired: bool = False,
     ) -> str:
-        """A new device joins the air; returns its MAC. dot1x: IDENTITY:PASSWORD for 802.1X."""
+        """A new device joins the air; returns its MAC. dot1x: IDENTITY:PASSWORD for 802.1X. wired: it is
+        plugged into the router's wired access port instead (one device: the port is its cable)."""
         _require_root()
         if not CLIENT_NAME_RE.match(name):
             raise HomenetError(f"client name {name!r}: use 1-11 of a-z, 0-9, '-' (starting with a letter or digit)")
@@ -398,7 +414,13 @@ table netdev {NFT_WLAN_TABLE} {{
         (etc / "resolv.conf").write_text("")
         state = self._state(name)
         state.mkdir(parents=True, exist_ok=True)
+        if wired and link_exists(LAN_PORT):
+            raise HomenetError(f"the wired port {LAN_PORT} is taken: one device per cable")
         ensure_ns(ns)
+        if wired:
+            self._plug_in(ns, mac)
+            (state / "wired").touch()
+            return mac
         port = f"c-{name}"
         veth(port, WLAN, a_ns=NS_AIR, b_ns=ns, b_mac=mac)
         run("ip", "link", "set", port, "master", AIR_BRIDGE, ns=NS_AIR)
@@ -409,6 +431,28 @@ table netdev {NFT_WLAN_TABLE} {{
         if dot1x:
             self._add_8021x_identity(name, dot1x)
         return mac
+
+    def _plug_in(self, ns: str, mac: str) -> None:
+        """A cable from the device (its end named wlan0 too, so every helper here finds it) to the router's
+        wired access port, which OVS gets as a port (the controller rebuilds its rules on the new port)."""
+        veth(LAN_PORT, WLAN, b_ns=ns, b_mac=mac)
+        Path(f"/proc/sys/net/ipv6/conf/{LAN_PORT}/disable_ipv6").write_text("1\n")
+        # As on wlan0: the kernel sees what OVS's packet socket gets and would answer it behind OVS's back.
+        run(
+            "nft",
+            "add",
+            "chain",
+            "netdev",
+            NFT_WLAN_TABLE,
+            LAN_PORT,
+            f'{{ type filter hook ingress device "{LAN_PORT}" priority 0; policy drop; }}',
+        )
+        run("ovs-vsctl", "--may-exist", "add-port", BRIDGE, LAN_PORT)
+
+    def _unplug(self) -> None:
+        run("ovs-vsctl", "--if-exists", "del-port", BRIDGE, LAN_PORT, check=False)
+        run("nft", "delete", "chain", "netdev", NFT_WLAN_TABLE, LAN_PORT, check=False)
+        run("ip", "link", "delete", LAN_PORT, check=False)
 
     def _add_8021x_identity(self, name: str, dot1x: str) -> None:
         identity, _, password = dot1x.partition(":")
@@ -425,6 +469,12 @@ table netdev {NFT_WLAN_TABLE} {{
         ns = self._ns(name)
         mac = self.mac(name)
         kill_all_in(ns)
+        if (self._state(name) / "wired").exists():
+            self._unplug()
+            run("ip", "netns", "delete", ns)
+            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+            shutil.rmtree(self._state(name), ignore_errors=True)
+            return
         # The air's end first, and synchronously: a deleted namespace takes its links down later
         # (once its last process is gone), so a device added again under the same name would find
         # the old port still there, keep it, and lose it a moment later.

@@ -307,6 +307,7 @@ link_mbit = {LINK_MBIT}
                 "RUN": state,
                 "LAN_IFACE": B_BRIDGE,
                 "WLAN_PORT": B_WLAN,
+                "ACCESS_PORTS": "",
                 "UPSTREAM_DNS": self.upstream_dns,
                 "STATIONS": "",
                 "LAN_ADDRESS": "",
