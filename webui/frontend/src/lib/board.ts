@@ -1,4 +1,5 @@
 // The Guest Board's rules, kept free of Vue so they can be unit-tested.
+import type { Allowance, PausedWhy } from './bedtime'
 
 export type State = 'pending' | 'permitted' | 'denied' | 'blacklisted' | 'nearby'
 export type Zone = 'outside' | 'asking' | 'inside'
@@ -26,6 +27,13 @@ export interface Device {
   wifi_key?: { keyid: string; created: number } | null
   /** The household paused it: its traffic stops (it keeps its address) until resumed. */
   paused?: boolean
+  /** Why it is paused and until when (the household's local time, ISO with its offset; null: until resumed). */
+  paused_why?: PausedWhy | null
+  paused_until?: string | null
+  /** Its weekly bedtime in the controller's text ("mon,tue,wed,thu,sun 21:30-07:00"); empty: none. */
+  schedule?: string
+  /** Its daily allowance and today's use (null: none). */
+  allowance?: Allowance | null
 }
 
 /**
