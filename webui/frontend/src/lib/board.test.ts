@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, mayPause, zoneOf, type Device } from './board'
+import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, mayPause, showsCode, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
@@ -106,5 +106,15 @@ describe('who may pause a device', () => {
   it('is never a member, nor for a device that is not let in', () => {
     expect(mayPause(member, dev({ state: 'permitted' }))).toBe(false)
     for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayPause(owner, dev({ state }))).toBe(false)
+  })
+})
+
+describe('the portal code on a label', () => {
+  it('is shown on a newcomer that has one', () => {
+    expect(showsCode(dev({ state: 'pending', portal_code: 'K7-Q2' }))).toBe(true)
+  })
+  it('is not shown once the device is decided, nor without a code', () => {
+    for (const state of ['permitted', 'denied', 'blacklisted', 'nearby'] as const) expect(showsCode(dev({ state, portal_code: 'K7-Q2' }))).toBe(false)
+    expect(showsCode(dev({ state: 'pending' }))).toBe(false)
   })
 })

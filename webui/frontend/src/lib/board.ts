@@ -27,6 +27,8 @@ export interface Device {
   wifi_key?: { keyid: string; created: number } | null
   /** The household paused it: its traffic stops (it keeps its address) until resumed. */
   paused?: boolean
+  /** The code its captive portal page shows while it waits ("K7-Q2"), so the wall panel can tell which newcomer is whose. */
+  portal_code?: string
   /** Why it is paused and until when (the household's local time, ISO with its offset; null: until resumed). */
   paused_why?: PausedWhy | null
   paused_until?: string | null
@@ -109,6 +111,12 @@ export function labelStyle(d: Pick<Device, 'rssi' | 'share' | 'retry_ratio'>) {
     scale: Math.round((1 + share) * 100) / 100,
     retransmitting: (d.retry_ratio || 0) >= RETRY_ALERT,
   }
+}
+
+/** A newcomer's label carries the code its captive portal page shows, so whoever is at the wall panel can
+ * tell which of three "Android" newcomers is the guest's (once let in, the code has done its job). */
+export function showsCode(d: Pick<Device, 'state' | 'portal_code'>): boolean {
+  return d.state === 'pending' && !!d.portal_code
 }
 
 export function displayName(d: Pick<Device, 'name' | 'hostname' | 'vendor_class' | 'mac'>): string {
