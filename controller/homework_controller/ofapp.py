@@ -248,8 +248,11 @@ class HomeworkController(app_manager.OSKenApp):
         names = CONFIG.access_port_names()
         present = [ports[n] for n in names if n in ports]
         if len(present) < len(names):
-            # One not there yet (a radio still coming up) is added when the bridge says so (port status).
-            LOG.error("bridge has no port %s (ports: %s)", [n for n in names if n not in ports], sorted(ports))
+            # One not there yet (a radio still coming up, a cable not plugged in) is added when the
+            # bridge says so (port status); none at all is an error.
+            (LOG.warning if present else LOG.error)(
+                "bridge has no port %s (ports: %s)", [n for n in names if n not in ports], sorted(ports)
+            )
         if not present:
             return
         access = tuple(p.port_no for p in present)
