@@ -9,6 +9,7 @@ from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
 from homework_controller import flows, packets
+from homework_controller.__main__ import parse_args
 from homework_controller.effects import AnswerDhcp, TellHousehold
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
@@ -188,3 +189,10 @@ def test_with_one_access_port_nothing_is_bound(router):
     assert router.status(PHONE)["access_port"] is None
     assert not [r for r in sw.rules if r.priority == flows.Admission.ELSEWHERE]
     assert reaches_the_internet(sw, WLAN, PHONE, phone)
+
+
+def test_access_ports_are_named_on_the_command_line_and_default_to_the_radios_port():
+    assert parse_args([]).access_ports == ()  # --wlan-port alone (config.access_port_names)
+    assert parse_args(["--access-ports", "wlan0, lan1,wlan0,"]).access_ports == ("wlan0", "lan1")
+    with pytest.raises(SystemExit):
+        parse_args(["--access-ports", "wlan0,a-name-longer-than-ifnamsiz"])
