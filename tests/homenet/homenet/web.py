@@ -26,6 +26,11 @@ BULK_BLOCK = bytes(64 * 1024)
 class Handler(SimpleHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's naming)
         url = urllib.parse.urlsplit(self.path)
+        if url.path == "/generate_204":  # the captive-portal probe Android makes: no portal here
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if url.path == "/bulk":
             return self._bulk(urllib.parse.parse_qs(url.query).get("bytes", [str(BULK_DEFAULT_BYTES)])[0])
         if not self.path.startswith(PACED_PREFIX):
