@@ -10,6 +10,16 @@ from . import dnsgate, log_writer
 from .config import CONFIG
 
 
+def _delegated_prefix(text: str) -> str:
+    from .ipv6 import BadPrefix, parse_delegated
+
+    try:
+        parse_delegated(text)
+    except BadPrefix as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="homework_controller", description=__doc__)
     p.add_argument("--db", default=CONFIG.db, help="SQLite file for device decisions (default %(default)s)")
@@ -30,6 +40,13 @@ def parse_args(argv):
     p.add_argument("--permitted-lease", type=int, default=CONFIG.permitted_lease)
     p.add_argument("--hwdb", default=CONFIG.hwdb, help="hwdb address HOST:PORT to log to (default: none)")
     p.add_argument("--dns-port", type=int, default=CONFIG.dns_port, help="local port of the router's resolver")
+    p.add_argument(
+        "--ipv6-prefix",
+        type=_delegated_prefix,
+        default=CONFIG.ipv6_prefix,
+        help="the IPv6 prefix the ISP delegated (/48 to /64): devices get global /64s of it (default: none, ULA only)",
+    )
+    p.add_argument("--no-ipv6", action="store_true", help="no IPv6 for devices (no adverts, no /64s)")
     p.add_argument(
         "--stats-interval", type=float, default=CONFIG.stats_interval, help="seconds between flow statistics polls"
     )
@@ -218,6 +235,7 @@ def main(argv=None):
     CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
     CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
     CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port
+    CONFIG.ipv6, CONFIG.ipv6_prefix = not args.no_ipv6, args.ipv6_prefix
     CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
     CONFIG.hostapd_ctrl = args.hostapd_ctrl

@@ -34,6 +34,8 @@ class Config:
     wifi_psk_file: str = ""  # hostapd's wpa_psk_file: devices' own passphrases (written atomically)
     stations: str = ""  # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
     rebind_allow: tuple[str, ...] = ()  # domains whose names may answer with private addresses (rebind protection)
+    ipv6: bool = True  # a /64 per device (ULA always; global from ipv6_prefix), unicast router adverts
+    ipv6_prefix: str = ""  # the prefix the ISP delegated (/48../64); empty: none known, devices are ULA-only
     apps_file: str = ""  # the app table (apps.toml form); empty: the one shipped with the package
     upstream_iface: str = ""  # shaped towards the internet (egress), with uplink_kbit; empty: not shaped
     uplink_kbit: int = 0

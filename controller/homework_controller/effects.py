@@ -114,3 +114,10 @@ class LogRow:
 
     table: str
     row: tuple
+
+
+@dataclass(frozen=True)
+class AddIpv6Gateway:
+    """The router's address in a device's /64 (its ::1) on the LAN interface, so its stack routes the /64 there."""
+
+    prefix: str

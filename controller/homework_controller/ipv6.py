@@ -15,8 +15,10 @@ prefix the ISP delegates when one is known (/56, /60 or /64).
 - A device that stops forwarding (denied, paused, its lease ran out) gives its global /64 back, and
   gets no prefix at all: its router advertisements say router lifetime 0 and carry none.
 
-`Ipv6Addresses` is the concern: which global /64 each device holds, and what its last router
-advertisement said (so a change is advertised at once, and otherwise every `ADVERT_INTERVAL_S`).
+`Ipv6Addresses` is the concern: which global /64 each device holds, its IPv6 rules (`flows_v6`, beside
+its IPv4 ones under the same cookie), the router and neighbour adverts it is sent (`nd`: unicast to its
+MAC, a change at once, and otherwise every `ADVERT_INTERVAL_S`), and the answers for the router's stack
+when it looks for an address in a device's /64 (proxy neighbour discovery, as for ARP).
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import flows, flows_v6, nd
+from .effects import AddIpv6Gateway, InstallRules, SendFrame
 from .model import Device
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
-ROUTER_LINK_LOCAL = "fe80::1"  # the router's address on every device's link (the source of its adverts)
+# Beside it too: the prefix the ISP delegated, one line (written by the prefix-delegation client; the emulated home's).
+DELEGATED_FILE = "ipv6-delegated-prefix"
 GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
 GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
 ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)
@@ -81,6 +86,19 @@ def parse_delegated(text: str) -> ipaddress.IPv6Network | None:
     return net
 
 
+def read_delegated(directory: str | Path) -> ipaddress.IPv6Network | None:
+    """The delegated prefix the data partition holds (DELEGATED_FILE), if any."""
+    path = Path(directory) / DELEGATED_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        return parse_delegated(text)
+    except BadPrefix as exc:
+        raise BadPrefix(f"{path}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class PrefixPlan:
     ula: ipaddress.IPv6Network  # /48
@@ -119,21 +137,34 @@ class Advert:
 
 
 class Ipv6Addresses:
-    """The concern: global /64s held by devices, and what each device was last advertised, and when."""
+    """The concern: global /64s held by devices, each forwarding device's /64s now, what each device was
+    last advertised (when, out of which ports), and the gateway addresses the router's stack holds."""
 
     def __init__(self, plan: PrefixPlan, clock: Callable[[], float]):
         self.plan = plan
         self.clock = clock
+        self.router_mac = ""
         self.slot_of: dict[str, int] = {}  # MAC -> its global /64's number in the delegated prefix
         self.holder: dict[int, str] = {}
-        self.advertised: dict[str, tuple[Advert, float]] = {}
+        self.current: dict[str, tuple[str, ...]] = {}  # a forwarding device's /64s
+        self.owner: dict[str, str] = {}  # /64 -> the forwarding device that has it
+        self.advertised: dict[str, tuple[Advert, float, tuple[int, ...]]] = {}
+        self.gateways: set[str] = set()  # /64s whose ::1 the router's stack holds
+
+    # -- the lifecycle
+
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list:
+        self.router_mac = router_mac
+        return [InstallRules(tuple(flows_v6.base_rules(access_ports)))]
 
     def knows(self, mac: str) -> bool:
-        return mac in self.slot_of or mac in self.advertised
+        return mac in self.slot_of or mac in self.advertised or mac in self.current
 
     def forget(self, mac: str) -> None:
         self._release(mac)
         self.advertised.pop(mac, None)
+
+    # -- the plan
 
     def prefixes_of(self, device: Device, forwarding: bool) -> tuple[str, ...]:
         """The device's /64s now (global first, then ULA): none unless it forwards."""
@@ -142,7 +173,13 @@ class Ipv6Addresses:
             return ()
         ula = self.plan.ula_of(device.subnet.index)
         slot = self._slot(device.mac, device.subnet.index)
-        return (self.plan.global_of(slot), ula) if slot else (ula,)
+        prefixes = (self.plan.global_of(slot), ula) if slot else (ula,)
+        if self.current.get(device.mac) != prefixes:
+            self._drop_current(device.mac)
+            self.current[device.mac] = prefixes
+            for prefix in prefixes:
+                self.owner[prefix] = device.mac
+        return prefixes
 
     def _slot(self, mac: str, preferred: int) -> int:
         slot = self.slot_of.get(mac)
@@ -162,6 +199,12 @@ class Ipv6Addresses:
         slot = self.slot_of.pop(mac, None)
         if slot is not None:
             del self.holder[slot]
+        self._drop_current(mac)
+
+    def _drop_current(self, mac: str) -> None:
+        for prefix in self.current.pop(mac, ()):
+            if self.owner.get(prefix) == mac:
+                del self.owner[prefix]
 
     def advert_due(self, mac: str, prefixes: tuple[str, ...], now: float, solicited: bool = False) -> Advert | None:
         """The advertisement to send the device now, if any: when what it says changed, when the device
@@ -170,5 +213,75 @@ class Ipv6Addresses:
         last = self.advertised.get(mac)
         if not solicited and last is not None and last[0] == advert and now - last[1] < ADVERT_INTERVAL_S:
             return None
-        self.advertised[mac] = (advert, now)
         return advert
+
+    # -- effects
+
+    def changes(self, device: Device, wanted: flows.DeviceRules | None) -> list:
+        """What goes with the device's new IPv4 rule set (installed after its cookie's delete): its IPv6
+        rules, gateway addresses for new /64s, and an advert if what it should hear changed."""
+        prefixes = self.prefixes_of(device, wanted is not None and wanted.forwarding)
+        if wanted is None:
+            return []
+        effects: list = []
+        rules = flows_v6.device_rules(device, wanted, prefixes)
+        if rules:
+            effects.append(InstallRules(tuple(rules)))
+        for prefix in prefixes:
+            if prefix not in self.gateways:
+                self.gateways.add(prefix)
+                effects.append(AddIpv6Gateway(prefix))
+        if wanted.blacklisted:
+            return effects
+        now = self.clock()
+        advert = self.advert_due(device.mac, prefixes, now)
+        if advert is not None and (prefixes or device.mac in self.advertised):
+            effects += self._send_advert(device.mac, advert, now, wanted.own_ports)
+        return effects
+
+    def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list:
+        """A solicitation from a device (device: its record, None if unknown) or from the router's stack
+        (in_port LOCAL): the advert it asks for, or the neighbour advert for its target."""
+        if in_port == flows.LOCAL:
+            return self._answer_for_device(sol)
+        if device is None or device.subnet is None or device.mac != sol.eth_src:
+            return []  # not a device the router knows (it has not asked for a lease): nothing to tell it
+        prefixes = self.current.get(device.mac, ())
+        if sol.kind == nd.ROUTER_SOLICITATION:
+            now = self.clock()
+            advert = self.advert_due(device.mac, prefixes, now, solicited=True)
+            return self._send_advert(device.mac, advert, now, (in_port,)) if advert else []
+        gateways = {nd.ROUTER_LINK_LOCAL, *(gateway_of(p) for p in prefixes)}
+        if sol.src == nd.UNSPECIFIED or sol.target not in gateways:
+            return []  # the device's own duplicate-address detection, or not the router's address: unanswered
+        frame = nd.neighbour_advert(self.router_mac, device.mac, sol.target, sol.src, True, self.router_mac)
+        return [SendFrame(in_port, frame)]
+
+    def _answer_for_device(self, sol: nd.Solicitation) -> list:
+        """The router's stack asks where an address in a device's /64 is: at that device (every address of
+        the /64 is the device's own), if it forwards. Never for the router's own gateway addresses."""
+        if sol.kind != nd.NEIGHBOUR_SOLICITATION or sol.src == nd.UNSPECIFIED:
+            return []
+        try:
+            prefix = str(ipaddress.IPv6Network((sol.target, 64), strict=False))
+        except ValueError:
+            return []
+        mac = self.owner.get(prefix)
+        if mac is None or sol.target == gateway_of(prefix):
+            return []
+        frame = nd.neighbour_advert(mac, sol.eth_src, sol.target, sol.src, False, mac)
+        return [SendFrame(flows.LOCAL, frame)]
+
+    def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list:
+        self.advertised[mac] = (advert, now, ports)
+        frame = nd.router_advert(self.router_mac, mac, advert.prefixes, None)
+        return [SendFrame(port, frame) for port in ports]
+
+    def tick(self, now: float) -> list:
+        """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S (a pending one's
+        lifetime-0 advert is sent only when it asks)."""
+        effects: list = []
+        for mac, (advert, sent, ports) in list(self.advertised.items()):
+            if advert.prefixes and now - sent >= ADVERT_INTERVAL_S:
+                effects += self._send_advert(mac, advert, now, ports)
+        return effects

@@ -12,7 +12,6 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from .ipv6 import ROUTER_LINK_LOCAL
 from .packets import mac_bytes, mac_text
 
 ETH_IPV6 = 0x86DD
@@ -21,6 +20,7 @@ ROUTER_SOLICITATION, ROUTER_ADVERTISEMENT = 133, 134
 NEIGHBOUR_SOLICITATION, NEIGHBOUR_ADVERTISEMENT = 135, 136
 OPT_SOURCE_LINK, OPT_TARGET_LINK, OPT_PREFIX, OPT_MTU, OPT_RDNSS = 1, 2, 3, 5, 25
 ALL_NODES = "ff02::1"
+ROUTER_LINK_LOCAL = "fe80::1"  # the router's address on every device's link (the source of its adverts)
 UNSPECIFIED = "::"
 
 ROUTER_LIFETIME_S = 1800

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import queue
 import socketserver
 import subprocess
@@ -47,6 +48,7 @@ from .agent_reports import AgentReport
 from .config import CONFIG
 from .effects import (
     AddGatewayAddress,
+    AddIpv6Gateway,
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
@@ -63,11 +65,15 @@ from .effects import (
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
 from .hwdb_log import HwdbLog
+from .ipv6 import PrefixPlan, gateway_of, load_or_make_ula, parse_delegated, read_delegated
 from .model import BadMac
+from .nd import ETH_IPV6, ROUTER_LINK_LOCAL, MalformedNd
+from .nd import parse as parse_solicitation
 from .router import HomeRouter
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
+IFA_F_NODAD = 0x02  # linux/if_addr.h
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
@@ -84,6 +90,15 @@ def qos_settings(config) -> qos.QosSettings:
         link(config.downlink_iface, config.downlink_kbit),
         config.high_device_share,
     )
+
+
+def ipv6_plan(config) -> PrefixPlan | None:
+    """The home's IPv6 prefixes: its ULA /48 (made once, beside the database) and what the ISP delegated
+    (--ipv6-prefix, or the file its prefix-delegation client keeps beside the database)."""
+    if not config.ipv6:
+        return None
+    data = os.path.dirname(os.path.abspath(config.db))
+    return PrefixPlan(load_or_make_ula(data), parse_delegated(config.ipv6_prefix) or read_delegated(data))
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -134,6 +149,7 @@ class HomeworkController(app_manager.OSKenApp):
             qos_settings=settings,
             wifi_ssid=CONFIG.wifi_ssid,
             flows_from_export=bool(CONFIG.flow_export_port),
+            ipv6_plan=ipv6_plan(CONFIG),
         )
         self.shapers = {
             way: shaper.Shaper(link)
@@ -312,6 +328,16 @@ class HomeworkController(app_manager.OSKenApp):
         in_port = msg.match["in_port"]
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
+        if frame.ethertype == ETH_IPV6:
+            try:
+                solicitation = parse_solicitation(msg.data)
+            except MalformedNd as exc:
+                self.router.counters["frames_malformed"] += 1
+                LOG.debug("dropped malformed neighbour discovery: %s", exc)
+                return
+            if solicitation is not None:
+                self._queue(frame, lambda _: self.router.on_solicitation(in_port, solicitation))
+            return
         self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port))
 
     def _on_dhcp(self, frame: packets.Frame) -> None:
@@ -517,6 +543,8 @@ class HomeworkController(app_manager.OSKenApp):
         elif isinstance(effect, AddGatewayAddress):
             # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
             self.gateway_jobs.put(effect.subnet)
+        elif isinstance(effect, AddIpv6Gateway):
+            self.gateway_jobs.put(effect)
         elif isinstance(effect, ResolveName):
             self._start_thread(self._resolve, effect.domain)
         elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
@@ -531,8 +559,27 @@ class HomeworkController(app_manager.OSKenApp):
         dp.send_msg(msg)
 
     def _add_gateway_addresses(self):
+        if self.router.ipv6 is not None:
+            self._add_ipv6_address(ROUTER_LINK_LOCAL)  # the source of its adverts, devices' default router
         while True:
-            self._add_gateway_address(self.gateway_jobs.get())
+            job = self.gateway_jobs.get()
+            if isinstance(job, AddIpv6Gateway):
+                self._add_ipv6_address(gateway_of(job.prefix))
+            else:
+                self._add_gateway_address(job)
+
+    def _add_ipv6_address(self, address: str) -> None:
+        """The router's address in a device's /64 (its ::1), or its link-local, on the LAN interface: the
+        kernel then routes the /64 there. No duplicate-address detection: the /64 is the router's to give."""
+        try:
+            found = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
+            if not found:
+                LOG.error("no interface %s to hold %s", CONFIG.lan_iface, address)
+                return
+            self.ipr.addr("add", index=found[0], address=address, prefixlen=64, flags=IFA_F_NODAD)
+        except NetlinkError as exc:
+            if exc.code != 17:  # EEXIST: already there from an earlier run
+                LOG.error("could not add %s/64 to %s: %s", address, CONFIG.lan_iface, exc)
 
     def _add_gateway_address(self, subnet):
         try:

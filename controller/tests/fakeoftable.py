@@ -10,6 +10,7 @@ outcomes (which port, with which headers) rather than rule shapes.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 
 from homework_controller import flows
@@ -108,7 +109,12 @@ def _matches(r: flows.FlowRule, packet: dict) -> bool:
 def _as_int(address) -> int:
     if isinstance(address, int):
         return address
-    return int(address.replace(":", ""), 16) if ":" in address else int(ipaddress.IPv4Address(address))
+    if _MAC.match(address):
+        return int(address.replace(":", ""), 16)
+    return int(ipaddress.ip_address(address))
+
+
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
 def ipv4(in_port, eth_src, eth_dst, src, dst, proto=flows.PROTO_TCP, sport=40000, dport=80, ttl=64) -> dict:

@@ -50,6 +50,15 @@ def test_a_delegated_prefix_is_read():
     assert ipv6.parse_delegated("") is None
 
 
+def test_the_delegated_prefix_is_read_from_beside_the_database(tmp_path):
+    assert ipv6.read_delegated(tmp_path) is None
+    (tmp_path / ipv6.DELEGATED_FILE).write_text("2001:db8:100::/56\n")
+    assert str(ipv6.read_delegated(tmp_path)) == "2001:db8:100::/56"
+    (tmp_path / ipv6.DELEGATED_FILE).write_text("fd00::/48\n")
+    with pytest.raises(ipv6.BadPrefix, match=ipv6.DELEGATED_FILE):
+        ipv6.read_delegated(tmp_path)
+
+
 def test_each_device_has_its_ula_64_numbered_as_its_30():
     plan = ipv6.PrefixPlan(ULA)
     addrs = ipv6.Ipv6Addresses(plan, clock=lambda: 0.0)
@@ -111,13 +120,3 @@ def test_forgetting_a_device_frees_its_global_64():
 
 def test_gateway_is_the_64s_first_address():
     assert ipv6.gateway_of("2a00:1:2:301::/64") == "2a00:1:2:301::1"
-
-
-def test_adverts_go_out_on_change_on_request_and_periodically():
-    addrs = ipv6.Ipv6Addresses(ipv6.PrefixPlan(ULA), clock=lambda: 0.0)
-    mac, p = "02:00:00:00:00:01", ("fd12:3456:789a:1::/64",)
-    assert addrs.advert_due(mac, p, now=0.0) == ipv6.Advert(p)
-    assert addrs.advert_due(mac, p, now=1.0) is None
-    assert addrs.advert_due(mac, p, now=2.0, solicited=True) == ipv6.Advert(p)
-    assert addrs.advert_due(mac, (), now=3.0) == ipv6.Advert(())  # denied: said at once
-    assert addrs.advert_due(mac, (), now=3.0 + ipv6.ADVERT_INTERVAL_S) == ipv6.Advert(())

@@ -1,0 +1,173 @@
+"""The IPv6 part of the rule set, in `flows.py`'s tables and bands (values only, as there).
+
+Each forwarding device has its own /64s (`ipv6.py`); its IPv6 is checked and routed per prefix:
+
+table 0, admission:
+  ARP            wlan: router and neighbour solicitations                -> (newcomers' meter,) controller
+                 router: neighbour solicitations (its stack asking for    -> controller (proxy: the router answers
+                 a device's address)                                         for the device, as for ARP)
+  DEVICE_ARP     wlan: a known device's router/neighbour solicitations   -> its own meter, controller
+  SOURCE_CHECKED wlan: forwarding device, its MAC *and* a source in       -> goto 1
+                 one of its /64s
+                 router: IPv6 to a forwarding device's MAC               -> goto 1
+  (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local traffic between
+  devices; the router's own adverts and answers are packet-outs, which the tables do not see)
+table 1: no per-flow counting for IPv6 yet (its MISS goes on to 2).
+table 2, routing:
+  TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
+                                                                            port it came in (hairpinned)
+                 router: to a forwarding device's /64                     -> wlan
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from . import nd
+from .flows import (
+    CONTROLLER,
+    LOCAL,
+    NEWCOMERS_METER,
+    TABLE_ACCOUNTING,
+    TABLE_ADMISSION,
+    TABLE_ROUTING,
+    Admission,
+    DecTtl,
+    DeviceRules,
+    FlowRule,
+    GotoTable,
+    Meter,
+    Output,
+    Routing,
+    SetField,
+    device_cookie,
+    device_meter,
+    outputs_to,
+    rule,
+)
+from .model import Device
+
+ETH_IPV6 = nd.ETH_IPV6
+_SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
+
+
+def masked(prefix: str) -> tuple[str, str]:
+    """A prefix as an OpenFlow masked match (address, mask)."""
+    net = ipaddress.IPv6Network(prefix)
+    return str(net.network_address), str(net.netmask)
+
+
+def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
+    """Solicitations from anyone on an access port (newcomers' budget), and the router's stack's."""
+    newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
+    rules = [
+        rule(
+            TABLE_ADMISSION,
+            Admission.ARP,
+            newcomer,
+            in_port=port,
+            icmpv6_type=kind,
+            eth_type=ETH_IPV6,
+            ip_proto=nd.PROTO_ICMPV6,
+        )
+        for kind in _SOLICITATIONS
+        for port in access_ports
+    ]
+    rules.append(
+        rule(
+            TABLE_ADMISSION,
+            Admission.ARP,
+            (Output(CONTROLLER),),
+            in_port=LOCAL,
+            icmpv6_type=nd.NEIGHBOUR_SOLICITATION,
+            eth_type=ETH_IPV6,
+            ip_proto=nd.PROTO_ICMPV6,
+        )
+    )
+    return rules
+
+
+def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -> frozenset[FlowRule]:
+    """A device's IPv6 rules beside its IPv4 ones (`ipv4`, the same cookie: they leave the switch together).
+
+    A known device's solicitations go through its own budget whatever its state; a forwarding device's
+    IPv6 passes from its MAC with a source in one of its /64s (`prefixes`; none: it does not forward)."""
+    if ipv4.blacklisted or device.subnet is None:
+        return frozenset()
+    cookie = device_cookie(device)
+    own = ipv4.own_ports
+    meter = Meter(device_meter(device).meter_id)
+    rules = {
+        rule(
+            TABLE_ADMISSION,
+            Admission.DEVICE_ARP,
+            (meter, Output(CONTROLLER)),
+            cookie,
+            in_port=port,
+            eth_src=device.mac,
+            icmpv6_type=kind,
+            eth_type=ETH_IPV6,
+            ip_proto=nd.PROTO_ICMPV6,
+        )
+        for kind in _SOLICITATIONS
+        for port in own
+    }
+    if not (ipv4.forwarding and prefixes):
+        return frozenset(rules)
+    rules.add(
+        rule(
+            TABLE_ADMISSION,
+            Admission.SOURCE_CHECKED,
+            (GotoTable(TABLE_ACCOUNTING),),
+            cookie,
+            in_port=LOCAL,
+            eth_dst=device.mac,
+            eth_type=ETH_IPV6,
+        )
+    )
+    for prefix in prefixes:
+        net = masked(prefix)
+        rules |= {
+            rule(
+                TABLE_ADMISSION,
+                Admission.SOURCE_CHECKED,
+                (GotoTable(TABLE_ACCOUNTING),),
+                cookie,
+                in_port=port,
+                eth_src=device.mac,
+                eth_type=ETH_IPV6,
+                ipv6_src=net,
+            )
+            for port in own
+        }
+        rules.add(
+            rule(
+                TABLE_ROUTING,
+                Routing.TO_DEVICE,
+                outputs_to(own, LOCAL),
+                cookie,
+                in_port=LOCAL,
+                eth_type=ETH_IPV6,
+                ipv6_dst=net,
+            )
+        )
+        # From any access port (another device's): hairpinned through the router, hop limit decremented.
+        rules |= {
+            rule(
+                TABLE_ROUTING,
+                Routing.TO_DEVICE,
+                (
+                    SetField("eth_src", ipv4.router_mac),
+                    SetField("eth_dst", device.mac),
+                    DecTtl(),
+                    *outputs_to(own, port),
+                ),
+                cookie,
+                in_port=port,
+                eth_type=ETH_IPV6,
+                ipv6_dst=net,
+            )
+            for port in ipv4.access_ports
+        }
+    return frozenset(rules)

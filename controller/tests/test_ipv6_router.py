@@ -1,0 +1,202 @@
+"""IPv6 through the router and a simulated switch: a pending device hears no prefix and reaches nothing;
+permitted, it is advertised its own /64s (to its MAC only) and its IPv6 goes out; a forged source does not;
+devices' /64s differ and traffic between them is routed; deny cuts it; the router's stack finds devices."""
+
+import ipaddress
+
+import pytest
+from fakeoftable import FakeSwitch
+from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6NDOptPrefixInfo, IPv6
+from scapy.layers.l2 import Ether
+from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
+
+from homework_controller import dhcp, flows, ipv6, nd
+from homework_controller.effects import AddIpv6Gateway, SendFrame
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
+
+ULA = ipv6.ula_prefix(0x12_3456_789A)
+DELEGATED = ipaddress.IPv6Network("2001:db8:100::/56")
+INTERNET = "2001:db8:5133::80"
+
+
+@pytest.fixture
+def router(db_path, clock):
+    r = HomeRouter(
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED)
+    )
+    return r
+
+
+@pytest.fixture
+def switch(router):
+    s = FakeSwitch()
+    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return s
+
+
+def adverts(effects, mac):
+    """The router adverts among effects, as the device reads them: (prefixes, router lifetime)."""
+    out = []
+    for e in effects:
+        if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data):
+            frame = Ether(e.data)
+            assert frame.dst == mac, "an advert goes to the device's MAC only"
+            prefixes = [f"{o.prefix}/{o.prefixlen}" for o in _options(frame) if isinstance(o, ICMPv6NDOptPrefixInfo)]
+            out.append((prefixes, frame[ICMPv6ND_RA].routerlifetime))
+    return out
+
+
+def _options(frame):
+    opt = frame[ICMPv6ND_RA].payload
+    while opt and opt.name != "NoPayload":
+        yield opt
+        opt = opt.payload
+
+
+def solicit_router(router, mac):
+    rs = Ether(src=mac, dst="33:33:00:00:00:02") / IPv6(src="fe80::aa", dst="ff02::2") / ICMPv6ND_RS()
+    return router.on_solicitation(WLAN, nd.parse(bytes(rs)))
+
+
+def ipv6_packet(in_port, eth_src, eth_dst, src, dst, hop_limit=64):
+    return {
+        "in_port": in_port,
+        "eth_src": eth_src,
+        "eth_dst": eth_dst,
+        "eth_type": nd.ETH_IPV6,
+        "ipv6_src": src,
+        "ipv6_dst": dst,
+        "ip_proto": flows.PROTO_TCP,
+        "tcp_src": 40000,
+        "tcp_dst": 80,
+        "ip_ttl": hop_limit,
+    }
+
+
+def in_prefix(prefix, host=0xAA):
+    return str(ipaddress.IPv6Network(prefix).network_address + host)
+
+
+def test_a_pending_device_hears_no_prefix_and_reaches_nothing(router, switch):
+    join(router, switch, PHONE, permit=False)
+    assert adverts(solicit_router(router, PHONE), PHONE) == [([], 0)]
+    # Whatever address it makes up, nothing it sends over IPv6 passes.
+    for src in (in_prefix(router.ipv6.plan.global_of(1)), "fe80::aa", "fd12:3456:789a:1::aa"):
+        assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, INTERNET)) == []
+    # Its solicitations reach the controller (to be answered), nothing else.
+    ns = ipv6_packet(WLAN, PHONE, "33:33:ff:00:00:01", "fe80::aa", "ff02::1:ff00:1")
+    ns.update(ip_proto=nd.PROTO_ICMPV6, icmpv6_type=nd.NEIGHBOUR_SOLICITATION)
+    assert [d.port for d in switch.send(ns)] == [flows.CONTROLLER]
+
+
+def test_permitted_it_is_advertised_its_own_64s_and_its_ipv6_goes_out(router, switch):
+    join(router, switch, PHONE, permit=False)
+    effects = router.permit(PHONE)
+    switch.apply(effects)
+    [(prefixes, lifetime)] = adverts(effects, PHONE)
+    assert lifetime == nd.ROUTER_LIFETIME_S
+    assert ipaddress.IPv6Network(prefixes[0]).subnet_of(DELEGATED) and prefixes[0].endswith("/64")
+    assert ipaddress.IPv6Network(prefixes[1]).subnet_of(ULA)
+    assert {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)} == set(prefixes)
+    own = in_prefix(prefixes[0])
+    [out] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    assert out.port == LOCAL
+    # The reply from the router's stack reaches it.
+    [back] = switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own))
+    assert back.port == WLAN
+
+
+def test_a_forged_source_reaches_nothing_while_its_own_does(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    phone64 = router.ipv6.current[PHONE][0]
+    laptop64 = router.ipv6.current[LAPTOP][0]
+    assert phone64 != laptop64
+    outside = in_prefix(router.ipv6.plan.global_of(200))  # global, in no device's /64
+    for forged in (in_prefix(laptop64), outside, "2001:db8:ffff::1"):
+        assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, forged, INTERNET)) == [], forged
+    # positive control: the same packet from its own /64
+    assert [d.port for d in switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(phone64), INTERNET))] == [LOCAL]
+    # Its MAC with the laptop's address, or the laptop's MAC with its address: neither.
+    assert switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, in_prefix(phone64), INTERNET)) == []
+
+
+def test_between_devices_it_is_routed_through_the_router(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    src, dst = in_prefix(router.ipv6.current[PHONE][0]), in_prefix(router.ipv6.current[LAPTOP][0])
+    [hop] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, dst, hop_limit=64))
+    assert (hop.port, hop.packet["eth_src"], hop.packet["eth_dst"], hop.packet["ip_ttl"]) == (
+        WLAN,
+        ROUTER_MAC,
+        LAPTOP,
+        63,
+    )
+
+
+def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
+    join(router, switch, PHONE)
+    own = in_prefix(router.ipv6.current[PHONE][0])
+    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    effects = router.deny(PHONE)
+    switch.apply(effects)
+    assert adverts(effects, PHONE) == [([], 0)]
+    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
+    assert switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
+    # Permitted again, it is told its prefixes again.
+    effects = router.permit(PHONE)
+    assert adverts(effects, PHONE)[0][1] == nd.ROUTER_LIFETIME_S
+
+
+def test_the_router_answers_for_its_gateways_but_not_a_devices_own_address(router, switch):
+    join(router, switch, PHONE)
+    prefix = router.ipv6.current[PHONE][0]
+    gateway = ipv6.gateway_of(prefix)
+
+    def ask(target, src="fe80::aa"):
+        ns = Ether(src=PHONE, dst="33:33:ff:00:00:01") / IPv6(src=src, dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt=target)
+        return [Ether(e.data) for e in router.on_solicitation(WLAN, nd.parse(bytes(ns)))]
+
+    for target in (gateway, nd.ROUTER_LINK_LOCAL):
+        [na] = ask(target)
+        assert (na.dst, na[ICMPv6ND_NA].tgt, na[ICMPv6ND_NA].R) == (PHONE, target, 1)
+    # Duplicate-address detection of its own address: no answer, so it keeps the address.
+    assert ask(in_prefix(prefix), src="::") == []
+    assert ask(in_prefix(prefix)) == []
+
+
+def test_the_routers_stack_finds_a_device_by_any_address_in_its_64(router, switch):
+    join(router, switch, PHONE)
+    prefix = router.ipv6.current[PHONE][0]
+    gateway = ipv6.gateway_of(prefix)
+    target = in_prefix(prefix, 0x1234_5678)
+
+    def ask(target, src=gateway):
+        ns = Ether(src=ROUTER_MAC) / IPv6(src=src, dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt=target)
+        return [(e.port, Ether(e.data)) for e in router.on_solicitation(LOCAL, nd.parse(bytes(ns)))]
+
+    [(port, na)] = ask(target)
+    assert (port, na.dst, na.src, na[ICMPv6ND_NA].tgt, na[ICMPv6ND_NA].R) == (LOCAL, ROUTER_MAC, PHONE, target, 0)
+    assert ask(gateway) == []  # the router's own address: its stack's DAD finds no one
+    assert ask(in_prefix(router.ipv6.plan.global_of(100))) == []  # no device's /64
+    switch.apply(router.deny(PHONE))
+    assert ask(target) == []
+
+
+def test_adverts_are_repeated_by_the_tick(router, switch, clock):
+    join(router, switch, PHONE)
+    clock.now += 1
+    assert adverts(router.tick(), PHONE) == []
+    clock.now += ipv6.ADVERT_INTERVAL_S
+    [(prefixes, lifetime)] = adverts(router.tick(), PHONE)
+    assert len(prefixes) == 2 and lifetime == nd.ROUTER_LIFETIME_S
+
+
+def test_without_ipv6_the_router_adds_nothing(db_path, clock):
+    r = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    switch = FakeSwitch()
+    switch.apply(r.switch_ready(WLAN, ROUTER_MAC))
+    join(r, switch, PHONE)
+    assert not any(dict(rule.match).get("eth_type") == nd.ETH_IPV6 for rule in switch.rules)
+    assert solicit_router(r, PHONE) == []
