@@ -328,8 +328,13 @@ class HomeRouter:
                 TellHousehold(
                     "flow-budget",
                     device.mac,
-                    f"{label} opened more than {self.accounting.flow_budget} connections at once; its traffic is "
-                    f"counted as a whole for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
+                    f"{label} opened more than {self.accounting.flow_budget} connections at once; "
+                    + (
+                        "its new connections get no app priority"
+                        if self.accounting.from_export
+                        else "its traffic is counted as a whole"
+                    )
+                    + f" for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
                 )
             ]
         priority = self.priorities.learn_flow(device, flow)

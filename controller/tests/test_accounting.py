@@ -154,7 +154,9 @@ def test_with_the_switchs_records_copies_are_not_counted_and_a_device_over_budge
     router.switch_ready(WLAN, ROUTER_MAC)
     ip = permitted_phone(router)
     for port in range(3):  # the third goes over the budget
-        router.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000 + port, 80))
+        effects = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000 + port, 80))
+    [told] = [e for e in effects if isinstance(e, TellHousehold)]
+    assert "get no app priority" in told.message  # not "counted as a whole": every connection still is
     assert router.on_flow_stats([]) == []  # copies alone are no rows: the switch's records are
     router.on_flow_export({flows.FiveTuple(6, ip, 41000 + port, INTERNET, 80): [3, 180] for port in range(3)})
     assert sorted(e.row for e in router.on_flow_stats([]) if e.table == "Flows") == [
