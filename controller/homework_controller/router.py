@@ -16,9 +16,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, wifi_keys
+from . import allowances, apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, schedules, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
+from .allowances import Allowances
 from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
@@ -34,10 +35,8 @@ from .effects import (
     TellHousehold,
 )
 from .errors import ApiError, DeviceBlocked, UnknownDevice
-from .ipv6 import Ipv6Addresses, PrefixPlan
 from .lifecycle import Concern
 from .model import Device, State, normalize_mac
-from .nd import Solicitation
 from .newcomers import Newcomers
 from .passphrases import Passphrases
 from .pauses import Pauses
@@ -65,7 +64,6 @@ class HomeRouter:
         wifi_ssid: str = "",
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
         agent_reports: AgentReportBook | None = None,
-        ipv6_plan: PrefixPlan | None = None,
         flows_from_export: bool = False,
     ):
         self.store = store
@@ -103,9 +101,11 @@ class HomeRouter:
         self.portal = portal.Portal()
         self.port_binding = port_binding.PortBinding()
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
-        self.pauses = Pauses()
+        self.household = schedules.HouseholdTime(store)
+        self.pauses = Pauses(store, clock, self.household)
+        self.allowances = Allowances(store, clock, self.household)
         # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
-        self.gates = (self.pauses,)
+        self.gates = (self.pauses, self.allowances)
         # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
@@ -120,11 +120,8 @@ class HomeRouter:
             self.passphrases,
             self.portal,
             self.pauses,
+            self.allowances,
         )
-        # IPv6 (a /64 per device), when the router runs it.
-        self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
-        if self.ipv6 is not None:
-            self.concerns += (self.ipv6,)
 
     # -- switch lifecycle
 
@@ -136,8 +133,6 @@ class HomeRouter:
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
         self.port_binding.switch_ready(access_ports, set(without_link))
         effects = self.switch.switch_ready(access_ports, router_mac)
-        if self.ipv6 is not None:
-            effects += self.ipv6.switch_ready(access_ports, router_mac)
         self.dns_gating.switch_ready()
         for device in self.devices.values():
             effects += self._reconcile(device)
@@ -300,14 +295,6 @@ class HomeRouter:
         router_mac = self.switch.ports()[1]
         return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
-    def on_solicitation(self, in_port, solicitation: Solicitation) -> list:
-        """IPv6 neighbour discovery (parsed off the lock): a device's router or neighbour solicitation, or
-        the router's stack looking for an address in a device's /64 (in_port LOCAL)."""
-        if self.ipv6 is None:
-            return []
-        device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
-        return self.ipv6.answer(in_port, solicitation, device)
-
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
         forwarded: count it here (a connection may end before its rule is in place) and give
@@ -328,13 +315,8 @@ class HomeRouter:
                 TellHousehold(
                     "flow-budget",
                     device.mac,
-                    f"{label} opened more than {self.accounting.flow_budget} connections at once; "
-                    + (
-                        "its new connections get no app priority"
-                        if self.accounting.from_export
-                        else "its traffic is counted as a whole"
-                    )
-                    + f" for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
+                    f"{label} opened more than {self.accounting.flow_budget} connections at once; its traffic is "
+                    f"counted as a whole for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
                 )
             ]
         priority = self.priorities.learn_flow(device, flow)
@@ -349,7 +331,7 @@ class HomeRouter:
         far side 0.0.0.0.
         """
         rows = self.accounting.read_counters(entries)
-        return rows + self.priorities.poll(rows)
+        return rows + self.priorities.poll(rows) + self._count_usage(rows)
 
     def on_flow_export(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The switch's own records of what it forwarded, summed per connection direction (off the
@@ -365,7 +347,7 @@ class HomeRouter:
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         if flow is not None:
             self.priorities.flow_ended(flow)
-        return rows + self.priorities.app_rows(rows)
+        return rows + self.priorities.app_rows(rows) + self._count_usage(rows)
 
     # -- application priorities
 
@@ -546,10 +528,78 @@ class HomeRouter:
         self.pauses.pause(device.mac)
         return self._reconcile(device)
 
+    def pause_for(self, mac: str, duration: str) -> list:
+        """Paused now for a while: "30" or "30 min", "1 h", or "tomorrow" (the household's next reset)."""
+        device = self._known(mac)
+        now = self.clock()
+        if duration.strip().lower() == "tomorrow":
+            until = self.household.next_reset(now)
+        else:
+            minutes = duration if duration.strip()[-1:].isalpha() else f"{duration} min"  # "30" is minutes
+            try:
+                kind, amount = allowances.parse_amount(minutes)
+            except allowances.BadAllowance:
+                kind, amount = "", 0
+            if kind != "minutes":
+                raise ApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
+            until = now + amount * 60
+        self.pauses.pause(device.mac, until)
+        return self._reconcile(device)
+
     def resume(self, mac: str) -> list:
+        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
+        allowance that is used up still holds it: only a bonus or the reset lifts that."""
         device = self._known(mac)
         self.pauses.resume(device.mac)
         return self._reconcile(device)
+
+    def set_schedule(self, mac: str, text: str) -> list:
+        """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""
+        device = self._known(mac)
+        try:
+            windows = schedules.parse(text)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        self.pauses.set_schedule(device.mac, windows)
+        return self._reconcile(device)
+
+    def set_allowance(self, mac: str, amount: str) -> list:
+        """The device's daily allowance ("2 h", "500 MB"; empty removes it)."""
+        device = self._known(mac)
+        try:
+            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+        self.allowances.choose(device.mac, allowance)
+        return self._reconcile(device)
+
+    def grant_bonus(self, mac: str, amount: str) -> list:
+        """More for today, until the household's reset ("30 min", "500 MB")."""
+        device = self._known(mac)
+        try:
+            self.allowances.grant_bonus(device.mac, *allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+        return self._reconcile(device)
+
+    def household_time(self) -> dict:
+        return self.household.to_json()
+
+    def set_time_zone(self, name: str) -> dict:
+        """The household's time zone (IANA name): schedules and the reset are read in it from now on."""
+        try:
+            self.household.set_zone(name)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.household.to_json()
+
+    def set_reset_time(self, at: str) -> dict:
+        """When the household's day begins: allowances start again, "until tomorrow" ends."""
+        try:
+            self.household.set_reset(at)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.household.to_json()
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
@@ -587,10 +637,11 @@ class HomeRouter:
             effects.append(self._record_lease(device, "expired"))
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
+        # Bedtimes that began or ended, pauses that ran out, a new day: the loop below applies them.
+        self.pauses.tick(now)
+        self.allowances.tick(now)
         for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
-        if self.ipv6 is not None:
-            effects += self.ipv6.tick(now)
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:
                 effects += self._reconcile(self.devices[mac], reinstall=True)
@@ -611,7 +662,39 @@ class HomeRouter:
             **self.portal.status_of(device.mac),
             **self.pauses.status_of(device.mac),
             **self.port_binding.status_of(device.mac),
+            **self.allowances.status_of(device.mac),
+            **self._hold_status(device.mac),
         }
+
+    def _hold_status(self, mac: str) -> dict:
+        """paused, and if so why ("paused" | "bedtime" | "allowance") and until when (the household's
+        local time, ISO; null: until resumed). A pause or bedtime is said before a used-up allowance:
+        resuming it still leaves the allowance to lift."""
+        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
+        if hold is None:
+            return {"paused": False, "paused_why": None, "paused_until": None}
+        why, until = hold
+        return {
+            "paused": True,
+            "paused_why": why,
+            "paused_until": None if until is None else schedules.iso(until, self.household.tz),
+        }
+
+    def _count_usage(self, rows: list) -> list:
+        """What the `Flows` rows say each device moved counts against its allowance; one that runs out is
+        paused now (its rules, not at the next tick)."""
+        used: dict[str, int] = {}
+        for row in rows:
+            if row.table != "Flows":
+                continue
+            _, saddr, _, daddr, _, _, nbytes = row.row
+            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr)
+            if device is not None:
+                used[device.mac] = used.get(device.mac, 0) + nbytes
+        effects: list = []
+        for mac in self.allowances.count(used):
+            effects += self._reconcile(self.devices[mac])
+        return effects
 
     def dhcp_status(self) -> list:
         return self.registry.leases_status()
@@ -660,8 +743,6 @@ class HomeRouter:
         if dropped:
             for concern in (self.accounting, self.priorities, self.dns_gating):
                 concern.rules_dropped(device.mac)
-        if self.ipv6 is not None:
-            effects += self.ipv6.changes(device, wanted)
         if wanted is not None:
             effects += self._install_blocks(device)
         return effects + self.switch.set_forwarding(
