@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import idna
 
-from . import dnsgate, flows
+from . import dnsgate, flows, flows_v6
 from .model import Device
 from .store import DeviceStore, StoreError
 
@@ -75,14 +75,21 @@ class DnsGating:
     def gated(self, mac: str) -> bool:
         return dnsgate.DENY in self.rules.get(mac, {}).values()
 
-    def block_rules(self, device: Device, ips=None) -> list[flows.FlowRule]:
+    def block_rules(self, device: Device, ips=None, ipv6_prefixes: tuple[str, ...] = ()) -> list[flows.FlowRule]:
         """Drop rules from the device to those of ips (default: all it has blocked) the switch does
-        not hold yet; they are taken as held. The caller knows the device forwards now."""
+        not hold yet; they are taken as held. The caller knows the device forwards now. An IPv6
+        address (learnt from AAAA) is dropped from each of the device's /64s (`ipv6_prefixes`)."""
         wanted = self.blocked.get(device.mac, ()) if ips is None else ips
         on_switch = self.on_switch.setdefault(device.mac, set())
         new = [addr for addr in wanted if addr not in on_switch]
         on_switch.update(new)
-        return [flows.dns_block_rule(device, addr) for addr in sorted(new)]
+        rules = []
+        for addr in sorted(new):
+            if ":" in addr:
+                rules += flows_v6.dns_block_rules(device, addr, ipv6_prefixes)
+            else:
+                rules.append(flows.dns_block_rule(device, addr))
+        return rules
 
     # -- events
 

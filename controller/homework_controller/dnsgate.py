@@ -249,7 +249,7 @@ def inspect_answer(answer: bytes, qname: str, rebind_allowed: tuple[str, ...] = 
         learnt=tuple(
             (name, str(rr.rdata), rr.ttl)
             for rr in addresses
-            if rr.rtype == dnslib.QTYPE.A and str(rr.rname).rstrip(".").lower() in chain
+            if str(rr.rname).rstrip(".").lower() in chain
             for name in sorted(chain)
         )
     )

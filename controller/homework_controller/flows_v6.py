@@ -32,6 +32,7 @@ from .flows import (
     TABLE_ACCOUNTING,
     TABLE_ADMISSION,
     TABLE_ROUTING,
+    Accounting,
     Admission,
     DecTtl,
     DeviceRules,
@@ -171,3 +172,19 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
             for port in ipv4.access_ports
         }
     return frozenset(rules)
+
+
+def dns_block_rules(device: Device, addr: str, prefixes: tuple[str, ...]) -> list[FlowRule]:
+    """The device may not reach an IPv6 address learnt for a name blocked for it, from any of its /64s."""
+    return [
+        rule(
+            TABLE_ACCOUNTING,
+            Accounting.BLOCKED,
+            (),
+            device_cookie(device),
+            eth_type=ETH_IPV6,
+            ipv6_src=masked(prefix),
+            ipv6_dst=addr,
+        )
+        for prefix in prefixes
+    ]

@@ -475,7 +475,8 @@ class HomeRouter:
         does not hold yet, if it forwards."""
         if device is None or not self.switch.holds_rules_of(device.mac) or not self.registry.forwarding_now(device):
             return []
-        rules = self.dns_gating.block_rules(device, ips)
+        prefixes = self.ipv6.current.get(device.mac, ()) if self.ipv6 is not None else ()
+        rules = self.dns_gating.block_rules(device, ips, prefixes)
         return [InstallRules(tuple(rules))] if rules else []
 
     # -- the household's decisions

@@ -4,13 +4,14 @@ devices' /64s differ and traffic between them is routed; deny cuts it; the route
 
 import ipaddress
 
+import dnslib
 import pytest
 from fakeoftable import FakeSwitch
 from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6NDOptPrefixInfo, IPv6
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
 
-from homework_controller import dhcp, flows, ipv6, nd
+from homework_controller import dhcp, dnsgate, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, SendFrame
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -200,3 +201,29 @@ def test_without_ipv6_the_router_adds_nothing(db_path, clock):
     join(r, switch, PHONE)
     assert not any(dict(rule.match).get("eth_type") == nd.ETH_IPV6 for rule in switch.rules)
     assert solicit_router(r, PHONE) == []
+
+
+def aaaa_answer(name, *ips):
+    record = dnslib.DNSRecord.question(name, "AAAA").reply()
+    for ip in ips:
+        record.add_answer(dnslib.RR(name, dnslib.QTYPE.AAAA, rdata=dnslib.AAAA(ip), ttl=300))
+    return record.pack()
+
+
+def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_device_only(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    games, www = "2001:db8:5133::81", INTERNET
+    learnt = dnsgate.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
+    assert learnt == (("games.example.test", games, 300),)
+    switch.apply(router.dns_answer(learnt))
+    phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
+    # The phone's connection to the address, even without asking for the name: dropped.
+    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, games)) == []
+    # Positive controls: another address from the phone, the same address from the laptop.
+    assert [d.port for d in switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, www))] == [LOCAL]
+    assert [d.port for d in switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, games))] == [LOCAL]
+    # From its ULA /64 too.
+    ula = in_prefix(router.ipv6.current[PHONE][1])
+    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
