@@ -35,8 +35,10 @@ from .effects import (
     TellHousehold,
 )
 from .errors import ApiError, DeviceBlocked, UnknownDevice
+from .ipv6 import Ipv6Addresses, PrefixPlan
 from .lifecycle import Concern
 from .model import Device, State, normalize_mac
+from .nd import Solicitation
 from .newcomers import Newcomers
 from .passphrases import Passphrases
 from .pauses import Pauses
@@ -64,6 +66,7 @@ class HomeRouter:
         wifi_ssid: str = "",
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
         agent_reports: AgentReportBook | None = None,
+        ipv6_plan: PrefixPlan | None = None,
         flows_from_export: bool = False,
     ):
         self.store = store
@@ -122,6 +125,10 @@ class HomeRouter:
             self.pauses,
             self.allowances,
         )
+        # IPv6 (a /64 per device), when the router runs it.
+        self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
+        if self.ipv6 is not None:
+            self.concerns += (self.ipv6,)
 
     # -- switch lifecycle
 
@@ -133,6 +140,8 @@ class HomeRouter:
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
         self.port_binding.switch_ready(access_ports, set(without_link))
         effects = self.switch.switch_ready(access_ports, router_mac)
+        if self.ipv6 is not None:
+            effects += self.ipv6.switch_ready(access_ports, router_mac)
         self.dns_gating.switch_ready()
         for device in self.devices.values():
             effects += self._reconcile(device)
@@ -295,6 +304,14 @@ class HomeRouter:
         router_mac = self.switch.ports()[1]
         return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
+    def on_solicitation(self, in_port, solicitation: Solicitation) -> list:
+        """IPv6 neighbour discovery (parsed off the lock): a device's router or neighbour solicitation, or
+        the router's stack looking for an address in a device's /64 (in_port LOCAL)."""
+        if self.ipv6 is None:
+            return []
+        device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
+        return self.ipv6.answer(in_port, solicitation, device)
+
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
         forwarded: count it here (a connection may end before its rule is in place) and give
@@ -315,8 +332,13 @@ class HomeRouter:
                 TellHousehold(
                     "flow-budget",
                     device.mac,
-                    f"{label} opened more than {self.accounting.flow_budget} connections at once; its traffic is "
-                    f"counted as a whole for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
+                    f"{label} opened more than {self.accounting.flow_budget} connections at once; "
+                    + (
+                        "its new connections get no app priority"
+                        if self.accounting.from_export
+                        else "its traffic is counted as a whole"
+                    )
+                    + f" for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
                 )
             ]
         priority = self.priorities.learn_flow(device, flow)
@@ -643,6 +665,8 @@ class HomeRouter:
         self.allowances.tick(now)
         for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
+        if self.ipv6 is not None:
+            effects += self.ipv6.tick(now)
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:
                 effects += self._reconcile(self.devices[mac], reinstall=True)
@@ -744,6 +768,8 @@ class HomeRouter:
         if dropped:
             for concern in (self.accounting, self.priorities, self.dns_gating):
                 concern.rules_dropped(device.mac)
+        if self.ipv6 is not None:
+            effects += self.ipv6.changes(device, wanted)
         if wanted is not None:
             effects += self._install_blocks(device)
         return effects + self.switch.set_forwarding(
