@@ -323,9 +323,9 @@ class DnsServer:
                 LOG.info("upstream resolver %s: %s", self.upstream[0], exc)
             return None
 
-    def resolve(self, domain: str) -> dnsgate.Answer:
+    def resolve(self, domain: str, qtype: str = "A") -> dnsgate.Answer:
         """The router's own lookup (a name just blocked): what upstream says, read like any answer."""
-        query = dnslib.DNSRecord.question(domain, "A").pack()
+        query = dnslib.DNSRecord.question(domain, qtype).pack()
         answer = self.ask_upstream_udp(query)
         return dnsgate.Answer() if answer is None else dnsgate.inspect_answer(answer, domain, self.rebind_allowed)
 

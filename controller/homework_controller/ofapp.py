@@ -462,6 +462,8 @@ class HomeworkController(app_manager.OSKenApp):
 
     def _resolve(self, domain: str):
         self._dns_learn(self.dns.resolve(domain).learnt)
+        if self.router.ipv6 is not None:
+            self._dns_learn(self.dns.resolve(domain, "AAAA").learnt)  # its IPv6 addresses blocked too
 
     # ---- application priorities (the feed's thread parses; only the decision runs under the lock)
 
