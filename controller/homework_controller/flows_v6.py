@@ -14,6 +14,7 @@ table 0, admission:
   devices; the router's own adverts and answers are packet-outs, which the tables do not see)
 table 1: no per-flow counting for IPv6 yet (its MISS goes on to 2).
 table 2, routing:
+  TO_ROUTER      to a forwarding device's /64's ::1 (the router's)        -> router
   TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
                                                                             port it came in (hairpinned)
                  router: to a forwarding device's /64                     -> wlan
@@ -50,6 +51,7 @@ from .flows import (
 from .model import Device
 
 ETH_IPV6 = nd.ETH_IPV6
+TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a device's /64, above the /64 itself
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
 
 
@@ -129,6 +131,17 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
     )
     for prefix in prefixes:
         net = masked(prefix)
+        # Its /64's ::1 is the router's (its stack answers there): not hairpinned back to the device.
+        rules.add(
+            rule(
+                TABLE_ROUTING,
+                TO_ROUTER,
+                (Output(LOCAL),),
+                cookie,
+                eth_type=ETH_IPV6,
+                ipv6_dst=str(ipaddress.IPv6Network(prefix).network_address + 1),
+            )
+        )
         rules |= {
             rule(
                 TABLE_ADMISSION,

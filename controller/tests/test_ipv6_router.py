@@ -136,6 +136,13 @@ def test_between_devices_it_is_routed_through_the_router(router, switch):
     )
 
 
+def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, switch):
+    join(router, switch, PHONE)
+    prefix = router.ipv6.current[PHONE][0]
+    [hop] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), ipv6.gateway_of(prefix)))
+    assert hop.port == LOCAL
+
+
 def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
     join(router, switch, PHONE)
     own = in_prefix(router.ipv6.current[PHONE][0])
