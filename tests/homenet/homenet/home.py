@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import services
+from . import ipv6, services
 from .isp import ISP
 from .net import ensure_ns, kill_all_in, link_exists, netns_list, run, veth
 from .services import HomenetError, Processes
@@ -153,6 +153,7 @@ class Home:
         self.isp.build()
         self._build_internet()
         self._build_router()
+        ipv6.build_router(self.run_dir, BRIDGE, WAN, self.run_dir)
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
         run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
@@ -196,6 +197,7 @@ class Home:
         orig = self.run_dir / "ip_forward.orig"
         if orig.exists():
             Path("/proc/sys/net/ipv4/ip_forward").write_text(orig.read_text())
+        ipv6.tear_down(self.run_dir)
         if (self.run_dir / "ovs-started-by-homenet").exists():
             run("/usr/share/openvswitch/scripts/ovs-ctl", "stop", check=False)
         shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -271,6 +273,8 @@ table bridge {NFT_AIR_TABLE} {{
             f"--pid-file={self.run_dir / 'dnsmasq.real.pid'}",
         ]
         args += [f"--host-record={name},{ip}" for name, ip in INET_HOSTS.items()]
+        args += ipv6.dnsmasq_records()
+        ipv6.build_internet(WAN, NS_INET)
         self.processes.start("inet-dns", args, ns=NS_INET)
         self.processes.start("inet-http", [PYTHON, "-m", "homenet.web", "--directory", www], ns=NS_INET)
         # Bulk transfers that saturate the line, for the priority tests.

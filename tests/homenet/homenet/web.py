@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import socket
 import time
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -96,7 +97,17 @@ def main():
     p.add_argument("--port", type=int, default=80)
     args = p.parse_args()
     ThreadingHTTPServer.daemon_threads = True
-    ThreadingHTTPServer(("0.0.0.0", args.port), functools.partial(Handler, directory=args.directory)).serve_forever()
+    DualStackServer(("::", args.port), functools.partial(Handler, directory=args.directory)).serve_forever()
+
+
+class DualStackServer(ThreadingHTTPServer):
+    """IPv4 and IPv6 on one socket (IPv4 clients appear as ::ffff:a.b.c.d)."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 if __name__ == "__main__":
