@@ -718,7 +718,18 @@ class HomeRouter:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []
         for mac in self.allowances.count(used):
-            effects += self._reconcile(self.devices[mac])
+            device = self.devices[mac]
+            effects += self._reconcile(device)
+            hold = self.allowances.hold_of(mac)
+            if hold is not None:  # ran out (not: a bonus or a new day let it go)
+                until = schedules.iso(hold[1], self.household.tz)[11:16] if hold[1] else ""
+                effects.append(
+                    TellHousehold(
+                        "allowance",
+                        mac,
+                        f"{device.name or device.hostname or mac} has used up today's allowance; paused until {until}",
+                    )
+                )
         return effects
 
     def dhcp_status(self) -> list:

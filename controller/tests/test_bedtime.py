@@ -9,6 +9,7 @@ from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join
 from test_dns_gating import ask
 
 from homework_controller import dhcp, flows, schedules
+from homework_controller.effects import TellHousehold
 from homework_controller.errors import ApiError
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -184,7 +185,10 @@ def test_a_data_allowance_warns_at_80_percent_pauses_at_100_and_a_bonus_lets_it_
     assert (allowance["used"], allowance["allowed"], allowance["warning"]) == (700_000, MB, False)
     switch.apply(moved(router, phone, 800_000))
     assert router.status(PHONE)["allowance"]["warning"] and online(switch, PHONE, phone)
-    switch.apply(moved(router, phone, 1_000_001))  # over: paused at once, not at the next tick
+    over = moved(router, phone, 1_000_001)  # over: paused at once, not at the next tick
+    switch.apply(over)
+    [told] = [e for e in over if isinstance(e, TellHousehold)]  # the household is told (an Events row)
+    assert (told.kind, told.mac) == ("allowance", PHONE) and "paused until 04:00" in told.message
     status = router.status(PHONE)
     assert (status["paused_why"], status["paused_until"]) == ("allowance", "2026-06-02T04:00:00+02:00")
     assert not online(switch, PHONE, phone) and online(switch, LAPTOP, laptop)
