@@ -5,9 +5,10 @@ are, so it keeps its lease and is back at once).
 
 Resuming a device during its bedtime lets it online until that window ends (tonight's exception);
 the next window pauses it again. Pauses, schedules and exceptions are on the disk: a restart of the
-controller keeps them. Whether a device is held is worked out when something changes and on every
-tick (`tick`), so `may_forward`, asked for every device on every tick and every DHCP message, is a
-set lookup.
+controller keeps them. Whether a device is held is worked out when something changes, and again on
+the first tick after the instant it may next change (a pause's end, a window's start or end, worked
+out then): a tick costs a comparison per device, and `may_forward`, asked for every device on every
+tick and every DHCP message, is a dict lookup.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import schedules
 from .schedules import Window
 
 PAUSED, BEDTIME = "paused", "bedtime"
+NEVER = float("inf")
 
 
 class Pauses:
@@ -34,7 +36,9 @@ class Pauses:
         for mac, text in store.load_schedules().items():
             self._schedules[mac] = schedules.parse(text)
         self._held: dict[str, tuple[str, float | None]] = {}  # mac -> (why, until when)
-        self.tick(clock())
+        self._next: dict[str, float] = {}  # mac -> when its hold may next change
+        self._zone_version = household.version
+        self.recompute_all()
 
     # -- the lifecycle
 
@@ -42,7 +46,7 @@ class Pauses:
         return mac in self._paused or mac in self._schedules or mac in self._excused or mac in self._held
 
     def forget(self, mac: str) -> None:
-        for memory in (self._paused, self._excused, self._schedules, self._held):
+        for memory in (self._paused, self._excused, self._schedules, self._held, self._next):
             memory.pop(mac, None)
 
     def may_forward(self, mac: str) -> bool:
@@ -57,17 +61,15 @@ class Pauses:
 
     def tick(self, now: float) -> set[str]:
         """Pauses that ran out, bedtimes that began or ended: the devices whose hold changed."""
-        for mac in [m for m, until in self._paused.items() if until is not None and until <= now]:
-            del self._paused[mac]
-            self._save(mac)
-        for mac in [m for m, until in self._excused.items() if until <= now]:
-            del self._excused[mac]
-            self._save(mac)
-        changed = set()
-        for mac in set(self._held) | set(self._paused) | set(self._schedules):
-            if self._recompute(mac, now):
-                changed.add(mac)
-        return changed
+        if self._zone_version != self.household.version:  # the household's zone changed: read every schedule in it
+            return self.recompute_all()
+        return {mac for mac in [m for m, when in self._next.items() if when <= now] if self._recompute(mac, now)}
+
+    def recompute_all(self) -> set[str]:
+        """Every device's hold worked out afresh (at start, and when the household's zone or reset changed)."""
+        self._zone_version = self.household.version
+        now = self.clock()
+        return {mac for mac in set(self._held) | set(self._paused) | set(self._schedules) if self._recompute(mac, now)}
 
     # -- the household's decisions
 
@@ -98,20 +100,33 @@ class Pauses:
         self._save(mac)
         self._recompute(mac, self.clock())
 
-    def recompute_all(self) -> set[str]:
-        """The household's time zone changed: every schedule is read in the new one."""
-        return self.tick(self.clock())
-
     # -- internals
 
     def _recompute(self, mac: str, now: float) -> bool:
+        """The device's hold now, and when it may next change; whether the hold changed."""
+        if (until := self._paused.get(mac)) is not None and until <= now:  # the pause ran out
+            del self._paused[mac]
+            self._save(mac)
+        if self._excused.get(mac, NEVER) <= now:  # tonight's exception ended with its window
+            del self._excused[mac]
+            self._save(mac)
+        windows = self._schedules.get(mac, ())
+        bedtime_ends = schedules.running(windows, now, self.household.tz) if windows else None
         hold: tuple[str, float | None] | None = None
         if mac in self._paused:
             hold = (PAUSED, self._paused[mac])
-        elif mac not in self._excused:
-            ends = schedules.running(self._schedules.get(mac, ()), now, self.household.tz)
-            if ends is not None:
-                hold = (BEDTIME, ends)
+        elif bedtime_ends is not None and mac not in self._excused:
+            hold = (BEDTIME, bedtime_ends)
+        # When this may change next: the pause's end, the exception's, the bedtime's end or the next one's start.
+        changes = [self._paused.get(mac) or NEVER, self._excused.get(mac, NEVER)]
+        if bedtime_ends is not None:
+            changes.append(bedtime_ends)
+        elif windows:
+            changes.append(schedules.next_start(windows, now, self.household.tz) or NEVER)
+        if min(changes) < NEVER:
+            self._next[mac] = min(changes)
+        else:
+            self._next.pop(mac, None)
         if hold == self._held.get(mac):
             return False
         if hold is None:

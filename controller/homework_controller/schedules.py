@@ -172,6 +172,22 @@ def _running_window_end(windows: tuple[Window, ...], at: float, tz: ZoneInfo) ->
     return latest
 
 
+def next_start(windows: tuple[Window, ...], now: float, tz: ZoneInfo) -> float | None:
+    """When a window next starts after `now` (None: no windows). Weekly, so within eight days."""
+    today = local_date(now, tz)
+    soonest = None
+    for offset in range(8):
+        day = today + timedelta(days=offset)
+        for window in windows:
+            if day.weekday() in window.days:
+                start = local_instant(day, window.start, tz)
+                if start > now and (soonest is None or start < soonest):
+                    soonest = start
+        if soonest is not None:
+            return soonest  # a later day's windows start later still
+    return soonest
+
+
 def next_boundary(at: time, now: float, tz: ZoneInfo) -> float:
     """The next time after `now` the clocks show `at` (the household's daily reset)."""
     today = local_date(now, tz)
@@ -200,6 +216,8 @@ class HouseholdTime:
 
     def __init__(self, store):
         self.store = store
+        self.version = 0  # counts changes, so those who keep times worked out in the old zone know
+        self._day: tuple[float, float] = (0.0, 0.0)  # the household's day now: (its reset, the next)
         saved = store.load_settings()
         try:
             self.tz, self.zone_name = zone(saved.get("time_zone", self.DEFAULT_ZONE)), saved.get("time_zone", "UTC")
@@ -211,16 +229,31 @@ class HouseholdTime:
     def set_zone(self, name: str) -> None:
         self.tz, self.zone_name = zone(name), name
         self.store.save_setting("time_zone", name)
+        self._changed()
 
     def set_reset(self, text: str) -> None:
         self.reset = clock_time(text)
         self.store.save_setting("reset_time", f"{self.reset:%H:%M}")
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._day = (0.0, 0.0)
+
+    def day(self, now: float) -> tuple[float, float]:
+        """The household's day at `now`: when it began (the last reset) and when it ends (the next).
+        Worked out once a day: asked for every device at every stats poll and tick."""
+        began, ends = self._day
+        if not began <= now < ends:
+            began = last_boundary(self.reset, now, self.tz)
+            self._day = began, next_boundary(self.reset, now, self.tz)
+        return self._day
 
     def next_reset(self, now: float) -> float:
-        return next_boundary(self.reset, now, self.tz)
+        return self.day(now)[1]
 
     def day_start(self, now: float) -> float:
-        return last_boundary(self.reset, now, self.tz)
+        return self.day(now)[0]
 
     def to_json(self) -> dict:
         return {"time_zone": self.zone_name, "reset_time": f"{self.reset:%H:%M}"}

@@ -121,3 +121,15 @@ def test_a_time_zone_is_an_iana_name():
 
 def test_local_instant_is_the_wall_time_on_an_ordinary_day():
     assert schedules.local_instant(date(2026, 6, 1), schedules.clock_time("07:00"), LONDON) == utc(2026, 6, 1, 6, 0)
+
+
+def test_the_next_bedtime_starts_on_its_next_day_even_across_a_free_weekend_and_a_clock_change():
+    school_nights = schedules.parse("sun-thu 21:30-07:00")
+    assert schedules.next_start(school_nights, local(LONDON, 2026, 6, 1, 12, 0), LONDON) == local(
+        LONDON, 2026, 6, 1, 21, 30
+    )
+    friday_noon = local(LONDON, 2026, 6, 5, 12, 0)
+    assert schedules.next_start(school_nights, friday_noon, LONDON) == local(LONDON, 2026, 6, 7, 21, 30)  # Sunday
+    early = schedules.parse("sun 02:15-06:00")  # on 29 March the clocks skip 02:15: it starts at the jump
+    assert schedules.next_start(early, utc(2026, 3, 28, 12, 0), BERLIN) == utc(2026, 3, 29, 1, 0)
+    assert schedules.next_start((), friday_noon, LONDON) is None
