@@ -2,7 +2,7 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile] [qos]
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile] [agent_flood] [qos]
                  (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import agent_flood
 import hostile
 import qos
 from common import BENCH, PY, REPO, RESULTS, add_client, homenet_up, in_client, ratio, sh, stamp, summary, write_result
@@ -365,6 +366,11 @@ def hostile_dns(args) -> None:
     write_result("hostile", hostile.measure_home(args.seconds))
 
 
+def agent_flood_home(args) -> None:
+    """An agent floods hwdb from one device; another device's DHCP renewals and lookups, quiet and during it."""
+    write_result("agent_flood", agent_flood.measure_home(args.seconds))
+
+
 def hwdb_abuse(_args) -> None:
     """A loopback client's queries while LAN peers hold the most half-sent requests they may."""
     out = RESULTS / "hwdb_abuse.json"
@@ -388,6 +394,7 @@ BENCHMARKS = {
     "ui_load": ui_load,
     "hwdb_abuse": hwdb_abuse,
     "hostile": hostile_dns,
+    "agent_flood": agent_flood_home,
     "qos": qos.qos,
 }
 
@@ -401,7 +408,7 @@ def main():
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--connections", type=int, default=300)
     p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
-    p.add_argument("--seconds", type=float, default=10.0, help="hostile: seconds of lookups per phase")
+    p.add_argument("--seconds", type=float, default=10.0, help="hostile, agent_flood: seconds of lookups per phase")
     p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
