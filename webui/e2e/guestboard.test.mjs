@@ -56,6 +56,11 @@ test('wall panel: a joining device appears in the middle and is let in by draggi
   const visibleMs = Date.now() - t0
   console.log(`join-to-visible: ${visibleMs} ms`)
   if (stack.fake) assert.ok(visibleMs < 1000, `label took ${visibleMs} ms`)
+  if (stack.fake) { // its label carries the code its captive portal page shows
+    const { portal_code: code } = await stack.ctl('GET', `/ws.v1/status/${mac}`)
+    assert.match(code, /^[A-Z0-9]{2}-[A-Z0-9]{2}$/)
+    assert.equal((await page.textContent(`${label('asking', mac)} [data-test=portal-code]`)).trim(), code)
+  }
   await sleep(1200) // let the link figures arrive, for the picture
   await shot(page, 'guestboard-wallpanel')
   await dragTo(page, mac, 'inside')
