@@ -37,7 +37,7 @@ def make_app(call: Callable[..., object]):
     def app(environ, start_response):
         verb = environ.get("REQUEST_METHOD", "GET")
         status, body = _refused(environ, verb) or _dispatch(
-            call, verb, environ.get("PATH_INFO", ""), parse_qs(environ.get("QUERY_STRING", ""))
+            call, verb, environ.get("PATH_INFO", ""), parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         )
         data = json.dumps(body).encode()
         start_response(

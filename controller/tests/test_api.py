@@ -87,6 +87,16 @@ def test_a_name_with_slashes_and_quotes_arrives_whole():
     assert request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01")[0] == 400
 
 
+def test_an_empty_value_clears_and_a_missing_one_is_refused():
+    # "Empty clears it" (a name, a bedtime, an allowance): ?windows= arrives as "", not as nothing.
+    for query, args in (("name=", ["02:00:00:00:00:01", ""]),):
+        status, body = request(APP, "POST", "/ws.v1/name/02:00:00:00:00:01", query)
+        assert status == 200 and body["args"] == args
+    status, body = request(APP, "POST", "/ws.v1/schedule/02:00:00:00:00:01", "windows=")
+    assert status == 200 and body == {"called": "set_schedule", "args": ["02:00:00:00:00:01", ""]}
+    assert request(APP, "POST", "/ws.v1/schedule/02:00:00:00:00:01")[0] == 400  # the control: it must be said
+
+
 def test_wifi_passphrase_methods_are_routed_with_their_verbs_and_a_router_without_wifi_says_501():
     mac = "02:00:00:00:00:01"
     assert request(APP, "POST", f"/ws.v1/wifi-key/{mac}")[1] == {"called": "issue_wifi_key", "args": [mac]}

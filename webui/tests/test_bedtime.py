@@ -24,6 +24,9 @@ def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controlle
     r = owner.post(f"/api/devices/{PHONE}/bonus", {"amount": "500 MB"})
     assert r.status_code == 200 and not r.json["device"]["paused"] and r.json["device"]["allowance"]["bonus"] == 5e8
     assert ("bonus", PHONE) in controller.calls
+    # Empty clears (it reaches the controller as "", not as a missing argument).
+    assert owner.post(f"/api/devices/{PHONE}/schedule", {"windows": ""}).json["device"]["schedule"] == ""
+    assert owner.post(f"/api/devices/{PHONE}/allowance", {"amount": ""}).json["device"]["allowance"] is None
 
 
 def test_pause_for_a_while_says_until_when(app, owner, controller):
