@@ -184,6 +184,21 @@ def test_a_flood_while_the_callback_is_stuck_cannot_grow_memory():
         collector.stop()
 
 
+def test_parsing_is_held_to_its_rate_and_the_excess_dropped_and_counted():
+    collector = Collector(lambda batch: None, queue_size=256, max_rate=500).start()
+    try:
+        started = time.monotonic()
+        for _ in range(30):
+            send(collector.port, DATAGRAMS * 10)  # 4,530 datagrams, as fast as loopback takes them
+        time.sleep(1.0)
+        parsed, elapsed = collector.stats()["datagrams"], time.monotonic() - started
+        assert parsed <= 256 + 500 * elapsed + 64  # a queue's worth at once, then the rate
+        assert collector.stats()["dropped"] > 1000
+        assert parsed > 256  # positive control: it goes on parsing at its rate
+    finally:
+        collector.stop()
+
+
 # --- against the real switch -------------------------------------------------------------------
 
 
