@@ -1,0 +1,234 @@
+"""IPv6 for every device, each in its own /64 (issue 22), with the devices' own kernels doing SLAAC from the
+controller's unicast router adverts, real curl over IPv6 by name, through real Open vSwitch."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from homenet import wait_until
+from homenet.home import NS_INET
+from homenet.ipv6 import DELEGATED_PREFIX, INET6_HOSTS, INTERNET6_HOST
+
+WWW6 = f"http://{INTERNET6_HOST}/"
+DELEGATED = ipaddress.IPv6Network(DELEGATED_PREFIX)
+
+
+def global_addresses(home, name) -> list[ipaddress.IPv6Address]:
+    """The device's usable global IPv6 addresses (configured by SLAAC, duplicate-address detection done)."""
+    out = home.exec(name, "ip", "-json", "-6", "addr", "show", "dev", "wlan0", "scope", "global").stdout
+    info = json.loads(out or "[]")
+    return [
+        ipaddress.IPv6Address(a["local"])
+        for a in (info[0].get("addr_info", []) if info else [])
+        if "local" in a and not a.get("tentative") and not a.get("dadfailed")
+    ]
+
+
+def delegated_address(home, name) -> ipaddress.IPv6Address | None:
+    found = [a for a in global_addresses(home, name) if a in DELEGATED]
+    return found[0] if found else None
+
+
+def own_64(address: ipaddress.IPv6Address) -> ipaddress.IPv6Network:
+    return ipaddress.IPv6Network((address, 64), strict=False)
+
+
+def fetch6(home, name, url=WWW6, source: str | None = None, timeout: float = 5) -> str:
+    """The HTTP status over IPv6 ('000' when nothing answers); source: bind to that address."""
+    cmd = ["curl", "-6", "-sS", "-m", timeout, "-o", "/dev/null", "-w", "%{http_code}"]
+    if source:
+        cmd += ["--interface", source]
+    return home.exec(name, *cmd, url, check=False).stdout.strip()
+
+
+def joined(home, name, permit=True) -> float:
+    """A device joins; permitted, returns when the household said yes (time.monotonic())."""
+    home.add(name)
+    home.dhcp(name)
+    if not permit:
+        return 0.0
+    permitted_at = time.monotonic()
+    home.permit(name)
+    home.dhcp(name)
+    return permitted_at
+
+
+def test_pending_gets_no_global_address_and_permitted_its_own_64_and_the_ipv6_internet_by_name(home):
+    joined(home, "v6phone", permit=False)
+    # It solicits (the kernel does at link up, and again); the answer has router lifetime 0 and no prefix.
+    home.exec("v6phone", "ip", "link", "set", "wlan0", "down")
+    home.exec("v6phone", "ip", "link", "set", "wlan0", "up")
+    time.sleep(3)  # what a device would configure in that time, if it were told a prefix
+    assert global_addresses(home, "v6phone") == []
+    assert "default" not in home.exec("v6phone", "ip", "-6", "route").stdout
+    assert fetch6(home, "v6phone", timeout=3) == "000"
+    # Permitted: its own /64 within seconds, and an IPv6-only name by name.
+    permitted_at = time.monotonic()
+    home.permit("v6phone")
+    home.dhcp("v6phone")
+    wait_until("a global address", lambda: delegated_address(home, "v6phone"), 10, 0.1)
+    print(f"permit -> usable global IPv6 address: {time.monotonic() - permitted_at:.2f} s")
+    phone = delegated_address(home, "v6phone")
+    assert phone is not None
+    assert own_64(phone).subnet_of(DELEGATED)
+    wait_until("a page over IPv6 by name", lambda: fetch6(home, "v6phone") == "200", 10)
+    # A second device's /64 is its own.
+    joined(home, "v6laptop")
+    wait_until("the laptop's global address", lambda: delegated_address(home, "v6laptop"), 10, 0.1)
+    laptop = delegated_address(home, "v6laptop")
+    assert laptop is not None and own_64(laptop) != own_64(phone)
+    assert fetch6(home, "v6laptop") == "200"
+
+
+def test_a_forged_source_reaches_nothing_while_its_own_address_does(home):
+    for name in ("v6alice", "v6bob"):
+        joined(home, name)
+    for name in ("v6alice", "v6bob"):
+        wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
+    alice, bob = delegated_address(home, "v6alice"), delegated_address(home, "v6bob")
+    assert alice is not None and bob is not None
+    forged_from_bob = own_64(bob).network_address + 0x99
+    outside = next(n for n in DELEGATED.subnets(new_prefix=64) if n not in (own_64(alice), own_64(bob)))
+    forged_outside = outside.network_address + 0x99
+    for forged in (forged_from_bob, forged_outside):
+        home.exec("v6alice", "ip", "-6", "addr", "add", f"{forged}/128", "dev", "wlan0", "nodad")
+        assert fetch6(home, "v6alice", source=str(forged), timeout=3) == "000", f"{forged} got through"
+        # (gone again: the kernel would pick the one in Bob's /64 as its source towards Bob)
+        home.exec("v6alice", "ip", "-6", "addr", "del", f"{forged}/128", "dev", "wlan0")
+    # Positive control: the same request from its own address.
+    assert fetch6(home, "v6alice", source=str(alice)) == "200"
+    # Alice reaches Bob over IPv6 through the router (hop limit decremented).
+    out = home.exec("v6alice", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", str(bob)).stdout
+    assert " 0% packet loss" in out and "ttl=63" in out, out
+
+
+def dig_status(home, name, qname, qtype) -> str:
+    out = home.exec(name, "dig", "+time=2", "+tries=1", qname, qtype, check=False).stdout
+    found = re.search(r"status: (\w+)", out)
+    return found.group(1) if found else "TIMEOUT"
+
+
+def test_a_blocked_name_fails_for_aaaa_and_a_and_its_ipv6_address_is_dropped(home):
+    for name in ("v6kid", "v6parent"):
+        joined(home, name)
+        wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
+    www6 = f"http://[{INET6_HOSTS[INTERNET6_HOST]}]/"
+    assert fetch6(home, "v6kid", www6) == "200"  # before: reachable by address
+    status, _ = home.api("POST", f"deny-dns/{home.mac('v6kid')}/{INTERNET6_HOST}")
+    assert status == 200
+    assert dig_status(home, "v6kid", INTERNET6_HOST, "AAAA") == "NXDOMAIN"
+    assert dig_status(home, "v6kid", INTERNET6_HOST, "A") == "NXDOMAIN"
+    # The router looked the name's AAAA up itself: the address is dropped for the kid, by address too.
+    wait_until("the learnt IPv6 address blocked", lambda: fetch6(home, "v6kid", www6, timeout=2) == "000", 10)
+    # Positive control: nobody else is affected.
+    assert dig_status(home, "v6parent", INTERNET6_HOST, "AAAA") == "NOERROR"
+    assert fetch6(home, "v6parent") == "200"
+
+
+@contextlib.contextmanager
+def paced_download6(home, name):
+    """An IPv6 download the server paces at 100 kB/s; yields the curl process and the bytes landed so far."""
+    with tempfile.TemporaryDirectory() as tmp:
+        received = Path(tmp) / "big.bin"
+        download = home.spawn(
+            name,
+            "curl",
+            "-6",
+            "-sS",
+            "-m",
+            "20",
+            "-o",
+            received,
+            f"http://{INTERNET6_HOST}/paced/big.bin",
+            stderr=subprocess.DEVNULL,
+        )
+
+        def size():
+            return received.stat().st_size if received.exists() else 0
+
+        try:
+            first = wait_until("the download to start", size, 5)
+            wait_until("the download to make progress", lambda: size() > first + 50_000, 5)
+            yield download, size
+        finally:
+            download.kill()
+            download.wait(timeout=10)
+
+
+def test_deny_cuts_ipv6_at_once(home):
+    joined(home, "v6tablet")
+    joined(home, "v6tv")
+    for name in ("v6tablet", "v6tv"):
+        wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
+    with paced_download6(home, "v6tablet") as (download, size):
+        home.deny("v6tablet")
+        at_deny = size()
+        download.wait(timeout=30)
+        assert download.returncode != 0, "the IPv6 download finished although the device was denied"
+        assert size() - at_deny < 50_000, f"{size() - at_deny} bytes arrived after the deny"
+    assert fetch6(home, "v6tablet", timeout=3) == "000"
+    # Positive control: another device is untouched.
+    assert fetch6(home, "v6tv") == "200"
+
+
+def test_new_connections_from_the_wan_are_dropped_replies_are_not(home):
+    joined(home, "v6server")
+    wait_until("a global address", lambda: delegated_address(home, "v6server"), 10, 0.1)
+    address = delegated_address(home, "v6server")
+    server = home.spawn(
+        "v6server",
+        "python3",
+        "-m",
+        "http.server",
+        "--bind",
+        "::",
+        "8086",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://[{address}]:8086/"
+        # Positive control: the server answers (from the router's own stack, on the LAN side).
+        wait_until("the device's server", lambda: _curl_status(None, url) == "200", 10)
+        # From the internet: a new connection to the device is dropped.
+        assert _curl_status(NS_INET, url) == "000"
+        # The device's own connection to the internet gets its replies.
+        assert fetch6(home, "v6server") == "200"
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _curl_status(ns: str | None, url: str) -> str:
+    cmd = ["curl", "-6", "-sS", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}", url]
+    if ns:
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+
+
+def test_time_from_permit_to_a_usable_global_address(home):
+    """Measured over ten devices: the household's yes to an address the device can use (the advert, SLAAC
+    and its duplicate-address detection included; the device's DHCP renewal is not needed for it)."""
+    times = []
+    for n in range(10):
+        name = f"v6m{n}"
+        joined(home, name, permit=False)
+        permitted_at = time.monotonic()
+        home.permit(name)
+        wait_until("a global address", lambda nm=name: delegated_address(home, nm), 15, 0.02)
+        times.append(time.monotonic() - permitted_at)
+        home.remove(name)
+    times.sort()
+    print(
+        f"permit -> usable global IPv6 address over {len(times)} devices: median {statistics.median(times):.2f} s, "
+        f"max {times[-1]:.2f} s ({', '.join(f'{t:.2f}' for t in times)})"
+    )
+    assert statistics.median(times) < 5
