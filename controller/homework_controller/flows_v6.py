@@ -28,8 +28,11 @@ from collections.abc import Sequence
 from . import nd
 from .flows import (
     CONTROLLER,
+    DNS_OVER_TLS_PORT,
     LOCAL,
     NEWCOMERS_METER,
+    PROTO_TCP,
+    PROTO_UDP,
     TABLE_ACCOUNTING,
     TABLE_ADMISSION,
     TABLE_ROUTING,
@@ -184,6 +187,32 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
             )
             for port in ipv4.access_ports
         }
+    if ipv4.dns_gated:
+        # As for IPv4: its encrypted DNS (TLS, QUIC) would get round the names blocked for it.
+        for prefix in prefixes:
+            source = masked(prefix)
+            rules |= {
+                rule(
+                    TABLE_ACCOUNTING,
+                    Accounting.BLOCKED,
+                    (),
+                    cookie,
+                    eth_type=ETH_IPV6,
+                    ipv6_src=source,
+                    ip_proto=PROTO_TCP,
+                    tcp_dst=DNS_OVER_TLS_PORT,
+                ),
+                rule(
+                    TABLE_ACCOUNTING,
+                    Accounting.BLOCKED,
+                    (),
+                    cookie,
+                    eth_type=ETH_IPV6,
+                    ipv6_src=source,
+                    ip_proto=PROTO_UDP,
+                    udp_dst=DNS_OVER_TLS_PORT,
+                ),
+            }
     return frozenset(rules)
 
 

@@ -234,3 +234,16 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
     # From its ULA /64 too.
     ula = in_prefix(router.ipv6.current[PHONE][1])
     assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
+
+
+def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
+    dot = ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, "2001:db8:5133::853")
+    dot.update(tcp_dst=flows.DNS_OVER_TLS_PORT)
+    assert switch.send(dot) == []
+    # Positive control: the laptop, with no blocked names, may.
+    dot.update(eth_src=LAPTOP, ipv6_src=laptop)
+    assert [d.port for d in switch.send(dot)] == [LOCAL]
