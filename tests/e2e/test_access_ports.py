@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 from homenet import INTERNET_IP, wait_until
-from homenet.home import PYTHON, ROUTER_MAC
+from homenet.home import LAN_PORT, PYTHON, ROUTER_MAC
+from homenet.net import run
 
 
 def status(home, mac):
@@ -82,3 +83,18 @@ def test_the_wifi_devices_mac_on_the_wired_port_is_dropped_and_raised_while_the_
     assert phone["clone_suspected"] is not None and phone["state"] == "permitted"
     # The real phone keeps its port and works.
     assert home.fetch("phone") == "200"
+
+
+def test_a_laptop_whose_cable_is_pulled_moves_to_the_wifi_with_its_address_and_no_alert(home):
+    mac = home.add("desk", wired=True)
+    address = permitted(home, "desk")
+    rows_before = len(clone_rows(home, mac))
+    run("ip", "link", "set", LAN_PORT, "down")  # the cable is pulled: OVS tells the controller the link is down
+    home.add("laptop", mac=mac)  # the same laptop, now on the Wi-Fi
+    # Its first DHCP from the air moves it (the frame itself is not served); dhclient's retry is.
+    assert home.dhcp("laptop").split("/")[0] == address
+    wait_until("a page over the Wi-Fi", lambda: home.fetch("laptop") == "200", 10)
+    assert status(home, mac)["state"] == "permitted"
+    # No port alert: it moved. (The emulated home's dhclient sends its namespace's name, "laptop" now,
+    # which the DHCP fingerprint check does notice; a real laptop keeps its host name.)
+    assert not [r for r in clone_rows(home, mac)[rows_before:] if "access port" in r["message"]]
