@@ -374,6 +374,14 @@ test('phone: an allowance fills its bar, warns at 80 %, pauses the device at 100
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).schedule, 'mon,tue,wed,thu,sun 21:30-07:00')
   await page.$eval('[data-test=bedtime]', (el) => el.scrollIntoView({ block: 'start' }))
   await shot(page, 'bedtime-phone')
+  // The home's time zone, set once from the phone; a bad one is refused in the controller's words.
+  await page.fill('[data-test=time-zone]', 'Atlantis/Capital')
+  await page.click('[data-test=household-time] button[type=submit]')
+  await page.waitForSelector('[data-test=bedtime] .error:has-text("time zone")')
+  await page.fill('[data-test=time-zone]', 'Europe/London')
+  await page.click('[data-test=household-time] button[type=submit]')
+  await page.waitForSelector('[data-test=bedtime] .note:has-text("The home\'s time saved")')
+  assert.equal((await stack.ctl('GET', '/ws.v1/household-time')).time_zone, 'Europe/London')
   // Pause for 30 minutes: the page says until when.
   await page.click('[data-test=pause-for-30]')
   await page.waitForSelector('[data-test=paused-why]:has-text("Paused until")', { timeout: 3000 })
