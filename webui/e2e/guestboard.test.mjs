@@ -388,3 +388,32 @@ test('phone: an allowance fills its bar, warns at 80 %, pauses the device at 100
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused_why, 'paused')
   await context.close()
 })
+
+test('owner: a person\'s bedtime is set on every device they own from the Household page', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack')
+  const [tablet, phone, other] = [await stack.join('kid-tablet', { state: 'permitted' }),
+    await stack.join('kid-phone', { state: 'permitted' }), await stack.join('parent-laptop', { state: 'permitted' })]
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  const kid = `kid${randomBytes(2).toString('hex')}`
+  // The owner adds a member and gives them two devices (the API the device details use).
+  const id = await page.evaluate(async ({ kid, macs }) => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    const post = (url, body) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf }, body: JSON.stringify(body) })
+    await post('/api/accounts', { username: kid, password: 'kid password 1', role: 'member' })
+    const account = (await (await fetch('/api/accounts')).json()).accounts.find((a) => a.username === kid)
+    for (const mac of macs) await post(`/api/devices/${mac}/owner`, { account_id: account.id })
+    return account.id
+  }, { kid, macs: [tablet, phone] })
+  await page.reload()
+  const form = `[data-test=person-bedtime]:has-text("${kid}")`
+  await page.fill(`${form} [data-test=person-windows]`, 'sun-thu 21:30-07:00')
+  await page.click(`${form} button[type=submit]`)
+  await page.waitForSelector(`${form} .note:has-text("Bedtime set on 2 of ${kid}'s devices")`)
+  for (const mac of [tablet, phone]) {
+    assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).schedule, 'mon,tue,wed,thu,sun 21:30-07:00')
+  }
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${other}`)).schedule, '', 'a device not theirs keeps none')
+  assert.ok(id > 0)
+  await context.close()
+})
