@@ -6,8 +6,10 @@
   and `lan`; systemd-networkd runs DHCP on `wan`, nftables (/etc/nftables.conf) NATs out of it;
 - OVS bridge br-lan (OpenFlow 1.3, fail-secure, controller tcp:127.0.0.1:6653) gets `lan` as
   the port the controller calls the wireless port; its LOCAL port holds the router's LAN address;
-- hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: the AP on the LAN
-  port bridges its stations)."""
+- with a radio that can be an access point, the router is the access point: the radio's
+  interface becomes `wlan0`, a port of br-lan, and hostapd serves it (driver=nl80211, `radio.py`);
+  without one, hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: an
+  access point on the LAN port bridges its stations)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE
+from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE, radio
 
 SYS_NET = Path("/sys/class/net")
 CONFIG = STATE / "config" / "network.conf"
@@ -153,6 +155,11 @@ def setup() -> None:
     Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
     run("ip", "link", "set", BRIDGE, "up")
     run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
+    try:
+        if radio.setup_radio():
+            return
+    except (radio.RadioError, OSError) as exc:  # the wired side still serves the household
+        print(f"homework-network: no access point: {exc}", file=sys.stderr)
     render_hostapd_conf()
 
 
