@@ -11,6 +11,11 @@ statements about its own address at 120,000 rows a second, one statement a datag
 waits for an answer (`busy:` included): what one address got through before hwdb had a row rate
 (issue 20: 173,280 rows in 1.5 s). Each phase reports the controller lock's longest hold so far;
 the result says how many rows the flood sent and how many hwdb kept.
+
+Each phase also records where a lost packet could have gone (drop counters since the home came
+up): the switch's ports, the packet socket through which OVS's userspace datapath reads each
+port (`ss`: it overflowed on the air's port during floods, 27 and 499 frames, which any
+station's frames may be among), and the kernel's input queues.
 """
 
 from __future__ import annotations
