@@ -40,6 +40,7 @@ class Accounting:
         self._copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self._over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
         self._counters: dict[tuple, tuple[int, int]] = {}  # rule key -> (packets, bytes) at last poll
+        self._usage_counters: dict[tuple, tuple[int, int]] = {}  # the same, read for devices' use
 
     # -- the lifecycle
 
@@ -140,6 +141,38 @@ class Accounting:
         for learnt in self._learnt.values():
             learnt.discard(key[1])
         return (key[1] if key[0] == "flow" else None), [row] if row is not None else []
+
+    def usage(self, entries: list[tuple[int, dict, int, int]]) -> list[tuple[str, str, int]]:
+        """What each rule of the accounting table forwarded since the last poll, as (source, destination,
+        bytes): the switch's own counters, exact whatever reached the controller. Allowances count these,
+        not the records or the copies, which a flooding device can make the controller drop."""
+        used = []
+        seen = set()
+        for priority, match, pkts, nbytes in entries:
+            key = _counter_key(priority, match)
+            if key is None:
+                continue
+            seen.add(key)
+            used += self._usage_since(key, pkts, nbytes, keep=True)
+        for key in set(self._usage_counters) - seen:  # rules that are gone, counted at removal
+            del self._usage_counters[key]
+        return used
+
+    def usage_at_removal(self, priority: int, match: dict, pkts: int, nbytes: int) -> list[tuple[str, str, int]]:
+        """A rule left the switch: what it forwarded since the last poll (see `usage`)."""
+        key = _counter_key(priority, match)
+        return [] if key is None else self._usage_since(key, pkts, nbytes, keep=False)
+
+    def _usage_since(self, key, pkts: int, nbytes: int, keep: bool) -> list[tuple[str, str, int]]:
+        before_p, before_b = self._usage_counters.pop(key, (0, 0))
+        if pkts < before_p:  # the rule was replaced since the last poll: it counts afresh
+            before_b = 0
+        if keep:
+            self._usage_counters[key] = (pkts, nbytes)
+        if nbytes <= before_b:
+            return []
+        saddr, daddr = (key[1].saddr, key[1].daddr) if key[0] == "flow" else (key[1], key[2])
+        return [(saddr, daddr, nbytes - before_b)]
 
     def _count(self, key, pkts: int, nbytes: int, keep: bool = True) -> LogRow | None:
         """The row for what a counter saw since it was last read, if it saw anything."""

@@ -101,8 +101,8 @@ class HomeRouter:
         )
         self.dns_gating = DnsGating(store, clock, self.counters)
         self.clone_watch = CloneWatch(clock, self.counters)
-        self.portal = portal.Portal()
         self.port_binding = port_binding.PortBinding()
+        self.portal = portal.Portal()
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
         self.household = schedules.HouseholdTime(store)
         self.pauses = Pauses(store, clock, self.household)
@@ -353,7 +353,7 @@ class HomeRouter:
         far side 0.0.0.0.
         """
         rows = self.accounting.read_counters(entries)
-        return rows + self.priorities.poll(rows) + self._count_usage(rows)
+        return rows + self.priorities.poll(rows) + self._count_usage(self.accounting.usage(entries))
 
     def on_flow_export(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The switch's own records of what it forwarded, summed per connection direction (off the
@@ -369,7 +369,8 @@ class HomeRouter:
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         if flow is not None:
             self.priorities.flow_ended(flow)
-        return rows + self.priorities.app_rows(rows) + self._count_usage(rows)
+        used = self.accounting.usage_at_removal(priority, match, pkts, nbytes)
+        return rows + self.priorities.app_rows(rows) + self._count_usage(used)
 
     # -- application priorities
 
@@ -705,14 +706,11 @@ class HomeRouter:
             "paused_until": None if until is None else schedules.iso(until, self.household.tz),
         }
 
-    def _count_usage(self, rows: list) -> list:
-        """What the `Flows` rows say each device moved counts against its allowance; one that runs out is
-        paused now (its rules, not at the next tick)."""
+    def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
+        """What the switch's counters say each device moved ((source, destination, bytes) per rule)
+        counts against its allowance; one that runs out is paused now (its rules, not at the next tick)."""
         used: dict[str, int] = {}
-        for row in rows:
-            if row.table != "Flows":
-                continue
-            _, saddr, _, daddr, _, _, nbytes = row.row
+        for saddr, daddr, nbytes in forwarded:
             device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr)
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes

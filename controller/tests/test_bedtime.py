@@ -273,3 +273,23 @@ def test_bad_allowances_and_bonuses_are_refused(router, switch, home):
     assert router.status(PHONE)["allowance"]["text"] == "120 min"
     switch.apply(router.set_allowance(PHONE, ""))
     assert router.status(PHONE)["allowance"] is None
+
+
+def test_an_allowance_counts_the_switchs_counters_even_when_the_flow_records_are_lost(db_path, clock):
+    """With flow export on, Flows rows come from the switch's records, which the collector drops under a
+    flood: a device out of allowance must not get free traffic by flooding (it is counted from the rules'
+    counters), and its records, when they do arrive, do not count it twice (positive control)."""
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 30 * 86400), clock=clock, flows_from_export=True)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    clock.now = utc(2026, 6, 1, 12, 0)
+    phone, laptop = join(router, switch, PHONE), join(router, switch, LAPTOP)
+    switch.apply(router.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.set_allowance(LAPTOP, "1 MB"))
+    flow = flows.FiveTuple(flows.PROTO_TCP, laptop, 40000, INTERNET, 443)
+    router.on_flow_export({flow: [5000, 600_000]})  # the laptop's records arrived...
+    switch.apply(moved(router, laptop, 600_000))  # ...and its rules counted the same bytes
+    assert router.status(LAPTOP)["allowance"]["used"] == 600_000 and online(switch, LAPTOP, laptop)
+    switch.apply(moved(router, phone, 2 * MB))  # the phone's records were all dropped
+    assert router.status(PHONE)["paused_why"] == "allowance"
+    assert not online(switch, PHONE, phone)
