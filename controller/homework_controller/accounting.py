@@ -13,9 +13,10 @@ would count twice), and a device over its flow budget still has every connection
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 
-from . import flows
+from . import flows, flows_v6
 from .effects import LogRow
 
 # Connection directions kept between two polls from the switch's records; beyond, a device's new
@@ -144,12 +145,13 @@ class Accounting:
 
     def usage(self, entries: list[tuple[int, dict, int, int]]) -> list[tuple[str, str, int]]:
         """What each rule of the accounting table forwarded since the last poll, as (source, destination,
-        bytes): the switch's own counters, exact whatever reached the controller. Allowances count these,
+        bytes; a device's IPv6 rules say its /64): the switch's own counters, exact whatever reached the
+        controller. Allowances count these,
         not the records or the copies, which a flooding device can make the controller drop."""
         used = []
         seen = set()
         for priority, match, pkts, nbytes in entries:
-            key = _counter_key(priority, match)
+            key = _usage_key(priority, match)
             if key is None:
                 continue
             seen.add(key)
@@ -160,7 +162,7 @@ class Accounting:
 
     def usage_at_removal(self, priority: int, match: dict, pkts: int, nbytes: int) -> list[tuple[str, str, int]]:
         """A rule left the switch: what it forwarded since the last poll (see `usage`)."""
-        key = _counter_key(priority, match)
+        key = _usage_key(priority, match)
         return [] if key is None else self._usage_since(key, pkts, nbytes, keep=False)
 
     def _usage_since(self, key, pkts: int, nbytes: int, keep: bool) -> list[tuple[str, str, int]]:
@@ -197,6 +199,24 @@ def _counter_key(priority: int, match: dict):
     if priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST):
         return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
     return None
+
+
+def _usage_key(priority: int, match: dict):
+    """As `_counter_key`, and a device's IPv6 counting rules too (no Flows rows of their own): their
+    source and destination are the device's /64 ("::/0" the other side)."""
+    if priority in (flows_v6.COUNTED_SOURCE, flows_v6.COUNTED_DEST):
+        return ("device", _prefix(match.get("ipv6_src")), _prefix(match.get("ipv6_dst")))
+    return _counter_key(priority, match)
+
+
+def _prefix(value) -> str:
+    """A rule's IPv6 match as a prefix: (address, mask) as the switch reports a masked field."""
+    if value is None:
+        return "::/0"
+    if isinstance(value, tuple):
+        address, mask = value
+        return str(ipaddress.IPv6Network((address, bin(int(ipaddress.IPv6Address(mask))).count("1")), strict=False))
+    return str(ipaddress.IPv6Network(value, strict=False))
 
 
 def _flow_row(key, pkts: int, nbytes: int) -> tuple:

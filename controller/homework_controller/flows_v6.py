@@ -12,7 +12,11 @@ table 0, admission:
                  router: IPv6 to a forwarding device's MAC               -> goto 1
   (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local traffic between
   devices; the router's own adverts and answers are packet-outs, which the tables do not see)
-table 1: no per-flow counting for IPv6 yet (its MISS goes on to 2).
+table 1, accounting (counted per device, not per flow: no IPv6 `Flows` rows yet):
+  BLOCKED        from a device's /64s to an address of a name blocked    -> drop
+                 for it, or to DNS over TLS/QUIC
+  COUNTED_SOURCE from a forwarding device's /64                          -> goto 2 (its counters are the device's
+  COUNTED_DEST   to it                                                      use: allowances count them)
 table 2, routing:
   TO_ROUTER      to a forwarding device's /64's ::1 (the router's)        -> router
   TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
@@ -55,6 +59,9 @@ from .model import Device
 
 ETH_IPV6 = nd.ETH_IPV6
 TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a device's /64, above the /64 itself
+# Table 1: a device's IPv6 counted (the IPv4 DEVICE_* rules' twins; their own priorities, so the IPv4 Flows
+# rows never read them). Between devices both match: the sender's wins, as for IPv4.
+COUNTED_SOURCE, COUNTED_DEST = Accounting.DEVICE_SOURCE - 5, Accounting.DEVICE_DEST - 5
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
 
 
@@ -157,6 +164,11 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
                 ipv6_src=net,
             )
             for port in own
+        }
+        counted = (GotoTable(TABLE_ROUTING),)
+        rules |= {
+            rule(TABLE_ACCOUNTING, COUNTED_SOURCE, counted, cookie, eth_type=ETH_IPV6, ipv6_src=net),
+            rule(TABLE_ACCOUNTING, COUNTED_DEST, counted, cookie, eth_type=ETH_IPV6, ipv6_dst=net),
         }
         rules.add(
             rule(

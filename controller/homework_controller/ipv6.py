@@ -181,6 +181,14 @@ class Ipv6Addresses:
                 self.owner[prefix] = device.mac
         return prefixes
 
+    def owner_of(self, address: str) -> str | None:
+        """The MAC of the forwarding device whose /64 holds the address (or is the prefix), if any."""
+        try:
+            prefix = ipaddress.IPv6Network(address, strict=False).supernet(new_prefix=64)
+        except ValueError:  # not IPv6, or wider than a /64
+            return None
+        return self.owner.get(str(prefix))
+
     def _slot(self, mac: str, preferred: int) -> int:
         slot = self.slot_of.get(mac)
         if slot is not None:

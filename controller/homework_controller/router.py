@@ -408,7 +408,7 @@ class HomeRouter:
 
         Runs under the controller's lock: a lookup and the device's rules, nothing more.
         """
-        device = self.registry.forwarding_at(client_ip)
+        device = self.registry.forwarding_at(client_ip) or self._forwarding_at_v6(client_ip)
         if device is None or self._held(device.mac):
             return self._portal_dns(client_ip, query)
         if query is None:
@@ -706,12 +706,19 @@ class HomeRouter:
             "paused_until": None if until is None else schedules.iso(until, self.household.tz),
         }
 
+    def _forwarding_at_v6(self, *addresses: str) -> Device | None:
+        """The forwarding device whose /64 holds the first of the IPv6 addresses (or /64s) that is one's."""
+        if self.ipv6 is None:
+            return None
+        mac = next((m for m in map(self.ipv6.owner_of, addresses) if m is not None), None)
+        return self.devices[mac] if mac is not None else None
+
     def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
         """What the switch's counters say each device moved ((source, destination, bytes) per rule)
         counts against its allowance; one that runs out is paused now (its rules, not at the next tick)."""
         used: dict[str, int] = {}
         for saddr, daddr, nbytes in forwarded:
-            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr)
+            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr) or self._forwarding_at_v6(saddr, daddr)
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []

@@ -6,7 +6,7 @@ import ipaddress
 
 import dnslib
 import pytest
-from fakeoftable import FakeSwitch
+from fakeoftable import FakeSwitch, ipv4
 from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6NDOptPrefixInfo, IPv6
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
@@ -247,3 +247,39 @@ def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, s
     # Positive control: the laptop, with no blocked names, may.
     dot.update(eth_src=LAPTOP, ipv6_src=laptop)
     assert [d.port for d in switch.send(dot)] == [LOCAL]
+
+
+# ---- IPv6 counts against a data allowance
+
+
+def poll(router, switch, frame_size):
+    """The stats poll: each accounting rule's counters as the switch keeps them (every frame frame_size bytes)."""
+    entries = [
+        (r.priority, dict(r.match), switch.hits.get(r, 0), switch.hits.get(r, 0) * frame_size)
+        for r in switch.table(flows.TABLE_ACCOUNTING)
+    ]
+    return router.on_flow_stats(entries)
+
+
+def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
+    phone_v4, laptop_v4 = join(router, switch, PHONE), join(router, switch, LAPTOP)
+    switch.apply(router.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.set_allowance(LAPTOP, "1 MB"))
+    phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
+    # 2 MB over IPv6 in one poll (a download: up and back): the phone is paused at once.
+    switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
+    switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone))
+    switch.apply(poll(router, switch, 1_000_000))
+    assert router.status(PHONE)["paused_why"] == "allowance"
+    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)) == []
+    assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone_v4, "192.0.2.80")) == []
+    # Positive control: the laptop, with its own 1 MB, moves less over IPv6 and IPv4 together...
+    switch.hits.clear()
+    switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))
+    switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop_v4, "192.0.2.80"))
+    switch.apply(poll(router, switch, 400_000))
+    assert router.status(LAPTOP)["allowance"]["used"] == 800_000  # both families counted
+    assert [d.port for d in switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))] == [LOCAL]
+    # ...and is paused when the sum goes over (here by its IPv6).
+    switch.apply(poll(router, switch, 400_000))
+    assert router.status(LAPTOP)["paused_why"] == "allowance"
