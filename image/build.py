@@ -51,6 +51,7 @@ from homework_image import (  # noqa: E402
     boot,
     bundle,
 )
+from homework_image.radio import RADIO_PORT  # noqa: E402
 
 BUILD = REPO / "build"
 WORK = BUILD / "image"
@@ -79,7 +80,9 @@ SETTINGS = {
     "RUN": RUN,
     "LAN_IFACE": BRIDGE,
     "WLAN_PORT": LAN_PORT,
-    "ACCESS_PORTS": "",  # WLAN_PORT alone
+    # Where devices are: the radio the router serves as its access point (homework_image.radio; on a
+    # box without one the bridge has no such port and the controller serves the others) and the LAN port.
+    "ACCESS_PORTS": f"{RADIO_PORT},{LAN_PORT}",
     "UPSTREAM_DNS": "127.0.0.53",
     "STATIONS": "nl80211:wlan0",
     "LAN_ADDRESS": ROUTER_LAN_IP,

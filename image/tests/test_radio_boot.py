@@ -1,0 +1,329 @@
+"""The router is the access point: real 802.11 in the VM (`make image-test`, after test_boot.py).
+
+The image boots once with `homework.test_radios=3` on its kernel command line (written into the
+test's copy of the disk): the tests-only unit loads mac80211_hwsim, whose first radio the router
+serves (hostapd nl80211 on wlan0, an OVS port of br-lan). The two other radios are stations:
+each is moved into a network namespace inside the VM and driven by the real wpa_supplicant and
+ISC dhclient, which the image does not carry: they come on a test drive (a second disk this test
+makes from the host's own Debian binaries, mounted read-only in the VM).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from routervm import WWW_IP, Network, RouterVm, VmError
+from test_boot import BOOT_S, PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in
+
+from homenet.wait import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build"
+IMAGE = BUILD / "homework-router-x86_64.img"
+STATE = BUILD / "image-test-radio"
+RADIOS = 3
+DRIVE = "/run/radio-test"  # where the test drive is mounted in the VM
+HOSTAPD_CTRL = "/run/homework/hostapd"
+TIMINGS: dict[str, float] = {}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the boot test needs root (namespaces, taps)")
+
+
+def make_test_drive(out: Path) -> Path:
+    """An ext4 image with wpa_supplicant and dhclient from this (Debian bookworm) machine, the
+    libraries they need beyond the C library, and a dhclient script that only sets the address."""
+    stage = out.with_suffix(".d")
+    shutil.rmtree(stage, ignore_errors=True)
+    (stage / "bin").mkdir(parents=True)
+    (stage / "lib").mkdir()
+    for name in ("wpa_supplicant", "dhclient"):
+        binary = shutil.which(name) or f"/usr/sbin/{name}"
+        shutil.copy2(binary, stage / "bin" / name)
+        for line in subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout.splitlines():
+            parts = line.split()
+            if "=>" in parts and parts[2].startswith("/") and not parts[0].startswith(("libc.so", "libm.so")):
+                shutil.copy2(parts[2], stage / "lib" / parts[0])
+    script = stage / "bin/dhclient-script"
+    script.write_text(
+        "#!/bin/sh\n"
+        "# The address and route a lease gives, with its lifetime (nothing else on the read-only router).\n"
+        'case "$reason" in\n'
+        "BOUND|RENEW|REBIND|REBOOT)\n"
+        '    ip -4 addr flush dev "$interface"\n'
+        '    ip -4 addr add "$new_ip_address/$new_subnet_mask" dev "$interface" '
+        'valid_lft "$new_dhcp_lease_time" preferred_lft "$new_dhcp_lease_time"\n'
+        '    ip -4 route replace default via "$new_routers" dev "$interface" onlink ;;\n'
+        "EXPIRE|FAIL|RELEASE|STOP)\n"
+        '    ip -4 addr flush dev "$interface" ;;\n'
+        "esac\n"
+    )
+    script.chmod(0o755)
+    out.unlink(missing_ok=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "radio-test", "-d", str(stage), str(out), "64M"], check=True)
+    shutil.rmtree(stage)
+    return out
+
+
+def ask_for_radios(disk: Path, radios: int) -> None:
+    """Put homework.test_radios=N on the kernel command line of the disk's boot entry (its ESP)."""
+    table = json.loads(subprocess.run(["sfdisk", "-J", str(disk)], capture_output=True, text=True, check=True).stdout)
+    esp = next(p for p in table["partitiontable"]["partitions"] if p.get("name") == "homework-esp")
+    image = f"{disk}@@{esp['start'] * 512}"
+    listing = subprocess.run(
+        ["mdir", "-b", "-i", image, "::loader/entries"], capture_output=True, text=True, check=True
+    ).stdout
+    (entry,) = [line.strip() for line in listing.splitlines() if line.strip().endswith(".conf")]
+    name = entry.rsplit("/", 1)[-1]
+    text = subprocess.run(["mtype", "-i", image, f"::loader/entries/{name}"], capture_output=True, text=True).stdout
+    local = STATE / name
+    local.write_text(
+        "".join(
+            line + (f" homework.test_radios={radios}" if line.startswith("options ") else "") + "\n"
+            for line in text.splitlines()
+        )
+    )
+    subprocess.run(["mcopy", "-o", "-i", image, str(local), f"::loader/entries/{name}"], check=True)
+
+
+class Station:
+    """A radio of the VM's in its own network namespace, with wpa_supplicant and dhclient."""
+
+    def __init__(self, vm: RouterVm, number: int):
+        self.vm, self.ns, self.phy, self.ifname = vm, f"sta{number}", f"phy{number}", f"wlan{number}"
+        self.dir = f"/run/{self.ns}"
+        self.vm.run(
+            f"mkdir -p {self.dir} && ip netns add {self.ns} && iw phy {self.phy} set netns name {self.ns} "
+            f"&& ip -n {self.ns} link set lo up && ip -n {self.ns} link set {self.ifname} up"
+        )
+        self.mac = json.loads(self.vm.run(f"ip -n {self.ns} -j link show {self.ifname}"))[0]["address"]
+
+    def exec(self, command: str, timeout: float = 60, check: bool = True) -> str:
+        return self.vm.run(f"ip netns exec {self.ns} {command}", timeout=timeout, check=check)
+
+    def join(self, network: str) -> None:
+        """(Re)start wpa_supplicant with one network block, e.g. 'key_mgmt=WPA-PSK\\npsk="..."'."""
+        self.leave()
+        conf = f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2437\n {network}\n}}\n'
+        self.write(f"{self.dir}/wpa.conf", conf)
+        self.vm.run(f": > {self.dir}/wpa.log")
+        self.exec(
+            f"env LD_LIBRARY_PATH={DRIVE}/lib {DRIVE}/bin/wpa_supplicant -B -D nl80211 -i {self.ifname} "
+            f"-c {self.dir}/wpa.conf -f {self.dir}/wpa.log -P {self.dir}/wpa.pid"
+        )
+
+    def leave(self) -> None:
+        self.vm.run(
+            f"[ -f {self.dir}/wpa.pid ] && kill $(cat {self.dir}/wpa.pid); rm -f {self.dir}/wpa.pid", check=False
+        )
+        self.vm.run(f"sleep 1; ip -n {self.ns} -4 addr flush dev {self.ifname}", check=False)
+
+    def write(self, path: str, text: str) -> None:
+        self.vm.run(f"echo {base64.b64encode(text.encode()).decode()} | base64 -d > {path}")
+
+    def log(self) -> str:
+        return self.vm.run(f"cat {self.dir}/wpa.log")
+
+    def connected(self) -> bool:
+        """The 4-way handshake (or SAE and then it) has completed."""
+        return "CTRL-EVENT-CONNECTED" in self.log()
+
+    def wait_connected(self, timeout: float = 60) -> None:
+        wait_until(f"{self.ns} to join", self.connected, timeout, 1, hint=lambda: self.log()[-1500:])
+
+    def dhcp(self, timeout: float = 30) -> str:
+        conf = "initial-interval 1;\nbackoff-cutoff 2;\nrequest subnet-mask, broadcast-address, routers;\n"
+        self.write(f"{self.dir}/dhclient.conf", conf)
+        self.exec(f"ip -4 addr flush dev {self.ifname}")
+        out = self.exec(
+            f"timeout {int(timeout)} {DRIVE}/bin/dhclient -1 -v -cf {self.dir}/dhclient.conf "
+            f"-sf {DRIVE}/bin/dhclient-script -pf {self.dir}/dhclient.pid -lf {self.dir}/dhclient.leases "
+            f"{self.ifname}",
+            timeout=timeout + 30,
+            check=False,
+        )
+        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        for a in info[0].get("addr_info", []) if info else []:
+            return f"{a['local']}/{a['prefixlen']}"
+        raise VmError(f"{self.ns} got no lease in {timeout:g} s: {out[-500:]}")
+
+    def lease_left(self) -> int:
+        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        return int(info[0]["addr_info"][0]["valid_life_time"])
+
+    def fetch(self, url: str = f"http://{WWW_IP}/") -> str:
+        """The HTTP status the station gets ('000' when nothing answers)."""
+        return self.exec(f"curl -s -o /dev/null -m 5 -w %{{http_code}} {url}", check=False).strip()[-3:]
+
+
+def hostapd(vm: RouterVm, *words: str) -> str:
+    """A command on hostapd's control socket, from inside its private /tmp (where it answers)."""
+    pid = vm.run("systemctl show -p MainPID --value homework-hostapd").strip()
+    return vm.run(f"nsenter -t {pid} -m hostapd_cli -p {HOSTAPD_CTRL} -i wlan0 {' '.join(map(shlex.quote, words))}")
+
+
+@pytest.fixture(scope="module")
+def net():
+    network = Network(STATE / "net")
+    network.up({})
+    yield network
+    network.down()
+
+
+@pytest.fixture(scope="module")
+def router(net):
+    if not IMAGE.exists():
+        pytest.fail("no image: run `make image` first")
+    shutil.rmtree(STATE / "vm", ignore_errors=True)
+    (STATE / "vm").mkdir(parents=True)
+    disk = STATE / "disk.img"
+    subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
+    ask_for_radios(disk, RADIOS)
+    vm = RouterVm(disk, STATE / "vm", {"radio-test": make_test_drive(STATE / "radio-test.img")})
+    vm.powered_on = vm.start()  # type: ignore[attr-defined]
+    yield vm
+    try:  # the router's side of what happened, kept beside the console's
+        journal = vm.run("journalctl -b --no-pager -o short-monotonic -u 'homework-*'", timeout=120, check=False)
+        (STATE / "journal.log").write_text(journal)
+    except VmError:
+        pass
+    vm.kill()
+    (STATE / "timings.json").write_text(json.dumps(TIMINGS, indent=1) + "\n")
+
+
+@pytest.fixture(scope="module")
+def guest_passphrase(router) -> str:
+    router.wait_for_shell(0, BOOT_S[router.kvm])
+    router.run(f"mkdir -p {DRIVE} && mount -o ro /dev/disk/by-id/virtio-radio-test {DRIVE}")
+    conf = router.run("cat /var/lib/homework/config/wifi.conf")
+    return next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("passphrase="))
+
+
+@pytest.fixture(scope="module")
+def stations(router, guest_passphrase) -> list[Station]:
+    return [Station(router, n) for n in range(1, RADIOS)]
+
+
+# ---- the story
+
+
+def test_the_router_serves_its_first_radio_as_the_access_point_on_a_port_of_its_switch(router, guest_passphrase):
+    wait_until(
+        "hostapd on the radio",
+        lambda: router.run("systemctl is-active homework-hostapd", check=False).strip() == "active",
+        300,
+        3,
+        hint=lambda: router.run("journalctl -b --no-pager -n 60 -u homework-network -u homework-hostapd", check=False),
+    )
+    assert router.run("cat /sys/module/mac80211_hwsim/initstate").strip() == "live"
+    assert "type AP" in router.run("iw dev wlan0 info")
+    assert {"wlan0", "lan"} <= set(router.run("ovs-vsctl list-ports br-lan").split())
+    assert "state=ENABLED" in hostapd(router, "status")
+    # Multicast to unicast and isolation are what hostapd runs with.
+    conf = router.run("cat /run/homework/hostapd.conf")
+    assert "ap_isolate=1" in conf and "multicast_to_unicast=1" in conf and "driver=nl80211" in conf
+    # A box without a radio keeps the wired setup: see test_boot.py (no radios on its kernel command line).
+
+
+def test_a_station_joins_with_the_guest_passphrase(router, stations, guest_passphrase):
+    first = stations[0]
+    first.join(f'key_mgmt=WPA-PSK\n psk="{guest_passphrase}"\n ieee80211w=1')
+    first.wait_connected(120)
+    TIMINGS["boot_to_first_association_s"] = round(time.monotonic() - router.powered_on, 1)
+    print(f"\nboot to the first association: {TIMINGS['boot_to_first_association_s']} s")
+    sta = hostapd(router, "sta", first.mac)
+    assert "[AUTHORIZED]" in sta, sta
+
+
+def controller_runs_with(router: RouterVm, flag: str) -> bool:
+    return (
+        router.run(
+            f"grep -c -- {shlex.quote(flag)} /usr/lib/systemd/system/homework-controller.service", check=False
+        ).strip()
+        != "0"
+    )
+
+
+def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_until_permitted(router, stations):
+    if not controller_runs_with(router, "--access-ports wlan0"):
+        pytest.skip("the controller does not serve the radio's port (its access ports) in this build")
+    first = stations[0]
+    address = first.dhcp(60)
+    assert address.endswith("/30"), address
+    assert first.lease_left() <= PENDING_LEASE_S
+    assert device_state(router, first.mac) == "pending"
+    assert first.fetch() == "000"
+    owner = Owner(router)
+    owner.session()
+    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
+    status, doc = owner.call(
+        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
+    )
+    assert status == 201, doc
+    owner.csrf = doc["csrf_token"]
+    status, doc = owner.call("POST", f"/api/devices/{first.mac}/permit")
+    assert status == 200, doc
+    first.dhcp(60)
+    assert first.lease_left() > PENDING_LEASE_S * 10
+    assert first.fetch() == "200"
+
+
+def test_links_carry_the_stations_signal_as_nl80211_reports_it(router, stations):
+    if not controller_runs_with(router, "nl80211:wlan0"):
+        pytest.skip("the controller does not read the radio's stations over nl80211 in this build")
+    first = stations[0]
+
+    def signal() -> int | None:
+        for line in hwdb_query(router, "select * from Links [range 10 seconds]").splitlines():
+            if first.mac in line:
+                return int(re.findall(r"-?\d+", line.split(first.mac, 1)[1])[0])
+        return None
+
+    rssi = wait_until("a Links row of the station", signal, 30, 2)
+    assert -100 < rssi < 0, rssi  # dBm, as the kernel reports the station's signal
+
+
+def test_a_wpa3_station_joins_with_sae_and_protected_management_frames_and_a_wrong_password_is_refused(
+    router, stations, guest_passphrase
+):
+    second = stations[1]
+    second.join('key_mgmt=SAE\n sae_password="not the password at all"\n ieee80211w=2')
+    time.sleep(20)
+    assert not second.connected(), second.log()[-1500:]
+    assert "Trying to authenticate" in second.log()  # it did try (SAE's commit and confirm)
+    assert "[AUTHORIZED]" not in hostapd(router, "sta", second.mac)
+    # The same station with the right password joins, over SAE, with PMF.
+    second.join(f'key_mgmt=SAE\n sae_password="{guest_passphrase}"\n ieee80211w=2')
+    second.wait_connected(120)
+    sta = hostapd(router, "sta", second.mac)
+    assert "[AUTHORIZED]" in sta and "[MFP]" in sta, sta
+    assert "sae_group=" in sta, sta  # it authenticated with SAE
+
+
+def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets_it_back(router, stations):
+    second = stations[1]
+    out = router.run(f"curl -s -X POST http://127.0.0.1:8081/ws.v1/blacklist/{second.mac}")
+    assert json_in(out), out
+    # hostapd drops it at once and refuses it at authentication from now on.
+    wait_until("the blacklisted station to be dropped", lambda: second.mac not in hostapd(router, "all_sta"), 30, 1)
+    connected_before = second.log().count("CTRL-EVENT-CONNECTED")
+    time.sleep(20)
+    assert second.log().count("CTRL-EVENT-CONNECTED") == connected_before, second.log()[-1500:]
+    # The other station, not blacklisted, stays.
+    assert "[AUTHORIZED]" in hostapd(router, "sta", stations[0].mac)
+    router.run(f"curl -s -X POST http://127.0.0.1:8081/ws.v1/whitelist/{second.mac}")
+    wait_until(
+        "the station to join again",
+        lambda: second.log().count("CTRL-EVENT-CONNECTED") > connected_before,
+        90,
+        2,
+        hint=lambda: second.log()[-1500:],
+    )
