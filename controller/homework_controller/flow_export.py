@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import queue
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 from netflume import TemplateStore, parse_message
@@ -45,12 +47,13 @@ MAX_DATAGRAM = 65535
 # burst here, so ask for more (as root past net.core.rmem_max).
 RECEIVE_BUFFER = 8 * 1024 * 1024
 SO_RCVBUFFORCE = 33  # Linux; the socket module does not name it
-# What the collector parses at most, in datagrams a second (OVS sends about one per record, two
-# records per connection direction: ingress and egress). Under the flood bench (3,000 new flows a
-# second) OVS sent 6,900 a second; parsing them all took 74 % of a core in the controller's process
-# and the second device's DHCP p99 went from 5 to 445 ms. 1,000 a second is about 10 % of a core
-# here; a page load of 80 connections is about 370 datagrams, within the allowance's burst.
-MAX_DATAGRAMS_PER_S = 1000
+SO_RXQ_OVFL = 40  # Linux: each datagram says how many the socket dropped so far
+# Connection directions the collector sums between two hand-overs (a second); beyond, by address.
+# A flood of 3,000 new connections a second is 6,000 directions.
+MAX_DIRECTIONS = 65536
+MAX_OVERFLOW_ADDRESSES = 4096
+RESTART_DELAY_S = 0.5
+CHILD_NICENESS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,20 +138,58 @@ class ExportParser:
         )
 
 
-def per_connection(records: list[FlowRecord]) -> dict[FiveTuple, list[int]]:
-    """[packets, bytes] per direction of each connection: a batch's records (and a long connection's
-    active-timeout records) summed."""
-    out: dict[FiveTuple, list[int]] = {}
-    for r in records:
-        total = out.setdefault(FiveTuple(r.proto, r.saddr, r.sport, r.daddr, r.dport), [0, 0])
-        total[0] += r.packets
-        total[1] += r.octets
-    return out
-
-
-def tcp_totals(records: list[FlowRecord]) -> dict[tuple[str, int, str, int], list[int]]:
+def tcp_totals(totals: dict[FiveTuple, list[int]]) -> dict[tuple[str, int, str, int], list[int]]:
     """[packets, bytes] per direction of each TCP connection, keyed (saddr, sport, daddr, dport)."""
-    return {(f.saddr, f.sport, f.daddr, f.dport): t for f, t in per_connection(records).items() if f.proto == 6}
+    return {(f.saddr, f.sport, f.daddr, f.dport): t for f, t in totals.items() if f.proto == 6}
+
+
+def _unspecified(address: str) -> str:
+    return "::" if ":" in address else "0.0.0.0"
+
+
+class ConnectionTotals:
+    """What the collector sums between two hand-overs, in bounded memory: [packets, bytes] per
+    connection direction, at most `max_directions` of them; beyond, a record is counted by its
+    source address (the far side unspecified, protocol 0) and again by its destination (the near
+    side unspecified), at most `max_addresses` of each, so the controller can count it as its
+    device's whole (it knows which end is a device; this process does not). Beyond that, lost and
+    counted."""
+
+    def __init__(self, max_directions: int = MAX_DIRECTIONS, max_addresses: int = MAX_OVERFLOW_ADDRESSES):
+        self.max_directions, self.max_addresses = max_directions, max_addresses
+        self.totals: dict[FiveTuple, list[int]] = {}
+        self.by_source: dict[FiveTuple, list[int]] = {}
+        self.by_destination: dict[FiveTuple, list[int]] = {}
+        self.lost = 0
+
+    def add(self, records: list[FlowRecord]) -> None:
+        for r in records:
+            flow = FiveTuple(r.proto, r.saddr, r.sport, r.daddr, r.dport)
+            if flow in self.totals or len(self.totals) < self.max_directions:
+                _add(self.totals, flow, r)
+                continue
+            source = FiveTuple(0, r.saddr, 0, _unspecified(r.saddr), 0)
+            destination = FiveTuple(0, _unspecified(r.daddr), 0, r.daddr, 0)
+            kept = False
+            for table, key in ((self.by_source, source), (self.by_destination, destination)):
+                if key in table or len(table) < self.max_addresses:
+                    _add(table, key, r)
+                    kept = True
+            self.lost += not kept
+
+    def take(self) -> dict[FiveTuple, list[int]]:
+        """Everything summed since the last take (the overflow keys are protocol 0)."""
+        out = self.totals
+        out.update(self.by_source)
+        out.update(self.by_destination)
+        self.totals, self.by_source, self.by_destination = {}, {}, {}
+        return out
+
+
+def _add(table: dict[FiveTuple, list[int]], key: FiveTuple, r: FlowRecord) -> None:
+    total = table.setdefault(key, [0, 0])
+    total[0] += r.packets
+    total[1] += r.octets
 
 
 # Every packet (sampling=1); an open connection is reported every 2 s; records for at most 4096
@@ -179,127 +220,177 @@ def _loopback(host: str) -> bool:
 
 
 class Collector:
-    """A UDP socket on loopback that hands `on_records` batches of the switch's records.
+    """The switch's records, read and summed in a process of its own; the controller gets one batch
+    of totals a second.
 
-    The socket is bound when the collector is made (in the caller's network namespace); `start`
-    runs a reader thread (datagrams into a bounded queue: when the worker is behind, new ones are
-    dropped and counted) and a worker thread (parse, then one callback per batch). Only datagrams
-    from loopback are read: the exporter is OVS on the router itself. `stop` ends both threads.
+    Parsing is most of the cost (about 100 us a datagram, and OVS sends about 6,900 a second when a
+    device floods new connections): in the controller's process it held the GIL from DHCP. Here the
+    UDP socket is bound on loopback when the collector is made (in the caller's network namespace)
+    and handed to a child process (`python -m homework_controller.flow_export`, niced) that reads,
+    parses and sums per connection direction (`ConnectionTotals`, bounded), and every
+    `interval_s` sends the totals and its counts through a pipe. A thread here calls
+    `on_totals(totals)` with each batch ([packets, IP bytes] per `FiveTuple`). The child ends when
+    the controller does (its pipe closes, its parent changes); a child that dies is started again
+    (`restarts` in `stats`; the socket and what waits in it are kept). Only datagrams from loopback
+    are read: the exporter is OVS on the router itself.
     """
 
     def __init__(
         self,
-        on_records: Callable[[list[FlowRecord]], None],
+        on_totals: Callable[[dict[FiveTuple, list[int]]], None],
         host: str = "127.0.0.1",
         port: int = 0,
-        queue_size: int = 4096,
-        batch_datagrams: int = 64,
-        max_rate: float = MAX_DATAGRAMS_PER_S,
+        interval_s: float = 1.0,
+        max_directions: int = MAX_DIRECTIONS,
     ):
         if not _loopback(host):
             raise ValueError(f"the collector listens on loopback only, not {host!r}")
-        self.on_records = on_records
-        self.parser = ExportParser()
+        self.on_totals = on_totals
+        self.interval_s, self.max_directions = interval_s, max_directions
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
         except PermissionError:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
         self.sock.bind((host, port))
-        self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
-        self.queue: queue.Queue[tuple[bytes, str]] = queue.Queue(maxsize=queue_size)
-        self.batch_datagrams = batch_datagrams
-        self.max_rate = max_rate
-        self.counts: Counter[str] = Counter()
-        self._cpu_ns: dict[str, int] = {}
+        self.child: subprocess.Popen | None = None
+        self._pipe: Connection | None = None
+        self.restarts = 0
+        self.counts: Counter[str] = Counter()  # the children's counts that ended, and the handing-on's
+        self._child_counts: dict[str, int] = {}
+        self.dropped_before = 0
         self._stopping = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._read, name="flow-export-reader", daemon=True),
-            threading.Thread(target=self._work, name="flow-export-worker", daemon=True),
-        ]
+        self._thread = threading.Thread(target=self._serve, name="flow-export", daemon=True)
 
     def start(self) -> Collector:
-        for thread in self._threads:
-            thread.start()
+        self._spawn()
+        self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._end_child()
         self.sock.close()
 
     def stats(self) -> dict[str, int]:
-        """datagrams read, records handed on, malformed and dropped datagrams, foreign senders, the
-        threads' CPU time (ns)."""
-        return {
-            "datagrams": self.counts["datagrams"],
-            "records": self.counts["records"],
-            "malformed": self.counts["malformed"],
-            "bad_records": self.parser.bad_records,
-            "dropped": self.counts["dropped"],
-            "foreign": self.counts["foreign"],
-            "callback_errors": self.counts["callback_errors"],
-            "cpu_ns": sum(self._cpu_ns.values()),
-        }
+        """datagrams read, records summed, malformed datagrams, bad records, datagrams dropped at the
+        socket (the child behind), records lost (beyond the bounds), foreign senders, callback errors,
+        the child's CPU time (ns) and how often it was restarted."""
+        total = self.counts + Counter(self._child_counts)
+        names = ("datagrams", "records", "malformed", "bad_records", "lost", "foreign", "callback_errors", "cpu_ns")
+        return dict(
+            {name: total[name] for name in names},
+            dropped=self._child_counts.get("dropped", self.dropped_before),
+            running=int(self.child is not None and self.child.poll() is None),
+            restarts=self.restarts,
+        )
 
-    def _read(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                data, source = self.sock.recvfrom(MAX_DATAGRAM)
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-            if not _loopback(source[0]):
-                self.counts["foreign"] += 1
-                continue
-            try:
-                self.queue.put_nowait((data, f"{source[0]}:{source[1]}"))
-            except queue.Full:
-                self.counts["dropped"] += 1
-            self._cpu_ns["reader"] = time.thread_time_ns()
+    def _spawn(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            args = [str(self.sock.fileno()), str(theirs.fileno()), str(os.getpid()), str(self.interval_s)]
+            self.child = subprocess.Popen(
+                [sys.executable, "-m", __name__, *args, str(self.max_directions)],
+                pass_fds=(self.sock.fileno(), theirs.fileno()),
+            )
+        self._pipe = Connection(ours.detach())
 
-    def _work(self) -> None:
-        # Parsing runs in the controller's process (its GIL): at most max_rate datagrams a second, a
-        # queue's worth at once; beyond, the queue fills and the reader drops (counted).
-        allowance, last = float(self.queue.maxsize), time.monotonic()
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            allowance, last = min(float(self.queue.maxsize), allowance + (now - last) * self.max_rate), now
-            if allowance < self.batch_datagrams:
-                self._stopping.wait((self.batch_datagrams - allowance) / self.max_rate)
-                continue
+    def _end_child(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+        if self.child is not None and self.child.poll() is None:
+            self.child.terminate()
             try:
-                batch = [self.queue.get(timeout=0.2)]
-            except queue.Empty:
-                continue
-            while len(batch) < self.batch_datagrams:
-                try:
-                    batch.append(self.queue.get_nowait())
-                except queue.Empty:
+                self.child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+                self.child.wait()
+        # the socket's drops are its own total, whichever child read it
+        self.dropped_before = self._child_counts.pop("dropped", self.dropped_before)
+        self.counts.update(self._child_counts)
+        self._child_counts = {}
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            assert self._pipe is not None and self.child is not None
+            try:
+                if not self._pipe.poll(0.5):
+                    if self.child.poll() is None:
+                        continue
+                    raise EOFError
+                rows, self._child_counts = self._pipe.recv()
+            except (EOFError, OSError):
+                if self._stopping.is_set():
                     break
-            allowance -= len(batch)
-            self._deliver(batch)
-            self._cpu_ns["worker"] = time.thread_time_ns()
-
-    def _deliver(self, batch: list[tuple[bytes, str]]) -> None:
-        records: list[FlowRecord] = []
-        for data, exporter in batch:
-            self.counts["datagrams"] += 1
+                log.error("the flow collector process ended (%s); starting it again", self.child.poll())
+                self._end_child()
+                self.restarts += 1
+                self._stopping.wait(RESTART_DELAY_S)
+                self._spawn()
+                continue
             try:
-                records += self.parser.parse(data, exporter)
-            except MalformedExport as e:
-                self.counts["malformed"] += 1
-                log.debug("flow export from %s: %s", exporter, e)
-        if not records:
-            return
-        self.counts["records"] += len(records)
+                self.on_totals({FiveTuple(*row[:5]): [row[5], row[6]] for row in rows})
+            except Exception:
+                self.counts["callback_errors"] += 1
+                log.exception("flow export: the totals' callback failed")
+
+
+def collect(sock: socket.socket, pipe: Connection, parent: int, interval_s: float, max_directions: int) -> None:
+    """The child's loop: read, parse, sum; every interval_s hand the totals and counts on. Ends when
+    the pipe breaks or the parent is gone."""
+    parser, totals, counts = ExportParser(), ConnectionTotals(max_directions), Counter[str]()
+    sock.settimeout(min(0.2, interval_s))
+    ancillary = socket.CMSG_SPACE(4)
+    due = time.monotonic() + interval_s
+    while True:
         try:
-            self.on_records(records)
-        except Exception:
-            self.counts["callback_errors"] += 1
-            log.exception("flow export: the records' callback failed")
+            data, ancdata, _flags, source = sock.recvmsg(MAX_DATAGRAM, ancillary)
+        except TimeoutError:
+            pass
+        else:
+            for level, kind, value in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) == 4:
+                    counts["dropped"] = int.from_bytes(value, sys.byteorder)  # the socket's total so far
+            if not _loopback(source[0]):
+                counts["foreign"] += 1
+            else:
+                counts["datagrams"] += 1
+                try:
+                    records = parser.parse(data, f"{source[0]}:{source[1]}")
+                except MalformedExport as e:
+                    counts["malformed"] += 1
+                    log.debug("flow export from %s: %s", source[0], e)
+                else:
+                    counts["records"] += len(records)
+                    totals.add(records)
+        if time.monotonic() < due:
+            continue
+        due = time.monotonic() + interval_s
+        if os.getppid() != parent:
+            return
+        counts["bad_records"], counts["lost"] = parser.bad_records, totals.lost
+        counts["cpu_ns"] = time.process_time_ns()
+        rows = [(f.proto, f.saddr, f.sport, f.daddr, f.dport, p, b) for f, (p, b) in totals.take().items()]
+        try:
+            pipe.send((rows, dict(counts)))
+        except OSError:
+            return
+
+
+def main(argv: list[str]) -> None:
+    sock_fd, pipe_fd, parent, interval_s, max_directions = argv
+    os.nice(CHILD_NICENESS)  # DHCP and the controller come first when the cores are busy
+    with socket.socket(fileno=int(sock_fd)) as sock, Connection(int(pipe_fd)) as pipe:
+        collect(sock, pipe, int(parent), float(interval_s), int(max_directions))
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        pass

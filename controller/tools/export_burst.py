@@ -39,7 +39,8 @@ from pathlib import Path
 
 import dpkt
 
-from homework_controller.flow_export import Collector, FlowRecord, tcp_totals
+from homework_controller.flow_export import Collector, tcp_totals
+from homework_controller.flows import FiveTuple
 
 BRIDGE = "fxbr"
 SUBNET = "10.77.0"
@@ -232,22 +233,25 @@ def _wait_for_file(path: Path, timeout: float = 10.0) -> None:
 
 
 class Sink:
-    """The collector's callback for measurements: every record, and when it arrived."""
+    """The collector's callback for measurements: every batch's totals summed, and when the last came."""
 
     def __init__(self) -> None:
-        self.records: list[FlowRecord] = []
+        self.summed: dict[FiveTuple, list[int]] = {}
         self.last_arrival = 0.0
         self.lock = threading.Lock()
 
-    def __call__(self, batch: list[FlowRecord]) -> None:
+    def __call__(self, batch: dict[FiveTuple, list[int]]) -> None:
         with self.lock:
-            self.records += batch
+            for flow, (pkts, octets) in batch.items():
+                total = self.summed.setdefault(flow, [0, 0])
+                total[0] += pkts
+                total[1] += octets
             self.last_arrival = time.monotonic()
 
     def totals(self) -> dict[tuple[str, int, str, int], list[int]]:
         """Packets and bytes per TCP direction, summed over active-timeout records."""
         with self.lock:
-            return tcp_totals(self.records)
+            return tcp_totals(self.summed)
 
 
 def both_directions(c: Connection) -> set[tuple[str, int, str, int]]:
