@@ -14,6 +14,10 @@ prefix the ISP delegates when one is known (/56, /60 or /64).
   With only a /64 delegated, devices are ULA-only: the router keeps that /64, and does no NAT66.
 - A device that stops forwarding (denied, paused, its lease ran out) gives its global /64 back, and
   gets no prefix at all: its router advertisements say router lifetime 0 and carry none.
+- Renumbering (the ISP delegates another prefix): each device keeps its /64's number in the new prefix
+  (while it fits), and its old global /64 goes on in its next adverts deprecated (preferred lifetime 0,
+  valid for what is left of DEPRECATED_VALID_S), so new connections use the new /64 at once (RFC 4862
+  5.5.3; RFC 7084's renumbering).
 
 `Ipv6Addresses` is the concern: which global /64 each device holds, its IPv6 rules (`flows_v6`, beside
 its IPv4 ones under the same cookie), the router and neighbour adverts it is sent (`nd`: unicast to its
@@ -40,6 +44,12 @@ DELEGATED_FILE = "ipv6-delegated-prefix"
 GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
 GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
 ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)
+
+
+# How long a /64 from before a renumbering is still advertised (deprecated, its valid lifetime counting down).
+# Short: the ISP no longer routes it. (Hosts keep an address at least min(its remaining lifetime, 2 h):
+# RFC 4862 5.5.3e, so the device's own address may outlive this; it is never chosen for new connections.)
+DEPRECATED_VALID_S = 600.0
 
 
 class BadPrefix(ValueError):
@@ -131,9 +141,11 @@ def gateway_of(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Advert:
-    """What one router advertisement to a device says: its prefixes (global first), or none (router lifetime 0)."""
+    """What one router advertisement to a device says: its prefixes (global first), or none (router lifetime 0),
+    and its /64s from before a renumbering, each with when it stops being valid."""
 
     prefixes: tuple[str, ...]
+    deprecated: tuple[tuple[str, float], ...] = ()
 
 
 class Ipv6Addresses:
@@ -150,6 +162,7 @@ class Ipv6Addresses:
         self.owner: dict[str, str] = {}  # /64 -> the forwarding device that has it
         self.advertised: dict[str, tuple[Advert, float, tuple[int, ...]]] = {}
         self.gateways: set[str] = set()  # /64s whose ::1 the router's stack holds
+        self.deprecated: dict[str, dict[str, float]] = {}  # MAC -> its global /64s before a renumbering -> until
 
     # -- the lifecycle
 
@@ -163,6 +176,20 @@ class Ipv6Addresses:
     def forget(self, mac: str) -> None:
         self._release(mac)
         self.advertised.pop(mac, None)
+        self.deprecated.pop(mac, None)
+
+    def renumber(self, delegated: ipaddress.IPv6Network | None, now: float) -> list[str]:
+        """The ISP delegated another prefix (or none): the devices whose /64s change (their rules and
+        adverts are to be redone). Each keeps its /64's number if the new prefix has it; its old global
+        /64 is advertised deprecated until DEPRECATED_VALID_S from now."""
+        if delegated == self.plan.delegated:
+            return []
+        old_plan, self.plan = self.plan, PrefixPlan(self.plan.ula, delegated)
+        for mac, slot in list(self.slot_of.items()):
+            self.deprecated.setdefault(mac, {})[old_plan.global_of(slot)] = now + DEPRECATED_VALID_S
+            if slot > self.plan.global_slots:
+                del self.slot_of[mac], self.holder[slot]
+        return list(self.current)  # those with no global /64 before may have one now
 
     # -- the plan
 
@@ -217,7 +244,7 @@ class Ipv6Addresses:
     def advert_due(self, mac: str, prefixes: tuple[str, ...], now: float, solicited: bool = False) -> Advert | None:
         """The advertisement to send the device now, if any: when what it says changed, when the device
         asks (a router solicitation), or when the last one is ADVERT_INTERVAL_S old."""
-        advert = Advert(prefixes)
+        advert = Advert(prefixes, self._deprecated_of(mac, prefixes, now))
         last = self.advertised.get(mac)
         if not solicited and last is not None and last[0] == advert and now - last[1] < ADVERT_INTERVAL_S:
             return None
@@ -280,9 +307,22 @@ class Ipv6Addresses:
         frame = nd.neighbour_advert(mac, sol.eth_src, sol.target, sol.src, False, mac)
         return [SendFrame(flows.LOCAL, frame)]
 
+    def _deprecated_of(self, mac: str, prefixes: tuple[str, ...], now: float) -> tuple[tuple[str, float], ...]:
+        """The device's /64s from before a renumbering still to advertise (not one it has again)."""
+        old = self.deprecated.get(mac)
+        if not old:
+            return ()
+        for prefix, until in list(old.items()):
+            if until <= now or prefix in prefixes:
+                del old[prefix]
+        if not old:
+            del self.deprecated[mac]
+        return tuple(sorted(old.items()))
+
     def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list:
         self.advertised[mac] = (advert, now, ports)
-        frame = nd.router_advert(self.router_mac, mac, advert.prefixes, None)
+        deprecated = tuple((prefix, max(0, int(until - now))) for prefix, until in advert.deprecated)
+        frame = nd.router_advert(self.router_mac, mac, advert.prefixes, None, deprecated=deprecated)
         return [SendFrame(port, frame) for port in ports]
 
     def tick(self, now: float) -> list:
@@ -291,5 +331,6 @@ class Ipv6Addresses:
         effects: list = []
         for mac, (advert, sent, ports) in list(self.advertised.items()):
             if advert.prefixes and now - sent >= ADVERT_INTERVAL_S:
+                advert = Advert(advert.prefixes, self._deprecated_of(mac, advert.prefixes, now))
                 effects += self._send_advert(mac, advert, now, ports)
         return effects

@@ -65,7 +65,7 @@ from .effects import (
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
 from .hwdb_log import HwdbLog
-from .ipv6 import PrefixPlan, gateway_of, load_or_make_ula, parse_delegated, read_delegated
+from .ipv6 import BadPrefix, PrefixPlan, gateway_of, load_or_make_ula, parse_delegated, read_delegated
 from .model import BadMac
 from .nd import ETH_IPV6, ROUTER_LINK_LOCAL, MalformedNd
 from .nd import parse as parse_solicitation
@@ -77,7 +77,6 @@ IFA_F_NODAD = 0x02  # linux/if_addr.h
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
-EXPORT_MERGE_CHUNK = 2000  # connection directions merged per hold of the lock (a few ms)
 
 
 def qos_settings(config) -> qos.QosSettings:
@@ -183,6 +182,7 @@ class HomeworkController(app_manager.OSKenApp):
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
         self.lock = TimedLock()
+        self._delegated_error = ""  # why the prefix file was last refused, logged once
         self._start_thread(self._serve_from_devices)
         self.dhcp_port = dhcp_port.DhcpPort(CONFIG.lan_iface)
         self.dhcp_port.start(self._on_dhcp)
@@ -435,13 +435,11 @@ class HomeworkController(app_manager.OSKenApp):
             return
         LOG.info("switch %s exports its flows to 127.0.0.1:%d", CONFIG.lan_iface, CONFIG.flow_export_port)
 
-    def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
-        """The collector's thread: a second's records, summed per connection direction in the collector's
-        process, merged under the lock a few thousand at a time (a flood's second is about 6,000)."""
-        items = list(totals.items())
-        for start in range(0, len(items), EXPORT_MERGE_CHUNK):
-            with self.lock:
-                self.router.on_flow_export(dict(items[start : start + EXPORT_MERGE_CHUNK]))
+    def _on_exported(self, batch: list[flow_export.FlowRecord]) -> None:
+        """The collector's thread: a batch of the switch's records, summed here, merged under the lock."""
+        totals = flow_export.per_connection(batch)
+        with self.lock:
+            self.router.on_flow_export(totals)
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _on_flow_removed(self, ev):
@@ -640,12 +638,32 @@ class HomeworkController(app_manager.OSKenApp):
     def _tick(self):
         while True:
             time.sleep(CONFIG.tick_seconds)
+            self._renumber_if_delegated_changed()
             with self.lock:
                 if self.datapath is not None:
                     try:
                         self._apply(self.router.tick())
                     except Exception:
                         LOG.exception("lease expiry pass failed")
+
+    def _renumber_if_delegated_changed(self) -> None:
+        """The prefix-delegation client rewrites the prefix file beside the database (atomically) when the
+        ISP delegates another prefix: read it off the lock each tick, renumber when it differs. The command
+        line's --ipv6-prefix is fixed. A file that is not a prefix is logged (once) and changes nothing."""
+        if self.router.ipv6 is None or CONFIG.ipv6_prefix:
+            return
+        try:
+            delegated = read_delegated(os.path.dirname(os.path.abspath(CONFIG.db)))
+        except BadPrefix as exc:
+            if str(exc) != self._delegated_error:
+                LOG.error("%s: the delegated prefix stays %s", exc, self.router.ipv6.plan.delegated)
+            self._delegated_error = str(exc)
+            return
+        self._delegated_error = ""
+        if delegated != self.router.ipv6.plan.delegated:  # only this thread changes the plan
+            LOG.info("delegated prefix %s -> %s: renumbering", self.router.ipv6.plan.delegated, delegated)
+            with self.lock:
+                self._apply(self.router.renumber(delegated))
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
 

@@ -312,6 +312,16 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
+    def renumber(self, delegated) -> list:
+        """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
+        for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber)."""
+        if self.ipv6 is None:
+            return []
+        effects: list = []
+        for mac in self.ipv6.renumber(delegated, self.clock()):
+            effects += self._reconcile(self.devices[mac], reinstall=True)
+        return effects
+
     def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
         forwarded: count it here (a connection may end before its rule is in place) and give

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from homenet import wait_until
 from homenet.home import NS_INET
-from homenet.ipv6 import DELEGATED_PREFIX, INET6_HOSTS, INTERNET6_HOST
+from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, delegate
 
 WWW6 = f"http://{INTERNET6_HOST}/"
 DELEGATED = ipaddress.IPv6Network(DELEGATED_PREFIX)
+ULA = ipaddress.IPv6Network("fc00::/7")
 
 
 def global_addresses(home, name) -> list[ipaddress.IPv6Address]:
@@ -133,6 +134,40 @@ def test_a_blocked_name_fails_for_aaaa_and_a_and_its_ipv6_address_is_dropped(hom
     assert fetch6(home, "v6parent") == "200"
 
 
+def router_resolver(home, name) -> str:
+    """The DNS server the device's adverts name (RDNSS): the router's address in its ULA /64."""
+    wait_until(f"{name}'s ULA address", lambda: [a for a in global_addresses(home, name) if a in ULA], 10, 0.1)
+    [ula] = [a for a in global_addresses(home, name) if a in ULA]
+    return str(own_64(ula).network_address + 1)
+
+
+def dig6(home, name, server, qname, *options) -> tuple[str, str]:
+    """(status, output) of an AAAA query the device sends to server over IPv6 ('TIMEOUT' if unanswered)."""
+    out = home.exec(name, "dig", "-6", "+time=2", "+tries=1", *options, f"@{server}", qname, "AAAA", check=False)
+    found = re.search(r"status: (\w+)", out.stdout)
+    return (found.group(1) if found else "TIMEOUT"), out.stdout
+
+
+def test_dns_over_ipv6_is_the_routers_and_gated_with_no_way_round_it(home):
+    for name in ("v6dkid", "v6dpar"):
+        joined(home, name)
+        wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
+    kid, parent = router_resolver(home, "v6dkid"), router_resolver(home, "v6dpar")
+    www6 = INET6_HOSTS[INTERNET6_HOST]
+    # With only the router's IPv6 resolver, a device resolves an IPv6-only name.
+    status, out = dig6(home, "v6dpar", parent, INTERNET6_HOST)
+    assert status == "NOERROR" and www6 in out, out
+    status, _ = home.api("POST", f"deny-dns/{home.mac('v6dkid')}/{INTERNET6_HOST}")
+    assert status == 200
+    assert dig6(home, "v6dkid", kid, INTERNET6_HOST)[0] == "NXDOMAIN"
+    # The attack: asking the internet's resolver over IPv6 directly. Redirected to the router's, refused.
+    for transport in ((), ("+tcp",)):
+        assert dig6(home, "v6dkid", INET6_DNS_IP, INTERNET6_HOST, *transport)[0] == "NXDOMAIN", transport
+        # Positive control: the parent asks the same and gets the address.
+        status, out = dig6(home, "v6dpar", INET6_DNS_IP, INTERNET6_HOST, *transport)
+        assert status == "NOERROR" and www6 in out, out
+
+
 @contextlib.contextmanager
 def paced_download6(home, name):
     """An IPv6 download the server paces at 100 kB/s; yields the curl process and the bytes landed so far."""
@@ -232,3 +267,57 @@ def test_time_from_permit_to_a_usable_global_address(home):
         f"max {times[-1]:.2f} s ({', '.join(f'{t:.2f}' for t in times)})"
     )
     assert statistics.median(times) < 5
+
+
+RENUMBERED = ipaddress.IPv6Network("2001:db8:200::/56")
+
+
+def address_flags(home, name, address: ipaddress.IPv6Address) -> dict:
+    """What the device's kernel says of one of its addresses (deprecated, preferred_life_time, ...)."""
+    out = home.exec(name, "ip", "-json", "-6", "addr", "show", "dev", "wlan0").stdout
+    [info] = json.loads(out)
+    [found] = [a for a in info["addr_info"] if a.get("local") == str(address)]
+    return found
+
+
+def test_a_new_delegated_prefix_moves_a_device_and_its_next_advert_deprecates_the_old(home):
+    """Issue 22, test 6: the ISP delegates another prefix; a permitted device gets an address in its /64 of
+    the new prefix within seconds, its old address is deprecated (preferred lifetime 0, still valid), new
+    connections go from the new one, and the old one (no longer routed to the home) reaches nothing."""
+    joined(home, "v6renum")
+    old = wait_until("an address in the delegated prefix", lambda: delegated_address(home, "v6renum"), 10, 0.1)
+    try:
+        delegated_at = time.monotonic()
+        delegate(home.run_dir, str(RENUMBERED), NS_INET)
+
+        def renumbered():
+            return next((a for a in global_addresses(home, "v6renum") if a in RENUMBERED), None)
+
+        new = wait_until("an address in the new prefix", renumbered, 15, 0.1)
+        took = time.monotonic() - delegated_at
+        flags = address_flags(home, "v6renum", old)
+        assert flags.get("deprecated") and flags["preferred_life_time"] == 0 and flags["valid_life_time"] > 0, flags
+        assert not address_flags(home, "v6renum", new).get("deprecated")
+        # Its /64 keeps its number in the new prefix.
+        offset = int(own_64(new).network_address) - int(RENUMBERED.network_address)
+        assert offset == int(own_64(old).network_address) - int(DELEGATED.network_address)
+        # New connections use the new address and reach the internet; bound to the old one, nothing answers.
+        assert fetch6(home, "v6renum") == "200"
+        assert fetch6(home, "v6renum", source=str(new)) == "200"
+        assert fetch6(home, "v6renum", source=str(old), timeout=3) == "000"
+        # A device that joins now is given a /64 of the new prefix only.
+        joined(home, "v6renum2")
+        wait_until("the newcomer's address in the new prefix", lambda: _in(home, "v6renum2", RENUMBERED), 10, 0.1)
+        assert not _in(home, "v6renum2", DELEGATED)
+        print(f"prefix file replaced -> the device's address in the new prefix: {took:.2f} s")
+    finally:
+        delegate(home.run_dir, DELEGATED_PREFIX, NS_INET)  # the other tests' prefix, and renumbering back
+        wait_until("the device back in the first prefix", lambda: _in(home, "v6renum", DELEGATED, fresh=True), 15, 0.1)
+
+
+def _in(home, name, prefix: ipaddress.IPv6Network, fresh: bool = False) -> bool:
+    """Whether the device has an address in prefix (fresh: one not deprecated)."""
+    for address in global_addresses(home, name):
+        if address in prefix and not (fresh and address_flags(home, name, address).get("deprecated")):
+            return True
+    return False

@@ -4,11 +4,13 @@ forwarding in the router, and its firewall (RFC 6092: from the WAN only answers 
 
 Devices need nothing: their namespaces' kernels do SLAAC from the controller's router adverts (accept_ra
 is on in a new namespace, whose forwarding is off). Prefix delegation by a real DHCPv6 server (Kea) in
-the ISP is not built yet: the delegated prefix is a fixed one.
+the ISP is not built yet: the delegated prefix is a fixed one, and `delegate` plays the ISP delegating
+another (the route in the internet, the file the prefix-delegation client would rewrite).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .net import run
@@ -19,6 +21,7 @@ WAN6_ROUTER_IP, WAN6_INET_IP = "2001:db8:ffff::2", "2001:db8:ffff::1"
 # so every other test's traffic is what it was).
 INET6_HOSTS = {"www6.example.test": "2001:db8:ffff::80"}
 INTERNET6_HOST = "www6.example.test"
+INET6_DNS_IP = WAN6_INET_IP
 DELEGATED_PREFIX = "2001:db8:100::/56"
 DELEGATED_FILE = "ipv6-delegated-prefix"  # homework_controller.ipv6.DELEGATED_FILE, beside its database
 NFT6_TABLE = "homenet6"
@@ -26,7 +29,9 @@ FORWARDING = Path("/proc/sys/net/ipv6/conf/all/forwarding")
 
 
 def dnsmasq_records() -> list[str]:
-    return [f"--host-record={name},{ip}" for name, ip in INET6_HOSTS.items()]
+    """The internet's DNS server: its IPv6 names, and answering over IPv6 too (on INET6_DNS_IP: a resolver
+    a device may try to ask directly, round the router's; the router redirects it)."""
+    return [f"--listen-address={INET6_DNS_IP}"] + [f"--host-record={name},{ip}" for name, ip in INET6_HOSTS.items()]
 
 
 def build_internet(wan: str, inet_ns: str) -> None:
@@ -37,6 +42,16 @@ def build_internet(wan: str, inet_ns: str) -> None:
     for ip in [WAN6_INET_IP, *INET6_HOSTS.values()]:
         run("ip", "-6", "addr", "replace", f"{ip}/64", "dev", "eth0", "nodad", ns=inet_ns)
     run("ip", "-6", "route", "replace", DELEGATED_PREFIX, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
+
+
+def delegate(state_dir: Path, prefix: str, inet_ns: str) -> None:
+    """The ISP delegates another prefix to the router: the internet routes it there, and the file beside
+    the controller's database says it, replaced atomically as a prefix-delegation client writes it (the
+    controller renumbers the devices at its next tick)."""
+    run("ip", "-6", "route", "replace", prefix, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
+    tmp = state_dir / f"{DELEGATED_FILE}.tmp"
+    tmp.write_text(prefix + "\n")
+    os.replace(tmp, state_dir / DELEGATED_FILE)
 
 
 def build_router(run_dir: Path, lan: str, wan: str, state_dir: Path) -> None:

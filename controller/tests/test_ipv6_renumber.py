@@ -1,0 +1,127 @@
+"""Renumbering (issue 22, test 6 in the unit): the ISP delegates another prefix and each forwarding device
+moves to a /64 of it at once (rules and advert), its old /64 still in its adverts but deprecated (preferred
+lifetime 0, the valid one counting down) until it runs out; a pending device hears nothing new."""
+
+import ipaddress
+
+import pytest
+from fakeoftable import FakeSwitch
+from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
+from scapy.layers.l2 import Ether
+from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
+
+from homework_controller import dhcp, flows, ipv6, nd
+from homework_controller.effects import AddIpv6Gateway, SendFrame
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
+
+ULA = ipv6.ula_prefix(0x12_3456_789A)
+OLD = ipaddress.IPv6Network("2001:db8:100::/56")
+NEW = ipaddress.IPv6Network("2001:db8:200::/56")
+INTERNET = "2001:db8:5133::80"
+
+
+@pytest.fixture
+def router(db_path, clock):
+    return HomeRouter(
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, OLD)
+    )
+
+
+@pytest.fixture
+def switch(router):
+    s = FakeSwitch()
+    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return s
+
+
+def advertised(effects, mac) -> list[dict[str, tuple[int, int]]]:
+    """Each router advert to mac among effects, as the device reads it: prefix -> (valid, preferred)."""
+    out = []
+    for e in effects:
+        if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data) and Ether(e.data).dst == mac:
+            frame = Ether(e.data)
+            options, opt = {}, frame[ICMPv6ND_RA].payload
+            while opt and opt.name != "NoPayload":
+                if isinstance(opt, ICMPv6NDOptPrefixInfo):
+                    options[f"{opt.prefix}/{opt.prefixlen}"] = (opt.validlifetime, opt.preferredlifetime)
+                opt = opt.payload
+            out.append(options)
+    return out
+
+
+def packet_from(src):
+    return {
+        "in_port": WLAN,
+        "eth_src": PHONE,
+        "eth_dst": ROUTER_MAC,
+        "eth_type": nd.ETH_IPV6,
+        "ipv6_src": src,
+        "ipv6_dst": INTERNET,
+        "ip_proto": flows.PROTO_TCP,
+        "tcp_src": 40000,
+        "tcp_dst": 80,
+        "ip_ttl": 64,
+    }
+
+
+def host_in(prefix):
+    return str(ipaddress.IPv6Network(prefix).network_address + 0xAA)
+
+
+def test_a_new_prefix_moves_each_device_and_its_next_advert_deprecates_the_old(router, switch, clock):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    old_phone, ula_phone = router.ipv6.current[PHONE]
+    effects = router.renumber(NEW)
+    switch.apply(effects)
+    new_phone, _ = router.ipv6.current[PHONE]
+    # The same /64 number in the new prefix (stable numbering), the ULA /64 unchanged.
+    assert ipaddress.IPv6Network(new_phone).subnet_of(NEW)
+    assert int(ipaddress.IPv6Network(new_phone).network_address) - int(NEW.network_address) == int(
+        ipaddress.IPv6Network(old_phone).network_address
+    ) - int(OLD.network_address)
+    [advert] = advertised(effects, PHONE)
+    assert advert == {
+        new_phone: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S),
+        ula_phone: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S),
+        old_phone: (ipv6.DEPRECATED_VALID_S, 0),
+    }
+    assert len(advertised(effects, LAPTOP)) == 1
+    assert new_phone in {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)}
+    # Its traffic from the new /64 goes out; from the old one (the ISP no longer routes it back) it does not.
+    assert [d.port for d in switch.send(packet_from(host_in(new_phone)))] == [LOCAL]
+    assert switch.send(packet_from(host_in(old_phone))) == []
+
+
+def test_the_old_prefix_counts_down_in_the_periodic_adverts_then_goes(router, switch, clock):
+    join(router, switch, PHONE)
+    old_phone, _ = router.ipv6.current[PHONE]
+    switch.apply(router.renumber(NEW))
+    clock.now += ipv6.ADVERT_INTERVAL_S
+    [advert] = advertised(router.tick(), PHONE)
+    assert advert[old_phone] == (ipv6.DEPRECATED_VALID_S - ipv6.ADVERT_INTERVAL_S, 0)
+    clock.now += ipv6.DEPRECATED_VALID_S
+    [advert] = advertised(router.tick(), PHONE)
+    assert old_phone not in advert and len(advert) == 2
+
+
+def test_the_same_prefix_again_changes_nothing(router, switch):
+    join(router, switch, PHONE)
+    assert router.renumber(OLD) == []
+
+
+def test_a_pending_device_hears_nothing_new(router, switch):
+    join(router, switch, PHONE, permit=False)
+    join(router, switch, LAPTOP)
+    effects = router.renumber(NEW)
+    assert advertised(effects, PHONE) == [] and len(advertised(effects, LAPTOP)) == 1
+
+
+def test_down_to_a_single_64_devices_keep_their_ula_and_the_old_global_is_deprecated(router, switch):
+    join(router, switch, PHONE)
+    old_phone, ula_phone = router.ipv6.current[PHONE]
+    effects = router.renumber(ipaddress.IPv6Network("2001:db8:300::/64"))
+    assert router.ipv6.current[PHONE] == (ula_phone,)
+    [advert] = advertised(effects, PHONE)
+    assert advert == {ula_phone: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S), old_phone: (ipv6.DEPRECATED_VALID_S, 0)}
