@@ -96,9 +96,9 @@ class Accounting:
         nbytes = octets + ETHERNET_HEADER * pkts
         if flow not in self._exported and len(self._exported) >= MAX_EXPORTED_FLOWS:
             if outgoing:
-                flow = flows.FiveTuple(0, flow.saddr, 0, "0.0.0.0", 0)
+                flow = flows.FiveTuple(0, flow.saddr, 0, unspecified(flow.saddr), 0)
             else:
-                flow = flows.FiveTuple(0, "0.0.0.0", 0, flow.daddr, 0)
+                flow = flows.FiveTuple(0, unspecified(flow.daddr), 0, flow.daddr, 0)
         total = self._exported.setdefault(flow, [0, 0])
         total[0] += pkts
         total[1] += nbytes
@@ -191,6 +191,11 @@ class Accounting:
         if delta_p <= 0:
             return None
         return LogRow("Flows", _flow_row(key, delta_p, delta_b))
+
+
+def unspecified(address: str) -> str:
+    """The far side of a device's whole-device row, in the address's family."""
+    return "::" if ":" in address else "0.0.0.0"
 
 
 def _counter_key(priority: int, match: dict):

@@ -32,6 +32,7 @@ from typing import Any
 
 from netflume import TemplateStore, parse_message
 
+from .accounting import unspecified
 from .flows import FiveTuple
 
 log = logging.getLogger(__name__)
@@ -143,10 +144,6 @@ def tcp_totals(totals: dict[FiveTuple, list[int]]) -> dict[tuple[str, int, str, 
     return {(f.saddr, f.sport, f.daddr, f.dport): t for f, t in totals.items() if f.proto == 6}
 
 
-def _unspecified(address: str) -> str:
-    return "::" if ":" in address else "0.0.0.0"
-
-
 class ConnectionTotals:
     """What the collector sums between two hand-overs, in bounded memory: [packets, bytes] per
     connection direction, at most `max_directions` of them; beyond, a record is counted by its
@@ -168,8 +165,8 @@ class ConnectionTotals:
             if flow in self.totals or len(self.totals) < self.max_directions:
                 _add(self.totals, flow, r)
                 continue
-            source = FiveTuple(0, r.saddr, 0, _unspecified(r.saddr), 0)
-            destination = FiveTuple(0, _unspecified(r.daddr), 0, r.daddr, 0)
+            source = FiveTuple(0, r.saddr, 0, unspecified(r.saddr), 0)
+            destination = FiveTuple(0, unspecified(r.daddr), 0, r.daddr, 0)
             kept = False
             for table, key in ((self.by_source, source), (self.by_destination, destination)):
                 if key in table or len(table) < self.max_addresses:

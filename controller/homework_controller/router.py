@@ -369,10 +369,14 @@ class HomeRouter:
         """The switch's own records of what it forwarded, summed per connection direction (off the
         lock): those of the router's devices are counted in the next poll's Flows rows."""
         for flow, (pkts, nbytes) in totals.items():
-            if self.registry.by_ip(flow.saddr) is not None:
+            if self._device_at(flow.saddr) is not None:
                 self.accounting.exported(flow, True, pkts, nbytes)
-            elif self.registry.by_ip(flow.daddr) is not None:
+            elif self._device_at(flow.daddr) is not None:
                 self.accounting.exported(flow, False, pkts, nbytes)
+
+    def _device_at(self, address: str) -> Device | None:
+        """The device an address in the switch's records is: by its /30, or for IPv6 by its /64."""
+        return self._forwarding_at_v6(address) if ":" in address else self.registry.by_ip(address)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""

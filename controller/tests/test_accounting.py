@@ -1,9 +1,11 @@
 """Per-flow accounting: each flow gets a counting rule, within a per-device budget, and no
 connection is too short to be counted."""
 
+import ipaddress
+
 from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
 
-from homework_controller import dhcp, flows, packets
+from homework_controller import dhcp, flows, ipv6, packets
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -190,3 +192,39 @@ def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(db_pa
     assert len(rows) == 12  # ten connections of their own, and the device's up and down as wholes
     assert (0, ip, 0, "0.0.0.0", 0, 15, 750) in rows and (0, "0.0.0.0", 0, ip, 0, 25, 1750) in rows
     assert sum(r[5] for r in rows) == 50 and sum(r[6] for r in rows) == 25 * 50 + 25 * 70  # nothing lost
+
+
+def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_by_its_64(db_path, clock):
+    router = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        flows_from_export=True,
+        ipv6_plan=ipv6.PrefixPlan(ipv6.ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56")),
+    )
+    router.switch_ready(WLAN, ROUTER_MAC)
+    permitted_phone(router)
+    global_64, ula_64 = router.ipv6.current[PHONE]
+    phone = str(ipaddress.IPv6Network(global_64)[0x1234])  # a SLAAC or privacy address: any in its /64
+    phone_ula = str(ipaddress.IPv6Network(ula_64)[0x99])
+    server = "2001:db8:5133::80"
+    router.on_flow_export(
+        {
+            flows.FiveTuple(6, phone, 40000, server, 443): [5, 400],
+            flows.FiveTuple(6, server, 443, phone, 40000): [4, 24000],
+            flows.FiveTuple(17, phone_ula, 5353, "fd00:1::9", 53): [1, 80],
+            flows.FiveTuple(6, "2001:db8:100:ff::10", 40000, server, 443): [2, 160],  # a /64 nobody holds
+            flows.FiveTuple(6, "fe80::10", 40000, "fe80::1", 443): [2, 160],  # link-local: no device's
+        }
+    )
+    assert sorted(e.row for e in router.on_flow_stats([]) if e.table == "Flows") == sorted(
+        [
+            (6, phone, 40000, server, 443, 5, 400 + 5 * 14),
+            (6, server, 443, phone, 40000, 4, 24000 + 4 * 14),
+            (17, phone_ula, 5353, "fd00:1::9", 53, 1, 80 + 14),
+        ]
+    )
+    # once the device no longer forwards, its /64 is no longer its: its records are not rows
+    router.deny(PHONE)
+    router.on_flow_export({flows.FiveTuple(6, phone, 40001, server, 443): [1, 60]})
+    assert [e for e in router.on_flow_stats([]) if e.table == "Flows"] == []
