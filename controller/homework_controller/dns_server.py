@@ -1,8 +1,10 @@
 """The router's resolver: DNS from devices, over UDP and TCP, gated per device.
 
 The router's stack redirects every DNS packet arriving from the LAN (whatever address
-the device sent it to) to this server, so a device that ignores the DHCP-given resolver
-is still answered here. The server listens on the LAN interface only. What to do with
+the device sent it to), over IPv4 and IPv6, to this server, so a device that ignores the
+DHCP-given (or advertised) resolver is still answered here. The server listens on the LAN
+interface only, with a socket per family. An IPv6 device is its /64 (it may use any address
+there): its limits below are its /64's. What to do with
 each query is the router core's decision (`verdict(client_ip, query)`, a cheap call under
 the controller's lock); everything that touches untrusted bytes happens here, outside that
 lock: the size and header checks and the parse (`dnsgate.parse_query`), building the
@@ -16,6 +18,7 @@ built), and a supervisor restarts a service thread that dies anyway (`health()`)
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import struct
@@ -45,19 +48,22 @@ RCODE_SERVFAIL = 2
 NFT_TABLE = "homework_dns"
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)  # Linux's value; Python defines the name from 3.12
 PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst (source to use), addr (header dst)
+PKTINFO6 = struct.Struct("=16sI")  # struct in6_pktinfo: addr (header dst; the source to use), ifindex
 LENGTH = struct.Struct("!H")
 
 
 def redirect_lan_dns(lan_iface: str, port: int) -> None:
-    """Send every DNS packet from the LAN to this server (nftables, replaced atomically).
+    """Send every DNS packet from the LAN, IPv4 and IPv6, to this server (nftables, replaced atomically).
 
-    `redirect` rewrites the destination to the primary address of the interface the packet
-    came in on, so the server, bound to that interface, sees every redirected query.
+    `redirect` rewrites the destination to an address of the interface the packet came in on,
+    so the server, bound to that interface, sees every redirected query: a device cannot get
+    round its blocked names by asking another resolver, over either family.
     """
-    ruleset = f"""
-table ip {NFT_TABLE}
-flush table ip {NFT_TABLE}
-table ip {NFT_TABLE} {{
+    ruleset = "".join(
+        f"""
+table {family} {NFT_TABLE}
+flush table {family} {NFT_TABLE}
+table {family} {NFT_TABLE} {{
   chain prerouting {{
     type nat hook prerouting priority dstnat; policy accept;
     iifname "{lan_iface}" udp dport 53 redirect to :{port}
@@ -65,6 +71,8 @@ table ip {NFT_TABLE} {{
   }}
 }}
 """
+        for family in ("ip", "ip6")
+    )
     proc = subprocess.run(["nft", "-f", "-"], input=ruleset, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"could not redirect LAN DNS to port {port}: {proc.stderr.strip()}")
@@ -85,6 +93,28 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return data
 
 
+def client_key(client_ip: str) -> str:
+    """Whose query it is, for the per-device limits: an IPv4 address, or an IPv6 address's /64 (a device
+    has a /64 of its own: each of its addresses is not another device)."""
+    try:
+        address = ipaddress.ip_address(client_ip.split("%")[0])
+    except ValueError:
+        return client_ip
+    if address.version == 6:
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return client_ip
+
+
+def _reply_from(ancillary) -> tuple[int, int, bytes] | None:
+    """The control message that sends an answer from the address its query was sent to (see `_open_udp`)."""
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IP and kind == IP_PKTINFO:
+            return level, kind, PKTINFO.pack(0, PKTINFO.unpack(data[: PKTINFO.size])[2], bytes(4))
+        if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_PKTINFO:
+            return level, kind, data[: PKTINFO6.size]  # that address, out of the interface it came in on
+    return None
+
+
 def _error_reply(wire: bytes, rcode: int) -> bytes | None:
     """The header of the query with QR set and rcode (SERVFAIL when upstream gave nothing usable)."""
     formerr = dnsgate.format_error(wire)
@@ -92,8 +122,9 @@ def _error_reply(wire: bytes, rcode: int) -> bytes | None:
 
 
 class DnsServer:
-    """The resolver's sockets. `listen` is (address, port); `interface` (the LAN's) confines it
-    to packets that arrived there (SO_BINDTODEVICE), whatever address they were sent to."""
+    """The resolver's sockets. `listen` is (address, port), `listen6` the same over IPv6 (None: no
+    IPv6 sockets); `interface` (the LAN's) confines them to packets that arrived there
+    (SO_BINDTODEVICE), whatever address they were sent to."""
 
     def __init__(
         self,
@@ -104,8 +135,9 @@ class DnsServer:
         *,
         interface: str | None = None,
         rebind_allowed: tuple[str, ...] = (),
+        listen6: tuple[str, int] | None = None,
     ):
-        self.listen, self.upstream, self.interface = listen, upstream, interface
+        self.listen, self.listen6, self.upstream, self.interface = listen, listen6, upstream, interface
         self.verdict, self.learn = verdict, learn
         self.rebind_allowed = rebind_allowed
         self.counters = Counter(
@@ -128,13 +160,16 @@ class DnsServer:
         self._tcp_clients: Counter[str] = Counter()
         self._allowance: dict[str, tuple[float, float]] = {}  # client -> (queries it may still send, when)
         self._last_error_log = 0.0
-        self.supervisor = Supervisor(
-            "resolver",
-            [
-                SocketService("udp", self._open_udp, self._serve_udp),
-                SocketService("tcp", self._open_tcp, self._serve_tcp),
-            ],
-        )
+        services = [
+            SocketService("udp", lambda: self._open_udp(socket.AF_INET), self._serve_udp),
+            SocketService("tcp", lambda: self._open_tcp(socket.AF_INET), self._serve_tcp),
+        ]
+        if listen6 is not None:
+            services += [
+                SocketService("udp6", lambda: self._open_udp(socket.AF_INET6), self._serve_udp),
+                SocketService("tcp6", lambda: self._open_tcp(socket.AF_INET6), self._serve_tcp),
+            ]
+        self.supervisor = Supervisor("resolver", services)
         self.services = self.supervisor.services
 
     # -- lifecycle
@@ -146,16 +181,21 @@ class DnsServer:
         self.supervisor.stop(join_s=POLL_S * 4)
 
     def health(self) -> dict:
-        """E.g. {"udp": "running", "tcp": "running", "restarts": 0}."""
+        """E.g. {"udp": "running", "tcp": "running", "restarts": 0} (and "udp6", "tcp6" with IPv6)."""
         return self.supervisor.health()
 
-    def _bound(self, kind: int) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, kind)
+    def _bound(self, family: int, kind: int) -> socket.socket:
+        sock = socket.socket(family, kind)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if self.interface:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, self.interface.encode())
-            sock.bind(self.listen)
+            address = self.listen
+            if family == socket.AF_INET6:
+                assert self.listen6 is not None, "IPv6 sockets only with an IPv6 address to listen on"
+                address = self.listen6
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # IPv4 is the other socket's
+            sock.bind(address)
             sock.settimeout(POLL_S)
         except OSError:
             sock.close()
@@ -175,19 +215,20 @@ class DnsServer:
     def _within_rate(self, client_ip: str) -> bool:
         """A token bucket per device: a flood of queries (random names, garbage) costs the device
         its own excess, before any parsing, relaying or locking."""
+        client = client_key(client_ip)
         now = time.monotonic()
         with self._guard:
-            tokens, then = self._allowance.get(client_ip, (DEVICE_BURST, now))
+            tokens, then = self._allowance.get(client, (DEVICE_BURST, now))
             tokens = min(DEVICE_BURST, tokens + (now - then) * DEVICE_QPS)
             if len(self._allowance) > 4096:  # forget devices that have been quiet long enough to be full
                 self._allowance = {
                     c: (t, w) for c, (t, w) in self._allowance.items() if t + (now - w) * DEVICE_QPS < DEVICE_BURST
                 }
             if tokens < 1:
-                self._allowance[client_ip] = (tokens, now)
+                self._allowance[client] = (tokens, now)
                 self.counters["dns_rate_limited"] += 1
                 return False
-            self._allowance[client_ip] = (tokens - 1, now)
+            self._allowance[client] = (tokens - 1, now)
             return True
 
     def _decide(self, client_ip: str, wire: bytes, over_tcp: bool):
@@ -230,11 +271,14 @@ class DnsServer:
 
     # -- UDP: one thread reads and answers; relays run on their own threads, bounded
 
-    def _open_udp(self) -> socket.socket:
-        sock = self._bound(socket.SOCK_DGRAM)
+    def _open_udp(self, family: int) -> socket.socket:
+        sock = self._bound(family, socket.SOCK_DGRAM)
         # The redirect rewrote each query's destination to one address of the LAN interface;
         # the answer must leave from that same address or conntrack cannot undo the rewrite.
-        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
         # Room for bursts (a household's devices all waking up): the rate limit, not the kernel, drops a flood.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         return sock
@@ -242,20 +286,12 @@ class DnsServer:
     def _serve_udp(self, sock: socket.socket):
         while not self.supervisor.stopping:
             try:
-                wire, ancillary, _, client = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO.size))
+                wire, ancillary, _, client = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(PKTINFO6.size))
             except TimeoutError:
                 continue
-            local = next(
-                (
-                    data[: PKTINFO.size]
-                    for level, kind, data in ancillary
-                    if level == socket.IPPROTO_IP and kind == IP_PKTINFO
-                ),
-                None,
-            )
-            if local is None:
+            reply_from = _reply_from(ancillary)
+            if reply_from is None:
                 continue
-            reply_from = PKTINFO.pack(0, PKTINFO.unpack(local)[2], b"\0\0\0\0")
             if not self._within_rate(client[0]):
                 continue
             verdict = None
@@ -271,27 +307,28 @@ class DnsServer:
                     self._send_udp(sock, dnsgate.format_error(wire), client, reply_from)
 
     @staticmethod
-    def _send_udp(sock, data: bytes | None, client, reply_from: bytes):
+    def _send_udp(sock, data: bytes | None, client, reply_from: tuple[int, int, bytes]):
         if data is None:
             return
         try:
-            sock.sendmsg([data], [(socket.IPPROTO_IP, IP_PKTINFO, reply_from)], 0, client)
+            sock.sendmsg([data], [reply_from], 0, client)
         except OSError as exc:
             LOG.debug("answer to %s lost: %s", client[0], exc)
 
-    def _relay_udp_later(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
+    def _relay_udp_later(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: tuple[int, int, bytes]):
+        device = client_key(client[0])
         with self._guard:
-            if sum(self._relays.values()) >= MAX_IN_FLIGHT or self._relays[client[0]] >= MAX_IN_FLIGHT_PER_CLIENT:
+            if sum(self._relays.values()) >= MAX_IN_FLIGHT or self._relays[device] >= MAX_IN_FLIGHT_PER_CLIENT:
                 self.counters["dns_overload_dropped"] += 1
                 return
-            self._relays[client[0]] += 1
+            self._relays[device] += 1
         try:
             threading.Thread(target=self._relay_udp, args=(sock, wire, query, client, reply_from), daemon=True).start()
         except RuntimeError:  # no thread to be had: the slot goes back, the query fails
-            self._relay_done(client[0])
+            self._relay_done(device)
             raise
 
-    def _relay_udp(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: bytes):
+    def _relay_udp(self, sock, wire: bytes, query: dnsgate.Query, client, reply_from: tuple[int, int, bytes]):
         try:
             self._send_udp(
                 sock, self._read_upstream(self.ask_upstream_udp(wire), query, wire, client[0]), client, reply_from
@@ -300,13 +337,13 @@ class DnsServer:
             self._failed("relaying a query", client[0])
             self._send_udp(sock, _error_reply(wire, RCODE_SERVFAIL), client, reply_from)
         finally:
-            self._relay_done(client[0])
+            self._relay_done(client_key(client[0]))
 
-    def _relay_done(self, client_ip: str) -> None:
+    def _relay_done(self, device: str) -> None:
         with self._guard:
-            self._relays[client_ip] -= 1
-            if not self._relays[client_ip]:
-                del self._relays[client_ip]
+            self._relays[device] -= 1
+            if not self._relays[device]:
+                del self._relays[device]
 
     def ask_upstream_udp(self, wire: bytes) -> bytes | None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -331,24 +368,24 @@ class DnsServer:
 
     # -- TCP: length-prefixed messages, relayed over TCP (answers too big for UDP); connections capped
 
-    def _open_tcp(self) -> socket.socket:
-        sock = self._bound(socket.SOCK_STREAM)
+    def _open_tcp(self, family: int) -> socket.socket:
+        sock = self._bound(family, socket.SOCK_STREAM)
         sock.listen(MAX_TCP_CLIENTS)
         return sock
 
     def _serve_tcp(self, listener: socket.socket):
         while not self.supervisor.stopping:
             try:
-                conn, (client_ip, _) = listener.accept()
+                conn, (client_ip, *_) = listener.accept()
             except TimeoutError:
                 continue
+            device = client_key(client_ip)
             with self._guard:
                 admitted = (
-                    sum(self._tcp_clients.values()) < MAX_TCP_CLIENTS
-                    and self._tcp_clients[client_ip] < MAX_TCP_PER_CLIENT
+                    sum(self._tcp_clients.values()) < MAX_TCP_CLIENTS and self._tcp_clients[device] < MAX_TCP_PER_CLIENT
                 )
                 if admitted:
-                    self._tcp_clients[client_ip] += 1
+                    self._tcp_clients[device] += 1
                 else:
                     self.counters["dns_tcp_refused"] += 1
             if not admitted:
@@ -368,10 +405,11 @@ class DnsServer:
         except Exception:
             self._failed("a query over TCP", client_ip)
         finally:
+            device = client_key(client_ip)
             with self._guard:
-                self._tcp_clients[client_ip] -= 1
-                if not self._tcp_clients[client_ip]:
-                    del self._tcp_clients[client_ip]
+                self._tcp_clients[device] -= 1
+                if not self._tcp_clients[device]:
+                    del self._tcp_clients[device]
 
     def _serve_tcp_query(self, conn: socket.socket, client_ip: str) -> bool:
         """Read, decide and answer one query; False when the connection should end."""

@@ -139,6 +139,14 @@ def gateway_of(prefix: str) -> str:
     return str(ipaddress.IPv6Network(prefix).network_address + GATEWAY_HOST)
 
 
+def resolver_of(prefixes: tuple[str, ...]) -> str | None:
+    """The DNS server a device's adverts name (RDNSS): the router's address in its ULA /64 (the last of its
+    /64s), which the router's resolver answers on. The ULA one, not the global: it stays the same when the
+    ISP renumbers, and every forwarding device has one; not fe80::1, which a stub resolver must pair with
+    an interface (several do not)."""
+    return gateway_of(prefixes[-1]) if prefixes else None
+
+
 @dataclass(frozen=True)
 class Advert:
     """What one router advertisement to a device says: its prefixes (global first), or none (router lifetime 0),
@@ -322,7 +330,9 @@ class Ipv6Addresses:
     def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list:
         self.advertised[mac] = (advert, now, ports)
         deprecated = tuple((prefix, max(0, int(until - now))) for prefix, until in advert.deprecated)
-        frame = nd.router_advert(self.router_mac, mac, advert.prefixes, None, deprecated=deprecated)
+        frame = nd.router_advert(
+            self.router_mac, mac, advert.prefixes, resolver_of(advert.prefixes), deprecated=deprecated
+        )
         return [SendFrame(port, frame) for port in ports]
 
     def tick(self, now: float) -> list:

@@ -235,6 +235,9 @@ class HomeworkController(app_manager.OSKenApp):
             self._dns_learn,
             interface=CONFIG.lan_iface,
             rebind_allowed=CONFIG.rebind_allow,
+            # Over IPv6 on each device's /64's ::1 (its adverts name its ULA one), and whatever a query
+            # was sent to: the redirect covers IPv6 too.
+            listen6=("::", CONFIG.dns_port) if self.router.ipv6 is not None else None,
         )
         dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
         portal.open_lan_side(CONFIG.lan_iface)

@@ -11,7 +11,7 @@ import time
 import dnslib
 import pytest
 from dns_upstream import Upstream
-from support import PHONE, WWW, WWW_IP, Resolver, permitted_phone
+from support import PHONE, WWW, WWW_IP, Resolver, free_port, permitted_phone
 
 from homenet.attacks import pointer_chain, raw_query
 from homenet.wait import wait_until
@@ -225,3 +225,58 @@ def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
         assert dnslib.DNSRecord.parse(other.recv(4096)).rr
     # ...and the flooder again once its allowance refills.
     wait_until("the allowance to refill", lambda: resolver.lookup(WWW) == ("NOERROR", [WWW_IP]), 5)
+
+
+def test_over_ipv6_a_device_is_answered_and_gated_as_over_ipv4(router, upstream):
+    """The resolver's IPv6 sockets (each device's /64's ::1 on the router; loopback here): a blocked name
+    is refused over UDP and TCP, an allowed one relayed, and the verdict is asked with the IPv6 source."""
+    phone = permitted_phone(router)
+    router.deny_dns(PHONE, "games.example.test")
+    asked = []
+
+    def verdict(client_ip, query):
+        asked.append(client_ip)
+        return router.dns_query(phone, query)
+
+    port = free_port()
+    server = dns_server.DnsServer(
+        ("127.0.0.1", port), upstream.address, verdict, lambda *_: None, listen6=("::1", port)
+    )
+    server.start()
+    try:
+        assert server.health() == {
+            "udp": "running",
+            "tcp": "running",
+            "udp6": "running",
+            "tcp6": "running",
+            "restarts": 0,
+        }
+
+        def ask(name, over_tcp):
+            wire = dnslib.DNSRecord.question(name, "AAAA").pack()
+            if over_tcp:
+                with socket.create_connection(("::1", port), timeout=2) as s:
+                    s.sendall(struct.pack("!H", len(wire)) + wire)
+                    head = s.recv(2, socket.MSG_WAITALL)
+                    reply = s.recv(struct.unpack("!H", head)[0], socket.MSG_WAITALL)
+            else:
+                with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                    s.settimeout(2)
+                    s.sendto(wire, ("::1", port))
+                    reply = s.recv(65535)
+            return dnslib.RCODE.get(dnslib.DNSRecord.parse(reply).header.rcode)
+
+        for over_tcp in (False, True):
+            assert ask("games.example.test", over_tcp) == "NXDOMAIN"
+            assert ask(WWW, over_tcp) == "NOERROR"  # positive control: relayed upstream
+        assert set(asked) == {"::1"}
+    finally:
+        server.close()
+
+
+def test_an_ipv6_device_is_its_64_for_the_per_device_limits():
+    """A device may send from any address of its /64: all of them share its query budget and connections."""
+    assert dns_server.client_key("2001:db8:100:1::aa") == dns_server.client_key("2001:db8:100:1:1234::1")
+    assert dns_server.client_key("2001:db8:100:1::aa") != dns_server.client_key("2001:db8:100:2::aa")
+    assert dns_server.client_key("fe80::aa%br-lan") == "fe80::/64"
+    assert dns_server.client_key("10.0.0.6") == "10.0.0.6"

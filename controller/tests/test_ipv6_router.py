@@ -7,7 +7,15 @@ import ipaddress
 import dnslib
 import pytest
 from fakeoftable import FakeSwitch, ipv4
-from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6NDOptPrefixInfo, IPv6
+from scapy.layers.inet6 import (
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6ND_RA,
+    ICMPv6ND_RS,
+    ICMPv6NDOptPrefixInfo,
+    ICMPv6NDOptRDNSS,
+    IPv6,
+)
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
 
@@ -283,3 +291,41 @@ def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
     # ...and is paused when the sum goes over (here by its IPv6).
     switch.apply(poll(router, switch, 400_000))
     assert router.status(LAPTOP)["paused_why"] == "allowance"
+
+
+# ---- DNS over IPv6
+
+
+def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_server(router, switch):
+    join(router, switch, PHONE, permit=False)
+    effects = router.permit(PHONE)
+    switch.apply(effects)
+    [frame] = [Ether(e.data) for e in effects if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
+    global64, ula64 = router.ipv6.current[PHONE]
+    resolver = ipv6.gateway_of(ula64)
+    assert frame[ICMPv6NDOptRDNSS].dns == [resolver]
+    # The device reaches it: the router's own address in its /64, not hairpinned back.
+    query = ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(ula64), resolver)
+    query.update(ip_proto=flows.PROTO_UDP, udp_dst=53)
+    assert [d.port for d in switch.send(query)] == [LOCAL]
+    # Denied: no prefix, so no DNS server either.
+    [frame] = [Ether(e.data) for e in router.deny(PHONE) if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
+    assert ICMPv6NDOptRDNSS not in frame
+
+
+def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    query = dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
+    for prefix in router.ipv6.current[PHONE]:  # from any address of either of its /64s
+        assert router.dns_query(in_prefix(prefix, 0x1234), query).action == "block"
+    # Positive control: the laptop asks the same, from its /64.
+    assert router.dns_query(in_prefix(router.ipv6.current[LAPTOP][0]), query).action == "allow"
+    # From no device's /64 (or a link-local address): not a device, no answer.
+    assert router.dns_query(in_prefix(router.ipv6.plan.global_of(200)), query).action == "drop"
+    assert router.dns_query("fe80::aa%br-lan", query).action == "drop"
+    # Denied, its /64s are no one's: its queries are not answered.
+    phone = in_prefix(router.ipv6.current[PHONE][0])
+    switch.apply(router.deny(PHONE))
+    assert router.dns_query(phone, query).action == "drop"
