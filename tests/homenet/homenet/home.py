@@ -191,7 +191,7 @@ class Home:
             if link_exists(link):
                 run("ip", "link", "delete", link, check=False)
         # homework_dns, homework_portal: the controller's DNS redirect and its port 80 to the web UI
-        controllers = (("ip", "homework_dns"), ("ip", "homework_portal"))
+        controllers = (("ip", "homework_dns"), ("ip6", "homework_dns"), ("ip", "homework_portal"))
         for family, table in (("ip", NFT_TABLE), ("netdev", NFT_WLAN_TABLE), *controllers):
             run("nft", "delete", "table", family, table, check=False)
         orig = self.run_dir / "ip_forward.orig"
