@@ -417,3 +417,73 @@ test('owner: a person\'s bedtime is set on every device they own from the Househ
   assert.ok(id > 0)
   await context.close()
 })
+
+// Records each system notification the page shows (through its service worker, or the
+// Notification constructor where there is none), then shows it as usual.
+const recordNotifications = () => {
+  window.__shown = []
+  const show = ServiceWorkerRegistration.prototype.showNotification
+  ServiceWorkerRegistration.prototype.showNotification = function (title, options) {
+    window.__shown.push({ via: 'service worker', title, ...options })
+    return show.call(this, title, options)
+  }
+  const Plain = window.Notification
+  function Recorded(title, options) {
+    window.__shown.push({ via: 'page', title, ...options })
+    return new Plain(title, options)
+  }
+  Recorded.requestPermission = (...a) => Plain.requestPermission(...a)
+  Object.defineProperty(Recorded, 'permission', { get: () => Plain.permission })
+  window.Notification = Recorded
+}
+
+test('phone: told when something joins, once, after pressing the button; the wall panel is not', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack')
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await context.addInitScript(recordNotifications)
+  await page.reload()
+  // Nothing is asked on load: the household presses the button, and the browser asks.
+  await page.waitForSelector('[data-test=notify-me] button')
+  assert.equal(await page.evaluate(() => Notification.permission), 'default')
+  await context.grantPermissions(['notifications'], { origin: stack.url })
+  await page.click('text=Tell me when something joins')
+  await page.waitForSelector('[data-test=notify-me]', { state: 'detached' })
+  assert.ok(await page.evaluate(() => navigator.serviceWorker.ready.then((r) => r.active.scriptURL.endsWith('/sw.js'))))
+
+  // The wall panel, paired with a code, in a browser that would allow notifications too.
+  const code = await page.evaluate(async () => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    return (await (await fetch('/api/pairing-codes', { method: 'POST', headers: { 'X-CSRF-Token': csrf } })).json()).code
+  })
+  const panel = await browser.newContext({ viewport: WALL })
+  await panel.grantPermissions(['notifications'], { origin: stack.url })
+  await panel.addInitScript(recordNotifications)
+  const board = await panel.newPage()
+  await board.goto(stack.url + '/')
+  await board.evaluate(async (code) => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    await fetch('/api/pair', { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf },
+      body: JSON.stringify({ code, name: 'Hall panel' }) })
+  }, code)
+  await board.reload()
+  await board.waitForSelector('.topbar:has-text("Wall panel")')
+  assert.equal(await board.$('[data-test=notify-me]'), null, 'the panel offers no notifications')
+
+  const mac = await stack.join('annas-pixel')
+  const shown = await page.waitForFunction((mac) => window.__shown.find((n) => n.body.includes(mac)), mac, { timeout: 3000 })
+  const notice = await shown.jsonValue()
+  assert.equal(notice.via, 'service worker')
+  assert.equal(notice.title, 'Something new asks to join')
+  assert.equal(notice.body, `annas-pixel (${mac}) asks to join`)
+  // The system has it (the service worker's own list), once.
+  const listed = await page.evaluate(async (tag) => (await (await navigator.serviceWorker.ready).getNotifications())
+    .filter((n) => n.tag === tag).map((n) => n.body), notice.tag)
+  assert.deepEqual(listed, [notice.body])
+  // The panel heard the same join (its label is on the board) and showed no notification.
+  await board.waitForSelector(label('asking', mac), { timeout: 3000 })
+  await sleep(500)
+  assert.deepEqual(await board.evaluate(() => window.__shown), [])
+  assert.equal((await page.evaluate(() => window.__shown)).filter((n) => n.tag === notice.tag).length, 1)
+  await panel.close()
+  await context.close()
+})

@@ -17,4 +17,5 @@ export default tseslint.config(
       parserOptions: { parser: tseslint.parser, extraFileExtensions: ['.vue'], sourceType: 'module' },
     },
   },
+  { files: ['public/sw.js'], languageOptions: { globals: globals.serviceworker } },
 )

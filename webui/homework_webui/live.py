@@ -30,6 +30,9 @@ FLOW_WINDOW = 10.0  # seconds of Flows rows behind bandwidth shares
 OVERLOAD_KIND = "qos-overload"
 # Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
 CLONE_KIND = "mac-clone"
+# What the household is told of on its phones (a system notification once they allow it): a
+# newcomer, a storm of them, an allowance used up. Not the wall panel: it shows the board itself.
+NOTIFY_KINDS = ("new-device", "newcomer-storm", "allowance")
 SUBSCRIPTIONS = {
     "Events": "select tstamp, kind, mac, message from Events",
     "Leases": "select mac, ip, hostname, action, state from Leases",
@@ -227,6 +230,12 @@ class LiveHub:
             return
         now = time.time()
         for r in rows:
+            if r["kind"] in NOTIFY_KINDS:
+                self.broadcast(
+                    "alert",
+                    {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"], "message": r["message"]},
+                    APP_ROLES,
+                )
             if r["kind"] == "new-device" and r["mac"]:
                 with self._lock:
                     if r["mac"] not in self._devices:

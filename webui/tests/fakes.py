@@ -230,7 +230,9 @@ class FakeController(_ServedByAThread):
             self.devices[mac] = dev
         if event and self.hwdb_port:
             with HwdbClient("127.0.0.1", self.hwdb_port, timeout=3) as c:
-                c.query(f"insert into Events values ('new-device', '{mac}', 'DHCPDISCOVER from {hostname}')")
+                # The controller's wording (dhcp.py), which names the device.
+                said = f"{hostname or 'unnamed device'} ({mac}) asks to join".replace("'", "''")
+                c.query(f"insert into Events values ('new-device', '{mac}', '{said}')")
         return dev
 
     def suspect_clone(self, mac: str, differs: str) -> None:

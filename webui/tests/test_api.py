@@ -151,3 +151,26 @@ def test_spa_served_when_built(tmp_path, controller, hwdb):
     assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
     assert "immutable" in api.get("/assets/index-abc.js").headers["Cache-Control"]
     assert api.get("/assets/../../etc/passwd").status_code == 404
+
+
+def test_the_page_is_an_installable_web_app_with_a_service_worker(tmp_path, controller, hwdb):
+    """The manifest, its icons and the service worker, at the root (a worker's scope is its
+    directory), each with the type a browser insists on."""
+    from homework_webui.app import create_app
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    for name, text in [("index.html", "<div id=app></div>"), ("manifest.webmanifest", "{}"), ("sw.js", "//")]:
+        (dist / name).write_text(text)
+    for name in ("icon-192.png", "icon-512.png"):
+        (dist / name).write_bytes(b"\x89PNG")
+    app = create_app(
+        str(tmp_path / "s"), controller.url, ("127.0.0.1", hwdb.port), dist_dir=str(dist), start_live=False
+    )
+    api = Api(app)  # signed out: an installed app's first request has no session yet
+    assert api.get("/manifest.webmanifest").mimetype == "application/manifest+json"
+    worker = api.get("/sw.js")
+    assert worker.status_code == 200 and worker.mimetype == "text/javascript"
+    assert worker.headers["Cache-Control"] == "no-cache"
+    assert api.get("/icon-512.png").mimetype == "image/png"
+    assert api.get("/icon-1024.png").status_code == 404

@@ -90,3 +90,19 @@ def alerts_within(client, seconds, until=None) -> list[str]:
                 # a little longer, to see a duplicate if one comes
                 deadline = min(deadline, time.monotonic() + 1.0)
     return seen
+
+
+def test_a_newcomer_a_storm_and_a_used_up_allowance_reach_the_phones_but_not_the_wall_panel():
+    """The phone page notifies of these (frontend/src/lib/notify.ts); the wall panel is told
+    nothing it does not show, while it still hears of a copied address, which it shows."""
+    hub = LiveHub(Controller(), Hwdb())
+    phone, panel = hub.register("member", "s1", 1), hub.register("kiosk", "s2", 2)
+    told = [
+        ("new-device", "02:00:00:00:00:01", "htc-one-x (02:00:00:00:00:01) asks to join"),
+        ("newcomer-storm", "", "40 devices asked to join within 10 seconds"),
+        ("allowance", "02:00:00:00:00:02", "tablet has used up today's allowance; paused until 04:00"),
+        ("mac-clone", "02:00:00:00:00:03", "tv: its address is being used by another device too"),
+    ]
+    hub._on_events([{"tstamp": i + 1, "kind": k, "mac": m, "message": msg} for i, (k, m, msg) in enumerate(told)])
+    assert alerts_within(phone, 0.2) == [msg for _, _, msg in told]
+    assert alerts_within(panel, 0.2) == [told[3][2]]

@@ -2,12 +2,14 @@
 import { reactive } from 'vue'
 import type { Device } from './lib/board'
 import type { Health } from './api'
+import { notify } from './notifications'
 
 export const live = reactive({
   devices: [] as Device[],
   health: { controller: null, hwdb: null } as Health,
   connected: false,
-  // qos-overload (owners and members) and mac-clone (everyone: the Guest Board shows it) Events rows.
+  // qos-overload (owners and members) and mac-clone (everyone: the Guest Board shows it) Events rows;
+  // new-device, newcomer-storm and allowance (owners and members: system notifications).
   alerts: [] as { time: number; kind: string; mac?: string; message: string }[],
   appsChanged: 0,
 })
@@ -31,7 +33,11 @@ export function connect(onSignedOut: () => void) {
   }
   es.addEventListener('devices', (e) => (live.devices = JSON.parse((e as MessageEvent).data)))
   es.addEventListener('health', (e) => (live.health = JSON.parse((e as MessageEvent).data)))
-  es.addEventListener('alert', (e) => live.alerts.push(JSON.parse((e as MessageEvent).data)))
+  es.addEventListener('alert', (e) => {
+    const alert = JSON.parse((e as MessageEvent).data)
+    live.alerts.push(alert)
+    notify(alert)
+  })
   es.addEventListener('apps', () => live.appsChanged++)
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from flask import Blueprint, send_from_directory
+from flask import Blueprint, request, send_from_directory
 
 from ..errors import plain
 from ..security import PUBLIC, access
@@ -37,6 +37,28 @@ def assets(name):
 @access(PUBLIC)
 def favicon():
     return send_from_directory(services().dist_dir, "favicon.svg")
+
+
+# What makes the page an installable web app: its manifest and icons (from `frontend/public`).
+@bp.get("/manifest.webmanifest")
+@bp.get("/icon-192.png")
+@bp.get("/icon-512.png")
+@access(PUBLIC)
+def web_app_file():
+    name = request.path.lstrip("/")
+    resp = send_from_directory(services().dist_dir, name)
+    if name.endswith(".webmanifest"):
+        resp.mimetype = "application/manifest+json"
+    return resp
+
+
+@bp.get("/sw.js")
+@access(PUBLIC)
+def service_worker():
+    # At the root, so its scope is the whole page; checked for a new version on every load.
+    resp = send_from_directory(services().dist_dir, "sw.js", mimetype="text/javascript")
+    resp.headers["Cache-Control"] = "no-cache"
+    return resp
 
 
 @bp.get("/api/health")
