@@ -4,7 +4,7 @@ import { after, afterEach, before, test } from 'node:test'
 import { randomBytes } from 'node:crypto'
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { dragTo, label, touchDragTo, launch, PHONE, shot, signIn, sleep, startStack, WALL } from './harness.mjs'
+import { dragTo, label, touchDragTo, launch, password, PHONE, shot, signIn, sleep, startStack, user, WALL } from './harness.mjs'
 
 let stack, browser, wall
 
@@ -485,5 +485,35 @@ test('phone: told when something joins, once, after pressing the button; the wal
   assert.deepEqual(await board.evaluate(() => window.__shown), [])
   assert.equal((await page.evaluate(() => window.__shown)).filter((n) => n.tag === notice.tag).length, 1)
   await panel.close()
+  await context.close()
+})
+
+test('phone: at a plain-http address (not a secure context) the page offers no notifications and has no errors', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack')
+  // The router's LAN address as a phone reaches it: http://<not localhost>. The browser fetches
+  // through Playwright from the stack (a stream cannot be passed on this way: the page goes without one).
+  await (await signIn(browser, stack.url, PHONE)).context.close() // the owner exists (a fresh stack has none)
+  const context = await browser.newContext({ viewport: PHONE, hasTouch: true, isMobile: true })
+  await context.grantPermissions(['notifications'])
+  await context.route('http://router.test/**', async (route) => {
+    if (route.request().url().endsWith('/api/events')) return route.abort()
+    const url = route.request().url().replace('http://router.test', stack.url)
+    const headers = { ...route.request().headers(), origin: stack.url }
+    await route.fulfill({ response: await route.fetch({ url, headers, maxRedirects: 0 }) })
+  })
+  const page = await context.newPage()
+  const errors = []
+  page.on('pageerror', (e) => errors.push(String(e)))
+  page.on('console', (m) => m.type() === 'error' && !m.text().includes('ERR_FAILED') && errors.push(m.text()))
+  await page.goto('http://router.test/')
+  await page.fill('input[autocomplete=username]', user)
+  await page.fill('input[type=password]', password)
+  await page.click('button.primary')
+  await page.waitForSelector('.topbar')
+  assert.equal(await page.evaluate(() => window.isSecureContext), false)
+  await sleep(500)
+  assert.equal(await page.$('[data-test=notify-me]'), null, 'no button that could only fail')
+  assert.equal(await page.evaluate(() => 'serviceWorker' in navigator), false)
+  assert.deepEqual(errors, [])
   await context.close()
 })
