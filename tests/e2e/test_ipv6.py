@@ -281,14 +281,15 @@ def address_flags(home, name, address: ipaddress.IPv6Address) -> dict:
 
 
 def test_a_new_delegated_prefix_moves_a_device_and_its_next_advert_deprecates_the_old(home):
-    """Issue 22, test 6: the ISP delegates another prefix; a permitted device gets an address in its /64 of
-    the new prefix within seconds, its old address is deprecated (preferred lifetime 0, still valid), new
-    connections go from the new one, and the old one (no longer routed to the home) reaches nothing."""
+    """Issue 22, test 6: the ISP's DHCPv6 server (Kea) delegates another prefix; the router's client
+    (dhcpcd) gets it at its next renewal, and a permitted device gets an address in its /64 of the new
+    prefix within seconds, its old address deprecated (preferred lifetime 0, still valid); new connections
+    go from the new one, and the old one (no longer routed to the home) reaches nothing."""
     joined(home, "v6renum")
     old = wait_until("an address in the delegated prefix", lambda: delegated_address(home, "v6renum"), 10, 0.1)
     try:
         delegated_at = time.monotonic()
-        delegate(home.run_dir, str(RENUMBERED), NS_INET)
+        delegate(home.processes, home.run_dir, str(RENUMBERED))
 
         def renumbered():
             return next((a for a in global_addresses(home, "v6renum") if a in RENUMBERED), None)
@@ -309,9 +310,9 @@ def test_a_new_delegated_prefix_moves_a_device_and_its_next_advert_deprecates_th
         joined(home, "v6renum2")
         wait_until("the newcomer's address in the new prefix", lambda: _in(home, "v6renum2", RENUMBERED), 10, 0.1)
         assert not _in(home, "v6renum2", DELEGATED)
-        print(f"prefix file replaced -> the device's address in the new prefix: {took:.2f} s")
+        print(f"the ISP's new prefix -> the device's address in it: {took:.2f} s")
     finally:
-        delegate(home.run_dir, DELEGATED_PREFIX, NS_INET)  # the other tests' prefix, and renumbering back
+        delegate(home.processes, home.run_dir, DELEGATED_PREFIX)  # the other tests' prefix: renumbering back
         wait_until("the device back in the first prefix", lambda: _in(home, "v6renum", DELEGATED, fresh=True), 15, 0.1)
 
 

@@ -85,6 +85,8 @@ EMULATED_PARTS = (
     "isp-b-router",
     "isp-b-hwdb",
     "isp-slicer",
+    "wan-dhcp6-pd",
+    "isp-dhcp6",
 )
 # iperf3 servers run one test at a time: household B's downloads have a server of their own.
 IPERF_PORT, NEIGHBOUR_IPERF_PORT = 5201, 5202
@@ -154,6 +156,7 @@ class Home:
         self._build_internet()
         self._build_router()
         ipv6.build_router(self.run_dir, BRIDGE, WAN, self.run_dir)
+        ipv6.start_prefix_delegation(self.processes, self.run_dir, WAN, self.run_dir)
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
         run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI

@@ -3,17 +3,28 @@ in its DNS), a prefix the ISP "delegated" to the router (written where the contr
 forwarding in the router, and its firewall (RFC 6092: from the WAN only answers get in).
 
 Devices need nothing: their namespaces' kernels do SLAAC from the controller's router adverts (accept_ra
-is on in a new namespace, whose forwarding is off). Prefix delegation by a real DHCPv6 server (Kea) in
-the ISP is not built yet: the delegated prefix is a fixed one, and `delegate` plays the ISP delegating
-another (the route in the internet, the file the prefix-delegation client would rewrite).
+is on in a new namespace, whose forwarding is off).
+
+The prefix comes by DHCPv6 prefix delegation, both ends real: Kea (`kea-dhcp6`) on the ISP's access
+bridge (`dist` in hw-dist, the households' side of its aggregation switch, as a provider's edge serves
+DHCPv6) delegates a /56 from its pool, and dhcpcd on the router's WAN asks for a /56 (RFC 7084) and
+assigns it to no interface; its hook writes the prefix where the controller reads it. `delegate` is the
+ISP renumbering the household: Kea's pool becomes another /56 (reloaded with SIGHUP), and at dhcpcd's next
+renewal (every few seconds here) Kea hands out the new prefix and the old one with lifetime 0. The internet
+routes both pools to the router (Kea does not route; a real ISP's edge does).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 from pathlib import Path
 
+from .isp import DIST, NS_DIST
 from .net import run
+from .services import Processes
+from .wait import wait_until
 
 WAN6_PREFIX = "2001:db8:ffff::/64"  # the WAN link: the router and the internet
 WAN6_ROUTER_IP, WAN6_INET_IP = "2001:db8:ffff::2", "2001:db8:ffff::1"
@@ -23,6 +34,10 @@ INET6_HOSTS = {"www6.example.test": "2001:db8:ffff::80"}
 INTERNET6_HOST = "www6.example.test"
 INET6_DNS_IP = WAN6_INET_IP
 DELEGATED_PREFIX = "2001:db8:100::/56"
+ISP_POOLS = (DELEGATED_PREFIX, "2001:db8:200::/56")  # what the ISP may delegate to this household, routed to it
+KEA_CONF, PD_HOOK, DHCPCD_CONF = "kea-dhcp6.json", "dhcpcd-pd-hook.sh", "dhcpcd-wan.conf"
+# Lease times kept short so a renumbering reaches the router within seconds (a real ISP's are hours).
+PD_RENEW_S, PD_REBIND_S, PD_PREFERRED_S, PD_VALID_S = 3, 5, 300, 600
 DELEGATED_FILE = "ipv6-delegated-prefix"  # homework_controller.ipv6.DELEGATED_FILE, beside its database
 NFT6_TABLE = "homenet6"
 FORWARDING = Path("/proc/sys/net/ipv6/conf/all/forwarding")
@@ -41,17 +56,100 @@ def build_internet(wan: str, inet_ns: str) -> None:
     run("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", ns=inet_ns)
     for ip in [WAN6_INET_IP, *INET6_HOSTS.values()]:
         run("ip", "-6", "addr", "replace", f"{ip}/64", "dev", "eth0", "nodad", ns=inet_ns)
-    run("ip", "-6", "route", "replace", DELEGATED_PREFIX, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
+    for pool in ISP_POOLS:
+        run("ip", "-6", "route", "replace", pool, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
 
 
-def delegate(state_dir: Path, prefix: str, inet_ns: str) -> None:
-    """The ISP delegates another prefix to the router: the internet routes it there, and the file beside
-    the controller's database says it, replaced atomically as a prefix-delegation client writes it (the
-    controller renumbers the devices at its next tick)."""
-    run("ip", "-6", "route", "replace", prefix, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
-    tmp = state_dir / f"{DELEGATED_FILE}.tmp"
-    tmp.write_text(prefix + "\n")
-    os.replace(tmp, state_dir / DELEGATED_FILE)
+def _kea_config(prefix: str) -> str:
+    net, length = prefix.split("/")
+    return json.dumps(
+        {
+            "Dhcp6": {
+                "interfaces-config": {"interfaces": [DIST]},
+                "server-id": {"type": "LL", "persist": False},
+                "lease-database": {"type": "memfile", "persist": False},
+                "renew-timer": PD_RENEW_S,
+                "rebind-timer": PD_REBIND_S,
+                "preferred-lifetime": PD_PREFERRED_S,
+                "valid-lifetime": PD_VALID_S,
+                "subnet6": [
+                    {
+                        "id": 1,
+                        "subnet": WAN6_PREFIX,
+                        "interface": DIST,
+                        "pd-pools": [{"prefix": net, "prefix-len": int(length), "delegated-len": int(length)}],
+                    }
+                ],
+                "loggers": [{"name": "kea-dhcp6", "output_options": [{"output": "stdout"}], "severity": "INFO"}],
+            }
+        },
+        indent=1,
+    )
+
+
+# dhcpcd's hook: the first delegated prefix still valid (a renumbering's reply also lists the old one with
+# valid lifetime 0), written atomically; none once the lease is gone.
+_HOOK = """#!/bin/sh
+out={out}
+case "$reason" in
+BOUND6|RENEW6|REBIND6|REBOOT6)
+  prefix=
+  for n in 1 2 3 4; do
+    eval "p=\\$new_dhcp6_ia_pd1_prefix$n len=\\$new_dhcp6_ia_pd1_prefix${{n}}_length"
+    eval "vl=\\$new_dhcp6_ia_pd1_prefix${{n}}_vltime"
+    if [ -n "$p" ] && [ "${{vl:-0}}" -gt 0 ]; then prefix="$p/$len"; break; fi
+  done ;;
+EXPIRE6|RELEASE6) prefix= ;;
+*) exit 0 ;;
+esac
+printf '%s\\n' "$prefix" > "$out.tmp" && mv "$out.tmp" "$out"
+"""
+
+
+def start_prefix_delegation(processes: Processes, run_dir: Path, wan: str, state_dir: Path) -> None:
+    """Kea at the ISP's edge delegating the first pool, dhcpcd on the router's WAN asking for it; returns when
+    the prefix is in the file the controller reads."""
+    (run_dir / KEA_CONF).write_text(_kea_config(DELEGATED_PREFIX))
+    # Kea binds the link-local address, which cannot be bound while in duplicate-address detection; and
+    # the client's first solicits, if lost, are repeated only after tens of seconds.
+    wait_until("the ISP's link-local address", lambda: _link_local_ready(NS_DIST, DIST), 10, 0.1)
+    kea_env = [f"KEA_PIDFILE_DIR={run_dir}", f"KEA_LOCKFILE_DIR={run_dir}"]
+    processes.start("isp-dhcp6", ["env", *kea_env, "kea-dhcp6", "-c", run_dir / KEA_CONF], ns=NS_DIST)
+    hook = run_dir / PD_HOOK
+    hook.write_text(_HOOK.format(out=state_dir / DELEGATED_FILE))
+    hook.chmod(0o755)
+    # Only the WAN, IPv6 only, no router adverts to wait for (the WAN link has none): DHCPv6 at once for a
+    # /56, assigned to no interface (the controller gives devices their /64s). dhcpcd installs an
+    # unreachable route for the /56; the devices' /64s on br-lan are more specific.
+    (run_dir / DHCPCD_CONF).write_text(f"allowinterfaces {wan}\nipv6only\nnoipv6rs\nia_pd 1/::/56 -\n")
+    # A fresh lease: one from an earlier run (perhaps of the other pool) would be rebound first.
+    Path(f"/var/lib/dhcpcd/{wan}.lease6").unlink(missing_ok=True)
+    processes.start("wan-dhcp6-pd", ["dhcpcd", "-B", "-f", run_dir / DHCPCD_CONF, "-c", hook, wan])
+    wait_until("the delegated prefix", lambda: delegated_now(state_dir), 30, 0.2)
+
+
+def _link_local_ready(ns: str, dev: str) -> bool:
+    out = run("ip", "-6", "addr", "show", "dev", dev, "scope", "link", ns=ns)
+    return "inet6" in out and "tentative" not in out
+
+
+def delegated_now(state_dir: Path) -> str:
+    try:
+        return (state_dir / DELEGATED_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def delegate(processes: Processes, run_dir: Path, prefix: str) -> None:
+    """The ISP renumbers the household: Kea's pool becomes prefix (one of ISP_POOLS), reloaded; dhcpcd's
+    next renewal brings it to the router (the controller renumbers the devices at its next tick)."""
+    assert prefix in ISP_POOLS, f"{prefix}: the internet routes only {ISP_POOLS}"
+    tmp = run_dir / f"{KEA_CONF}.tmp"
+    tmp.write_text(_kea_config(prefix))
+    os.replace(tmp, run_dir / KEA_CONF)
+    pid = processes.pid("isp-dhcp6")
+    assert pid, "Kea is not running"
+    os.killpg(pid, signal.SIGHUP)
 
 
 def build_router(run_dir: Path, lan: str, wan: str, state_dir: Path) -> None:
@@ -62,7 +160,7 @@ def build_router(run_dir: Path, lan: str, wan: str, state_dir: Path) -> None:
         orig.write_text(FORWARDING.read_text())
     FORWARDING.write_text("1\n")
     Path(f"/proc/sys/net/ipv6/conf/{lan}/disable_ipv6").write_text("0\n")
-    (state_dir / DELEGATED_FILE).write_text(DELEGATED_PREFIX + "\n")
+    (state_dir / DELEGATED_FILE).unlink(missing_ok=True)  # the prefix-delegation client writes it
     if run("nft", "list", "table", "ip6", NFT6_TABLE, check=False):
         return
     run(
@@ -77,6 +175,9 @@ table ip6 {NFT6_TABLE} {{
     type filter hook input priority filter; policy accept;
     iifname "{wan}" ct state established,related accept
     iifname "{wan}" icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert, nd-router-advert }} accept
+    # The ISP's DHCPv6 replies to the router's prefix-delegation client (its solicits go to a multicast
+    # address, so the replies match no connection), from the link only.
+    iifname "{wan}" ip6 saddr fe80::/10 udp sport 547 udp dport 546 accept
     iifname "{wan}" drop
   }}
   chain forward {{
