@@ -418,14 +418,14 @@ test('owner: a person\'s bedtime is set on every device they own from the Househ
   await context.close()
 })
 
-// Records each system notification the page shows (through its service worker, or the
-// Notification constructor where there is none), then shows it as usual.
+// Records each system notification the page shows (through its service worker once the browser
+// has it, or the Notification constructor where there is none).
 const recordNotifications = () => {
   window.__shown = []
   const show = ServiceWorkerRegistration.prototype.showNotification
-  ServiceWorkerRegistration.prototype.showNotification = function (title, options) {
+  ServiceWorkerRegistration.prototype.showNotification = async function (title, options) {
+    await show.call(this, title, options)
     window.__shown.push({ via: 'service worker', title, ...options })
-    return show.call(this, title, options)
   }
   const Plain = window.Notification
   function Recorded(title, options) {
@@ -444,11 +444,18 @@ test('phone: told when something joins, once, after pressing the button; the wal
   await page.reload()
   // Nothing is asked on load: the household presses the button, and the browser asks.
   await page.waitForSelector('[data-test=notify-me] button')
+  await shot(page, 'notify-phone')
   assert.equal(await page.evaluate(() => Notification.permission), 'default')
   await context.grantPermissions(['notifications'], { origin: stack.url })
   await page.click('text=Tell me when something joins')
   await page.waitForSelector('[data-test=notify-me]', { state: 'detached' })
   assert.ok(await page.evaluate(() => navigator.serviceWorker.ready.then((r) => r.active.scriptURL.endsWith('/sw.js'))))
+  const cdp = await context.newCDPSession(page) // what Chromium says of the page as a web app
+  assert.deepEqual((await cdp.send('Page.getAppManifest')).errors, [])
+  const { installabilityErrors } = await cdp.send('Page.getInstallabilityErrors')
+  // Playwright's browser contexts are incognito ones, which Chromium never offers to install from.
+  assert.deepEqual(installabilityErrors.map((e) => e.errorId), ['in-incognito'])
+  await cdp.detach()
 
   // The wall panel, paired with a code, in a browser that would allow notifications too.
   const code = await page.evaluate(async () => {
