@@ -14,6 +14,7 @@ would count twice), and a device over its flow budget still has every connection
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Callable
 
 from . import flows, flows_v6
@@ -22,6 +23,10 @@ from .effects import LogRow
 # Connection directions kept between two polls from the switch's records; beyond, a device's new
 # ones are counted as its whole (a row like its learning rule's), so a flood cannot grow memory.
 MAX_EXPORTED_FLOWS = 65536
+# Connection directions of one device that are rows of their own in a poll; beyond, its whole-device
+# rows. Every row is work under the controller's lock at the poll (15,000 of a flooding device took
+# 126 ms here, 400 ms under the flood bench's load); a page load is 160 directions.
+MAX_EXPORTED_PER_DEVICE = 1000
 ETHERNET_HEADER = 14  # bytes a frame adds to its IP packet (no VLAN tag on the LAN)
 
 
@@ -37,6 +42,7 @@ class Accounting:
         self.flow_budget, self.budget_cooldown_s = flow_budget, budget_cooldown_s
         self.from_export = from_export
         self._exported: dict[flows.FiveTuple, list[int]] = {}  # since the last poll: [packets, bytes]
+        self._exported_by: Counter[str] = Counter()  # directions of their own since the last poll, per MAC
         self._learnt: dict[str, set[flows.FiveTuple]] = {}
         self._copied: dict[tuple, tuple[int, int]] = {}  # counter key -> (packets, bytes) the controller saw
         self._over_budget: dict[str, float] = {}  # mac -> when per-flow learning resumes
@@ -89,16 +95,20 @@ class Accounting:
             pkts, nbytes = self._copied.get(key, (0, 0))
             self._copied[key] = (pkts + 1, nbytes + size)
 
-    def exported(self, flow: flows.FiveTuple, outgoing: bool, pkts: int, octets: int) -> None:
+    def exported(self, mac: str, flow: flows.FiveTuple, outgoing: bool, pkts: int, octets: int) -> None:
         """What the switch forwarded of one direction of a device's connection (outgoing: the device
         sent it), from its records: counted in the next poll's rows. The records count IP bytes;
         Flows counts frames, Ethernet header included, as the rules' counters do."""
         nbytes = octets + ETHERNET_HEADER * pkts
-        if flow not in self._exported and len(self._exported) >= MAX_EXPORTED_FLOWS:
+        if flow not in self._exported and (
+            len(self._exported) >= MAX_EXPORTED_FLOWS or self._exported_by[mac] >= MAX_EXPORTED_PER_DEVICE
+        ):
             if outgoing:
                 flow = flows.FiveTuple(0, flow.saddr, 0, unspecified(flow.saddr), 0)
             else:
                 flow = flows.FiveTuple(0, unspecified(flow.daddr), 0, flow.daddr, 0)
+        elif flow not in self._exported:
+            self._exported_by[mac] += 1
         total = self._exported.setdefault(flow, [0, 0])
         total[0] += pkts
         total[1] += nbytes
@@ -110,6 +120,7 @@ class Accounting:
         rows are theirs since the last poll instead."""
         if self.from_export:
             exported, self._exported = self._exported, {}
+            self._exported_by.clear()
             return [
                 LogRow("Flows", (f.proto, f.saddr, f.sport, f.daddr, f.dport, p, b)) for f, (p, b) in exported.items()
             ]

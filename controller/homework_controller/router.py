@@ -369,10 +369,10 @@ class HomeRouter:
         """The switch's own records of what it forwarded, summed per connection direction (off the
         lock): those of the router's devices are counted in the next poll's Flows rows."""
         for flow, (pkts, nbytes) in totals.items():
-            if self._device_at(flow.saddr) is not None:
-                self.accounting.exported(flow, True, pkts, nbytes)
-            elif self._device_at(flow.daddr) is not None:
-                self.accounting.exported(flow, False, pkts, nbytes)
+            if (device := self._device_at(flow.saddr)) is not None:
+                self.accounting.exported(device.mac, flow, True, pkts, nbytes)
+            elif (device := self._device_at(flow.daddr)) is not None:
+                self.accounting.exported(device.mac, flow, False, pkts, nbytes)
 
     def _device_at(self, address: str) -> Device | None:
         """The device an address in the switch's records is: by its /30, or for IPv6 by its /64."""

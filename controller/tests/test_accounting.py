@@ -3,7 +3,7 @@ connection is too short to be counted."""
 
 import ipaddress
 
-from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, frame, lease, permitted_phone
 
 from homework_controller import dhcp, flows, ipv6, packets
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
@@ -228,3 +228,26 @@ def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_b
     router.deny(PHONE)
     router.on_flow_export({flows.FiveTuple(6, phone, 40001, server, 443): [1, 60]})
     assert [e for e in router.on_flow_stats([]) if e.table == "Flows"] == []
+
+
+def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_others_keep_theirs(
+    db_path, clock, monkeypatch
+):
+    from homework_controller import accounting
+
+    monkeypatch.setattr(accounting, "MAX_EXPORTED_PER_DEVICE", 10)
+    router = exporting_router(db_path, clock)
+    flooder = permitted_phone(router)
+    laptop = lease(router, LAPTOP)
+    router.permit(LAPTOP)
+    router.on_dhcp(frame(LAPTOP, "request", ciaddr=laptop, src_ip=laptop))
+    router.on_flow_export({flows.FiveTuple(17, flooder, 1000 + n, INTERNET, 53): [1, 36] for n in range(25)})
+    router.on_flow_export({flows.FiveTuple(6, laptop, 2000 + n, INTERNET, 443): [2, 100] for n in range(5)})
+    rows = [e.row for e in router.on_flow_stats([]) if e.table == "Flows"]
+    flooders = [r for r in rows if r[1] == flooder]
+    assert len(flooders) == 11 and (0, flooder, 0, "0.0.0.0", 0, 15, 15 * 50) in flooders  # no byte lost
+    # positive control: the other device's connections are each a row, in the same poll
+    assert sorted(r for r in rows if r[1] == laptop) == [(6, laptop, 2000 + n, INTERNET, 443, 2, 128) for n in range(5)]
+    # the budget is per poll: the next one has rows of their own again
+    router.on_flow_export({flows.FiveTuple(17, flooder, 5000, INTERNET, 53): [1, 36]})
+    assert [e.row for e in router.on_flow_stats([]) if e.table == "Flows"] == [(17, flooder, 5000, INTERNET, 53, 1, 50)]
