@@ -9,6 +9,7 @@ with the packets and bytes the device itself sent and received.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import dpkt
 
 from homenet import INTERNET_IP, WaitTimeout, wait_until
 from homenet.home import WAN_ROUTER_IP
+from homenet.ipv6 import INET6_HOSTS, INTERNET6_HOST
 
 CONNECTIONS = 60
 PAGE_BYTES = 24_000
@@ -190,3 +192,56 @@ def test_five_devices_loading_pages_at_once_have_every_connection_counted(home):
         server = server_side(at_server, ips, ports)
     for name, ip in ips.items():
         assert_every_connection_counted(home, ip, ports[name], devices[name], server)
+
+
+def test_an_ipv6_fetch_is_in_flows_with_the_devices_ipv6_address(home):
+    from test_ipv6 import delegated_address, own_64
+
+    ip = permitted(home, "v6browser")
+    wait_until("a global IPv6 address", lambda: delegated_address(home, "v6browser"), 10, 0.1)
+    server = INET6_HOSTS[INTERNET6_HOST]
+
+    def fetch() -> tuple[str, str, int]:
+        """(the HTTP status, the device's address, its port) of one fetch over IPv6."""
+        status, port, *address = home.exec(
+            "v6browser",
+            "curl",
+            "-6",
+            "-sS",
+            "-m",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{local_port} %{local_ip}",
+            f"http://{INTERNET6_HOST}/bulk?bytes={PAGE_BYTES}",
+            check=False,
+        ).stdout.split()
+        return status, "".join(address), int(port)
+
+    wait_until("a page over IPv6", lambda: fetch()[0] == "200", 10)
+    status, address, port = fetch()
+    assert status == "200" and ipaddress.IPv6Address(address) in own_64(delegated_address(home, "v6browser"))
+
+    def rows() -> dict[str, list[int]]:
+        """[packets, bytes] of the fetch's upload and download, summed over Flows rows."""
+        out: dict[str, list[int]] = {}
+        for r in home.hwdb("select * from Flows [range 2 minutes]"):
+            key = (r["proto"], r["saddr"], r["sport"], r["daddr"], r["dport"])
+            for name, wanted in (("up", (6, address, port, server, 80)), ("down", (6, server, 80, address, port))):
+                if key == wanted:
+                    total = out.setdefault(name, [0, 0])
+                    total[0] += r["packets"]
+                    total[1] += r["bytes"]
+        return out
+
+    try:
+        wait_until("the fetch's both directions in Flows", lambda: rows().keys() == {"up", "down"}, 15, 0.5)
+    except WaitTimeout:
+        raise AssertionError(f"Flows has {rows()} of {address}:{port} <-> [{server}]:80") from None
+    got = rows()
+    print(f"IPv6 fetch in Flows: {got}")
+    assert got["down"][1] > PAGE_BYTES and got["up"][0] >= 3  # the page came down; the request went up
+    # ... and the same device's IPv4 is still its own rows, under its IPv4 address (positive control).
+    assert home.fetch("v6browser", f"http://{INTERNET_IP}/", timeout=5) == "200"
+    wait_until("its IPv4 fetch in Flows", lambda: any(k[0] == ip for k in flows_of(home, ip)), 15, 0.5)
