@@ -3,6 +3,7 @@ and cannot do to everyone else's DNS (issue 9 items 1, 2 and 4; rebind protectio
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import threading
@@ -204,19 +205,23 @@ def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
         flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         flood.settimeout(0.5)
-        for _ in range(12):  # 1,000 queries a second for 0.6 s
+        started = time.monotonic()
+        for _ in range(12):  # 1,000 queries a second for 0.6 s (longer on a loaded machine)
             for _ in range(50):
                 flood.sendto(wire, ("127.0.0.1", resolver.port))
             time.sleep(0.05)
+        lasted = time.monotonic() - started
         answered = 0
         try:
             while flood.recv(4096):
                 answered += 1
         except TimeoutError:
             pass
-    # Its burst, and what its allowance refilled while the flood lasted (under a second).
-    assert dns_server.DEVICE_BURST <= answered < dns_server.DEVICE_BURST + dns_server.DEVICE_QPS
-    assert resolver.server.counters["dns_rate_limited"] >= 600 - dns_server.DEVICE_BURST - dns_server.DEVICE_QPS
+    # Its burst, and what its allowance refilled while the flood lasted (measured: a loaded machine
+    # stretches the 0.6 s, and the allowance refills for as long as it really took).
+    most = dns_server.DEVICE_BURST + math.ceil(dns_server.DEVICE_QPS * lasted) + 1
+    assert dns_server.DEVICE_BURST <= answered <= most
+    assert resolver.server.counters["dns_rate_limited"] >= 600 - most
     # Another device is answered at once...
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
         other.bind(("127.0.0.2", 0))
