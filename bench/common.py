@@ -88,3 +88,29 @@ def in_client(home: Home, name: str, *cmd, timeout=300) -> str:
 
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def page_times(home: Home, n: int, failures: list) -> list[float]:
+    """The victim device fetches the emulated internet's page n times: seconds each (a failure is the
+    5 s time-out, its error kept in failures)."""
+    times = []
+    for _ in range(n):
+        proc = home.exec(
+            "victim",
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-m",
+            "5",
+            "-w",
+            "%{time_total} %{http_code}",
+            "http://www.example.test/",
+            check=False,
+            timeout=30,
+        )
+        seconds, code = proc.stdout.split()[-2:]
+        if code != "200":
+            failures.append(proc.stderr.strip())
+        times.append(float(seconds) if code == "200" else 5.0)  # a failed fetch counts as the time-out
+    return times

@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from common import BENCH, PY, add_client, homenet_up, in_client, ratio, summary, write_result
+from common import BENCH, PY, add_client, homenet_up, in_client, page_times, ratio, summary, write_result
 
 FLOOD_SECONDS = 60
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -37,30 +37,6 @@ def cpu_seconds(pid: int) -> float:
 def datapath_flows() -> int:
     out = subprocess.run(["ovs-appctl", "dpctl/dump-flows"], capture_output=True, text=True, timeout=30).stdout
     return sum(1 for line in out.splitlines() if line.strip() and not line.startswith("flow-dump"))
-
-
-def page_times(home, n: int, failures: list) -> list[float]:
-    times = []
-    for _ in range(n):
-        proc = home.exec(
-            "victim",
-            "curl",
-            "-sS",
-            "-o",
-            "/dev/null",
-            "-m",
-            "5",
-            "-w",
-            "%{time_total} %{http_code}",
-            "http://www.example.test/",
-            check=False,
-            timeout=30,
-        )
-        seconds, code = proc.stdout.split()[-2:]
-        if code != "200":
-            failures.append(proc.stderr.strip())
-        times.append(float(seconds) if code == "200" else 5.0)  # a failed fetch counts as the time-out
-    return times
 
 
 def phase(home, samples: int, flood: bool) -> dict:

@@ -22,7 +22,21 @@ import time
 import agent_flood
 import hostile
 import qos
-from common import BENCH, PY, REPO, RESULTS, add_client, homenet_up, in_client, ratio, sh, stamp, summary, write_result
+from common import (
+    BENCH,
+    PY,
+    REPO,
+    RESULTS,
+    add_client,
+    homenet_up,
+    in_client,
+    page_times,
+    ratio,
+    sh,
+    stamp,
+    summary,
+    write_result,
+)
 
 # ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
 
@@ -237,42 +251,19 @@ def flood(samples: int) -> None:
 
     failures = []
 
-    def page_times(n):
-        times = []
-        for _ in range(n):
-            proc = home.exec(
-                "victim",
-                "curl",
-                "-sS",
-                "-o",
-                "/dev/null",
-                "-m",
-                "5",
-                "-w",
-                "%{time_total} %{http_code}",
-                "http://www.example.test/",
-                check=False,
-                timeout=30,
-            )
-            seconds, code = proc.stdout.split()[-2:]
-            if code != "200":
-                failures.append(proc.stderr.strip())
-            times.append(float(seconds) if code == "200" else 5.0)  # a failed fetch counts as the time-out
-        return times
-
     home = homenet_up()
     try:
         add_client(home, "victim", permit=True)
         add_client(home, "flooder", permit=True)
         quiet = json.loads(in_client(home, "victim", *probe))
-        quiet_pages = page_times(samples // 3)
+        quiet_pages = page_times(home, samples // 3, failures)
         floods = [
             home.spawn("flooder", PY, BENCH / "flood.py", mode, "wlan0", pps, "60", stdout=subprocess.PIPE, text=True)
             for mode, pps in (("udp", "3000"), ("dhcp", "1000"))
         ]
         time.sleep(3)  # the flood at full strength before measuring
         loud = json.loads(in_client(home, "victim", *probe))
-        loud_pages = page_times(samples // 3)
+        loud_pages = page_times(home, samples // 3, failures)
         sent = [int(f.communicate(timeout=120)[0] or 0) for f in floods]
         counters = home.api("GET", "counters")[1]
     finally:
