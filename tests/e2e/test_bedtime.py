@@ -141,8 +141,8 @@ def test_a_data_allowance_warns_at_80_percent_pauses_the_device_when_used_up_and
 
 
 def test_the_routers_answers_to_a_bad_bedtime_or_allowance_are_clear_and_change_nothing(home):
-    joined(home, "reader")
-    mac = home.mac("reader")
+    joined(home, "streamer")
+    mac = home.mac("streamer")
     for path, query, says in (
         (f"schedule/{mac}", {"windows": "someday 21:00-07:00"}, "not a day"),
         (f"allowance/{mac}", {"amount": "lots"}, "not an amount"),
@@ -153,4 +153,4 @@ def test_the_routers_answers_to_a_bad_bedtime_or_allowance_are_clear_and_change_
         assert status == 400 and says in body["error"], (path, status, body)
     status = home.api("GET", f"status/{mac}")[1]
     assert (status["paused"], status["schedule"], status["allowance"]) == (False, "", None)
-    assert home.fetch("reader", f"http://{INTERNET_IP}/") == "200"
+    assert home.fetch("streamer", f"http://{INTERNET_IP}/") == "200"

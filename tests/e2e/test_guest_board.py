@@ -16,7 +16,7 @@ HOOKS = REPO / "tests" / "e2e" / "hooks"
 def test_the_household_admits_and_refuses_real_devices_from_the_guest_board(homenet):
     # A fresh home: the browser flow becomes the owner on first visit, with the setup code the
     # web UI wrote where only the household sees it (the router's console and label).
-    homenet.restart("webui")
+    homenet.fresh_webui()
     python = shlex.quote(sys.executable)
     env = dict(
         os.environ,

@@ -179,6 +179,13 @@ class Home:
         self.processes.stop(name)
         self.start(name)
 
+    def fresh_webui(self) -> None:
+        """The web UI as a household first meets it: no accounts yet, a new setup code (for tests that
+        begin at the first visit, whichever test made an owner before them)."""
+        self.processes.stop("webui")
+        shutil.rmtree(self.run_dir / "webui", ignore_errors=True)
+        self.start("webui")
+
     def down(self) -> None:
         _require_root()
         for name in [*reversed(services.start_order(self.services)), *EMULATED_PARTS]:

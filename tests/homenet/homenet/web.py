@@ -104,6 +104,9 @@ class DualStackServer(ThreadingHTTPServer):
     """IPv4 and IPv6 on one socket (IPv4 clients appear as ::ffff:a.b.c.d)."""
 
     address_family = socket.AF_INET6
+    # A real site's backlog (nginx: 511), not socketserver's 5: five devices loading a busy page open 300
+    # connections at once, and a full accept queue drops SYNs into retries past a client's time-out.
+    request_queue_size = 511
 
     def server_bind(self):
         self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
