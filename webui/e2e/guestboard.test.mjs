@@ -130,7 +130,8 @@ test('wall panel: a device is paused now and resumed; its label says so meanwhil
   await page.click(label('inside', mac))
   await page.click('.panel [data-test=resume]')
   await page.waitForSelector('.panel [data-test=paused-note]', { state: 'detached', timeout: 3000 })
-  await page.keyboard.press('Escape')
+  await page.keyboard.press('Escape') // the Resume button it pressed is gone: Escape still closes the details
+  await page.waitForSelector('.overlay', { state: 'detached', timeout: 3000 })
   await page.waitForSelector(`${label('inside', mac)} [data-test=paused-badge]`, { state: 'detached', timeout: 3000 })
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, false, 'the router has it resumed')
 })
@@ -278,8 +279,6 @@ test('wall panel: a device whose address another device uses is flagged until le
 test('wall panel: a blocked device offers no drop target; the owner unblocks it in its details', async (t) => {
   if (!stack.fake) return t.skip('needs the fake stack: a blocked device on demand')
   const { page } = wall
-  // A device panel left open by an earlier test (its focused button went away, so Escape missed it).
-  if (await page.$('.panel .close')) await page.click('.panel .close')
   await page.click('a[href="#/board"]')
   const blocked = await stack.join('blocked-phone', { state: 'blacklisted' })
   await page.waitForSelector(`${label('outside', blocked)}:has-text("blocked")`, { timeout: 10000 })
