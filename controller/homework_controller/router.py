@@ -6,7 +6,8 @@ to install or remove, frames to send, gateway addresses to add, events to tell
 the household. It never talks to a switch, a socket or the kernel itself, so unit
 tests drive it directly. Its state lives in the concerns it composes (one module
 each: the device registry, the switch mirror, newcomers, accounting, app
-priorities, agent reports, DNS gating, clone watching, passphrases); it sequences
+priorities, agent reports, DNS gating, clone watching, passphrases, the household's
+controls); it sequences
 the events that involve several of them.
 """
 
@@ -16,10 +17,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import allowances, apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, schedules, wifi_keys
+from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
-from .allowances import Allowances
 from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import BadDomain, DnsGating
@@ -35,13 +35,13 @@ from .effects import (
     TellHousehold,
 )
 from .errors import ApiError, DeviceBlocked, UnknownDevice
+from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses, PrefixPlan
 from .lifecycle import Concern
 from .model import Device, State, normalize_mac
 from .nd import Solicitation
 from .newcomers import Newcomers
 from .passphrases import Passphrases
-from .pauses import Pauses
 from .registry import DeviceRegistry
 from .store import DeviceStore
 from .switch_mirror import SwitchMirror
@@ -104,11 +104,7 @@ class HomeRouter:
         self.port_binding = port_binding.PortBinding()
         self.portal = portal.Portal()
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
-        self.household = schedules.HouseholdTime(store)
-        self.pauses = Pauses(store, clock, self.household)
-        self.allowances = Allowances(store, clock, self.household)
-        # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
-        self.gates = (self.pauses, self.allowances)
+        self.controls = HouseholdControls(store, clock)  # pauses, bedtimes, allowances: may hold a device
         # Forgetting a device reaches every concern: each owns its memory of it.
         self.concerns: tuple[Concern, ...] = (
             self.registry,
@@ -122,8 +118,7 @@ class HomeRouter:
             self.port_binding,
             self.passphrases,
             self.portal,
-            self.pauses,
-            self.allowances,
+            self.controls,
         )
         # IPv6 (a /64 per device), when the router runs it.
         self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
@@ -423,7 +418,7 @@ class HomeRouter:
         Runs under the controller's lock: a lookup and the device's rules, nothing more.
         """
         device = self.registry.forwarding_at(client_ip) or self._forwarding_at_v6(client_ip)
-        if device is None or self._held(device.mac):
+        if device is None or not self.controls.may_forward(device.mac):
             return self._portal_dns(client_ip, query)
         if query is None:
             self.counters["dns_malformed"] += 1
@@ -459,10 +454,6 @@ class HomeRouter:
         if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
             return None
         return device
-
-    def _held(self, mac: str) -> bool:
-        """Whether a per-device policy (a gate) holds the device's traffic now."""
-        return not all(gate.may_forward(mac) for gate in self.gates)
 
     def portal_of(self, ip: str) -> dict:
         """What the captive portal tells the device at this address about itself (`portal.view`). The
@@ -561,83 +552,37 @@ class HomeRouter:
         return self._update(device.with_(name=name))
 
     def pause(self, mac: str) -> list:
-        """The device's traffic stops now (its connections with it) until it is resumed."""
-        device = self._known(mac)
-        self.pauses.pause(device.mac)
-        return self._reconcile(device)
+        return self._change(mac, self.controls.pause)
 
     def pause_for(self, mac: str, duration: str) -> list:
-        """Paused now for a while: "30" or "30 min", "1 h", or "tomorrow" (the household's next reset)."""
-        device = self._known(mac)
-        now = self.clock()
-        if duration.strip().lower() == "tomorrow":
-            until = self.household.next_reset(now)
-        else:
-            minutes = duration if duration.strip()[-1:].isalpha() else f"{duration} min"  # "30" is minutes
-            try:
-                kind, amount = allowances.parse_amount(minutes)
-            except allowances.BadAllowance:
-                kind, amount = "", 0
-            if kind != "minutes":
-                raise ApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
-            until = now + amount * 60
-        self.pauses.pause(device.mac, until)
-        return self._reconcile(device)
+        return self._change(mac, self.controls.pause_for, duration)
 
     def resume(self, mac: str) -> list:
-        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
-        allowance that is used up still holds it: only a bonus or the reset lifts that."""
-        device = self._known(mac)
-        self.pauses.resume(device.mac)
-        return self._reconcile(device)
+        return self._change(mac, self.controls.resume)
 
     def set_schedule(self, mac: str, text: str) -> list:
-        """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""
-        device = self._known(mac)
-        try:
-            windows = schedules.parse(text)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        self.pauses.set_schedule(device.mac, windows)
-        return self._reconcile(device)
+        return self._change(mac, self.controls.set_schedule, text)
 
     def set_allowance(self, mac: str, amount: str) -> list:
-        """The device's daily allowance ("2 h", "500 MB"; empty removes it)."""
-        device = self._known(mac)
-        try:
-            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
-        except allowances.BadAllowance as exc:
-            raise ApiError(str(exc)) from None
-        self.allowances.choose(device.mac, allowance)
-        return self._reconcile(device)
+        return self._change(mac, self.controls.set_allowance, amount)
 
     def grant_bonus(self, mac: str, amount: str) -> list:
-        """More for today, until the household's reset ("30 min", "500 MB")."""
-        device = self._known(mac)
-        try:
-            self.allowances.grant_bonus(device.mac, *allowances.parse_amount(amount))
-        except allowances.BadAllowance as exc:
-            raise ApiError(str(exc)) from None
-        return self._reconcile(device)
+        return self._change(mac, self.controls.grant_bonus, amount)
 
     def household_time(self) -> dict:
-        return self.household.to_json()
+        return self.controls.household_time()
 
     def set_time_zone(self, name: str) -> dict:
-        """The household's time zone (IANA name): schedules and the reset are read in it from now on."""
-        try:
-            self.household.set_zone(name)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        return self.household.to_json()
+        return self.controls.set_time_zone(name)
 
     def set_reset_time(self, at: str) -> dict:
-        """When the household's day begins: allowances start again, "until tomorrow" ends."""
-        try:
-            self.household.set_reset(at)
-        except schedules.BadSchedule as exc:
-            raise ApiError(str(exc)) from None
-        return self.household.to_json()
+        return self.controls.set_reset_time(at)
+
+    def _change(self, mac: str, change: Callable[..., None], *args: str) -> list:
+        """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""
+        device = self._known(mac)
+        change(device.mac, *args)
+        return self._reconcile(device)
 
     def _decide(self, device: Device, state: State) -> list:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
@@ -675,9 +620,7 @@ class HomeRouter:
             effects.append(self._record_lease(device, "expired"))
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
-        # Bedtimes that began or ended, pauses that ran out, a new day: the loop below applies them.
-        self.pauses.tick(now)
-        self.allowances.tick(now)
+        self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
         for mac in self.switch.devices_with_rules():
             effects += self._reconcile(self.devices[mac])
         if self.ipv6 is not None:
@@ -700,24 +643,8 @@ class HomeRouter:
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
             **self.portal.status_of(device.mac),
-            **self.pauses.status_of(device.mac),
             **self.port_binding.status_of(device.mac),
-            **self.allowances.status_of(device.mac),
-            **self._hold_status(device.mac),
-        }
-
-    def _hold_status(self, mac: str) -> dict:
-        """paused, and if so why ("paused" | "bedtime" | "allowance") and until when (the household's
-        local time, ISO; null: until resumed). A pause or bedtime is said before a used-up allowance:
-        resuming it still leaves the allowance to lift."""
-        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
-        if hold is None:
-            return {"paused": False, "paused_why": None, "paused_until": None}
-        why, until = hold
-        return {
-            "paused": True,
-            "paused_why": why,
-            "paused_until": None if until is None else schedules.iso(until, self.household.tz),
+            **self.controls.status_of(device.mac),
         }
 
     def _forwarding_at_v6(self, *addresses: str) -> Device | None:
@@ -736,12 +663,10 @@ class HomeRouter:
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []
-        for mac in self.allowances.count(used):
+        for mac, until in self.controls.count(used).items():
             device = self.devices[mac]
             effects += self._reconcile(device)
-            hold = self.allowances.hold_of(mac)
-            if hold is not None:  # ran out (not: a bonus or a new day let it go)
-                until = schedules.iso(hold[1], self.household.tz)[11:16] if hold[1] else ""
+            if until is not None:  # ran out (not: a bonus or a new day let it go)
                 effects.append(
                     TellHousehold(
                         "allowance",
@@ -774,11 +699,7 @@ class HomeRouter:
         access_ports, router_mac = self.switch.access_ports, self.switch.router_mac
         if not access_ports or router_mac is None:
             return []  # no switch yet: it gets everything when it connects
-        held = False  # a plain loop: this runs for every DHCP message, and for every device at a tick
-        for gate in self.gates:
-            if not gate.may_forward(device.mac):
-                held = True
-                break
+        held = not self.controls.may_forward(device.mac)
         wanted = flows.device_rules(
             device,
             self.clock(),

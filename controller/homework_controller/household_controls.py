@@ -1,0 +1,147 @@
+"""The household's controls over devices' time online, the concern: pauses and bedtimes (`pauses.py`),
+daily allowances (`allowances.py`), and the household's clock both read (its time zone and daily
+reset, `schedules.HouseholdTime`).
+
+Pauses and allowances are its two gates: each may hold a device's traffic for now, and `HomeRouter`
+gives a held device a non-forwarding device's rules. This module takes the household's words (ws.v1's
+text: "30 min", "tomorrow", "sun-thu 21:30-07:00", "2 h") to them, answering `ApiError` for what it
+cannot read, and says why and until when a device is held. `HomeRouter` finds the device, and brings
+its rules in line after each change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import allowances, schedules
+from .allowances import Allowances
+from .errors import ApiError
+from .pauses import Pauses
+from .store import DeviceStore
+
+
+class HouseholdControls:
+    def __init__(self, store: DeviceStore, clock: Callable[[], float]):
+        self.clock = clock
+        self.time = schedules.HouseholdTime(store)
+        self.pauses = Pauses(store, clock, self.time)
+        self.allowances = Allowances(store, clock, self.time)
+        # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
+        self.gates = (self.pauses, self.allowances)
+
+    # -- the lifecycle
+
+    def knows(self, mac: str) -> bool:
+        return any(gate.knows(mac) for gate in self.gates)
+
+    def forget(self, mac: str) -> None:
+        for gate in self.gates:
+            gate.forget(mac)
+
+    def may_forward(self, mac: str) -> bool:
+        return all(gate.may_forward(mac) for gate in self.gates)
+
+    def tick(self, now: float) -> None:
+        """Bedtimes that began or ended, pauses that ran out, a new day: `HomeRouter`'s tick applies them."""
+        self.pauses.tick(now)
+        self.allowances.tick(now)
+
+    def status_of(self, mac: str) -> dict:
+        """The device's schedule and allowance; paused, and if so why ("paused" | "bedtime" | "allowance")
+        and until when (the household's local time, ISO; null: until resumed). A pause or bedtime is said
+        before a used-up allowance: resuming it still leaves the allowance to lift."""
+        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
+        why, until = hold if hold is not None else (None, None)
+        return {
+            **self.pauses.status_of(mac),
+            **self.allowances.status_of(mac),
+            "paused": hold is not None,
+            "paused_why": why,
+            "paused_until": None if until is None else schedules.iso(until, self.time.tz),
+        }
+
+    # -- events
+
+    def count(self, used: dict[str, int]) -> dict[str, str | None]:
+        """Bytes each device moved since the last read: the devices whose allowance ran out or came
+        back, each with when a used-up one lets it go again ("HH:MM", the household's local time; None:
+        it came back, a bonus or a new day let it go)."""
+        changed: dict[str, str | None] = {}
+        for mac in self.allowances.count(used):
+            hold = self.allowances.hold_of(mac)
+            if hold is None:
+                changed[mac] = None
+            else:
+                changed[mac] = schedules.iso(hold[1], self.time.tz)[11:16] if hold[1] else ""
+        return changed
+
+    # -- the household's decisions (by device; `HomeRouter` makes its rules follow)
+
+    def pause(self, mac: str) -> None:
+        """The device's traffic stops now (its connections with it) until it is resumed."""
+        self.pauses.pause(mac)
+
+    def pause_for(self, mac: str, duration: str) -> None:
+        """Paused now for a while: "30" or "30 min", "1 h", or "tomorrow" (the household's next reset)."""
+        now = self.clock()
+        if duration.strip().lower() == "tomorrow":
+            until = self.time.next_reset(now)
+        else:
+            minutes = duration if duration.strip()[-1:].isalpha() else f"{duration} min"  # "30" is minutes
+            try:
+                kind, amount = allowances.parse_amount(minutes)
+            except allowances.BadAllowance:
+                kind, amount = "", 0
+            if kind != "minutes":
+                raise ApiError(f"{duration!r}: pause for minutes ('30 min', '1 h') or until 'tomorrow'")
+            until = now + amount * 60
+        self.pauses.pause(mac, until)
+
+    def resume(self, mac: str) -> None:
+        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
+        allowance that is used up still holds it: only a bonus or the reset lifts that."""
+        self.pauses.resume(mac)
+
+    def set_schedule(self, mac: str, text: str) -> None:
+        """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""
+        try:
+            windows = schedules.parse(text)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        self.pauses.set_schedule(mac, windows)
+
+    def set_allowance(self, mac: str, amount: str) -> None:
+        """The device's daily allowance ("2 h", "500 MB"; empty removes it)."""
+        try:
+            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+        self.allowances.choose(mac, allowance)
+
+    def grant_bonus(self, mac: str, amount: str) -> None:
+        """More for today, until the household's reset ("30 min", "500 MB")."""
+        try:
+            self.allowances.grant_bonus(mac, *allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+
+    # -- the household's clock
+
+    def household_time(self) -> dict:
+        return self.time.to_json()
+
+    def set_time_zone(self, name: str) -> dict:
+        """The household's time zone (IANA name): schedules and the reset are read in it from now on."""
+        try:
+            self.time.set_zone(name)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.time.to_json()
+
+    def set_reset_time(self, at: str) -> dict:
+        """When the household's day begins: allowances start again, "until tomorrow" ends."""
+        try:
+            self.time.set_reset(at)
+        except schedules.BadSchedule as exc:
+            raise ApiError(str(exc)) from None
+        return self.time.to_json()
