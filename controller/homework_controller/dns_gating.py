@@ -1,10 +1,12 @@
 """DNS gating, the concern: each device's DNS rules (block/allow by name), the address book of
-what blocked names resolve to, each device's blocked addresses and which of them the switch holds.
+what blocked names resolve to, each device's blocked addresses and which of them the switch holds,
+and the verdict on each query the router's resolver gets (the captive portal's DNS included).
 
 The rules themselves (suffixes, IDNA, the decision) are `dnsgate`'s, pure; this keeps the state.
 `HomeRouter` asks it whether a device's rule set is gated (`gated`), for a device's drop rules
 (`block_rules`), and tells it when a device's rules left the switch (`rules_dropped`) or the
-device is forgotten (`forget`: its rules go from memory and the disk).
+device is forgotten (`forget`: its rules go from memory and the disk). Which device an address is,
+and whether it is held back, it asks through the functions it is given (`Lookups`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import NamedTuple
 
 import idna
 
 from . import dnsgate, flows, flows_v6
+from .effects import DnsVerdict
+from .errors import ApiError
 from .model import Device
 from .store import DeviceStore, StoreError
 
@@ -24,13 +29,18 @@ LOG = logging.getLogger(__name__)
 BLOCK_CLEANUP_S = 60  # how late the switch may lift a DNS block whose addresses expired
 
 
-class BadDomain(ValueError):
-    pass
+class Lookups(NamedTuple):
+    """What the verdict on a query needs to know of other concerns, as functions `HomeRouter` gives."""
+
+    forwarding_at: Callable[[str], Device | None]  # the device forwarding now at an IPv4 or IPv6 address
+    answerable_at: Callable[[str], Device | None]  # the device with a live lease, not refused, at an IPv4 address
+    held: Callable[[str], bool]  # whether a gate holds the device's traffic now
+    is_portal_probe: Callable[[str], bool]  # a name operating systems probe for a captive portal
 
 
 class DnsGating:
-    def __init__(self, store: DeviceStore, clock: Callable[[], float], counters: dict[str, int]):
-        self.store, self.clock, self.counters = store, clock, counters
+    def __init__(self, store: DeviceStore, clock: Callable[[], float], counters: dict[str, int], lookups: Lookups):
+        self.store, self.clock, self.counters, self.lookups = store, clock, counters, lookups
         self.rules: dict[str, dict[str, str]] = store.load_dns_rules()
         self.addresses = dnsgate.AddressBook(clock=clock)
         # Per device, the addresses blocked for it (address -> live (name, address) pairs that block
@@ -93,9 +103,40 @@ class DnsGating:
 
     # -- events
 
-    def verdict(self, mac: str, qname: str) -> bool:
-        """Whether a query for qname from the device is refused."""
-        return dnsgate.decide(self.rules.get(mac, {}), qname) == dnsgate.DENY
+    def query(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
+        """A query that reached the router's resolver from client_ip, parsed (None: it was malformed).
+
+        Runs under the controller's lock: a lookup and the device's rules, nothing more.
+        """
+        device = self.lookups.forwarding_at(client_ip)
+        if device is None or self.lookups.held(device.mac):
+            return self._portal_query(client_ip, query)
+        if query is None:
+            self.counters["dns_malformed"] += 1
+            return DnsVerdict("malformed")
+        if dnsgate.decide(self.rules.get(device.mac, {}), query.qname) == dnsgate.DENY:
+            self.counters["dns_refused"] += 1
+            return DnsVerdict("block")
+        return DnsVerdict("allow")
+
+    def _portal_query(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
+        """A query from a device held back, whose rules let only DNS and the portal through: the names
+        operating systems probe for a captive portal get the router's address (the OS then shows its
+        sign-in sheet with the portal), every other name a refusal (a paused device's apps say so at
+        once instead of waiting out a timeout)."""
+        if self.lookups.answerable_at(client_ip) is None:
+            # Only devices with a live lease get here through the switch; anyone else (the WAN side,
+            # a stale address) gets no answer at all.
+            self.counters["dns_not_a_device"] += 1
+            return DnsVerdict("drop")
+        if query is None:
+            self.counters["dns_malformed"] += 1
+            return DnsVerdict("malformed")
+        if self.lookups.is_portal_probe(query.qname):
+            self.counters["dns_portal"] += 1
+            return DnsVerdict("portal")
+        self.counters["dns_refused"] += 1
+        return DnsVerdict("block")
 
     def learn(self, learnt) -> dict[str, list[str]]:
         """What an upstream answer taught ((name, address, ttl) each): the addresses newly blocked, per device.
@@ -117,11 +158,11 @@ class DnsGating:
 
     def set_rule(self, mac: str, domain: str, action: str) -> tuple[str, str | None]:
         """The household blocks or allows a name for a device: (the name normalised, the rule it now
-        has: None if none). Raises BadDomain."""
+        has: None if none). Raises ApiError for what is not a domain name."""
         try:
             domain = dnsgate.normalize_domain(domain)
         except dnsgate.BadDomain as exc:
-            raise BadDomain(str(exc)) from None
+            raise ApiError(str(exc)) from None
         rules = self.rules.setdefault(mac, {})
         new: str | None
         if action == dnsgate.ALLOW and rules.get(domain) == dnsgate.DENY:

@@ -105,6 +105,14 @@ class DeviceRegistry:
         device = self.by_ip(ip)
         return device if device is not None and self.forwarding_now(device) else None
 
+    def answerable_at(self, ip: str) -> Device | None:
+        """The device at the address if it holds a live lease and is not refused: the router's stack may
+        answer it (held back, its rules let only its DNS and the portal through: `flows.portal_rules`)."""
+        device = self.by_ip(ip)
+        if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
+            return None
+        return device
+
     def pending(self) -> list[Device]:
         return [d for d in self.devices.values() if d.state is State.PENDING]
 

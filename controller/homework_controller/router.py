@@ -22,7 +22,7 @@ from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
 from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
-from .dns_gating import BadDomain, DnsGating
+from .dns_gating import DnsGating, Lookups
 from .effects import (
     AnswerDhcp,
     AuthenticatorDeny,
@@ -99,7 +99,17 @@ class HomeRouter:
             device_of=self.devices.__getitem__,
             process_of=self.agent_reports.process_of,
         )
-        self.dns_gating = DnsGating(store, clock, self.counters)
+        self.dns_gating = DnsGating(
+            store,
+            clock,
+            self.counters,
+            Lookups(
+                forwarding_at=lambda ip: self.registry.forwarding_at(ip) or self._forwarding_at_v6(ip),
+                answerable_at=self.registry.answerable_at,
+                held=lambda mac: not self.controls.may_forward(mac),
+                is_portal_probe=portal.is_probe,
+            ),
+        )
         self.clone_watch = CloneWatch(clock, self.counters)
         self.port_binding = port_binding.PortBinding()
         self.portal = portal.Portal()
@@ -282,7 +292,7 @@ class HomeRouter:
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
-            target = self.registry.forwarding_at(req.dst_ip) or self._portal_device(req.dst_ip)
+            target = self.registry.forwarding_at(req.dst_ip) or self.registry.answerable_at(req.dst_ip)
             if target:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
@@ -413,47 +423,8 @@ class HomeRouter:
     # -- DNS gating
 
     def dns_query(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
-        """A query that reached the router's resolver from client_ip, parsed (None: it was malformed).
-
-        Runs under the controller's lock: a lookup and the device's rules, nothing more.
-        """
-        device = self.registry.forwarding_at(client_ip) or self._forwarding_at_v6(client_ip)
-        if device is None or not self.controls.may_forward(device.mac):
-            return self._portal_dns(client_ip, query)
-        if query is None:
-            self.counters["dns_malformed"] += 1
-            return DnsVerdict("malformed")
-        if self.dns_gating.verdict(device.mac, query.qname):
-            self.counters["dns_refused"] += 1
-            return DnsVerdict("block")
-        return DnsVerdict("allow")
-
-    def _portal_dns(self, client_ip: str, query: dnsgate.Query | None) -> DnsVerdict:
-        """A query from a device held back, whose rules let only DNS and the portal through: the names
-        operating systems probe for a captive portal get the router's address (the OS then shows its
-        sign-in sheet with the portal), every other name a refusal (a paused device's apps say so at
-        once instead of waiting out a timeout)."""
-        if self._portal_device(client_ip) is None:
-            # Only devices with a live lease get here through the switch; anyone else (the WAN side,
-            # a stale address) gets no answer at all.
-            self.counters["dns_not_a_device"] += 1
-            return DnsVerdict("drop")
-        if query is None:
-            self.counters["dns_malformed"] += 1
-            return DnsVerdict("malformed")
-        if portal.is_probe(query.qname):
-            self.counters["dns_portal"] += 1
-            return DnsVerdict("portal")
-        self.counters["dns_refused"] += 1
-        return DnsVerdict("block")
-
-    def _portal_device(self, ip: str) -> Device | None:
-        """The device at the address if it holds a live lease and is not refused: the router's stack
-        may answer it (held back, its rules let only its DNS and the portal through: `flows.portal_rules`)."""
-        device = self.registry.by_ip(ip)
-        if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
-            return None
-        return device
+        """A query that reached the router's resolver from client_ip, parsed (None: it was malformed)."""
+        return self.dns_gating.query(client_ip, query)
 
     def portal_of(self, ip: str) -> dict:
         """What the captive portal tells the device at this address about itself (`portal.view`). The
@@ -488,10 +459,7 @@ class HomeRouter:
 
     def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
         device = self._known(mac)
-        try:
-            domain, new = self.dns_gating.set_rule(device.mac, domain, action)
-        except BadDomain as exc:
-            raise ApiError(str(exc)) from None
+        domain, new = self.dns_gating.set_rule(device.mac, domain, action)
         lifted = self.dns_gating.recompute(device.mac)
         effects = self._reconcile(device, reinstall=lifted) + self._install_blocks(device)
         if new == dnsgate.DENY:
