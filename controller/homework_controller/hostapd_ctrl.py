@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import socket
 import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
+
+from . import wifi_keys
+from .effects import AuthenticatorDeny, AuthenticatorKick
 
 LOG = logging.getLogger(__name__)
 
@@ -98,3 +102,60 @@ class Events:
                 waiting_for_pong = False
             elif message.startswith("<"):
                 self.on_event(message)
+
+
+class Authenticator:
+    """What hostapd is told of devices (denied, kicked off the air), by one thread in the order the
+    household decided, and its key file of devices' own passphrases, written by one caller at a time,
+    each writing the router's latest keys (`keys`, which takes them under the controller's lock)."""
+
+    def __init__(self, ctrl: str, psk_file: str, keys: Callable[[], list[wifi_keys.WifiKey]]):
+        self.ctrl, self.psk_file, self.keys = ctrl, psk_file, keys
+        self.jobs: queue.SimpleQueue[AuthenticatorDeny | AuthenticatorKick] = queue.SimpleQueue()
+        self.keys_lock = threading.Lock()
+
+    def tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
+        """Queued for the thread (`run_forever`); without a control socket, nobody to tell."""
+        if self.ctrl:
+            self.jobs.put(effect)
+
+    def run_forever(self) -> None:
+        while True:
+            self._tell(self.jobs.get())
+
+    def _tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
+        commands = (
+            []
+            if isinstance(effect, AuthenticatorKick)
+            else [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        )
+        if isinstance(effect, AuthenticatorKick) or effect.deny:
+            commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
+        for words in commands:
+            try:
+                command(self.ctrl, *words)
+            except HostapdError as exc:
+                LOG.error("%s", exc)
+
+    def publish_keys(self) -> dict:
+        """hostapd's key file rewritten with the router's keys, and hostapd told to read it again (off the
+        controller's lock). `applied`: hostapd has them; `note` says why not."""
+        if not self.psk_file:
+            return {"applied": False, "note": "no key file configured (--wifi-psk-file): the radio does not know it"}
+        with self.keys_lock:
+            keys = self.keys()
+            try:
+                wifi_keys.write_psk_file(
+                    self.psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(self.psk_file), keys)
+                )
+            except OSError as exc:
+                LOG.error("could not write %s: %s", self.psk_file, exc)
+                return {"applied": False, "note": f"could not write the key file: {exc}"}
+            if not self.ctrl:
+                return {"applied": False, "note": "key file written; no hostapd socket to tell (--hostapd-ctrl)"}
+            try:
+                command(self.ctrl, "reload_wpa_psk")
+            except HostapdError as exc:
+                LOG.error("%s", exc)
+                return {"applied": False, "note": f"key file written; {exc}"}
+        return {"applied": True, "note": ""}

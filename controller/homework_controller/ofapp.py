@@ -10,19 +10,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import queue
-import socketserver
-import subprocess
 import threading
-import time
-from wsgiref import simple_server
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from . import (
     api,
@@ -41,8 +34,6 @@ from . import (
     qos,
     shaper,
     slice_link,
-    stations,
-    wifi_keys,
 )
 from .agent_reports import AgentReport
 from .config import CONFIG
@@ -65,15 +56,17 @@ from .effects import (
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
 from .hwdb_log import HwdbLog
-from .ipv6 import BadPrefix, PrefixPlan, gateway_of, load_or_make_ula, parse_delegated, read_delegated
+from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
+from .lan_addresses import LanAddresses
 from .model import BadMac
-from .nd import ETH_IPV6, ROUTER_LINK_LOCAL, MalformedNd
+from .nd import ETH_IPV6, MalformedNd
 from .nd import parse as parse_solicitation
+from .periodic import PeriodicJobs
 from .router import HomeRouter
+from .serving import TimedLock, api_server
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
-IFA_F_NODAD = 0x02  # linux/if_addr.h
 
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
@@ -102,40 +95,7 @@ def ipv6_plan(config) -> PrefixPlan | None:
     return PrefixPlan(load_or_make_ula(data), parse_delegated(config.ipv6_prefix) or read_delegated(data))
 
 
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(simple_server.WSGIRequestHandler):
-    def log_message(self, fmt, *args):
-        LOG.debug("ws.v1 %s " + fmt, self.client_address[0], *args)
-
-
-class TimedLock:
-    """The controller's lock, remembering its longest hold and who held it (ws.v1 `counters`).
-
-    Everything under it delays every device's DHCP, ARP and DNS, so its longest hold is the
-    number that says whether one device can stall the others.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._since = 0.0
-        self.max_hold_s, self.max_hold_by = 0.0, ""
-
-    def __enter__(self):
-        self._lock.acquire()
-        self._since = time.monotonic()
-        return self
-
-    def __exit__(self, *exc):
-        held = time.monotonic() - self._since
-        if held > self.max_hold_s:
-            self.max_hold_s, self.max_hold_by = held, threading.current_thread().name
-        self._lock.release()
-
-
-class HomeworkController(app_manager.OSKenApp):
+class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
@@ -171,37 +131,27 @@ class HomeworkController(app_manager.OSKenApp):
         self.from_devices_ready = threading.Event()
         self.dhcp_before_switch = 0
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
-        self.ipr = IPRoute()
-        self.lan_index = None
-        self.gateway_jobs: queue.SimpleQueue = queue.SimpleQueue()
-        # hostapd is told in the order the household decided, by one thread.
-        self.hostapd_jobs: queue.SimpleQueue = queue.SimpleQueue()
-        # The key file is written by one caller at a time, each writing the router's latest keys.
-        self.wifi_keys_lock = threading.Lock()
+        self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
+        self.authenticator = hostapd_ctrl.Authenticator(CONFIG.hostapd_ctrl, CONFIG.wifi_psk_file, self._wifi_keys)
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
         self.lock = TimedLock()
-        self._delegated_error = ""  # why the prefix file was last refused, logged once
         self._start_thread(self._serve_from_devices)
         self.dhcp_port = dhcp_port.DhcpPort(CONFIG.lan_iface)
         self.dhcp_port.start(self._on_dhcp)
-        self._start_thread(self._tick)
-        self._start_thread(self._poll_counters)
         # The switch's own per-connection records (IPFIX), exported to the collector once it listens.
         self.flow_export = None
         if CONFIG.flow_export_port:
             self.flow_export = flow_export.Collector(self._on_exported, port=CONFIG.flow_export_port).start()
-            self._start_thread(self._export_flows)
-        self._start_thread(self._add_gateway_addresses)
-        self._start_thread(self._tell_hostapd_in_order)
-        self._start_thread(self._publish_wifi_keys)  # the file as the database has it (e.g. after a restore)
+        self.start_periodic_jobs()
+        self._start_thread(self.lan_addresses.run_forever)
+        self._start_thread(self.authenticator.run_forever)
+        self._start_thread(self.authenticator.publish_keys)  # the file as the database has it (e.g. after a restore)
         if CONFIG.hostapd_ctrl and CONFIG.wifi_psk_file:
             # Which passphrase each station joined with: only a radio with the key file says (keyid=).
             self._start_thread(hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event).run_forever)
-        if self.shapers:
-            self._start_thread(self._watch_shapers)
         self.app_feed = (
             hwdb_feed.AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
         )
@@ -217,13 +167,7 @@ class HomeworkController(app_manager.OSKenApp):
             self.slice_link = slice_link.SliceLink(
                 CONFIG.slice_host, CONFIG.slice_port, self._learnt_connections, CONFIG.public_addresses, tls
             ).start()
-        self.api_server = simple_server.make_server(
-            CONFIG.api_host,
-            CONFIG.api_port,
-            api.make_app(self.call),
-            server_class=_ThreadingWSGIServer,
-            handler_class=_QuietHandler,
-        )
+        self.api_server = api_server(CONFIG.api_host, CONFIG.api_port, api.make_app(self.call))
         self._start_thread(self.api_server.serve_forever)
         LOG.info("ws.v1 API on http://%s:%d/ws.v1/", CONFIG.api_host, CONFIG.api_port)
         # On the LAN interface only (the redirect delivers there whatever address a device asked):
@@ -402,24 +346,6 @@ class HomeworkController(app_manager.OSKenApp):
 
     # ---- flow accounting
 
-    def _poll_counters(self):
-        """Every interval: ask the switch for flow counters, and the radio for link quality."""
-        last_stations: dict = {}
-        while True:
-            time.sleep(CONFIG.stats_interval)
-            dp = self.datapath
-            if dp is not None:
-                self._send(dp, openflow.flow_counters_request())
-            if CONFIG.stations:
-                try:
-                    now = stations.read_stations(CONFIG.stations)
-                except (OSError, ValueError, subprocess.SubprocessError) as exc:
-                    LOG.debug("no station list from %s: %s", CONFIG.stations, exc)
-                    continue
-                for row in stations.link_rows(last_stations, now):
-                    self.hwdb.write("Links", row)
-                last_stations = now
-
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev):
         # Replies come in parts; the router compares each part with the last poll.
@@ -429,15 +355,6 @@ class HomeworkController(app_manager.OSKenApp):
         entries, self.stats_parts = self.stats_parts, []
         with self.lock:
             self._apply(self.router.on_flow_stats(entries))
-
-    def _export_flows(self) -> None:
-        try:
-            flow_export.export_to(CONFIG.lan_iface, CONFIG.flow_export_port)
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", b"") or b""
-            LOG.error("the switch does not export its flows (no Flows rows): %s %s", exc, detail.decode().strip())
-            return
-        LOG.info("switch %s exports its flows to 127.0.0.1:%d", CONFIG.lan_iface, CONFIG.flow_export_port)
 
     def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The collector's thread: a second's records, summed per connection direction in the collector's
@@ -487,15 +404,6 @@ class HomeworkController(app_manager.OSKenApp):
         """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""
         with self.lock:
             return self.router.learnt_connections()
-
-    def _watch_shapers(self):
-        """The shaped links' trees kept in place, and the household told when High is overloaded (off the lock)."""
-        watch = shaper.Watch(self.shapers)
-        while True:
-            for message in watch.check(time.monotonic()):
-                LOG.info("event qos-overload: %s", message)
-                self.hwdb.write("Events", ("qos-overload", "", message))
-            time.sleep(CONFIG.stats_interval)
 
     # ---- effects
 
@@ -549,16 +457,12 @@ class HomeworkController(app_manager.OSKenApp):
             self._send(dp, openflow.delete_meter(effect.meter_id))
         elif isinstance(effect, SendFrame):
             self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, AddGatewayAddress):
-            # Netlink through pyroute2 takes milliseconds: off the packet path, in order.
-            self.gateway_jobs.put(effect.subnet)
-        elif isinstance(effect, AddIpv6Gateway):
-            self.gateway_jobs.put(effect)
+        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway)):
+            self.lan_addresses.add(effect)  # netlink takes milliseconds: off the packet path, in order
         elif isinstance(effect, ResolveName):
             self._start_thread(self._resolve, effect.domain)
         elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-            if CONFIG.hostapd_ctrl:
-                self.hostapd_jobs.put(effect)
+            self.authenticator.tell(effect)
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
@@ -566,50 +470,6 @@ class HomeworkController(app_manager.OSKenApp):
     def _send(dp, msg) -> None:
         msg.datapath = dp
         dp.send_msg(msg)
-
-    def _add_gateway_addresses(self):
-        if self.router.ipv6 is not None:
-            self._add_ipv6_address(ROUTER_LINK_LOCAL)  # the source of its adverts, devices' default router
-        while True:
-            job = self.gateway_jobs.get()
-            if isinstance(job, AddIpv6Gateway):
-                self._add_ipv6_address(gateway_of(job.prefix))
-            else:
-                self._add_gateway_address(job)
-
-    def _add_ipv6_address(self, address: str) -> None:
-        """The router's address in a device's /64 (its ::1), or its link-local, on the LAN interface: the
-        kernel then routes the /64 there. No duplicate-address detection: the /64 is the router's to give."""
-        try:
-            found = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
-            if not found:
-                LOG.error("no interface %s to hold %s", CONFIG.lan_iface, address)
-                return
-            self.ipr.addr("add", index=found[0], address=address, prefixlen=64, flags=IFA_F_NODAD)
-        except NetlinkError as exc:
-            if exc.code != 17:  # EEXIST: already there from an earlier run
-                LOG.error("could not add %s/64 to %s: %s", address, CONFIG.lan_iface, exc)
-
-    def _add_gateway_address(self, subnet):
-        try:
-            if self.lan_index is None:
-                found = self.ipr.link_lookup(ifname=CONFIG.lan_iface)
-                if not found:
-                    LOG.error("no interface %s to hold gateway %s", CONFIG.lan_iface, subnet.gateway)
-                    return
-                self.lan_index = found[0]
-            self.ipr.addr(
-                "add",
-                index=self.lan_index,
-                address=subnet.gateway,
-                prefixlen=subnet.prefixlen,
-                broadcast=subnet.broadcast,
-            )
-        except NetlinkError as exc:
-            if exc.code == 19:  # ENODEV: the interface was recreated; look it up again next time
-                self.lan_index = None
-            if exc.code != 17:  # EEXIST: already there from an earlier run
-                LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, CONFIG.lan_iface, exc)
 
     def _on_hostapd_event(self, event: str) -> None:
         joined = hostapd_ctrl.station_joined(event)  # parsed off the lock
@@ -621,55 +481,7 @@ class HomeworkController(app_manager.OSKenApp):
             except BadMac:
                 LOG.warning("hostapd event with no station address: %r", event)
 
-    def _tell_hostapd_in_order(self):
-        while True:
-            self._tell_hostapd(self.hostapd_jobs.get())
-
-    def _tell_hostapd(self, effect: AuthenticatorDeny | AuthenticatorKick):
-        commands = (
-            []
-            if isinstance(effect, AuthenticatorKick)
-            else [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
-        )
-        if isinstance(effect, AuthenticatorKick) or effect.deny:
-            commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
-        for command in commands:
-            try:
-                hostapd_ctrl.command(CONFIG.hostapd_ctrl, *command)
-            except hostapd_ctrl.HostapdError as exc:
-                LOG.error("%s", exc)
-
-    # ---- the clock and the API
-
-    def _tick(self):
-        while True:
-            time.sleep(CONFIG.tick_seconds)
-            self._renumber_if_delegated_changed()
-            with self.lock:
-                if self.datapath is not None:
-                    try:
-                        self._apply(self.router.tick())
-                    except Exception:
-                        LOG.exception("lease expiry pass failed")
-
-    def _renumber_if_delegated_changed(self) -> None:
-        """The prefix-delegation client rewrites the prefix file beside the database (atomically) when the
-        ISP delegates another prefix: read it off the lock each tick, renumber when it differs. The command
-        line's --ipv6-prefix is fixed. A file that is not a prefix is logged (once) and changes nothing."""
-        if self.router.ipv6 is None or CONFIG.ipv6_prefix:
-            return
-        try:
-            delegated = read_delegated(os.path.dirname(os.path.abspath(CONFIG.db)))
-        except BadPrefix as exc:
-            if str(exc) != self._delegated_error:
-                LOG.error("%s: the delegated prefix stays %s", exc, self.router.ipv6.plan.delegated)
-            self._delegated_error = str(exc)
-            return
-        self._delegated_error = ""
-        if delegated != self.router.ipv6.plan.delegated:  # only this thread changes the plan
-            LOG.info("delegated prefix %s -> %s: renumbering", self.router.ipv6.plan.delegated, delegated)
-            with self.lock:
-                self._apply(self.router.renumber(delegated))
+    # ---- the API
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
 
@@ -686,32 +498,13 @@ class HomeworkController(app_manager.OSKenApp):
         if op.decision and not self.router.store.flush():
             LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
         if name in self.WIFI_KEY_CHANGES:
-            result = dict(result, **self._publish_wifi_keys())
+            result = dict(result, **self.authenticator.publish_keys())
         return result
 
-    def _publish_wifi_keys(self) -> dict:
-        """hostapd's key file rewritten with the router's keys, and hostapd told to read it again (off the
-        controller's lock). `applied`: hostapd has them; `note` says why not."""
-        if not CONFIG.wifi_psk_file:
-            return {"applied": False, "note": "no key file configured (--wifi-psk-file): the radio does not know it"}
-        with self.wifi_keys_lock:
-            with self.lock:
-                keys = self.router.passphrases.all()
-            try:
-                wifi_keys.write_psk_file(
-                    CONFIG.wifi_psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(CONFIG.wifi_psk_file), keys)
-                )
-            except OSError as exc:
-                LOG.error("could not write %s: %s", CONFIG.wifi_psk_file, exc)
-                return {"applied": False, "note": f"could not write the key file: {exc}"}
-            if not CONFIG.hostapd_ctrl:
-                return {"applied": False, "note": "key file written; no hostapd socket to tell (--hostapd-ctrl)"}
-            try:
-                hostapd_ctrl.command(CONFIG.hostapd_ctrl, "reload_wpa_psk")
-            except hostapd_ctrl.HostapdError as exc:
-                LOG.error("%s", exc)
-                return {"applied": False, "note": f"key file written; {exc}"}
-        return {"applied": True, "note": ""}
+    def _wifi_keys(self) -> list:
+        """Every device's own passphrase, for hostapd's key file."""
+        with self.lock:
+            return self.router.passphrases.all()
 
     def _edge_answer(self, name: str) -> dict:
         """ws.v1's health and counters: the I/O edge's own state as well as the router's."""

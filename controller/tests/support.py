@@ -17,7 +17,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from homework_controller import dns_server, flows, packets
 from homework_controller.effects import AnswerDhcp
-from homework_controller.ofapp import TimedLock
+from homework_controller.serving import TimedLock
 
 WLAN = 1
 ROUTER_MAC = "02:48:57:00:00:01"

@@ -31,8 +31,8 @@ from dhcp_path import client_frame
 
 from homework_controller import dhcp, flows, hwdb_feed, packets
 from homework_controller.model import Device, State, Subnet
-from homework_controller.ofapp import TimedLock
 from homework_controller.router import HomeRouter
+from homework_controller.serving import TimedLock
 from homework_controller.store import DeviceStore
 
 WLAN, ROUTER_MAC = 1, "02:48:57:00:00:01"

@@ -54,8 +54,11 @@ from homework_controller.config import CONFIG
 from homework_controller.dhcp_port import ETH_P_IP, DhcpPort
 from homework_controller.fairness import FairQueue
 from homework_controller.held import ANSWER, HeldChanges
+from homework_controller.hostapd_ctrl import Authenticator
 from homework_controller.hwdb_log import BATCH_SECONDS, HwdbLog
+from homework_controller.lan_addresses import LanAddresses
 from homework_controller.router import HomeRouter
+from homework_controller.serving import TimedLock
 from homework_controller.store import DeviceStore
 from homework_controller.supervised import SocketService
 
@@ -162,10 +165,10 @@ def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[ofap
     )
     app.from_devices_ready = threading.Event()
     app.held_rules = HeldChanges()
-    app.lock = ofapp.TimedLock()
+    app.lock = TimedLock()
     app.dhcp_before_switch = 0
-    app.gateway_jobs = queue.SimpleQueue()
-    app.hostapd_jobs = queue.SimpleQueue()
+    app.lan_addresses = LanAddresses("lan", ipv6=False)  # its queue fills; no thread adds them
+    app.authenticator = Authenticator("", "", list)  # no hostapd to tell
     port = DhcpPort.__new__(DhcpPort)
     port.iface, port.malformed = "lan", 0
     port.service = SocketService("socket", lambda: sock, port._serve)

@@ -1,0 +1,78 @@
+"""The router's addresses on the LAN interface: each device's gateway (its /30's first address) and,
+with IPv6, the router's address in each of a device's /64s (its ::1) and its link-local. Netlink
+through pyroute2 takes milliseconds a change, so they are added by one thread, in the order decided,
+off the packet path.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from .effects import AddGatewayAddress, AddIpv6Gateway
+from .ipv6 import gateway_of
+from .model import Subnet
+from .nd import ROUTER_LINK_LOCAL
+
+LOG = logging.getLogger("homework.controller")
+IFA_F_NODAD = 0x02  # linux/if_addr.h
+EEXIST, ENODEV = 17, 19
+
+
+class LanAddresses:
+    def __init__(self, lan_iface: str, ipv6: bool):
+        self.lan_iface, self.ipv6 = lan_iface, ipv6
+        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway] = queue.SimpleQueue()
+        self.ipr = IPRoute()
+        self.lan_index: int | None = None
+
+    def add(self, effect: AddGatewayAddress | AddIpv6Gateway) -> None:
+        """Queued for the thread (`run_forever`)."""
+        self.jobs.put(effect.subnet if isinstance(effect, AddGatewayAddress) else effect)
+
+    def run_forever(self) -> None:
+        if self.ipv6:
+            self._add_ipv6_address(ROUTER_LINK_LOCAL)  # the source of its adverts, devices' default router
+        while True:
+            job = self.jobs.get()
+            if isinstance(job, AddIpv6Gateway):
+                self._add_ipv6_address(gateway_of(job.prefix))
+            else:
+                self._add_gateway_address(job)
+
+    def _add_ipv6_address(self, address: str) -> None:
+        """The router's address in a device's /64 (its ::1), or its link-local, on the LAN interface: the
+        kernel then routes the /64 there. No duplicate-address detection: the /64 is the router's to give."""
+        try:
+            found = self.ipr.link_lookup(ifname=self.lan_iface)
+            if not found:
+                LOG.error("no interface %s to hold %s", self.lan_iface, address)
+                return
+            self.ipr.addr("add", index=found[0], address=address, prefixlen=64, flags=IFA_F_NODAD)
+        except NetlinkError as exc:
+            if exc.code != EEXIST:  # already there from an earlier run
+                LOG.error("could not add %s/64 to %s: %s", address, self.lan_iface, exc)
+
+    def _add_gateway_address(self, subnet: Subnet) -> None:
+        try:
+            if self.lan_index is None:
+                found = self.ipr.link_lookup(ifname=self.lan_iface)
+                if not found:
+                    LOG.error("no interface %s to hold gateway %s", self.lan_iface, subnet.gateway)
+                    return
+                self.lan_index = found[0]
+            self.ipr.addr(
+                "add",
+                index=self.lan_index,
+                address=subnet.gateway,
+                prefixlen=subnet.prefixlen,
+                broadcast=subnet.broadcast,
+            )
+        except NetlinkError as exc:
+            if exc.code == ENODEV:  # the interface was recreated; look it up again next time
+                self.lan_index = None
+            if exc.code != EEXIST:  # already there from an earlier run
+                LOG.error("could not add gateway %s/30 to %s: %s", subnet.gateway, self.lan_iface, exc)

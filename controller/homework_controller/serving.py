@@ -1,0 +1,51 @@
+"""What the I/O edge serves with: ws.v1's threaded WSGI server on loopback, and the controller's lock,
+which remembers its longest hold (ws.v1 `counters`)."""
+
+from __future__ import annotations
+
+import logging
+import socketserver
+import threading
+import time
+from wsgiref import simple_server
+
+LOG = logging.getLogger("homework.controller")
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, fmt, *args):
+        LOG.debug("ws.v1 %s " + fmt, self.client_address[0], *args)
+
+
+def api_server(host: str, port: int, app) -> simple_server.WSGIServer:
+    """ws.v1's server, a thread per request (its `serve_forever` is the caller's to run); requests
+    are logged at debug level only."""
+    return simple_server.make_server(host, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+
+
+class TimedLock:
+    """The controller's lock, remembering its longest hold and who held it (ws.v1 `counters`).
+
+    Everything under it delays every device's DHCP, ARP and DNS, so its longest hold is the
+    number that says whether one device can stall the others.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._since = 0.0
+        self.max_hold_s, self.max_hold_by = 0.0, ""
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        held = time.monotonic() - self._since
+        if held > self.max_hold_s:
+            self.max_hold_s, self.max_hold_by = held, threading.current_thread().name
+        self._lock.release()
