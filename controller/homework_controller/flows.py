@@ -358,6 +358,123 @@ def broadcast_rules(
     return frozenset(rules)
 
 
+# ---- a forwarding device's rules, one builder per shape for IPv4 and IPv6 (`flows_v6`) alike
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a rule of one shape says differently for IPv4 and IPv6: the frames' type and the match
+    fields of their source and destination (an address, or a masked /64)."""
+
+    eth_type: int
+    src: str
+    dst: str
+
+
+IPV4 = Family(ETH_IPV4, "ipv4_src", "ipv4_dst")
+
+
+def admitted(family: Family, cookie: int, mac: str, own: tuple[int, ...], source) -> set[FlowRule]:
+    """On to the accounting table: from the device's MAC with its source on its own ports, and whatever
+    the router sends its MAC."""
+    goto = (GotoTable(TABLE_ACCOUNTING),)
+    rules = {
+        rule(
+            TABLE_ADMISSION,
+            Admission.SOURCE_CHECKED,
+            goto,
+            cookie,
+            in_port=port,
+            eth_src=mac,
+            eth_type=family.eth_type,
+            **{family.src: source},
+        )
+        for port in own
+    }
+    rules.add(
+        rule(
+            TABLE_ADMISSION,
+            Admission.SOURCE_CHECKED,
+            goto,
+            cookie,
+            in_port=LOCAL,
+            eth_dst=mac,
+            eth_type=family.eth_type,
+        )
+    )
+    return rules
+
+
+def counted(family: Family, cookie: int, priorities: tuple[int, int], actions: tuple, address) -> set[FlowRule]:
+    """The device's traffic counted, sent by it and to it (priorities: of each), then `actions`."""
+    sent, received = priorities
+    return {
+        rule(TABLE_ACCOUNTING, sent, actions, cookie, eth_type=family.eth_type, **{family.src: address}),
+        rule(TABLE_ACCOUNTING, received, actions, cookie, eth_type=family.eth_type, **{family.dst: address}),
+    }
+
+
+def routed_to(
+    family: Family, cookie: int, mac: str, router_mac: str, own: tuple[int, ...], access_ports: tuple[int, ...], address
+) -> set[FlowRule]:
+    """To the device's address: from the router out of its own ports (the router's stack set the MACs);
+    from any access port (another device's) hairpinned through the router, MACs rewritten, TTL (hop
+    limit) decremented, out of its own port."""
+    rules = {
+        rule(
+            TABLE_ROUTING,
+            Routing.TO_DEVICE,
+            outputs_to(own, LOCAL),
+            cookie,
+            in_port=LOCAL,
+            eth_type=family.eth_type,
+            **{family.dst: address},
+        )
+    }
+    rules |= {
+        rule(
+            TABLE_ROUTING,
+            Routing.TO_DEVICE,
+            (SetField("eth_src", router_mac), SetField("eth_dst", mac), DecTtl(), *outputs_to(own, port)),
+            cookie,
+            in_port=port,
+            eth_type=family.eth_type,
+            **{family.dst: address},
+        )
+        for port in access_ports
+    }
+    return rules
+
+
+def encrypted_dns_refused(family: Family, cookie: int, source) -> set[FlowRule]:
+    """The household blocks names for the device: its encrypted DNS (DNS over TLS or QUIC, port 853),
+    which the router cannot read, is dropped, so it falls back to plain DNS."""
+    return {
+        rule(
+            TABLE_ACCOUNTING,
+            Accounting.BLOCKED,
+            (),
+            cookie,
+            eth_type=family.eth_type,
+            ip_proto=proto,
+            **{family.src: source, f"{l4}_dst": DNS_OVER_TLS_PORT},
+        )
+        for proto, l4 in ((PROTO_TCP, "tcp"), (PROTO_UDP, "udp"))
+    }
+
+
+def address_blocked(family: Family, cookie: int, source, address: str) -> FlowRule:
+    """The device may not reach an address learnt for a name blocked for it (even by address)."""
+    return rule(
+        TABLE_ACCOUNTING,
+        Accounting.BLOCKED,
+        (),
+        cookie,
+        eth_type=family.eth_type,
+        **{family.src: source, family.dst: address},
+    )
+
+
 @dataclass(frozen=True)
 class DeviceRules:
     """The rules a device should have (learnt flows aside), named by what they are made of, so that two are
@@ -490,52 +607,6 @@ class DeviceRules:
         if not self.forwarding:
             return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.portal else budget)
         ip = subnet.device_ip
-        rules = {
-            rule(
-                TABLE_ADMISSION,
-                Admission.SOURCE_CHECKED,
-                (GotoTable(TABLE_ACCOUNTING),),
-                cookie,
-                in_port=port,
-                eth_src=self.mac,
-                eth_type=ETH_IPV4,
-                ipv4_src=ip,
-            )
-            for port in own
-        }
-        rules |= {
-            rule(
-                TABLE_ADMISSION,
-                Admission.SOURCE_CHECKED,
-                (GotoTable(TABLE_ACCOUNTING),),
-                cookie,
-                in_port=LOCAL,
-                eth_dst=self.mac,
-                eth_type=ETH_IPV4,
-            ),
-            rule(
-                TABLE_ROUTING,
-                Routing.TO_DEVICE,
-                outputs_to(own, LOCAL),
-                cookie,
-                in_port=LOCAL,
-                eth_type=ETH_IPV4,
-                ipv4_dst=ip,
-            ),
-        }
-        # From any access port (another device's): hairpinned through the router, out of its own port.
-        rules |= {
-            rule(
-                TABLE_ROUTING,
-                Routing.TO_DEVICE,
-                (SetField("eth_src", self.router_mac), SetField("eth_dst", self.mac), DecTtl(), *outputs_to(own, port)),
-                cookie,
-                in_port=port,
-                eth_type=ETH_IPV4,
-                ipv4_dst=ip,
-            )
-            for port in self.access_ports
-        }
         # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
         # first packet, or on everything while it is over its flow budget, must not jump the queue.
         unmark = SetField("ip_dscp", 0)
@@ -544,33 +615,11 @@ class DeviceRules:
             if self.learning
             else (unmark, GotoTable(TABLE_ROUTING))
         )
-        rules |= {
-            rule(TABLE_ACCOUNTING, Accounting.DEVICE_SOURCE, count, cookie, eth_type=ETH_IPV4, ipv4_src=ip),
-            rule(TABLE_ACCOUNTING, Accounting.DEVICE_DEST, count, cookie, eth_type=ETH_IPV4, ipv4_dst=ip),
-        }
+        rules = admitted(IPV4, cookie, self.mac, own, ip)
+        rules |= routed_to(IPV4, cookie, self.mac, self.router_mac, own, self.access_ports, ip)
+        rules |= counted(IPV4, cookie, (Accounting.DEVICE_SOURCE, Accounting.DEVICE_DEST), count, ip)
         if self.dns_gated:
-            rules |= {
-                rule(
-                    TABLE_ACCOUNTING,
-                    Accounting.BLOCKED,
-                    (),
-                    cookie,
-                    eth_type=ETH_IPV4,
-                    ipv4_src=ip,
-                    ip_proto=PROTO_TCP,
-                    tcp_dst=DNS_OVER_TLS_PORT,
-                ),
-                rule(
-                    TABLE_ACCOUNTING,
-                    Accounting.BLOCKED,
-                    (),
-                    cookie,
-                    eth_type=ETH_IPV4,
-                    ipv4_src=ip,
-                    ip_proto=PROTO_UDP,
-                    udp_dst=DNS_OVER_TLS_PORT,
-                ),
-            }
+            rules |= encrypted_dns_refused(IPV4, cookie, ip)
         return frozenset(rules | budget)
 
 
@@ -623,15 +672,7 @@ def device_rules(
 def dns_block_rule(device: Device, addr: str) -> FlowRule:
     """The device may not reach an address learnt for a name blocked for it (even by address)."""
     assert device.subnet is not None
-    return rule(
-        TABLE_ACCOUNTING,
-        Accounting.BLOCKED,
-        (),
-        device_cookie(device),
-        eth_type=ETH_IPV4,
-        ipv4_src=device.subnet.device_ip,
-        ipv4_dst=addr,
-    )
+    return address_blocked(IPV4, device_cookie(device), device.subnet.device_ip, addr)
 
 
 def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowRule:

@@ -32,32 +32,32 @@ from collections.abc import Sequence
 from . import nd
 from .flows import (
     CONTROLLER,
-    DNS_OVER_TLS_PORT,
     LOCAL,
     NEWCOMERS_METER,
-    PROTO_TCP,
-    PROTO_UDP,
-    TABLE_ACCOUNTING,
     TABLE_ADMISSION,
     TABLE_ROUTING,
     Accounting,
     Admission,
-    DecTtl,
     DeviceRules,
+    Family,
     FlowRule,
     GotoTable,
     Meter,
     Output,
     Routing,
-    SetField,
+    address_blocked,
+    admitted,
+    counted,
     device_cookie,
     device_meter,
-    outputs_to,
+    encrypted_dns_refused,
+    routed_to,
     rule,
 )
 from .model import Device
 
 ETH_IPV6 = nd.ETH_IPV6
+IPV6 = Family(ETH_IPV6, "ipv6_src", "ipv6_dst")
 TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a device's /64, above the /64 itself
 # Table 1: a device's IPv6 counted (the IPv4 DEVICE_* rules' twins; their own priorities, so the IPv4 Flows
 # rows never read them). Between devices both match: the sender's wins, as for IPv4.
@@ -128,17 +128,6 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
     }
     if not (ipv4.forwarding and prefixes):
         return frozenset(rules)
-    rules.add(
-        rule(
-            TABLE_ADMISSION,
-            Admission.SOURCE_CHECKED,
-            (GotoTable(TABLE_ACCOUNTING),),
-            cookie,
-            in_port=LOCAL,
-            eth_dst=device.mac,
-            eth_type=ETH_IPV6,
-        )
-    )
     for prefix in prefixes:
         net = masked(prefix)
         # Its /64's ::1 is the router's (its stack answers there): not hairpinned back to the device.
@@ -152,93 +141,14 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
                 ipv6_dst=str(ipaddress.IPv6Network(prefix).network_address + 1),
             )
         )
-        rules |= {
-            rule(
-                TABLE_ADMISSION,
-                Admission.SOURCE_CHECKED,
-                (GotoTable(TABLE_ACCOUNTING),),
-                cookie,
-                in_port=port,
-                eth_src=device.mac,
-                eth_type=ETH_IPV6,
-                ipv6_src=net,
-            )
-            for port in own
-        }
-        counted = (GotoTable(TABLE_ROUTING),)
-        rules |= {
-            rule(TABLE_ACCOUNTING, COUNTED_SOURCE, counted, cookie, eth_type=ETH_IPV6, ipv6_src=net),
-            rule(TABLE_ACCOUNTING, COUNTED_DEST, counted, cookie, eth_type=ETH_IPV6, ipv6_dst=net),
-        }
-        rules.add(
-            rule(
-                TABLE_ROUTING,
-                Routing.TO_DEVICE,
-                outputs_to(own, LOCAL),
-                cookie,
-                in_port=LOCAL,
-                eth_type=ETH_IPV6,
-                ipv6_dst=net,
-            )
-        )
-        # From any access port (another device's): hairpinned through the router, hop limit decremented.
-        rules |= {
-            rule(
-                TABLE_ROUTING,
-                Routing.TO_DEVICE,
-                (
-                    SetField("eth_src", ipv4.router_mac),
-                    SetField("eth_dst", device.mac),
-                    DecTtl(),
-                    *outputs_to(own, port),
-                ),
-                cookie,
-                in_port=port,
-                eth_type=ETH_IPV6,
-                ipv6_dst=net,
-            )
-            for port in ipv4.access_ports
-        }
-    if ipv4.dns_gated:
-        # As for IPv4: its encrypted DNS (TLS, QUIC) would get round the names blocked for it.
-        for prefix in prefixes:
-            source = masked(prefix)
-            rules |= {
-                rule(
-                    TABLE_ACCOUNTING,
-                    Accounting.BLOCKED,
-                    (),
-                    cookie,
-                    eth_type=ETH_IPV6,
-                    ipv6_src=source,
-                    ip_proto=PROTO_TCP,
-                    tcp_dst=DNS_OVER_TLS_PORT,
-                ),
-                rule(
-                    TABLE_ACCOUNTING,
-                    Accounting.BLOCKED,
-                    (),
-                    cookie,
-                    eth_type=ETH_IPV6,
-                    ipv6_src=source,
-                    ip_proto=PROTO_UDP,
-                    udp_dst=DNS_OVER_TLS_PORT,
-                ),
-            }
+        rules |= admitted(IPV6, cookie, device.mac, own, net)
+        rules |= counted(IPV6, cookie, (COUNTED_SOURCE, COUNTED_DEST), (GotoTable(TABLE_ROUTING),), net)
+        rules |= routed_to(IPV6, cookie, device.mac, ipv4.router_mac, own, ipv4.access_ports, net)
+        if ipv4.dns_gated:  # as for IPv4: its encrypted DNS would get round the names blocked for it
+            rules |= encrypted_dns_refused(IPV6, cookie, net)
     return frozenset(rules)
 
 
 def dns_block_rules(device: Device, addr: str, prefixes: tuple[str, ...]) -> list[FlowRule]:
     """The device may not reach an IPv6 address learnt for a name blocked for it, from any of its /64s."""
-    return [
-        rule(
-            TABLE_ACCOUNTING,
-            Accounting.BLOCKED,
-            (),
-            device_cookie(device),
-            eth_type=ETH_IPV6,
-            ipv6_src=masked(prefix),
-            ipv6_dst=addr,
-        )
-        for prefix in prefixes
-    ]
+    return [address_blocked(IPV6, device_cookie(device), masked(prefix), addr) for prefix in prefixes]
