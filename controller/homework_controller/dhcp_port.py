@@ -1,6 +1,6 @@
 """The controller's DHCP socket on the router's LAN interface (the switch's LOCAL port).
 
-The switch sends DHCP from the air to the LAN interface (flows.base_rules), where this raw
+The switch sends DHCP from the air to the LAN interface (base_flows.base_rules), where this raw
 socket reads it; answers go back the same way and the switch passes them to the wireless port.
 DHCP is the one thing a hundred devices ask at the same moment (a power cut), and a packet-in
 and packet-out per message cost more than the answer itself (docs/PERFORMANCE.md, dhcp_storm).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import flows
+from . import base_flows, flows
 from .effects import AddGatewayAddress, InstallMeter, InstallRules, RemoveMeter, RemoveRules
 from .model import Device
 
@@ -31,7 +31,7 @@ class SwitchMirror:
         self.access_ports, self.router_mac = access_ports, router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
         self.forwarding, self.broadcast = {}, frozenset()
-        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(flows.base_rules(access_ports)))]
+        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(base_flows.base_rules(access_ports)))]
 
     def knows(self, mac: str) -> bool:
         return mac in self.installed or mac in self.forwarding
@@ -103,7 +103,7 @@ class SwitchMirror:
             self.forwarding[mac] = own_ports
         else:
             self.forwarding.pop(mac)
-        wanted = flows.broadcast_rules(
+        wanted = base_flows.broadcast_rules(
             [device_of(m) for m in sorted(self.forwarding)], self.access_ports, self.forwarding.__getitem__
         )
         if wanted == self.broadcast:

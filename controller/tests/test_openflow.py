@@ -4,7 +4,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
-from homework_controller import flows, openflow, qos
+from homework_controller import base_flows, flows, openflow, qos
 from homework_controller.model import Device, State, Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
@@ -13,7 +13,7 @@ PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1),
 def every_rule():
     blacklisted = Device(mac="02:00:00:00:00:bb", state=State.BLACKLISTED)
     return (
-        flows.base_rules((WLAN, 2))
+        base_flows.base_rules((WLAN, 2))
         + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01", dns_gated=True))
         + list(flows.device_rules(PHONE, 0, (WLAN, 2), "02:48:57:00:00:01", port=2))
         + [
@@ -24,7 +24,7 @@ def every_rule():
             ),
         ]
         + list(
-            flows.broadcast_rules(
+            base_flows.broadcast_rules(
                 [PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2))],
                 (WLAN, 2),
                 lambda mac: (2,) if mac == PHONE.mac else (WLAN,),
