@@ -23,6 +23,7 @@ from . import (
     dhcp,
     dhcp_port,
     dns_server,
+    edge_status,
     flow_export,
     flows,
     hostapd_ctrl,
@@ -490,7 +491,7 @@ class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
         op = operations.BY_CALL[name]
         with self.lock:
             if op.answers == "edge":
-                result = self._edge_answer(name)
+                result = edge_status.ANSWERS[name](self)  # the edge's own state beside the router's
             else:
                 result = operations.perform(
                     self.router, op, list(args), lambda effects: self._apply(effects, at_once=True), self.switch_ready
@@ -505,46 +506,3 @@ class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
         """Every device's own passphrase, for hostapd's key file."""
         with self.lock:
             return self.router.passphrases.all()
-
-    def _edge_answer(self, name: str) -> dict:
-        """ws.v1's health and counters: the I/O edge's own state as well as the router's."""
-        if name == "health":
-            # switch_ready: the switch is connected and holds this controller's rules.
-            return {
-                "switch_ready": self.switch_ready,
-                "devices": len(self.router.devices),
-                "store": {"recovered": self.router.store.recovered, "write_errors": self.router.store.errors},
-                "hwdb": {"address": CONFIG.hwdb, "rows_written": self.hwdb.written, "rows_dropped": self.hwdb.dropped},
-                "resolver": self.dns.health(),
-                "dhcp": self.dhcp_port.health(),
-                "qos": {
-                    **{way: s.health() for way, s in self.shapers.items()},
-                    "app_feed": None
-                    if self.app_feed is None
-                    else {"subscribed": self.app_feed.subscribed, "restored": self.app_feed.restored.is_set()},
-                    "app_priorities": dict(sorted(self.router.priorities.chosen.items())),
-                    "demoted_devices": sorted(self.router.priorities.demoted),
-                },
-                "slice": None if self.slice_link is None else self.slice_link.health(),
-            }
-        if name == "counters":
-            return dict(
-                self.router.counters,
-                packet_in_dropped=self.from_devices.dropped,
-                dhcp_frames_malformed=self.dhcp_port.malformed,
-                dhcp_before_switch=self.dhcp_before_switch,
-                dhcp_socket_dropped=self.dhcp_port.dropped(),
-                store_write_errors=self.router.store.errors,
-                hwdb_rows_written=self.hwdb.written,
-                hwdb_rows_dropped=self.hwdb.dropped,
-                agent_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_reports.count,
-                app_priority_rows_rejected=0 if self.app_feed is None else self.app_feed.rejected_priorities.count,
-                **{
-                    f"flow_export_{name}": value
-                    for name, value in (self.flow_export.stats() if self.flow_export else {}).items()
-                },
-                lock_max_hold_ms=round(self.lock.max_hold_s * 1000, 1),
-                lock_max_hold_by=self.lock.max_hold_by,
-                **self.dns.counters,
-            )
-        raise ValueError(f"{name} is not the edge's to answer")
