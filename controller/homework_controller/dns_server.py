@@ -22,7 +22,6 @@ import ipaddress
 import logging
 import socket
 import struct
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -45,37 +44,10 @@ TCP_MESSAGE_S = 5.0  # a connection must deliver each whole query within this (i
 POLL_S = 0.5  # service loops wake this often to notice close()
 ERROR_LOG_EVERY_S = 10.0
 RCODE_SERVFAIL = 2
-NFT_TABLE = "homework_dns"
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)  # Linux's value; Python defines the name from 3.12
 PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst (source to use), addr (header dst)
 PKTINFO6 = struct.Struct("=16sI")  # struct in6_pktinfo: addr (header dst; the source to use), ifindex
 LENGTH = struct.Struct("!H")
-
-
-def redirect_lan_dns(lan_iface: str, port: int) -> None:
-    """Send every DNS packet from the LAN, IPv4 and IPv6, to this server (nftables, replaced atomically).
-
-    `redirect` rewrites the destination to an address of the interface the packet came in on,
-    so the server, bound to that interface, sees every redirected query: a device cannot get
-    round its blocked names by asking another resolver, over either family.
-    """
-    ruleset = "".join(
-        f"""
-table {family} {NFT_TABLE}
-flush table {family} {NFT_TABLE}
-table {family} {NFT_TABLE} {{
-  chain prerouting {{
-    type nat hook prerouting priority dstnat; policy accept;
-    iifname "{lan_iface}" udp dport 53 redirect to :{port}
-    iifname "{lan_iface}" tcp dport 53 redirect to :{port}
-  }}
-}}
-"""
-        for family in ("ip", "ip6")
-    )
-    proc = subprocess.run(["nft", "-f", "-"], input=ruleset, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"could not redirect LAN DNS to port {port}: {proc.stderr.strip()}")
 
 
 def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:

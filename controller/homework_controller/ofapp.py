@@ -28,10 +28,10 @@ from . import (
     flows,
     hostapd_ctrl,
     hwdb_feed,
+    lan_side,
     openflow,
     operations,
     packets,
-    portal,
     qos,
     shaper,
     slice_link,
@@ -184,8 +184,8 @@ class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
             # was sent to: the redirect covers IPv6 too.
             listen6=("::", CONFIG.dns_port) if self.router.ipv6 is not None else None,
         )
-        dns_server.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
-        portal.open_lan_side(CONFIG.lan_iface)
+        lan_side.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
+        lan_side.open_lan_side(CONFIG.lan_iface)
         self.dns.start()
         LOG.info(
             "resolver on %s port %d (LAN DNS redirected here), upstream %s",

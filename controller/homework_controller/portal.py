@@ -16,12 +16,11 @@ the router knows; made when first asked for, in memory (a restart makes new ones
 from __future__ import annotations
 
 import secrets
-import subprocess
 from collections.abc import Callable
 
 import dnslib
 
-from .model import LAN_NETWORK, ROUTER_FALLBACK_IP
+from .model import ROUTER_FALLBACK_IP
 
 # The router's own LAN address (10.2.0.1: its /30 is kept for the router), where the web UI listens.
 ROUTER_ADDRESS = ROUTER_FALLBACK_IP
@@ -136,35 +135,3 @@ def view(status: dict) -> dict:
         "allowance": status.get("allowance") if reason == "allowance" else None,  # what was used up
         "user_portal_url": PORTAL_URL,
     }
-
-
-# ---- the I/O edge: the router's stack answers held-back devices
-
-NFT_TABLE = "homework_portal"
-# Where the web UI listens on the router's LAN address (deploy/services.toml: `--listen ${LAN_ADDRESS}:8080`).
-WEB_UI_PORT = 8080
-
-
-def open_lan_side(lan_iface: str, web_port: int = WEB_UI_PORT) -> None:
-    """Let the router's stack answer a held-back device (whose rules let through only its DNS and the
-    portal): a route to the whole LAN on the LAN interface (a device gets its gateway address on the
-    interface only once it is let in, so a storm of newcomers costs no netlink work), and the LAN's
-    plain HTTP to the router's address sent on to the web UI (nftables, replaced atomically): the OS
-    probes and the portal's URLs are port 80, which the unprivileged web UI cannot listen on."""
-    ruleset = f"""
-table ip {NFT_TABLE}
-flush table ip {NFT_TABLE}
-table ip {NFT_TABLE} {{
-  chain prerouting {{
-    type nat hook prerouting priority dstnat; policy accept;
-    iifname "{lan_iface}" ip daddr {ROUTER_ADDRESS} tcp dport {HTTP_PORT} dnat to {ROUTER_ADDRESS}:{web_port}
-  }}
-}}
-"""
-    for command, given in (
-        (["ip", "route", "replace", str(LAN_NETWORK), "dev", lan_iface, "scope", "link"], None),
-        (["nft", "-f", "-"], ruleset),
-    ):
-        proc = subprocess.run(command, input=given, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"could not open the portal ({' '.join(command[:2])}): {proc.stderr.strip()}")

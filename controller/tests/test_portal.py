@@ -9,7 +9,7 @@ from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 
-from homework_controller import dnsgate, flows, portal
+from homework_controller import dnsgate, flows, lan_side, portal
 from homework_controller.effects import AnswerDhcp
 from homework_controller.errors import UnknownDevice
 
@@ -136,7 +136,7 @@ def test_a_pending_device_reaches_the_routers_resolver_and_the_portal_and_nothin
     for dst, proto, dport in (
         (INTERNET, flows.PROTO_TCP, 80),
         (INTERNET, flows.PROTO_UDP, 53),
-        (ROUTER, flows.PROTO_TCP, portal.WEB_UI_PORT),
+        (ROUTER, flows.PROTO_TCP, lan_side.WEB_UI_PORT),
         (ROUTER, flows.PROTO_TCP, 22),
         (gateway, flows.PROTO_TCP, 80),
     ):
