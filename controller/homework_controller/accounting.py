@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from . import flows, flows_v6
-from .effects import LogRow
+from .effects import LogRow, TellHousehold
 
 # Connection directions kept between two polls from the switch's records; beyond, a device's new
 # ones are counted as its whole (a row like its learning rule's), so a flood cannot grow memory.
@@ -87,6 +87,16 @@ class Accounting:
             return "over"
         learnt.add(flow)
         return "learn"
+
+    def over_budget(self, mac: str, label: str) -> TellHousehold:
+        """What the household is told when the device (`label`: what it calls it) went over its budget."""
+        lost = "its new connections get no app priority" if self.from_export else "its traffic is counted as a whole"
+        return TellHousehold(
+            "flow-budget",
+            mac,
+            f"{label} opened more than {self.flow_budget} connections at once; {lost}"
+            f" for the next {int(self.budget_cooldown_s // 60)} minutes",
+        )
 
     def _count_copy(self, flow: flows.FiveTuple, outgoing: bool, size: int) -> None:
         # The device's learning rule counted this packet too: it is the flow's, not the device's.

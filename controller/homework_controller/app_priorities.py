@@ -230,12 +230,11 @@ class AppPriorities:
                 continue
             device = self._device_of(mac)
             self.demoted[mac] = self.clock() + self.qos.demotion_s
-            label = device.name or device.hostname or mac
             effects += self.remark(device) + [
                 TellHousehold(
                     "qos-overload",
                     mac,
-                    f"{label} sent {why}: its high-priority traffic is medium for the next "
+                    f"{device.label} sent {why}: its high-priority traffic is medium for the next "
                     f"{int(self.qos.demotion_s)} seconds",
                 )
             ]

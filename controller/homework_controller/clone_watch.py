@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from . import clones, dhcp
+from .effects import TellHousehold
 
 LOG = logging.getLogger(__name__)
 
@@ -48,18 +49,19 @@ class CloneWatch:
         # After a restart the first sender is taken for the holder.
         return clones.differences(self.fingerprints.setdefault(mac, seen), seen)
 
-    def suspect(self, mac: str, differs: list[str]) -> bool:
-        """Shown in the device's status until the household decides about it. Whether to tell the
-        household now (at most every few minutes)."""
+    def suspect(self, mac: str, differs: list[str], label: str) -> list[TellHousehold]:
+        """Shown in the device's status until the household decides about it; the household told now (at
+        most every few minutes). label: what the household calls the device."""
         now = self.clock()
         self.counters["mac_clone_suspected"] += 1
         self.suspected[mac] = clones.Suspicion(now, tuple(differs))
         LOG.warning("%s is in use by a second device: %s", mac, "; ".join(differs))
         last = self.told.get(mac)
         if last is not None and now - last < clones.CLONE_EVENT_INTERVAL_S:
-            return False
+            return []
         self.told[mac] = now
-        return True
+        message = f"{label}: its address {mac} is being used by another device too ({'; '.join(differs)})"
+        return [TellHousehold("mac-clone", mac, message)]
 
     def household_decided(self, mac: str) -> None:
         """The household has looked at the device: its next DHCP client is taken for its own (after an

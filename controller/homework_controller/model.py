@@ -105,6 +105,11 @@ class Device:
         return self.subnet is not None and self.lease_expires > now
 
     @property
+    def label(self) -> str:
+        """What the household's messages call it: its name, else the hostname it gave, else its MAC."""
+        return self.name or self.hostname or self.mac
+
+    @property
     def forwards(self) -> bool:
         """Whether the device's ordinary traffic is forwarded (given a live lease)."""
         return self.state is State.PERMITTED

@@ -229,17 +229,8 @@ class HomeRouter:
         return effects
 
     def _suspect_clone(self, mac: str, differs: list[str]) -> list:
-        if not self.clone_watch.suspect(mac, differs):
-            return []
         device = self.devices.get(mac)
-        label = (device.name or device.hostname) if device else ""
-        return [
-            TellHousehold(
-                "mac-clone",
-                mac,
-                f"{label or mac}: its address {mac} is being used by another " f"device too ({'; '.join(differs)})",
-            )
-        ]
+        return self.clone_watch.suspect(mac, differs, device.label if device else mac)
 
     def station_joined(self, mac: str, keyid: str) -> list:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
@@ -342,20 +333,7 @@ class HomeRouter:
         if verdict == "wait":
             return []  # its rule is on its way
         if verdict == "over":
-            label = device.name or device.hostname or device.mac
-            return self._reconcile(device) + [
-                TellHousehold(
-                    "flow-budget",
-                    device.mac,
-                    f"{label} opened more than {self.accounting.flow_budget} connections at once; "
-                    + (
-                        "its new connections get no app priority"
-                        if self.accounting.from_export
-                        else "its traffic is counted as a whole"
-                    )
-                    + f" for the next {int(self.accounting.budget_cooldown_s // 60)} minutes",
-                )
-            ]
+            return self._reconcile(device) + [self.accounting.over_budget(device.mac, device.label)]
         priority = self.priorities.learn_flow(device, flow)
         return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
 
@@ -639,7 +617,7 @@ class HomeRouter:
                     TellHousehold(
                         "allowance",
                         mac,
-                        f"{device.name or device.hostname or mac} has used up today's allowance; paused until {until}",
+                        f"{device.label} has used up today's allowance; paused until {until}",
                     )
                 )
         return effects
