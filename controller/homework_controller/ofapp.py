@@ -54,8 +54,9 @@ from .effects import (
     SendFrame,
     TellHousehold,
 )
+from .fair_serving import NEWCOMERS, RULE_EFFECTS, FairServing
 from .fairness import FairQueue
-from .held import ANSWER, SEND, HeldChanges, Wait
+from .held import HeldChanges
 from .hwdb_log import HwdbLog
 from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
 from .lan_addresses import LanAddresses
@@ -70,7 +71,6 @@ from .store import DeviceStore
 LOG = logging.getLogger("homework.controller")
 
 
-NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
 EXPORT_MERGE_CHUNK = 2000  # connection directions merged per hold of the lock (a few ms)
 
 
@@ -96,7 +96,7 @@ def ipv6_plan(config) -> PrefixPlan | None:
     return PrefixPlan(load_or_make_ula(data), parse_delegated(config.ipv6_prefix) or read_delegated(data))
 
 
-class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
+class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
@@ -299,47 +299,6 @@ class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
             return
         self._queue(frame, self.router.on_dhcp, answers_first=True)
 
-    def _queue(self, frame: packets.Frame, decide, answers_first: bool = False) -> None:
-        """answers_first: DHCP, which a household's devices all ask at once after a power cut; the
-        rule changes it brings wait behind the answers (packet-ins' do not: a learnt flow's rule
-        ends the copies of its packets)."""
-        with self.lock:
-            # Devices the router knows get a queue each; everyone else shares one, or a storm of
-            # forged MACs would be a thousand "devices" each served as often as a real one.
-            key = frame.eth_src if frame.eth_src in self.router.devices else NEWCOMERS
-            queued = self.from_devices.put(key, (frame, decide, answers_first))
-        # Set once per wake-up, not per frame (a set costs a condition's lock): the worker clears it
-        # before it looks at the queue, so a frame queued while it is still set is seen then.
-        if queued and not self.from_devices_ready.is_set():
-            self.from_devices_ready.set()
-
-    def _serve_from_devices(self):
-        while True:
-            self.from_devices_ready.wait()
-            self.from_devices_ready.clear()
-            while (turn := self._serve_one_turn()) is not None:
-                if isinstance(turn, Wait):  # for a new frame, or for the devices to go quiet
-                    self.from_devices_ready.wait(turn.seconds)
-                    self.from_devices_ready.clear()
-
-    def _serve_one_turn(self) -> str | Wait | None:
-        """Answer the next waiting frame, or send some held rule changes (`held.py` says which)."""
-        with self.lock:
-            turn = self.held_rules.next_turn(frames_waiting=bool(self.from_devices))
-            if turn == ANSWER:
-                frame, decide, answers_first = self.from_devices.pop()
-                if answers_first:
-                    self.held_rules.answering()
-                try:
-                    effects = decide(frame)
-                    rules_first = any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects)
-                    self._apply(effects, answers_first=answers_first and not rules_first, at_once=rules_first)
-                except Exception:
-                    LOG.exception("frame from %s failed", frame.eth_src)
-            elif turn == SEND:
-                self._send_held_rules(self.held_rules.per_turn)
-            return turn
-
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
             return self.router.on_flow_copy(in_port, frame)
@@ -408,29 +367,7 @@ class HomeworkController(PeriodicJobs, app_manager.OSKenApp):
 
     # ---- effects
 
-    _RULE_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter)
-    _SWITCH_EFFECTS = (*_RULE_EFFECTS, SendFrame)
-
-    def _apply(self, effects: list, *, answers_first: bool = False, at_once: bool = False) -> None:
-        """Carry out the router's effects. Rule and meter changes reach the switch in the order
-        they were decided: answers_first (devices are waiting) holds them back behind the answers
-        (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
-        (a household's decision; addresses blocked before the DNS answer that names them leaves)
-        sends everything held and then its own."""
-        if at_once:
-            self._send_held_rules()
-        hold = answers_first or bool(self.held_rules)
-        for effect in effects:
-            if hold and isinstance(effect, self._RULE_EFFECTS):
-                self.held_rules.hold(effect)
-            else:
-                self._carry_out(effect)
-        if self.held_rules and not answers_first:
-            self.from_devices_ready.set()  # the worker sends them
-
-    def _send_held_rules(self, limit: int | None = None) -> None:
-        for effect in self.held_rules.take(limit):
-            self._carry_out(effect)
+    _SWITCH_EFFECTS = (*RULE_EFFECTS, SendFrame)
 
     def _carry_out(self, effect) -> None:
         dp = self.datapath

@@ -52,6 +52,7 @@ from scapy.layers.l2 import Ether
 from homework_controller import dhcp, flows, log_writer, ofapp
 from homework_controller.config import CONFIG
 from homework_controller.dhcp_port import ETH_P_IP, DhcpPort
+from homework_controller.fair_serving import NEWCOMERS
 from homework_controller.fairness import FairQueue
 from homework_controller.held import ANSWER, HeldChanges
 from homework_controller.hostapd_ctrl import Authenticator
@@ -160,9 +161,7 @@ def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[ofap
         max_pending=CONFIG.max_pending,
     )
     app.hwdb = hwdb
-    app.from_devices = FairQueue(
-        per_key_limit=CONFIG.per_device_queue, limits={ofapp.NEWCOMERS: flows.NEWCOMERS_METER.burst}
-    )
+    app.from_devices = FairQueue(per_key_limit=CONFIG.per_device_queue, limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
     app.from_devices_ready = threading.Event()
     app.held_rules = HeldChanges()
     app.lock = TimedLock()
