@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from . import allowances, schedules
 from .allowances import Allowances
+from .effects import TellHousehold
 from .errors import ApiError
 from .pauses import Pauses
 from .store import DeviceStore
@@ -62,18 +63,18 @@ class HouseholdControls:
 
     # -- events
 
-    def count(self, used: dict[str, int]) -> dict[str, str | None]:
-        """Bytes each device moved since the last read: the devices whose allowance ran out or came
-        back, each with when a used-up one lets it go again ("HH:MM", the household's local time; None:
-        it came back, a bonus or a new day let it go)."""
-        changed: dict[str, str | None] = {}
-        for mac in self.allowances.count(used):
-            hold = self.allowances.hold_of(mac)
-            if hold is None:
-                changed[mac] = None
-            else:
-                changed[mac] = schedules.iso(hold[1], self.time.tz)[11:16] if hold[1] else ""
-        return changed
+    def count(self, used: dict[str, int]) -> set[str]:
+        """Bytes each device moved since the last read: the devices whose allowance ran out or came back."""
+        return self.allowances.count(used)
+
+    def used_up(self, mac: str, label: str) -> list[TellHousehold]:
+        """What the household is told of a device (`label`: what it calls it) whose allowance ran out
+        (nothing if it came back: a bonus or a new day let it go)."""
+        hold = self.allowances.hold_of(mac)
+        if hold is None:
+            return []
+        until = schedules.iso(hold[1], self.time.tz)[11:16] if hold[1] else ""
+        return [TellHousehold("allowance", mac, f"{label} has used up today's allowance; paused until {until}")]
 
     # -- the household's decisions (by device; `HomeRouter` makes its rules follow)
 

@@ -609,17 +609,9 @@ class HomeRouter:
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []
-        for mac, until in self.controls.count(used).items():
+        for mac in self.controls.count(used):
             device = self.devices[mac]
-            effects += self._reconcile(device)
-            if until is not None:  # ran out (not: a bonus or a new day let it go)
-                effects.append(
-                    TellHousehold(
-                        "allowance",
-                        mac,
-                        f"{device.label} has used up today's allowance; paused until {until}",
-                    )
-                )
+            effects += self._reconcile(device) + self.controls.used_up(mac, device.label)
         return effects
 
     def dhcp_status(self) -> list:
