@@ -5,7 +5,11 @@ os-ken instantiates apps itself, so the app reads this module-level object.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from . import qos
+from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
 
 
 @dataclass
@@ -57,6 +61,26 @@ class Config:
 
     def access_port_names(self) -> tuple[str, ...]:
         return self.access_ports or (self.wlan_port,)
+
+    def qos_settings(self) -> qos.QosSettings:
+        """The shaping options; a link without an interface and a rate is not shaped."""
+
+        def link(iface: str, kbit: int) -> qos.LinkShape | None:
+            return qos.LinkShape(iface, kbit, self.shaper_percent, self.high_share) if iface and kbit else None
+
+        return qos.QosSettings(
+            link(self.upstream_iface, self.uplink_kbit),
+            link(self.downlink_iface, self.downlink_kbit),
+            self.high_device_share,
+        )
+
+    def ipv6_plan(self) -> PrefixPlan | None:
+        """The home's IPv6 prefixes: its ULA /48 (made once, beside the database) and what the ISP delegated
+        (--ipv6-prefix, or the file its prefix-delegation client keeps beside the database)."""
+        if not self.ipv6:
+            return None
+        data = os.path.dirname(os.path.abspath(self.db))
+        return PrefixPlan(load_or_make_ula(data), parse_delegated(self.ipv6_prefix) or read_delegated(data))
 
 
 CONFIG = Config()

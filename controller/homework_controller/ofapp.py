@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 
 from os_ken.base import app_manager
@@ -32,7 +31,6 @@ from . import (
     openflow,
     operations,
     packets,
-    qos,
     shaper,
     slice_link,
 )
@@ -58,7 +56,6 @@ from .fair_serving import NEWCOMERS, RULE_EFFECTS, FairServing
 from .fairness import FairQueue
 from .held import HeldChanges
 from .hwdb_log import HwdbLog
-from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
 from .lan_addresses import LanAddresses
 from .model import BadMac
 from .nd import ETH_IPV6, MalformedNd
@@ -74,34 +71,12 @@ LOG = logging.getLogger("homework.controller")
 EXPORT_MERGE_CHUNK = 2000  # connection directions merged per hold of the lock (a few ms)
 
 
-def qos_settings(config) -> qos.QosSettings:
-    """The command line's shaping options; a link without an interface and a rate is not shaped."""
-
-    def link(iface: str, kbit: int) -> qos.LinkShape | None:
-        return qos.LinkShape(iface, kbit, config.shaper_percent, config.high_share) if iface and kbit else None
-
-    return qos.QosSettings(
-        link(config.upstream_iface, config.uplink_kbit),
-        link(config.downlink_iface, config.downlink_kbit),
-        config.high_device_share,
-    )
-
-
-def ipv6_plan(config) -> PrefixPlan | None:
-    """The home's IPv6 prefixes: its ULA /48 (made once, beside the database) and what the ISP delegated
-    (--ipv6-prefix, or the file its prefix-delegation client keeps beside the database)."""
-    if not config.ipv6:
-        return None
-    data = os.path.dirname(os.path.abspath(config.db))
-    return PrefixPlan(load_or_make_ula(data), parse_delegated(config.ipv6_prefix) or read_delegated(data))
-
-
 class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        settings = qos_settings(CONFIG)
+        settings = CONFIG.qos_settings()
         self.router = HomeRouter(
             DeviceStore(CONFIG.db),
             dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
@@ -111,7 +86,7 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
             qos_settings=settings,
             wifi_ssid=CONFIG.wifi_ssid,
             flows_from_export=bool(CONFIG.flow_export_port),
-            ipv6_plan=ipv6_plan(CONFIG),
+            ipv6_plan=CONFIG.ipv6_plan(),
         )
         self.shapers = {
             way: shaper.Shaper(link)

@@ -6,7 +6,6 @@ import pytest
 from homework_controller import qos
 from homework_controller.__main__ import parse_args
 from homework_controller.config import Config
-from homework_controller.ofapp import qos_settings
 
 
 def settings_of(argv):
@@ -20,7 +19,7 @@ def settings_of(argv):
         high_share=args.high_share,
         high_device_share=args.high_device_share,
     )
-    return qos_settings(config)
+    return config.qos_settings()
 
 
 def test_no_options_no_shaping_and_both_links_when_asked():
