@@ -1,11 +1,12 @@
 """The router image in qemu, with a WAN and a LAN around it, driven over its serial console.
 
-Layout (every namespace is called img-*; nothing outside them is touched):
+Layout (every namespace of a network called NAME is NAME-*; nothing outside them is touched, so
+networks of different names, each with its router, run side by side):
 
-  netns img-vm:   qemu (KVM if it can, else software), taps tapwan/taplan, bridges brwan/brlan
-  netns img-wan:  eth0 198.51.100.1 (dnsmasq: DHCP for the router's WAN, DNS for example.test)
-                  and 198.51.100.80 (HTTP: www.example.test)
-  netns img-lan*: eth0, a household device running the real ISC dhclient
+  netns NAME-vm:      qemu (KVM if it can, else software), taps tapwan/taplan, bridges brwan/brlan
+  netns NAME-wan:     eth0 198.51.100.1 (dnsmasq: DHCP for the router's WAN, DNS for example.test)
+                      and 198.51.100.80 (HTTP: www.example.test)
+  netns NAME-laptop…: eth0, a household device running the real ISC dhclient
 
 The router's first NIC (PCI slot 3) is its WAN, the second (slot 4) its LAN.
 """
@@ -25,7 +26,6 @@ from pathlib import Path
 
 from homenet.wait import WaitTimeout, wait_until
 
-NS_VM, NS_WAN = "img-vm", "img-wan"
 WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
@@ -62,8 +62,8 @@ def netns_list() -> list[str]:
 class Client:
     """A household device on the router's LAN: a namespace with the real ISC dhclient."""
 
-    def __init__(self, name: str, mac: str, state: Path):
-        self.name, self.ns, self.mac, self.state = name, f"img-{name}", mac, state / name
+    def __init__(self, name: str, mac: str, state: Path, ns: str):
+        self.name, self.ns, self.mac, self.state = name, ns, mac, state / name
 
     def dhcp(self, timeout: float = 30) -> str:
         """A new lease (as after waking up); returns e.g. '10.2.0.6/30'."""
@@ -129,24 +129,25 @@ class Client:
 
 
 class Network:
-    def __init__(self, state: Path):
-        self.state = state
+    def __init__(self, state: Path, name: str = "img"):
+        self.state, self.name = state, name
+        self.vm_ns, self.wan_ns = f"{name}-vm", f"{name}-wan"
         self.clients: dict[str, Client] = {}
 
     def up(self, clients: dict[str, str]) -> None:
         self.down()
         self.state.mkdir(parents=True, exist_ok=True)
-        for ns in (NS_VM, NS_WAN):
+        for ns in (self.vm_ns, self.wan_ns):
             self._ns(ns)
         for tap, bridge in (("tapwan", "brwan"), ("taplan", "brlan")):
-            sh("ip", "tuntap", "add", "dev", tap, "mode", "tap", ns=NS_VM)
-            sh("ip", "link", "add", bridge, "type", "bridge", "stp_state", "0", ns=NS_VM)
-            sh("ip", "link", "set", tap, "master", bridge, ns=NS_VM)
+            sh("ip", "tuntap", "add", "dev", tap, "mode", "tap", ns=self.vm_ns)
+            sh("ip", "link", "add", bridge, "type", "bridge", "stp_state", "0", ns=self.vm_ns)
+            sh("ip", "link", "set", tap, "master", bridge, ns=self.vm_ns)
             for link in (tap, bridge):
-                sh("ip", "link", "set", link, "up", ns=NS_VM)
-        self._veth("vwan", "brwan", NS_WAN, None)
+                sh("ip", "link", "set", link, "up", ns=self.vm_ns)
+        self._veth("vwan", "brwan", self.wan_ns, None)
         for ip in (WAN_IP, WWW_IP):
-            sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=NS_WAN)
+            sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=self.wan_ns)
         www = self.state / "www"
         www.mkdir(exist_ok=True)
         (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
@@ -171,11 +172,11 @@ class Network:
                 "--log-dhcp",
                 "--log-queries",
             ],
-            NS_WAN,
+            self.wan_ns,
         )
-        self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], NS_WAN)
+        self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], self.wan_ns)
         for i, (name, mac) in enumerate(clients.items()):
-            client = Client(name, mac, self.state)
+            client = Client(name, mac, self.state, f"{self.name}-{name}")
             client.state.mkdir(parents=True, exist_ok=True)
             etc = Path("/etc/netns") / client.ns
             etc.mkdir(parents=True, exist_ok=True)
@@ -185,13 +186,14 @@ class Network:
             self.clients[name] = client
         wait_until(
             "the web server",
-            lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=NS_WAN, check=False).returncode == 0,
+            lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=self.wan_ns, check=False).returncode
+            == 0,
             20,
         )
 
     def down(self) -> None:
         for ns in netns_list():
-            if ns.startswith("img-"):
+            if ns.startswith(f"{self.name}-"):
                 for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
                     try:
                         os.kill(int(pid), signal.SIGKILL)
@@ -208,9 +210,9 @@ class Network:
         cmd = ["ip", "link", "add", near, "type", "veth", "peer", "name", "eth0", "netns", ns]
         if mac:
             cmd[cmd.index("netns") : cmd.index("netns")] = ["address", mac]
-        sh(*cmd, ns=NS_VM)
-        sh("ip", "link", "set", near, "master", bridge, ns=NS_VM)
-        sh("ip", "link", "set", near, "up", ns=NS_VM)
+        sh(*cmd, ns=self.vm_ns)
+        sh("ip", "link", "set", near, "master", bridge, ns=self.vm_ns)
+        sh("ip", "link", "set", near, "up", ns=self.vm_ns)
         sh("ethtool", "-K", "eth0", "tx", "off", ns=ns, check=False)
         sh("ip", "link", "set", "eth0", "up", ns=ns)
 
@@ -225,14 +227,32 @@ class Network:
             )
 
 
+# Why KVM did not run the firmware, once it has not in this process: later boots go straight to
+# software emulation rather than spend KVM_PROBE_S each finding out again.
+_KVM_FAILED: list[str] = []
+
+
+def kvm_may_work() -> bool:
+    """KVM only with a /dev/kvm we may use and the CPU's virtualisation extensions (vmx, svm).
+    Some sandboxes offer /dev/kvm without them (a paravirtual KVM such as kvm_pvm), and that
+    cannot run firmware: the first instruction it must emulate fails ("KVM internal error")."""
+    if _KVM_FAILED or not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # no way to tell: the probe in RouterVm.start decides
+    return bool(re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.M))
+
+
 class RouterVm:
     """The router booted from `disk` with UEFI (OVMF) or legacy BIOS (SeaBIOS, qemu's default
     firmware), its serial console on a socket."""
 
-    def __init__(self, disk: Path, state: Path, drives: dict[str, Path], firmware: str = "uefi"):
+    def __init__(self, disk: Path, state: Path, drives: dict[str, Path], netns: str, firmware: str = "uefi"):
         if firmware not in FIRMWARES:
             raise ValueError(f"firmware is one of {FIRMWARES}, not {firmware!r}")
-        self.disk, self.state, self.drives, self.firmware = disk, state, drives, firmware
+        self.disk, self.state, self.drives, self.netns, self.firmware = disk, state, drives, netns, firmware
         self.vars = state / "OVMF_VARS.fd"
         self.console_log = state / "console.log"
         self.sock_path = state / "serial.sock"
@@ -246,8 +266,7 @@ class RouterVm:
         self.power_cycles = 0
         self.failure: str | None = None
         self.commands = 0
-        # KVM when it works; some nested hosts offer /dev/kvm but cannot run the firmware.
-        self.kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
+        self.kvm = kvm_may_work()
 
     # ---- power
 
@@ -262,6 +281,7 @@ class RouterVm:
             except VmError:
                 self.kill()
                 self.kvm = False
+                _KVM_FAILED.append(self._qemu_log_tail())
                 print(
                     f"KVM showed nothing in {KVM_PROBE_S} s ({self._qemu_log_tail()!r}): software emulation", flush=True
                 )
@@ -336,7 +356,7 @@ class RouterVm:
             ]
         with open(self.state / "qemu.log", "ab") as log:
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", NS_VM, *argv],
+                ["ip", "netns", "exec", self.netns, *argv],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

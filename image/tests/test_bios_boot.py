@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the boot test needs r
 
 @pytest.fixture(scope="module")
 def net():
-    network = Network(STATE / "net")
+    network = Network(STATE / "net", "imgbios")
     network.up({"laptop": LAPTOP_MAC})
     yield network
     for client in network.clients.values():
@@ -54,7 +54,11 @@ def router(net, bundles):  # noqa: F811 - the fixture imported above
     (STATE / "vm").mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
     vm = RouterVm(
-        disk, STATE / "vm", {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]}, firmware="bios"
+        disk,
+        STATE / "vm",
+        {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]},
+        net.vm_ns,
+        firmware="bios",
     )
     yield vm
     vm.kill()

@@ -172,7 +172,7 @@ def hostapd(vm: RouterVm, *words: str) -> str:
 
 @pytest.fixture(scope="module")
 def net():
-    network = Network(STATE / "net")
+    network = Network(STATE / "net", "imgradio")
     network.up({})
     yield network
     network.down()
@@ -187,7 +187,7 @@ def router(net):
     disk = STATE / "disk.img"
     subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
     ask_for_radios(disk, RADIOS)
-    vm = RouterVm(disk, STATE / "vm", {"radio-test": make_test_drive(STATE / "radio-test.img")})
+    vm = RouterVm(disk, STATE / "vm", {"radio-test": make_test_drive(STATE / "radio-test.img")}, net.vm_ns)
     vm.powered_on = vm.start()  # type: ignore[attr-defined]
     yield vm
     try:  # the router's side of what happened, kept beside the console's
