@@ -13,9 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from test_router_core import joined, paced_download
-
 from homenet import INTERNET_IP, wait_until
+from homenet.downloads import paced_download
 
 ZONE = "Europe/London"
 STATS_INTERVAL_S = 5.0  # the controller's --stats-interval (its default): how often use is counted
@@ -49,9 +48,9 @@ def dns_status(home, name) -> str:
 
 
 def test_a_bedtime_starting_a_minute_from_now_pauses_the_device_at_that_minute_and_ends_on_time(home):
-    joined(home, "kidphone")
+    home.join("kidphone")
     address = home.dhcp("kidphone")
-    joined(home, "parentphone")
+    home.join("parentphone")
     mac = home.mac("kidphone")
     ws(home, "POST", "time-zone", zone=ZONE)
     zone = ZoneInfo(ZONE)
@@ -102,8 +101,8 @@ def bulk(home, name, nbytes):
 
 
 def test_a_data_allowance_warns_at_80_percent_pauses_the_device_when_used_up_and_a_bonus_lets_it_go_on(home):
-    joined(home, "tablet")
-    joined(home, "laptop")
+    home.join("tablet")
+    home.join("laptop")
     mac = home.mac("tablet")
     body = ws(home, "POST", f"allowance/{mac}", amount="1 MB")
     assert body["allowance"]["allowed"] == 1_000_000 and body["paused"] is False, body
@@ -141,7 +140,7 @@ def test_a_data_allowance_warns_at_80_percent_pauses_the_device_when_used_up_and
 
 
 def test_the_routers_answers_to_a_bad_bedtime_or_allowance_are_clear_and_change_nothing(home):
-    joined(home, "streamer")
+    home.join("streamer")
     mac = home.mac("streamer")
     for path, query, says in (
         (f"schedule/{mac}", {"windows": "someday 21:00-07:00"}, "not a day"),

@@ -3,17 +3,15 @@ controller's unicast router adverts, real curl over IPv6 by name, through real O
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import re
 import statistics
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 from homenet import wait_until
+from homenet.downloads import paced_download
 from homenet.home import NS_INET
 from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, delegate
 
@@ -168,42 +166,12 @@ def test_dns_over_ipv6_is_the_routers_and_gated_with_no_way_round_it(home):
         assert status == "NOERROR" and www6 in out, out
 
 
-@contextlib.contextmanager
-def paced_download6(home, name):
-    """An IPv6 download the server paces at 100 kB/s; yields the curl process and the bytes landed so far."""
-    with tempfile.TemporaryDirectory() as tmp:
-        received = Path(tmp) / "big.bin"
-        download = home.spawn(
-            name,
-            "curl",
-            "-6",
-            "-sS",
-            "-m",
-            "20",
-            "-o",
-            received,
-            f"http://{INTERNET6_HOST}/paced/big.bin",
-            stderr=subprocess.DEVNULL,
-        )
-
-        def size():
-            return received.stat().st_size if received.exists() else 0
-
-        try:
-            first = wait_until("the download to start", size, 5)
-            wait_until("the download to make progress", lambda: size() > first + 50_000, 5)
-            yield download, size
-        finally:
-            download.kill()
-            download.wait(timeout=10)
-
-
 def test_deny_cuts_ipv6_at_once(home):
     joined(home, "v6tablet")
     joined(home, "v6tv")
     for name in ("v6tablet", "v6tv"):
         wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
-    with paced_download6(home, "v6tablet") as (download, size):
+    with paced_download(home, "v6tablet", f"http://{INTERNET6_HOST}/paced/big.bin") as (download, size):
         home.deny("v6tablet")
         at_deny = size()
         download.wait(timeout=30)

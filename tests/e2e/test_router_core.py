@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from homenet import INTERNET_IP, wait_until
-
-
-def joined(home, name, permit=True):
-    """A device joins (and, permitted, renews into its hour-long lease); returns its address."""
-    home.add(name)
-    address = home.dhcp(name).split("/")[0]
-    if permit:
-        home.permit(name)
-        home.dhcp(name)
-    return address
+from homenet.downloads import paced_download
 
 
 def test_new_device_gets_its_own_slash30_a_30s_lease_and_nothing_else_until_permitted(home):
@@ -52,8 +40,8 @@ def test_permitted_device_renews_for_an_hour_and_reaches_the_internet_by_name(ho
 
 
 def test_two_permitted_devices_reach_each_other_only_through_the_router(home):
-    joined(home, "alice")
-    bob_ip = joined(home, "bob")
+    home.join("alice")
+    bob_ip = home.join("bob")
 
     def packets_routed_to_bob():
         # The routing table's rule for traffic that came in from the air and goes back out to Bob.
@@ -71,9 +59,9 @@ def test_two_permitted_devices_reach_each_other_only_through_the_router(home):
 
 def test_a_device_is_reachable_right_after_it_sent_a_broadcast(home):
     """The air must not learn a station's address from the router's copy of its broadcast."""
-    joined(home, "speaker")
+    home.join("speaker")
     speaker_ip = home.address("speaker")
-    joined(home, "remote")
+    home.join("remote")
     server = home.spawn(
         "speaker",
         sys.executable,
@@ -104,39 +92,8 @@ def test_a_device_is_reachable_right_after_it_sent_a_broadcast(home):
         server.kill()
 
 
-@contextlib.contextmanager
-def paced_download(home, name):
-    """A device downloads 1 MB that the server sends at 100 kB/s (10 s if left alone): yields the
-    curl process and a function that says how many bytes have landed, once they are flowing."""
-    with tempfile.TemporaryDirectory() as tmp:
-        received = Path(tmp) / "big.bin"
-        download = home.spawn(
-            name,
-            "curl",
-            "-sS",
-            "-m",
-            "20",
-            "-o",
-            received,
-            f"http://{INTERNET_IP}/paced/big.bin",
-            stderr=subprocess.DEVNULL,
-        )
-
-        def size():
-            return received.stat().st_size if received.exists() else 0
-
-        try:
-            # Positive control: the download is under way and growing.
-            first = wait_until("the download to start", size, 5)
-            wait_until("the download to make progress", lambda: size() > first + 50_000, 5)
-            yield download, size
-        finally:
-            download.kill()
-            download.wait(timeout=10)
-
-
 def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
-    joined(home, "laptop")
+    home.join("laptop")
     with paced_download(home, "laptop") as (download, size):
         home.deny("laptop")
         at_deny = size()
@@ -149,9 +106,9 @@ def test_deny_cuts_a_permitted_device_off_at_once_even_mid_download(home):
 
 
 def test_a_paused_device_stops_at_once_keeps_its_lease_and_works_again_when_resumed(home):
-    joined(home, "console")
+    home.join("console")
     address = home.dhcp("console")
-    joined(home, "schoolbook")
+    home.join("schoolbook")
     mac = home.mac("console")
     with paced_download(home, "console") as (_, size):
         before, paused_at = size(), time.monotonic()
@@ -198,7 +155,7 @@ def test_permitted_devices_stay_permitted_with_the_same_slash30_across_a_control
 
 
 def test_a_device_forging_another_devices_address_gets_nothing_through(home):
-    honest_ip = joined(home, "honest")
+    honest_ip = home.join("honest")
     mallory_mac = home.add("mallory")
     home.dhcp("mallory")
     home.permit("mallory")

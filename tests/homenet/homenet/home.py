@@ -706,6 +706,15 @@ table netdev {NFT_WLAN_TABLE} {{
     def permit(self, device: str) -> dict:
         return self.decide("permit", device)
 
+    def join(self, name: str, permit: bool = True) -> str:
+        """A device joins (and, permitted, renews into its hour-long lease); returns its address."""
+        self.add(name)
+        address = self.dhcp(name).split("/")[0]
+        if permit:
+            self.permit(name)
+            self.dhcp(name)
+        return address
+
     def deny(self, device: str) -> dict:
         return self.decide("deny", device)
 
