@@ -99,7 +99,7 @@ def test_bios_boots_slot_a_with_grub_and_every_service_comes_up(router, net):
     assert router.run("test -d /sys/firmware; echo $?").strip() == "0"
     # A blessed entry is not on trial: nothing waits to bless it.
     assert "systemd.wants=" not in router.run("cat /proc/cmdline")
-    assert "198.51.100." in router.run("ip -4 -o addr show dev wan")
+    wait_until("the WAN's lease", lambda: "198.51.100." in router.run("ip -4 -o addr show dev wan"), 120, 2)
 
 
 def test_an_update_whose_controller_cannot_start_rolls_back_under_grub(router, net):

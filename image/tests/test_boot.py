@@ -335,7 +335,7 @@ def test_boots_and_every_service_comes_up(router, net):
     # QoS leaves: the Debian kernel has cake.
     router.run("modprobe sch_cake")
     # The WAN got its address from the upstream's DHCP.
-    assert "198.51.100." in router.run("ip -4 -o addr show dev wan")
+    wait_until("the WAN's lease", lambda: "198.51.100." in router.run("ip -4 -o addr show dev wan"), 120, 2)
     # Each service writes only its own paths: the update spool, which the root installer reads,
     # is the web UI's alone, and the web UI is no longer root.
     assert router.run(f"stat -c %U /proc/{main_pid(router, 'webui')}").strip() == "homework-webui"
