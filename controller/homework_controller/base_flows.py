@@ -1,6 +1,6 @@
 """The rules the switch holds whatever devices there are (`base_rules`: the table layout's fixed rules,
 the newcomers' budget, the misses), and broadcast among permitted devices (`broadcast_rules`, rebuilt
-when the permitted set changes); both in `flows.py`'s tables and bands (its docstring draws the layout).
+when the permitted set changes); both in `flows`' tables and bands (its docstring draws the layout).
 A device's own rules are `flows.device_rules`.
 """
 

@@ -1,4 +1,4 @@
-"""The IPv6 part of the rule set, in `flows.py`'s tables and bands (values only, as there).
+"""The IPv6 part of the rule set, in `flows`' tables and bands (values only, as there).
 
 Each forwarding device has its own /64s (`ipv6.py`); its IPv6 is checked and routed per prefix:
 

@@ -1,0 +1,175 @@
+"""The switch's rule set, compiled from state by pure functions.
+
+Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
+them into FlowMods. Three tables keep rule counts additive. Rule priorities are named bands
+per table (`Admission`, `Accounting`, `Routing`), highest first:
+
+Every access port (the radio's, and wired ports where devices plug in) is "wlan" below: a device is
+bound to one of them, its own (where it was first seen), and its rules accept its frames there only.
+
+table 0, admission: what may enter at all.
+  TAGGED         wlan: any VLAN-tagged frame, or one to a port mark    -> drop (a station sends untagged frames;
+                                                                          only the switch writes port marks)
+  BLACKLISTED    blacklisted device (from it, or to it)                -> drop
+  ELSEWHERE      wlan: a bound device's MAC on another access port     -> newcomers' meter, controller (a moved
+                                                                          device, or a copied MAC: `port_binding`)
+  DEVICE_CONTROL wlan: a known device's DHCP (broadcast, or to its      -> its own meter, then the router (the
+                 gateway) / EAPOL                                         controller's DHCP socket) / hostapd
+  CONTROL        wlan: broadcast DHCP / EAPOL from anyone else         -> newcomers' meter, router / hostapd
+                 router: EAPOL, DHCP answers                           -> the device's own port (to a bound
+                                                                          device), else every access port
+  DHCP to the router is marked with the access port it came in on (its destination MAC becomes the
+  port's mark, `port_mark`), so the DHCP socket knows where a device is without a packet-in.
+  DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
+  ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
+  SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
+                 router: IPv4 to a permitted device's MAC              -> goto 1
+  MISS           anything else                                         -> drop
+table 1, accounting: one counting rule per flow, so OVS counts each flow's packets and bytes.
+  BLOCKED        device to an address learnt for a name blocked for it -> drop
+  LEARNT_FLOW    a learnt flow (exact 5-tuple, 30 s idle timeout)      -> mark DSCP (and queue) for its app's
+                                                                          priority, goto 2
+  DEVICE_SOURCE  a permitted device's traffic (sent by it), and
+  DEVICE_DEST    traffic to it, not yet learnt                         -> DSCP 0, copy to controller, goto 2
+                 (over its flow budget: the same match without the copy: one rule for the device)
+  MISS           anything else                                         -> goto 2
+table 2, routing:
+  TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out its own port
+                 from the router, to a permitted device's address      -> its own port (the router's stack set the MACs)
+  BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
+                 broadcast                                             -> one unicast copy to each *other* permitted
+                                                                          device, and the router: a pending or
+                                                                          denied device hears none of it
+  MISS           anything else                                         -> router (its stack routes and NATs)
+
+The package: `values.py` (the tables, bands, actions, meters and a rule), `shapes.py` (a forwarding
+device's rules, one builder per shape for IPv4 and IPv6 alike), `device.py` (a device's own rules:
+`DeviceRules`, `device_rules`), `captive.py` (a held-back device's way to the portal). The rules the
+switch holds whatever devices there are, and broadcast, are `base_flows.py`; IPv6's are `flows_v6.py`.
+"""
+
+from .captive import (
+    portal_rules,
+)
+from .device import (
+    DeviceRules,
+    device_rules,
+    dns_block_rule,
+    learnt_flow_rule,
+)
+from .shapes import (
+    IPV4,
+    Family,
+    address_blocked,
+    admitted,
+    counted,
+    encrypted_dns_refused,
+    routed_to,
+)
+from .values import (
+    ALL_HOSTS,
+    ANY_PORT_MARK,
+    BASE_COOKIE,
+    BROADCAST_COOKIE,
+    CONTROLLER,
+    DEVICE_COOKIE_MASK,
+    DEVICE_METER_BURST,
+    DEVICE_METER_PPS,
+    DHCP_CLIENT_PORT,
+    DHCP_SERVER_PORT,
+    DNS_OVER_TLS_PORT,
+    DNS_PORT,
+    ETH_ARP,
+    ETH_EAPOL,
+    ETH_IPV4,
+    FLOW_IDLE_TIMEOUT_S,
+    IN_PORT,
+    LOCAL,
+    MULTICAST,
+    NEWCOMERS_METER,
+    PORT_MARK_PREFIX,
+    PROTO_TCP,
+    PROTO_UDP,
+    TABLE_ACCOUNTING,
+    TABLE_ADMISSION,
+    TABLE_ROUTING,
+    VLAN_PRESENT,
+    Accounting,
+    Admission,
+    DecTtl,
+    FiveTuple,
+    FlowRule,
+    GotoTable,
+    Meter,
+    MeterBand,
+    Output,
+    Routing,
+    SetField,
+    SetQueue,
+    device_cookie,
+    device_meter,
+    outputs_to,
+    port_mark,
+    port_of_mark,
+    rule,
+)
+
+__all__ = [
+    "ALL_HOSTS",
+    "ANY_PORT_MARK",
+    "Accounting",
+    "Admission",
+    "BASE_COOKIE",
+    "BROADCAST_COOKIE",
+    "CONTROLLER",
+    "DEVICE_COOKIE_MASK",
+    "DEVICE_METER_BURST",
+    "DEVICE_METER_PPS",
+    "DHCP_CLIENT_PORT",
+    "DHCP_SERVER_PORT",
+    "DNS_OVER_TLS_PORT",
+    "DNS_PORT",
+    "DecTtl",
+    "DeviceRules",
+    "ETH_ARP",
+    "ETH_EAPOL",
+    "ETH_IPV4",
+    "FLOW_IDLE_TIMEOUT_S",
+    "Family",
+    "FiveTuple",
+    "FlowRule",
+    "GotoTable",
+    "IN_PORT",
+    "IPV4",
+    "LOCAL",
+    "MULTICAST",
+    "Meter",
+    "MeterBand",
+    "NEWCOMERS_METER",
+    "Output",
+    "PORT_MARK_PREFIX",
+    "PROTO_TCP",
+    "PROTO_UDP",
+    "Routing",
+    "SetField",
+    "SetQueue",
+    "TABLE_ACCOUNTING",
+    "TABLE_ADMISSION",
+    "TABLE_ROUTING",
+    "VLAN_PRESENT",
+    "address_blocked",
+    "admitted",
+    "counted",
+    "device_cookie",
+    "device_meter",
+    "device_rules",
+    "dns_block_rule",
+    "encrypted_dns_refused",
+    "learnt_flow_rule",
+    "outputs_to",
+    "port_mark",
+    "port_of_mark",
+    "portal_rules",
+    "routed_to",
+    "rule",
+]

@@ -1,0 +1,255 @@
+"""A device's own rules (learnt flows aside): their name `DeviceRules`, made by `device_rules` from the
+device's state, and built when first read; the rules added beside them for one address or one flow.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..model import Device, State, Subnet
+from .captive import portal_rules
+from .shapes import IPV4, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
+from .values import (
+    ALL_HOSTS,
+    CONTROLLER,
+    DHCP_CLIENT_PORT,
+    DHCP_SERVER_PORT,
+    ETH_ARP,
+    ETH_EAPOL,
+    ETH_IPV4,
+    FLOW_IDLE_TIMEOUT_S,
+    LOCAL,
+    NEWCOMERS_METER,
+    PROTO_UDP,
+    TABLE_ACCOUNTING,
+    TABLE_ADMISSION,
+    TABLE_ROUTING,
+    Accounting,
+    Admission,
+    FiveTuple,
+    FlowRule,
+    GotoTable,
+    Meter,
+    Output,
+    SetField,
+    cookie_of,
+    device_cookie,
+    meter_of,
+    port_mark,
+    rule,
+)
+
+
+@dataclass(frozen=True)
+class DeviceRules:
+    """The rules a device should have (learnt flows aside), named by what they are made of, so that two are
+    equal exactly when their rules are: the router compares the wanted set with the installed one after
+    every change and for every device on each tick, and a comparison of these costs no rule building.
+
+    The rules themselves (`rules`, or iterating) are built when first read, which is when they are sent: a
+    storm's newcomers' rules wait behind the answers (`held.py`), and are built once the storm is quiet.
+    Made by `device_rules`, which leaves out what a kind of rule set does not depend on."""
+
+    mac: str
+    access_ports: tuple[int, ...]
+    port: int | None = None  # its own access port; None: not bound to one yet (accepted on every one)
+    blacklisted: bool = False
+    subnet: Subnet | None = None  # its own packet-in budget (meter, DHCP, EAPOL, ARP), from its first lease on
+    forwarding: bool = False  # permitted with a live lease: its traffic is forwarded and counted
+    portal: bool = False  # held back with a live lease: it reaches the router's resolver and the portal only
+    # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
+    router_mac: str = ""
+    learning: bool = True
+    dns_gated: bool = False
+
+    @property
+    def metered(self) -> bool:
+        """Whether the rules send through the device's own meter (which must be on the switch first)."""
+        return self.subnet is not None
+
+    @property
+    def own_ports(self) -> tuple[int, ...]:
+        return self.access_ports if self.port is None else (self.port,)
+
+    def __iter__(self) -> Iterator[FlowRule]:
+        return iter(self.rules)
+
+    @functools.cached_property
+    def rules(self) -> frozenset[FlowRule]:
+        cookie = cookie_of(self.mac)
+        if self.blacklisted:
+            # Nothing in or out on any port, EAPOL included: it cannot even finish the key handshake.
+            return frozenset(
+                {
+                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=p, eth_src=self.mac)
+                    for p in self.access_ports
+                }
+                | {rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac)}
+            )
+        subnet = self.subnet
+        assert subnet is not None, "a device without a lease has no rules (device_rules: None)"
+        own = self.own_ports
+        # Its MAC on another access port is not the device (or it moved): nothing of it passes there;
+        # the controller hears of it on the newcomers' budget (a copier must not use up the device's).
+        elsewhere = {
+            rule(
+                TABLE_ADMISSION,
+                Admission.ELSEWHERE,
+                (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER)),
+                cookie,
+                in_port=p,
+                eth_src=self.mac,
+            )
+            for p in self.access_ports
+            if p not in own
+        }
+        # Its own packet-in budget from its first lease on: a known device's DHCP is never starved.
+        meter = Meter(meter_of(subnet).meter_id)
+        budget = {
+            rule(
+                TABLE_ADMISSION,
+                Admission.DEVICE_CONTROL,
+                (meter, SetField("eth_dst", port_mark(port)), Output(LOCAL)),
+                cookie,
+                in_port=port,
+                eth_src=self.mac,
+                eth_type=ETH_IPV4,
+                ip_proto=PROTO_UDP,
+                ipv4_dst=server,
+                udp_dst=DHCP_SERVER_PORT,
+            )
+            for server in (ALL_HOSTS, subnet.gateway)
+            for port in own
+        }
+        for port in own:
+            budget |= {
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    (meter, Output(LOCAL)),
+                    cookie,
+                    in_port=port,
+                    eth_src=self.mac,
+                    eth_type=ETH_EAPOL,
+                ),
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_ARP,
+                    (meter, Output(CONTROLLER)),
+                    cookie,
+                    in_port=port,
+                    eth_src=self.mac,
+                    eth_type=ETH_ARP,
+                ),
+            }
+        if self.port is not None and len(self.access_ports) > 1:
+            # What the router and hostapd send it go out of its own port only.
+            to_own = (Output(self.port),)
+            budget |= {
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    to_own,
+                    cookie,
+                    in_port=LOCAL,
+                    eth_dst=self.mac,
+                    eth_type=ETH_IPV4,
+                    ip_proto=PROTO_UDP,
+                    udp_src=DHCP_SERVER_PORT,
+                    udp_dst=DHCP_CLIENT_PORT,
+                ),
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.DEVICE_CONTROL,
+                    to_own,
+                    cookie,
+                    in_port=LOCAL,
+                    eth_dst=self.mac,
+                    eth_type=ETH_EAPOL,
+                ),
+            }
+        budget |= elsewhere
+        if not self.forwarding:
+            return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.portal else budget)
+        ip = subnet.device_ip
+        # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
+        # first packet, or on everything while it is over its flow budget, must not jump the queue.
+        unmark = SetField("ip_dscp", 0)
+        count = (
+            (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING))
+            if self.learning
+            else (unmark, GotoTable(TABLE_ROUTING))
+        )
+        rules = admitted(IPV4, cookie, self.mac, own, ip)
+        rules |= routed_to(IPV4, cookie, self.mac, self.router_mac, own, self.access_ports, ip)
+        rules |= counted(IPV4, cookie, (Accounting.DEVICE_SOURCE, Accounting.DEVICE_DEST), count, ip)
+        if self.dns_gated:
+            rules |= encrypted_dns_refused(IPV4, cookie, ip)
+        return frozenset(rules | budget)
+
+
+def device_rules(
+    device: Device,
+    now: float,
+    access_ports: tuple[int, ...],
+    router_mac: str,
+    *,
+    port: int | None = None,
+    learning: bool = True,
+    dns_gated: bool = False,
+    held: bool = False,
+) -> DeviceRules | None:
+    """The rules a device should have right now (learnt flows aside); None if none.
+
+    dns_gated: the household blocks names for it, so its encrypted DNS (DNS over TLS or QUIC, port
+    853), which the router cannot read, is refused: the device falls back to plain DNS.
+
+    learning=False is the device over its flow budget: one rule each way instead of a
+    rule per flow, and no copies to the controller.
+
+    held: a per-device policy holds its traffic for now (it is paused): its rules are a
+    non-forwarding device's, DHCP and ARP only, and while its lease is live the captive portal.
+
+    port: the access port it is bound to (`port_binding`); None: any of them.
+    """
+    if device.state is State.BLACKLISTED:
+        return DeviceRules(device.mac, access_ports, blacklisted=True)
+    live = device.lease_active(now)
+    if device.subnet is None or (device.state is State.PENDING and not live):
+        # Not even a lease yet (a DISCOVER is all it sent, which is all a forged MAC sends):
+        # it shares the newcomers' budget, and a storm of them costs the switch nothing.
+        return None
+    if held or not (device.forwards and live):
+        portal = live and device.state is not State.DENIED  # held back, so told why (refused: nothing)
+        return DeviceRules(device.mac, access_ports, port, subnet=device.subnet, portal=portal)
+    return DeviceRules(
+        device.mac,
+        access_ports,
+        port,
+        subnet=device.subnet,
+        forwarding=True,
+        router_mac=router_mac,
+        learning=learning,
+        dns_gated=dns_gated,
+    )
+
+
+def dns_block_rule(device: Device, addr: str) -> FlowRule:
+    """The device may not reach an address learnt for a name blocked for it (even by address)."""
+    assert device.subnet is not None
+    return address_blocked(IPV4, device_cookie(device), device.subnet.device_ip, addr)
+
+
+def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowRule:
+    """One flow's counting rule; mark: the actions that mark its packets for the shaper (`qos.mark_actions`)."""
+    return rule(
+        TABLE_ACCOUNTING,
+        Accounting.LEARNT_FLOW,
+        (*mark, GotoTable(TABLE_ROUTING)),
+        device_cookie(device),
+        idle_timeout=FLOW_IDLE_TIMEOUT_S,
+        notify_removal=True,
+        **flow.match(),
+    )

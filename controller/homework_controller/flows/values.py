@@ -1,0 +1,212 @@
+"""The rule set's vocabulary: the tables and their priority bands (the layout is drawn in `flows`'s
+docstring), the frames' numbers, actions, meters, the port marks, a rule, a connection's 5-tuple, cookies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..model import Device, Subnet
+
+TABLE_ADMISSION = 0
+TABLE_ACCOUNTING = 1
+TABLE_ROUTING = 2
+
+
+class Admission:
+    TAGGED = 1200
+    BLACKLISTED = 1100
+    ELSEWHERE = 1050
+    DEVICE_CONTROL = 1001
+    CONTROL = 1000
+    DEVICE_ARP = 901
+    ARP = 900
+    PORTAL = 700
+    SOURCE_CHECKED = 500
+    MISS = 0
+
+
+class Accounting:
+    BLOCKED = 900
+    LEARNT_FLOW = 300
+    # Device-to-device traffic matches both; the sender's rule wins, so the flow is the sender's.
+    DEVICE_SOURCE = 110
+    DEVICE_DEST = 100
+    MISS = 0
+
+
+class Routing:
+    TO_DEVICE = 600
+    BROADCAST = 550
+    MISS = 0
+
+
+# Symbolic ports, resolved when the rule becomes a FlowMod.
+IN_PORT = "IN_PORT"
+LOCAL = "LOCAL"
+CONTROLLER = "CONTROLLER"
+
+ETH_IPV4, ETH_ARP, ETH_EAPOL = 0x0800, 0x0806, 0x888E
+DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
+ALL_HOSTS, MULTICAST = "255.255.255.255", ("224.0.0.0", "240.0.0.0")
+VLAN_PRESENT = 0x1000  # OpenFlow 1.3's OFPVID_PRESENT bit of vlan_vid
+DNS_OVER_TLS_PORT = 853
+DNS_PORT = 53
+PROTO_TCP, PROTO_UDP = 6, 17
+FLOW_IDLE_TIMEOUT_S = 30
+
+BASE_COOKIE = 0x1
+BROADCAST_COOKIE = 0x2
+DEVICE_COOKIE_BASE = 1 << 48  # above the MAC's 48 bits
+DEVICE_COOKIE_MASK = 0xFFFF_FFFF_FFFF_FFFF
+
+
+@dataclass(frozen=True)
+class Output:
+    port: int | str
+
+
+@dataclass(frozen=True)
+class SetField:
+    field: str
+    value: str | int
+
+
+@dataclass(frozen=True)
+class SetQueue:
+    """OpenFlow set_queue: the egress queue on a kernel-datapath switch (no effect on the userspace one)."""
+
+    queue_id: int
+
+
+@dataclass(frozen=True)
+class DecTtl:
+    pass
+
+
+@dataclass(frozen=True)
+class GotoTable:
+    table: int
+
+
+@dataclass(frozen=True)
+class Meter:
+    """Send the packet through an OpenFlow meter first (a packet-in budget)."""
+
+    meter_id: int
+
+
+@dataclass(frozen=True)
+class MeterBand:
+    meter_id: int
+    rate_pps: int
+    burst: int
+
+
+# Packet-in budgets (packets per second). Every device the router knows has its own meter for
+# what it sends the controller (DHCP, ARP); devices it does not know yet share one, so a storm
+# of forged MACs eats only the newcomers' budget, never a known device's. The newcomers' burst
+# lets a whole household (100 devices after a power cut) ask at once: a DISCOVER and a REQUEST
+# each (a device has its own budget only from its first lease on), and some to spare.
+NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=250)
+DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
+
+
+# DHCP reaching the router's DHCP socket carries the access port it came in on as its destination MAC
+# (a locally administered address no interface has: the router's stack ignores the frame, the raw
+# socket reads it). "HWP" and the port number in the last two bytes.
+PORT_MARK_PREFIX = "0a:48:57:50"
+ANY_PORT_MARK = (PORT_MARK_PREFIX + ":00:00", "ff:ff:ff:ff:00:00")  # (value, mask)
+
+
+def port_mark(port: int) -> str:
+    assert 0 < port < 0xFF00, f"not a switch port: {port}"
+    return f"{PORT_MARK_PREFIX}:{port >> 8:02x}:{port & 0xFF:02x}"
+
+
+def port_of_mark(mac: str) -> int | None:
+    """The access port a DHCP frame came in on, from its destination MAC; None: not marked."""
+    if not mac.startswith(PORT_MARK_PREFIX + ":"):
+        return None
+    return int(mac[len(PORT_MARK_PREFIX) + 1 :].replace(":", ""), 16) or None
+
+
+def device_meter(device: Device) -> MeterBand:
+    assert device.subnet is not None, "only a device with a /30 has its own meter"
+    return meter_of(device.subnet)
+
+
+def meter_of(subnet: Subnet) -> MeterBand:
+    return MeterBand(2 + subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
+
+
+@dataclass(frozen=True)
+class FlowRule:
+    table: int
+    priority: int
+    match: tuple[tuple[str, object], ...]
+    actions: tuple = ()  # empty: drop
+    cookie: int = BASE_COOKIE
+    idle_timeout: int = 0
+    notify_removal: bool = False
+
+    @property
+    def match_dict(self) -> dict:
+        return dict(self.match)
+
+
+def rule(
+    table: int,
+    priority: int,
+    actions=(),
+    cookie: int = BASE_COOKIE,
+    idle_timeout: int = 0,
+    notify_removal: bool = False,
+    **match,
+) -> FlowRule:
+    return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie, idle_timeout, notify_removal)
+
+
+@dataclass(frozen=True)
+class FiveTuple:
+    proto: int
+    saddr: str
+    sport: int
+    daddr: str
+    dport: int
+
+    def match(self) -> dict:
+        fields = {"eth_type": ETH_IPV4, "ip_proto": self.proto, "ipv4_src": self.saddr, "ipv4_dst": self.daddr}
+        if self.proto == PROTO_TCP:
+            fields.update(tcp_src=self.sport, tcp_dst=self.dport)
+        elif self.proto == PROTO_UDP:
+            fields.update(udp_src=self.sport, udp_dst=self.dport)
+        return fields
+
+    @classmethod
+    def from_match(cls, match: dict) -> FiveTuple:
+        proto = match.get("ip_proto", 0)
+        prefix = {PROTO_TCP: "tcp", PROTO_UDP: "udp"}.get(proto)
+        return cls(
+            proto,
+            match.get("ipv4_src", "0.0.0.0"),
+            match.get(f"{prefix}_src", 0) if prefix else 0,
+            match.get("ipv4_dst", "0.0.0.0"),
+            match.get(f"{prefix}_dst", 0) if prefix else 0,
+        )
+
+
+def device_cookie(device: Device) -> int:
+    """A cookie per device so its rules (learnt flows included) go in one delete."""
+    return cookie_of(device.mac)
+
+
+def cookie_of(mac: str) -> int:
+    return DEVICE_COOKIE_BASE | int(mac.replace(":", ""), 16)
+
+
+def outputs_to(targets: Sequence[int], in_port: int | str) -> tuple[Output, ...]:
+    """Out of each target port; the port the packet came in on only as IN_PORT (OpenFlow sends nothing
+    back out of its in_port otherwise)."""
+    return tuple(Output(IN_PORT if t == in_port else t) for t in targets)
