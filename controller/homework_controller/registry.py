@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .dhcp import ZERO_IP
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet
 from .store import DeviceStore, StoreError
 
@@ -112,6 +113,24 @@ class DeviceRegistry:
         if device is None or device.state in (State.DENIED, State.BLACKLISTED) or not device.lease_active(self.clock()):
             return None
         return device
+
+    def arp_answered_for(self, ip: str) -> Device | None:
+        """The device the router's stack is told is at `ip` when it asks (proxy ARP): one that forwards,
+        or one held back that it may answer."""
+        return self.forwarding_at(ip) or self.answerable_at(ip)
+
+    def asks_for_its_gateway(self, mac: str, sender_mac: str, sender_ip: str, target_ip: str) -> bool:
+        """Whether an ARP request from `mac` is a device the router answers (pending or permitted, with a
+        /30) asking for its own gateway, as itself: its own MAC, its own address or none yet (0.0.0.0)."""
+        device = self.devices.get(mac)
+        return (
+            device is not None
+            and device.subnet is not None
+            and sender_mac == mac
+            and device.state in (State.PENDING, State.PERMITTED)
+            and sender_ip in (device.subnet.device_ip, ZERO_IP)
+            and target_ip == device.subnet.gateway
+        )
 
     def pending(self) -> list[Device]:
         return [d for d in self.devices.values() if d.state is State.PENDING]

@@ -283,19 +283,11 @@ class HomeRouter:
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
             return []
         if in_port == flows.LOCAL:
-            target = self.registry.forwarding_at(req.dst_ip) or self.registry.answerable_at(req.dst_ip)
+            target = self.registry.arp_answered_for(req.dst_ip)
             if target:
                 return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
             return []
-        device = self.devices.get(frame.eth_src)
-        if (
-            device is None
-            or device.subnet is None
-            or req.src_mac != frame.eth_src
-            or device.state not in (State.PENDING, State.PERMITTED)
-            or req.src_ip not in (device.subnet.device_ip, dhcp.ZERO_IP)
-            or req.dst_ip != device.subnet.gateway
-        ):
+        if not self.registry.asks_for_its_gateway(frame.eth_src, req.src_mac, req.src_ip, req.dst_ip):
             return []
         router_mac = self.switch.ports()[1]
         return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
