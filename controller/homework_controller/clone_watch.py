@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from . import clones, dhcp
+from . import clones, dhcp_wire
 from .effects import TellHousehold
 
 LOG = logging.getLogger(__name__)
@@ -37,13 +37,13 @@ class CloneWatch:
 
     # -- events
 
-    def record_lease_holder(self, mac: str, req: dhcp.DhcpRequest) -> None:
+    def record_lease_holder(self, mac: str, req: dhcp_wire.DhcpRequest) -> None:
         """A lease was granted: its DHCP client is the device's from now on."""
         self.fingerprints[mac] = clones.Fingerprint.of(req)
 
-    def differences(self, mac: str, req: dhcp.DhcpRequest) -> list[str]:
+    def differences(self, mac: str, req: dhcp_wire.DhcpRequest) -> list[str]:
         """How a message from a MAC that holds a live lease differs from the lease holder's DHCP client."""
-        if req.msg_type not in (dhcp.DISCOVER, dhcp.REQUEST):
+        if req.msg_type not in (dhcp_wire.DISCOVER, dhcp_wire.REQUEST):
             return []  # RELEASE and DECLINE carry less; INFORM (Windows: WPAD) asks for other options
         seen = clones.Fingerprint.of(req)
         # After a restart the first sender is taken for the holder.

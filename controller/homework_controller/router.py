@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from . import apps, clones, dhcp, dnsgate, flows, packets, port_binding, portal, qos, wifi_keys
+from . import apps, clones, dhcp, dhcp_wire, dnsgate, flows, packets, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting
 from .agent_reports import AgentReport, AgentReportBook
 from .app_priorities import AppPriorities
@@ -157,8 +157,8 @@ class HomeRouter:
 
     def on_dhcp(self, frame: packets.Frame) -> list:
         try:
-            req = dhcp.decode_request(frame.payload)
-        except dhcp.MalformedDhcp as exc:
+            req = dhcp_wire.decode_request(frame.payload)
+        except dhcp_wire.MalformedDhcp as exc:
             self.counters["dhcp_malformed"] += 1
             LOG.info("dropped malformed DHCP from %s: %s", frame.eth_src, exc)
             return []
@@ -176,7 +176,7 @@ class HomeRouter:
             if rebound is None:
                 return moves  # its MAC on another port than its own: not served there
             effects += moves
-        if before is None and req.msg_type == dhcp.DISCOVER:
+        if before is None and req.msg_type == dhcp_wire.DISCOVER:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self.registry.allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
@@ -218,7 +218,7 @@ class HomeRouter:
                     reply.dst_ip,
                     flows.DHCP_SERVER_PORT,
                     flows.DHCP_CLIENT_PORT,
-                    dhcp.encode_reply(reply),
+                    dhcp_wire.encode_reply(reply),
                 ),
                 after_rules=lets_it_use_the_address,
             )

@@ -11,7 +11,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from homework_controller import dhcp, packets
+from homework_controller import dhcp_wire, packets
 from homework_controller.effects import AnswerDhcp
 from homework_controller.model import Subnet
 
@@ -190,8 +190,8 @@ def test_random_garbage_never_raises():
             data[rng.randrange(len(data))] = rng.randrange(256)
         data = bytes(data[: rng.randint(0, len(data))]) if rng.random() < 0.3 else bytes(data)
         try:
-            dhcp.decode_request(data)
-        except dhcp.MalformedDhcp:
+            dhcp_wire.decode_request(data)
+        except dhcp_wire.MalformedDhcp:
             pass
 
 
@@ -224,8 +224,8 @@ def test_the_checksum_is_dpkts():
 
 
 def test_encoded_reply_round_trips_through_scapy():
-    reply = dhcp.DhcpReply(
-        msg_type=dhcp.OFFER,
+    reply = dhcp_wire.DhcpReply(
+        msg_type=dhcp_wire.OFFER,
         xid=99,
         flags=0,
         chaddr=PHONE,
@@ -237,14 +237,14 @@ def test_encoded_reply_round_trips_through_scapy():
         lease_seconds=30,
         subnet=Subnet(1),
     )
-    bootp = BOOTP(dhcp.encode_reply(reply))
+    bootp = BOOTP(dhcp_wire.encode_reply(reply))
     opts = dict(o for o in bootp[DHCP].options if isinstance(o, tuple) and len(o) == 2)
     assert bootp.xid == 99 and bootp.yiaddr == "10.2.0.6"
     assert opts["renewal_time"] == 15 and opts["rebinding_time"] == 26
 
 
 def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
-    """packets.parse and dhcp.decode_request unpack with struct for speed (a DHCP storm); dpkt stays
+    """packets.parse and dhcp_wire.decode_request unpack with struct for speed (a DHCP storm); dpkt stays
     the reference. Thousands of mutated client frames (lengths, flags, options, truncations) are read
     the same way by both, or refused by both."""
     rng = random.Random(1305)
@@ -276,8 +276,8 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
         if f.ip_proto != dpkt.ip.IP_PROTO_UDP or f.payload is None:
             return None
         try:
-            req = dhcp.decode_request(f.payload)
-        except dhcp.MalformedDhcp:
+            req = dhcp_wire.decode_request(f.payload)
+        except dhcp_wire.MalformedDhcp:
             return "malformed"
         return (f.sport, f.dport, req.xid, req.flags, req.chaddr, bytes([req.msg_type]))
 

@@ -4,8 +4,8 @@ tells the household once per few minutes, and shows it in the device's status.""
 from dhcp_frames import frame
 from support import OTHER_CLIENT, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
-from homework_controller import clones, dhcp
-from homework_controller.dhcp import DhcpRequest
+from homework_controller import clones, dhcp, dhcp_wire
+from homework_controller.dhcp_wire import DhcpRequest
 from homework_controller.effects import AuthenticatorKick, TellHousehold
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -21,7 +21,7 @@ def clone_events(effects):
 
 def request(**fields):
     return DhcpRequest(
-        msg_type=dhcp.REQUEST, xid=1, flags=0, ciaddr="0.0.0.0", giaddr="0.0.0.0", chaddr=PHONE, **fields
+        msg_type=dhcp_wire.REQUEST, xid=1, flags=0, ciaddr="0.0.0.0", giaddr="0.0.0.0", chaddr=PHONE, **fields
     )
 
 
@@ -42,7 +42,7 @@ def test_fingerprints_differ_only_in_fields_both_messages_carry():
 
 
 def test_dhcp_decodes_what_the_fingerprint_needs():
-    req = dhcp.decode_request(frame(PHONE, "request", options=[*PHONE_CLIENT, ("client_id", b"\x01abc")]).payload)
+    req = dhcp_wire.decode_request(frame(PHONE, "request", options=[*PHONE_CLIENT, ("client_id", b"\x01abc")]).payload)
     assert (req.hostname, req.parameter_list, req.client_id) == ("phone", "011c0306", "01616263")
 
 

@@ -49,7 +49,7 @@ from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from homework_controller import dhcp, flows, log_writer, ofapp
+from homework_controller import dhcp, dhcp_wire, flows, log_writer, ofapp
 from homework_controller.config import CONFIG
 from homework_controller.dhcp_port import ETH_P_IP, DhcpPort
 from homework_controller.fair_serving import NEWCOMERS
@@ -81,7 +81,10 @@ def client_frame(mac: str, xid: int, msg_type: str, options=()) -> bytes:
 def request_for(offer: bytes, mac: str) -> bytes:
     """The REQUEST the storm client sends for an OFFER (server id and offered address filled in)."""
     msg = dpkt.dhcp.DHCP(dpkt.ethernet.Ethernet(offer).data.data.data)
-    server, addr = socket.inet_ntoa(dict(msg.opts)[dhcp.OPT_SERVER_ID]), socket.inet_ntoa(msg.yiaddr.to_bytes(4, "big"))
+    server, addr = (
+        socket.inet_ntoa(dict(msg.opts)[dhcp_wire.OPT_SERVER_ID]),
+        socket.inet_ntoa(msg.yiaddr.to_bytes(4, "big")),
+    )
     data = bytearray(client_frame(mac, msg.xid, "request", [("server_id", server), ("requested_addr", addr)]))
     data[40:42] = b"\x00\x00"  # the storm client sends no UDP checksum
     return bytes(data)
