@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from . import clones, dhcp_wire
+from . import clones, dhcp, dhcp_wire
 from .effects import TellHousehold
+from .model import Device
 
 LOG = logging.getLogger(__name__)
 
@@ -36,6 +37,20 @@ class CloneWatch:
         return {"clone_suspected": suspicion.to_json() if suspicion else None}
 
     # -- events
+
+    def served(self, req: dhcp_wire.DhcpRequest, before: Device | None, outcome: dhcp.Outcome, now: float) -> list:
+        """A DHCP message was served (`dhcp.serve`): from a MAC holding a live lease but not the lease holder's
+        client, it is served as the device (refusing would cut off the real one too, and the copier could
+        set the address by hand), but the device's name and class stay the holder's, and it is suspected;
+        a granted lease's client is the holder from now on. What the household is told."""
+        told: list = []
+        differs = self.differences(before.mac, req) if before is not None and before.lease_active(now) else []
+        if differs and before is not None and outcome.device is not None:
+            outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
+            told = self.suspect(req.chaddr, differs, before.label)
+        if outcome.lease_action == "granted":
+            self.record_lease_holder(req.chaddr, req)
+        return told
 
     def record_lease_holder(self, mac: str, req: dhcp_wire.DhcpRequest) -> None:
         """A lease was granted: its DHCP client is the device's from now on."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import packets
 from .dhcp_wire import (
     ACK,
     BROADCAST_FLAG,
@@ -25,7 +26,10 @@ from .dhcp_wire import (
     ZERO_IP,
     DhcpReply,
     DhcpRequest,
+    encode_reply,
 )
+from .effects import AnswerDhcp
+from .flows import DHCP_CLIENT_PORT, DHCP_SERVER_PORT
 from .model import ROUTER_FALLBACK_IP, Device, State, Subnet
 
 
@@ -47,6 +51,28 @@ class Outcome:
     events: list[tuple[str, str]] = field(default_factory=list)  # (kind, message) for the household
     log: str = ""
     lease_action: str | None = None  # "granted", "renewed" or "released", for the Leases log
+
+
+def answer(outcome: Outcome, router_mac: str) -> AnswerDhcp | None:
+    """The outcome's reply as the router's LAN interface sends it into the switch; after the rule changes
+    the request brings if it lets the device use its address (an ACK to a device whose traffic is
+    forwarded: its first DNS query must find its rules in place), else before them (`effects.AnswerDhcp`)."""
+    reply = outcome.reply
+    if reply is None:
+        return None
+    lets_it_use_the_address = (
+        outcome.lease_action in ("granted", "renewed") and outcome.device is not None and outcome.device.forwards
+    )
+    frame = packets.udp_frame(
+        router_mac,
+        reply.dst_mac,
+        reply.server_ip,
+        reply.dst_ip,
+        DHCP_SERVER_PORT,
+        DHCP_CLIENT_PORT,
+        encode_reply(reply),
+    )
+    return AnswerDhcp(frame, after_rules=lets_it_use_the_address)
 
 
 def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str]:

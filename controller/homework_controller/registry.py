@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .dhcp import ZERO_IP
+from .dhcp_wire import ZERO_IP
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet
 from .store import DeviceStore, StoreError
 

@@ -24,7 +24,6 @@ from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .dns_gating import DnsGating, Lookups
 from .effects import (
-    AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
     DnsVerdict,
@@ -180,16 +179,7 @@ class HomeRouter:
             effects += self._make_room_for_a_newcomer()
         outcome = dhcp.serve(req, before, now, self.lease_policy, self.registry.allocate_subnet)
         LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
-        differs = (
-            self.clone_watch.differences(before.mac, req) if before is not None and before.lease_active(now) else []
-        )
-        if differs and before is not None and outcome.device is not None:
-            # Served as the device (refusing would cut off the real one too, and the copier could
-            # set the address by hand), but its name and class stay the lease holder's.
-            outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
-            effects += self._suspect_clone(req.chaddr, differs)
-        if outcome.lease_action == "granted":
-            self.clone_watch.record_lease_holder(req.chaddr, req)
+        effects += self.clone_watch.served(req, before, outcome, now)
         if port is not None and before is None and outcome.device is not None:
             self.port_binding.saw(req.chaddr, port)  # a newcomer: the port it first asks on is its own
         if outcome.device is not None and outcome.device != before:
@@ -203,25 +193,8 @@ class HomeRouter:
         if outcome.lease_action and outcome.device is not None:
             effects.append(self._record_lease(outcome.device, outcome.lease_action))
             effects += self.newcomers.took_lease(req.chaddr)
-        if outcome.reply is not None:
-            reply = outcome.reply
-            lets_it_use_the_address = (
-                outcome.lease_action in ("granted", "renewed")
-                and outcome.device is not None
-                and outcome.device.forwards
-            )
-            answer = AnswerDhcp(
-                packets.udp_frame(
-                    self.switch.ports()[1],
-                    reply.dst_mac,
-                    reply.server_ip,
-                    reply.dst_ip,
-                    flows.DHCP_SERVER_PORT,
-                    flows.DHCP_CLIENT_PORT,
-                    dhcp_wire.encode_reply(reply),
-                ),
-                after_rules=lets_it_use_the_address,
-            )
+        answer = dhcp.answer(outcome, self.switch.ports()[1]) if outcome.reply is not None else None
+        if answer is not None:
             if answer.after_rules:
                 effects.append(answer)
             else:
