@@ -55,10 +55,13 @@ class PortBinding:
 
     # -- events
 
-    def saw(self, mac: str, port: int) -> str:
+    def saw(self, mac: str, port: int, leased: bool = True) -> str:
         """The device's frame came in on `port`: OWN (its port), BOUND (it had none: this one is its own
         now), MOVED (its port has no link: it is bound here now) or ELSEWHERE (a copy, or a move the
-        household is to confirm: not bound here)."""
+        household is to confirm: not bound here). leased: it holds a live lease (without one, the port
+        it asks on is its own)."""
+        if not leased:
+            self.lease_ended(mac)
         if len(self.access_ports) < 2 or port not in self.access_ports:
             return OWN
         own = self.bound.get(mac)
@@ -70,6 +73,10 @@ class PortBinding:
             return BOUND if own is None else MOVED
         self.seen_elsewhere[mac] = port
         return ELSEWHERE
+
+    def elsewhere(self, mac: str, port: int) -> str:
+        """What the household is told of the device's MAC seen on `port`, not its own (ELSEWHERE)."""
+        return f"seen on access port {port}, not on its own ({self.bound.get(mac)}); if it moved there, permit it again"
 
     def link(self, port: int, up: bool) -> None:
         (self.without_link.discard if up else self.without_link.add)(port)

@@ -42,8 +42,17 @@ def _is_decision(before: Device | None, device: Device) -> bool:
 
 
 class DeviceRegistry:
-    def __init__(self, store: DeviceStore, clock: Callable[[], float], counters: dict[str, int]):
+    def __init__(
+        self,
+        store: DeviceStore,
+        clock: Callable[[], float],
+        counters: dict[str, int],
+        owner_of_v6: Callable[[str], str | None] | None = None,
+    ):
+        """owner_of_v6: the forwarding device whose /64 holds an IPv6 address (`Ipv6Addresses.owner_of`;
+        None: the router runs no IPv6)."""
         self.store, self.clock, self.counters = store, clock, counters
+        self.owner_of_v6 = owner_of_v6
         self.devices: dict[str, Device] = store.load()
         self.used_subnets = {d.subnet.index for d in self.devices.values() if d.subnet}
         self.lowest_free_subnet = FIRST_DEVICE_SUBNET  # no /30 below it is free (a storm allocates in turn)
@@ -96,6 +105,17 @@ class DeviceRegistry:
         index = Subnet.device_index(ip)
         mac = self.mac_by_subnet.get(index) if index is not None else None
         return self.devices.get(mac) if mac else None
+
+    def forwarding_at_v6(self, *addresses: str) -> Device | None:
+        """The forwarding device whose /64 holds the first of the IPv6 addresses (or /64s) that is one's."""
+        if self.owner_of_v6 is None:
+            return None
+        mac = next((m for m in map(self.owner_of_v6, addresses) if m is not None), None)
+        return self.devices[mac] if mac is not None else None
+
+    def device_at(self, address: str) -> Device | None:
+        """The device an address in the switch's records is: by its /30, or for IPv6 by its /64."""
+        return self.forwarding_at_v6(address) if ":" in address else self.by_ip(address)
 
     def forwarding_now(self, device: Device) -> bool:
         """Whether the device's traffic is forwarded now: permitted (or whitelisted), with a live lease."""

@@ -84,7 +84,9 @@ class HomeRouter:
             "mac_clone_suspected": 0,
             "dns_portal": 0,
         }
-        self.registry = DeviceRegistry(store, clock, self.counters)
+        # IPv6 (a /64 per device), when the router runs it.
+        self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
+        self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.switch = SwitchMirror()
         self.newcomers = Newcomers(clock, max_pending)
@@ -103,7 +105,7 @@ class HomeRouter:
             clock,
             self.counters,
             Lookups(
-                forwarding_at=lambda ip: self.registry.forwarding_at(ip) or self._forwarding_at_v6(ip),
+                forwarding_at=lambda ip: self.registry.forwarding_at(ip) or self.registry.forwarding_at_v6(ip),
                 answerable_at=self.registry.answerable_at,
                 held=lambda mac: not self.controls.may_forward(mac),
                 is_portal_probe=portal.is_probe,
@@ -129,8 +131,6 @@ class HomeRouter:
             self.portal,
             self.controls,
         )
-        # IPv6 (a /64 per device), when the router runs it.
-        self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
         if self.ipv6 is not None:
             self.concerns += (self.ipv6,)
 
@@ -230,17 +230,11 @@ class HomeRouter:
         """A known device's frame came in on access port `port`: whether that bound it to a new port
         (None: not its port, and not a move: counted as a copied MAC, its frame is not served), and the
         effects (its rules on its new port; the household told of a copy)."""
-        if not device.lease_active(now):
-            self.port_binding.lease_ended(device.mac)  # without a lease, the port it asks on is its own
-        seen = self.port_binding.saw(device.mac, port)
+        seen = self.port_binding.saw(device.mac, port, leased=device.lease_active(now))
         if seen == port_binding.OWN:
             return False, []
         if seen == port_binding.ELSEWHERE:
-            own = self.port_binding.port_of(device.mac)
-            return None, self._suspect_clone(
-                device.mac,
-                [f"seen on access port {port}, not on its own ({own}); if it moved there, permit it again"],
-            )
+            return None, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
         if seen == port_binding.MOVED:
             LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
         return True, self._reconcile(device)
@@ -317,14 +311,10 @@ class HomeRouter:
         """The switch's own records of what it forwarded, summed per connection direction (off the
         lock): those of the router's devices are counted in the next poll's Flows rows."""
         for flow, (pkts, nbytes) in totals.items():
-            if (device := self._device_at(flow.saddr)) is not None:
+            if (device := self.registry.device_at(flow.saddr)) is not None:
                 self.accounting.exported(device.mac, flow, True, pkts, nbytes)
-            elif (device := self._device_at(flow.daddr)) is not None:
+            elif (device := self.registry.device_at(flow.daddr)) is not None:
                 self.accounting.exported(device.mac, flow, False, pkts, nbytes)
-
-    def _device_at(self, address: str) -> Device | None:
-        """The device an address in the switch's records is: by its /30, or for IPv6 by its /64."""
-        return self._forwarding_at_v6(address) if ":" in address else self.registry.by_ip(address)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
@@ -558,19 +548,13 @@ class HomeRouter:
             **self.controls.status_of(device.mac),
         }
 
-    def _forwarding_at_v6(self, *addresses: str) -> Device | None:
-        """The forwarding device whose /64 holds the first of the IPv6 addresses (or /64s) that is one's."""
-        if self.ipv6 is None:
-            return None
-        mac = next((m for m in map(self.ipv6.owner_of, addresses) if m is not None), None)
-        return self.devices[mac] if mac is not None else None
-
     def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
         """What the switch's counters say each device moved ((source, destination, bytes) per rule)
         counts against its allowance; one that runs out is paused now (its rules, not at the next tick)."""
         used: dict[str, int] = {}
         for saddr, daddr, nbytes in forwarded:
-            device = self.registry.by_ip(saddr) or self.registry.by_ip(daddr) or self._forwarding_at_v6(saddr, daddr)
+            registry = self.registry
+            device = registry.by_ip(saddr) or registry.by_ip(daddr) or registry.forwarding_at_v6(saddr, daddr)
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []
