@@ -10,7 +10,10 @@ connections (a few hundred) keeps them all whatever another device sends.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from .model import Device
 
 MAX_REPORTS = 50000
 MAX_REPORTS_PER_DEVICE = 2048  # a busy computer has a few hundred connections open
@@ -42,6 +45,23 @@ class AgentReportBook:
 
     def __len__(self) -> int:
         return self._count
+
+    def record_all(
+        self, reports: Iterable[AgentReport], device_at: Callable[[str], Device | None]
+    ) -> tuple[list[Device], int]:
+        """Each report recorded as the device's whose lease address is its saddr (`device_at`: the
+        forwarding device at an address), and only those: an agent speaks for its own device. The
+        devices spoken for, and how many reports spoke for none."""
+        spoken_for: dict[str, Device] = {}
+        ignored = 0
+        for report in reports:
+            device = device_at(report.saddr)
+            if device is None:
+                ignored += 1
+                continue
+            self.record(device.mac, report)
+            spoken_for[device.mac] = device
+        return list(spoken_for.values()), ignored
 
     def record(self, mac: str, report: AgentReport) -> None:
         """Remember the report as the device's most recent one, making room from the device's own first."""

@@ -338,18 +338,12 @@ class HomeRouter:
         return self.priorities.learnt_connections()
 
     def agent_reported(self, reports: list[AgentReport]) -> list:
-        """End-host agents said which program owns connections: label those of the device whose lease
-        address is the report's saddr, and only those (an agent speaks for its own device)."""
-        touched: dict[str, Device] = {}
-        for report in reports:
-            device = self.registry.forwarding_at(report.saddr)
-            if device is None:
-                self.counters["agent_reports_ignored"] += 1
-                continue
-            self.agent_reports.record(device.mac, report)
-            touched[device.mac] = device
+        """End-host agents said which program owns connections (each of its own device's:
+        `AgentReportBook.record_all`): the flows of the devices spoken for are marked again."""
+        devices, ignored = self.agent_reports.record_all(reports, self.registry.forwarding_at)
+        self.counters["agent_reports_ignored"] += ignored
         effects: list = []
-        for device in touched.values():
+        for device in devices:
             effects += self.priorities.remark(device)
         return effects
 
