@@ -591,8 +591,6 @@ class HomeRouter:
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
         )
-        if not reinstall and self.switch.holds(device.mac, wanted):
-            return []
         forwards = self.registry.forwarding_now(device) and not held
         effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)
         if not effects:
@@ -604,9 +602,7 @@ class HomeRouter:
             effects += self.ipv6.changes(device, wanted)
         if wanted is not None:
             effects += self._install_blocks(device)
-        return effects + self.switch.set_forwarding(
-            device.mac, forwards, wanted.own_ports if wanted is not None else access_ports, self.devices.__getitem__
-        )
+        return effects + self.switch.set_forwarding(device.mac, forwards, wanted, self.devices.__getitem__)
 
     def _make_room_for_a_newcomer(self) -> list:
         """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten

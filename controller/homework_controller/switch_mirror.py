@@ -49,10 +49,6 @@ class SwitchMirror:
         assert self.access_ports and self.router_mac is not None, "no switch yet"
         return self.access_ports, self.router_mac
 
-    def holds(self, mac: str, rules: flows.DeviceRules | None) -> bool:
-        """Whether the switch holds exactly this rule set for the device (None: none)."""
-        return self.installed.get(mac) == rules
-
     def holds_rules_of(self, mac: str) -> bool:
         return mac in self.installed
 
@@ -93,10 +89,11 @@ class SwitchMirror:
         return effects, have is not None
 
     def set_forwarding(
-        self, mac: str, forwards: bool, own_ports: tuple[int, ...], device_of: Callable[[str], Device]
+        self, mac: str, forwards: bool, rules: flows.DeviceRules | None, device_of: Callable[[str], Device]
     ) -> list:
-        """Broadcast reaches exactly the devices that forward, out of their own ports: rebuilt when that
-        set changes, or a device's port does."""
+        """Broadcast reaches exactly the devices that forward, out of their own ports (those of its rule
+        set; without one, every access port): rebuilt when that set changes, or a device's port does."""
+        own_ports = rules.own_ports if rules is not None else self.access_ports
         if self.forwarding.get(mac) == (own_ports if forwards else None):
             return []
         if forwards:
