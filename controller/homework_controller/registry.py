@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from .dhcp_wire import ZERO_IP
+from .effects import LogRow
 from .model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet
 from .store import DeviceStore, StoreError
 
@@ -190,12 +191,14 @@ class DeviceRegistry:
         elif device.mac in self.persisted and before != device:
             self.sighted.add(device.mac)  # written with the next batch of sightings
 
-    def record_lease(self, device: Device, action: str) -> None:
-        """A lease granted, renewed, released or expired."""
+    def record_lease(self, device: Device, action: str) -> LogRow:
+        """A lease granted, renewed, released or expired; hwdb's Leases table gets its row."""
         if action in ("released", "expired"):
             self.leased.discard(device.mac)
         else:
             self.leased.add(device.mac)
+        assert device.subnet is not None, "a lease is always of the device's /30"
+        return LogRow("Leases", (device.mac, device.subnet.device_ip, device.hostname, action, device.state.value))
 
     def allocate_subnet(self) -> Subnet:
         for index in range(self.lowest_free_subnet, SUBNET_COUNT):

@@ -28,7 +28,6 @@ from .effects import (
     AuthenticatorKick,
     DnsVerdict,
     InstallRules,
-    LogRow,
     ResolveName,
     SendFrame,
     TellHousehold,
@@ -191,7 +190,7 @@ class HomeRouter:
                 else [TellHousehold(kind, req.chaddr, msg)]
             )
         if outcome.lease_action and outcome.device is not None:
-            effects.append(self._record_lease(outcome.device, outcome.lease_action))
+            effects.append(self.registry.record_lease(outcome.device, outcome.lease_action))
             effects += self.newcomers.took_lease(req.chaddr)
         answer = dhcp.answer(outcome, self.switch.ports()[1]) if outcome.reply is not None else None
         if answer is not None:
@@ -512,7 +511,7 @@ class HomeRouter:
         effects = []
         for device in self.registry.tick(now):
             self.port_binding.lease_ended(device.mac)
-            effects.append(self._record_lease(device, "expired"))
+            effects.append(self.registry.record_lease(device, "expired"))
         self.accounting.tick(now)
         effects += self.priorities.tick(now)
         self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
@@ -564,12 +563,6 @@ class HomeRouter:
         return self.registry.blacklisted()
 
     # -- internals
-
-    def _record_lease(self, device: Device, action: str) -> LogRow:
-        """The registry notes the lease; hwdb's Leases table gets its row."""
-        self.registry.record_lease(device, action)
-        assert device.subnet is not None, "a lease is always of the device's /30"
-        return LogRow("Leases", (device.mac, device.subnet.device_ip, device.hostname, action, device.state.value))
 
     def _update(self, device: Device) -> list:
         self.registry.record(device)
