@@ -7,7 +7,8 @@ import logging
 from collections.abc import Callable
 
 from . import wifi_keys
-from .errors import NotConfigured, UnknownDevice
+from .errors import ApiError, NotConfigured, UnknownDevice
+from .model import Device, State
 from .store import DeviceStore, StoreError
 
 LOG = logging.getLogger(__name__)
@@ -40,9 +41,13 @@ class Passphrases:
         key = self._keys.get(mac)
         return {"wifi_key": {"keyid": key.keyid, "created": key.created} if key else None}
 
-    # -- the household's requests (the caller checks the device may have one)
+    # -- the household's requests
 
-    def issue(self, mac: str) -> dict:
+    def issue(self, device: Device) -> dict:
+        """A new passphrase of the device's own, for a permitted device only."""
+        if device.state is not State.PERMITTED:
+            raise ApiError(f"{device.mac} is {device.state.value}: only a permitted device gets its own passphrase")
+        mac = device.mac
         if not self.ssid:
             raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
         key = wifi_keys.WifiKey(mac, self.new_passphrase(), self.clock())
