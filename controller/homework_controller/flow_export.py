@@ -228,7 +228,9 @@ class Collector:
     `interval_s` sends the totals and its counts through a pipe. A thread here calls
     `on_totals(totals)` with each batch ([packets, IP bytes] per `FiveTuple`). The child ends when
     the controller does (its pipe closes, its parent changes); a child that dies is started again
-    (`restarts` in `stats`; the socket and what waits in it are kept). Only datagrams from loopback
+    (`restarts` in `stats`; the socket and what waits in it are kept) and `on_restart()` is called:
+    the new child knows no templates, so the controller makes the switch's export afresh (OVS
+    would send them again only after 10 minutes, see `export_to`). Only datagrams from loopback
     are read: the exporter is OVS on the router itself.
     """
 
@@ -239,10 +241,11 @@ class Collector:
         port: int = 0,
         interval_s: float = 1.0,
         max_directions: int = MAX_DIRECTIONS,
+        on_restart: Callable[[], None] | None = None,
     ):
         if not _loopback(host):
             raise ValueError(f"the collector listens on loopback only, not {host!r}")
-        self.on_totals = on_totals
+        self.on_totals, self.on_restart = on_totals, on_restart
         self.interval_s, self.max_directions = interval_s, max_directions
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
@@ -329,6 +332,11 @@ class Collector:
                 self.restarts += 1
                 self._stopping.wait(RESTART_DELAY_S)
                 self._spawn()
+                if self.on_restart is not None:
+                    try:
+                        self.on_restart()
+                    except Exception:
+                        log.exception("flow export: the restart's callback failed")
                 continue
             try:
                 self.on_totals({FiveTuple(*row[:5]): [row[5], row[6]] for row in rows})

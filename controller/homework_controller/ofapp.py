@@ -120,7 +120,9 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         # The switch's own per-connection records (IPFIX), exported to the collector once it listens.
         self.flow_export = None
         if CONFIG.flow_export_port:
-            self.flow_export = flow_export.Collector(self._on_exported, port=CONFIG.flow_export_port).start()
+            self.flow_export = flow_export.Collector(
+                self._on_exported, port=CONFIG.flow_export_port, on_restart=self._export_flows
+            ).start()
         self.start_periodic_jobs()
         self._start_thread(self.lan_addresses.run_forever)
         self._start_thread(self.authenticator.run_forever)

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -222,18 +223,21 @@ def children_of(pid: int) -> set[int]:
     return out
 
 
-def test_the_collector_process_is_started_again_when_it_dies():
+def test_the_collector_process_is_started_again_when_it_dies_and_the_export_made_afresh():
     batches = Batches()
-    collector = Collector(batches, interval_s=0.2).start()
+    export_made_afresh = threading.Event()
+    collector = Collector(batches, interval_s=0.2, on_restart=export_made_afresh.set).start()
     exporter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         first = collector.child
         assert first is not None
         send(collector.port, DATAGRAMS[:2], exporter)
         wait_for(lambda: collector.stats()["datagrams"] == 2)
+        assert not export_made_afresh.is_set()  # a running child keeps its templates
         first.kill()
         wait_for(lambda: collector.stats()["restarts"] == 1 and collector.stats()["running"] == 1)
         assert collector.child is not first and collector.child is not None
+        assert export_made_afresh.wait(5), "the switch was not asked to send its templates again"
         send(collector.port, DATAGRAMS, exporter)  # the new process learns the templates afresh
         wait_for(lambda: tcp_totals(batches.totals))
         assert collector.stats()["datagrams"] == 2 + len(DATAGRAMS)  # the dead child's counts are kept
