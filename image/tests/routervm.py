@@ -156,6 +156,9 @@ class Network:
             [
                 "dnsmasq",
                 "--keep-in-foreground",
+                # Its own pid file: two stories' dnsmasqs starting at once both unlink the default
+                # /run/dnsmasq.pid, and the second to create it exits ("File exists"): no WAN lease.
+                f"--pid-file={self.state / 'dnsmasq.pid'}",
                 "--conf-file=/dev/null",
                 "--no-resolv",
                 "--no-hosts",
