@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .lifecycle import move_key
 from .schedules import HouseholdTime, iso
 
 MINUTE_BYTES = 4096  # less than this in a minute is background chatter, not time online
@@ -139,6 +140,9 @@ class Allowances:
         self._usage.pop(mac, None)
         self._used_up.discard(mac)
         self._unsaved.discard(mac)
+
+    def move(self, old_mac: str, new_mac: str) -> None:
+        move_key(old_mac, new_mac, self._allowances, self._usage, self._used_up, self._unsaved)
 
     def may_forward(self, mac: str) -> bool:
         return mac not in self._used_up

@@ -21,6 +21,7 @@ import idna
 from . import dnsgate, flows, flows_v6
 from .effects import DnsVerdict
 from .errors import ApiError
+from .lifecycle import move_key
 from .model import Device
 from .store import DeviceStore, StoreError
 
@@ -69,6 +70,12 @@ class DnsGating:
         self.blocked.pop(mac, None)
         self.on_switch.pop(mac, None)
         self.stale.discard(mac)
+
+    def move(self, old_mac: str, new_mac: str) -> None:
+        """Its rules follow it; what they blocked on the switch went with its old MAC's rules."""
+        move_key(old_mac, new_mac, self.rules, self.blocked)
+        self.on_switch.pop(old_mac, None)
+        self.stale.discard(old_mac)
 
     def tick(self, now: float) -> set[str]:
         """Addresses whose TTL ran out are forgotten; the devices whose switch should lose drop rules

@@ -81,6 +81,11 @@ class AuthenticatorKick:
 
 
 @dataclass(frozen=True)
+class PublishWifiKeys:
+    """Write hostapd's key file again from the devices' passphrases, and have hostapd read it."""
+
+
+@dataclass(frozen=True)
 class AddGatewayAddress:
     subnet: Subnet
 

@@ -13,10 +13,12 @@ the controller adds each device's own passphrase to the same file (`--wifi-psk-f
 
 `--security wpa2-wpa3` (the default) adds WPA3-SAE in transition mode: WPA3 devices join with
 SAE (PMF required of them), older ones with WPA2. hostapd's SAE does not read wpa_psk_file, so
-each device line of the key file becomes an `sae_password=...|mac=MAC` line, ahead of the guest
-one: for a device's MAC hostapd takes the device's own password, so a copy of that MAC cannot
-join with the guest password over SAE either. A device key added later reaches SAE when the
-configuration is rendered again (hostapd's next start).
+each device line of the key file becomes an `sae_password=...|mac=MAC` line (the MAC its key id
+names), ahead of the guest one: for a device's MAC hostapd takes the device's own password, so a
+copy of that MAC cannot join with the guest password over SAE either. A device key added later,
+or a device back under a new MAC, reaches SAE when the configuration is rendered again (hostapd's
+next start). Until then such a device joins with its own passphrase over WPA2 only: SAE cannot
+try several passwords on one handshake, and phones send no SAE password identifier.
 
 `--country` is the regulatory domain: `00` (the world domain, the kernel's default until the
 household chooses) is not advertised; a country is, with 802.11d. 5 GHz needs a country: in
@@ -52,8 +54,10 @@ def sae_password_lines(psk_file_text: str, guest: str) -> list[str]:
     lines = []
     for line in psk_file_text.splitlines():
         if line.startswith(f"keyid={wifi_keys.DEVICE_KEYID_PREFIX}"):
-            _keyid, mac, passphrase = line.split(" ", 2)
-            lines.append(f"sae_password={sae_password(passphrase)}|mac={mac}")
+            keyid, _wildcard, passphrase = line.split(" ", 2)
+            mac = wifi_keys.mac_of_keyid(keyid.removeprefix("keyid="))
+            if mac is not None:
+                lines.append(f"sae_password={sae_password(passphrase)}|mac={mac}")
     return [*lines, f"sae_password={sae_password(guest)}"]
 
 

@@ -47,12 +47,26 @@ def station_joined(event: str) -> tuple[str, str] | None:
     return words[1], keyid
 
 
+def served_ssid(ctrl: str) -> str:
+    """The network name hostapd serves (its GET_CONFIG's `ssid=`; "" without one, as on a wired port)."""
+    for line in command(ctrl, "get_config").splitlines():
+        if line.startswith("ssid="):
+            return line.removeprefix("ssid=")
+    return ""
+
+
 class Events:
     """hostapd's event stream (its control socket, ATTACHed), for one callback; attached again when
-    hostapd restarts. The callback runs on this object's thread."""
+    hostapd restarts (`on_attach` then runs, before any event). The callbacks run on this object's thread."""
 
-    def __init__(self, ctrl: str, on_event: Callable[[str], None], keepalive_s: float = 10.0):
-        self.ctrl, self.on_event, self.keepalive_s = ctrl, on_event, keepalive_s
+    def __init__(
+        self,
+        ctrl: str,
+        on_event: Callable[[str], None],
+        keepalive_s: float = 10.0,
+        on_attach: Callable[[], None] = lambda: None,
+    ):
+        self.ctrl, self.on_event, self.keepalive_s, self.on_attach = ctrl, on_event, keepalive_s, on_attach
         self.attached, self.stopped = threading.Event(), threading.Event()
 
     def run_forever(self) -> None:
@@ -86,6 +100,7 @@ class Events:
         sock.send(b"ATTACH")
         if sock.recv(4096).strip() != b"OK":
             raise OSError("hostapd refused ATTACH")
+        self.on_attach()
         self.attached.set()
         sock.settimeout(self.keepalive_s)
         waiting_for_pong = False

@@ -39,6 +39,10 @@ class HouseholdControls:
         for gate in self.gates:
             gate.forget(mac)
 
+    def move(self, old_mac: str, new_mac: str) -> None:
+        for gate in self.gates:
+            gate.move(old_mac, new_mac)
+
     def may_forward(self, mac: str) -> bool:
         return all(gate.may_forward(mac) for gate in self.gates)
 

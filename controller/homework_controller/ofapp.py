@@ -46,6 +46,7 @@ from .effects import (
     InstallRules,
     LogRow,
     ModifyRules,
+    PublishWifiKeys,
     RemoveMeter,
     RemoveRules,
     ResolveName,
@@ -129,7 +130,8 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         self._start_thread(self.authenticator.publish_keys)  # the file as the database has it (e.g. after a restore)
         if CONFIG.hostapd_ctrl and CONFIG.wifi_psk_file:
             # Which passphrase each station joined with: only a radio with the key file says (keyid=).
-            self._start_thread(hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event).run_forever)
+            events = hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event, on_attach=self._learn_ssid)
+            self._start_thread(events.run_forever)
         self.app_feed = (
             hwdb_feed.AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
         )
@@ -378,6 +380,8 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
             self._start_thread(self._resolve, effect.domain)
         elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
             self.authenticator.tell(effect)
+        elif isinstance(effect, PublishWifiKeys):
+            self._start_thread(self.authenticator.publish_keys)  # it takes the lock for the keys
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
@@ -395,6 +399,19 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
                 self._apply(self.router.station_joined(*joined))
             except BadMac:
                 LOG.warning("hostapd event with no station address: %r", event)
+
+    def _learn_ssid(self) -> None:
+        """The network's name as hostapd serves it, for passphrases' QR codes (read at each attach: the
+        household renaming it restarts hostapd), unless --wifi-ssid names it."""
+        if CONFIG.wifi_ssid:
+            return
+        try:
+            ssid = hostapd_ctrl.served_ssid(CONFIG.hostapd_ctrl)
+        except hostapd_ctrl.HostapdError as exc:
+            LOG.warning("the network's name: %s", exc)
+            return
+        with self.lock:
+            self.router.passphrases.ssid = ssid
 
     # ---- the API
 

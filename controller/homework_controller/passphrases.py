@@ -36,6 +36,13 @@ class Passphrases:
         if self._keys.pop(mac, None) is not None:
             self._save(mac, None)
 
+    def move(self, old_mac: str, new_mac: str) -> None:
+        """The passphrase follows the device; its key id names the new MAC (hostapd's key file is
+        written again: `HomeRouter` says so)."""
+        key = self._keys.pop(old_mac, None)
+        if key is not None:
+            self._keys[new_mac] = wifi_keys.WifiKey(new_mac, key.passphrase, key.created)
+
     def status_of(self, mac: str) -> dict:
         """That it has one, and since when; never the passphrase."""
         key = self._keys.get(mac)
@@ -76,6 +83,11 @@ class Passphrases:
             "qr": wifi_keys.qr_payload(self.ssid, key.passphrase),
             "created": key.created,
         }
+
+    def device_with(self, keyid: str) -> str | None:
+        """The MAC of the device whose own passphrase has this key id (None: the guest's, or no one's)."""
+        mac = wifi_keys.mac_of_keyid(keyid)
+        return mac if mac is not None and mac in self._keys else None
 
     def keyid_of(self, mac: str) -> str | None:
         key = self._keys.get(mac)

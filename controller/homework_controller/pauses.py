@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import schedules
+from .lifecycle import move_key
 from .schedules import Window
 
 PAUSED, BEDTIME = "paused", "bedtime"
@@ -48,6 +49,9 @@ class Pauses:
     def forget(self, mac: str) -> None:
         for memory in (self._paused, self._excused, self._schedules, self._held, self._next):
             memory.pop(mac, None)
+
+    def move(self, old_mac: str, new_mac: str) -> None:
+        move_key(old_mac, new_mac, self._paused, self._excused, self._schedules, self._held, self._next)
 
     def may_forward(self, mac: str) -> bool:
         return mac not in self._held

@@ -85,6 +85,26 @@ class DeviceRegistry:
             self.lowest_free_subnet = min(self.lowest_free_subnet, device.subnet.index)
             self.mac_by_subnet.pop(device.subnet.index, None)
 
+    def move(self, old_mac: str, new_mac: str) -> None:
+        """The device is back under another MAC (its own passphrase said so): its record, /30 and rows
+        follow; its lease was the old address's and ended with it (the new one asks for its /30)."""
+        device = self.devices.pop(old_mac, None)
+        if device is None:
+            return
+        for memory in (self.leased, self.sighted, self.persisted):
+            memory.discard(old_mac)
+        moved = device.with_(mac=new_mac, lease_expires=0.0)
+        self.devices[new_mac] = moved
+        if moved.subnet:
+            self.mac_by_subnet[moved.subnet.index] = new_mac
+        try:
+            self.store.move(old_mac, new_mac)
+            self.store.save(moved)
+            self.persisted.add(new_mac)
+        except StoreError as exc:
+            self.counters["store_errors"] += 1
+            LOG.error("%s", exc)
+
     def tick(self, now: float) -> list[Device]:
         """When decided devices were last seen, written in one batch every few minutes (not on every
         DHCP message: a storm must not wear the flash). Returns the devices whose lease ran out."""

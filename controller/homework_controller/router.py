@@ -28,6 +28,7 @@ from .effects import (
     AuthenticatorKick,
     DnsVerdict,
     InstallRules,
+    PublishWifiKeys,
     ResolveName,
     SendFrame,
     TellHousehold,
@@ -35,7 +36,7 @@ from .effects import (
 from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses, PrefixPlan
-from .lifecycle import Concern
+from .lifecycle import Concern, Moves
 from .model import Device, State, normalize_mac
 from .nd import Solicitation
 from .newcomers import Newcomers
@@ -132,6 +133,8 @@ class HomeRouter:
         )
         if self.ipv6 is not None:
             self.concerns += (self.ipv6,)
+        # What the household said of a device follows it to a new MAC; the rest was of the old MAC.
+        self.follow_the_device: tuple[Moves, ...] = (self.registry, self.dns_gating, self.passphrases, self.controls)
 
     # -- switch lifecycle
 
@@ -207,11 +210,49 @@ class HomeRouter:
     def station_joined(self, mac: str, keyid: str) -> list:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
         mac = normalize_mac(mac)
+        owner = self.passphrases.device_with(keyid)
+        if owner is not None and owner != mac:
+            device, there = self.devices[owner], self.devices.get(mac)
+            if there is None or there.state is State.PENDING:
+                return self._moved(device, mac)
+            # Another decided device's address with this device's passphrase: neither device.
+            return [AuthenticatorKick(mac), *self._suspect_clone(mac, [f"joined with {device.label}'s passphrase"])]
         differs = clones.wrong_key(self.passphrases.keyid_of(mac), keyid)
         if not differs:
             return []
         # Not the device, whose passphrase is its own: off the air, and the household told.
         return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
+
+    def _moved(self, device: Device, new_mac: str) -> list:
+        """The device joined with its own passphrase under `new_mac` (a phone's private address): it is
+        that device, so its record, decisions, name, rules, passphrase and controls follow it (a newcomer
+        it was taken for under the new MAC goes); the old MAC's rules leave the switch."""
+        old_mac = device.mac
+        LOG.info("%s is back as %s (its own passphrase)", old_mac, new_mac)
+        effects: list = []
+        newcomer = self.devices.get(new_mac)
+        if newcomer is not None:
+            effects += self._forget(newcomer)
+        if device.lease_active(self.clock()):
+            effects.append(self.registry.record_lease(device, "released"))
+        effects += self.switch.evict(device)
+        effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
+        for concern in self.concerns:
+            if concern not in self.follow_the_device:
+                concern.forget(old_mac)
+        for follower in self.follow_the_device:
+            follower.move(old_mac, new_mac)
+        if device.state is State.BLACKLISTED:
+            effects += [AuthenticatorDeny(old_mac, False), AuthenticatorDeny(new_mac, True)]
+        message = (
+            f"{device.label} joined with its own passphrase from a new address, {new_mac}: it is still {device.label}"
+        )
+        return [
+            *effects,
+            PublishWifiKeys(),  # its key id names its new MAC
+            TellHousehold("new-address", new_mac, message),
+            *self._reconcile(self.devices[new_mac]),
+        ]
 
     def on_admission_copy(self, in_port, frame: packets.Frame) -> list:
         """A frame the admission table sent the controller: a device's ARP, or a bound device's MAC on
@@ -601,7 +642,11 @@ class HomeRouter:
         if oldest is None:
             return []
         self.counters["pending_evicted"] += 1
-        effects = self.switch.evict(oldest)
+        return self._forget(oldest)
+
+    def _forget(self, device: Device) -> list:
+        """Every concern forgets the device; its meter and rules leave the switch."""
+        effects = self.switch.evict(device)
         for concern in self.concerns:
-            concern.forget(oldest.mac)
+            concern.forget(device.mac)
         return effects

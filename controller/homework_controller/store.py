@@ -80,6 +80,10 @@ CREATE TABLE IF NOT EXISTS settings (
 """
 
 
+# The tables with a row per device, by its MAC (moved or deleted with it).
+DEVICE_TABLES = ("devices", "dns_rules", "wifi_keys", "pauses", "schedules", "allowances", "allowance_usage")
+
+
 class StoreError(RuntimeError):
     pass
 
@@ -288,19 +292,27 @@ class DeviceStore:
             (key, value),
         )
 
+    def move(self, old_mac: str, new_mac: str) -> None:
+        """Every row of a device under its new MAC (a device that returned with another address); rows
+        already under the new MAC (a newcomer it was taken for) go first."""
+        self._submit_together(
+            [(f"DELETE FROM {table} WHERE mac = ?", (new_mac,)) for table in DEVICE_TABLES]
+            + [(f"UPDATE {table} SET mac = ? WHERE mac = ?", (new_mac, old_mac)) for table in DEVICE_TABLES]
+        )
+
     def delete(self, mac: str) -> None:
-        self._submit("DELETE FROM devices WHERE mac = ?", (mac,))
-        self._submit("DELETE FROM dns_rules WHERE mac = ?", (mac,))
-        self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
-        for table in ("pauses", "schedules", "allowances", "allowance_usage"):
-            self._submit(f"DELETE FROM {table} WHERE mac = ?", (mac,))
+        self._submit_together([(f"DELETE FROM {table} WHERE mac = ?", (mac,)) for table in DEVICE_TABLES])
 
     def _submit(self, sql: str, args: tuple) -> None:
+        self._submit_together([(sql, args)])
+
+    def _submit_together(self, statements: list[tuple[str, tuple]]) -> None:
+        """Queued at once, so the writer commits them in one transaction (all or none after a power cut)."""
         with self._changed:
             if self._closing:
                 raise StoreError("the store is closed")
-            self._queue.append((sql, args))
-            self._queued += 1
+            self._queue.extend(statements)
+            self._queued += len(statements)
             self._changed.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:

@@ -1,12 +1,17 @@
 """Per-device Wi-Fi passphrases: made, written for hostapd, and shown as a QR code. Pure but for `write_psk_file`.
 
 hostapd's `wpa_psk_file` holds one line per key: `keyid=ID MAC PASSPHRASE`; MAC
-00:00:00:00:00:00 is a wildcard any station may use (the household's shared guest
-passphrase, line `keyid=guest ...`, written by `hostapd_conf`). The controller owns the
-lines whose keyid starts with `dev-`, one per device that has its own passphrase; it keeps
-every other line as it finds it. hostapd reports the keyid a station joined with
-(`AP-STA-CONNECTED MAC keyid=ID`), so a station using a device's MAC with the guest
-passphrase is told apart from the device itself.
+00:00:00:00:00:00 is a wildcard any station may use. hostapd tries each wildcard line in
+turn until one fits the station's handshake, and reports which (`AP-STA-CONNECTED MAC
+keyid=ID`). The household's shared guest passphrase is line `keyid=guest ...` (written by
+`hostapd_conf`). The controller owns the lines whose keyid starts with `dev-`, one per device
+that has its own passphrase, and keeps every other line as it finds it.
+
+A device's line is a wildcard too, and its key id names the device's MAC (`dev-` and the MAC's
+twelve hex digits): a phone that comes back under a new private address joins with its own
+passphrase, and the key id says which device it is (the controller moves the device's record
+to the new MAC and writes the line again with it). A station using a device's MAC with the
+guest passphrase is told apart from the device itself the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +55,14 @@ def device_keyid(mac: str) -> str:
     return DEVICE_KEYID_PREFIX + normalize_mac(mac).replace(":", "")
 
 
+def mac_of_keyid(keyid: str) -> str | None:
+    """The MAC a device's key id names (None for the guest's or any other key id)."""
+    digits = keyid.removeprefix(DEVICE_KEYID_PREFIX)
+    if digits == keyid or len(digits) != 12 or not all(c in "0123456789abcdef" for c in digits):
+        return None
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+
+
 def new_passphrase() -> str:
     """Five groups of four from a 31-letter alphabet, e.g. `k7qm-3xhv-...`: ~99 bits from `secrets`."""
     return "-".join("".join(secrets.choice(ALPHABET) for _ in range(GROUP_LEN)) for _ in range(GROUPS))
@@ -81,7 +94,7 @@ def render_psk_file(current: str, keys: list[WifiKey]) -> str:
     kept = [
         line for line in current.splitlines() if line.strip() and not line.startswith(f"keyid={DEVICE_KEYID_PREFIX}")
     ]
-    lines = kept + [psk_line(k.keyid, k.mac, k.passphrase) for k in sorted(keys, key=lambda k: k.mac)]
+    lines = kept + [psk_line(k.keyid, WILDCARD_MAC, k.passphrase) for k in sorted(keys, key=lambda k: k.mac)]
     return "".join(line + "\n" for line in lines)
 
 

@@ -91,7 +91,7 @@ def test_each_devices_own_passphrase_is_its_sae_password_bound_to_its_mac_ahead_
     phone = WifiKey("02:00:00:00:00:01", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
     psk.write_text(wifi_keys.render_psk_file("", [phone]))
     lines = [line for line in radio(capsys, "--psk-file", str(psk)).splitlines() if line.startswith("sae_password=")]
-    # hostapd takes the first line that fits: for the phone's MAC only its own password.
+    # hostapd takes the first line that fits: for the phone's MAC (its key id's) only its own password.
     assert lines == [
         "sae_password=k7qm-3xhv-9bcd-efgh-jkmn|mac=02:00:00:00:00:01",
         "sae_password=correct horse battery",
@@ -140,7 +140,7 @@ def test_with_a_key_file_the_guest_passphrase_is_its_wildcard_line_and_device_li
     assert conf["wpa_psk_file"] == str(psk) and "wpa_passphrase" not in conf
     assert psk.read_text().splitlines() == [
         "keyid=guest 00:00:00:00:00:00 correct horse battery",
-        "keyid=dev-020000000001 02:00:00:00:00:01 k7qm-3xhv-9bcd-efgh-jkmn",
+        "keyid=dev-020000000001 00:00:00:00:00:00 k7qm-3xhv-9bcd-efgh-jkmn",
     ]
     assert oct(psk.stat().st_mode & 0o777) == "0o600"  # passphrases: root's only
     # A new guest passphrase replaces the old one; the device's own passphrase is untouched.
@@ -305,3 +305,11 @@ def test_station_joined_events_are_read_with_their_key_id():
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01") == ("02:00:00:00:00:01", "")
     assert hostapd_ctrl.station_joined("<3>AP-STA-DISCONNECTED 02:00:00:00:00:01") is None
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED") is None
+
+
+def test_the_network_name_is_read_from_real_hostapd(wired_hostapd):
+    """The QR code of a device's passphrase names the network hostapd serves, asked of hostapd itself."""
+    assert hostapd_ctrl.served_ssid(wired_hostapd("ssid=Home of the Smiths\n")) == "Home of the Smiths"
+    wired_hostapd.stop()
+    # A hostapd that serves no network name (802.1X on a wired port) answers none: no QR code is offered.
+    assert hostapd_ctrl.served_ssid(wired_hostapd("")) == ""

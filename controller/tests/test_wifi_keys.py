@@ -35,8 +35,11 @@ def test_the_key_file_keeps_lines_it_does_not_own():
     current = "keyid=guest 00:00:00:00:00:00 correct horse battery\nkeyid=dev-0200000000bb 02:00:00:00:00:bb old\n"
     assert wifi_keys.render_psk_file(current, [phone]).splitlines() == [
         "keyid=guest 00:00:00:00:00:00 correct horse battery",
-        "keyid=dev-0200000000aa 02:00:00:00:00:aa k7qm-3xhv-9bcd-efgh-jkmn",
+        # A device's line fits any MAC (a phone's next private address); its key id says whose it is.
+        "keyid=dev-0200000000aa 00:00:00:00:00:00 k7qm-3xhv-9bcd-efgh-jkmn",
     ]
+    assert wifi_keys.mac_of_keyid("dev-0200000000aa") == "02:00:00:00:00:aa"
+    assert [wifi_keys.mac_of_keyid(k) for k in ("guest", "dev-0200", "dev-02000000zzaa", "0200000000aa")] == [None] * 4
 
 
 def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_survives_a_restart(db_path, clock):
