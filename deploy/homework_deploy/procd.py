@@ -50,6 +50,8 @@ SETTINGS: dict[str, Value] = {
     "LAN_ADDRESS": (Uci("lan", "address"),),
     "HOSTAPD_IFACE": (Uci("lan", "wlan_port"),),  # OpenWrt's hostapd names its socket after the radio
     "WIFI_SSID": (Uci("lan", "ssid", required=False),),  # the radio's network name, for passphrase QR codes
+    # The wifi-iface's `option wpa_psk_file` (wpad reads it): where devices' own passphrases go.
+    "WIFI_PSK_FILE": (Uci("lan", "wpa_psk_file", required=False),),
     "LATENCY_TARGET": (Uci("webui", "latency_target", required=False),),  # empty: no connection check
     "WAN_IFACE": (Uci("qos", "upstream_iface", required=False),),  # empty: the uplink is not shaped
     "UPLINK_KBIT": (Uci("qos", "uplink_kbit"),),  # 0: not shaped

@@ -135,6 +135,7 @@ class Home:
                 "WAN_IFACE": WAN,
                 "LATENCY_TARGET": f"http://{INTERNET_IP}",
                 "WIFI_SSID": "Homework",
+                "WIFI_PSK_FILE": "",  # the emulated air has no radio: 802.1X, no passphrases
                 "UPLINK_KBIT": LINE_UP_KBIT,
                 "DOWNLINK_KBIT": LINE_DOWN_KBIT,
                 "UPDATES": "",  # no installer: the emulated home is not an image

@@ -315,6 +315,7 @@ link_mbit = {LINK_MBIT}
                 "WAN_IFACE": "",
                 "LATENCY_TARGET": "",
                 "WIFI_SSID": "",
+                "WIFI_PSK_FILE": "",
                 "UPLINK_KBIT": 0,
                 "DOWNLINK_KBIT": 0,
                 "UPDATES": "",
