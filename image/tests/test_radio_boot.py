@@ -25,6 +25,7 @@ from routervm import WWW_IP, Network, RouterVm, VmError
 from test_boot import BOOT_S, PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in
 
 from homenet.wait import wait_until
+from homework_controller import wifi_keys
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -119,6 +120,15 @@ class Station:
             f"env LD_LIBRARY_PATH={DRIVE}/lib {DRIVE}/bin/wpa_supplicant -B -D nl80211 -i {self.ifname} "
             f"-c {self.dir}/wpa.conf -f {self.dir}/wpa.log -P {self.dir}/wpa.pid"
         )
+
+    def new_address(self, mac: str) -> None:
+        """A new MAC on its radio, as a phone takes a new private address (wpa_supplicant stopped)."""
+        self.leave()
+        self.vm.run(
+            f"ip -n {self.ns} link set {self.ifname} down && ip -n {self.ns} link set {self.ifname} address {mac} "
+            f"&& ip -n {self.ns} link set {self.ifname} up"
+        )
+        self.mac = mac
 
     def leave(self) -> None:
         self.vm.run(
@@ -327,3 +337,30 @@ def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets
         2,
         hint=lambda: second.log()[-1500:],
     )
+
+
+def test_a_devices_own_passphrase_fits_any_mac_and_hostapd_says_whose_it_is(router, stations, guest_passphrase):
+    """What a device keeping its identity under a new MAC rests on, with real hostapd and wpa_supplicant:
+    the controller writes a device's line of the key file as a wildcard, so the phone under its next
+    private address still joins with its own passphrase, and hostapd names the key it used (keyid=),
+    from which the controller moves the device to the new MAC (controller/tests/test_new_address.py)."""
+    first = stations[0]
+    passphrase = wifi_keys.new_passphrase()
+    keyid = wifi_keys.device_keyid(first.mac)
+    key_file = "/var/lib/homework/hostapd.wpa_psk"
+    lines = wifi_keys.render_psk_file(router.run(f"cat {key_file}"), [wifi_keys.WifiKey(first.mac, passphrase, 0.0)])
+    first.write(key_file, lines)
+    assert hostapd(router, "reload_wpa_psk").strip() == "OK"
+    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+    first.wait_connected(120)
+    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
+    # Its next private address: the same passphrase, the same key id.
+    first.new_address("06:11:22:33:44:55")
+    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+    first.wait_connected(120)
+    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
+    # The same station with the guest passphrase is the guest's key: nothing says it is that device.
+    first.join(f'key_mgmt=WPA-PSK\n psk="{guest_passphrase}"\n ieee80211w=1')
+    first.wait_connected(120)
+    sta = hostapd(router, "sta", first.mac)
+    assert f"keyid={wifi_keys.GUEST_KEYID}" in sta and keyid not in sta, sta
