@@ -31,8 +31,9 @@ OVERLOAD_KIND = "qos-overload"
 # Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
 CLONE_KIND = "mac-clone"
 # What the household is told of on its phones (a system notification once they allow it): a
-# newcomer, a storm of them, an allowance used up. Not the wall panel: it shows the board itself.
-NOTIFY_KINDS = ("new-device", "newcomer-storm", "allowance")
+# newcomer, a storm of them, an allowance used up, a device back under a new (private) address.
+# Not the wall panel: it shows the board itself.
+NOTIFY_KINDS = ("new-device", "newcomer-storm", "allowance", "new-address")
 SUBSCRIPTIONS = {
     "Events": "select tstamp, kind, mac, message from Events",
     "Leases": "select mac, ip, hostname, action, state from Leases",

@@ -19,7 +19,7 @@ describe('which alerts notify', () => {
     expect(noticeFor(joined, '')).toBeNull()
   })
 
-  it('a storm, a copied address and a used-up allowance notify; a queue overload does not', () => {
+  it('a storm, a copied address, a used-up allowance and a device back under a new address notify; a queue overload does not', () => {
     const of = (kind: string, message: string, mac = '') => noticeFor({ time: 1, kind, mac, message }, 'member')
     expect(of('newcomer-storm', '40 devices asked to join within 10 seconds')?.title).toBe('Many devices are asking to join at once')
     expect(of('mac-clone', 'tv: its address is being used by another device too', '02:00:00:00:00:02')?.title)
@@ -27,6 +27,8 @@ describe('which alerts notify', () => {
     const used = of('allowance', "Tom's tablet has used up today's allowance; paused until 04:00", '02:00:00:00:00:03')
     expect(used?.title).toBe('An allowance is used up')
     expect(used?.body).toBe("Tom's tablet has used up today's allowance; paused until 04:00")
+    const back = of('new-address', "Anna's phone joined with its own passphrase from a new address, 06:11:22:33:44:55: it is still Anna's phone", '06:11:22:33:44:55')
+    expect(back?.title).toBe('A device is back under a new address')
     expect(of('qos-overload', 'high-priority queue dropped 10 packets')).toBeNull()
     expect(of('flow-budget', 'too many connections')).toBeNull()
   })

@@ -21,6 +21,7 @@ const TITLES: Record<string, string> = {
   'newcomer-storm': 'Many devices are asking to join at once',
   'mac-clone': 'Another device is using a device’s address',
   allowance: 'An allowance is used up',
+  'new-address': 'A device is back under a new address',
 }
 
 /** The notification for an alert, or null when it is not one the household is told of this way
