@@ -10,11 +10,15 @@ its allowance) is told why, the way phones and laptops look for a captive portal
 
 The per-device code ("K7-Q2") is what the person at the wall panel matches against the label on
 the Guest Board. It is no secret (the board shows it), only an identifier, unique among the devices
-the router knows; made when first asked for, in memory (a restart makes new ones).
+the router knows. It is a keyed hash of the device's MAC (`keyed_codes`: the key is made once and
+kept in the controller's database), so a restart gives a waiting device the code its page and its
+label already show, and nothing is written per device (a storm of newcomers costs the disk nothing).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from collections.abc import Callable
 
@@ -60,13 +64,34 @@ PROBE_TTL_S = 1
 CODE_ALPHABET = "ACEFGHJKMNPQRTWXY34679"
 
 
-def new_code(choose: Callable[[str], str] = secrets.choice) -> str:
-    chars = "".join(choose(CODE_ALPHABET) for _ in range(4))
-    return f"{chars[:2]}-{chars[2:]}"
+SECRET_SETTING = "portal_code_key"  # the key of the codes' hash, in the store's settings
+
+
+def keyed_codes(key: bytes) -> Callable[[str, int], str]:
+    """A device's code from its MAC: the same across restarts; `attempt` draws another when taken."""
+
+    def code_of(mac: str, attempt: int) -> str:
+        n = int.from_bytes(hmac.new(key, f"{mac}/{attempt}".encode(), hashlib.sha256).digest()[:8], "big")
+        chars = ""
+        for _ in range(4):
+            n, i = divmod(n, len(CODE_ALPHABET))
+            chars += CODE_ALPHABET[i]
+        return f"{chars[:2]}-{chars[2:]}"
+
+    return code_of
+
+
+def codes_key(settings: dict[str, str], save: Callable[[str, str], None]) -> bytes:
+    """The key of the codes' hash: the store's, made at the first start."""
+    key = settings.get(SECRET_SETTING)
+    if key is None:
+        key = secrets.token_hex(16)
+        save(SECRET_SETTING, key)
+    return bytes.fromhex(key)
 
 
 class Portal:
-    def __init__(self, make_code: Callable[[], str] = new_code):
+    def __init__(self, make_code: Callable[[str, int], str]):
         self._make_code = make_code
         self._codes: dict[str, str] = {}
         self._taken: set[str] = set()
@@ -81,9 +106,11 @@ class Portal:
     def code_of(self, mac: str) -> str:
         code = self._codes.get(mac)
         if code is None:
-            code = self._make_code()
+            attempt = 0
+            code = self._make_code(mac, attempt)
             while code in self._taken:  # 234,256 codes for at most a few hundred devices: rarely twice
-                code = self._make_code()
+                attempt += 1
+                code = self._make_code(mac, attempt)
             self._codes[mac] = code
             self._taken.add(code)
         return code

@@ -113,7 +113,7 @@ class HomeRouter:
         )
         self.clone_watch = CloneWatch(clock, self.counters)
         self.port_binding = port_binding.PortBinding()
-        self.portal = portal.Portal()
+        self.portal = portal.Portal(portal.keyed_codes(portal.codes_key(store.load_settings(), store.save_setting)))
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
         self.controls = HouseholdControls(store, clock)  # pauses, bedtimes, allowances: may hold a device
         # Forgetting a device reaches every concern: each owns its memory of it.

@@ -12,6 +12,8 @@ from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 from homework_controller import dnsgate, flows, lan_side, portal
 from homework_controller.effects import AnswerDhcp
 from homework_controller.errors import UnknownDevice
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
 
 LOCAL = flows.LOCAL
 INTERNET = "198.51.100.80"
@@ -38,17 +40,42 @@ def ask(router, ip, name, qtype="A"):
 
 
 def test_codes_are_short_unambiguous_and_unique_among_the_devices_known():
-    made = iter(["K7-Q2", "K7-Q2", "AC-34", "K7-Q2"])
-    codes = portal.Portal(make_code=lambda: next(made))
+    drawn = {(PHONE, 0): "K7-Q2", (LAPTOP, 0): "K7-Q2", (LAPTOP, 1): "AC-34"}
+    codes = portal.Portal(make_code=lambda mac, attempt: drawn[mac, attempt])
     assert codes.code_of(PHONE) == "K7-Q2"
-    assert codes.code_of(LAPTOP) == "AC-34"  # the phone's code again was drawn, and drawn again
+    assert codes.code_of(LAPTOP) == "AC-34"  # the phone's code was the laptop's first draw: drawn again
     assert codes.code_of(PHONE) == "K7-Q2" and codes.status_of(PHONE) == {"portal_code": "K7-Q2"}
     codes.forget(PHONE)
     assert not codes.knows(PHONE)
     assert codes.code_of(LAPTOP) == "AC-34"
-    code = portal.new_code()
-    assert len(code) == 5 and code[2] == "-" and set(code.replace("-", "")) <= set(portal.CODE_ALPHABET)
+    keyed = portal.keyed_codes(bytes(16))
+    made = {keyed(f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", 0) for i in range(1000)}
+    assert len(made) > 990  # spread over the 234,256 codes
+    for code in made:
+        assert len(code) == 5 and code[2] == "-" and set(code.replace("-", "")) <= set(portal.CODE_ALPHABET)
     assert not set("0O1IL2Z5S8BUVD") & set(portal.CODE_ALPHABET)
+
+
+def test_a_waiting_device_keeps_its_code_when_the_router_restarts_and_another_router_gives_others(db_path, clock):
+    """The phone's page and the board's label still match after a reboot: the code is the same."""
+    first = HomeRouter(DeviceStore(db_path), clock=clock)
+    first.switch_ready(WLAN, ROUTER_MAC)
+    for mac in (PHONE, LAPTOP):
+        first.on_dhcp(frame(mac, "discover"))
+    codes = {mac: first.status(mac)["portal_code"] for mac in (PHONE, LAPTOP)}
+    assert first.store.flush()
+    first.store.close()
+    again = HomeRouter(DeviceStore(db_path), clock=clock)
+    again.switch_ready(WLAN, ROUTER_MAC)
+    for mac in (PHONE, LAPTOP):
+        again.on_dhcp(frame(mac, "discover"))
+        assert again.status(mac)["portal_code"] == codes[mac]
+    again.store.close()
+    # Positive control: the code is the router's own (its key), not a function of the MAC anyone can work out.
+    other = HomeRouter(DeviceStore(db_path.replace("controller.sqlite", "other.sqlite")), clock=clock)
+    other.switch_ready(WLAN, ROUTER_MAC)
+    other.on_dhcp(frame(PHONE, "discover"))
+    assert other.status(PHONE)["portal_code"] != codes[PHONE]
 
 
 @pytest.mark.parametrize(
