@@ -2,8 +2,8 @@
 """make bench: measure the router beside a baseline in the same run, write bench/results/*.json
 and regenerate docs/PERFORMANCE.md.
 
-    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile] [agent_flood] [qos]
-                 (default: all)
+    bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]
+                 [agent_flood] [qos] [ipv6_permit]   (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -21,6 +21,7 @@ import time
 
 import agent_flood
 import hostile
+import ipv6_permit
 import qos
 from common import (
     BENCH,
@@ -387,6 +388,7 @@ BENCHMARKS = {
     "hostile": hostile_dns,
     "agent_flood": agent_flood_home,
     "qos": qos.qos,
+    "ipv6_permit": ipv6_permit.ipv6_permit,
 }
 
 
@@ -401,6 +403,7 @@ def main():
     p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
     p.add_argument("--seconds", type=float, default=10.0, help="hostile, agent_flood: seconds of lookups per phase")
     p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
+    p.add_argument("--ipv6-devices", type=int, default=20, help="ipv6_permit: devices permitted one after another")
     args = p.parse_args()
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
