@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from homenet.wait import WaitTimeout, wait_until
@@ -151,7 +152,8 @@ class Network:
         www = self.state / "www"
         www.mkdir(exist_ok=True)
         (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
-        self._spawn(
+        (self.state / "dnsmasq.pid").unlink(missing_ok=True)  # one a killed run left would say it started
+        dnsmasq = self._spawn(
             "dnsmasq",
             [
                 "dnsmasq",
@@ -178,6 +180,8 @@ class Network:
             self.wan_ns,
         )
         self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], self.wan_ns)
+        # Without it the router gets no WAN lease, and every later step fails for a reason far from this one.
+        self._started("dnsmasq", dnsmasq, lambda: (self.state / "dnsmasq.pid").exists())
         for i, (name, mac) in enumerate(clients.items()):
             client = Client(name, mac, self.state, f"{self.name}-{name}")
             client.state.mkdir(parents=True, exist_ok=True)
@@ -219,15 +223,24 @@ class Network:
         sh("ethtool", "-K", "eth0", "tx", "off", ns=ns, check=False)
         sh("ip", "link", "set", "eth0", "up", ns=ns)
 
-    def _spawn(self, name: str, argv: list, ns: str) -> None:
+    def _spawn(self, name: str, argv: list, ns: str) -> subprocess.Popen:
         with open(self.state / f"{name}.log", "ab") as log:
-            subprocess.Popen(
+            return subprocess.Popen(
                 ["ip", "netns", "exec", ns, *map(str, argv)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+
+    def _started(self, name: str, proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 10) -> None:
+        """Wait until a spawned service is ready; VmError with its log if it exits or takes too long."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = (self.state / f"{name}.log").read_text(errors="replace")[-1500:]
+                raise VmError(f"the emulated upstream's {name} did not start (exit {proc.poll()}):\n{log}")
+            time.sleep(0.1)
 
 
 # Why KVM did not run the firmware, once it has not in this process: later boots go straight to
