@@ -26,6 +26,9 @@ class Passphrases:
         self.store, self.clock, self.counters = store, clock, counters
         self.ssid, self.new_passphrase = ssid, new_passphrase
         self._keys: dict[str, wifi_keys.WifiKey] = store.load_wifi_keys()
+        # A moved device's earlier key ids -> its MAC now: hostapd names the key as its file last said,
+        # until it has read the file written after the move (or for good, if that write failed).
+        self._earlier_keyids: dict[str, str] = {}
 
     # -- the lifecycle
 
@@ -35,6 +38,7 @@ class Passphrases:
     def forget(self, mac: str) -> None:
         if self._keys.pop(mac, None) is not None:
             self._save(mac, None)
+        self._drop_earlier_keyids(mac)
 
     def move(self, old_mac: str, new_mac: str) -> None:
         """The passphrase follows the device; its key id names the new MAC (hostapd's key file is
@@ -42,6 +46,10 @@ class Passphrases:
         key = self._keys.pop(old_mac, None)
         if key is not None:
             self._keys[new_mac] = wifi_keys.WifiKey(new_mac, key.passphrase, key.created)
+            for keyid, mac in self._earlier_keyids.items():
+                if mac == old_mac:
+                    self._earlier_keyids[keyid] = new_mac
+            self._earlier_keyids[key.keyid] = new_mac
 
     def status_of(self, mac: str) -> dict:
         """That it has one, and since when; never the passphrase."""
@@ -59,12 +67,14 @@ class Passphrases:
             raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
         key = wifi_keys.WifiKey(mac, self.new_passphrase(), self.clock())
         self._keys[mac] = key
+        self._drop_earlier_keyids(mac)  # the old passphrase is no longer the device's
         self._save(mac, key)
         return self.key_of(mac)
 
     def revoke(self, mac: str) -> dict:
         if self._keys.pop(mac, None) is None:
             raise UnknownDevice(f"{mac} has no passphrase of its own")
+        self._drop_earlier_keyids(mac)
         self._save(mac, None)
         return {"mac": mac, "revoked": True}
 
@@ -86,7 +96,7 @@ class Passphrases:
 
     def device_with(self, keyid: str) -> str | None:
         """The MAC of the device whose own passphrase has this key id (None: the guest's, or no one's)."""
-        mac = wifi_keys.mac_of_keyid(keyid)
+        mac = self._earlier_keyids.get(keyid) or wifi_keys.mac_of_keyid(keyid)
         return mac if mac is not None and mac in self._keys else None
 
     def keyid_of(self, mac: str) -> str | None:
@@ -96,6 +106,10 @@ class Passphrases:
     def all(self) -> list[wifi_keys.WifiKey]:
         """Every device's passphrase, for hostapd's key file."""
         return list(self._keys.values())
+
+    def _drop_earlier_keyids(self, mac: str) -> None:
+        for keyid in [k for k, m in self._earlier_keyids.items() if m == mac]:
+            del self._earlier_keyids[keyid]
 
     def _save(self, mac: str, key: wifi_keys.WifiKey | None) -> None:
         try:

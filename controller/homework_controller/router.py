@@ -211,7 +211,9 @@ class HomeRouter:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
         mac = normalize_mac(mac)
         owner = self.passphrases.device_with(keyid)
-        if owner is not None and owner != mac:
+        if owner == mac:
+            return []  # the device, with its own passphrase
+        if owner is not None:
             device, there = self.devices[owner], self.devices.get(mac)
             if there is None or there.state is State.PENDING:
                 return self._moved(device, mac)
