@@ -107,11 +107,10 @@ class AppPriorities:
         """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
         return self._device_at(flow.saddr) or self._device_at(flow.daddr)
 
-    @staticmethod
-    def _device_side(device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
+    def _device_side(self, device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
         """The connection as the device sees it (its address first): both directions name it alike."""
-        assert device.subnet is not None
-        if flow.saddr == device.subnet.device_ip:
+        sender = self._device_at(flow.saddr)
+        if sender is not None and sender.mac == device.mac:
             return flow
         return flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
 

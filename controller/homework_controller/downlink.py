@@ -52,8 +52,10 @@ def wanted_rules(connections: Iterable[Connection], public_addresses: Iterable[s
     flow, per public address."""
     best: dict[tuple[int, str, int], str] = {}
     for conn, priority in connections:
-        if priority not in SLICE_QUEUES or ipaddress.IPv4Address(conn.daddr) in LAN_NETWORK:
-            continue  # Normal, or device to device (or to the router): nothing of it comes from the ISP
+        if priority not in SLICE_QUEUES or conn.is_ipv6 or ipaddress.IPv4Address(conn.daddr) in LAN_NETWORK:
+            # Normal, or device to device (or to the router): nothing of it comes from the ISP. IPv6 is
+            # not on the slice yet (its rules name the household's public IPv4 address).
+            continue
         remote = (conn.proto, conn.daddr, conn.dport)
         if _RANK[priority] > _RANK[best.get(remote, qos.DEFAULT)]:
             best[remote] = priority

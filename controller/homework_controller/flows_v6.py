@@ -12,11 +12,13 @@ table 0, admission:
                  router: IPv6 to a forwarding device's MAC               -> goto 1
   (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local traffic between
   devices; the router's own adverts and answers are packet-outs, which the tables do not see)
-table 1, accounting (counted per device, not per flow: no IPv6 `Flows` rows yet):
+table 1, accounting (`Flows` rows come from the switch's flow export):
   BLOCKED        from a device's /64s to an address of a name blocked    -> drop
                  for it, or to DNS over TLS/QUIC
-  COUNTED_SOURCE from a forwarding device's /64                          -> goto 2 (its counters are the device's
-  COUNTED_DEST   to it                                                      use: allowances count them)
+  LEARNT_FLOW    one connection of a device (its app's mark), as IPv4's   -> set DSCP, queue; goto 2
+  COUNTED_SOURCE from a forwarding device's /64                          -> DSCP 0, a copy to the controller
+  COUNTED_DEST   to it                                                      while it learns flows; goto 2 (allowances
+                                                                            count these and the flows' rules)
 table 2, routing:
   TO_ROUTER      to a forwarding device's /64's ::1 (the router's)        -> router
   TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
@@ -45,6 +47,7 @@ from .flows import (
     Meter,
     Output,
     Routing,
+    SetField,
     address_blocked,
     admitted,
     counted,
@@ -128,6 +131,12 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
     }
     if not (ipv4.forwarding and prefixes):
         return frozenset(rules)
+    # As for IPv4 (`flows.device_rules`): the router alone sets the traffic class the shaper reads, and
+    # while the device learns flows, a flow's packets go to the controller until the flow has its rule.
+    unmark = SetField("ip_dscp", 0)
+    count = (
+        (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if ipv4.learning else (unmark, GotoTable(TABLE_ROUTING))
+    )
     for prefix in prefixes:
         net = masked(prefix)
         # Its /64's ::1 is the router's (its stack answers there): not hairpinned back to the device.
@@ -142,7 +151,7 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
             )
         )
         rules |= admitted(IPV6, cookie, device.mac, own, net)
-        rules |= counted(IPV6, cookie, (COUNTED_SOURCE, COUNTED_DEST), (GotoTable(TABLE_ROUTING),), net)
+        rules |= counted(IPV6, cookie, (COUNTED_SOURCE, COUNTED_DEST), count, net)
         rules |= routed_to(IPV6, cookie, device.mac, ipv4.router_mac, own, ipv4.access_ports, net)
         if ipv4.dns_gated:  # as for IPv4: its encrypted DNS would get round the names blocked for it
             rules |= encrypted_dns_refused(IPV6, cookie, net)

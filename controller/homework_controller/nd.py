@@ -12,9 +12,9 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from .packets import mac_bytes, mac_text
+from .packets import ETH_TYPE_IP6, mac_bytes, mac_text
 
-ETH_IPV6 = 0x86DD
+ETH_IPV6 = ETH_TYPE_IP6
 PROTO_ICMPV6 = 58
 ROUTER_SOLICITATION, ROUTER_ADVERTISEMENT = 133, 134
 NEIGHBOUR_SOLICITATION, NEIGHBOUR_ADVERTISEMENT = 135, 136

@@ -257,7 +257,7 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         in_port = msg.match["in_port"]
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
-        if frame.ethertype == ETH_IPV6:
+        if frame.ethertype == ETH_IPV6 and msg.table_id != flows.TABLE_ACCOUNTING:
             try:
                 solicitation = parse_solicitation(msg.data)
             except MalformedNd as exc:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import dpkt
 
-ETH_TYPE_IP, ETH_TYPE_ARP = 0x0800, 0x0806
+ETH_TYPE_IP, ETH_TYPE_ARP, ETH_TYPE_IP6 = 0x0800, 0x0806, 0x86DD
 ARP_REQUEST, ARP_REPLY = 1, 2
 
 
@@ -64,6 +64,8 @@ _IPV4_UDP = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
 _TCP_PORTS_AND_OFFSET = struct.Struct("!HH8xB7x")  # 20 octets: the whole fixed header must be there
 _IPV4_ETHERTYPE = ETH_TYPE_IP.to_bytes(2, "big")
+_IPV6 = struct.Struct("!4xHBx16s16s")  # payload length, next header, source, destination
+_IPV6_ETHERTYPE = ETH_TYPE_IP6.to_bytes(2, "big")
 
 
 class MalformedFrame(ValueError):
@@ -74,6 +76,8 @@ def parse(data: bytes) -> Frame:
     try:
         if data[12:14] == _IPV4_ETHERTYPE:
             return _parse_ipv4(data)
+        if data[12:14] == _IPV6_ETHERTYPE:
+            return _parse_ipv6(data)
         eth = dpkt.ethernet.Ethernet(data)
         src, dst = mac_text(eth.src), mac_text(eth.dst)
         if eth.type == ETH_TYPE_ARP:
@@ -86,6 +90,31 @@ def parse(data: bytes) -> Frame:
         return Frame(src, dst, eth.type)
     except (dpkt.UnpackError, ValueError, OSError) as exc:
         raise MalformedFrame(f"{type(exc).__name__}: {exc}") from None
+
+
+def _parse_ipv6(data: bytes) -> Frame:
+    """An untagged IPv6 frame: its addresses and, when TCP or UDP follows the fixed header at once (no
+    extension headers), its ports: what a flow copy is named by. Neighbour discovery is `nd`'s to read."""
+    if len(data) < _ETHERNET.size + _IPV6.size:
+        raise ValueError("truncated IPv6 header")
+    dst, src, _ = _ETHERNET.unpack_from(data)
+    _, proto, ip_src, ip_dst = _IPV6.unpack_from(data, _ETHERNET.size)
+    frame = Frame(
+        mac_text(src),
+        mac_text(dst),
+        ETH_TYPE_IP6,
+        ip_src=socket.inet_ntop(socket.AF_INET6, ip_src),
+        ip_dst=socket.inet_ntop(socket.AF_INET6, ip_dst),
+        ip_proto=proto,
+        size=len(data),
+    )
+    if proto not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
+        return frame
+    l4 = data[_ETHERNET.size + _IPV6.size :]
+    if len(l4) < 4:
+        raise ValueError("truncated TCP or UDP header")
+    sport, dport = struct.unpack_from("!HH", l4)
+    return frame._replace(sport=sport, dport=dport)
 
 
 def _parse_ipv4(data: bytes) -> Frame:

@@ -96,7 +96,7 @@ class HomeRouter:
             clock,
             app_table if app_table is not None else apps.load_table(),
             qos_settings,
-            device_at=self.registry.by_ip,
+            device_at=self.registry.device_at,
             device_of=self.devices.__getitem__,
             process_of=self.agent_reports.process_of,
         )
@@ -325,8 +325,8 @@ class HomeRouter:
         the flow a rule of its own, within the device's budget."""
         outgoing = in_port != flows.LOCAL
         if frame.ip_src is None or frame.ip_dst is None:
-            return []  # not IPv4: nothing the accounting table copies
-        device = self.registry.by_ip(frame.ip_src if outgoing else frame.ip_dst)
+            return []  # not IP: nothing the accounting table copies
+        device = self.registry.device_at(frame.ip_src if outgoing else frame.ip_dst)  # by its /30, or its /64
         if device is None or not device.forwards or not self.accounting.learning(device.mac):
             return []  # copies still in flight after a change: the device's own rule counted them
         flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)

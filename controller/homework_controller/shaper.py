@@ -6,7 +6,8 @@
         1:20  Medium:  prio 1, rate = what High and the floor leave, ceil = the shaped rate
         1:30  Normal:  prio 2, rate = a floor (qos.NORMAL_FLOOR), ceil = the shaped rate
       each class's leaf: the best qdisc the kernel has (cake, else fq_codel, else pfifo)
-    u32 filters on the TOS byte (mask 0xfc: DSCP, whatever ECN says): EF -> 1:10, AF41 -> 1:20
+    u32 filters on the TOS byte (mask 0xfc: DSCP, whatever ECN says): EF -> 1:10, AF41 -> 1:20;
+    for IPv6 the same on its traffic class (a priority of their own: tc keeps one protocol per priority)
 
 Applied with `tc ... replace` (the root only when it is not there), so applying twice
 changes nothing (the counters carry on), and applied again when the tree is gone (the
@@ -34,7 +35,9 @@ LEAVES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fq_codel", ("fq_codel",)),
     ("pfifo", ("pfifo", "limit", "1000")),
 )
-_FILTER_PRIO = "1"
+# Each protocol's filters: (protocol, what u32 matches) -> (their priority, their hash table). The kernel
+# numbers a priority's table from 800 in the order they are made: IPv4's first, then IPv6's.
+_FILTERS = {("ip", ("ip", "dsfield")): ("1", "800"), ("ipv6", ("ip6", "priority")): ("2", "801")}
 
 
 class ShaperError(RuntimeError):
@@ -111,31 +114,31 @@ class Shaper:
                 "1514",
             )
             self.leaf = self._apply_leaf(classid)
-        for priority in (qos.HIGH, qos.MEDIUM):
-            mark = qos.MARKS[priority]
-            minor = mark.classid.split(":")[1]
-            self._run(
-                "filter",
-                "replace",
-                "dev",
-                dev,
-                "parent",
-                "1:",
-                "protocol",
-                "ip",
-                "prio",
-                _FILTER_PRIO,
-                "handle",
-                f"800::{minor}",
-                "u32",
-                "match",
-                "ip",
-                "dsfield",
-                f"{mark.tos:#04x}",
-                "0xfc",
-                "flowid",
-                mark.classid,
-            )
+        for (protocol, field), (prio, table) in _FILTERS.items():
+            for priority in (qos.HIGH, qos.MEDIUM):
+                mark = qos.MARKS[priority]
+                minor = mark.classid.split(":")[1]
+                self._run(
+                    "filter",
+                    "replace",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:",
+                    "protocol",
+                    protocol,
+                    "prio",
+                    prio,
+                    "handle",
+                    f"{table}::{minor}",
+                    "u32",
+                    "match",
+                    *field,
+                    f"{mark.tos:#04x}",
+                    "0xfc",
+                    "flowid",
+                    mark.classid,
+                )
         self.error = ""
         assert self.leaf is not None
         return self.leaf

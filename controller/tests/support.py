@@ -99,16 +99,17 @@ def deliver(router, switch, packet, size=100):
         if d.port == flows.CONTROLLER:
             p = d.packet
             proto = p["ip_proto"]
-            prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}[proto]
+            prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}.get(proto)
+            family = "ipv6" if "ipv6_src" in p else "ipv4"
             frame = packets.Frame(
                 p["eth_src"],
                 p["eth_dst"],
-                flows.ETH_IPV4,
-                ip_src=p["ipv4_src"],
-                ip_dst=p["ipv4_dst"],
+                p["eth_type"],
+                ip_src=p[f"{family}_src"],
+                ip_dst=p[f"{family}_dst"],
                 ip_proto=proto,
-                sport=p[f"{prefix}_src"],
-                dport=p[f"{prefix}_dst"],
+                sport=p[f"{prefix}_src"] if prefix else 0,
+                dport=p[f"{prefix}_dst"] if prefix else 0,
                 size=size,
             )
             switch.apply(router.on_flow_copy(p["in_port"], frame))

@@ -8,7 +8,7 @@ import pytest
 from fakeoftable import FakeSwitch
 from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
 from scapy.layers.l2 import Ether
-from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
+from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join
 
 from homework_controller import dhcp, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, SendFrame
@@ -90,8 +90,8 @@ def test_a_new_prefix_moves_each_device_and_its_next_advert_deprecates_the_old(r
     assert len(advertised(effects, LAPTOP)) == 1
     assert new_phone in {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)}
     # Its traffic from the new /64 goes out; from the old one (the ISP no longer routes it back) it does not.
-    assert [d.port for d in switch.send(packet_from(host_in(new_phone)))] == [LOCAL]
-    assert switch.send(packet_from(host_in(old_phone))) == []
+    assert [d.port for d in deliver(router, switch, packet_from(host_in(new_phone)))] == [LOCAL]
+    assert deliver(router, switch, packet_from(host_in(old_phone))) == []
 
 
 def test_the_old_prefix_counts_down_in_the_periodic_adverts_then_goes(router, switch, clock):

@@ -17,9 +17,9 @@ from scapy.layers.inet6 import (
     IPv6,
 )
 from scapy.layers.l2 import Ether
-from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, join
+from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WEB, WLAN, deliver, join, mark_of, up
 
-from homework_controller import dhcp, dnsgate, flows, ipv6, nd
+from homework_controller import dhcp, dnsgate, downlink, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, SendFrame
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -92,7 +92,7 @@ def test_a_pending_device_hears_no_prefix_and_reaches_nothing(router, switch):
     assert adverts(solicit_router(router, PHONE), PHONE) == [([], 0)]
     # Whatever address it makes up, nothing it sends over IPv6 passes.
     for src in (in_prefix(router.ipv6.plan.global_of(1)), "fe80::aa", "fd12:3456:789a:1::aa"):
-        assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, INTERNET)) == []
+        assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, INTERNET)) == []
     # Its solicitations reach the controller (to be answered), nothing else.
     ns = ipv6_packet(WLAN, PHONE, "33:33:ff:00:00:01", "fe80::aa", "ff02::1:ff00:1")
     ns.update(ip_proto=nd.PROTO_ICMPV6, icmpv6_type=nd.NEIGHBOUR_SOLICITATION)
@@ -109,10 +109,10 @@ def test_permitted_it_is_advertised_its_own_64s_and_its_ipv6_goes_out(router, sw
     assert ipaddress.IPv6Network(prefixes[1]).subnet_of(ULA)
     assert {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)} == set(prefixes)
     own = in_prefix(prefixes[0])
-    [out] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    [out] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
     assert out.port == LOCAL
     # The reply from the router's stack reaches it.
-    [back] = switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own))
+    [back] = deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own))
     assert back.port == WLAN
 
 
@@ -124,18 +124,20 @@ def test_a_forged_source_reaches_nothing_while_its_own_does(router, switch):
     assert phone64 != laptop64
     outside = in_prefix(router.ipv6.plan.global_of(200))  # global, in no device's /64
     for forged in (in_prefix(laptop64), outside, "2001:db8:ffff::1"):
-        assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, forged, INTERNET)) == [], forged
+        assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, forged, INTERNET)) == [], forged
     # positive control: the same packet from its own /64
-    assert [d.port for d in switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(phone64), INTERNET))] == [LOCAL]
+    assert [
+        d.port for d in deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(phone64), INTERNET))
+    ] == [LOCAL]
     # Its MAC with the laptop's address, or the laptop's MAC with its address: neither.
-    assert switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, in_prefix(phone64), INTERNET)) == []
+    assert deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, in_prefix(phone64), INTERNET)) == []
 
 
 def test_between_devices_it_is_routed_through_the_router(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
     src, dst = in_prefix(router.ipv6.current[PHONE][0]), in_prefix(router.ipv6.current[LAPTOP][0])
-    [hop] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, dst, hop_limit=64))
+    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, dst, hop_limit=64))
     assert (hop.port, hop.packet["eth_src"], hop.packet["eth_dst"], hop.packet["ip_ttl"]) == (
         WLAN,
         ROUTER_MAC,
@@ -147,19 +149,19 @@ def test_between_devices_it_is_routed_through_the_router(router, switch):
 def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]
-    [hop] = switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), ipv6.gateway_of(prefix)))
+    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), ipv6.gateway_of(prefix)))
     assert hop.port == LOCAL
 
 
 def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
     join(router, switch, PHONE)
     own = in_prefix(router.ipv6.current[PHONE][0])
-    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
     effects = router.deny(PHONE)
     switch.apply(effects)
     assert adverts(effects, PHONE) == [([], 0)]
-    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
-    assert switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
+    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
+    assert deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
     # Permitted again, it is told its prefixes again.
     effects = router.permit(PHONE)
     assert adverts(effects, PHONE)[0][1] == nd.ROUTER_LIFETIME_S
@@ -235,13 +237,13 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
     switch.apply(router.dns_answer(learnt))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     # The phone's connection to the address, even without asking for the name: dropped.
-    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, games)) == []
+    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, games)) == []
     # Positive controls: another address from the phone, the same address from the laptop.
-    assert [d.port for d in switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, www))] == [LOCAL]
-    assert [d.port for d in switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, games))] == [LOCAL]
+    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, www))] == [LOCAL]
+    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, games))] == [LOCAL]
     # From its ULA /64 too.
     ula = in_prefix(router.ipv6.current[PHONE][1])
-    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
+    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
 
 
 def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, switch):
@@ -251,10 +253,10 @@ def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, s
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     dot = ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, "2001:db8:5133::853")
     dot.update(tcp_dst=flows.DNS_OVER_TLS_PORT)
-    assert switch.send(dot) == []
+    assert deliver(router, switch, dot) == []
     # Positive control: the laptop, with no blocked names, may.
     dot.update(eth_src=LAPTOP, ipv6_src=laptop)
-    assert [d.port for d in switch.send(dot)] == [LOCAL]
+    assert [d.port for d in deliver(router, switch, dot)] == [LOCAL]
 
 
 # ---- IPv6 counts against a data allowance
@@ -275,19 +277,19 @@ def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
     switch.apply(router.set_allowance(LAPTOP, "1 MB"))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     # 2 MB over IPv6 in one poll (a download: up and back): the phone is paused at once.
-    switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
-    switch.send(ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone))
+    deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
+    deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone))
     switch.apply(poll(router, switch, 1_000_000))
     assert router.status(PHONE)["paused_why"] == "allowance"
-    assert switch.send(ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)) == []
-    assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone_v4, "192.0.2.80")) == []
+    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)) == []
+    assert deliver(router, switch, ipv4(WLAN, PHONE, ROUTER_MAC, phone_v4, "192.0.2.80")) == []
     # Positive control: the laptop, with its own 1 MB, moves less over IPv6 and IPv4 together...
     switch.hits.clear()
-    switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))
-    switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop_v4, "192.0.2.80"))
+    deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))
+    deliver(router, switch, ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop_v4, "192.0.2.80"))
     switch.apply(poll(router, switch, 400_000))
     assert router.status(LAPTOP)["allowance"]["used"] == 800_000  # both families counted
-    assert [d.port for d in switch.send(ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))] == [LOCAL]
+    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))] == [LOCAL]
     # ...and is paused when the sum goes over (here by its IPv6).
     switch.apply(poll(router, switch, 400_000))
     assert router.status(LAPTOP)["paused_why"] == "allowance"
@@ -306,8 +308,9 @@ def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_serve
     assert frame[ICMPv6NDOptRDNSS].dns == [resolver]
     # The device reaches it: the router's own address in its /64, not hairpinned back.
     query = ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(ula64), resolver)
-    query.update(ip_proto=flows.PROTO_UDP, udp_dst=53)
-    assert [d.port for d in switch.send(query)] == [LOCAL]
+    query.update(ip_proto=flows.PROTO_UDP, udp_src=40000, udp_dst=53)
+    del query["tcp_src"], query["tcp_dst"]
+    assert [d.port for d in deliver(router, switch, query)] == [LOCAL]
     # Denied: no prefix, so no DNS server either.
     [frame] = [Ether(e.data) for e in router.deny(PHONE) if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
     assert ICMPv6NDOptRDNSS not in frame
@@ -329,3 +332,31 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
     phone = in_prefix(router.ipv6.current[PHONE][0])
     switch.apply(router.deny(PHONE))
     assert router.dns_query(phone, query).action == "drop"
+
+
+# ---- priorities over IPv6
+
+
+def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them(router, switch):
+    """Priorities hold for IPv6 as for IPv4 (issue 22, test 5): a flow's first packet is copied to the
+    controller, which gives the flow a rule with its app's mark, both ways."""
+    phone_v4 = join(router, switch, PHONE)
+    phone = in_prefix(router.ipv6.current[PHONE][0])
+    out, back = (
+        ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET),
+        ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone),
+    )
+    for packet, sport, dport in ((out, 40000, 443), (back, 443, 40000)):
+        packet.update(tcp_src=sport, tcp_dst=dport, ip_dscp=EF)  # the device's own mark: not trusted
+    assert mark_of(router, switch, out) == (0, 0, LOCAL)
+    assert mark_of(router, switch, back) == (0, 0, WLAN)
+    switch.apply(router.set_app_priorities({"web": "high"}))
+    assert mark_of(router, switch, out) == (EF, 1, LOCAL)
+    assert mark_of(router, switch, back) == (EF, 1, WLAN)
+    assert any(flow.is_ipv6 for flow, _ in router.learnt_connections())
+    # The same app over IPv4 is marked alike (the positive control: nothing here is IPv6's own).
+    assert mark_of(router, switch, up(phone_v4, WEB)) == (EF, 1, LOCAL)
+    # The ISP's slice takes IPv4 connections only (its rules name the household's public IPv4 address).
+    assert {c.is_ipv6 for c, _ in router.learnt_connections()} == {False, True}
+    [slice_rule] = downlink.wanted_rules(router.learnt_connections(), ["203.0.113.9"])
+    assert dict(slice_rule.match)["ipv4_src"] == WEB

@@ -2,6 +2,7 @@
 namespaces (names `qt-*`), the HTB tree applied, read back with `tc`, applied again, and
 DSCP-marked traffic sent through it."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,9 +31,18 @@ def veth():
         sh("ip", "netns", "add", ns)
     try:
         sh("ip", "-n", near, "link", "add", "qt-a", "type", "veth", "peer", "name", "qt-b", "netns", far)
-        for ns, dev, addr in ((near, "qt-a", "192.0.2.1/24"), (far, "qt-b", "192.0.2.2/24")):
+        for ns, dev, addr, addr6 in (
+            (near, "qt-a", "192.0.2.1/24", "2001:db8:9::1/64"),
+            (far, "qt-b", "192.0.2.2/24", "2001:db8:9::2/64"),
+        ):
             sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            sh("ip", "-n", ns, "addr", "add", addr6, "dev", dev, "nodad")
             sh("ip", "-n", ns, "link", "set", dev, "up")
+        # The far end's MAC, known: IPv6 sent before neighbour discovery finished would wait or be dropped.
+        far_mac = json.loads(
+            subprocess.run(["ip", "-n", far, "-j", "link", "show", "qt-b"], capture_output=True).stdout
+        )
+        sh("ip", "-n", near, "neigh", "replace", "2001:db8:9::2", "lladdr", far_mac[0]["address"], "dev", "qt-a")
         yield near, far
     finally:
         for ns in (near, far):
@@ -43,11 +53,16 @@ def tc_in(ns):
     return ("ip", "netns", "exec", ns, "tc")
 
 
-def send_udp(ns, tos, count, payload=100):
+def send_udp(ns, tos, count, payload=100, ipv6=False):
+    family, level, option, to = (
+        ("AF_INET6", "IPPROTO_IPV6", "IPV6_TCLASS", "2001:db8:9::2")
+        if ipv6
+        else ("AF_INET", "IPPROTO_IP", "IP_TOS", "192.0.2.2")
+    )
     code = (
-        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-        f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos}); "
-        f"[s.sendto(b'x' * {payload}, ('192.0.2.2', 9)) for _ in range({count})]"
+        f"import socket; s = socket.socket(socket.{family}, socket.SOCK_DGRAM); "
+        f"s.setsockopt(socket.{level}, socket.{option}, {tos}); "
+        f"[s.sendto(b'x' * {payload}, ('{to}', 9)) for _ in range({count})]"
     )
     sh("ip", "netns", "exec", ns, sys.executable, "-c", code)
 
@@ -70,6 +85,7 @@ def test_the_tree_is_applied_read_back_and_a_second_apply_changes_nothing(veth):
     assert "class htb 1:30 parent 1:1 leaf 30: prio 2 rate 1800Kbit ceil 18Mbit" in tree
     filters = subprocess.run([*tc_in(near), "filter", "show", "dev", "qt-a"], capture_output=True, text=True).stdout
     assert "match 00b80000/00fc0000 at 0" in filters and "match 00880000/00fc0000 at 0" in filters
+    assert "match 0b800000/0fc00000 at 0" in filters and "match 08800000/0fc00000 at 0" in filters  # IPv6's
     send_udp(near, 0xB8, 10)
     before = s.class_counters()
     assert s.apply() == leaf
@@ -97,10 +113,13 @@ def test_marked_traffic_lands_in_its_class_and_unmarked_in_normal(veth):
     send_udp(near, 0xB8, 50)  # EF: High
     send_udp(near, 0x89, 20)  # AF41 with an ECN bit set: still Medium
     send_udp(near, 0x00, 30)
-    frame = 100 + 8 + 20 + 14
-    assert s.class_counters(qos.HIGH).sent_bytes == 50 * frame
-    assert s.class_counters(qos.MEDIUM).sent_bytes == 20 * frame
-    assert s.class_counters(qos.DEFAULT).sent_bytes >= 30 * frame  # and whatever else the stack sent (ARP)
+    send_udp(near, 0xB8, 40, ipv6=True)  # IPv6's traffic class: the same classes
+    send_udp(near, 0x89, 10, ipv6=True)
+    send_udp(near, 0x00, 30, ipv6=True)
+    frame, frame6 = 100 + 8 + 20 + 14, 100 + 8 + 40 + 14
+    assert s.class_counters(qos.HIGH).sent_bytes == 50 * frame + 40 * frame6
+    assert s.class_counters(qos.MEDIUM).sent_bytes == 20 * frame + 10 * frame6
+    assert s.class_counters(qos.DEFAULT).sent_bytes >= 30 * frame + 30 * frame6  # and what else the stack sent (ARP)
 
 
 def test_the_tree_comes_back_when_the_interface_is_recreated(veth):

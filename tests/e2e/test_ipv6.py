@@ -13,7 +13,8 @@ import time
 from homenet import wait_until
 from homenet.downloads import paced_download
 from homenet.home import NS_INET
-from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, delegate
+from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, WAN6_INET_IP, delegate
+from homenet.load import CALL_APP, UP, call_under_load, set_priority
 
 WWW6 = f"http://{INTERNET6_HOST}/"
 DELEGATED = ipaddress.IPv6Network(DELEGATED_PREFIX)
@@ -235,6 +236,25 @@ def test_time_from_permit_to_a_usable_global_address(home):
         f"max {times[-1]:.2f} s ({', '.join(f'{t:.2f}' for t in times)})"
     )
     assert statistics.median(times) < 5
+
+
+def test_an_ipv6_call_set_high_keeps_its_delay_low_while_an_upload_saturates_the_line(home):
+    """Priorities hold for IPv6 as for IPv4 (test_priorities.py): the call's first packets reach the
+    controller, its flow gets the app's mark, and the shaper's IPv6 filters put it in the High class."""
+    for name in ("v6caller", "v6console"):
+        joined(home, name)
+    wait_until("the caller's global address", lambda: delegated_address(home, "v6caller"), 10, 0.1)
+    set_priority(home, CALL_APP, "default")
+    try:
+        normal = call_under_load(home, "v6caller", "v6console", UP, 8, to=WAN6_INET_IP)
+        set_priority(home, CALL_APP, "high")
+        high = call_under_load(home, "v6caller", "v6console", UP, 8, to=WAN6_INET_IP)
+    finally:
+        set_priority(home, CALL_APP, "default")
+    report = f"normal {normal.summary()}, high {high.summary()}"
+    # Positive control: at Normal the IPv6 call waits behind the uploads' queue, as an IPv4 one does.
+    assert normal.p(99) >= 10 * high.p(99), report
+    assert high.loss_pct <= 0.5, report
 
 
 RENUMBERED = ipaddress.IPv6Network("2001:db8:200::/56")

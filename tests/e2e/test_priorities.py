@@ -12,23 +12,10 @@ from __future__ import annotations
 import pytest
 
 from homenet import wait_until
-from homenet.load import DOWN, UP, bulk_transfer, call_under_load
+from homenet.load import CALL_APP, DOWN, UP, bulk_transfer, call_under_load, set_priority
 
-CALL_APP = "video-call"  # what the port table calls UDP 3478 (STUN/TURN), the call's port
 CALL_MBIT = 0.064
 SECONDS = 8
-
-
-def set_priority(home, app: str, priority: str) -> None:
-    """As the phone page does: a row in hwdb's AppPriority (the web UI's own tests cover the page);
-    the router has it within a second or two, even just after hwdb restarted (an earlier test does)."""
-    home.hwdb(f"insert into AppPriority values ('{app}', '{priority}')")
-    wait_until(
-        f"the router to put {app} at {priority}",
-        lambda: home.api("GET", "health")[1]["qos"]["app_priorities"].get(app) == priority,
-        5,
-        0.1,
-    )
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model import Device, Subnet
+from ..nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
@@ -176,8 +177,15 @@ class FiveTuple:
     daddr: str
     dport: int
 
+    @property
+    def is_ipv6(self) -> bool:
+        return ":" in self.saddr
+
     def match(self) -> dict:
-        fields = {"eth_type": ETH_IPV4, "ip_proto": self.proto, "ipv4_src": self.saddr, "ipv4_dst": self.daddr}
+        if self.is_ipv6:
+            fields = {"eth_type": ETH_IPV6, "ip_proto": self.proto, "ipv6_src": self.saddr, "ipv6_dst": self.daddr}
+        else:
+            fields = {"eth_type": ETH_IPV4, "ip_proto": self.proto, "ipv4_src": self.saddr, "ipv4_dst": self.daddr}
         if self.proto == PROTO_TCP:
             fields.update(tcp_src=self.sport, tcp_dst=self.dport)
         elif self.proto == PROTO_UDP:
@@ -188,11 +196,12 @@ class FiveTuple:
     def from_match(cls, match: dict) -> FiveTuple:
         proto = match.get("ip_proto", 0)
         prefix = {PROTO_TCP: "tcp", PROTO_UDP: "udp"}.get(proto)
+        family, unspecified = ("ipv6", "::") if "ipv6_src" in match or "ipv6_dst" in match else ("ipv4", "0.0.0.0")
         return cls(
             proto,
-            match.get("ipv4_src", "0.0.0.0"),
+            match.get(f"{family}_src", unspecified),
             match.get(f"{prefix}_src", 0) if prefix else 0,
-            match.get("ipv4_dst", "0.0.0.0"),
+            match.get(f"{family}_dst", unspecified),
             match.get(f"{prefix}_dst", 0) if prefix else 0,
         )
 

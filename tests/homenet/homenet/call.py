@@ -30,15 +30,21 @@ PORT = 3478  # STUN/TURN: the port a video call's media uses, so the router's po
 LINGER_S = 1.0  # how long the device waits for the last reflections
 
 
-def _udp(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", port))
+def _udp(port: int, ipv6: bool) -> socket.socket:
+    """A UDP socket on `port`: IPv4, or IPv6 that also takes IPv4 (the reflector answers both)."""
+    if not ipv6:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("0.0.0.0", port))
+        return sock
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(("::", port))
     return sock
 
 
 def call(to: str, port: int, duration: float, local_port: int = PORT) -> dict:
     """Sends at a steady rate (never in bursts) for `duration` s; returns the downlink's delays."""
-    sock = _udp(local_port)  # a call's media keeps one local port; the router sees one flow
+    sock = _udp(local_port, ":" in to)  # a call's media keeps one local port; the router sees one flow
     padding = bytes(SIZE - PACKET.size)
     start = time.monotonic()
     seq = 0
@@ -67,7 +73,7 @@ def call(to: str, port: int, duration: float, local_port: int = PORT) -> dict:
 
 def reflect(port: int, duration: float) -> dict:
     """Sends every packet back to where it came from; returns the uplink's delays."""
-    sock = _udp(port)
+    sock = _udp(port, ipv6=True)
     sock.settimeout(0.2)
     up: dict[int, tuple[int, float]] = {}
     stopping = False

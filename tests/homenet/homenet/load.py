@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .call import PORT as CALL_PORT
 from .home import IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
+from .wait import wait_until
 
 UP, DOWN = "up", "down"
 BULK_STREAMS = 4
@@ -26,6 +27,19 @@ BULK_WINDOW = "2M"
 # bulk transfers do to its queue.
 BULK_CONGESTION = "cubic"
 QUEUE_FILL_S = 3.0  # bulk transfers run this long before the call starts, so the queue is full
+CALL_APP = "video-call"  # what the router's port table calls UDP 3478 (STUN/TURN), the call's port
+
+
+def set_priority(home, app: str, priority: str) -> None:
+    """As the phone page does: a row in hwdb's AppPriority (the web UI's own tests cover the page);
+    the router has it within a second or two, even just after hwdb restarted."""
+    home.hwdb(f"insert into AppPriority values ('{app}', '{priority}')")
+    wait_until(
+        f"the router to put {app} at {priority}",
+        lambda: home.api("GET", "health")[1]["qos"]["app_priorities"].get(app) == priority,
+        5,
+        0.1,
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -121,9 +135,11 @@ def call_under_load(
     direction: str,
     seconds: float,
     during: tuple[float, Callable[[], object]] | None = None,
+    to: str = WAN_INET_IP,
 ) -> CallUnderLoad:
     """`caller` makes a call for `seconds` while `bulk` uploads (direction UP) or downloads (DOWN)
-    as fast as the line allows; `during=(t, fn)` calls fn() t seconds into the call."""
+    as fast as the line allows; `during=(t, fn)` calls fn() t seconds into the call; `to`: the
+    internet's address the call goes to (its IPv6 one for a call over IPv6)."""
     reflector = home.internet_spawn(
         sys.executable,
         "-m",
@@ -150,7 +166,7 @@ def call_under_load(
             "homenet.call",
             "call",
             "--to",
-            WAN_INET_IP,
+            to,
             "--duration",
             seconds,
             stdout=subprocess.PIPE,
