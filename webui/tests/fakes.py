@@ -192,7 +192,7 @@ class FakeController(_ServedByAThread):
         self.wifi_ssid = "Home Wi-Fi"  # "" as without --wifi-ssid: own passphrases answer 501
         self.wifi_keys: dict[str, dict] = {}  # mac -> {keyid, passphrase, created}
         self.clone_suspected: dict[str, dict] = {}  # mac -> {at, differs}
-        self.portal_codes = portal.Portal()  # each device's code, as the controller makes them
+        self.portal_codes = portal.Portal(portal.keyed_codes(secrets.token_bytes(16)))  # as the controller makes them
         self.paused: set[str] = set()
         # Bedtimes and allowances, checked by the controller's own parsers, so bad input is refused alike.
         self.paused_until: dict[str, str | None] = {}  # mac -> ISO time (None: until resumed)
