@@ -213,8 +213,9 @@ class HomeRouter:
         owner = self.passphrases.device_with(keyid)
         if owner == mac:
             return []  # the device, with its own passphrase
-        if owner is not None:
-            device, there = self.devices[owner], self.devices.get(mac)
+        device = self.devices.get(owner) if owner is not None else None
+        if device is not None:
+            there = self.devices.get(mac)
             if there is None or there.state is State.PENDING:
                 return self._moved(device, mac)
             # Another decided device's address with this device's passphrase: neither device.
