@@ -61,16 +61,22 @@ class DeviceRegistry:
         self.leased = {d.mac for d in self.devices.values() if d.lease_active(clock())}
         self.persisted: set[str] = set(self.devices)  # in the store; pending newcomers live in memory
         self.sighted: set[str] = set()  # persisted devices seen since their record was written
+        self.earlier: dict[str, tuple[str, ...]] = store.load_earlier_macs()  # a moved device's MACs before
         self.next_sightings_write = clock() + SIGHTINGS_WRITE_INTERVAL_S
 
     # -- the lifecycle
 
     def knows(self, mac: str) -> bool:
-        return mac in self.devices or mac in self.leased or mac in self.persisted or mac in self.sighted
+        return any(mac in memory for memory in (self.devices, self.leased, self.persisted, self.sighted, self.earlier))
+
+    def status_of(self, mac: str) -> dict:
+        """The MACs it had before (the web UI's ownership follows the device through them)."""
+        return {"earlier_macs": list(self.earlier.get(mac, ()))}
 
     def forget(self, mac: str) -> None:
         """The device, its /30 and its lease go, from memory and the disk."""
         device = self.devices.pop(mac, None)
+        self.earlier.pop(mac, None)
         self.sighted.discard(mac)
         self.leased.discard(mac)
         if mac in self.persisted:
@@ -95,6 +101,7 @@ class DeviceRegistry:
             memory.discard(old_mac)
         moved = device.with_(mac=new_mac, lease_expires=0.0)
         self.devices[new_mac] = moved
+        self.earlier[new_mac] = tuple(m for m in (*self.earlier.pop(old_mac, ()), old_mac) if m != new_mac)
         if moved.subnet:
             self.mac_by_subnet[moved.subnet.index] = new_mac
         try:

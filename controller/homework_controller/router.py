@@ -575,6 +575,7 @@ class HomeRouter:
     def _status_of(self, device: Device) -> dict:
         return {
             **device.to_json(self.clock()),
+            **self.registry.status_of(device.mac),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
             **self.portal.status_of(device.mac),

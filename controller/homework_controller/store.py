@@ -77,11 +77,25 @@ CREATE TABLE IF NOT EXISTS settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS earlier_macs (
+    mac TEXT NOT NULL,
+    earlier TEXT NOT NULL,
+    PRIMARY KEY (mac, earlier)
+);
 """
 
 
 # The tables with a row per device, by its MAC (moved or deleted with it).
-DEVICE_TABLES = ("devices", "dns_rules", "wifi_keys", "pauses", "schedules", "allowances", "allowance_usage")
+DEVICE_TABLES = (
+    "devices",
+    "dns_rules",
+    "wifi_keys",
+    "pauses",
+    "schedules",
+    "allowances",
+    "allowance_usage",
+    "earlier_macs",
+)
 
 
 class StoreError(RuntimeError):
@@ -200,6 +214,13 @@ class DeviceStore:
     def load_settings(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM settings"))
 
+    def load_earlier_macs(self) -> dict[str, tuple[str, ...]]:
+        """Each device's MACs before its present one (it came back with its own passphrase), oldest first."""
+        earlier: dict[str, tuple[str, ...]] = {}
+        for mac, old in self.db.execute("SELECT mac, earlier FROM earlier_macs ORDER BY rowid"):
+            earlier[mac] = (*earlier.get(mac, ()), old)
+        return earlier
+
     # -- writing: queued, committed by the writer thread
 
     def save(self, device: Device) -> None:
@@ -298,6 +319,10 @@ class DeviceStore:
         self._submit_together(
             [(f"DELETE FROM {table} WHERE mac = ?", (new_mac,)) for table in DEVICE_TABLES]
             + [(f"UPDATE {table} SET mac = ? WHERE mac = ?", (new_mac, old_mac)) for table in DEVICE_TABLES]
+            + [
+                ("DELETE FROM earlier_macs WHERE mac = ? AND earlier = ?", (new_mac, new_mac)),  # back to one it had
+                ("INSERT OR IGNORE INTO earlier_macs (mac, earlier) VALUES (?, ?)", (new_mac, old_mac)),
+            ]
         )
 
     def delete(self, mac: str) -> None:

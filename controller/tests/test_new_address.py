@@ -71,6 +71,7 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
 
     status = router.status(NEW)
     assert (status["state"], status["name"], status["ip"]) == ("permitted", "Anna's phone", ip)
+    assert status["earlier_macs"] == [PHONE]  # what the web UI's owner of the phone follows
     assert status["wifi_key"]["keyid"] == wifi_keys.device_keyid(NEW)
     assert status["schedule"] == before["schedule"] and before["schedule"].endswith("21:30-07:00")
     assert status["allowance"] == before["allowance"] and status["allowance"]["amount"] == 120
@@ -87,6 +88,16 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
     assert PHONE not in store.load() and store.load()[NEW].name == "Anna's phone"
     assert set(store.load_dns_rules()) == set(store.load_wifi_keys()) == set(store.load_schedules()) == {NEW}
     assert set(store.load_allowances()) == {NEW}
+    assert store.load_earlier_macs() == {NEW: (PHONE,)}
+    store.close()
+    # Its next private address: both earlier MACs are remembered, in order; back to one it had, that one is not.
+    switch.apply(router.station_joined(OTHER, wifi_keys.device_keyid(NEW)))
+    assert router.status(OTHER)["earlier_macs"] == [PHONE, NEW]
+    switch.apply(router.station_joined(PHONE, wifi_keys.device_keyid(OTHER)))
+    assert router.status(PHONE)["earlier_macs"] == [NEW, OTHER]
+    assert router.store.flush()
+    store = DeviceStore(db_path)
+    assert store.load_earlier_macs() == {PHONE: (NEW, OTHER)} and set(store.load()) == {PHONE}
     store.close()
 
 

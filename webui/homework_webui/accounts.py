@@ -20,7 +20,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from .security import normalise_code, random_code
 
@@ -315,6 +315,20 @@ class AccountStore:
     def claim_device(self, mac: str, account_id: int, force: bool = False) -> None:
         verb = "insert or replace" if force else "insert or ignore"
         self._tx(f"{verb} into device_owners (mac, account_id) values (?, ?)", (mac, account_id))
+
+    def follow_device(self, mac: str, earlier: Sequence[str]) -> int | None:
+        """A device the router knows under a new MAC (it joined with its own passphrase) keeps the owner
+        of the latest of its earlier MACs that has one, moved to its MAC now; that owner, or None."""
+        with self._transaction() as db:
+            owned = db.execute("select account_id from device_owners where mac = ?", (mac,)).fetchone()
+            if owned is not None:
+                return owned["account_id"]
+            for old in reversed(earlier):
+                row = db.execute("select account_id from device_owners where mac = ?", (old,)).fetchone()
+                if row is not None:
+                    db.execute("update device_owners set mac = ? where mac = ?", (mac, old))
+                    return row["account_id"]
+        return None
 
     def device_owners(self) -> dict[str, int]:
         return {r["mac"]: r["account_id"] for r in self._read("select mac, account_id from device_owners")}

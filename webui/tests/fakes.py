@@ -306,6 +306,12 @@ class FakeController(_ServedByAThread):
             usage = self.usage.setdefault(body["mac"], allowances.DayUsage(0.0))
             usage.bytes = usage.minutes = int(body["used"])
             return 200, self.status_of(body["mac"])
+        if path == "/fake/move":  # the device joined with its own passphrase under a new MAC (`HomeRouter._moved`)
+            with self.lock:
+                device = self.devices.pop(body["mac"])
+                earlier = [*device.get("earlier_macs", []), body["mac"]]
+                self.devices[body["to"]] = {**device, "mac": body["to"], "earlier_macs": earlier}
+            return 200, self.status_of(body["to"])
         if path == "/fake/qos":
             self.qos = body or None
             return 200, {"qos": self.qos}

@@ -2,9 +2,12 @@
 panel may only pause for a while (it may refuse a device), a member may do none of it (not even for
 their own device: a bedtime is not theirs to lift); bad input is refused with the controller's words."""
 
+import time
+
 from conftest import Api, signed_in
 
 PHONE, LAPTOP, TABLET = "02:00:00:00:00:81", "02:00:00:00:00:82", "02:00:00:00:00:83"
+NEW_PHONE, NEW_TABLET = "06:00:00:00:00:81", "06:00:00:00:00:83"  # their next private addresses
 
 
 def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controller):
@@ -101,3 +104,36 @@ def test_a_persons_bedtime_is_set_on_every_device_they_own(app, owner, controlle
     r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun 25:00-07:00"})
     assert r.status_code == 400 and controller.schedules[PHONE] == "mon,tue,wed,thu,sun 21:30-07:00"
     assert owner.post("/api/accounts/9999/schedule", {"windows": ""}).status_code == 404
+
+
+def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, controller):
+    """A phone that joined with its own passphrase under a new private MAC is the same device to the router,
+    which names the MACs it had (`earlier_macs`; controller/tests/test_new_address.py): it keeps its owner,
+    so the person's bedtime reaches it under its new MAC."""
+    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
+    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    for mac in (PHONE, TABLET):
+        controller.add(mac, state="permitted", event=False)
+    assert owner.post(f"/api/devices/{PHONE}/owner", {"account_id": kid_id}).status_code == 200
+    controller.fake("/fake/move", {"mac": PHONE, "to": NEW_PHONE})
+    controller.fake("/fake/move", {"mac": TABLET, "to": NEW_TABLET})  # no one owned it before
+
+    def listed():
+        devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
+        return devices if NEW_PHONE in devices and NEW_TABLET in devices else None
+
+    devices = wait_until(listed)
+    assert devices[NEW_PHONE]["owner_id"] == kid_id
+    assert devices[NEW_TABLET]["owner_id"] is None  # positive control: nobody's before, nobody's now
+    r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun-thu 21:30-07:00"})
+    assert r.status_code == 200 and r.json["not_seen"] == []
+    assert [d["mac"] for d in r.json["devices"]] == [NEW_PHONE]
+    assert set(controller.schedules) == {NEW_PHONE}
+
+
+def wait_until(found, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while (value := found()) is None:
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value

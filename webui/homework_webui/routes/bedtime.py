@@ -18,7 +18,7 @@ from ..controller import ControllerError
 from ..errors import ApiError, ask_controller
 from ..security import SIGNED_IN, access
 from ..services import services
-from .common import body, mac_of
+from .common import body, mac_of, with_owners
 
 bp = Blueprint("bedtime", __name__)
 
@@ -74,6 +74,7 @@ def set_person_schedule(account_id):
     if svc.accounts.get_account(account_id) is None:
         raise ApiError(404, "no such account")
     windows = _text("windows")
+    with_owners(svc.hub.devices())  # a device back under a new MAC is still theirs, under that MAC
     macs = sorted(mac for mac, owner in svc.accounts.device_owners().items() if owner == account_id)
     if not macs:
         raise ApiError(400, "this person owns no devices yet: give them a device first")

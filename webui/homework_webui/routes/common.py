@@ -51,9 +51,15 @@ def no_store(answer: dict, status: int = 200):
 
 
 def with_owners(devices: list[dict]) -> list[dict]:
-    owners = services().accounts.device_owners()
+    """Each device with its owner's account (`owner_id`). A device the router knows under a new MAC
+    (it joined with its own passphrase: `earlier_macs`) keeps the owner it had, moved to its MAC now."""
+    accounts = services().accounts
+    owners = accounts.device_owners()
     for d in devices:
-        d["owner_id"] = owners.get(d["mac"])
+        owner = owners.get(d["mac"])
+        if owner is None and d.get("earlier_macs"):
+            owner = accounts.follow_device(d["mac"], d["earlier_macs"])
+        d["owner_id"] = owner
     return devices
 
 
@@ -61,9 +67,14 @@ def own_device(mac: str, what: str) -> str:
     """The device's MAC, if the signed-in owner or member may `what` for it: an owner for
     any device, a member only for the devices they signed in from or were given."""
     mac = mac_of(mac)
-    if g.user["role"] == "member" and services().accounts.device_owners().get(mac) != g.user["id"]:
+    if g.user["role"] == "member" and _owner_of(mac) != g.user["id"]:
         raise ApiError(403, f"members may {what} only their own devices", code="role")
     return mac
+
+
+def _owner_of(mac: str) -> int | None:
+    known = [d for d in services().hub.devices() if d["mac"] == mac]
+    return with_owners(known)[0]["owner_id"] if known else services().accounts.device_owners().get(mac)
 
 
 def refresh_device(mac: str) -> None:
