@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from . import flows, flows_v6
 from .effects import LogRow, TellHousehold
@@ -123,11 +124,11 @@ class Accounting:
         total[0] += pkts
         total[1] += nbytes
 
-    def read_counters(self, entries: list[tuple[int, dict, int, int]]) -> list[LogRow]:
-        """Counters of the accounting table ((priority, match, packets, bytes) per rule) -> Flows rows
-        with what each flow did since the last poll. A learnt flow's row is what its rule counted plus
-        what the controller saw of it before the rule was in place. With the switch's records, the
-        rows are theirs since the last poll instead."""
+    def read_counters(self, counted: list[RuleCounters]) -> list[LogRow]:
+        """The accounting table's counters (keyed off the lock: `rule_counters`) -> Flows rows with what
+        each flow did since the last poll. A learnt flow's row is what its rule counted plus what the
+        controller saw of it before the rule was in place. With the switch's records, the rows are
+        theirs since the last poll instead."""
         if self.from_export:
             exported, self._exported = self._exported, {}
             self._exported_by.clear()
@@ -136,12 +137,11 @@ class Accounting:
             ]
         rows = []
         seen = set()
-        for priority, match, pkts, nbytes in entries:
-            key = _counter_key(priority, match)
-            if key is None:
+        for rule in counted:
+            if rule.key is None:
                 continue
-            seen.add(key)
-            row = self._count(key, pkts, nbytes)
+            seen.add(rule.key)
+            row = self._count(rule.key, rule.packets, rule.bytes)
             if row is not None:
                 rows.append(row)
         for key in set(self._counters) - seen:  # rules that are gone, counted at removal
@@ -164,19 +164,18 @@ class Accounting:
             learnt.discard(key[1])
         return (key[1] if key[0] == "flow" else None), [row] if row is not None else []
 
-    def usage(self, entries: list[tuple[int, dict, int, int]]) -> list[tuple[str, str, int]]:
+    def usage(self, counted: list[RuleCounters]) -> list[tuple[str, str, int]]:
         """What each rule of the accounting table forwarded since the last poll, as (source, destination,
         bytes; a device's IPv6 rules say its /64): the switch's own counters, exact whatever reached the
-        controller. Allowances count these,
-        not the records or the copies, which a flooding device can make the controller drop."""
+        controller. Allowances count these, not the records or the copies, which a flooding device can
+        make the controller drop."""
         used = []
         seen = set()
-        for priority, match, pkts, nbytes in entries:
-            key = _usage_key(priority, match)
-            if key is None:
+        for rule in counted:
+            if rule.usage_key is None:
                 continue
-            seen.add(key)
-            used += self._usage_since(key, pkts, nbytes, keep=True)
+            seen.add(rule.usage_key)
+            used += self._usage_since(rule.usage_key, rule.packets, rule.bytes, keep=True)
         for key in set(self._usage_counters) - seen:  # rules that are gone, counted at removal
             del self._usage_counters[key]
         return used
@@ -217,6 +216,27 @@ class Accounting:
 def unspecified(address: str) -> str:
     """The far side of a device's whole-device row, in the address's family."""
     return "::" if ":" in address else "0.0.0.0"
+
+
+class RuleCounters(NamedTuple):
+    """One rule of the accounting table as a poll reads it: its keys (None: not counted that way)."""
+
+    key: tuple | None  # its Flows row's: a learnt flow's 5-tuple, a device's learning rule's addresses
+    usage_key: tuple | None  # what it forwarded for a device's allowance (its IPv6 rules too)
+    packets: int
+    bytes: int
+
+
+def rule_counters(entries: Iterable[tuple[int, dict, int, int]]) -> list[RuleCounters]:
+    """A flow-stats reply's (priority, match, packets, bytes) per rule, keyed as `Accounting` counts
+    them: pure, so the poll parses its thousands of matches before it takes the controller's lock."""
+    counted = []
+    for priority, match, pkts, nbytes in entries:
+        key = _counter_key(priority, match)
+        usage_key = key if key is not None else _usage_key(priority, match)
+        if usage_key is not None:
+            counted.append(RuleCounters(key, usage_key, pkts, nbytes))
+    return counted
 
 
 def _counter_key(priority: int, match: dict):

@@ -6,6 +6,7 @@ Pure data and arithmetic; no I/O.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import re
 import socket
@@ -65,8 +66,10 @@ class Subnet:
     prefixlen = 30
 
     @staticmethod
+    @functools.lru_cache(maxsize=8192)
     def device_index(ip: str) -> int | None:
-        """The index of the /30 whose device address `ip` is; None if it is no device's address."""
+        """The index of the /30 whose device address `ip` is; None if it is no device's address.
+        Asked of both ends of every counted flow at each poll, for the same few addresses: kept."""
         try:
             addr = ipaddress.IPv4Address(ip)
         except ValueError:

@@ -34,6 +34,7 @@ from . import (
     shaper,
     slice_link,
 )
+from .accounting import rule_counters
 from .agent_reports import AgentReport
 from .config import CONFIG
 from .effects import (
@@ -291,9 +292,10 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         self.stats_parts.extend((s.priority, dict(s.match.items()), s.packet_count, s.byte_count) for s in ev.msg.body)
         if ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
             return
-        entries, self.stats_parts = self.stats_parts, []
+        counted = rule_counters(self.stats_parts)  # thousands of matches parsed before the lock is taken
+        self.stats_parts = []
         with self.lock:
-            self._apply(self.router.on_flow_stats(entries))
+            self._apply(self.router.on_flow_counters(counted))
 
     def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The collector's thread: a second's records, summed per connection direction in the collector's

@@ -1,0 +1,153 @@
+"""The household's decisions about one device, sequenced for `HomeRouter` (ws.v1 calls them): admit,
+refuse, block, name it, pause it, give it a bedtime or an allowance, DNS rules, its own Wi-Fi
+passphrase. Each is recorded by the concern that holds it, then the device's rules follow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import dnsgate
+from .clone_watch import CloneWatch
+from .dns_gating import DnsGating
+from .effects import AuthenticatorDeny, ResolveName
+from .errors import ApiError, DeviceBlocked, UnknownDevice
+from .household_controls import HouseholdControls
+from .model import Device, State, normalize_mac
+from .passphrases import Passphrases
+from .port_binding import PortBinding
+from .reconciler import Reconciler
+from .registry import DeviceRegistry
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HouseholdDecisions:
+    clock: Callable[[], float]
+    rules: Reconciler
+    registry: DeviceRegistry
+    clone_watch: CloneWatch
+    port_binding: PortBinding
+    controls: HouseholdControls
+    dns_gating: DnsGating
+    passphrases: Passphrases
+
+    @property
+    def devices(self) -> dict[str, Device]:
+        return self.registry.devices
+
+    def known(self, mac: str) -> Device:
+        """The device with this MAC, which has asked to join (else UnknownDevice, ws.v1's 404)."""
+        mac = normalize_mac(mac)
+        device = self.devices.get(mac)
+        if device is None:
+            raise UnknownDevice(f"no device {mac} has asked to join")
+        return device
+
+    # -- admission
+
+    def permit(self, mac: str) -> list:
+        return self._decide(self._not_blocked(self.known(mac)), State.PERMITTED)
+
+    def deny(self, mac: str) -> list:
+        return self._decide(self._not_blocked(self.known(mac)), State.DENIED)
+
+    def whitelist(self, mac: str) -> list:
+        """Admit a device, seen or not yet, without asking; lifts a blacklisting."""
+        return self._decide(self._seen_or_not(mac), State.PERMITTED)
+
+    def blacklist(self, mac: str) -> list:
+        return self._decide(self._seen_or_not(mac), State.BLACKLISTED)
+
+    def rename(self, mac: str, name: str) -> list:
+        """What the household calls the device ("Grandma's iPad"); empty clears it."""
+        device = self.known(mac)
+        name = "".join(ch for ch in name if ch.isprintable()).strip()
+        if len(name) > 64:
+            raise ApiError("a device name has at most 64 characters")
+        return self.rules.update(device.with_(name=name))
+
+    @staticmethod
+    def _not_blocked(device: Device) -> Device:
+        """Permit and deny leave a blacklisted device as it is: the wall panel may do both, but only
+        the owner lifts a block, with `whitelist`; deciding it here means no caller can skip it."""
+        if device.state is State.BLACKLISTED:
+            raise DeviceBlocked(
+                f"{device.mac} is blocked; the owner must lift the block (whitelist) before it is permitted or denied"
+            )
+        return device
+
+    def _seen_or_not(self, mac: str) -> Device:
+        mac = normalize_mac(mac)
+        return self.devices.get(mac) or Device(mac=mac, first_seen=self.clock())
+
+    def _decide(self, device: Device, state: State) -> list:
+        LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
+        self.clone_watch.household_decided(device.mac)
+        self.port_binding.household_decided(device.mac)  # where it was last seen is its own port now
+        effects = self.rules.update(device.with_(state=state))
+        if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
+            effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
+        return effects
+
+    # -- the household's controls: pauses, bedtimes, allowances
+
+    def pause(self, mac: str) -> list:
+        return self._change(mac, self.controls.pause)
+
+    def pause_for(self, mac: str, duration: str) -> list:
+        return self._change(mac, self.controls.pause_for, duration)
+
+    def resume(self, mac: str) -> list:
+        return self._change(mac, self.controls.resume)
+
+    def set_schedule(self, mac: str, text: str) -> list:
+        return self._change(mac, self.controls.set_schedule, text)
+
+    def set_allowance(self, mac: str, amount: str) -> list:
+        return self._change(mac, self.controls.set_allowance, amount)
+
+    def grant_bonus(self, mac: str, amount: str) -> list:
+        return self._change(mac, self.controls.grant_bonus, amount)
+
+    def _change(self, mac: str, change: Callable[..., None], *args: str) -> list:
+        """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""
+        device = self.known(mac)
+        change(device.mac, *args)
+        return self.rules.reconcile(device)
+
+    # -- DNS rules
+
+    def deny_dns(self, mac: str, domain: str) -> list:
+        return self._set_dns_rule(mac, domain, dnsgate.DENY)
+
+    def permit_dns(self, mac: str, domain: str) -> list:
+        return self._set_dns_rule(mac, domain, dnsgate.ALLOW)
+
+    def dns_rules_of(self, mac: str) -> list[dict]:
+        return self.dns_gating.rules_of(self.known(mac).mac)
+
+    def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
+        device = self.known(mac)
+        domain, new = self.dns_gating.set_rule(device.mac, domain, action)
+        lifted = self.dns_gating.recompute(device.mac)
+        effects = self.rules.reconcile(device, reinstall=lifted) + self.rules.install_blocks(device)
+        if new == dnsgate.DENY:
+            effects.append(ResolveName(domain))  # learn its addresses now, not when someone asks
+        return effects
+
+    # -- its own Wi-Fi passphrase
+
+    def issue_wifi_key(self, mac: str) -> dict:
+        """A new passphrase of the device's own (replacing one it had); the answer carries it and its QR code."""
+        return self.passphrases.issue(self.known(mac))
+
+    def revoke_wifi_key(self, mac: str) -> dict:
+        """The device joins with the shared passphrase again (from its next association)."""
+        return self.passphrases.revoke(normalize_mac(mac))
+
+    def wifi_key_of(self, mac: str) -> dict:
+        return self.passphrases.key_of(normalize_mac(mac))

@@ -1,0 +1,100 @@
+"""What the switch says of devices' connections, sequenced for `HomeRouter`: a flow's packets copied
+while it has no rule of its own, the accounting table's counters, the switch's own records, a rule
+that idled out, and end-host agents naming the programs behind connections.
+
+Each involves several concerns: accounting counts (and keeps each device's flow budget), app
+priorities classify and mark, the household's controls count allowances (a device whose allowance
+runs out is held back at once), and the registry says whose address a flow is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import flows, packets, qos
+from .accounting import Accounting, RuleCounters
+from .agent_reports import AgentReport, AgentReportBook
+from .app_priorities import AppPriorities
+from .effects import InstallRules
+from .household_controls import HouseholdControls
+from .reconciler import Reconciler
+from .registry import DeviceRegistry
+
+
+@dataclass(frozen=True)
+class FlowEvents:
+    counters: dict[str, int]
+    rules: Reconciler
+    registry: DeviceRegistry
+    accounting: Accounting
+    priorities: AppPriorities
+    agent_reports: AgentReportBook
+    controls: HouseholdControls
+
+    def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
+        """A packet of a flow with no counting rule yet, copied to the controller while it is
+        forwarded: count it here (a connection may end before its rule is in place) and give
+        the flow a rule of its own, within the device's budget."""
+        outgoing = in_port != flows.LOCAL
+        if frame.ip_src is None or frame.ip_dst is None:
+            return []  # not IP: nothing the accounting table copies
+        device = self.registry.device_at(frame.ip_src if outgoing else frame.ip_dst)  # by its /30, or its /64
+        if device is None or not device.forwards or not self.accounting.learning(device.mac):
+            return []  # copies still in flight after a change: the device's own rule counted them
+        flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
+        verdict = self.accounting.count_copy(device.mac, flow, outgoing, frame.size)
+        if verdict == "wait":
+            return []  # its rule is on its way
+        if verdict == "over":
+            return self.rules.reconcile(device) + [self.accounting.over_budget(device.mac, device.label)]
+        priority = self.priorities.learn_flow(device, flow)
+        return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
+
+    def on_flow_counters(self, counted: list[RuleCounters]) -> list:
+        """The accounting table's counters at a poll (keyed off the lock: `accounting.rule_counters`) ->
+        Flows rows with what each flow did since the last poll, the apps' rows and judgements, and what
+        devices used of their allowances."""
+        rows = self.accounting.read_counters(counted)
+        return rows + self.priorities.poll(rows) + self._count_usage(self.accounting.usage(counted))
+
+    def on_flow_export(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
+        """The switch's own records of what it forwarded, summed per connection direction (off the
+        lock): those of the router's devices are counted in the next poll's Flows rows."""
+        for flow, (pkts, nbytes) in totals.items():
+            if (device := self.registry.device_at(flow.saddr)) is not None:
+                self.accounting.exported(device.mac, flow, True, pkts, nbytes)
+            elif (device := self.registry.device_at(flow.daddr)) is not None:
+                self.accounting.exported(device.mac, flow, False, pkts, nbytes)
+
+    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
+        """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
+        flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
+        if flow is not None:
+            self.priorities.flow_ended(flow)
+        used = self.accounting.usage_at_removal(priority, match, pkts, nbytes)
+        return rows + self.priorities.app_rows(rows) + self._count_usage(used)
+
+    def agent_reported(self, reports: list[AgentReport]) -> list:
+        """End-host agents said which program owns connections (each of its own device's:
+        `AgentReportBook.record_all`): the flows of the devices spoken for are marked again."""
+        devices, ignored = self.agent_reports.record_all(reports, self.registry.forwarding_at)
+        self.counters["agent_reports_ignored"] += ignored
+        effects: list = []
+        for device in devices:
+            effects += self.priorities.remark(device)
+        return effects
+
+    def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
+        """What the switch's counters say each device moved ((source, destination, bytes) per rule)
+        counts against its allowance; one that runs out is paused now (its rules, not at the next tick)."""
+        used: dict[str, int] = {}
+        registry = self.registry
+        for saddr, daddr, nbytes in forwarded:
+            device = registry.by_ip(saddr) or registry.by_ip(daddr) or registry.forwarding_at_v6(saddr, daddr)
+            if device is not None:
+                used[device.mac] = used.get(device.mac, 0) + nbytes
+        effects: list = []
+        for mac in self.controls.count(used):
+            device = self.registry.devices[mac]
+            effects += self.rules.reconcile(device) + self.controls.used_up(mac, device.label)
+        return effects
