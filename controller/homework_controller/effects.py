@@ -126,3 +126,11 @@ class AddIpv6Gateway:
     """The router's address in a device's /64 (its ::1) on the LAN interface, so its stack routes the /64 there."""
 
     prefix: str
+
+
+@dataclass(frozen=True)
+class RemoveIpv6Gateway:
+    """A /64 from before a renumbering that no device may use any more (past the valid lifetime its
+    adverts gave it): the router's ::1 in it leaves the LAN interface, and the kernel's route with it."""
+
+    prefix: str

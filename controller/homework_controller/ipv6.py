@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import flows, flows_v6, nd
-from .effects import AddIpv6Gateway, InstallRules, SendFrame
+from .effects import AddIpv6Gateway, InstallRules, RemoveIpv6Gateway, SendFrame
 from .model import Device
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
@@ -170,6 +170,7 @@ class Ipv6Addresses:
         self.owner: dict[str, str] = {}  # /64 -> the forwarding device that has it
         self.advertised: dict[str, tuple[Advert, float, tuple[int, ...]]] = {}
         self.gateways: set[str] = set()  # /64s whose ::1 the router's stack holds
+        self.earlier_gateways: set[str] = set()  # those of them outside the prefix plan (a renumbering's)
         self.deprecated: dict[str, dict[str, float]] = {}  # MAC -> its global /64s before a renumbering -> until
 
     # -- the lifecycle
@@ -193,6 +194,7 @@ class Ipv6Addresses:
         if delegated == self.plan.delegated:
             return []
         old_plan, self.plan = self.plan, PrefixPlan(self.plan.ula, delegated)
+        self.earlier_gateways = {prefix for prefix in self.gateways if not self._in_plan(prefix)}
         for mac, slot in list(self.slot_of.items()):
             self.deprecated.setdefault(mac, {})[old_plan.global_of(slot)] = now + DEPRECATED_VALID_S
             if slot > self.plan.global_slots:
@@ -337,10 +339,28 @@ class Ipv6Addresses:
 
     def tick(self, now: float) -> list:
         """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S (a pending one's
-        lifetime-0 advert is sent only when it asks)."""
+        lifetime-0 advert is sent only when it asks); the router's ::1s in /64s of an earlier delegated
+        prefix go once no device may use them."""
         effects: list = []
         for mac, (advert, sent, ports) in list(self.advertised.items()):
             if advert.prefixes and now - sent >= ADVERT_INTERVAL_S:
                 advert = Advert(advert.prefixes, self._deprecated_of(mac, advert.prefixes, now))
                 effects += self._send_advert(mac, advert, now, ports)
-        return effects
+        return effects + self._remove_old_gateways(now)
+
+    def _remove_old_gateways(self, now: float) -> list:
+        """Gateways of /64s outside the prefix plan (a renumbering's old ones) that no device's adverts
+        still call valid: devices were told they are gone, so the router's routes for them go too (the
+        ISP no longer routes them here). The plan's own /64s keep their ::1s, as IPv4 keeps gateways."""
+        if not self.earlier_gateways:
+            return []
+        still_valid = {prefix for old in self.deprecated.values() for prefix, until in old.items() if until > now}
+        gone = sorted(self.earlier_gateways - still_valid)
+        self.earlier_gateways.difference_update(gone)
+        self.gateways.difference_update(gone)
+        return [RemoveIpv6Gateway(prefix) for prefix in gone]
+
+    def _in_plan(self, prefix: str) -> bool:
+        network = ipaddress.IPv6Network(prefix)
+        delegated = self.plan.delegated
+        return network.subnet_of(self.plan.ula) or (delegated is not None and network.subnet_of(delegated))

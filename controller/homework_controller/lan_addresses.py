@@ -1,7 +1,7 @@
 """The router's addresses on the LAN interface: each device's gateway (its /30's first address) and,
-with IPv6, the router's address in each of a device's /64s (its ::1) and its link-local. Netlink
-through pyroute2 takes milliseconds a change, so they are added by one thread, in the order decided,
-off the packet path.
+with IPv6, the router's address in each of a device's /64s (its ::1) and its link-local; a renumbering's
+old ::1s are removed once devices were told they are gone. Netlink through pyroute2 takes milliseconds a
+change, so the changes are made by one thread, in the order decided, off the packet path.
 """
 
 from __future__ import annotations
@@ -12,24 +12,24 @@ import queue
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from .effects import AddGatewayAddress, AddIpv6Gateway
+from .effects import AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway
 from .ipv6 import gateway_of
 from .model import Subnet
 from .nd import ROUTER_LINK_LOCAL
 
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h
-EEXIST, ENODEV = 17, 19
+EEXIST, ENODEV, EADDRNOTAVAIL = 17, 19, 99
 
 
 class LanAddresses:
     def __init__(self, lan_iface: str, ipv6: bool):
         self.lan_iface, self.ipv6 = lan_iface, ipv6
-        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway | RemoveIpv6Gateway] = queue.SimpleQueue()
         self.ipr = IPRoute()
         self.lan_index: int | None = None
 
-    def add(self, effect: AddGatewayAddress | AddIpv6Gateway) -> None:
+    def change(self, effect: AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway) -> None:
         """Queued for the thread (`run_forever`)."""
         self.jobs.put(effect.subnet if isinstance(effect, AddGatewayAddress) else effect)
 
@@ -40,6 +40,8 @@ class LanAddresses:
             job = self.jobs.get()
             if isinstance(job, AddIpv6Gateway):
                 self._add_ipv6_address(gateway_of(job.prefix))
+            elif isinstance(job, RemoveIpv6Gateway):
+                self._remove_ipv6_address(gateway_of(job.prefix))
             else:
                 self._add_gateway_address(job)
 
@@ -55,6 +57,15 @@ class LanAddresses:
         except NetlinkError as exc:
             if exc.code != EEXIST:  # already there from an earlier run
                 LOG.error("could not add %s/64 to %s: %s", address, self.lan_iface, exc)
+
+    def _remove_ipv6_address(self, address: str) -> None:
+        try:
+            found = self.ipr.link_lookup(ifname=self.lan_iface)
+            if found:
+                self.ipr.addr("del", index=found[0], address=address, prefixlen=64)
+        except NetlinkError as exc:
+            if exc.code != EADDRNOTAVAIL:  # not there (a restart since it was added)
+                LOG.error("could not remove %s/64 from %s: %s", address, self.lan_iface, exc)
 
     def _add_gateway_address(self, subnet: Subnet) -> None:
         try:

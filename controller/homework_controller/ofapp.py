@@ -48,6 +48,7 @@ from .effects import (
     LogRow,
     ModifyRules,
     PublishWifiKeys,
+    RemoveIpv6Gateway,
     RemoveMeter,
     RemoveRules,
     ResolveName,
@@ -376,8 +377,8 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
             self._send(dp, openflow.delete_meter(effect.meter_id))
         elif isinstance(effect, SendFrame):
             self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway)):
-            self.lan_addresses.add(effect)  # netlink takes milliseconds: off the packet path, in order
+        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway)):
+            self.lan_addresses.change(effect)  # netlink takes milliseconds: off the packet path, in order
         elif isinstance(effect, ResolveName):
             self._start_thread(self._resolve, effect.domain)
         elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):

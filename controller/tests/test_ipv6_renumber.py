@@ -11,7 +11,7 @@ from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join
 
 from homework_controller import dhcp, flows, ipv6, nd
-from homework_controller.effects import AddIpv6Gateway, SendFrame
+from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway, SendFrame
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -104,6 +104,36 @@ def test_the_old_prefix_counts_down_in_the_periodic_adverts_then_goes(router, sw
     clock.now += ipv6.DEPRECATED_VALID_S
     [advert] = advertised(router.tick(), PHONE)
     assert old_phone not in advert and len(advert) == 2
+
+
+def removed_gateways(effects) -> list[str]:
+    return [e.prefix for e in effects if isinstance(e, RemoveIpv6Gateway)]
+
+
+def test_the_old_prefix_gateway_leaves_the_router_once_its_valid_lifetime_is_over(router, switch, clock):
+    join(router, switch, PHONE)
+    old_phone, ula_phone = router.ipv6.current[PHONE]
+    switch.apply(router.renumber(NEW))
+    new_phone, _ = router.ipv6.current[PHONE]
+    # While the phone may still use its old addresses (deprecated, still valid), the router keeps routing them.
+    clock.now += ipv6.DEPRECATED_VALID_S - 1
+    assert removed_gateways(router.tick()) == []
+    clock.now += 2
+    assert removed_gateways(router.tick()) == [old_phone]  # once
+    assert removed_gateways(router.tick()) == []
+    # The current /64s keep their ::1s (positive control): nothing else was removed, and they are still held.
+    assert {new_phone, ula_phone} <= router.ipv6.gateways and old_phone not in router.ipv6.gateways
+
+
+def test_renumbering_back_keeps_the_gateway_of_the_prefix_that_is_current_again(router, switch, clock):
+    join(router, switch, PHONE)
+    old_phone, _ = router.ipv6.current[PHONE]
+    switch.apply(router.renumber(NEW))
+    new_phone, _ = router.ipv6.current[PHONE]
+    switch.apply(router.renumber(OLD))  # the ISP gives the first prefix back
+    clock.now += ipv6.DEPRECATED_VALID_S + 1
+    assert removed_gateways(router.tick()) == [new_phone]
+    assert old_phone in router.ipv6.gateways and router.ipv6.current[PHONE][0] == old_phone
 
 
 def test_the_same_prefix_again_changes_nothing(router, switch):

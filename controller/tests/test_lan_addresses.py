@@ -1,0 +1,78 @@
+"""The router's addresses on the LAN interface against this machine's real kernel (netlink, pyroute2):
+in a private network namespace (`qt-*`) with a veth standing for br-lan, the thread adds
+the ::1s of two /64s, then removes a renumbering's old one; the kernel's route for that /64 goes with
+it while the other stays, and removing an address that is not there (after a restart) costs nothing."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and ip (network namespaces)"
+)
+
+OLD, NEW = "2001:db8:100:1::/64", "2001:db8:200:1::/64"
+
+# Run inside the namespace: the thread is the one the controller runs, fed as ofapp feeds it.
+SCRIPT = f"""
+import threading, time, subprocess, json
+from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway
+from homework_controller.lan_addresses import LanAddresses
+
+def state():
+    addrs = json.loads(subprocess.run(["ip", "-j", "-6", "addr", "show", "dev", "lan0"], capture_output=True).stdout)
+    routes = json.loads(subprocess.run(["ip", "-j", "-6", "route", "show", "dev", "lan0"], capture_output=True).stdout)
+    return (sorted(a["local"] for a in addrs[0]["addr_info"] if a["scope"] == "global"),
+            sorted(r["dst"] for r in routes if r["dst"].startswith("2001:")))
+
+def settle():
+    for _ in range(100):
+        if lan.jobs.empty():
+            time.sleep(0.2)
+            return
+        time.sleep(0.05)
+
+lan = LanAddresses("lan0", ipv6=True)
+threading.Thread(target=lan.run_forever, daemon=True).start()
+lan.change(AddIpv6Gateway("{OLD}"))
+lan.change(AddIpv6Gateway("{NEW}"))
+settle()
+print(json.dumps(state()))
+lan.change(RemoveIpv6Gateway("{OLD}"))
+lan.change(RemoveIpv6Gateway("{OLD}"))  # not there any more: nothing breaks
+lan.change(AddIpv6Gateway("2001:db8:300:1::/64"))  # the thread goes on
+settle()
+print(json.dumps(state()))
+"""
+
+
+@pytest.fixture
+def namespace():
+    ns = f"qt-lan{os.getpid()}"
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # left by a killed run
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        # A veth pair (this sandbox's kernel has no dummy links), both ends up: lan0 has a carrier.
+        subprocess.run(["ip", "-n", ns, "link", "add", "lan0", "type", "veth", "peer", "name", "lan0-far"], check=True)
+        for link in ("lan0", "lan0-far"):
+            subprocess.run(["ip", "-n", ns, "link", "set", link, "up"], check=True)
+        yield ns
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_current_one_stays(namespace):
+    out = subprocess.run(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    before, after = (json.loads(line) for line in out)
+    assert before == [["2001:db8:100:1::1", "2001:db8:200:1::1"], [OLD, NEW]]
+    assert after == [["2001:db8:200:1::1", "2001:db8:300:1::1"], [NEW, "2001:db8:300:1::/64"]]
