@@ -219,10 +219,14 @@ class Ipv6Addresses:
         return prefixes
 
     def owner_of(self, address: str) -> str | None:
-        """The MAC of the forwarding device whose /64 holds the address (or is the prefix), if any."""
+        """The MAC of the forwarding device whose /64 holds the address (or is the prefix), if any. The
+        router's own ::1 in it is the router's: a flow from it to the device comes in to the device."""
         try:
-            prefix = ipaddress.IPv6Network(address, strict=False).supernet(new_prefix=64)
+            network = ipaddress.IPv6Network(address, strict=False)
+            prefix = network.supernet(new_prefix=64)
         except ValueError:  # not IPv6, or wider than a /64
+            return None
+        if network.prefixlen == 128 and int(network.network_address) - int(prefix.network_address) == GATEWAY_HOST:
             return None
         return self.owner.get(str(prefix))
 

@@ -414,7 +414,7 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
             LOG.warning("the network's name: %s", exc)
             return
         with self.lock:
-            self.router.passphrases.ssid = ssid
+            self.router.network_named(ssid)
 
     # ---- the API
 

@@ -30,6 +30,10 @@ class Passphrases:
         # until it has read the file written after the move (or for good, if that write failed).
         self._earlier_keyids: dict[str, str] = {}
 
+    def network_named(self, ssid: str) -> None:
+        """The Wi-Fi network's name as hostapd serves it (read at each attach): the QR codes name it."""
+        self.ssid = ssid
+
     # -- the lifecycle
 
     def knows(self, mac: str) -> bool:

@@ -290,6 +290,7 @@ class HomeRouter:
     issue_wifi_key = Delegated("decisions")
     revoke_wifi_key = Delegated("decisions")
     wifi_key_of = Delegated("decisions")
+    network_named = Delegated("passphrases")
     household_time = Delegated("controls")
     set_time_zone = Delegated("controls")
     set_reset_time = Delegated("controls")

@@ -22,7 +22,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass
 
-from .model import normalize_mac
+from .model import BadMac, normalize_mac
 
 # No 0/o, 1/l/i: a passphrase read off a screen and typed on a phone.
 ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
@@ -60,7 +60,10 @@ def mac_of_keyid(keyid: str) -> str | None:
     digits = keyid.removeprefix(DEVICE_KEYID_PREFIX)
     if digits == keyid or len(digits) != 12 or not all(c in "0123456789abcdef" for c in digits):
         return None
-    return ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+    try:
+        return normalize_mac(":".join(digits[i : i + 2] for i in range(0, 12, 2)))
+    except BadMac:
+        return None  # a group address: no device's
 
 
 def new_passphrase() -> str:

@@ -151,6 +151,9 @@ def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, swit
     prefix = router.ipv6.current[PHONE][0]
     [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), ipv6.gateway_of(prefix)))
     assert hop.port == LOCAL
+    # In the switch's records too: a connection from the router's ::1 comes in to the phone, not out of it.
+    assert router.registry.device_at(ipv6.gateway_of(prefix)) is None
+    assert router.registry.device_at(in_prefix(prefix)).mac == PHONE
 
 
 def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):

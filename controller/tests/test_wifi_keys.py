@@ -39,7 +39,8 @@ def test_the_key_file_keeps_lines_it_does_not_own():
         "keyid=dev-0200000000aa 00:00:00:00:00:00 k7qm-3xhv-9bcd-efgh-jkmn",
     ]
     assert wifi_keys.mac_of_keyid("dev-0200000000aa") == "02:00:00:00:00:aa"
-    assert [wifi_keys.mac_of_keyid(k) for k in ("guest", "dev-0200", "dev-02000000zzaa", "0200000000aa")] == [None] * 4
+    not_a_device = ("guest", "dev-0200", "dev-02000000zzaa", "0200000000aa", "dev-0100000000aa")  # the last: multicast
+    assert [wifi_keys.mac_of_keyid(k) for k in not_a_device] == [None] * 5
 
 
 def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_survives_a_restart(db_path, clock):

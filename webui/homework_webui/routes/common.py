@@ -57,7 +57,8 @@ def with_owners(devices: list[dict]) -> list[dict]:
     owners = accounts.device_owners()
     for d in devices:
         owner = owners.get(d["mac"])
-        if owner is None and d.get("earlier_macs"):
+        if owner is None and any(m in owners for m in d.get("earlier_macs", ())):
+            # Moved on the disk in a transaction of its own; one that nobody owned before costs no write.
             owner = accounts.follow_device(d["mac"], d["earlier_macs"])
         d["owner_id"] = owner
     return devices
