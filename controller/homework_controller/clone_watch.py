@@ -32,6 +32,10 @@ class CloneWatch:
         for memory in (self.fingerprints, self.suspected, self.told):
             memory.pop(mac, None)
 
+    def fingerprint_of(self, mac: str) -> clones.Fingerprint | None:
+        """The DHCP client that took the device's lease, if seen since the household last decided."""
+        return self.fingerprints.get(mac)
+
     def status_of(self, mac: str) -> dict:
         suspicion = self.suspected.get(mac)
         return {"clone_suspected": suspicion.to_json() if suspicion else None}

@@ -17,3 +17,9 @@ class DeviceBlocked(ApiError):
     """A permit or deny of a blacklisted device: only lifting the block (`whitelist`) changes it."""
 
     status = 409
+
+
+class Conflict(ApiError):
+    """A change the device's state does not allow now (merging a device that is online)."""
+
+    status = 409

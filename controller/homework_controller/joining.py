@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from . import clones, dhcp, dhcp_wire, flows, packets, port_binding
 from .clone_watch import CloneWatch
 from .effects import AuthenticatorDeny, AuthenticatorKick, PublishWifiKeys, SendFrame, TellHousehold
+from .errors import Conflict, UnknownDevice
 from .lifecycle import Concern, Moves
 from .model import Device, State, normalize_mac
 from .newcomers import Newcomers
@@ -130,7 +131,7 @@ class Joining:
         if device is not None:
             there = self.devices.get(mac)
             if there is None or there.state is State.PENDING:
-                return self._moved(device, mac)
+                return self._moved(device, mac, "it joined with its own passphrase")
             # Another decided device's address with this device's passphrase: neither device.
             return [AuthenticatorKick(mac), *self._suspect_clone(mac, [f"joined with {device.label}'s passphrase"])]
         differs = clones.wrong_key(self.passphrases.keyid_of(mac), keyid)
@@ -139,10 +140,24 @@ class Joining:
         # Not the device, whose passphrase is its own: off the air, and the household told.
         return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
 
-    def _moved(self, device: Device, new_mac: str) -> list:
-        """The device joined with its own passphrase under `new_mac` (a phone's private address): it is
-        that device, so its record, decisions, name, rules, passphrase and controls follow it (a newcomer
-        it was taken for under the new MAC goes); the old MAC's rules leave the switch."""
+    def merge(self, mac: str, into: str) -> list:
+        """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
+        passphrase of its own to say so (offered as its status' `looks_like`): moved as by `_moved`. Only
+        a pending newcomer, into a decided device that is not on the network now."""
+        mac, into = normalize_mac(mac), normalize_mac(into)
+        newcomer, device = self.devices.get(mac), self.devices.get(into)
+        if newcomer is None or device is None:
+            raise UnknownDevice(f"no device {mac if newcomer is None else into} has asked to join")
+        if newcomer.state is not State.PENDING:
+            raise Conflict(f"{newcomer.label} is decided already: only a newcomer is merged into a device")
+        if device.state is State.PENDING or device.lease_active(self.clock()):
+            raise Conflict(f"{device.label} is {'a newcomer too' if device.state is State.PENDING else 'online now'}")
+        return self._moved(device, mac, "the household said it is the same device")
+
+    def _moved(self, device: Device, new_mac: str, how: str) -> list:
+        """The device is back under `new_mac` (a phone's private address): its record, decisions, name,
+        rules, passphrase and controls follow it (a newcomer it was taken for under the new MAC goes); the
+        old MAC's rules leave the switch. how: what says it is the device, for the household."""
         old_mac = device.mac
         LOG.info("%s is back as %s (its own passphrase)", old_mac, new_mac)
         effects: list = []
@@ -160,9 +175,7 @@ class Joining:
             follower.move(old_mac, new_mac)
         if device.state is State.BLACKLISTED:
             effects += [AuthenticatorDeny(old_mac, False), AuthenticatorDeny(new_mac, True)]
-        message = (
-            f"{device.label} joined with its own passphrase from a new address, {new_mac}: it is still {device.label}"
-        )
+        message = f"{device.label} is back from a new address, {new_mac} ({how}): it is still {device.label}"
         return [
             *effects,
             PublishWifiKeys(),  # its key id names its new MAC

@@ -25,7 +25,6 @@ from . import (
     edge_status,
     flow_export,
     flows,
-    hostapd_ctrl,
     hwdb_feed,
     lan_side,
     openflow,
@@ -60,12 +59,12 @@ from .fairness import FairQueue
 from .held import HeldChanges
 from .hwdb_log import HwdbLog
 from .lan_addresses import LanAddresses
-from .model import BadMac
 from .nd import ETH_IPV6, MalformedNd
 from .nd import parse as parse_solicitation
 from .periodic import PeriodicJobs
 from .router import HomeRouter
 from .serving import TimedLock, api_server
+from .station_events import StationEvents
 from .store import DeviceStore
 
 LOG = logging.getLogger("homework.controller")
@@ -74,7 +73,7 @@ LOG = logging.getLogger("homework.controller")
 EXPORT_MERGE_CHUNK = 2000  # connection directions merged per hold of the lock (a few ms)
 
 
-class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
+class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
@@ -111,12 +110,12 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         self.dhcp_before_switch = 0
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
         self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
-        self.authenticator = hostapd_ctrl.Authenticator(CONFIG.hostapd_ctrl, CONFIG.wifi_psk_file, self._wifi_keys)
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
         # its wait); one lock serialises every call into the router core and its effects.
         self.lock = TimedLock()
+        self.authenticator = self.start_station_events()  # before anything that may tell it of a device
         self._start_thread(self._serve_from_devices)
         self.dhcp_port = dhcp_port.DhcpPort(CONFIG.lan_iface)
         self.dhcp_port.start(self._on_dhcp)
@@ -128,12 +127,6 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
             ).start()
         self.start_periodic_jobs()
         self._start_thread(self.lan_addresses.run_forever)
-        self._start_thread(self.authenticator.run_forever)
-        self._start_thread(self.authenticator.publish_keys)  # the file as the database has it (e.g. after a restore)
-        if CONFIG.hostapd_ctrl and CONFIG.wifi_psk_file:
-            # Which passphrase each station joined with: only a radio with the key file says (keyid=).
-            events = hostapd_ctrl.Events(CONFIG.hostapd_ctrl, self._on_hostapd_event, on_attach=self._learn_ssid)
-            self._start_thread(events.run_forever)
         self.app_feed = (
             hwdb_feed.AppFeed(CONFIG.hwdb, self._on_priorities, self._on_agent_reports) if CONFIG.hwdb else None
         )
@@ -393,29 +386,6 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         msg.datapath = dp
         dp.send_msg(msg)
 
-    def _on_hostapd_event(self, event: str) -> None:
-        joined = hostapd_ctrl.station_joined(event)  # parsed off the lock
-        if joined is None:
-            return
-        with self.lock:
-            try:
-                self._apply(self.router.station_joined(*joined))
-            except BadMac:
-                LOG.warning("hostapd event with no station address: %r", event)
-
-    def _learn_ssid(self) -> None:
-        """The network's name as hostapd serves it, for passphrases' QR codes (read at each attach: the
-        household renaming it restarts hostapd), unless --wifi-ssid names it."""
-        if CONFIG.wifi_ssid:
-            return
-        try:
-            ssid = hostapd_ctrl.served_ssid(CONFIG.hostapd_ctrl)
-        except hostapd_ctrl.HostapdError as exc:
-            LOG.warning("the network's name: %s", exc)
-            return
-        with self.lock:
-            self.router.network_named(ssid)
-
     # ---- the API
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
@@ -435,8 +405,3 @@ class HomeworkController(FairServing, PeriodicJobs, app_manager.OSKenApp):
         if name in self.WIFI_KEY_CHANGES:
             result = dict(result, **self.authenticator.publish_keys())
         return result
-
-    def _wifi_keys(self) -> list:
-        """Every device's own passphrase, for hostapd's key file."""
-        with self.lock:
-            return self.router.passphrases.all()

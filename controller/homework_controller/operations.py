@@ -76,6 +76,16 @@ OPERATIONS = (
         answers="device",
     ),
     Operation(
+        "merge",
+        "POST",
+        "merge",
+        "the newcomer at mac is the device into, back under a new MAC (its status' looks_like): that device's "
+        "record, decisions, name, rules and controls move to mac",
+        ("mac", "into"),
+        decision=True,
+        answers="device",
+    ),
+    Operation(
         "name",
         "POST",
         "rename",
@@ -239,6 +249,7 @@ def openapi_yaml() -> str:
     ]
     params = {
         "mac": "the device's MAC address",
+        "into": "the MAC of the decided device the newcomer is",
         "domain": "a DNS name (IDNA or Unicode)",
         "ip": "a device's leased address (the web UI passes a request's source address)",
         "name": "the name; empty clears it",
@@ -285,6 +296,8 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
         errors.append((404, "no such device (or passphrase)"))
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
+    if op.name == "merge":
+        errors.append((409, "mac is decided already, or into is online now or a newcomer too"))
     if op.call in ("issue_wifi_key",):
         errors.append((501, "no Wi-Fi network configured"))
     return sorted(errors)

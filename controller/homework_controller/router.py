@@ -36,6 +36,7 @@ from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses, PrefixPlan
 from .joining import Joining
 from .lifecycle import Concern, Moves
+from .lookalikes import Lookalikes
 from .model import Device, State
 from .nd import Solicitation
 from .newcomers import Newcomers
@@ -192,6 +193,7 @@ class HomeRouter:
     on_arp = Delegated("joining")
     on_admission_copy = Delegated("joining")
     station_joined = Delegated("joining")
+    merge = Delegated("joining")
 
     def access_port_link(self, port: int, up: bool) -> list:
         """An access port's link went up or down (a device on a port without link may move elsewhere)."""
@@ -319,13 +321,15 @@ class HomeRouter:
     # -- queries
 
     def status(self, mac: str | None = None):
+        lookalikes = Lookalikes(self.devices.values(), self.clock(), self.clone_watch.fingerprint_of)
         if mac is not None:
-            return self._status_of(self.decisions.known(mac))
-        return [self._status_of(d) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
+            return self._status_of(self.decisions.known(mac), lookalikes)
+        return [self._status_of(d, lookalikes) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
 
-    def _status_of(self, device: Device) -> dict:
+    def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
         return {
             **device.to_json(self.clock()),
+            "looks_like": lookalikes.looks_like(device) if lookalikes is not None else None,
             **self.registry.status_of(device.mac),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),

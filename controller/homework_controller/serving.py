@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socketserver
+import sys
 import threading
 import time
 from wsgiref import simple_server
@@ -47,5 +48,7 @@ class TimedLock:
     def __exit__(self, *exc):
         held = time.monotonic() - self._since
         if held > self.max_hold_s:
-            self.max_hold_s, self.max_hold_by = held, threading.current_thread().name
+            # Which handler held it: the function whose `with` block this is (looked up only for a new longest).
+            where = sys._getframe(1).f_code.co_name
+            self.max_hold_s, self.max_hold_by = held, f"{threading.current_thread().name} in {where}"
         self._lock.release()

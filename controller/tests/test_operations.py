@@ -4,7 +4,7 @@ answers, and openapi.yaml all come from that declaration."""
 import json
 from pathlib import Path
 
-from support import PHONE, ROUTER_MAC, WLAN, permitted_phone
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
 from homework_controller import api, dhcp, operations
 from homework_controller.effects import InstallRules
@@ -36,7 +36,7 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
-    order += [op.name for op in operations.OPERATIONS if op.name not in order and op.answers != "edge"]
+    order += [op.name for op in operations.OPERATIONS if op.name not in [*order, "merge"] and op.answers != "edge"]
     for name in order:
         op = operations.BY_NAME[name]
         carried_out: list = []
@@ -50,6 +50,13 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
             assert isinstance(answer, list), name
         if name in ("deny", "permit"):  # the change itself went to the switch
             assert any(isinstance(e, InstallRules) for e in carried_out[0]), name
+    # merge takes a newcomer for a device that is away: its own scene, the same checks.
+    clock.now += 3601  # the phone's lease ran out
+    lease(router, LAPTOP)
+    carried_out = []
+    answer = operations.perform(router, operations.BY_NAME["merge"], [LAPTOP, PHONE], carried_out.append, applied=True)
+    assert answer["mac"] == LAPTOP and answer["earlier_macs"] == [PHONE] and answer["applied"] is True
+    assert len(carried_out) == 1 and any(isinstance(e, InstallRules) for e in carried_out[0])
 
 
 def test_an_operation_that_would_answer_effects_is_refused(router):

@@ -274,6 +274,31 @@ test('wall panel: a device whose address another device uses is flagged until le
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${copied}`)).clone_suspected, null)
 })
 
+// Issue 23: a phone back under a new private MAC, without a passphrase of its own, is offered as the
+// device it looks like; the wall panel says "it is" in one tap and the phone is in, as before.
+test('wall panel: a newcomer that looks like a known phone is offered as it and let in as it in one tap', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack: a device away on demand')
+  const { page } = wall
+  await page.click('a[href="#/board"]')
+  const phone = await stack.join('grans-phone', { state: 'permitted', event: false })
+  await stack.ctl('POST', `/ws.v1/name/${phone}?name=${encodeURIComponent("Gran's phone")}`)
+  await stack.ctl('POST', '/fake/away', { mac: phone })
+  const back = await stack.join('grans-phone')
+  const stranger = await stack.join('someones-tablet')
+  await page.waitForSelector(label('asking', stranger), { timeout: 10000 })
+  await page.waitForSelector(`[data-test=looks-like]:has-text("looks like Gran's phone")`, { timeout: 3000 })
+  assert.equal((await page.$$('[data-test=looks-like]')).length, 1, 'only the lookalike is offered')
+  await shot(page, 'looks-like-wallpanel')
+  await page.click(`[data-test=merge]:has-text("It is Gran's phone")`)
+  await page.waitForSelector(label('inside', back), { timeout: 3000 })
+  await page.waitForSelector('[data-test=looks-like]', { state: 'detached', timeout: 3000 })
+  assert.equal(await page.$(`[data-mac="${phone}"]`), null, 'its old address leaves the board')
+  assert.match(await page.textContent(label('inside', back)), /Gran's phone/)
+  const status = await stack.ctl('GET', `/ws.v1/status/${back}`)
+  assert.deepEqual([status.state, status.name, status.earlier_macs], ['permitted', "Gran's phone", [phone]])
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${stranger}`)).state, 'pending', 'the other newcomer still waits')
+})
+
 // Issue 20, item 1: only the owner lifts a blacklist. A blocked label does not move and no zone
 // lights up under it (the router would refuse the permit anyway); the owner's Unblock works.
 test('wall panel: a blocked device offers no drop target; the owner unblocks it in its details', async (t) => {

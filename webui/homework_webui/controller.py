@@ -52,6 +52,11 @@ class ControllerClient:
         assert action in ("permit", "deny", "whitelist", "blacklist")
         return self._call("POST", f"{action}/{self._mac(mac)}")
 
+    def merge(self, mac: str, into: str) -> dict:
+        """The newcomer at `mac` is the device `into` back under a new MAC (offered as `looks_like`):
+        answers its status under `mac`, with everything the household said about `into`."""
+        return self._call("POST", f"merge/{self._mac(mac)}/{self._mac(into)}")
+
     def rename(self, mac: str, name: str) -> dict:
         return self._call("POST", f"name/{self._mac(mac)}", {"name": name})
 

@@ -323,8 +323,12 @@ class LiveHub:
                     return d["state"]
         return "unknown"
 
-    def update_device(self, device: dict) -> None:
+    def update_device(self, device: dict, instead_of: str | None = None) -> None:
+        """The device's new status, which every page learns; instead_of: the MAC it had (merged into
+        its new one), which leaves the board."""
         with self._lock:
+            if instead_of is not None:
+                self._devices.pop(instead_of, None)
             self._devices[device["mac"]] = device
             self._provisional.pop(device["mac"], None)
         self.broadcast("devices", self.devices())

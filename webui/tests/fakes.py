@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from homework_controller import allowances, portal, schedules
 from homework_controller.api import make_app
 from homework_controller.errors import ApiError as ControllerApiError
-from homework_controller.errors import DeviceBlocked, NotConfigured, UnknownDevice
+from homework_controller.errors import Conflict, DeviceBlocked, NotConfigured, UnknownDevice
 from homework_controller.model import normalize_mac
 from homework_controller.operations import BY_CALL
 from hwdb_client import HwdbClient, HwdbError, default_binary
@@ -194,6 +194,7 @@ class FakeController(_ServedByAThread):
         self.clone_suspected: dict[str, dict] = {}  # mac -> {at, differs}
         self.portal_codes = portal.Portal(portal.keyed_codes(secrets.token_bytes(16)))  # as the controller makes them
         self.paused: set[str] = set()
+        self.away: set[str] = set()  # decided devices whose lease ran out
         # Bedtimes and allowances, checked by the controller's own parsers, so bad input is refused alike.
         self.paused_until: dict[str, str | None] = {}  # mac -> ISO time (None: until resumed)
         self.schedules: dict[str, str] = {}
@@ -245,10 +246,30 @@ class FakeController(_ServedByAThread):
             with HwdbClient("127.0.0.1", self.hwdb_port, timeout=3) as c:
                 c.query(f"insert into Events values ('mac-clone', '{mac}', '{message.replace(chr(39), chr(39) * 2)}')")
 
+    def _move(self, old: str, new: str) -> None:
+        with self.lock:
+            device = self.devices.pop(old)
+            earlier = [*device.get("earlier_macs", []), old]
+            self.devices[new] = {**device, "mac": new, "earlier_macs": earlier}
+            self.away.discard(old)
+
+    def looks_like(self, mac: str) -> dict | None:
+        """The controller's offer (`lookalikes.py`): the one away decided device with a pending one's DHCP name."""
+        device = self.devices[mac]
+        alike = [
+            d
+            for m, d in self.devices.items()
+            if m in self.away and d["state"] != "pending" and d["hostname"] == device["hostname"]
+        ]
+        if device["state"] != "pending" or not device["hostname"] or len(alike) != 1:
+            return None
+        return {"mac": alike[0]["mac"], "label": alike[0]["name"] or alike[0]["hostname"]}
+
     def status_of(self, mac: str) -> dict:
         key = self.wifi_keys.get(mac)
         return {
             **self.devices[mac],
+            "looks_like": self.looks_like(mac),
             "clone_suspected": self.clone_suspected.get(mac),
             **self.held_status(mac),
             "schedule": self.schedules.get(mac, ""),
@@ -306,12 +327,12 @@ class FakeController(_ServedByAThread):
             usage = self.usage.setdefault(body["mac"], allowances.DayUsage(0.0))
             usage.bytes = usage.minutes = int(body["used"])
             return 200, self.status_of(body["mac"])
-        if path == "/fake/move":  # the device joined with its own passphrase under a new MAC (`HomeRouter._moved`)
-            with self.lock:
-                device = self.devices.pop(body["mac"])
-                earlier = [*device.get("earlier_macs", []), body["mac"]]
-                self.devices[body["to"]] = {**device, "mac": body["to"], "earlier_macs": earlier}
+        if path == "/fake/move":  # the device joined with its own passphrase under a new MAC (`Joining._moved`)
+            self._move(body["mac"], body["to"])
             return 200, self.status_of(body["to"])
+        if path == "/fake/away":  # the device's lease ran out: a lookalike newcomer may be it
+            self.away.add(body["mac"])
+            return 200, self.status_of(body["mac"])
         if path == "/fake/qos":
             self.qos = body or None
             return 200, {"qos": self.qos}
@@ -348,6 +369,15 @@ class FakeController(_ServedByAThread):
             raise DeviceBlocked(f"{mac} is blacklisted: its blacklist must be lifted first")
         self.devices[mac]["state"] = state
         self.clone_suspected.pop(mac, None)  # any decision is the household's "I have seen it"
+        return self.status_of(mac)
+
+    def ws_merge(self, mac, into):
+        mac, into = self._known(mac), self._known(into)
+        if self.devices[mac]["state"] != "pending" or self.devices[into]["state"] == "pending" or into not in self.away:
+            raise Conflict(f"{mac} cannot be merged into {into}")
+        with self.lock:
+            del self.devices[mac]
+        self._move(into, mac)
         return self.status_of(mac)
 
     def ws_permit(self, mac):

@@ -528,13 +528,16 @@ table netdev {NFT_WLAN_TABLE} {{
         """Start a command inside a device and return at once."""
         return subprocess.Popen(["ip", "netns", "exec", self._ns(name), *map(str, cmd)], **popen_args)
 
-    def dhcp(self, name: str, timeout: int = 20) -> str:
-        """The real ISC dhclient gets a lease (and keeps renewing it); returns e.g. '10.2.0.6/30'."""
+    def dhcp(self, name: str, timeout: int = 20, host_name: str | None = None) -> str:
+        """The real ISC dhclient gets a lease (and keeps renewing it); returns e.g. '10.2.0.6/30'.
+        host_name: what it calls itself (option 12; default its client name): a phone back under a new
+        private MAC still says its own name."""
         ns, state = self._ns(name), self._state(name)
         lease_file, pid_file, conf = state / "dhclient.leases", state / "dhclient.pid", state / "dhclient.conf"
         # Each device introduces itself by its own name, as real ones do (option 12).
         conf.write_text(
-            f'send host-name "{name}";\n' "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
+            f'send host-name "{host_name or name}";\n'
+            "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
         )
         self._stop_dhclient(name)
         # The device re-joins, as after waking up: Debian's dhclient-script `ip addr add`s the

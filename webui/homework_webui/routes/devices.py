@@ -1,5 +1,6 @@
 """Devices: the list and one device's detail, the household's decisions (permit, deny,
-blacklist, whitelist), pausing and resuming, names, owners and DNS blocks."""
+blacklist, whitelist, merging a newcomer into the device it is), pausing and resuming, names,
+owners and DNS blocks."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)
 BLACKLISTED = {409: ("blacklisted", None)}
 DNS_UNAVAILABLE = {501: ("dns-unavailable", "This router cannot block names for a device yet.")}
 PAUSE_UNAVAILABLE = {501: ("pause-unavailable", "This router cannot pause a device.")}
+CANNOT_MERGE = {409: ("cannot-merge", None)}
 
 
 @bp.get("/api/devices")
@@ -72,6 +74,17 @@ def device_blacklist(mac):
 @access("owner")
 def device_whitelist(mac):
     return _changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
+
+
+@bp.post("/api/devices/<mac>/merge")
+@access("owner", "kiosk")
+def device_merge(mac):
+    """The newcomer is the device the router says it looks like (`looks_like`), back under a new MAC:
+    it is let in as that device. Whoever may let a newcomer in may say so (owner and wall panel)."""
+    into = mac_of(str(body().get("into", "")))
+    device = ask_controller(services().controller.merge, mac_of(mac), into, meaning=CANNOT_MERGE)
+    services().hub.update_device(device, instead_of=into)
+    return {"device": device}
 
 
 # Pausing is refusing for now: whoever may deny a device may pause it (owner and wall panel).

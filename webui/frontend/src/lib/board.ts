@@ -34,6 +34,8 @@ export interface Device {
   paused_until?: string | null
   /** Its weekly bedtime in the controller's text ("mon,tue,wed,thu,sun 21:30-07:00"); empty: none. */
   schedule?: string
+  /** A newcomer that looks like a device the household knows, away now (same DHCP name and client): that device. */
+  looks_like?: { mac: string; label: string } | null
   /** Its daily allowance and today's use (null: none). */
   allowance?: Allowance | null
 }

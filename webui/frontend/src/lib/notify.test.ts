@@ -27,7 +27,7 @@ describe('which alerts notify', () => {
     const used = of('allowance', "Tom's tablet has used up today's allowance; paused until 04:00", '02:00:00:00:00:03')
     expect(used?.title).toBe('An allowance is used up')
     expect(used?.body).toBe("Tom's tablet has used up today's allowance; paused until 04:00")
-    const back = of('new-address', "Anna's phone joined with its own passphrase from a new address, 06:11:22:33:44:55: it is still Anna's phone", '06:11:22:33:44:55')
+    const back = of('new-address', "Anna's phone is back from a new address, 06:11:22:33:44:55 (it joined with its own passphrase): it is still Anna's phone", '06:11:22:33:44:55')
     expect(back?.title).toBe('A device is back under a new address')
     expect(of('qos-overload', 'high-priority queue dropped 10 packets')).toBeNull()
     expect(of('flow-budget', 'too many connections')).toBeNull()

@@ -1,0 +1,113 @@
+"""A phone back under a new private MAC without a passphrase of its own is a newcomer, but one that
+looks like a device the household decided about (same DHCP name and client, that device away): its
+status offers `looks_like`, and the household's merge makes it that device, with everything the
+household said about it, on the disk too. No offer while the device is online, for another client,
+or between two lookalikes; no merge of a decided device or into one that is online."""
+
+import pytest
+from dhcp_frames import frame
+from fakeoftable import FakeSwitch
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease, up
+
+from homework_controller import dhcp, flows
+from homework_controller.effects import RemoveRules, TellHousehold
+from homework_controller.errors import Conflict, UnknownDevice
+from homework_controller.flows.values import cookie_of
+from homework_controller.router import HomeRouter
+from homework_controller.store import DeviceStore
+
+NEW = "06:11:22:33:44:55"  # the phone's next private address
+WWW = "198.51.100.7"
+ANNAS_PHONE = [("hostname", b"annas-phone"), ("param_req_list", [1, 3, 6, 15, 26, 28, 51, 58, 59, 43])]
+ANOTHER_CLIENT = [("hostname", b"annas-phone"), ("param_req_list", [1, 28, 2, 3, 15, 6, 119, 12])]
+PERMITTED_LEASE, PENDING_LEASE = 3600, 30
+
+
+@pytest.fixture
+def router(db_path, clock):
+    return HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(PENDING_LEASE, PERMITTED_LEASE), clock=clock)
+
+
+@pytest.fixture
+def switch(router):
+    s = FakeSwitch()
+    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return s
+
+
+def permitted(router, switch, mac, client, name=""):
+    """Joins, is permitted (and named), renews to a permitted device's lease: its address."""
+    ip = lease(router, mac, client)
+    switch.apply(router.permit(mac))
+    if name:
+        switch.apply(router.rename(mac, name))
+    switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client))))
+    return ip
+
+
+def away(clock):
+    clock.now += PERMITTED_LEASE + 1  # its lease ran out: it left (or came back under another MAC)
+
+
+def reaches(switch, mac, ip) -> bool:
+    return any(d.port != flows.CONTROLLER for d in switch.send(up(ip, WWW, src_mac=mac)))
+
+
+def test_a_newcomer_that_looks_like_an_away_device_is_offered_and_merged_into_it(router, switch, clock, db_path):
+    ip = permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    router.set_schedule(PHONE, "sun-thu 21:30-07:00")
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    assert router.status(NEW)["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}
+    assert router.status(NEW)["state"] == "pending" and not reaches(switch, NEW, router.status(NEW)["ip"])
+
+    effects = router.merge(NEW, PHONE)
+    switch.apply(effects)
+    assert RemoveRules(cookie_of(PHONE)) in effects
+    [told] = [e for e in effects if isinstance(e, TellHousehold)]
+    assert told.kind == "new-address" and "the household said it is the same device" in told.message
+    with pytest.raises(UnknownDevice):
+        router.status(PHONE)
+    status = router.status(NEW)
+    assert (status["state"], status["name"], status["earlier_macs"]) == ("permitted", "Anna's phone", [PHONE])
+    assert status["schedule"].endswith("21:30-07:00") and status["looks_like"] is None
+    # Its next DHCP (the pending lease it holds is gone) gets the phone's /30 with a permitted lease.
+    assert join(router, switch, NEW, permit=False) == ip
+    assert router.status(NEW)["lease_seconds_left"] == PERMITTED_LEASE
+    assert reaches(switch, NEW, ip)
+    # On the disk (ws.v1 answers a decision once it is there): a restart still knows it as the phone.
+    assert router.store.flush()
+    again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(PENDING_LEASE, PERMITTED_LEASE), clock=clock)
+    assert (again.status(NEW)["name"], again.status(NEW)["state"]) == ("Anna's phone", "permitted")
+
+
+def test_no_offer_while_the_device_is_online_for_another_client_or_between_two_lookalikes(router, switch, clock):
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    lease(router, NEW, ANNAS_PHONE)
+    assert router.status(NEW)["looks_like"] is None  # the phone is online: the newcomer is another device
+    with pytest.raises(Conflict):
+        router.merge(NEW, PHONE)
+    away(clock)
+    assert router.status(NEW)["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}  # positive control
+    other = "06:11:22:33:44:66"
+    lease(router, other, ANOTHER_CLIENT)  # the same name from another DHCP client
+    assert router.status(other)["looks_like"] is None
+    permitted(router, switch, LAPTOP, ANNAS_PHONE)  # a second away device with the phone's name and client
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    assert router.status(NEW)["looks_like"] is None  # a guess among two is no offer
+
+
+def test_only_a_newcomer_is_merged_and_only_into_a_decided_device(router, switch, clock):
+    permitted(router, switch, PHONE, ANNAS_PHONE)
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    lease(router, LAPTOP, ANNAS_PHONE)
+    with pytest.raises(Conflict):
+        router.merge(NEW, LAPTOP)  # into another newcomer
+    with pytest.raises(UnknownDevice):
+        router.merge(NEW, "06:00:00:00:00:99")
+    switch.apply(router.permit(NEW))
+    with pytest.raises(Conflict):
+        router.merge(NEW, PHONE)  # the household decided about it already
+    assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "permitted"
