@@ -89,23 +89,35 @@ class AppPriorities:
         self.last_poll_at = now
         effects: list = self.app_rows(rows)
         if interval > 0:
-            effects += self._judge_behaviour(rows, interval) + self._cap_high_per_device(rows, interval)
+            # What each flow moved since the last poll, (packets, bytes): both judgements look up learnt
+            # flows in it, so the work is theirs, not every row's (a poll has up to 1,000 per device).
+            moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
+            effects += self._judge_behaviour(moved, interval) + self._cap_high_per_device(moved, interval)
         return effects
 
     def app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
-        """AppTimeseries: this interval's learnt-flow traffic summed per application."""
+        """AppTimeseries: this interval's learnt-flow traffic summed per application. Under the lock at
+        every poll, for up to 1,000 connection directions a device: each connection is classified once
+        for both its directions."""
         per_app: dict[str, list[int]] = {}
+        classified: dict[tuple, str] = {}  # (device, the connection as it sees it) -> its app, this poll
         for r in flow_rows:
             proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
             if proto:  # device totals (proto 0) are not attributable to an application
-                totals = per_app.setdefault(self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport)), [0, 0])
+                totals = per_app.setdefault(
+                    self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport), classified), [0, 0]
+                )
                 totals[0] += nbytes
                 totals[1] += pkts
         return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
 
-    def _device_of_flow(self, flow: flows.FiveTuple) -> Device | None:
-        """The device a flow belongs to: the sender, else the receiver (what the accounting table does)."""
-        return self._device_at(flow.saddr) or self._device_at(flow.daddr)
+    def _device_and_side(self, flow: flows.FiveTuple) -> tuple[Device | None, flows.FiveTuple]:
+        """The device a flow belongs to (the sender, else the receiver: what the accounting table does)
+        and the connection as it sees it (its address first: both directions name it alike)."""
+        sender = self._device_at(flow.saddr)
+        if sender is not None:
+            return sender, flow
+        return self._device_at(flow.daddr), flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
 
     def _device_side(self, device: Device, flow: flows.FiveTuple) -> flows.FiveTuple:
         """The connection as the device sees it (its address first): both directions name it alike."""
@@ -114,8 +126,15 @@ class AppPriorities:
             return flow
         return flows.FiveTuple(flow.proto, flow.daddr, flow.dport, flow.saddr, flow.sport)
 
-    def _classify(self, device: Device, flow: flows.FiveTuple, rates: apps.FlowRates | None = None) -> tuple[str, str]:
-        conn = self._device_side(device, flow)
+    def _classify(
+        self,
+        device: Device,
+        flow: flows.FiveTuple,
+        rates: apps.FlowRates | None = None,
+        conn: flows.FiveTuple | None = None,
+    ) -> tuple[str, str]:
+        """(app, source) of one of the device's flows; conn: the connection as the device sees it, if known."""
+        conn = conn or self._device_side(device, flow)
         connection = (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
         process = self._process_of(device.mac, connection)
         return apps.classify(self.app_table, conn, process, self.names.names(conn.saddr, conn.daddr), rates)
@@ -127,12 +146,18 @@ class AppPriorities:
             return qos.MEDIUM
         return priority
 
-    def _app_of(self, flow: flows.FiveTuple) -> str:
-        device = self._device_of_flow(flow)
+    def _app_of(self, flow: flows.FiveTuple, classified: dict[tuple, str]) -> str:
+        """A counted flow's app: its learnt one, else as classified (once per connection, in `classified`)."""
+        device, conn = self._device_and_side(flow)
         if device is None:
             return self.app_table.app_of_ports(flow) or apps.OTHER
         known = self.flows_of.get(device.mac, {}).get(flow)
-        return known.app if known is not None else self._classify(device, flow)[0]
+        if known is not None:
+            return known.app
+        key = (device.mac, conn)
+        if key not in classified:
+            classified[key] = self._classify(device, flow, conn=conn)[0]
+        return classified[key]
 
     def remark(self, device: Device, flows_of_device=None) -> list:
         """Reclassify the device's learnt flows (or those given) and re-mark those whose priority changed.
@@ -188,9 +213,8 @@ class AppPriorities:
             for flow, info in known.items()
         ]
 
-    def _judge_behaviour(self, rows: list[LogRow], interval: float) -> list:
+    def _judge_behaviour(self, moved: dict[flows.FiveTuple, tuple], interval: float) -> list:
         """Flows nothing else names are judged by their rate over the last two polls."""
-        moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
         effects: list = []
         for mac, known in self.flows_of.items():
             device = self._device_of(mac)
@@ -209,19 +233,16 @@ class AppPriorities:
                 effects += self.remark(device, changed)
         return effects
 
-    def _cap_high_per_device(self, rows: list[LogRow], interval: float) -> list:
+    def _cap_high_per_device(self, moved: dict[flows.FiveTuple, tuple], interval: float) -> list:
         """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium."""
         high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
-        for r in rows:
-            if r.table != "Flows" or not r.row[0]:
-                continue
-            flow = flows.FiveTuple(*r.row[:5])
-            device = self._device_of_flow(flow)
-            info = self.flows_of.get(device.mac, {}).get(flow) if device else None
-            if device is None or info is None or info.priority != qos.HIGH:
-                continue
-            assert device.subnet is not None
-            high.setdefault(device.mac, [0, 0])[0 if flow.saddr == device.subnet.device_ip else 1] += r.row[6]
+        for mac, known in self.flows_of.items():
+            for flow, info in known.items():
+                if info.priority != qos.HIGH or (counted := moved.get(flow)) is None:
+                    continue
+                device = self._device_of(mac)
+                assert device.subnet is not None
+                high.setdefault(mac, [0, 0])[0 if flow.saddr == device.subnet.device_ip else 1] += counted[1]
         effects: list = []
         for mac, (up, down) in high.items():
             why = qos.over_device_share(self.qos, up, down, interval)

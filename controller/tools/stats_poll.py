@@ -16,6 +16,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -75,6 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as state_dir:
         router, entries = router_with_flows(state_dir, args.devices, args.flows)
+        gc.collect()
+        gc.freeze()  # as the controller does after start-up (ofapp)
         print(f"{len(entries)} learnt flows, {args.devices} devices")
         keyed, under, whole = [], [], []
         for poll in range(1, args.rounds + 1):

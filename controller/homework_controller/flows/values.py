@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..model import Device, Subnet
 from ..nd import ETH_IPV6
@@ -169,8 +170,10 @@ def rule(
     return FlowRule(table, priority, tuple(sorted(match.items())), tuple(actions), cookie, idle_timeout, notify_removal)
 
 
-@dataclass(frozen=True)
-class FiveTuple:
+class FiveTuple(NamedTuple):
+    """A connection direction. A named tuple, not a dataclass: made and hashed for every counted flow
+    at every poll and every export merge (thousands under the lock), where a tuple's C code is ~5x faster."""
+
     proto: int
     saddr: str
     sport: int
