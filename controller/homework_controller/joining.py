@@ -18,6 +18,7 @@ from .clone_watch import CloneWatch
 from .effects import AuthenticatorDeny, AuthenticatorKick, PublishWifiKeys, SendFrame, TellHousehold
 from .errors import Conflict, UnknownDevice
 from .lifecycle import Concern, Moves
+from .lookalikes import may_be_merged_into
 from .model import Device, State, normalize_mac
 from .newcomers import Newcomers
 from .passphrases import Passphrases
@@ -150,8 +151,11 @@ class Joining:
             raise UnknownDevice(f"no device {mac if newcomer is None else into} has asked to join")
         if newcomer.state is not State.PENDING:
             raise Conflict(f"{newcomer.label} is decided already: only a newcomer is merged into a device")
-        if device.state is State.PENDING or device.lease_active(self.clock()):
-            raise Conflict(f"{device.label} is {'a newcomer too' if device.state is State.PENDING else 'online now'}")
+        if not may_be_merged_into(device, self.clock(), self.passphrases.has_own(device.mac)):
+            why = "a newcomer too" if device.state is State.PENDING else "online now"
+            if self.passphrases.has_own(device.mac):
+                why = "a device with its own passphrase: it says who it is when it joins with it"
+            raise Conflict(f"{device.label} is {why}")
         return self._moved(device, mac, "the household said it is the same device")
 
     def _moved(self, device: Device, new_mac: str, how: str) -> list:

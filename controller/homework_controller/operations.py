@@ -297,7 +297,7 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
     if op.name == "merge":
-        errors.append((409, "mac is decided already, or into is online now or a newcomer too"))
+        errors.append((409, "mac is decided already, or into is online now, a newcomer too or has its own passphrase"))
     if op.call in ("issue_wifi_key",):
         errors.append((501, "no Wi-Fi network configured"))
     return sorted(errors)

@@ -103,6 +103,9 @@ class Passphrases:
         mac = self._earlier_keyids.get(keyid) or wifi_keys.mac_of_keyid(keyid)
         return mac if mac is not None and mac in self._keys else None
 
+    def has_own(self, mac: str) -> bool:
+        return mac in self._keys
+
     def keyid_of(self, mac: str) -> str | None:
         key = self._keys.get(mac)
         return key.keyid if key else None

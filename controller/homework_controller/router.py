@@ -321,7 +321,9 @@ class HomeRouter:
     # -- queries
 
     def status(self, mac: str | None = None):
-        lookalikes = Lookalikes(self.devices.values(), self.clock(), self.clone_watch.fingerprint_of)
+        lookalikes = Lookalikes(
+            self.devices.values(), self.clock(), self.clone_watch.fingerprint_of, self.passphrases.has_own
+        )
         if mac is not None:
             return self._status_of(self.decisions.known(mac), lookalikes)
         return [self._status_of(d, lookalikes) for d in sorted(self.devices.values(), key=lambda d: d.mac)]

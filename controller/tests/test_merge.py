@@ -111,3 +111,25 @@ def test_only_a_newcomer_is_merged_and_only_into_a_decided_device(router, switch
     with pytest.raises(Conflict):
         router.merge(NEW, PHONE)  # the household decided about it already
     assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "permitted"
+
+
+def test_a_device_with_its_own_passphrase_is_not_offered_on_its_looks(db_path, clock):
+    """With its own passphrase the phone says who it is when it joins (test_new_address.py): a lookalike
+    that joined with the guest passphrase is not taken for it, however alike."""
+    router = HomeRouter(
+        DeviceStore(db_path), dhcp.LeasePolicy(PENDING_LEASE, PERMITTED_LEASE), clock=clock, wifi_ssid="home"
+    )
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    permitted(router, switch, LAPTOP, ANOTHER_CLIENT)
+    router.issue_wifi_key(PHONE)
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    other = "06:11:22:33:44:66"
+    lease(router, other, ANOTHER_CLIENT)
+    assert router.status(other)["looks_like"]["mac"] == LAPTOP  # positive control: no passphrase of its own
+    assert router.status(NEW)["looks_like"] is None
+    with pytest.raises(Conflict, match="its own passphrase"):
+        router.merge(NEW, PHONE)
+    assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "pending"

@@ -288,6 +288,9 @@ test('wall panel: a newcomer that looks like a known phone is offered as it and 
   await page.waitForSelector(label('asking', stranger), { timeout: 10000 })
   await page.waitForSelector(`[data-test=looks-like]:has-text("looks like Gran's phone")`, { timeout: 3000 })
   assert.equal((await page.$$('[data-test=looks-like]')).length, 1, 'only the lookalike is offered')
+  const code = (await stack.ctl('GET', `/ws.v1/status/${back}`)).portal_code
+  assert.match(await page.textContent('[data-test=looks-like]'), new RegExp(`its screen shows the code ${code}`),
+    'the wall panel can check it against the phone in hand')
   await shot(page, 'looks-like-wallpanel')
   await page.click(`[data-test=merge]:has-text("It is Gran's phone")`)
   await page.waitForSelector(label('inside', back), { timeout: 3000 })
