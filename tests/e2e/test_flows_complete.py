@@ -23,29 +23,12 @@ import dpkt
 from homenet import INTERNET_IP, WaitTimeout, wait_until
 from homenet.home import WAN_ROUTER_IP
 from homenet.ipv6 import INET6_HOSTS, INTERNET6_HOST
+from homenet.load import busy_page
 
 CONNECTIONS = 60
 PAGE_BYTES = 24_000
 
-# Run inside the device: CONNECTIONS fetches of a 24 kB part of a page, all opened at once (what a
-# browser does on a busy page); prints [local port, ok] for each.
-PAGE_LOAD = f"""
-import json, socket, threading
-results, ready = [], threading.Barrier({CONNECTIONS})
-def one():
-    ready.wait()
-    with socket.create_connection(("{INTERNET_IP}", 80), timeout=30) as s:
-        port = s.getsockname()[1]
-        s.sendall(b"GET /bulk?bytes={PAGE_BYTES} HTTP/1.0\\r\\nHost: www.example.test\\r\\n\\r\\n")
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
-    results.append([port, got.startswith(b"HTTP/1.0 200") and got.endswith(bytes(100))])
-threads = [threading.Thread(target=one) for _ in range({CONNECTIONS})]
-for t in threads: t.start()
-for t in threads: t.join()
-print(json.dumps(results))
-"""
+PAGE_LOAD = busy_page(CONNECTIONS, PAGE_BYTES)
 
 
 def wire_counts(pcap: Path) -> dict[tuple[str, int, str, int], list[int]]:

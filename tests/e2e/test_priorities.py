@@ -9,10 +9,19 @@ its classes are, rather than in the modem.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 
 from homenet import wait_until
-from homenet.load import CALL_APP, DOWN, UP, bulk_transfer, call_under_load, set_priority
+from homenet.call import PORT as CALL_PORT
+from homenet.home import WAN_INET_IP
+from homenet.load import CALL_APP, DOWN, UP, bulk_transfer, busy_page, call_under_load, set_priority
+
+EF = 46  # the DSCP a High flow's packets leave with (qos.py)
 
 CALL_MBIT = 0.064
 SECONDS = 8
@@ -103,3 +112,57 @@ def test_a_device_that_fills_the_high_class_is_demoted_and_the_household_told(ho
     finally:
         set_priority(home, "other", "default")
         set_priority(home, "bulk", "default")
+
+
+def test_a_high_call_started_during_a_busy_page_load_is_marked_high_from_its_first_second(home):
+    """Issue 26, test 2: the call starts as the same device opens 80 connections at once (a busy page),
+    whose first packets' copies fill the device's packet-in budget; the call's packets still leave the
+    router marked High (DSCP EF) within its first second, and every one after it. The capture is on the
+    internet's side of the router, upstream, where the marks are what the ISP sees."""
+    home.add("pagecall")
+    home.dhcp("pagecall")
+    home.permit("pagecall")
+    home.dhcp("pagecall")
+    set_priority(home, CALL_APP, "high")
+    reflector = home.internet_spawn(
+        sys.executable, "-m", "homenet.call", "reflect", "--port", CALL_PORT, "--duration", 60,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert reflector.stderr is not None
+        reflector.stderr.readline()  # "ready"
+        going_out = f"udp and dst port {CALL_PORT}"
+        with (
+            home.internet_capture(going_out) as every,
+            home.internet_capture(f"{going_out} and ip[1] & 0xfc == {EF << 2}") as marked,
+        ):
+            page = home.spawn(
+                "pagecall", sys.executable, "-c", busy_page(80, 24_000), stdout=subprocess.PIPE, text=True
+            )
+            call = home.spawn(
+                "pagecall", sys.executable, "-m", "homenet.call", "call", "--to", WAN_INET_IP, "--duration", 5,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            _, call_err = call.communicate(timeout=40)
+            page_out, _ = page.communicate(timeout=60)
+            time.sleep(0.5)  # the last packets reach the capture
+            sent, high = [seconds_of(line) for line in every()], [seconds_of(line) for line in marked()]
+    finally:
+        reflector.terminate()
+        reflector.wait(timeout=10)
+        set_priority(home, CALL_APP, "default")
+    assert call.returncode == 0, call_err
+    fetched = json.loads(page_out)
+    assert len(fetched) == 80 and all(ok for _, ok in fetched)  # the page loaded alongside
+    assert len(sent) >= 200, f"{len(sent)} call packets captured"
+    first = sent[0]
+    report = f"{len(high)} of {len(sent)} call packets marked; the first {high[0] - first if high else '-'} s in"
+    assert high and high[0] - first <= 1.0, report
+    after_a_second = [t for t in sent if t - first > 1.0]
+    assert len([t for t in high if t - first > 1.0]) == len(after_a_second), report
+
+
+def seconds_of(tcpdump_line: str) -> float:
+    """A tcpdump line's time of day ("12:34:56.789012 IP ..."), in seconds."""
+    hours, minutes, seconds = tcpdump_line.split()[0].split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)

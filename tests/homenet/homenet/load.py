@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .call import PORT as CALL_PORT
-from .home import IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
+from .home import INTERNET_IP, IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
 from .wait import wait_until
 
 UP, DOWN = "up", "down"
@@ -202,3 +202,26 @@ def call_under_load(
         bulk_mbit,
         changes,
     )
+
+
+def busy_page(connections: int, part_bytes: int) -> str:
+    """A script to run inside a device (`python -c`): `connections` fetches of a `part_bytes` part of a
+    page from the emulated internet, all opened at once (what a browser does on a busy page); it prints
+    [local port, ok] for each."""
+    return f"""
+import json, socket, threading
+results, ready = [], threading.Barrier({connections})
+def one():
+    ready.wait()
+    with socket.create_connection(("{INTERNET_IP}", 80), timeout=30) as s:
+        port = s.getsockname()[1]
+        s.sendall(b"GET /bulk?bytes={part_bytes} HTTP/1.0\\r\\nHost: www.example.test\\r\\n\\r\\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    results.append([port, got.startswith(b"HTTP/1.0 200") and got.endswith(bytes(100))])
+threads = [threading.Thread(target=one) for _ in range({connections})]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(results))
+"""
