@@ -91,6 +91,18 @@ class AddGatewayAddress:
 
 
 @dataclass(frozen=True)
+class ForgetNeighbours:
+    """A device's addresses now have another MAC behind them (its /30 freed for the next newcomer, or the
+    device itself back under a new MAC): the router's stack forgets the MAC it had for its address and
+    for any in its /64s, so its next packet asks again and proxy ARP (or neighbour discovery) answers
+    with the MAC there now. Until then the stack would send to the old MAC, which the switch drops:
+    a newcomer given a freed /30 saw no DNS answers for seconds."""
+
+    address: str
+    prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ResolveName:
     """Look a name up upstream and feed what it teaches to `HomeRouter.dns_answer`."""
 

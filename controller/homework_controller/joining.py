@@ -163,14 +163,14 @@ class Joining:
         rules, passphrase and controls follow it (a newcomer it was taken for under the new MAC goes); the
         old MAC's rules leave the switch. how: what says it is the device, for the household."""
         old_mac = device.mac
-        LOG.info("%s is back as %s (its own passphrase)", old_mac, new_mac)
+        LOG.info("%s is back as %s (%s)", old_mac, new_mac, how)
         effects: list = []
         newcomer = self.devices.get(new_mac)
         if newcomer is not None:
             effects += self.rules.forget(newcomer)
         if device.lease_active(self.clock()):
             effects.append(self.registry.record_lease(device, "released"))
-        effects += self.switch.evict(device)
+        effects += self.switch.evict(device) + self.rules.forget_neighbours(device)  # its addresses, a new MAC
         effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
         for concern in self.concerns:
             if concern not in self.follow_the_device:

@@ -1,35 +1,43 @@
 """The router's addresses on the LAN interface: each device's gateway (its /30's first address) and,
 with IPv6, the router's address in each of a device's /64s (its ::1) and its link-local; a renumbering's
-old ::1s are removed once devices were told they are gone. Netlink through pyroute2 takes milliseconds a
+old ::1s are removed once devices were told they are gone; and the stack forgets the MAC it had for a
+device's addresses when they get another one (`ForgetNeighbours`). Netlink through pyroute2 takes milliseconds a
 change, so the changes are made by one thread, in the order decided, off the packet path.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import queue
+import socket
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from .effects import AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway
+from .effects import AddGatewayAddress, AddIpv6Gateway, ForgetNeighbours, RemoveIpv6Gateway
 from .ipv6 import gateway_of
 from .model import Subnet
 from .nd import ROUTER_LINK_LOCAL
 
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h
-EEXIST, ENODEV, EADDRNOTAVAIL = 17, 19, 99
+ENOENT, EEXIST, ENODEV, EADDRNOTAVAIL = 2, 17, 19, 99
+
+
+Job = Subnet | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours
 
 
 class LanAddresses:
     def __init__(self, lan_iface: str, ipv6: bool):
         self.lan_iface, self.ipv6 = lan_iface, ipv6
-        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway | RemoveIpv6Gateway] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours] = (
+            queue.SimpleQueue()
+        )
         self.ipr = IPRoute()
         self.lan_index: int | None = None
 
-    def change(self, effect: AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway) -> None:
+    def change(self, effect: AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours) -> None:
         """Queued for the thread (`run_forever`)."""
         self.jobs.put(effect.subnet if isinstance(effect, AddGatewayAddress) else effect)
 
@@ -42,6 +50,8 @@ class LanAddresses:
                 self._add_ipv6_address(gateway_of(job.prefix))
             elif isinstance(job, RemoveIpv6Gateway):
                 self._remove_ipv6_address(gateway_of(job.prefix))
+            elif isinstance(job, ForgetNeighbours):
+                self._forget_neighbours(job)
             else:
                 self._add_gateway_address(job)
 
@@ -66,6 +76,28 @@ class LanAddresses:
         except NetlinkError as exc:
             if exc.code != EADDRNOTAVAIL:  # not there (a restart since it was added)
                 LOG.error("could not remove %s/64 from %s: %s", address, self.lan_iface, exc)
+
+    def _forget_neighbours(self, job: ForgetNeighbours) -> None:
+        """The kernel's neighbour entries for the device's address and for addresses in its /64s go."""
+        try:
+            found = self.ipr.link_lookup(ifname=self.lan_iface)
+            if not found:
+                return
+            gone = [job.address]
+            if job.prefixes:
+                networks = [ipaddress.IPv6Network(p) for p in job.prefixes]
+                for entry in self.ipr.get_neighbours(family=socket.AF_INET6, ifindex=found[0]):
+                    address = entry.get_attr("NDA_DST")
+                    if address and any(ipaddress.IPv6Address(address) in n for n in networks):
+                        gone.append(address)
+            for address in gone:
+                try:
+                    self.ipr.neigh("del", dst=address, ifindex=found[0])
+                except NetlinkError as exc:
+                    if exc.code != ENOENT:  # the stack never asked for it
+                        LOG.error("could not forget the neighbour %s on %s: %s", address, self.lan_iface, exc)
+        except NetlinkError as exc:
+            LOG.error("could not read the neighbours on %s: %s", self.lan_iface, exc)
 
     def _add_gateway_address(self, subnet: Subnet) -> None:
         try:

@@ -43,6 +43,7 @@ from .effects import (
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
+    ForgetNeighbours,
     InstallMeter,
     InstallRules,
     LogRow,
@@ -378,7 +379,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             self._send(dp, openflow.delete_meter(effect.meter_id))
         elif isinstance(effect, SendFrame):
             self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway)):
+        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway, ForgetNeighbours)):
             self.lan_addresses.change(effect)  # netlink takes milliseconds: off the packet path, in order
         elif isinstance(effect, ResolveName):
             self._start_thread(self._resolve, effect.domain)

@@ -16,7 +16,7 @@ from . import flows
 from .accounting import Accounting
 from .app_priorities import AppPriorities
 from .dns_gating import DnsGating
-from .effects import InstallRules
+from .effects import ForgetNeighbours, InstallRules
 from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses
 from .lifecycle import Concern
@@ -86,8 +86,16 @@ class Reconciler:
         return [InstallRules(tuple(rules))] if rules else []
 
     def forget(self, device: Device) -> list:
-        """Every concern forgets the device; its meter and rules leave the switch."""
-        effects = self.switch.evict(device)
+        """Every concern forgets the device; its meter and rules leave the switch, and the router's stack
+        the MAC it had for its addresses (its /30 goes to the next newcomer)."""
+        effects = self.switch.evict(device) + self.forget_neighbours(device)
         for concern in self.concerns:
             concern.forget(device.mac)
         return effects
+
+    def forget_neighbours(self, device: Device) -> list:
+        """The router's stack forgets which MAC has the device's addresses (`ForgetNeighbours`)."""
+        if device.subnet is None:
+            return []
+        prefixes = self.ipv6.prefixes_held(device) if self.ipv6 is not None else ()
+        return [ForgetNeighbours(device.subnet.device_ip, prefixes)]

@@ -5,6 +5,7 @@ from dhcp_frames import frame
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET, WLAN, lease
 
 from homework_controller import dhcp
+from homework_controller.effects import ForgetNeighbours
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -46,3 +47,18 @@ def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
     router.on_dhcp(frame(LAPTOP, "discover"))
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []
     assert [type(c).__name__ for c in router.concerns if c.knows(LAPTOP)] == ["DeviceRegistry"]  # the newcomer
+
+
+def test_the_next_newcomer_on_an_evicted_devices_slash30_is_not_sent_to_the_old_mac(db_path, clock):
+    """The router's stack had learnt the evicted device's MAC for its address (it answered its DNS): the
+    eviction has it forget that, or the newcomer given the same /30 gets no answers from the router."""
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, max_pending=1)
+    router.switch_ready(WLAN, ROUTER_MAC)
+    evicted_ip = lease(router, PHONE, PHONE_CLIENT)
+    clock.now += 1
+    effects = router.on_dhcp(frame(LAPTOP, "discover"))
+    assert ForgetNeighbours(evicted_ip) in effects
+    # Positive control: a newcomer that evicts nobody has the stack forget nothing.
+    clock.now += 1
+    router.on_dhcp(frame(LAPTOP, "request", options=[("requested_addr", router.status(LAPTOP)["ip"])]))
+    assert not [e for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, ForgetNeighbours)]

@@ -1,7 +1,9 @@
 """The router's addresses on the LAN interface against this machine's real kernel (netlink, pyroute2):
 in a private network namespace (`qt-*`) with a veth standing for br-lan, the thread adds
 the ::1s of two /64s, then removes a renumbering's old one; the kernel's route for that /64 goes with
-it while the other stays, and removing an address that is not there (after a restart) costs nothing."""
+it while the other stays, and removing an address that is not there (after a restart) costs nothing.
+It also has the kernel forget the MACs it had for a device's addresses (a /30 freed for the next
+newcomer), and only those."""
 
 import json
 import os
@@ -76,3 +78,47 @@ def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_cu
     before, after = (json.loads(line) for line in out)
     assert before == [["2001:db8:100:1::1", "2001:db8:200:1::1"], [OLD, NEW]]
     assert after == [["2001:db8:200:1::1", "2001:db8:300:1::1"], [NEW, "2001:db8:300:1::/64"]]
+
+
+FORGET = """
+import threading, time, subprocess, json
+from homework_controller.effects import ForgetNeighbours
+from homework_controller.lan_addresses import LanAddresses
+
+lan = LanAddresses("lan0", ipv6=False)
+threading.Thread(target=lan.run_forever, daemon=True).start()
+lan.change(ForgetNeighbours("10.2.0.6", ("fd12:3456:789a:1::/64",)))
+lan.change(ForgetNeighbours("10.2.0.22"))  # never asked for: nothing breaks
+for _ in range(100):
+    if lan.jobs.empty():
+        break
+    time.sleep(0.05)
+time.sleep(0.3)
+entries = json.loads(subprocess.run(["ip", "-j", "neigh", "show", "dev", "lan0"], capture_output=True).stdout)
+print(json.dumps(sorted(e["dst"] for e in entries)))
+"""
+
+DEVICE, OTHER = "02:00:00:00:00:aa", "02:00:00:00:00:bb"
+KNOWN = {  # what the router's stack had learnt: the device's addresses, and another device's
+    "10.2.0.6": DEVICE,
+    "fd12:3456:789a:1::aa": DEVICE,
+    "fd12:3456:789a:1::1234": DEVICE,  # a privacy address in its /64
+    "10.2.0.10": OTHER,
+    "fd12:3456:789a:2::bb": OTHER,
+}
+
+
+def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespace):
+    for address, mac in KNOWN.items():
+        subprocess.run(
+            ["ip", "-n", namespace, "neigh", "add", address, "lladdr", mac, "dev", "lan0", "nud", "reachable"],
+            check=True,
+        )
+    out = subprocess.run(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", FORGET],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert json.loads(out) == ["10.2.0.10", "fd12:3456:789a:2::bb"]

@@ -10,7 +10,7 @@ from fakeoftable import FakeSwitch
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease, up
 
 from homework_controller import dhcp, flows
-from homework_controller.effects import RemoveRules, TellHousehold
+from homework_controller.effects import ForgetNeighbours, RemoveRules, TellHousehold
 from homework_controller.errors import Conflict, UnknownDevice
 from homework_controller.flows.values import cookie_of
 from homework_controller.router import HomeRouter
@@ -61,9 +61,13 @@ def test_a_newcomer_that_looks_like_an_away_device_is_offered_and_merged_into_it
     assert router.status(NEW)["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}
     assert router.status(NEW)["state"] == "pending" and not reaches(switch, NEW, router.status(NEW)["ip"])
 
+    pending_ip = router.status(NEW)["ip"]
     effects = router.merge(NEW, PHONE)
     switch.apply(effects)
     assert RemoveRules(cookie_of(PHONE)) in effects
+    # The router's stack forgets both MACs it had: the phone's address is behind its new MAC now, and the
+    # newcomer's pending /30 goes to the next newcomer.
+    assert {e.address for e in effects if isinstance(e, ForgetNeighbours)} == {ip, pending_ip}
     [told] = [e for e in effects if isinstance(e, TellHousehold)]
     assert told.kind == "new-address" and "the household said it is the same device" in told.message
     with pytest.raises(UnknownDevice):

@@ -131,10 +131,12 @@ def test_a_high_call_started_during_a_busy_page_load_is_marked_high_from_its_fir
     try:
         assert reflector.stderr is not None
         reflector.stderr.readline()  # "ready"
-        going_out = f"udp and dst port {CALL_PORT}"
+        going_out = f"udp and dst host {WAN_INET_IP} and dst port {CALL_PORT}"  # not the reflections
+        ef = f"ip[1] & 0xfc == {EF << 2}"
         with (
             home.internet_capture(going_out) as every,
-            home.internet_capture(f"{going_out} and ip[1] & 0xfc == {EF << 2}") as marked,
+            home.internet_capture(f"{going_out} and {ef}") as marked,
+            home.internet_capture(f"tcp and dst port 80 and {ef}") as page_marked,
         ):
             page = home.spawn(
                 "pagecall", sys.executable, "-c", busy_page(80, 24_000), stdout=subprocess.PIPE, text=True
@@ -147,6 +149,7 @@ def test_a_high_call_started_during_a_busy_page_load_is_marked_high_from_its_fir
             page_out, _ = page.communicate(timeout=60)
             time.sleep(0.5)  # the last packets reach the capture
             sent, high = [seconds_of(line) for line in every()], [seconds_of(line) for line in marked()]
+            page_high = page_marked()
     finally:
         reflector.terminate()
         reflector.wait(timeout=10)
@@ -154,6 +157,7 @@ def test_a_high_call_started_during_a_busy_page_load_is_marked_high_from_its_fir
     assert call.returncode == 0, call_err
     fetched = json.loads(page_out)
     assert len(fetched) == 80 and all(ok for _, ok in fetched)  # the page loaded alongside
+    assert page_high == []  # the control: the page's own connections (web, Normal) are not marked High
     assert len(sent) >= 200, f"{len(sent)} call packets captured"
     first = sent[0]
     report = f"{len(high)} of {len(sent)} call packets marked; the first {high[0] - first if high else '-'} s in"

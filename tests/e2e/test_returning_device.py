@@ -7,11 +7,23 @@ name is another device, and is not offered.
 
 from __future__ import annotations
 
+import json
+import subprocess
+
+from homenet import wait_until
+
 NEW_MAC = "06:e2:e0:00:00:51"  # a locally administered address, as phones pick for privacy
 
 
 def status(home, mac):
     return home.api("GET", f"status/{mac}")[1]
+
+
+def router_neighbour(ip: str) -> str | None:
+    """The MAC the router's own stack has for a LAN address (the root namespace is the router's)."""
+    out = subprocess.run(["ip", "-j", "neigh", "show", ip, "dev", "br-lan"], capture_output=True, text=True).stdout
+    entries = [e for e in json.loads(out or "[]") if "lladdr" in e]
+    return entries[0]["lladdr"] if entries else None
 
 
 def test_a_returning_phone_is_offered_as_itself_and_once_merged_gets_its_address_and_the_internet(home):
@@ -37,11 +49,22 @@ def test_a_returning_phone_is_offered_as_itself_and_once_merged_gets_its_address
     assert newcomer["state"] == "pending" and pending_address != address
     assert newcomer["looks_like"] == {"mac": phone, "label": "Anna's phone"}
     assert home.fetch("annaback") == "000"  # a newcomer reaches nothing yet
+    pending_ip = pending_address.split("/")[0]
+    assert router_neighbour(pending_ip) == NEW_MAC  # the router's stack answered its DNS: it knows its MAC
 
     code, merged = home.api("POST", f"merge/{NEW_MAC}/{phone}")
     assert code == 200
     assert (merged["state"], merged["name"], merged["earlier_macs"]) == ("permitted", "Anna's phone", [phone])
     assert home.api("GET", f"status/{phone}")[0] == 404
+    # The stack forgets the MACs it had: the pending /30 goes to the next newcomer, and the phone's own
+    # address is behind its new MAC now (else the stack's answers would go to MACs the switch drops).
+    phone_ip = address.split("/")[0]
+    wait_until(
+        "the router's stack to forget the old MACs",
+        lambda: router_neighbour(pending_ip) is None and router_neighbour(phone_ip) != phone,
+        5,
+        0.1,
+    )
     # It asks again (as it does when its short lease runs out): the phone's own /30, an hour's lease.
     assert home.dhcp("annaback", host_name="annaphone") == address
     assert home.lease_left("annaback") > 3000
