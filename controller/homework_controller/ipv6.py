@@ -218,12 +218,6 @@ class Ipv6Addresses:
                 self.owner[prefix] = device.mac
         return prefixes
 
-    def prefixes_held(self, device: Device) -> tuple[str, ...]:
-        """Every /64 the device may have addresses in now: those it holds, and its ULA one (by its /30)."""
-        held = self.current.get(device.mac, ())
-        ula = self.plan.ula_of(device.subnet.index) if device.subnet is not None else None
-        return held if ula is None or ula in held else (*held, ula)
-
     def owner_of(self, address: str) -> str | None:
         """The MAC of the forwarding device whose /64 holds the address (or is the prefix), if any. The
         router's own ::1 in it is the router's: a flow from it to the device comes in to the device."""

@@ -97,5 +97,7 @@ class Reconciler:
         """The router's stack forgets which MAC has the device's addresses (`ForgetNeighbours`)."""
         if device.subnet is None:
             return []
-        prefixes = self.ipv6.prefixes_held(device) if self.ipv6 is not None else ()
+        # Its /64s if it forwards: a device that does not (a pending one) was never given any, so a storm
+        # of newcomers making way costs the kernel one IPv4 entry each, not a walk of its IPv6 ones.
+        prefixes = self.ipv6.current.get(device.mac, ()) if self.ipv6 is not None else ()
         return [ForgetNeighbours(device.subnet.device_ip, prefixes)]

@@ -20,7 +20,7 @@ from scapy.layers.l2 import Ether
 from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WEB, WLAN, deliver, join, mark_of, up
 
 from homework_controller import dhcp, dnsgate, downlink, flows, ipv6, nd
-from homework_controller.effects import AddIpv6Gateway, SendFrame
+from homework_controller.effects import AddIpv6Gateway, ForgetNeighbours, SendFrame
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -363,3 +363,26 @@ def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them
     assert {c.is_ipv6 for c, _ in router.learnt_connections()} == {False, True}
     [slice_rule] = downlink.wanted_rules(router.learnt_connections(), ["203.0.113.9"])
     assert dict(slice_rule.match)["ipv4_src"] == WEB
+
+
+def test_a_device_back_under_a_new_mac_has_the_stack_forget_its_ipv6_neighbours_too(db_path, clock):
+    """It joined with its own passphrase under a new MAC while online: its addresses in its /64s are
+    behind its new MAC now (ForgetNeighbours names its /64s); the newcomer it was taken for under the
+    new MAC had none to forget (a pending device is given no /64)."""
+    router = HomeRouter(
+        DeviceStore(db_path),
+        dhcp.LeasePolicy(30, 3600),
+        clock=clock,
+        ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED),
+        wifi_ssid="home",
+    )
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    join(router, switch, PHONE)
+    prefixes = router.ipv6.current[PHONE]
+    keyid = router.issue_wifi_key(PHONE)["keyid"]
+    newcomer = "06:11:22:33:44:55"
+    join(router, switch, newcomer, permit=False)
+    assert router.ipv6.current.get(newcomer, ()) == ()
+    forgotten = [e for e in router.station_joined(newcomer, keyid) if isinstance(e, ForgetNeighbours)]
+    assert sorted(e.prefixes for e in forgotten) == [(), prefixes]
