@@ -144,18 +144,19 @@ class Joining:
     def merge(self, mac: str, into: str) -> list:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
         passphrase of its own to say so (offered as its status' `looks_like`): moved as by `_moved`. Only
-        a pending newcomer, into a decided device that is not on the network now."""
+        a pending newcomer, into a decided device that is not on the network now and has no passphrase
+        of its own (`lookalikes.may_be_merged_into`)."""
         mac, into = normalize_mac(mac), normalize_mac(into)
         newcomer, device = self.devices.get(mac), self.devices.get(into)
         if newcomer is None or device is None:
             raise UnknownDevice(f"no device {mac if newcomer is None else into} has asked to join")
         if newcomer.state is not State.PENDING:
             raise Conflict(f"{newcomer.label} is decided already: only a newcomer is merged into a device")
-        if not may_be_merged_into(device, self.clock(), self.passphrases.has_own(device.mac)):
-            why = "a newcomer too" if device.state is State.PENDING else "online now"
-            if self.passphrases.has_own(device.mac):
-                why = "a device with its own passphrase: it says who it is when it joins with it"
-            raise Conflict(f"{device.label} is {why}")
+        own_passphrase = self.passphrases.has_own(device.mac)
+        if not may_be_merged_into(device, self.clock(), own_passphrase):
+            if own_passphrase:
+                raise Conflict(f"{device.label} has its own passphrase: it says who it is when it joins with it")
+            raise Conflict(f"{device.label} is {'a newcomer too' if device.state is State.PENDING else 'online now'}")
         return self._moved(device, mac, "the household said it is the same device")
 
     def _moved(self, device: Device, new_mac: str, how: str) -> list:
