@@ -321,12 +321,16 @@ class HomeRouter:
     # -- queries
 
     def status(self, mac: str | None = None):
-        lookalikes = Lookalikes(
-            self.devices.values(), self.clock(), self.clone_watch.fingerprint_of, self.passphrases.has_own
+        devices = [self.decisions.known(mac)] if mac is not None else sorted(self.devices.values(), key=lambda d: d.mac)
+        # Only a newcomer may look like another device: a decided one's status (every decision's answer)
+        # does not walk every device for it.
+        lookalikes = (
+            Lookalikes(self.devices.values(), self.clock(), self.clone_watch.fingerprint_of, self.passphrases.has_own)
+            if any(d.state is State.PENDING for d in devices)
+            else None
         )
-        if mac is not None:
-            return self._status_of(self.decisions.known(mac), lookalikes)
-        return [self._status_of(d, lookalikes) for d in sorted(self.devices.values(), key=lambda d: d.mac)]
+        statuses = [self._status_of(d, lookalikes) for d in devices]
+        return statuses[0] if mac is not None else statuses
 
     def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
         return {

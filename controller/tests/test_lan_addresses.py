@@ -67,15 +67,19 @@ def namespace():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_current_one_stays(namespace):
-    out = subprocess.run(
-        ["ip", "netns", "exec", namespace, sys.executable, "-c", SCRIPT],
+def run_in(namespace: str, script: str) -> str:
+    """What a script run inside the namespace (as the controller's thread runs there) prints."""
+    return subprocess.run(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-    ).stdout.splitlines()
-    before, after = (json.loads(line) for line in out)
+    ).stdout
+
+
+def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_current_one_stays(namespace):
+    before, after = (json.loads(line) for line in run_in(namespace, SCRIPT).splitlines())
     assert before == [["2001:db8:100:1::1", "2001:db8:200:1::1"], [OLD, NEW]]
     assert after == [["2001:db8:200:1::1", "2001:db8:300:1::1"], [NEW, "2001:db8:300:1::/64"]]
 
@@ -114,11 +118,4 @@ def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespa
             ["ip", "-n", namespace, "neigh", "add", address, "lladdr", mac, "dev", "lan0", "nud", "reachable"],
             check=True,
         )
-    out = subprocess.run(
-        ["ip", "netns", "exec", namespace, sys.executable, "-c", FORGET],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    assert json.loads(out) == ["10.2.0.10", "fd12:3456:789a:2::bb"]
+    assert json.loads(run_in(namespace, FORGET)) == ["10.2.0.10", "fd12:3456:789a:2::bb"]
