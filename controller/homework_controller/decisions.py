@@ -113,6 +113,27 @@ class HouseholdDecisions:
     def grant_bonus(self, mac: str, amount: str) -> list:
         return self._change(mac, self.controls.grant_bonus, amount)
 
+    # -- shared allowances (a person's devices together)
+
+    def set_shared_allowance(self, name: str, amount: str) -> list:
+        return self._reconcile_all(self.controls.set_shared_allowance(name, amount))
+
+    def share_allowance(self, name: str, macs: str) -> list:
+        """macs: the devices that share it, comma-separated (empty: none). Only devices the router knows
+        can share one (the web UI names every device a person owns; those not seen yet are left out)."""
+        wanted = {normalize_mac(m) for m in macs.split(",") if m.strip()}
+        return self._reconcile_all(self.controls.share_allowance(name, sorted(m for m in wanted if m in self.devices)))
+
+    def grant_shared_bonus(self, name: str, amount: str) -> list:
+        return self._reconcile_all(self.controls.grant_shared_bonus(name, amount))
+
+    def _reconcile_all(self, macs: set[str]) -> list:
+        effects: list = []
+        for mac in sorted(macs):
+            if (device := self.devices.get(mac)) is not None:
+                effects += self.rules.reconcile(device)
+        return effects
+
     def _change(self, mac: str, change: Callable[..., None], *args: str) -> list:
         """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""
         device = self.known(mac)

@@ -94,7 +94,10 @@ class FlowEvents:
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
         effects: list = []
+        changed = {}
         for mac in self.controls.count(used):
-            device = self.registry.devices[mac]
-            effects += self.rules.reconcile(device) + self.controls.used_up(mac, device.label)
-        return effects
+            device = self.registry.devices.get(mac)
+            if device is not None:
+                effects += self.rules.reconcile(device)
+                changed[mac] = device.label
+        return effects + self.controls.used_up(changed)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from . import allowances, schedules
 from .allowances import Allowances
 from .effects import TellHousehold
-from .errors import ApiError
+from .errors import ApiError, UnknownDevice
 from .pauses import Pauses
 from .store import DeviceStore
 
@@ -71,14 +71,33 @@ class HouseholdControls:
         """Bytes each device moved since the last read: the devices whose allowance ran out or came back."""
         return self.allowances.count(used)
 
-    def used_up(self, mac: str, label: str) -> list[TellHousehold]:
-        """What the household is told of a device (`label`: what it calls it) whose allowance ran out
-        (nothing if it came back: a bonus or a new day let it go)."""
-        hold = self.allowances.hold_of(mac)
-        if hold is None:
-            return []
-        until = schedules.iso(hold[1], self.time.tz)[11:16] if hold[1] else ""
-        return [TellHousehold("allowance", mac, f"{label} has used up today's allowance; paused until {until}")]
+    def used_up(self, changed: dict[str, str]) -> list[TellHousehold]:
+        """What the household is told of devices whose hold by an allowance changed (`changed`: MAC ->
+        what the household calls the device): one message for a device whose own allowance ran out,
+        one for a shared allowance that ran out (naming its devices), nothing for those that came back
+        (a bonus or a new day let them go)."""
+        until = schedules.iso(self.time.next_reset(self.clock()), self.time.tz)[11:16]
+        told, shared_told = [], set()
+        for mac, label in sorted(changed.items()):
+            if self.allowances.hold_of(mac) is None:
+                continue
+            shared = self.allowances.status_of(mac)["shared_allowance"] or {}
+            if shared.get("used_up"):
+                if shared["name"] not in shared_told:
+                    shared_told.add(shared["name"])
+                    names = ", ".join(changed.get(m, m) for m in shared["devices"])
+                    told.append(
+                        TellHousehold(
+                            "allowance",
+                            mac,
+                            f"The shared allowance {shared['name']} is used up: {names} paused until {until}",
+                        )
+                    )
+            else:
+                told.append(
+                    TellHousehold("allowance", mac, f"{label} has used up today's allowance; paused until {until}")
+                )
+        return told
 
     # -- the household's decisions (by device; `HomeRouter` makes its rules follow)
 
@@ -129,6 +148,53 @@ class HouseholdControls:
             self.allowances.grant_bonus(mac, *allowances.parse_amount(amount))
         except allowances.BadAllowance as exc:
             raise ApiError(str(exc)) from None
+
+    # -- shared allowances (a person's: the devices an account owns, named by the web UI)
+
+    def set_shared_allowance(self, name: str, amount: str) -> set[str]:
+        """A daily allowance several devices use together ("2 h", "5 GB"; empty removes it): the
+        devices whose hold changed."""
+        name = self._shared_name(name)
+        try:
+            allowance = allowances.Allowance(*allowances.parse_amount(amount)) if amount.strip() else None
+            return self.allowances.choose_shared(name, allowance)
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+
+    def share_allowance(self, name: str, macs: list[str]) -> set[str]:
+        """The devices that share the allowance (replacing those that did): the devices whose hold changed."""
+        name = self._shared_name(name)
+        if name not in self.allowances.shared_names():
+            raise UnknownDevice(f"no shared allowance {name!r}: set its amount first")
+        try:
+            return self.allowances.share(name, macs)
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+
+    def grant_shared_bonus(self, name: str, amount: str) -> set[str]:
+        name = self._shared_name(name)
+        if name not in self.allowances.shared_names():
+            raise UnknownDevice(f"no shared allowance {name!r}")
+        try:
+            return self.allowances.grant_bonus(name, *allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ApiError(str(exc)) from None
+
+    def shared_allowance(self, name: str) -> dict:
+        """The shared allowance's standing today and the devices sharing it."""
+        status = self.allowances.shared_status(self._shared_name(name))
+        if status is None:
+            raise UnknownDevice(f"no shared allowance {name!r}")
+        return status
+
+    def shared_allowances(self) -> list[dict]:
+        return [self.shared_allowance(name) for name in self.allowances.shared_names()]
+
+    @staticmethod
+    def _shared_name(name: str) -> str:
+        if not allowances.SHARED_NAME.fullmatch(name):
+            raise ApiError(f"{name[:60]!r}: a shared allowance's name is 1-40 of a-z, 0-9, '.', '_', '-'")
+        return name
 
     # -- the household's clock
 

@@ -152,6 +152,44 @@ OPERATIONS = (
         decision=True,
         answers="device",
     ),
+    Operation(
+        "shared-allowance",
+        "POST",
+        "set_shared_allowance",
+        "a daily allowance several devices use together (a person's), e.g. '2 h', '5 GB' (empty removes it)",
+        ("shared",),
+        query="amount",
+        decision=True,
+        answers="shared-allowance",
+    ),
+    Operation(
+        "share-allowance",
+        "POST",
+        "share_allowance",
+        "the devices that share the allowance, replacing those that did (devices the router has not seen are left out)",
+        ("shared",),
+        query="devices",
+        decision=True,
+        answers="shared-allowance",
+    ),
+    Operation(
+        "shared-bonus",
+        "POST",
+        "grant_shared_bonus",
+        "more of a shared allowance for today, e.g. '30 min', '500 MB', until the reset",
+        ("shared",),
+        query="amount",
+        decision=True,
+        answers="shared-allowance",
+    ),
+    Operation(
+        "shared-allowances",
+        "GET",
+        "shared_allowances",
+        "every shared allowance (or one): its standing today and the devices sharing it",
+        ("shared",),
+        True,
+    ),
     Operation("household-time", "GET", "household_time", "the household's time zone and daily reset time"),
     Operation(
         "time-zone",
@@ -229,6 +267,9 @@ def perform(router, op: Operation, args: list, apply: Callable[[list], None], ap
         apply(result)
         # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
         return dict(router.status(args[0]), applied=applied)
+    if op.answers == "shared-allowance":
+        apply(result)
+        return router.shared_allowances(args[0]) if op.call != "set_shared_allowance" or args[1].strip() else None
     if op.answers == "dns-rules":
         apply(result)
         return router.dns_rules_of(args[0])
@@ -253,11 +294,13 @@ def openapi_yaml() -> str:
         "domain": "a DNS name (IDNA or Unicode)",
         "ip": "a device's leased address (the web UI passes a request's source address)",
         "name": "the name; empty clears it",
+        "shared": "a shared allowance's name: 1-40 of a-z, 0-9, '.', '_', '-' (the web UI's is person-<account>)",
         "duration": "minutes ('30', '30 min', '1 h') or 'tomorrow'",
         "windows": "the schedule's windows, DAYS HH:MM-HH:MM separated by ';' (empty clears it)",
         "amount": "minutes or data ('120 min', '2 h', '500 MB', '5 GB'); empty removes an allowance",
         "zone": "an IANA time zone name",
         "at": "a time of day, HH:MM",
+        "devices": "MAC addresses, comma-separated (empty: none)",
     }
     for op in OPERATIONS:
         for count in op.arities:
@@ -285,6 +328,7 @@ def _answer_text(op: Operation) -> str:
     return {
         "device": "the device's status, with applied (the switch has the change)",
         "dns-rules": "the device's DNS rules",
+        "shared-allowance": "the shared allowance's standing and devices (null once removed)",
         "edge": "a JSON object",
         "result": "JSON",
     }[op.answers]
@@ -293,7 +337,7 @@ def _answer_text(op: Operation) -> str:
 def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     errors = [(400, "bad arguments (a MAC, a domain)"), (405, "wrong verb")]
     if path_args:
-        errors.append((404, "no such device (or passphrase)"))
+        errors.append((404, "no such device (or passphrase, or shared allowance)"))
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
     if op.name == "merge":

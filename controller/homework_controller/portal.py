@@ -159,6 +159,14 @@ def view(status: dict) -> dict:
         "reason": reason,
         "code": status.get("portal_code"),
         "paused_until": status.get("paused_until") if paused else None,
-        "allowance": status.get("allowance") if reason == "allowance" else None,  # what was used up
+        "allowance": _used_up(status) if reason == "allowance" else None,  # what was used up
         "user_portal_url": PORTAL_URL,
     }
+
+
+def _used_up(status: dict) -> dict | None:
+    """The allowance that holds the device: its own, else the one it shares (a person's)."""
+    for allowance in (status.get("allowance"), status.get("shared_allowance")):
+        if allowance and allowance.get("used_up"):
+            return allowance
+    return None

@@ -286,6 +286,9 @@ class HomeRouter:
     set_schedule = Delegated("decisions")
     set_allowance = Delegated("decisions")
     grant_bonus = Delegated("decisions")
+    set_shared_allowance = Delegated("decisions")
+    share_allowance = Delegated("decisions")
+    grant_shared_bonus = Delegated("decisions")
     deny_dns = Delegated("decisions")
     permit_dns = Delegated("decisions")
     dns_rules_of = Delegated("decisions")
@@ -294,6 +297,11 @@ class HomeRouter:
     wifi_key_of = Delegated("decisions")
     network_named = Delegated("passphrases")
     household_time = Delegated("controls")
+
+    def shared_allowances(self, name: str | None = None) -> list[dict] | dict:
+        """Every shared allowance (or one) with its standing today and the devices sharing it."""
+        return self.controls.shared_allowances() if name is None else self.controls.shared_allowance(name)
+
     set_time_zone = Delegated("controls")
     set_reset_time = Delegated("controls")
 

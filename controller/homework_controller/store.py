@@ -73,6 +73,22 @@ CREATE TABLE IF NOT EXISTS allowance_usage (
     minutes INTEGER NOT NULL,
     bonus INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS shared_allowances (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('minutes', 'bytes')),
+    amount INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shared_allowance_usage (
+    name TEXT PRIMARY KEY,
+    day_start REAL NOT NULL,
+    bytes INTEGER NOT NULL,
+    minutes INTEGER NOT NULL,
+    bonus INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS allowance_sharing (
+    mac TEXT PRIMARY KEY,
+    name TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -94,8 +110,15 @@ DEVICE_TABLES = (
     "schedules",
     "allowances",
     "allowance_usage",
+    "allowance_sharing",
     "earlier_macs",
 )
+
+# A device's own allowance and its use are keyed by its MAC; a shared allowance's by its name.
+ALLOWANCE_TABLES = {
+    False: ("allowances", "allowance_usage", "mac"),
+    True: ("shared_allowances", "shared_allowance_usage", "name"),
+}
 
 
 class StoreError(RuntimeError):
@@ -203,13 +226,22 @@ class DeviceStore:
     def load_schedules(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT mac, windows FROM schedules"))
 
-    def load_allowances(self) -> dict[str, tuple[str, int]]:
-        rows = self.db.execute("SELECT mac, kind, amount FROM allowances")
-        return {mac: (kind, amount) for mac, kind, amount in rows}
+    def load_allowances(self, shared: bool = False) -> dict[str, tuple[str, int]]:
+        """Each device's own allowance by its MAC (shared: each shared allowance by its name)."""
+        table, _, key = ALLOWANCE_TABLES[shared]
+        return {
+            holder: (kind, amount)
+            for holder, kind, amount in self.db.execute(f"SELECT {key}, kind, amount FROM {table}")
+        }
 
-    def load_usage(self) -> dict[str, tuple[float, int, int, int]]:
-        rows = self.db.execute("SELECT mac, day_start, bytes, minutes, bonus FROM allowance_usage")
-        return {mac: (day_start, nbytes, minutes, bonus) for mac, day_start, nbytes, minutes, bonus in rows}
+    def load_usage(self, shared: bool = False) -> dict[str, tuple[float, int, int, int]]:
+        _, table, key = ALLOWANCE_TABLES[shared]
+        rows = self.db.execute(f"SELECT {key}, day_start, bytes, minutes, bonus FROM {table}")
+        return {holder: (day_start, nbytes, minutes, bonus) for holder, day_start, nbytes, minutes, bonus in rows}
+
+    def load_allowance_sharing(self) -> dict[str, str]:
+        """mac -> the shared allowance the device counts against."""
+        return dict(self.db.execute("SELECT mac, name FROM allowance_sharing"))
 
     def load_settings(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM settings"))
@@ -287,25 +319,40 @@ class DeviceStore:
                 (mac, windows),
             )
 
-    def save_allowance(self, mac: str, kind: str | None, amount: int) -> None:
-        """Set (or, with kind None, remove) a device's daily allowance."""
+    def save_allowance(self, holder: str, kind: str | None, amount: int, shared: bool = False) -> None:
+        """Set (or, with kind None, remove) a device's daily allowance (shared: a shared allowance's)."""
+        table, usage, key = ALLOWANCE_TABLES[shared]
         if kind is None:
-            self._submit("DELETE FROM allowances WHERE mac = ?", (mac,))
-            self._submit("DELETE FROM allowance_usage WHERE mac = ?", (mac,))
+            self._submit(f"DELETE FROM {table} WHERE {key} = ?", (holder,))
+            self._submit(f"DELETE FROM {usage} WHERE {key} = ?", (holder,))
         else:
             self._submit(
-                "INSERT INTO allowances (mac, kind, amount) VALUES (?,?,?) ON CONFLICT(mac) "
+                f"INSERT INTO {table} ({key}, kind, amount) VALUES (?,?,?) ON CONFLICT({key}) "
                 "DO UPDATE SET kind=excluded.kind, amount=excluded.amount",
-                (mac, kind, amount),
+                (holder, kind, amount),
             )
 
-    def save_usage(self, mac: str, day_start: float, nbytes: int, minutes: int, bonus: int) -> None:
+    def save_usage(
+        self, holder: str, day_start: float, nbytes: int, minutes: int, bonus: int, shared: bool = False
+    ) -> None:
+        _, table, key = ALLOWANCE_TABLES[shared]
         self._submit(
-            "INSERT INTO allowance_usage (mac, day_start, bytes, minutes, bonus) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(mac) DO UPDATE SET day_start=excluded.day_start, bytes=excluded.bytes, "
+            f"INSERT INTO {table} ({key}, day_start, bytes, minutes, bonus) VALUES (?,?,?,?,?) "
+            f"ON CONFLICT({key}) DO UPDATE SET day_start=excluded.day_start, bytes=excluded.bytes, "
             "minutes=excluded.minutes, bonus=excluded.bonus",
-            (mac, day_start, nbytes, minutes, bonus),
+            (holder, day_start, nbytes, minutes, bonus),
         )
+
+    def save_sharing(self, mac: str, name: str | None) -> None:
+        """The shared allowance a device counts against (None: none)."""
+        if name is None:
+            self._submit("DELETE FROM allowance_sharing WHERE mac = ?", (mac,))
+        else:
+            self._submit(
+                "INSERT INTO allowance_sharing (mac, name) VALUES (?,?) "
+                "ON CONFLICT(mac) DO UPDATE SET name=excluded.name",
+                (mac, name),
+            )
 
     def save_setting(self, key: str, value: str) -> None:
         self._submit(

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 from fakeoftable import FakeSwitch, ipv4
-from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join
+from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join
 from test_dns_gating import ask
 
 from homework_controller import dhcp, flows, schedules
@@ -293,3 +293,87 @@ def test_an_allowance_counts_the_switchs_counters_even_when_the_flow_records_are
     switch.apply(moved(router, phone, 2 * MB))  # the phone's records were all dropped
     assert router.status(PHONE)["paused_why"] == "allowance"
     assert not online(switch, PHONE, phone)
+
+
+# ---- a shared allowance (a person's devices together)
+
+
+@pytest.fixture
+def shared(router, switch, home, clock):
+    """Anna's phone and laptop share 1 MB a day; the tablet, someone else's, is online beside them."""
+    tablet = join(router, switch, TABLET)
+    switch.apply(router.set_shared_allowance("person-1", "1 MB"))
+    switch.apply(router.share_allowance("person-1", f"{PHONE},{LAPTOP.upper()}"))
+    return (*home, tablet)
+
+
+def test_a_shared_allowance_counts_every_device_sharing_it_and_holds_them_all(router, switch, shared):
+    phone, laptop, tablet = shared
+    switch.apply(moved(router, phone, 500_000))
+    switch.apply(moved(router, tablet, 5 * MB))  # not sharing it: counts nothing against it
+    standing = router.shared_allowances("person-1")
+    assert (standing["used"], standing["devices"], standing["warning"]) == (500_000, sorted([PHONE, LAPTOP]), False)
+    assert (
+        router.status(LAPTOP)["shared_allowance"]["used"] == 500_000
+        and router.status(TABLET)["shared_allowance"] is None
+    )
+    switch.apply(moved(router, laptop, 300_000))
+    assert router.status(PHONE)["shared_allowance"]["warning"] and online(switch, LAPTOP, laptop)
+    over = moved(router, laptop, 600_000)  # 1.1 MB together: both are held at once
+    switch.apply(over)
+    [told] = [e for e in over if isinstance(e, TellHousehold)]  # told once, naming both
+    assert "person-1 is used up" in told.message and PHONE in told.message and LAPTOP in told.message
+    for mac, ip in ((PHONE, phone), (LAPTOP, laptop)):
+        status = router.status(mac)
+        assert (status["paused_why"], status["paused_until"]) == ("allowance", "2026-06-02T04:00:00+02:00")
+        assert not online(switch, mac, ip)
+    assert online(switch, TABLET, tablet)  # the positive control: another person's device goes on
+    switch.apply(router.grant_shared_bonus("person-1", "500 MB"))
+    assert online(switch, PHONE, phone) and online(switch, LAPTOP, laptop)
+    assert router.shared_allowances("person-1")["allowed"] == 501 * MB
+
+
+def test_a_device_leaving_a_shared_allowance_is_let_go_and_its_own_allowance_still_holds(router, switch, shared):
+    phone, laptop, _ = shared
+    switch.apply(router.set_allowance(PHONE, "200 kB"))  # its own, besides the shared one
+    switch.apply(moved(router, laptop, 2 * MB))
+    assert not online(switch, PHONE, phone) and not online(switch, LAPTOP, laptop)
+    switch.apply(router.share_allowance("person-1", LAPTOP))  # the phone is given to someone else...
+    assert router.status(PHONE)["shared_allowance"] is None
+    assert online(switch, PHONE, phone) and not online(switch, LAPTOP, laptop)
+    switch.apply(moved(router, phone, 300_000))  # ...and its own allowance still counts
+    assert router.status(PHONE)["paused_why"] == "allowance" and not online(switch, PHONE, phone)
+    switch.apply(router.set_shared_allowance("person-1", ""))  # removed: every device sharing it goes
+    assert online(switch, LAPTOP, laptop) and router.shared_allowances() == []
+    assert router.status(LAPTOP)["shared_allowance"] is None
+
+
+def test_a_shared_allowance_and_who_shares_it_survive_a_restart_and_follow_a_moved_device(
+    router, switch, clock, shared, db_path
+):
+    phone, laptop, _ = shared
+    moved(router, phone, 700_000)
+    router.tick()  # today's use is written on the tick
+    router.store.flush()
+    again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    standing = again.shared_allowances("person-1")
+    assert (standing["used"], standing["devices"]) == (700_000, sorted([PHONE, LAPTOP]))
+    router.controls.move(PHONE, "02:00:00:00:00:ee")  # back under a private MAC: still sharing
+    assert router.shared_allowances("person-1")["devices"] == sorted(["02:00:00:00:00:ee", LAPTOP])
+
+
+def test_bad_shared_allowances_are_refused_and_unknown_devices_are_left_out(router, switch, home):
+    for name in ("Person 1", "", "x" * 41, "02:00:00:00:00:aa"):
+        with pytest.raises(ApiError):
+            router.set_shared_allowance(name, "1 MB")
+    with pytest.raises(ApiError, match="set its amount first") as refused:
+        router.share_allowance("person-2", PHONE)
+    assert refused.value.status == 404
+    with pytest.raises(ApiError):
+        router.set_shared_allowance("person-2", "lots")
+    assert router.shared_allowances() == []
+    switch.apply(router.set_shared_allowance("person-2", "2 h"))
+    switch.apply(router.share_allowance("person-2", f"{PHONE},02:00:00:00:00:99"))  # never seen: left out
+    assert router.shared_allowances("person-2")["devices"] == [PHONE]
+    with pytest.raises(ApiError, match="minutes"):
+        router.grant_shared_bonus("person-2", "500 MB")

@@ -34,6 +34,7 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     phone_ip = permitted_phone(router)
     arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}
     arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
+    arguments |= {"shared": "person-1", "devices": PHONE}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
     order += [op.name for op in operations.OPERATIONS if op.name not in [*order, "merge"] and op.answers != "edge"]
@@ -43,7 +44,7 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
         args = [arguments[p] for p in op.path] + ([arguments[op.query]] if op.query else [])
         answer = operations.perform(router, op, args, carried_out.append, applied=True)
         json.dumps(answer)  # never effects: those went to the switch
-        assert len(carried_out) == (op.answers in ("device", "dns-rules")), name
+        assert len(carried_out) == (op.answers in ("device", "dns-rules", "shared-allowance")), name
         if op.answers == "device":
             assert answer["mac"] == PHONE and answer["applied"] is True, name
         if op.answers == "dns-rules":

@@ -100,7 +100,7 @@ def test_a_waiting_device_keeps_its_code_when_the_router_restarts_and_another_ro
                 "paused": True,
                 "paused_why": "allowance",
                 "paused_until": "x",
-                "allowance": {"kind": "minutes"},
+                "allowance": {"kind": "minutes", "used_up": True},
             },
             "allowance",
             "x",
@@ -119,6 +119,13 @@ def test_the_portal_says_why_a_device_waits_from_its_status(status, reason, unti
         "allowance": status.get("allowance"),
         "user_portal_url": portal.PORTAL_URL,
     }
+
+
+def test_a_device_held_by_the_allowance_it_shares_is_told_of_that_one_not_its_own():
+    own, shared = {"kind": "bytes", "used_up": False}, {"kind": "minutes", "used_up": True, "name": "person-1"}
+    status = {"state": "permitted", "paused": True, "paused_why": "allowance", "portal_code": "K7-Q2"}
+    assert portal.view({**status, "allowance": own, "shared_allowance": shared})["allowance"] == shared
+    assert portal.view({**status, "allowance": shared, "shared_allowance": None})["allowance"] == shared
 
 
 # ---- DHCP option 114

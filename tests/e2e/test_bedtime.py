@@ -139,6 +139,46 @@ def test_a_data_allowance_warns_at_80_percent_pauses_the_device_when_used_up_and
     ws(home, "POST", f"allowance/{mac}", amount="")
 
 
+def test_a_persons_allowance_is_used_by_their_devices_together_and_holds_them_all_when_used_up(home):
+    """What the web UI does for a person's allowance (webui/tests/test_bedtime.py): one allowance their
+    devices share, counted from what each moved; another person's device beside them is not held."""
+    for name in ("annaphone", "annalaptop", "dadphone"):
+        home.join(name)
+    anna = [home.mac("annaphone"), home.mac("annalaptop")]
+    ws(home, "POST", "shared-allowance/person-anna", amount="1 MB")
+    shared = ws(home, "POST", "share-allowance/person-anna", devices=",".join(anna))
+    assert shared["devices"] == sorted(anna) and shared["used"] == 0, shared
+    with bulk(home, "annaphone", 600_000) as landed:
+        assert landed == 600_000
+    wait_until(
+        "the phone's bytes counted against the shared allowance",
+        lambda: ws(home, "GET", "shared-allowances/person-anna")["used"] >= 600_000,
+        STATS_INTERVAL_S + 3,
+        0.25,
+    )
+    assert home.fetch("annalaptop", f"http://{INTERNET_IP}/") == "200"  # 60 %: not held yet
+    with bulk(home, "annalaptop", 600_000):
+        pass  # over the megabyte together; the laptop alone used less than one
+    held = wait_until(
+        "both of Anna's devices held",
+        lambda: all(home.api("GET", f"status/{mac}")[1]["paused_why"] == "allowance" for mac in anna),
+        STATS_INTERVAL_S + TICK_S + 2,
+        0.25,
+    )
+    assert held and ws(home, "GET", "shared-allowances/person-anna")["used_up"] is True
+    assert home.api("GET", f"status/{anna[1]}")[1]["allowance"] is None  # it has none of its own
+    for name in ("annaphone", "annalaptop"):
+        assert home.fetch(name, f"http://{INTERNET_IP}/", timeout=3) == "000", name
+    assert home.fetch("dadphone", f"http://{INTERNET_IP}/") == "200"  # another person's device goes on
+    # One bonus for the shared allowance lets both go on at once.
+    assert ws(home, "POST", "shared-bonus/person-anna", amount="5 MB")["used_up"] is False
+    for name in ("annaphone", "annalaptop"):
+        wait_until(
+            f"{name} online after the bonus", lambda n=name: home.fetch(n, f"http://{INTERNET_IP}/", 2) == "200", 5
+        )
+    ws(home, "POST", "shared-allowance/person-anna", amount="")
+
+
 def test_the_routers_answers_to_a_bad_bedtime_or_allowance_are_clear_and_change_nothing(home):
     home.join("streamer")
     mac = home.mac("streamer")

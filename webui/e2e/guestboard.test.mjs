@@ -445,6 +445,47 @@ test('owner: a person\'s bedtime is set on every device they own from the Househ
   await context.close()
 })
 
+test('owner: a person\'s allowance is shared by their devices; used up, both wait, and one bonus lets both go on', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack: controller/tests/test_bedtime.py counts it in the router')
+  const [tablet, phone, other] = [await stack.join('kid-tablet', { state: 'permitted' }),
+    await stack.join('kid-phone', { state: 'permitted' }), await stack.join('parent-laptop', { state: 'permitted' })]
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  const kid = `kid${randomBytes(2).toString('hex')}`
+  const id = await page.evaluate(async ({ kid, macs }) => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    const post = (url, body) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf }, body: JSON.stringify(body) })
+    await post('/api/accounts', { username: kid, password: 'kid password 1', role: 'member' })
+    const account = (await (await fetch('/api/accounts')).json()).accounts.find((a) => a.username === kid)
+    for (const mac of macs) await post(`/api/devices/${mac}/owner`, { account_id: account.id })
+    return account.id
+  }, { kid, macs: [tablet, phone] })
+  await page.reload()
+  const form = `[data-test=person-allowance]:has-text("${kid}")`
+  await page.fill(`${form} [data-test=person-allowance-amount]`, '1')
+  await page.selectOption(`${form} [data-test=person-allowance-unit]`, 'MB')
+  await page.click(`${form} [data-test=save-person-allowance]`)
+  await page.waitForSelector(`${form} .note:has-text("${kid}'s devices share it now")`)
+  await page.waitForSelector(`${form} [data-test=shared-allowance]:has-text("0 B of 1.0 MB used today")`)
+  const shared = await stack.ctl('GET', `/ws.v1/shared-allowances/person-${id}`)
+  assert.deepEqual(shared.devices, [tablet, phone].sort(), 'the router counts both of the kid\'s devices together')
+  // Used up together: the tablet's details say so and show the shared bar; a device not theirs goes on.
+  await stack.ctl('POST', '/fake/usage', { shared: `person-${id}`, used: 1000000 })
+  await page.goto(stack.url + '/#/board')
+  await page.reload()
+  await page.click(label('inside', tablet))
+  await page.waitForSelector('[data-test=paused-why]:has-text("today\'s allowance is used up")', { timeout: 5000 })
+  await page.waitForSelector('[data-test=shared-allowance]:has-text("Shared with 1 other device")')
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${other}`)).paused, false, 'another person\'s device is not held')
+  await shot(page, 'shared-allowance-phone')
+  await page.click('[data-test=shared-allowance] [data-test=bonus]')
+  await page.waitForSelector('[data-test=paused-why]', { state: 'detached', timeout: 3000 })
+  for (const mac of [tablet, phone]) {
+    assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, false, 'one bonus lets both go on')
+  }
+  await context.close()
+})
+
 // Records each system notification the page shows (through its service worker once the browser
 // has it, or the Notification constructor where there is none).
 const recordNotifications = () => {

@@ -82,6 +82,23 @@ class ControllerClient:
     def grant_bonus(self, mac: str, amount: str) -> dict:
         return self._call("POST", f"bonus/{self._mac(mac)}", {"amount": amount})
 
+    # A shared allowance: one daily allowance several devices use together (a person's devices).
+
+    def shared_allowance(self, name: str) -> dict:
+        """Its standing today and the devices sharing it (404: there is none)."""
+        return self._call("GET", f"shared-allowances/{self._mac(name)}")
+
+    def set_shared_allowance(self, name: str, amount: str) -> dict | None:
+        """Its amount ("2 h", "5 GB"; empty removes it: answers None)."""
+        return self._call("POST", f"shared-allowance/{self._mac(name)}", {"amount": amount})
+
+    def share_allowance(self, name: str, macs: list[str]) -> dict:
+        """The devices that share it (replacing those that did); those the router has not seen are left out."""
+        return self._call("POST", f"share-allowance/{self._mac(name)}", {"devices": ",".join(macs)})
+
+    def grant_shared_bonus(self, name: str, amount: str) -> dict:
+        return self._call("POST", f"shared-bonus/{self._mac(name)}", {"amount": amount})
+
     def household_time(self) -> dict:
         return self._call("GET", "household-time")
 

@@ -199,7 +199,9 @@ class FakeController(_ServedByAThread):
         self.paused_until: dict[str, str | None] = {}  # mac -> ISO time (None: until resumed)
         self.schedules: dict[str, str] = {}
         self.allowances: dict[str, allowances.Allowance] = {}
-        self.usage: dict[str, allowances.DayUsage] = {}
+        self.usage: dict[str, allowances.DayUsage] = {}  # a device's MAC or a shared allowance's name -> use
+        self.shared: dict[str, allowances.Allowance] = {}  # a shared allowance's name -> its amount
+        self.sharing: dict[str, str] = {}  # a device's MAC -> the shared allowance it counts against
         self.household = {"time_zone": "UTC", "reset_time": "04:00"}
         self.calls: list[tuple[str, str]] = []
         self.hwdb_port = hwdb_port
@@ -274,14 +276,18 @@ class FakeController(_ServedByAThread):
             **self.held_status(mac),
             "schedule": self.schedules.get(mac, ""),
             "allowance": self.allowance_of(mac),
+            "shared_allowance": self.shared_of(self.sharing[mac]) if mac in self.sharing else None,
             "wifi_key": {"keyid": key["keyid"], "created": key["created"]} if key else None,
             **self.portal_codes.status_of(mac),
         }
 
     def held_status(self, mac: str) -> dict:
         allowance = self.allowance_of(mac)
+        shared = self.shared_of(self.sharing[mac]) if mac in self.sharing else None
         if mac in self.paused:
             return {"paused": True, "paused_why": "paused", "paused_until": self.paused_until.get(mac)}
+        if shared and shared["used_up"]:
+            allowance = shared
         if allowance and allowance["used_up"]:
             return {"paused": True, "paused_why": "allowance", "paused_until": allowance["resets_at"]}
         return {"paused": False, "paused_why": None, "paused_until": None}
@@ -291,6 +297,12 @@ class FakeController(_ServedByAThread):
             return None
         usage = self.usage.setdefault(mac, allowances.DayUsage(0.0))
         return dict(allowances.standing(self.allowances[mac], usage), resets_at="2030-01-02T04:00:00+00:00")
+
+    def shared_of(self, name: str) -> dict:
+        usage = self.usage.setdefault(name, allowances.DayUsage(0.0))
+        standing = allowances.standing(self.shared[name], usage)
+        devices = sorted(m for m, n in self.sharing.items() if n == name)
+        return dict(standing, resets_at="2030-01-02T04:00:00+00:00", name=name, devices=devices)
 
     def wifi_key_answer(self, mac: str) -> dict:
         key = self.wifi_keys[mac]
@@ -323,10 +335,10 @@ class FakeController(_ServedByAThread):
         if path == "/fake/clone":
             self.suspect_clone(body["mac"], body.get("differs", "host name 'phone' -> 'intruder'"))
             return 200, self.status_of(body["mac"])
-        if path == "/fake/usage":  # what the device used today (bytes or minutes, as its allowance)
-            usage = self.usage.setdefault(body["mac"], allowances.DayUsage(0.0))
+        if path == "/fake/usage":  # what a device (or a shared allowance) used today, as its allowance counts
+            usage = self.usage.setdefault(body.get("shared") or body["mac"], allowances.DayUsage(0.0))
             usage.bytes = usage.minutes = int(body["used"])
-            return 200, self.status_of(body["mac"])
+            return 200, self.shared_of(body["shared"]) if "shared" in body else self.status_of(body["mac"])
         if path == "/fake/move":  # the device joined with its own passphrase under a new MAC (`Joining._moved`)
             self._move(body["mac"], body["to"])
             return 200, self.status_of(body["to"])
@@ -453,6 +465,38 @@ class FakeController(_ServedByAThread):
             raise ControllerApiError("this device has no allowance of that kind to add to")
         self.usage.setdefault(mac, allowances.DayUsage(0.0)).bonus += more
         return self.status_of(mac)
+
+    def ws_shared_allowances(self, name: str | None = None):
+        if name is None:
+            return [self.shared_of(n) for n in sorted(self.shared)]
+        if name not in self.shared:
+            raise UnknownDevice(f"no shared allowance {name!r}")
+        return self.shared_of(name)
+
+    def ws_set_shared_allowance(self, name, amount):
+        if not amount.strip():
+            self.shared.pop(name, None)
+            self.sharing = {m: n for m, n in self.sharing.items() if n != name}
+            return None
+        try:
+            self.shared[name] = allowances.Allowance(*allowances.parse_amount(amount))
+        except allowances.BadAllowance as exc:
+            raise ControllerApiError(str(exc)) from None
+        return self.shared_of(name)
+
+    def ws_share_allowance(self, name, macs):
+        if name not in self.shared:
+            raise UnknownDevice(f"no shared allowance {name!r}: set its amount first")
+        self.sharing = {m: n for m, n in self.sharing.items() if n != name}
+        self.sharing |= {normalize_mac(m): name for m in macs.split(",") if m and normalize_mac(m) in self.devices}
+        return self.shared_of(name)
+
+    def ws_grant_shared_bonus(self, name, amount):
+        kind, more = allowances.parse_amount(amount)
+        if name not in self.shared or self.shared[name].kind != kind:
+            raise ControllerApiError("no shared allowance of that kind to add to")
+        self.usage.setdefault(name, allowances.DayUsage(0.0)).bonus += more
+        return self.shared_of(name)
 
     def ws_household_time(self):
         return dict(self.household)

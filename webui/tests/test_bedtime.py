@@ -131,6 +131,57 @@ def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, contro
     assert set(controller.schedules) == {NEW_PHONE}
 
 
+def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_given_to_them(app, owner, controller):
+    for mac in (PHONE, LAPTOP, TABLET):
+        controller.add(mac, state="permitted", event=False)
+    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
+    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
+        owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id})
+    assert owner.get(f"/api/accounts/{kid_id}/allowance").json == {"allowance": None, "not_seen": []}
+    r = owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "2 h"})
+    assert r.status_code == 200 and r.json["allowance"]["devices"] == [PHONE, LAPTOP]
+    assert r.json["not_seen"] == ["02:00:00:00:00:99"] and r.json["allowance"]["text"] == "120 min"
+    # Used up together: both of the kid's devices are held, the tablet (not theirs) is not.
+    controller.fake("/fake/usage", {"shared": f"person-{kid_id}", "used": 120})
+    devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
+    assert [devices[m]["paused_why"] for m in (PHONE, LAPTOP, TABLET)] == ["allowance", "allowance", None]
+    assert devices[PHONE]["shared_allowance"]["used_up"] is True
+    r = owner.post(f"/api/accounts/{kid_id}/bonus", {"amount": "30 min"})
+    assert r.status_code == 200 and r.json["allowance"]["allowed"] == 150
+    assert not owner.get(f"/api/devices/{PHONE}").json["device"]["paused"]
+    # The tablet is given to the kid: it shares the allowance from now on; the laptop, given away, does not.
+    assert owner.post(f"/api/devices/{TABLET}/owner", {"account_id": kid_id}).status_code == 200
+    me = owner.get("/api/session").json["user"]["id"]
+    assert owner.post(f"/api/devices/{LAPTOP}/owner", {"account_id": me}).status_code == 200
+    assert owner.get(f"/api/accounts/{kid_id}/allowance").json["allowance"]["devices"] == [PHONE, TABLET]
+    # Bad input is the controller's words; removing it lets every device go; a deleted person's goes with them.
+    r = owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "lots"})
+    assert r.status_code == 400 and "not an amount" in r.json["error"]
+    assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": ""}).json["allowance"] is None
+    assert controller.sharing == {}
+    owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "1 GB"})
+    assert owner.delete(f"/api/accounts/{kid_id}").status_code == 200
+    assert controller.shared == {}
+    assert owner.post("/api/accounts/9999/allowance", {"amount": "1 h"}).status_code == 404
+
+
+def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
+    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
+    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    mine = controller.add(PHONE, state="permitted", event=False)
+    member = Api(app, ip=mine["ip"])  # signed in on the phone, so the phone is theirs
+    member.session()
+    assert member.post("/api/login", {"username": "kid", "password": "kid password"}).status_code == 200
+    kiosk = signed_in(app, "kiosk", owner)
+    for who in (member, kiosk):
+        for what, sent in (("allowance", {"amount": "9 h"}), ("bonus", {"amount": "9 h"})):
+            assert who.post(f"/api/accounts/{kid_id}/{what}", sent).status_code == 403, what
+        assert who.get(f"/api/accounts/{kid_id}/allowance").status_code == 403
+    assert controller.shared == {}
+    assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "9 h"}).json["allowance"]["devices"] == [PHONE]
+
+
 def wait_until(found, timeout=5.0):
     deadline = time.monotonic() + timeout
     while (value := found()) is None:

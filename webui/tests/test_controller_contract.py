@@ -13,7 +13,7 @@ from homework_webui.controller import ControllerClient
 MAC = "02:00:00:00:00:42"
 # A sample argument for each parameter name the client's methods take.
 SAMPLES = {"mac": MAC, "action": None, "name": "the kitchen", "domain": "example.com", "duration": "30"}
-SAMPLES |= {"ip": "10.2.0.6", "into": "02:00:00:00:00:43"}
+SAMPLES |= {"ip": "10.2.0.6", "into": "02:00:00:00:00:43", "macs": [MAC]}
 SAMPLES |= {"windows": "sun-thu 21:30-07:00", "amount": "2 h", "zone": "Europe/London", "at": "04:00"}
 ACTIONS = {"decide": ("permit", "deny", "whitelist", "blacklist"), "dns": ("deny-dns", "permit-dns")}
 

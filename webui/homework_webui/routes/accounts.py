@@ -12,6 +12,7 @@ from ..accounts import AccountError, AlreadyOwnedError
 from ..errors import ApiError
 from ..security import PUBLIC, SIGNED_IN, access
 from ..services import services
+from .bedtime import forget_person_allowance, reshare
 from .common import account_call, body, limited, no_store
 
 bp = Blueprint("accounts", __name__)
@@ -41,6 +42,7 @@ def _start_session(account: dict) -> dict:
         mac = next((d["mac"] for d in svc.hub.devices() if d.get("ip") == g.client_ip), None)
         if mac:
             svc.accounts.claim_device(mac, account["id"])
+            reshare(account["id"])  # a device of theirs shares their allowance
     return {"user": _public_user(account), "csrf_token": csrf}
 
 
@@ -175,6 +177,7 @@ def delete_account(account_id):
     except KeyError:
         raise ApiError(404, "no such account") from None
     svc.hub.end_streams(account_id=account_id)
+    forget_person_allowance(account_id)
     return {"ok": True}
 
 

@@ -8,17 +8,25 @@ asked (a schedule's text, an amount, a zone) and its refusal is passed on with i
 A person's schedule is their devices' schedule: the web UI knows who owns which device
 (`device_owners`), the controller only devices, so a person's bedtime is set on each device the
 account owns, now; a device they are given later gets it when it is set again.
+
+A person's allowance is one allowance all their devices use together: the controller keeps it as a
+shared allowance named `person-<account>`, and the web UI tells it which devices share it, when it is
+set and whenever a device changes hands (`reshare`).
 """
 
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint
 
-from ..controller import ControllerError
+from ..controller import ControllerDownError, ControllerError
 from ..errors import ApiError, ask_controller
 from ..security import SIGNED_IN, access
 from ..services import services
 from .common import body, mac_of, with_owners
+
+LOG = logging.getLogger(__name__)
 
 bp = Blueprint("bedtime", __name__)
 
@@ -71,11 +79,9 @@ def grant_bonus(mac):
 def set_person_schedule(account_id):
     """{"windows": ...}: the same bedtime on every device the account owns."""
     svc = services()
-    if svc.accounts.get_account(account_id) is None:
-        raise ApiError(404, "no such account")
+    _account(account_id)
     windows = _text("windows")
-    with_owners(svc.hub.devices())  # a device back under a new MAC is still theirs, under that MAC
-    macs = sorted(mac for mac, owner in svc.accounts.device_owners().items() if owner == account_id)
+    macs = _devices_of(account_id)
     if not macs:
         raise ApiError(400, "this person owns no devices yet: give them a device first")
     devices, not_seen = [], []
@@ -89,6 +95,103 @@ def set_person_schedule(account_id):
     for device in devices:
         svc.hub.update_device(device)
     return {"devices": devices, "not_seen": not_seen}
+
+
+def person_allowance_name(account_id: int) -> str:
+    return f"person-{account_id}"
+
+
+def _account(account_id: int) -> None:
+    if services().accounts.get_account(account_id) is None:
+        raise ApiError(404, "no such account")
+
+
+def _devices_of(account_id: int) -> list[str]:
+    """The devices the account owns (a device back under a new MAC is still theirs, under that MAC)."""
+    svc = services()
+    with_owners(svc.hub.devices())
+    return sorted(mac for mac, owner in svc.accounts.device_owners().items() if owner == account_id)
+
+
+def _shared_answer(standing: dict | None, account_id: int) -> dict:
+    """The person's allowance, and the devices they own that the router has not seen (so share nothing yet)."""
+    sharing = set(standing["devices"]) if standing else set()
+    return {"allowance": standing, "not_seen": [m for m in _devices_of(account_id) if standing and m not in sharing]}
+
+
+def reshare(*account_ids: int | None) -> None:
+    """Devices changed hands: each person's allowance is shared by the devices they own now. A person
+    without one is left alone; a controller that does not answer learns it when the allowance is next set."""
+    svc = services()
+    for account_id in {a for a in account_ids if a is not None}:
+        try:
+            svc.controller.share_allowance(person_allowance_name(account_id), _devices_of(account_id))
+        except ControllerError as exc:
+            if exc.status != 404:  # 404: this person has no allowance
+                LOG.warning("person %d's allowance keeps its devices: %s", account_id, exc)
+        except ControllerDownError as exc:
+            LOG.warning("person %d's allowance keeps its devices: %s", account_id, exc)
+
+
+def forget_person_allowance(account_id: int) -> None:
+    """The account is gone, and with it the allowance its devices shared (they are let go)."""
+    try:
+        services().controller.set_shared_allowance(person_allowance_name(account_id), "")
+    except (ControllerError, ControllerDownError) as exc:
+        LOG.warning("person %d's allowance stays on the router: %s", account_id, exc)
+
+
+@bp.get("/api/accounts/<int:account_id>/allowance")
+@access("owner")
+def person_allowance(account_id):
+    """{"allowance": its standing today and the devices sharing it, or null; "not_seen": [...]}"""
+    _account(account_id)
+    try:
+        standing = services().controller.shared_allowance(person_allowance_name(account_id))
+    except ControllerError as exc:
+        if exc.status != 404:
+            raise
+        standing = None
+    return _shared_answer(standing, account_id)
+
+
+@bp.post("/api/accounts/<int:account_id>/allowance")
+@access("owner")
+def set_person_allowance(account_id):
+    """{"amount": "2 h" | "5 GB"}: one daily allowance all the person's devices use together (empty removes it)."""
+    _account(account_id)
+    svc, name, amount = services(), person_allowance_name(account_id), _text("amount", 40)
+    if not amount.strip():
+        sharing = person_allowance(account_id)["allowance"]
+        ask_controller(svc.controller.set_shared_allowance, name, "", meaning=UNAVAILABLE)
+        _refresh(sharing["devices"] if sharing else [])  # let go
+        return _shared_answer(None, account_id)
+    ask_controller(svc.controller.set_shared_allowance, name, amount, meaning=UNAVAILABLE)
+    standing = ask_controller(svc.controller.share_allowance, name, _devices_of(account_id), meaning=UNAVAILABLE)
+    _refresh(standing["devices"])
+    return _shared_answer(standing, account_id)
+
+
+@bp.post("/api/accounts/<int:account_id>/bonus")
+@access("owner")
+def grant_person_bonus(account_id):
+    """{"amount": "30 min" | "500 MB"}: more of the person's allowance for today."""
+    _account(account_id)
+    standing = ask_controller(
+        services().controller.grant_shared_bonus,
+        person_allowance_name(account_id),
+        _text("amount", 40),
+        meaning=UNAVAILABLE,
+    )
+    _refresh(standing["devices"])
+    return _shared_answer(standing, account_id)
+
+
+def _refresh(macs: list[str]) -> None:
+    """The live pages see these devices as they are now (held by the allowance, or let go)."""
+    svc = services()
+    for mac in macs:
+        svc.hub.update_device(svc.controller.device(mac))
 
 
 @bp.get("/api/household-time")

@@ -13,6 +13,7 @@ from ..controller import ControllerDownError
 from ..errors import ApiError, ask_controller
 from ..security import SIGNED_IN, access
 from ..services import services
+from .bedtime import reshare
 from .common import account_call, body, mac_of, own_device, with_owners
 
 bp = Blueprint("devices", __name__)
@@ -117,7 +118,10 @@ def set_device_owner(mac):
     account_id = body().get("account_id")
     if not isinstance(account_id, int) or accounts.get_account(account_id) is None:
         raise ApiError(400, "account_id must name an account")
-    accounts.claim_device(mac_of(mac), account_id, force=True)
+    mac = mac_of(mac)
+    earlier = accounts.device_owners().get(mac)
+    accounts.claim_device(mac, account_id, force=True)
+    reshare(earlier, account_id)  # a person's allowance goes with the devices they own
     return {"ok": True}
 
 

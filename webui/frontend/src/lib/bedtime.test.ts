@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import {
-  allowanceAmount, bonusChoice, crossesMidnight, householdToday, parseSchedule, pausedWords, scheduleText, usageWords, usedPercent,
+  allowanceAmount, bonusChoice, crossesMidnight, householdToday, parseSchedule, pausedWords, personOf, scheduleText, usageWords,
+  usedPercent,
 } from './bedtime'
 
 describe('the schedule editor', () => {
@@ -58,5 +59,14 @@ describe('what a paused device says', () => {
     expect(householdToday('Europe/Berlin', instant)).toBe('2026-06-02')
     expect(householdToday('America/New_York', instant)).toBe('2026-06-01')
     expect(householdToday('Not/AZone', instant)).toBe('2026-06-01')
+  })
+})
+
+describe('a shared allowance', () => {
+  it("is a person's when the web UI named it for their account, and no one's otherwise", () => {
+    expect(personOf({ name: 'person-12' })).toBe(12)
+    expect(personOf({ name: 'person-' })).toBeNull()
+    expect(personOf({ name: 'family' })).toBeNull()
+    expect(personOf({ name: 'person-3-extra' })).toBeNull()
   })
 })

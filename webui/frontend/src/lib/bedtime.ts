@@ -25,6 +25,18 @@ export interface Allowance {
   resets_at: string
 }
 
+/** An allowance several devices use together (a person's: every device their account owns). */
+export interface SharedAllowance extends Allowance {
+  name: string
+  devices: string[]
+}
+
+/** The account whose allowance a shared one is ("person-3" -> 3; null: not a person's). */
+export function personOf(shared: Pick<SharedAllowance, 'name'>): number | null {
+  const m = /^person-(\d+)$/.exec(shared.name)
+  return m ? Number(m[1]) : null
+}
+
 export type PausedWhy = 'paused' | 'bedtime' | 'allowance'
 
 export const PAUSE_CHOICES = [

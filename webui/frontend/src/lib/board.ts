@@ -1,5 +1,5 @@
 // The Guest Board's rules, kept free of Vue so they can be unit-tested.
-import type { Allowance, PausedWhy } from './bedtime'
+import type { Allowance, PausedWhy, SharedAllowance } from './bedtime'
 
 export type State = 'pending' | 'permitted' | 'denied' | 'blacklisted' | 'nearby'
 export type Zone = 'outside' | 'asking' | 'inside'
@@ -38,6 +38,8 @@ export interface Device {
   looks_like?: { mac: string; label: string } | null
   /** Its daily allowance and today's use (null: none). */
   allowance?: Allowance | null
+  /** The allowance it shares with its owner's other devices, and their use together today (null: none). */
+  shared_allowance?: SharedAllowance | null
 }
 
 /**
