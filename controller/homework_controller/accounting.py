@@ -69,8 +69,18 @@ class Accounting:
             del self._over_budget[mac]
 
     def learning(self, mac: str) -> bool:
-        """Whether the device's rules copy a new flow's packets to the controller (it is within its budget)."""
-        return mac not in self._over_budget
+        """Whether the device's rules copy a new flow's packets to the controller: within its budget, and
+        only without the switch's records (with them, marks are decided ahead and nothing is copied)."""
+        return not self.from_export and mac not in self._over_budget
+
+    def may_rule(self, mac: str, flow: flows.FiveTuple) -> bool:
+        """With the switch's records: a connection direction whose app was decided from them or from an
+        agent gets a rule of its own, within the device's flow budget (beyond it keeps its mark ahead)."""
+        learnt = self._learnt.setdefault(mac, set())
+        if flow in learnt or len(learnt) >= self.flow_budget:
+            return False
+        learnt.add(flow)
+        return True
 
     # -- events
 
@@ -91,13 +101,29 @@ class Accounting:
 
     def over_budget(self, mac: str, label: str) -> TellHousehold:
         """What the household is told when the device (`label`: what it calls it) went over its budget."""
-        lost = "its new connections get no app priority" if self.from_export else "its traffic is counted as a whole"
+        if self.from_export:
+            crowd = (
+                f"more than {MAX_EXPORTED_PER_DEVICE} connections between two polls; the rest are counted as a whole"
+            )
+        else:
+            crowd = f"more than {self.flow_budget} connections at once; its traffic is counted as a whole"
         return TellHousehold(
             "flow-budget",
             mac,
-            f"{label} opened more than {self.flow_budget} connections at once; {lost}"
-            f" for the next {int(self.budget_cooldown_s // 60)} minutes",
+            f"{label} opened {crowd}" f" for the next {int(self.budget_cooldown_s // 60)} minutes",
         )
+
+    def crowded(self) -> list[str]:
+        """With the switch's records, before the poll's rows are read: the devices with more connection
+        directions since the last poll than have rows of their own (a port scan, a flood of random
+        destinations), each at most once a budget cooldown."""
+        now = self.clock()
+        crowded = []
+        for mac, directions in self._exported_by.items():
+            if directions >= MAX_EXPORTED_PER_DEVICE and self._over_budget.get(mac, 0.0) <= now:
+                self._over_budget[mac] = now + self.budget_cooldown_s
+                crowded.append(mac)
+        return crowded
 
     def _count_copy(self, flow: flows.FiveTuple, outgoing: bool, size: int) -> None:
         # The device's learning rule counted this packet too: it is the flow's, not the device's.

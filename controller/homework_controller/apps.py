@@ -13,8 +13,10 @@ import fnmatch
 import re
 import tomllib
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import NamedTuple
 
 from .flows import PROTO_TCP, PROTO_UDP, FiveTuple
 
@@ -41,9 +43,9 @@ class Behaviour:
     bulk_min_pps: float = 100
 
 
-@dataclass(frozen=True)
-class FlowRates:
-    """A connection's rate over the last poll and the one before (0: it did not exist yet)."""
+class FlowRates(NamedTuple):
+    """A connection's rate over the last poll and the one before (0: it did not exist yet). A named
+    tuple: made for every exported connection direction at every poll, under the lock."""
 
     pps: float
     previous_pps: float
@@ -154,13 +156,17 @@ def load_table(path: str | None = None) -> AppTable:
 
 
 def classify(
-    table: AppTable, flow: FiveTuple, agent_process: str | None = None, names=(), rates: FlowRates | None = None
+    table: AppTable,
+    flow: FiveTuple,
+    agent_process: str | None = None,
+    by_name: str | None = None,
+    rates: FlowRates | None = None,
 ) -> tuple[str, str]:
-    """One connection's (app, source): the agent's report, else the names the device looked up
-    for the far address, else the service port, else its behaviour (once counted)."""
+    """One connection's (app, source): the agent's report, else the app the names the device looked
+    up for the far address name (`NameMemory.app_of`), else the service port, else its behaviour
+    (once counted)."""
     if agent_process:
         return table.app_of_process(agent_process), AGENT
-    by_name = table.app_of_names(names)
     if by_name:
         return by_name, DNS
     by_port = table.app_of_ports(flow)
@@ -173,21 +179,34 @@ def classify(
 
 
 class NameMemory:
-    """Per device, the names its lookups answered for each address (bounded, least recently learnt
-    goes first): what the router's resolver saw, for naming the device's connections."""
+    """Per device, the names its lookups answered for each address and the app they name (bounded,
+    least recently learnt goes first): what the router's resolver saw, for naming the device's
+    connections. The app is worked out when a name is learnt, not for every connection at every poll."""
 
-    def __init__(self, max_entries: int = 20000, names_per_address: int = 4):
+    def __init__(
+        self,
+        app_of_names: Callable[[Iterable[str]], str | None],
+        max_entries: int = 20000,
+        names_per_address: int = 4,
+    ):
+        self._app_of_names = app_of_names
         self.max_entries, self.names_per_address = max_entries, names_per_address
-        self._names: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()
+        self._names: OrderedDict[tuple[str, str], tuple[tuple[str, ...], str | None]] = OrderedDict()
 
     def learn(self, device_ip: str, name: str, address: str) -> None:
         key = (device_ip, address)
-        names = self._names.pop(key, ())
+        names, app = self._names.pop(key, ((), None))
         if name not in names:
             names = (name, *names)[: self.names_per_address]  # the newest first
-        self._names[key] = names
+            app = self._app_of_names(names)
+        self._names[key] = (names, app)
         while len(self._names) > self.max_entries:
             self._names.popitem(last=False)
 
     def names(self, device_ip: str, address: str) -> tuple[str, ...]:
-        return self._names.get((device_ip, address), ())
+        return self._names.get((device_ip, address), ((), None))[0]
+
+    def app_of(self, device_ip: str, address: str) -> str | None:
+        """The app the names the device looked up for the address name, if any."""
+        known = self._names.get((device_ip, address))
+        return known[1] if known is not None else None

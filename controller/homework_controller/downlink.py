@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from os_ken.ofproto.ofproto_v1_3 import OFPP_NORMAL
 
@@ -47,39 +47,58 @@ _RANK = {qos.DEFAULT: 0, qos.MEDIUM: 1, qos.HIGH: 2}
 Connection = tuple[flows.FiveTuple, str]
 
 
-def wanted_rules(connections: Iterable[Connection], public_addresses: Iterable[str]) -> frozenset[flows.FlowRule]:
+class Ahead(NamedTuple):
+    """What the router marks ahead of a connection (`flows.marks`), as a remote endpoint: an app's
+    service port (proto, a port or (value, mask)) or an address a device's lookup named for it."""
+
+    proto: int | None
+    remote: str | None
+    port: Any
+    priority: str
+
+
+# A connection's own rule beats an address's, which beats a port's (as in the router: agent, names, ports).
+CONNECTION_PRIORITY, ADDRESS_PRIORITY, PORT_PRIORITY = RULE_PRIORITY, RULE_PRIORITY - 10, RULE_PRIORITY - 20
+
+
+def wanted_rules(
+    connections: Iterable[Connection], public_addresses: Iterable[str], ahead: Iterable[Ahead] = ()
+) -> frozenset[flows.FlowRule]:
     """The slice rules the household wants right now: one per remote endpoint of a High or Medium
-    flow, per public address."""
-    best: dict[tuple[int, str, int], str] = {}
-    for conn, priority in connections:
-        if priority not in SLICE_QUEUES or conn.is_ipv6 or ipaddress.IPv4Address(conn.daddr) in LAN_NETWORK:
-            # Normal, or device to device (or to the router): nothing of it comes from the ISP. IPv6 is
-            # not on the slice yet (its rules name the household's public IPv4 address).
-            continue
-        remote = (conn.proto, conn.daddr, conn.dport)
-        if _RANK[priority] > _RANK[best.get(remote, qos.DEFAULT)]:
+    flow, and one per High or Medium port or named address marked ahead, per public address."""
+    best: dict[tuple[int | None, str | None, Any], str] = {}
+
+    def want(remote: tuple[int | None, str | None, Any], priority: str) -> None:
+        if priority in SLICE_QUEUES and _RANK[priority] > _RANK[best.get(remote, qos.DEFAULT)]:
             best[remote] = priority
+
+    for conn, priority in connections:
+        if conn.is_ipv6 or ipaddress.IPv4Address(conn.daddr) in LAN_NETWORK:
+            # Device to device (or to the router): nothing of it comes from the ISP. IPv6 is not on the
+            # slice yet (its rules name the household's public IPv4 address).
+            continue
+        want((conn.proto, conn.daddr, conn.dport), priority)
+    for endpoint in ahead:
+        if endpoint.remote is None or ipaddress.IPv4Address(endpoint.remote) not in LAN_NETWORK:
+            want((endpoint.proto, endpoint.remote, endpoint.port), endpoint.priority)
+    public = list(public_addresses)
     return frozenset(
-        _rule(proto, addr, port, public, SLICE_QUEUES[priority])
+        _rule(proto, addr, port, address, SLICE_QUEUES[priority])
         for (proto, addr, port), priority in best.items()
-        for public in public_addresses
+        for address in public
     )
 
 
-def _rule(proto: int, remote_addr: str, remote_port: int, public_addr: str, queue: int) -> flows.FlowRule:
-    ports: dict[str, Any] = {}
-    if proto == flows.PROTO_TCP:
-        ports = {"tcp_src": remote_port}
-    elif proto == flows.PROTO_UDP:
-        ports = {"udp_src": remote_port}
-    return flows.rule(
-        SLICE_TABLE,
-        RULE_PRIORITY,
-        (flows.SetQueue(queue), flows.Output(OFPP_NORMAL)),
-        SLICE_COOKIE,
-        eth_type=flows.ETH_IPV4,
-        ip_proto=proto,
-        ipv4_src=remote_addr,
-        ipv4_dst=public_addr,
-        **ports,
-    )
+def _rule(proto: int | None, remote_addr: str | None, remote_port: Any, public_addr: str, queue: int) -> flows.FlowRule:
+    fields: dict[str, Any] = {"eth_type": flows.ETH_IPV4, "ipv4_dst": public_addr}
+    if proto is not None:
+        fields["ip_proto"] = proto
+        if proto in (flows.PROTO_TCP, flows.PROTO_UDP) and remote_port is not None:
+            fields["tcp_src" if proto == flows.PROTO_TCP else "udp_src"] = remote_port
+    if remote_addr is not None:
+        fields["ipv4_src"] = remote_addr
+    if proto is not None and remote_addr is not None:
+        priority = CONNECTION_PRIORITY
+    else:
+        priority = ADDRESS_PRIORITY if remote_addr is not None else PORT_PRIORITY
+    return flows.rule(SLICE_TABLE, priority, (flows.SetQueue(queue), flows.Output(OFPP_NORMAL)), SLICE_COOKIE, **fields)

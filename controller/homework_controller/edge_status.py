@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import flows
 from .config import CONFIG
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ def counters(app: HomeworkController) -> dict:
     return dict(
         app.router.counters,
         packet_in_dropped=app.from_devices.dropped,
+        packet_ins=sum(app.packet_ins.values()),
+        packet_ins_flow_copies=app.packet_ins[flows.TABLE_ACCOUNTING],
         dhcp_frames_malformed=app.dhcp_port.malformed,
         dhcp_before_switch=app.dhcp_before_switch,
         dhcp_socket_dropped=app.dhcp_port.dropped(),

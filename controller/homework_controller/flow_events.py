@@ -54,8 +54,15 @@ class FlowEvents:
         """The accounting table's counters at a poll (keyed off the lock: `accounting.rule_counters`) ->
         Flows rows with what each flow did since the last poll, the apps' rows and judgements, and what
         devices used of their allowances."""
+        told = []
+        if self.accounting.from_export:  # the household hears of a device opening connections by the thousand
+            for mac in self.accounting.crowded():
+                if (device := self.registry.devices.get(mac)) is not None:
+                    told.append(self.accounting.over_budget(mac, device.label))
         rows = self.accounting.read_counters(counted)
-        return rows + self.priorities.poll(rows) + self._count_usage(self.accounting.usage(counted))
+        may_rule = self.accounting.may_rule if self.accounting.from_export else None
+        effects = self.priorities.poll(rows, may_rule) + self._count_usage(self.accounting.usage(counted))
+        return rows + told + effects
 
     def on_flow_export(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The switch's own records of what it forwarded, summed per connection direction (off the
@@ -82,7 +89,31 @@ class FlowEvents:
         effects: list = []
         for device in devices:
             effects += self.priorities.remark(device)
+        if self.accounting.from_export:
+            effects += self._decide_reported(reports)
         return effects
+
+    def _decide_reported(self, reports: list[AgentReport]) -> list:
+        """With the switch's records (nothing copied to the controller): a connection an agent named gets a
+        rule of its own now, both ways, if its app's priority is not the mark it has ahead; a socket with no
+        far end (an unconnected UDP socket: a call's media) is marked, both ways, whatever it talks to."""
+        effects: list = []
+        rules = []
+        for report in reports:
+            device = self.registry.forwarding_at(report.saddr)
+            if device is None:
+                continue
+            if report.daddr == "*":
+                app = self.priorities.app_table.app_of_process(report.process)
+                effects += self.priorities.ahead.socket_named(device, report.proto, report.sport, app)
+                continue
+            out = flows.FiveTuple(report.proto, report.saddr, report.sport, report.daddr, report.dport)
+            back = flows.FiveTuple(report.proto, report.daddr, report.dport, report.saddr, report.sport)
+            for flow in (out, back):
+                info = self.priorities.decide(device, flow)
+                if info is not None and self.accounting.may_rule(device.mac, flow):
+                    rules.append(self.priorities.ruled(device, flow, info))
+        return effects + ([InstallRules(tuple(rules))] if rules else [])
 
     def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
         """What the switch's counters say each device moved ((source, destination, bytes) per rule)

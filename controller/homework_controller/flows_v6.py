@@ -37,6 +37,7 @@ from .flows import (
     LOCAL,
     NEWCOMERS_METER,
     TABLE_ADMISSION,
+    TABLE_MARKING,
     TABLE_ROUTING,
     Accounting,
     Admission,
@@ -54,6 +55,7 @@ from .flows import (
     device_cookie,
     device_meter,
     encrypted_dns_refused,
+    masked,
     routed_to,
     rule,
 )
@@ -66,12 +68,6 @@ TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a dev
 # rows never read them). Between devices both match: the sender's wins, as for IPv4.
 COUNTED_SOURCE, COUNTED_DEST = Accounting.DEVICE_SOURCE - 5, Accounting.DEVICE_DEST - 5
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
-
-
-def masked(prefix: str) -> tuple[str, str]:
-    """A prefix as an OpenFlow masked match (address, mask)."""
-    net = ipaddress.IPv6Network(prefix)
-    return str(net.network_address), str(net.netmask)
 
 
 def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
@@ -135,7 +131,7 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
     # while the device learns flows, a flow's packets go to the controller until the flow has its rule.
     unmark = SetField("ip_dscp", 0)
     count = (
-        (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING)) if ipv4.learning else (unmark, GotoTable(TABLE_ROUTING))
+        (unmark, Output(CONTROLLER), GotoTable(TABLE_MARKING)) if ipv4.learning else (unmark, GotoTable(TABLE_MARKING))
     )
     for prefix in prefixes:
         net = masked(prefix)

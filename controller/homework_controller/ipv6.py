@@ -179,6 +179,10 @@ class Ipv6Addresses:
         self.router_mac = router_mac
         return [InstallRules(tuple(flows_v6.base_rules(access_ports)))]
 
+    def current_prefixes(self, mac: str) -> tuple[str, ...]:
+        """The /64s a forwarding device holds now (none otherwise)."""
+        return self.current.get(mac, ())
+
     def knows(self, mac: str) -> bool:
         return mac in self.slot_of or mac in self.advertised or mac in self.current
 

@@ -11,6 +11,7 @@ import functools
 import gc
 import logging
 import threading
+from collections import Counter
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -112,6 +113,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         )
         self.from_devices_ready = threading.Event()
         self.dhcp_before_switch = 0
+        # Packet-ins received, by the table that sent them (the accounting table's: copies of a flow's
+        # packets, which only a router without the switch's records asks for).
+        self.packet_ins: Counter[int] = Counter()
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
         self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
         self.stats_parts: list = []
@@ -144,7 +148,12 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
                 else slice_link.tls_context(CONFIG.slice_cert, CONFIG.slice_key, CONFIG.slice_ca)
             )
             self.slice_link = slice_link.SliceLink(
-                CONFIG.slice_host, CONFIG.slice_port, self._learnt_connections, CONFIG.public_addresses, tls
+                CONFIG.slice_host,
+                CONFIG.slice_port,
+                self._learnt_connections,
+                CONFIG.public_addresses,
+                tls,
+                ahead=self._slice_ahead,
             ).start()
         self.api_server = api_server(CONFIG.api_host, CONFIG.api_port, api.make_app(self.call))
         self._start_thread(self.api_server.serve_forever)
@@ -252,6 +261,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _on_packet_in(self, ev):
         msg = ev.msg
+        self.packet_ins[msg.table_id] += 1
         try:
             frame = packets.parse(msg.data)
         except packets.MalformedFrame as exc:
@@ -348,6 +358,11 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""
         with self.lock:
             return self.router.learnt_connections()
+
+    def _slice_ahead(self) -> list:
+        """What the slice marks ahead (ports, named addresses), taken under the lock like the snapshot."""
+        with self.lock:
+            return self.router.priorities.ahead.slice_ahead()
 
     # ---- effects
 

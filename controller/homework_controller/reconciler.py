@@ -16,7 +16,7 @@ from . import flows
 from .accounting import Accounting
 from .app_priorities import AppPriorities
 from .dns_gating import DnsGating
-from .effects import ForgetNeighbours, InstallRules
+from .effects import ForgetNeighbours, InstallRules, RemoveRules
 from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses
 from .lifecycle import Concern
@@ -89,6 +89,8 @@ class Reconciler:
         """Every concern forgets the device; its meter and rules leave the switch, and the router's stack
         the MAC it had for its addresses (its /30 goes to the next newcomer)."""
         effects = self.switch.evict(device) + self.forget_neighbours(device)
+        if self.priorities.ahead.has_marks(device.mac):
+            effects.append(RemoveRules(flows.marks_cookie(device.mac)))
         for concern in self.concerns:
             concern.forget(device.mac)
         return effects

@@ -120,6 +120,7 @@ class HomeRouter:
             device_at=self.registry.device_at,
             device_of=self.devices.__getitem__,
             process_of=self.agent_reports.process_of,
+            prefixes_of=self.ipv6.current_prefixes if self.ipv6 is not None else None,
         )
         self.dns_gating = DnsGating(
             store,
@@ -182,6 +183,7 @@ class HomeRouter:
         if self.ipv6 is not None:
             effects += self.ipv6.switch_ready(access_ports, router_mac)
         self.dns_gating.switch_ready()
+        effects += self.priorities.switch_ready()
         for device in self.devices.values():
             effects += self.rules.reconcile(device)
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
@@ -218,6 +220,8 @@ class HomeRouter:
         effects: list = []
         for mac in self.ipv6.renumber(delegated, self.clock()):
             effects += self.rules.reconcile(self.devices[mac], reinstall=True)
+            if self.priorities.ahead.has_marks(mac):
+                effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
         return effects
 
     # -- connections: accounting and application priorities (flow_events.py)
@@ -253,13 +257,17 @@ class HomeRouter:
 
     def dns_answer(self, learnt, client_ip: str | None = None) -> list:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
-        `dnsgate.inspect_answer`): block new addresses of blocked names at once. client_ip: the
-        device that asked (None: the router's own lookup), whose connections the names will name.
+        `dnsgate.inspect_answer`): block new addresses of blocked names at once, and mark the asking
+        device's connections with an app's addresses. client_ip: the device that asked (None: the
+        router's own lookup), whose connections the names will name.
         """
+        effects: list = []
         if client_ip is not None:
+            asking = self.registry.device_at(client_ip)
             for name, ip, _ in learnt:
                 self.priorities.names.learn(client_ip, name, ip)
-        effects: list = []
+                if asking is not None and asking.forwards:  # its connections with ip are marked before they open
+                    effects += self.priorities.name_answered(asking, client_ip, ip)
         for mac, ips in self.dns_gating.learn(learnt).items():
             effects += self.rules.install_blocks(self.devices.get(mac), ips)
         return effects

@@ -8,10 +8,10 @@ ways), and:
 - on every (re)connect deletes every rule of ours in the slice (one non-strict delete by our
   cookie: the slicer keeps a departed household's rules, and ours may be stale) and installs the
   wanted set afresh;
-- every `poll_s` takes a snapshot of the router's learnt flows (the `snapshot` callable takes the
-  controller's lock; nothing else here does) and sends the difference between the rules wanted and
-  those installed: an ADD for a new rule or new actions (same match and rule priority: it replaces
-  the rule), a DELETE_STRICT for one no longer wanted;
+- every `poll_s` takes a snapshot of the router's learnt flows and of what it marks ahead (the
+  `snapshot` and `ahead` callables take the controller's lock; nothing else here does) and sends
+  the difference between the rules wanted and those installed: an ADD for a new rule or new actions
+  (same match and rule priority: it replaces the rule), a DELETE_STRICT for one no longer wanted;
 - counts and logs the slicer's errors. A refused ADD is not sent again while it stays wanted in
   this session (no error storm every second); it is retried after a reconnect. A refused ADD that
   was to replace a rule (a changed priority) deletes that rule: the old queue is not what the
@@ -106,13 +106,14 @@ class SliceLink:
         public_addresses: Iterable[str],
         tls: ssl.SSLContext | None,
         *,
+        ahead: Callable[[], Iterable[downlink.Ahead]] = lambda: (),
         source_address: str | None = None,
         poll_s: float = 1.0,
         echo_s: float = 5.0,
         max_backoff_s: float = 16.0,
     ):
         self.host, self.port = host, port
-        self.snapshot = snapshot
+        self.snapshot, self.ahead = snapshot, ahead
         self.public_addresses = tuple(public_addresses)
         self.tls = tls
         self.source_address = source_address  # plain TCP: the slicer knows a household by it
@@ -225,7 +226,8 @@ class SliceLink:
         last_heard = time.monotonic()
         echo_sent = False
         while not self._stop.is_set():
-            self._reconcile(channel, downlink.wanted_rules(self.snapshot(), self.public_addresses))
+            wanted = downlink.wanted_rules(self.snapshot(), self.public_addresses, self.ahead())
+            self._reconcile(channel, wanted)
             next_poll = time.monotonic() + self.poll_s
             while (left := next_poll - time.monotonic()) > 0:
                 frame = channel.read(left)

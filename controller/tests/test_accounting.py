@@ -3,7 +3,8 @@ connection is too short to be counted."""
 
 import ipaddress
 
-from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, frame, lease, permitted_phone
+from fakeoftable import FakeSwitch
+from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
 
 from homework_controller import dhcp, flows, ipv6, packets
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
@@ -147,19 +148,19 @@ def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_pol
     assert router.on_flow_removed(flows.Accounting.LEARNT_FLOW, up.match(), 9, 900) == []
 
 
-def test_with_the_switchs_records_copies_are_not_counted_and_a_device_over_budget_still_has_each_connection(
-    db_path, clock
-):
-    router = HomeRouter(
-        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=2, flows_from_export=True
-    )
-    router.switch_ready(WLAN, ROUTER_MAC)
-    ip = permitted_phone(router)
-    for port in range(3):  # the third goes over the budget
-        effects = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000 + port, 80))
-    [told] = [e for e in effects if isinstance(e, TellHousehold)]
-    assert "get no app priority" in told.message  # not "counted as a whole": every connection still is
-    assert router.on_flow_stats([]) == []  # copies alone are no rows: the switch's records are
+def test_with_the_switchs_records_nothing_of_a_devices_traffic_is_copied_and_each_connection_is_a_row(db_path, clock):
+    for exporting in (False, True):  # the control first: without the records, a new connection's packets are copied
+        router = HomeRouter(
+            DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=2, flows_from_export=exporting
+        )
+        switch = FakeSwitch()
+        switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+        ip = join(router, switch, PHONE)
+        copied = [d for d in switch.send(up(ip, INTERNET)) if d.port == flows.CONTROLLER]
+        assert bool(copied) is not exporting, exporting
+    # A copy still in flight from before changes nothing; however many connections it opens, each is a row.
+    assert router.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000, 80)) == []
+    assert router.on_flow_stats([]) == []
     router.on_flow_export({flows.FiveTuple(6, ip, 41000 + port, INTERNET, 80): [3, 180] for port in range(3)})
     assert sorted(e.row for e in router.on_flow_stats([]) if e.table == "Flows") == [
         (6, ip, 41000 + port, INTERNET, 80, 3, 180 + 3 * 14) for port in range(3)
@@ -243,9 +244,15 @@ def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_o
     router.on_dhcp(frame(LAPTOP, "request", ciaddr=laptop, src_ip=laptop))
     router.on_flow_export({flows.FiveTuple(17, flooder, 1000 + n, INTERNET, 53): [1, 36] for n in range(25)})
     router.on_flow_export({flows.FiveTuple(6, laptop, 2000 + n, INTERNET, 443): [2, 100] for n in range(5)})
-    rows = [e.row for e in router.on_flow_stats([]) if e.table == "Flows"]
+    polled = router.on_flow_stats([])
+    rows = [e.row for e in polled if isinstance(e, LogRow) and e.table == "Flows"]
     flooders = [r for r in rows if r[1] == flooder]
     assert len(flooders) == 11 and (0, flooder, 0, "0.0.0.0", 0, 15, 15 * 50) in flooders  # no byte lost
+    # The household is told of the flooder (once a cooldown), not of the laptop.
+    [told] = [e for e in polled if isinstance(e, TellHousehold)]
+    assert (told.kind, told.mac) == ("flow-budget", PHONE) and "more than 10 connections" in told.message
+    router.on_flow_export({flows.FiveTuple(17, flooder, 3000 + n, INTERNET, 53): [1, 36] for n in range(25)})
+    assert not [e for e in router.on_flow_stats([]) if isinstance(e, TellHousehold)]
     # positive control: the other device's connections are each a row, in the same poll
     assert sorted(r for r in rows if r[1] == laptop) == [(6, laptop, 2000 + n, INTERNET, 443, 2, 128) for n in range(5)]
     # the budget is per poll: the next one has rows of their own again

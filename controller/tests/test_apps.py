@@ -14,19 +14,22 @@ def conn(proto=TCP, dport=443, daddr=ZOOM_IP, sport=40000):
 
 
 def test_the_agents_report_names_the_connection_first_and_a_known_program_maps_to_its_app():
-    assert apps.classify(TABLE, conn(), "zoom", ["www.example.test"]) == ("video-call", apps.AGENT)
+    assert apps.classify(TABLE, conn(), "zoom", TABLE.app_of_names(["www.example.test"])) == ("video-call", apps.AGENT)
     assert apps.classify(TABLE, conn(), "Firefox") == ("web", apps.AGENT)  # process names compared lower-case
     # A program no app lists is an app of its own (the household can give it a priority by that name).
     assert apps.classify(TABLE, conn(), "backup-tool") == ("backup-tool", apps.AGENT)
 
 
 def test_the_names_the_device_looked_up_come_next_before_the_port():
-    assert apps.classify(TABLE, conn(), None, ["us04web.zoom.us"]) == ("video-call", apps.DNS)
-    assert apps.classify(TABLE, conn(), None, ["zoom.us"]) == ("video-call", apps.DNS)
-    assert apps.classify(TABLE, conn(), None, ["Us04Web.ZOOM.us."]) == ("video-call", apps.DNS)  # as DNS compares
+    assert apps.classify(TABLE, conn(), None, TABLE.app_of_names(["us04web.zoom.us"])) == ("video-call", apps.DNS)
+    assert apps.classify(TABLE, conn(), None, TABLE.app_of_names(["zoom.us"])) == ("video-call", apps.DNS)
+    assert apps.classify(TABLE, conn(), None, TABLE.app_of_names(["Us04Web.ZOOM.us."])) == (
+        "video-call",
+        apps.DNS,
+    )  # as DNS compares
     # "*.zoom.us" does not match a name that merely ends in "zoom.us".
-    assert apps.classify(TABLE, conn(), None, ["notzoom.us"]) == ("web", apps.PORT)
-    assert apps.classify(TABLE, conn(), None, ["rr3.googlevideo.com"]) == ("streaming", apps.DNS)
+    assert apps.classify(TABLE, conn(), None, TABLE.app_of_names(["notzoom.us"])) == ("web", apps.PORT)
+    assert apps.classify(TABLE, conn(), None, TABLE.app_of_names(["rr3.googlevideo.com"])) == ("streaming", apps.DNS)
 
 
 def test_the_service_port_either_way_then_behaviour_then_other():
@@ -79,7 +82,10 @@ def test_a_table_of_ones_own_replaces_the_shipped_one(tmp_path):
     path.write_text('[apps.homework]\npriority = "high"\nnames = ["*.example.test"]\ntcp = ["8000-8002"]\n')
     table = apps.load_table(str(path))
     assert apps.classify(table, conn(TCP, 8001)) == ("homework", apps.PORT)
-    assert apps.classify(table, conn(TCP, 443), names=["a.example.test"]) == ("homework", apps.DNS)
+    assert apps.classify(table, conn(TCP, 443), by_name=table.app_of_names(["a.example.test"])) == (
+        "homework",
+        apps.DNS,
+    )
     assert apps.classify(table, conn(TCP, 443)) == (apps.OTHER, apps.UNKNOWN)  # the old table is gone
 
 
@@ -101,9 +107,11 @@ def test_a_bad_table_is_refused_saying_what_is_wrong(text, complaint):
 
 
 def test_the_name_memory_is_per_device_and_bounded():
-    memory = apps.NameMemory(max_entries=2)
+    memory = apps.NameMemory(TABLE.app_of_names, max_entries=2)
     memory.learn(PHONE_IP, "us04web.zoom.us", ZOOM_IP)
     assert memory.names(PHONE_IP, ZOOM_IP) == ("us04web.zoom.us",)
+    assert memory.app_of(PHONE_IP, ZOOM_IP) == "video-call"  # worked out once, when it was learnt
+    assert memory.app_of("10.2.0.10", ZOOM_IP) is None
     assert memory.names("10.2.0.10", ZOOM_IP) == ()  # another device's lookup names nothing of the phone's
     memory.learn(PHONE_IP, "a.test", "198.51.100.1")
     memory.learn(PHONE_IP, "b.test", "198.51.100.2")

@@ -4,10 +4,11 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
-from homework_controller import base_flows, flows, openflow, qos
+from homework_controller import apps, base_flows, flows, openflow, qos
 from homework_controller.model import Device, State, Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
+TABLE = apps.load_table()
 
 
 def every_rule():
@@ -32,6 +33,13 @@ def every_rule():
         )
         + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01", learning=False))
         + list(flows.device_rules(blacklisted, 0, (WLAN, 2), "02:48:57:00:00:01"))
+        # The marking table: the apps' ports as value/mask prefixes, a device's named addresses and
+        # its High ports while demoted, IPv4 and IPv6.
+        + list(flows.port_marks(TABLE.ports, TABLE.default_priority, qos.mark_actions, ipv6=True))
+        + flows.name_marks(PHONE, "198.51.100.7", qos.mark_actions(qos.HIGH))
+        + flows.socket_marks(PHONE, flows.PROTO_UDP, 5004, qos.mark_actions(qos.HIGH), ("2001:db8:0:1::/64",))
+        + flows.name_marks(PHONE, "2001:db8::7", qos.mark_actions(qos.HIGH), ("2001:db8:0:1::/64",))
+        + flows.demoted_port_marks(PHONE, TABLE.ports, {"video-call"}, qos.mark_actions(qos.MEDIUM), ("fd00:1::/64",))
     )
 
 

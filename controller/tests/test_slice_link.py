@@ -91,7 +91,7 @@ def slicer(slicers):
 def links():
     started: list[SliceLink] = []
 
-    def start(slicer, snapshot, public_addresses, host="127.0.0.1", tls=None) -> SliceLink:
+    def start(slicer, snapshot, public_addresses, host="127.0.0.1", tls=None, ahead=lambda: ()) -> SliceLink:
         """Household A's link (over plain TCP, from A's registered source address)."""
         link = SliceLink(
             host,
@@ -99,6 +99,7 @@ def links():
             snapshot,
             public_addresses,
             tls,
+            ahead=ahead,
             source_address=None if tls else A["source_address"],
             poll_s=0.2,
             echo_s=0.3,
@@ -183,6 +184,19 @@ CALL = (flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 50000, CALL_SERVER, 8801), 
 
 def call_lands(ovs, slicer, public=A_PUBLIC):
     return downlink_lands(ovs, slicer, CALL_SERVER, public, 8801, "udp")
+
+
+def test_a_calls_service_ports_marked_ahead_reach_the_slice_as_prefixes_the_real_switch_reads(ovs, slicer, links):
+    """The router marks an app's port ranges ahead as value/mask prefixes (`flows.marks`); the slice gets
+    the same: any server's downlink from a port in the range lands in A's High queue, from just outside it
+    it is untouched, and B's is B's."""
+    ports = [downlink.Ahead(flows.PROTO_UDP, None, port, qos.HIGH) for port in ((16384, 0xFFC0), (16448, 0xFFE0))]
+    link = links(slicer, lambda: [], [A_PUBLIC], ahead=lambda: ports)
+    lands = lambda port, public=A_PUBLIC: downlink_lands(ovs, slicer, CALL_SERVER, public, port, "udp")  # noqa: E731
+    wait_until(lambda: lands(16384) == queue_of(A, 2), 30, "the ports' rules")
+    assert lands(16479) == queue_of(A, 2) and lands(16447) == queue_of(A, 2)
+    assert lands(16383) == UNTOUCHED and lands(16480) == UNTOUCHED and lands(16400, B_PUBLIC) == UNTOUCHED
+    assert link.health()["rules_installed"] == 2 and link.health()["errors"] == 0
 
 
 def test_after_the_slicer_restarts_the_link_reconnects_and_its_rules_are_back(ovs, slicer, links):

@@ -9,8 +9,13 @@ and maxima in ms:
   under the lock       `HomeRouter.on_flow_counters`: what the poll does under the lock
   all under the lock   `HomeRouter.on_flow_stats`: both, as the poll did before the split
 
+With --records, the router is as shipped (the switch's records, marks decided ahead, nothing copied):
+each poll is handed the records of every connection (both directions; a tenth of the far addresses
+named by the devices' lookups for an app, a tenth on a call's port, the rest nothing names), and it
+prints what merging the records and the poll itself hold the lock for.
+
 Usage (from the repository root):
-  .venv/bin/python controller/tools/stats_poll.py [--devices 20] [--flows 150] [--rounds 20]
+  .venv/bin/python controller/tools/stats_poll.py [--devices 20] [--flows 150] [--rounds 20] [--records]
 """
 
 from __future__ import annotations
@@ -34,18 +39,31 @@ from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 
-def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[HomeRouter, list]:
-    """A router whose devices learnt their flows, and the poll entries of those flows' rules."""
+def permitted_devices(state_dir: str, devices: int, per_device: int, records: bool) -> tuple[HomeRouter, list]:
+    """A router (as shipped with records: the switch's records) with permitted devices: (mac, ip) each."""
     router = HomeRouter(
-        DeviceStore(f"{state_dir}/controller.sqlite"), dhcp.LeasePolicy(30, 3600), clock=Clock(), flow_budget=per_device
+        DeviceStore(f"{state_dir}/controller.sqlite"),
+        dhcp.LeasePolicy(30, 3600),
+        clock=Clock(),
+        flow_budget=per_device,
+        flows_from_export=records,
     )
     router.switch_ready(WLAN, ROUTER_MAC)
-    entries = []
+    permitted = []
     for d in range(devices):
         mac = f"02:00:00:00:01:{d:02x}"
         ip = lease(router, mac)
         router.permit(mac)
         router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip))
+        permitted.append((mac, ip))
+    return router, permitted
+
+
+def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[HomeRouter, list]:
+    """A router whose devices learnt their flows, and the poll entries of those flows' rules."""
+    router, permitted = permitted_devices(state_dir, devices, per_device, records=False)
+    entries = []
+    for mac, ip in permitted:
         for n in range(per_device):
             far = f"198.51.100.{n % 250 + 1}"
             copy = packets.Frame(mac, ROUTER_MAC, 0x0800, ip_src=ip, ip_dst=far, ip_proto=6, sport=30000 + n, dport=443)
@@ -57,6 +75,41 @@ def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[Ho
                         if r.priority == flows.Accounting.LEARNT_FLOW
                     ]
     return router, entries
+
+
+def router_with_records(state_dir: str, devices: int, per_device: int) -> tuple[HomeRouter, dict]:
+    """A router as shipped whose devices have per_device connections each, and their records."""
+    router, permitted = permitted_devices(state_dir, devices, per_device, records=True)
+    totals: dict[flows.FiveTuple, list[int]] = {}
+    for _, ip in permitted:
+        for n in range(per_device):
+            far = f"198.51.100.{n % 250 + 1}"
+            if n % 10 == 0:
+                router.dns_answer([(f"h{n}.zoom.us", far, 300)], ip)
+            port = 3478 if n % 10 == 1 else 443
+            out = flows.FiveTuple(17 if port == 3478 else 6, ip, 30000 + n, far, port)
+            totals[out] = [10, 1000]
+            totals[flows.FiveTuple(out.proto, far, port, ip, 30000 + n)] = [10, 1000]
+    return router, totals
+
+
+def main_records(args) -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        router, totals = router_with_records(state_dir, args.devices, args.flows)
+        gc.collect()
+        gc.freeze()
+        print(f"{len(totals)} connection directions in the records, {args.devices} devices")
+        merged, polled = [], []
+        for _ in range(args.rounds):
+            started = time.perf_counter()
+            router.on_flow_export(totals)
+            merged.append(time.perf_counter() - started)
+            router.clock.now += 5
+            started = time.perf_counter()
+            router.on_flow_counters([])
+            polled.append(time.perf_counter() - started)
+        print(summary("records merged", merged))
+        print(summary("poll under the lock", polled))
 
 
 def grown(entries: list, poll: int) -> list:
@@ -73,7 +126,11 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=20)
     parser.add_argument("--flows", type=int, default=150, help="learnt flows per device")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--records", action="store_true", help="the router as shipped: the switch's records")
     args = parser.parse_args()
+    if args.records:
+        main_records(args)
+        return
     with tempfile.TemporaryDirectory() as state_dir:
         router, entries = router_with_flows(state_dir, args.devices, args.flows)
         gc.collect()

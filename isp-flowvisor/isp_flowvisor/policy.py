@@ -86,10 +86,12 @@ _MATCHABLE = {
     "ip_proto": False,
     "ipv4_src": True,
     "ipv4_dst": True,
-    "tcp_src": False,
-    "tcp_dst": False,
-    "udp_src": False,
-    "udp_dst": False,
+    # Ports by value/mask as the switch compares them: a household's router marks an app's port ranges
+    # as prefixes (controller/homework_controller/downlink.py); no address is in a port.
+    "tcp_src": True,
+    "tcp_dst": True,
+    "udp_src": True,
+    "udp_dst": True,
     "sctp_src": False,
     "sctp_dst": False,
     "icmpv4_type": False,

@@ -20,6 +20,7 @@ from homenet import wait_until
 from homenet.call import PORT as CALL_PORT
 from homenet.home import WAN_INET_IP
 from homenet.load import CALL_APP, DOWN, UP, bulk_transfer, busy_page, call_under_load, set_priority
+from homework_controller import flows
 
 EF = 46  # the DSCP a High flow's packets leave with (qos.py)
 
@@ -104,7 +105,7 @@ def test_a_device_that_fills_the_high_class_is_demoted_and_the_household_told(ho
             0.5,
             hint=lambda: f"qos {home.api('GET', 'health')[1]['qos']}\ncounters "
             f"{home.api('GET', 'counters')[1]}\nflows "
-            + "\n".join(line for line in home.flows(1).splitlines() if "priority=300" in line),
+            + "\n".join(line for line in home.flows(flows.TABLE_ACCOUNTING).splitlines() if "priority=300" in line),
         )
         assert bulk_mac in home.api("GET", "health")[1]["qos"]["demoted_devices"]
         transfer.terminate()

@@ -9,6 +9,7 @@ import time
 
 from homenet import INTERNET_IP, wait_until
 from homenet.downloads import paced_download
+from homework_controller import flows
 
 
 def test_new_device_gets_its_own_slash30_a_30s_lease_and_nothing_else_until_permitted(home):
@@ -45,7 +46,9 @@ def test_two_permitted_devices_reach_each_other_only_through_the_router(home):
 
     def packets_routed_to_bob():
         # The routing table's rule for traffic that came in from the air and goes back out to Bob.
-        [count] = re.findall(rf"n_packets=(\d+).*in_port=1,nw_dst={re.escape(bob_ip)} ", home.flows(2))
+        [count] = re.findall(
+            rf"n_packets=(\d+).*in_port=1,nw_dst={re.escape(bob_ip)} ", home.flows(flows.TABLE_ROUTING)
+        )
         return int(count)
 
     before = packets_routed_to_bob()

@@ -1,8 +1,8 @@
 """The switch's rule set, compiled from state by pure functions.
 
 Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
-them into FlowMods. Three tables keep rule counts additive. Rule priorities are named bands
-per table (`Admission`, `Accounting`, `Routing`), highest first:
+them into FlowMods. Four tables keep rule counts additive. Rule priorities are named bands
+per table (`Admission`, `Accounting`, `Marking`, `Routing`), highest first:
 
 Every access port (the radio's, and wired ports where devices plug in) is "wlan" below: a device is
 bound to one of them, its own (where it was first seen), and its rules accept its frames there only.
@@ -25,15 +25,24 @@ table 0, admission: what may enter at all.
   SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
                  router: IPv4 to a permitted device's MAC              -> goto 1
   MISS           anything else                                         -> drop
-table 1, accounting: one counting rule per flow, so OVS counts each flow's packets and bytes.
+table 1, accounting: what each device sends and receives, counted (allowances read these counters).
   BLOCKED        device to an address learnt for a name blocked for it -> drop
-  LEARNT_FLOW    a learnt flow (exact 5-tuple, 30 s idle timeout)      -> mark DSCP (and queue) for its app's
-                                                                          priority, goto 2
+  LEARNT_FLOW    a flow with a rule of its own (exact 5-tuple, 30 s     -> mark DSCP (and queue) for its app's
+                 idle timeout): an agent named it, its behaviour was      priority, goto 3
+                 judged, or (without the switch's records) it was learnt
+                 from copies of its packets
   DEVICE_SOURCE  a permitted device's traffic (sent by it), and
-  DEVICE_DEST    traffic to it, not yet learnt                         -> DSCP 0, copy to controller, goto 2
-                 (over its flow budget: the same match without the copy: one rule for the device)
+  DEVICE_DEST    traffic to it                                         -> DSCP 0, goto 2 (without the switch's
+                                                                          records, within its flow budget: also
+                                                                          a copy to the controller)
   MISS           anything else                                         -> goto 2
-table 2, routing:
+table 2, marking: a connection's mark decided ahead of its first packet (`marks.py`).
+  BY_AGENT       a device's socket its agent named (proto, its port)   -> mark for that app's priority, goto 3
+  BY_NAME        a device and an address its lookups named for an app  -> mark for that app's priority, goto 3
+  DEMOTED_PORT   a device over its share of High: its High apps' ports -> Medium, goto 3
+  BY_PORT        an app's service port, either end (any device)        -> mark for that app's priority, goto 3
+  MISS           anything else                                         -> goto 3 (Normal)
+table 3, routing:
   TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out its own port
                  from the router, to a permitted device's address      -> its own port (the router's stack set the MACs)
   BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
@@ -44,7 +53,8 @@ table 2, routing:
 
 The package: `values.py` (the tables, bands, actions, meters and a rule), `shapes.py` (a forwarding
 device's rules, one builder per shape for IPv4 and IPv6 alike), `device.py` (a device's own rules:
-`DeviceRules`, `device_rules`), `captive.py` (a held-back device's way to the portal). The rules the
+`DeviceRules`, `device_rules`), `marks.py` (the marking table's rules), `captive.py` (a held-back
+device's way to the portal). The rules the
 switch holds whatever devices there are, and broadcast, are `base_flows.py`; IPv6's are `flows_v6.py`.
 """
 
@@ -56,6 +66,15 @@ from .device import (
     device_rules,
     dns_block_rule,
     learnt_flow_rule,
+)
+from .marks import (
+    PORT_MARKS_COOKIE,
+    demoted_port_marks,
+    marks_cookie,
+    name_marks,
+    port_marks,
+    port_matches,
+    socket_marks,
 )
 from .shapes import (
     IPV4,
@@ -92,6 +111,7 @@ from .values import (
     PROTO_UDP,
     TABLE_ACCOUNTING,
     TABLE_ADMISSION,
+    TABLE_MARKING,
     TABLE_ROUTING,
     VLAN_PRESENT,
     Accounting,
@@ -100,6 +120,7 @@ from .values import (
     FiveTuple,
     FlowRule,
     GotoTable,
+    Marking,
     Meter,
     MeterBand,
     Output,
@@ -108,6 +129,7 @@ from .values import (
     SetQueue,
     device_cookie,
     device_meter,
+    masked,
     outputs_to,
     port_mark,
     port_of_mark,
@@ -115,9 +137,18 @@ from .values import (
 )
 
 __all__ = [
+    "PORT_MARKS_COOKIE",
+    "demoted_port_marks",
+    "marks_cookie",
+    "name_marks",
+    "port_marks",
+    "port_matches",
+    "socket_marks",
+    "masked",
     "ALL_HOSTS",
     "ANY_PORT_MARK",
     "Accounting",
+    "Marking",
     "Admission",
     "BASE_COOKIE",
     "BROADCAST_COOKIE",
@@ -155,6 +186,7 @@ __all__ = [
     "SetQueue",
     "TABLE_ACCOUNTING",
     "TABLE_ADMISSION",
+    "TABLE_MARKING",
     "TABLE_ROUTING",
     "VLAN_PRESENT",
     "address_blocked",

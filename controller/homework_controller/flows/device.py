@@ -25,6 +25,7 @@ from .values import (
     PROTO_UDP,
     TABLE_ACCOUNTING,
     TABLE_ADMISSION,
+    TABLE_MARKING,
     TABLE_ROUTING,
     Accounting,
     Admission,
@@ -178,9 +179,9 @@ class DeviceRules:
         # first packet, or on everything while it is over its flow budget, must not jump the queue.
         unmark = SetField("ip_dscp", 0)
         count = (
-            (unmark, Output(CONTROLLER), GotoTable(TABLE_ROUTING))
+            (unmark, Output(CONTROLLER), GotoTable(TABLE_MARKING))
             if self.learning
-            else (unmark, GotoTable(TABLE_ROUTING))
+            else (unmark, GotoTable(TABLE_MARKING))
         )
         rules = admitted(IPV4, cookie, self.mac, own, ip)
         rules |= routed_to(IPV4, cookie, self.mac, self.router_mac, own, self.access_ports, ip)

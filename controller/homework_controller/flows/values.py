@@ -4,6 +4,7 @@ docstring), the frames' numbers, actions, meters, the port marks, a rule, a conn
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -13,7 +14,8 @@ from ..nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
-TABLE_ROUTING = 2
+TABLE_MARKING = 2
+TABLE_ROUTING = 3
 
 
 class Admission:
@@ -35,6 +37,14 @@ class Accounting:
     # Device-to-device traffic matches both; the sender's rule wins, so the flow is the sender's.
     DEVICE_SOURCE = 110
     DEVICE_DEST = 100
+    MISS = 0
+
+
+class Marking:
+    BY_AGENT = 500  # a device's socket (its protocol and port, any far end) its agent named a program for
+    BY_NAME = 400  # a device and an address its lookups named for an app
+    DEMOTED_PORT = 300  # a device over its share of High: its High apps' ports, at Medium
+    BY_PORT = 200  # an app's service port, either end (every device)
     MISS = 0
 
 
@@ -207,6 +217,12 @@ class FiveTuple(NamedTuple):
             match.get(f"{family}_dst", unspecified),
             match.get(f"{prefix}_dst", 0) if prefix else 0,
         )
+
+
+def masked(prefix: str) -> tuple[str, str]:
+    """An IPv6 prefix as an OpenFlow masked match (address, mask)."""
+    net = ipaddress.IPv6Network(prefix)
+    return str(net.network_address), str(net.netmask)
 
 
 def device_cookie(device: Device) -> int:
