@@ -7,6 +7,8 @@ import os
 import pytest
 
 from homenet import REPO, Home
+from homenet.load import set_priority
+from homework_controller import apps
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +29,14 @@ def homenet():
 
 @pytest.fixture
 def home(homenet):
-    """The home, and afterwards every device the test added leaves again."""
+    """The home, and afterwards every device the test added leaves again, and every app whose priority
+    it changed is back at the table's (a test must not see another's: the ISP slice marks a High app's
+    ports ahead, so a `web` left at High put a stray page's packet in the call test's High queue)."""
     before = set(homenet.clients())
     yield homenet
     for name in set(homenet.clients()) - before:
         homenet.remove(name)
+    table = apps.load_table()
+    for listed in homenet.api("GET", "apps")[1]:
+        if listed["set_by"] == "household" and listed["priority"] != table.default_priority(listed["app"]):
+            set_priority(homenet, listed["app"], table.default_priority(listed["app"]))

@@ -13,17 +13,17 @@ from homenet import REPO
 HOOKS = REPO / "tests" / "e2e" / "hooks"
 
 
-def test_the_household_admits_and_refuses_real_devices_from_the_guest_board(homenet):
+def test_the_household_admits_and_refuses_real_devices_from_the_guest_board(home):
     # A fresh home: the browser flow becomes the owner on first visit, with the setup code the
     # web UI wrote where only the household sees it (the router's console and label).
-    homenet.fresh_webui()
+    home.fresh_webui()
     python = shlex.quote(sys.executable)
     env = dict(
         os.environ,
         WEBUI_URL="http://127.0.0.1:8080",
         E2E_USER="owner",
         E2E_PASSWORD="a long household passphrase",
-        E2E_SETUP_CODE=homenet.setup_code(),
+        E2E_SETUP_CODE=home.setup_code(),
         E2E_JOIN_CMD=f"{python} {HOOKS / 'join.py'}",
         E2E_CHECK_CMD=f"{python} {HOOKS / 'check.py'}",
         E2E_HWDB_QUERY_CMD=f'{python} -m homenet router exec -- hwdb query --json "$E2E_QUERY"',
