@@ -171,7 +171,7 @@ class Joining:
             effects += self.rules.forget(newcomer)
         if device.lease_active(self.clock()):
             effects.append(self.registry.record_lease(device, "released"))
-        effects += self.switch.evict(device) + self.rules.forget_neighbours(device)  # its addresses, a new MAC
+        effects += self.rules.evict(device) + self.rules.forget_neighbours(device)  # its addresses, a new MAC
         effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
         for concern in self.concerns:
             if concern not in self.follow_the_device:

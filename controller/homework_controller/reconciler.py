@@ -88,11 +88,16 @@ class Reconciler:
     def forget(self, device: Device) -> list:
         """Every concern forgets the device; its meter and rules leave the switch, and the router's stack
         the MAC it had for its addresses (its /30 goes to the next newcomer)."""
-        effects = self.switch.evict(device) + self.forget_neighbours(device)
-        if self.priorities.ahead.has_marks(device.mac):
-            effects.append(RemoveRules(flows.marks_cookie(device.mac)))
+        effects = self.evict(device) + self.forget_neighbours(device)
         for concern in self.concerns:
             concern.forget(device.mac)
+        return effects
+
+    def evict(self, device: Device) -> list:
+        """Its rules and meter off the switch, and its marks (what its lookups and its agent named)."""
+        effects = self.switch.evict(device)
+        if self.priorities.ahead.has_marks(device.mac):
+            effects.append(RemoveRules(flows.marks_cookie(device.mac)))
         return effects
 
     def forget_neighbours(self, device: Device) -> list:

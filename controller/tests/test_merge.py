@@ -137,3 +137,19 @@ def test_a_device_with_its_own_passphrase_is_not_offered_on_its_looks(db_path, c
     with pytest.raises(Conflict, match="its own passphrase"):
         router.merge(NEW, PHONE)
     assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "pending"
+
+
+def test_a_merged_devices_marks_under_its_old_mac_leave_the_switch(router, switch, clock):
+    """The marks its lookups made (its old MAC's marks cookie) go with its old rules; under its new MAC
+    its next lookup marks again (the positive control)."""
+    ip = permitted(router, switch, PHONE, ANNAS_PHONE)
+    switch.apply(router.dns_answer([("us04web.zoom.us", WWW, 300)], ip))
+    assert [r for r in switch.rules if r.cookie == flows.marks_cookie(PHONE)]
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    switch.apply(router.merge(NEW, PHONE))
+    assert not [r for r in switch.rules if r.cookie == flows.marks_cookie(PHONE)]
+    new_ip = router.on_dhcp(frame(NEW, "request", ciaddr=ip, src_ip=ip, options=list(ANNAS_PHONE)))
+    switch.apply(new_ip)
+    switch.apply(router.dns_answer([("us04web.zoom.us", WWW, 300)], ip))
+    assert [r for r in switch.rules if r.cookie == flows.marks_cookie(NEW)]
