@@ -416,14 +416,9 @@ test('phone: an allowance fills its bar, warns at 80 %, pauses the device at 100
   await context.close()
 })
 
-test('owner: a person\'s bedtime is set on every device they own from the Household page', async (t) => {
-  if (!stack.fake) return t.skip('needs the fake stack')
-  const [tablet, phone, other] = [await stack.join('kid-tablet', { state: 'permitted' }),
-    await stack.join('kid-phone', { state: 'permitted' }), await stack.join('parent-laptop', { state: 'permitted' })]
-  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
-  await page.goto(stack.url + '/#/household')
+// The owner adds a member and gives them devices (the API the device details use): the member's name and id.
+const memberOwning = async (page, macs) => {
   const kid = `kid${randomBytes(2).toString('hex')}`
-  // The owner adds a member and gives them two devices (the API the device details use).
   const id = await page.evaluate(async ({ kid, macs }) => {
     const csrf = (await (await fetch('/api/session')).json()).csrf_token
     const post = (url, body) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf }, body: JSON.stringify(body) })
@@ -431,7 +426,17 @@ test('owner: a person\'s bedtime is set on every device they own from the Househ
     const account = (await (await fetch('/api/accounts')).json()).accounts.find((a) => a.username === kid)
     for (const mac of macs) await post(`/api/devices/${mac}/owner`, { account_id: account.id })
     return account.id
-  }, { kid, macs: [tablet, phone] })
+  }, { kid, macs })
+  return { kid, id }
+}
+
+test('owner: a person\'s bedtime is set on every device they own from the Household page', async (t) => {
+  if (!stack.fake) return t.skip('needs the fake stack')
+  const [tablet, phone, other] = [await stack.join('kid-tablet', { state: 'permitted' }),
+    await stack.join('kid-phone', { state: 'permitted' }), await stack.join('parent-laptop', { state: 'permitted' })]
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  const { kid, id } = await memberOwning(page, [tablet, phone])
   await page.reload()
   const form = `[data-test=person-bedtime]:has-text("${kid}")`
   await page.fill(`${form} [data-test=person-windows]`, 'sun-thu 21:30-07:00')
@@ -451,15 +456,7 @@ test('owner: a person\'s allowance is shared by their devices; used up, both wai
     await stack.join('kid-phone', { state: 'permitted' }), await stack.join('parent-laptop', { state: 'permitted' })]
   const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
   await page.goto(stack.url + '/#/household')
-  const kid = `kid${randomBytes(2).toString('hex')}`
-  const id = await page.evaluate(async ({ kid, macs }) => {
-    const csrf = (await (await fetch('/api/session')).json()).csrf_token
-    const post = (url, body) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf }, body: JSON.stringify(body) })
-    await post('/api/accounts', { username: kid, password: 'kid password 1', role: 'member' })
-    const account = (await (await fetch('/api/accounts')).json()).accounts.find((a) => a.username === kid)
-    for (const mac of macs) await post(`/api/devices/${mac}/owner`, { account_id: account.id })
-    return account.id
-  }, { kid, macs: [tablet, phone] })
+  const { kid, id } = await memberOwning(page, [tablet, phone])
   await page.reload()
   const form = `[data-test=person-allowance]:has-text("${kid}")`
   await page.fill(`${form} [data-test=person-allowance-amount]`, '1')

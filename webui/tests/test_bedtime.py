@@ -92,8 +92,7 @@ def test_bad_input_is_refused_with_the_controllers_words_and_changes_nothing(app
 def test_a_persons_bedtime_is_set_on_every_device_they_own(app, owner, controller):
     for mac in (PHONE, LAPTOP, TABLET):
         controller.add(mac, state="permitted", event=False)
-    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
-    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    kid_id = new_member(owner)
     for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
         assert owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id}).status_code == 200
     r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun-thu 21:30-07:00"})
@@ -110,8 +109,7 @@ def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, contro
     """A phone that joined with its own passphrase under a new private MAC is the same device to the router,
     which names the MACs it had (`earlier_macs`; controller/tests/test_new_address.py): it keeps its owner,
     so the person's bedtime reaches it under its new MAC."""
-    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
-    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    kid_id = new_member(owner)
     for mac in (PHONE, TABLET):
         controller.add(mac, state="permitted", event=False)
     assert owner.post(f"/api/devices/{PHONE}/owner", {"account_id": kid_id}).status_code == 200
@@ -134,8 +132,7 @@ def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, contro
 def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_given_to_them(app, owner, controller):
     for mac in (PHONE, LAPTOP, TABLET):
         controller.add(mac, state="permitted", event=False)
-    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
-    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    kid_id = new_member(owner)
     for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
         owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id})
     assert owner.get(f"/api/accounts/{kid_id}/allowance").json == {"allowance": None, "not_seen": []}
@@ -167,8 +164,7 @@ def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_giv
 
 
 def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
-    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
-    kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
+    kid_id = new_member(owner)
     mine = controller.add(PHONE, state="permitted", event=False)
     member = Api(app, ip=mine["ip"])  # signed in on the phone, so the phone is theirs
     member.session()
@@ -180,6 +176,12 @@ def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
         assert who.get(f"/api/accounts/{kid_id}/allowance").status_code == 403
     assert controller.shared == {}
     assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "9 h"}).json["allowance"]["devices"] == [PHONE]
+
+
+def new_member(owner) -> int:
+    """The owner adds a member, "kid": its account id."""
+    kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
+    return kid["account"]["id"] if "account" in kid else kid["id"]
 
 
 def wait_until(found, timeout=5.0):

@@ -96,6 +96,14 @@ export function bonusChoice(a: Pick<Allowance, 'kind'>): { label: string; amount
   return a.kind === 'bytes' ? { label: '+500 MB', amount: '500 MB' } : { label: '30 more minutes', amount: '30 min' }
 }
 
+/** The units an allowance is set in on the page (`allowanceAmount`'s). */
+export const ALLOWANCE_UNITS = [
+  { value: 'min', label: 'minutes online' },
+  { value: 'h', label: 'hours online' },
+  { value: 'MB', label: 'MB' },
+  { value: 'GB', label: 'GB' },
+] as const
+
 /** An allowance from the page's fields: a number and a unit ("min", "h", "MB", "GB"). */
 export function allowanceAmount(value: number, unit: string): string {
   if (!Number.isFinite(value) || value <= 0) return ''
