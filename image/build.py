@@ -51,7 +51,7 @@ from homework_image import (  # noqa: E402
     boot,
     bundle,
 )
-from homework_image.radio import RADIO_PORT  # noqa: E402
+from homework_image.radio import PSK_FILE, RADIO_PORT  # noqa: E402
 
 BUILD = REPO / "build"
 WORK = BUILD / "image"
@@ -90,10 +90,10 @@ SETTINGS = {
     # 802.1X on the LAN port, for the access point's stations (driver=wired on the bridge).
     "HOSTAPD_IFACE": BRIDGE,
     # The network's name is the one hostapd serves (the household's, radio.py). Devices' own
-    # passphrases are not offered on the radio yet: hostapd reports no key id for a WPA3 (SAE) join,
-    # and its SAE passwords are rendered only at boot (image/README.md). No connection-check server.
+    # passphrases go into hostapd's key file (WPA2, reloaded at once) and, through
+    # homework-radio-refresh.path, its SAE passwords (hostapd restarted). No connection-check server.
     "WIFI_SSID": "",
-    "WIFI_PSK_FILE": "",
+    "WIFI_PSK_FILE": PSK_FILE,
     "LATENCY_TARGET": "",
     # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
     "UPDATES": RUN / "update",
@@ -118,6 +118,7 @@ SYSTEM_UNITS = (
     "homework-health.service",
     "homework-console.service",
     "homework-update-spool.path",
+    "homework-radio-refresh.path",
     "homework-grub-count.service",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",

@@ -82,6 +82,12 @@ def parse_args(argv):
         "hostapd is told to reload it through --hostapd-ctrl",
     )
     p.add_argument(
+        "--hostapd-conf",
+        default=CONFIG.hostapd_conf,
+        help="the configuration hostapd runs with: a WPA3 (SAE) join, for which hostapd names no key, "
+        "used the device's own password when this binds the station's MAC to it",
+    )
+    p.add_argument(
         "--rebind-allow",
         action="append",
         default=[],
@@ -240,6 +246,7 @@ def main(argv=None):
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
     CONFIG.hostapd_ctrl = args.hostapd_ctrl
     CONFIG.wifi_ssid, CONFIG.wifi_psk_file = args.wifi_ssid, args.wifi_psk_file
+    CONFIG.hostapd_conf = args.hostapd_conf
     CONFIG.rebind_allow = args.rebind_allow
     CONFIG.apps_file = args.apps
     CONFIG.upstream_iface, CONFIG.uplink_kbit = args.upstream_iface, args.uplink_kbit

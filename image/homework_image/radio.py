@@ -19,6 +19,13 @@ The household's settings are in `STATE/config/wifi.conf`, `key=value` lines:
 A line that is not understood is reported and left out (the others still apply). The services
 find hostapd's control socket under the bridge's name (`RUN/hostapd/br-lan`, as on a box without a
 radio): with a radio that name is a link to the radio's socket.
+
+`python -m homework_image.radio refresh` (homework-radio-refresh.service, started by its path unit
+when the key file or the settings change) renders hostapd's configuration again and restarts only
+hostapd when it differs: a device's own passphrase reaches WPA3 (SAE), whose passwords hostapd
+reads only at its start, and a new network name or channel takes effect. Every station joins
+again after such a restart (a few seconds); WPA2 devices' keys need no restart (the controller
+has hostapd reload the key file).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ WIFI_CONFIG = STATE / "config" / "wifi.conf"
 PSK_FILE = STATE / "hostapd.wpa_psk"
 HOSTAPD_CTRL = RUN / "hostapd"
 BANDS = ("2.4", "5")
+HOSTAPD_UNIT = "homework-hostapd.service"
 
 
 class RadioError(RuntimeError):
@@ -210,16 +218,56 @@ def setup_radio() -> bool:
     run("iw", "dev", RADIO_PORT, "set", "type", "__ap")
     Path(f"/proc/sys/net/ipv6/conf/{RADIO_PORT}/disable_ipv6").write_text("1\n")
     run("ovs-vsctl", "--may-exist", "add-port", BRIDGE, RADIO_PORT)
-    conf = run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
-    RUN.mkdir(parents=True, exist_ok=True)
-    target = RUN / "hostapd.conf"
-    target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
-    with os.fdopen(fd, "w") as f:
-        f.write(conf)
+    write_hostapd_conf(render_hostapd_conf(settings))
     # The controller and the readiness check look for hostapd's socket under the bridge's name.
     HOSTAPD_CTRL.mkdir(parents=True, exist_ok=True)
     alias = HOSTAPD_CTRL / BRIDGE
     alias.unlink(missing_ok=True)
     alias.symlink_to(RADIO_PORT)
     return True
+
+
+def render_hostapd_conf(settings: WifiSettings) -> str:
+    return run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
+
+
+def write_hostapd_conf(conf: str) -> None:
+    RUN.mkdir(parents=True, exist_ok=True)
+    target = RUN / "hostapd.conf"
+    target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
+    with os.fdopen(fd, "w") as f:
+        f.write(conf)
+
+
+def refresh() -> bool:
+    """hostapd's configuration rendered again from the key file and the settings; when it differs
+    from the one hostapd runs with, hostapd is stopped, given it and started (never running with a
+    configuration other than the file's, which the controller reads). True when it restarted."""
+    if not (HOSTAPD_CTRL / BRIDGE).is_symlink():
+        return False  # no radio: the wired setup's configuration has no keys or settings to follow
+    conf = render_hostapd_conf(wifi_settings())
+    current = RUN / "hostapd.conf"
+    if current.exists() and current.read_text() == conf:
+        return False
+    run("systemctl", "stop", HOSTAPD_UNIT)
+    write_hostapd_conf(conf)
+    run("systemctl", "start", HOSTAPD_UNIT)
+    print(f"homework-network: hostapd restarted with its configuration rendered again ({current})")
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["refresh"]:
+        print("usage: python -m homework_image.radio refresh", file=sys.stderr)
+        return 2
+    try:
+        refresh()
+    except (RadioError, OSError) as exc:
+        print(f"homework-network: hostapd's configuration: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

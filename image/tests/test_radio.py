@@ -78,3 +78,46 @@ def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(
     out = subprocess.run(["timeout", "10", "hostapd", str(tmp_path / "hostapd.conf")], capture_output=True, text=True)
     assert "errors found in configuration file" not in out.stdout + out.stderr, out.stdout
     assert "Failed to initialize driver 'nl80211'" in out.stdout + out.stderr
+
+
+@pytest.fixture
+def served_radio(tmp_path, monkeypatch):
+    """A radio being served (hostapd's socket alias in place) and the commands refresh would run."""
+    monkeypatch.setattr(radio, "RUN", tmp_path)
+    monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "hostapd")
+    monkeypatch.setattr(radio, "WIFI_CONFIG", tmp_path / "wifi.conf")
+    (tmp_path / "wifi.conf").write_text("passphrase=correct horse battery\n")
+    (tmp_path / "hostapd").mkdir()
+    (tmp_path / "hostapd" / radio.BRIDGE).symlink_to(radio.RADIO_PORT)
+    ran: list[tuple[str, ...]] = []
+
+    def run(*cmd: str) -> str:
+        ran.append((*cmd, (tmp_path / "hostapd.conf").read_text() if (tmp_path / "hostapd.conf").exists() else ""))
+        return ""
+
+    monkeypatch.setattr(radio, "run", run)
+    return tmp_path, ran
+
+
+def test_a_key_or_setting_that_changes_hostapds_configuration_restarts_only_hostapd_with_it(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd.conf").write_text("sae_password=guest\n")
+    monkeypatch.setattr(
+        radio, "render_hostapd_conf", lambda settings: "sae_password=guest\nsae_password=own|mac=02:..\n"
+    )
+    assert radio.refresh()
+    # Stopped with the old configuration, started with the new one: never running with another than the file's.
+    assert ran == [
+        ("systemctl", "stop", "homework-hostapd.service", "sae_password=guest\n"),
+        ("systemctl", "start", "homework-hostapd.service", "sae_password=guest\nsae_password=own|mac=02:..\n"),
+    ]
+    # Rendered again to the same: nothing restarts (the key file rewritten as it was wakes it too).
+    ran.clear()
+    assert not radio.refresh() and ran == []
+
+
+def test_without_a_radio_there_is_nothing_to_refresh(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd" / radio.BRIDGE).unlink()
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: pytest.fail("rendered for the wired setup"))
+    assert not radio.refresh() and ran == []

@@ -222,6 +222,35 @@ def stations(router, guest_passphrase) -> list[Station]:
     return [Station(router, n) for n in range(1, RADIOS)]
 
 
+@pytest.fixture(scope="module")
+def owner(router) -> Owner:
+    """The household's owner, signed in through the web UI's first-run setup."""
+    owner = Owner(router)
+    owner.session()
+    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
+    status, doc = owner.call(
+        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
+    )
+    assert status == 201, doc
+    owner.csrf = doc["csrf_token"]
+    return owner
+
+
+def wpa2(passphrase: str) -> str:
+    return f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1'
+
+
+def sae(password: str) -> str:
+    return f'key_mgmt=SAE\n sae_password="{password}"\n ieee80211w=2'
+
+
+def clone_suspected(vm: RouterVm, mac: str) -> object:
+    for device in json_in(vm.run("curl -s http://127.0.0.1:8081/ws.v1/status")):
+        if device.get("mac") == mac:
+            return device.get("clone_suspected")
+    return None
+
+
 # ---- the story
 
 
@@ -253,32 +282,13 @@ def test_a_station_joins_with_the_guest_passphrase(router, stations, guest_passp
     assert "[AUTHORIZED]" in sta, sta
 
 
-def controller_runs_with(router: RouterVm, flag: str) -> bool:
-    return (
-        router.run(
-            f"grep -c -- {shlex.quote(flag)} /usr/lib/systemd/system/homework-controller.service", check=False
-        ).strip()
-        != "0"
-    )
-
-
-def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_until_permitted(router, stations):
-    if not controller_runs_with(router, "--access-ports wlan0"):
-        pytest.skip("the controller does not serve the radio's port (its access ports) in this build")
+def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_until_permitted(router, stations, owner):
     first = stations[0]
     address = first.dhcp(60)
     assert address.endswith("/30"), address
     assert first.lease_left() <= PENDING_LEASE_S
     assert device_state(router, first.mac) == "pending"
     assert first.fetch() == "000"
-    owner = Owner(router)
-    owner.session()
-    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
-    status, doc = owner.call(
-        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
-    )
-    assert status == 201, doc
-    owner.csrf = doc["csrf_token"]
     status, doc = owner.call("POST", f"/api/devices/{first.mac}/permit")
     assert status == 200, doc
     first.dhcp(60)
@@ -287,8 +297,6 @@ def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_unt
 
 
 def test_links_carry_the_stations_signal_as_nl80211_reports_it(router, stations):
-    if not controller_runs_with(router, "nl80211:wlan0"):
-        pytest.skip("the controller does not read the radio's stations over nl80211 in this build")
     first = stations[0]
 
     def signal() -> int | None:
@@ -339,28 +347,104 @@ def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets
     )
 
 
-def test_a_devices_own_passphrase_fits_any_mac_and_hostapd_says_whose_it_is(router, stations, guest_passphrase):
-    """What a device keeping its identity under a new MAC rests on, with real hostapd and wpa_supplicant:
-    the controller writes a device's line of the key file as a wildcard, so the phone under its next
-    private address still joins with its own passphrase, and hostapd names the key it used (keyid=),
-    from which the controller moves the device to the new MAC (controller/tests/test_new_address.py)."""
-    first = stations[0]
-    passphrase = wifi_keys.new_passphrase()
-    keyid = wifi_keys.device_keyid(first.mac)
-    key_file = "/var/lib/homework/hostapd.wpa_psk"
-    lines = wifi_keys.render_psk_file(router.run(f"cat {key_file}"), [wifi_keys.WifiKey(first.mac, passphrase, 0.0)])
-    first.write(key_file, lines)
-    assert hostapd(router, "reload_wpa_psk").strip() == "OK"
-    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+def test_a_device_given_its_own_passphrase_joins_with_it_and_a_copy_of_its_mac_is_flagged(
+    router, stations, owner, guest_passphrase
+):
+    """The owner gives the permitted station a passphrase of its own (the web UI, as the Guest Board's
+    device page does); it joins with it and hostapd names its key; under its next private address it
+    is still the device; another station taking its MAC with the guest passphrase is flagged as a
+    clone and gets nothing of its permissions."""
+    first, second = stations
+    status, doc = owner.call("POST", f"/api/devices/{first.mac}/wifi-key")
+    assert status == 200 and doc["wifi_key"]["applied"], doc
+    key = doc["wifi_key"]
+    assert key["keyid"] == wifi_keys.device_keyid(first.mac) and key["ssid"] == "Homework", key
+    status, shown = owner.call("GET", f"/api/devices/{first.mac}/wifi-key")  # the device page shows it again
+    assert status == 200 and shown["wifi_key"]["passphrase"] == key["passphrase"], shown
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
-    # Its next private address: the same passphrase, the same key id.
+    assert f"keyid={key['keyid']}" in hostapd(router, "sta", first.mac)
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    # Its next private address: the same passphrase says it is the device, which moves to it.
+    original = first.mac
     first.new_address("06:11:22:33:44:55")
-    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
-    # The same station with the guest passphrase is the guest's key: nothing says it is that device.
-    first.join(f'key_mgmt=WPA-PSK\n psk="{guest_passphrase}"\n ieee80211w=1')
+    wait_until("the device to move to its new MAC", lambda: device_state(router, first.mac) == "permitted", 30, 1)
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    # Another station under the device's MAC with the guest passphrase: off the air and flagged.
+    first.leave()
+    other_mac = second.mac
+    second.leave()
+    second.new_address(first.mac)
+    second.join(wpa2(guest_passphrase))
+    wait_until("the copy to be flagged", lambda: clone_suspected(router, first.mac), 30, 1, hint=second.log)
+    # Each time it completes the handshake the router has hostapd put it off the air again.
+    wait_until("the copy to be put off the air", lambda: "CTRL-EVENT-DISCONNECTED" in second.log(), 30, 1)
+    # Positive control: the device itself, with its own passphrase, is back on and served.
+    second.leave()
+    second.new_address(other_mac)
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    sta = hostapd(router, "sta", first.mac)
-    assert f"keyid={wifi_keys.GUEST_KEYID}" in sta and keyid not in sta, sta
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    assert device_state(router, original) is None  # the device moved: nothing is left under its old MAC
+
+
+def test_a_wpa3_device_joins_with_its_own_sae_password_and_a_copy_of_its_mac_with_the_guests_is_refused(
+    router, stations, owner, guest_passphrase
+):
+    """A key issued reaches hostapd's SAE passwords (homework-radio-refresh.path restarts hostapd with
+    the configuration rendered again), bound to the device's MAC: the device joins over SAE with its
+    own password and the controller takes it for the device (hostapd names no key for SAE); a copy
+    of its MAC cannot join over SAE with the guest password."""
+    first, second = stations
+    second.join(sae(guest_passphrase))
+    second.wait_connected(120)
+    second.dhcp(60)
+    status, doc = owner.call("POST", f"/api/devices/{second.mac}/permit")
+    assert status == 200, doc
+    restarts = router.run("systemctl show -p NRestarts,ExecMainStartTimestampMonotonic homework-hostapd")
+    status, doc = owner.call("POST", f"/api/devices/{second.mac}/wifi-key")
+    assert status == 200, doc
+    password = doc["wifi_key"]["passphrase"]
+
+    def hostapd_has_the_password() -> bool:
+        if f"|mac={second.mac}" not in router.run("cat /run/homework/hostapd.conf"):
+            return False
+        try:
+            return "state=ENABLED" in hostapd(router, "status")
+        except VmError:  # restarting
+            return False
+
+    wait_until(
+        "hostapd to run with the device's SAE password",
+        hostapd_has_the_password,
+        90,
+        2,
+        hint=lambda: router.run("journalctl -b --no-pager -n 30 -u homework-radio-refresh", check=False),
+    )
+    assert router.run("systemctl show -p NRestarts,ExecMainStartTimestampMonotonic homework-hostapd") != restarts
+    second.join(sae(password))
+    second.wait_connected(120)
+    sta = hostapd(router, "sta", second.mac)
+    assert "[AUTHORIZED]" in sta and "sae_group=" in sta, sta
+    # The controller took it for the device: not flagged, not put off the air.
+    time.sleep(10)
+    assert clone_suspected(router, second.mac) is None
+    assert "[AUTHORIZED]" in hostapd(router, "sta", second.mac)
+    second.dhcp(60)
+    assert second.fetch() == "200"
+    # The first station under the device's MAC, over SAE with the guest password: hostapd tries the
+    # device's password for that MAC, so the handshake never completes.
+    second.leave()
+    own_mac = first.mac
+    first.leave()
+    first.new_address(second.mac)
+    first.join(sae(guest_passphrase))
+    time.sleep(20)
+    assert not first.connected(), first.log()[-1500:]
+    first.leave()
+    first.new_address(own_mac)
