@@ -58,6 +58,8 @@ WORK = BUILD / "image"
 CACHE = WORK / "cache"
 NAME = "homework-router-x86_64"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+# non-free-firmware: the Wi-Fi cards router boxes ship with need their vendors' firmware (FIRMWARE).
+COMPONENTS = ("main", "non-free-firmware")
 PACKAGES_FILE, LOCK_FILE = IMAGE_DIR / "packages.txt", IMAGE_DIR / "packages.lock"
 
 # The project's components, one a line. Python packages (their folders, each with a
@@ -196,7 +198,21 @@ MODULE_EXCLUDES = [
     # SCSI host adapters (each in its own folder); sd_mod and friends sit at the top.
     "/lib/modules/*/kernel/drivers/scsi/*/*"
 ]
+# The firmware files kept of the firmware packages (dpkg leaves out the rest, most of their 110 MB):
+# the kernel's regulatory database (cfg80211 reads the household's country from it), and the Wi-Fi
+# cards of the boxes the router is built for. ath9k (the PC Engines APU's Compex WLE200NX) needs
+# none; ath10k: QCA988X (WLE600VX, WLE900VX on APUs), QCA9888 and QCA9984 (the 802.11ac wave 2
+# mini-PCIe cards sold for them); mt76: MT7921 (mt7921e, as MT7961) and MT7915 in Protectli boxes.
+FIRMWARE = [
+    "/lib/firmware/regulatory.db*",
+    "/lib/firmware/ath10k/QCA988X/*",
+    "/lib/firmware/ath10k/QCA9888/*",
+    "/lib/firmware/ath10k/QCA9984/*",
+    "/lib/firmware/mediatek/WIFI_*MT7961*",
+    "/lib/firmware/mediatek/mt7915_*",
+]
 DPKG_EXCLUDES = [
+    "/lib/firmware/*",
     "/usr/share/doc/*",
     "/usr/share/man/*",
     "/usr/share/locale/*",
@@ -308,7 +324,9 @@ def base_root(pinned: bool = True) -> Path:
         "--variant=apt",
         "--mode=root",
         "--quiet",
+        f"--components={','.join(COMPONENTS)}",
         *(f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES),
+        *(f"--dpkgopt=path-include={p}" for p in FIRMWARE),
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",
         f"--essential-hook={initramfs}",
         f"--include={','.join(include)}",
@@ -333,7 +351,9 @@ def base_root(pinned: bool = True) -> Path:
 
 
 def base_cache(pins: dict[str, str]) -> Path:
-    recipe = json.dumps([wanted_packages(), sorted(pins.items()), DPKG_EXCLUDES, INITRD_MODULES, SUITE])
+    recipe = json.dumps(
+        [wanted_packages(), sorted(pins.items()), DPKG_EXCLUDES, FIRMWARE, INITRD_MODULES, SUITE, COMPONENTS]
+    )
     return CACHE / f"base-{hashlib.sha256(recipe.encode()).hexdigest()[:16]}.tar"
 
 

@@ -65,7 +65,10 @@ class StationEvents:
         except OSError as exc:
             LOG.warning("which key %s joined with: %s", mac, exc)
             return ""
-        return hostapd_ctrl.sae_keyid(conf, mac, self._wifi_keys())
+        keyid = hostapd_ctrl.sae_keyid(conf, mac, self._wifi_keys())
+        if keyid:
+            LOG.info("%s joined over SAE with its own password (%s)", mac, keyid)
+        return keyid
 
     def _on_attach(self) -> None:
         """hostapd (re)started, or the controller did: the network's name, and the stations already on
