@@ -203,13 +203,16 @@ MODULE_EXCLUDES = [
 # cards of the boxes the router is built for. ath9k (the PC Engines APU's Compex WLE200NX) needs
 # none; ath10k: QCA988X (WLE600VX, WLE900VX on APUs), QCA9888 and QCA9984 (the 802.11ac wave 2
 # mini-PCIe cards sold for them); mt76: MT7921 (mt7921e, as MT7961) and MT7915 in Protectli boxes.
+# dpkg keeps an excluded directory only when an include pattern's text before its first wildcard
+# starts with the directory's path, hence the `*` right after /lib/firmware/ (the directories of
+# the firmware packages stay, empty but for these files).
 FIRMWARE = [
     "/lib/firmware/regulatory.db*",
-    "/lib/firmware/ath10k/QCA988X/*",
-    "/lib/firmware/ath10k/QCA9888/*",
-    "/lib/firmware/ath10k/QCA9984/*",
-    "/lib/firmware/mediatek/WIFI_*MT7961*",
-    "/lib/firmware/mediatek/mt7915_*",
+    "/lib/firmware/*ath10k/QCA988X/*",
+    "/lib/firmware/*ath10k/QCA9888/*",
+    "/lib/firmware/*ath10k/QCA9984/*",
+    "/lib/firmware/*mediatek/WIFI_*MT7961*",
+    "/lib/firmware/*mediatek/mt7915_*",
 ]
 DPKG_EXCLUDES = [
     "/lib/firmware/*",
