@@ -154,6 +154,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
                 CONFIG.public_addresses,
                 tls,
                 ahead=self._slice_ahead,
+                delegated=self._delegated_prefix,
             ).start()
         self.api_server = api_server(CONFIG.api_host, CONFIG.api_port, api.make_app(self.call))
         self._start_thread(self.api_server.serve_forever)
@@ -363,6 +364,11 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         """What the slice marks ahead (ports, named addresses), taken under the lock like the snapshot."""
         with self.lock:
             return self.router.priorities.ahead.slice_ahead()
+
+    def _delegated_prefix(self):
+        """The prefix the ISP delegated now (the slice's IPv6 rules name it), or None (no IPv6, or none yet)."""
+        with self.lock:
+            return self.router.ipv6.plan.delegated if self.router.ipv6 is not None else None
 
     # ---- effects
 
