@@ -51,7 +51,7 @@ from homework_image import (  # noqa: E402
     boot,
     bundle,
 )
-from homework_image.radio import PSK_FILE, RADIO_PORT  # noqa: E402
+from homework_image.radio import PSK_FILE, RADIO_PORT, WIFI_CONFIG  # noqa: E402
 
 BUILD = REPO / "build"
 WORK = BUILD / "image"
@@ -96,6 +96,8 @@ SETTINGS = {
     # homework-radio-refresh.path, its SAE passwords (hostapd restarted). No connection-check server.
     "WIFI_SSID": "",
     "WIFI_PSK_FILE": PSK_FILE,
+    # The household's radio settings, changed in the web UI: homework-radio-refresh.path follows the file.
+    "RADIO_SETTINGS": WIFI_CONFIG,
     "LATENCY_TARGET": "",
     # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
     "UPDATES": RUN / "update",

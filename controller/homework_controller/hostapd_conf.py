@@ -24,8 +24,9 @@ WPA2 only: SAE cannot try several passwords on one handshake, and phones send no
 identifier.
 
 `--country` is the regulatory domain: `00` (the world domain, the kernel's default until the
-household chooses) is not advertised; a country is, with 802.11d. 5 GHz needs a country: in
-the world domain its channels may not start a network.
+household chooses) is not advertised; a country is, with 802.11d. 5 GHz, and channels 12 and 13,
+need a country: in the world domain they may not start a network. The settings are checked as the
+household's settings file is (`radio_settings`).
 """
 
 from __future__ import annotations
@@ -35,20 +36,13 @@ import string
 import sys
 from pathlib import Path
 
-from . import wifi_keys
+from . import private_files, radio_settings, wifi_keys
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "hostapd" / "hostapd.conf.in"
 PMF = {"optional": 1, "required": 2}  # hostapd's ieee80211w
 HW_MODE = {"2.4": "g", "5": "a"}  # band (GHz) -> hostapd's hw_mode
-WORLD = "00"
+WORLD = radio_settings.WORLD
 SAE_MAC = "mac="  # an sae_password line's option binding it to one station
-
-
-def check_country(country: str) -> str:
-    """`00` (the world domain) or an ISO 3166-1 alpha-2 code such as `GB`."""
-    if country != WORLD and not (len(country) == 2 and country.isascii() and country.isalpha() and country.isupper()):
-        raise ValueError(f"country is 00 or two capital letters (ISO 3166-1, e.g. GB), not {country!r}")
-    return country
 
 
 def sae_password_lines(psk_file_text: str, guest: str) -> list[str]:
@@ -94,14 +88,22 @@ def driver_settings(args) -> str:
         wifi_keys.check_passphrase(args.passphrase or "")
     except wifi_keys.BadPassphrase as exc:
         raise SystemExit(f"nl80211 needs --passphrase: {exc}") from None
-    if "\n" in args.ssid or not 1 <= len(args.ssid.encode()) <= 32:
-        raise SystemExit("--ssid is 1 to 32 bytes on one line")
-    try:
-        country = check_country(args.country)
-    except ValueError as exc:
-        raise SystemExit(f"--country: {exc}") from None
-    if args.band == "5" and country == WORLD:
-        raise SystemExit("--band 5 needs --country: in the world domain (00) no 5 GHz channel may start a network")
+    # The radio settings' own checks (radio_settings), but for the passphrase: `|` is WPA3's alone to refuse.
+    for option, check, value in (
+        ("--ssid", radio_settings.check_ssid, args.ssid),
+        ("--country", radio_settings.check_country, args.country),
+        ("--channel", radio_settings.check_channel, str(args.channel)),
+    ):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise SystemExit(f"{option}: {exc}, not {value!r}") from None
+    country = args.country
+    together = radio_settings.RadioSettings(args.ssid, args.passphrase, country, args.band, args.channel)
+    clash = radio_settings.problems_together(together)
+    if clash:
+        field, why = next(iter(clash.items()))
+        raise SystemExit(f"--{field}: {why}")
     wpa3 = args.security == "wpa2-wpa3"
     # WPA-PSK-SHA256 is the AKM a PMF-capable device negotiates; WPA-PSK keeps older ones joining
     # (with ieee80211w=2 they cannot: they do not do PMF). SAE (WPA3) always protects management
@@ -128,10 +130,10 @@ def driver_settings(args) -> str:
     if args.psk_file:
         path = Path(args.psk_file)
         try:
-            current = wifi_keys.read_text(str(path))
+            current = private_files.read_text(str(path))
             key_file = wifi_keys.render_guest_line(current, args.passphrase)
             if key_file != current:  # a write would wake what watches the file (the image's path unit)
-                wifi_keys.write_psk_file(str(path), key_file)
+                private_files.write(str(path), key_file)
         except OSError as exc:
             raise SystemExit(f"--psk-file {path}: {exc}") from None
         settings.append(f"wpa_psk_file={path}")

@@ -13,7 +13,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 
-from . import hostapd_conf, wifi_keys
+from . import hostapd_conf, private_files, wifi_keys
 from .effects import AuthenticatorDeny, AuthenticatorKick
 
 LOG = logging.getLogger(__name__)
@@ -199,8 +199,8 @@ class Authenticator:
         with self.keys_lock:
             keys = self.keys()
             try:
-                wifi_keys.write_psk_file(
-                    self.psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(self.psk_file), keys)
+                private_files.write(
+                    self.psk_file, wifi_keys.render_psk_file(private_files.read_text(self.psk_file), keys)
                 )
             except OSError as exc:
                 LOG.error("could not write %s: %s", self.psk_file, exc)

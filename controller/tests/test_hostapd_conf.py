@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from homework_controller import hostapd_conf, hostapd_ctrl, wifi_keys
+from homework_controller import hostapd_conf, hostapd_ctrl, private_files, wifi_keys
 from homework_controller.wifi_keys import WifiKey
 
 needs_hostapd = pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
@@ -79,7 +79,7 @@ def test_the_world_domain_is_not_advertised_a_chosen_country_is_and_5_ghz_needs_
         "a",
         "36",
     )
-    with pytest.raises(SystemExit, match="--band 5 needs --country"):
+    with pytest.raises(SystemExit, match="--band: 5 GHz needs a country"):
         radio(capsys, "--band", "5", "--channel", "36")
     for bad in ("gb", "GBR", "G1", ""):
         with pytest.raises(SystemExit, match="--country"):
@@ -243,13 +243,13 @@ def wait_for(condition, timeout=15.0):
 
 def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_a_broken_file(wired_hostapd, tmp_path):
     psk = str(tmp_path / "hostapd.wpa_psk")
-    wifi_keys.write_psk_file(psk, wifi_keys.render_guest_line("", "correct horse battery"))
+    private_files.write(psk, wifi_keys.render_guest_line("", "correct horse battery"))
     ctrl = wired_hostapd(
         "ssid=home\nwpa=2\nwpa_key_mgmt=WPA-PSK WPA-PSK-SHA256\nieee80211w=1\n"
         f"rsn_pairwise=CCMP\nwpa_psk_file={psk}\n"
     )
     phone = WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)
-    wifi_keys.write_psk_file(psk, wifi_keys.render_psk_file(wifi_keys.read_text(psk), [phone]))
+    private_files.write(psk, wifi_keys.render_psk_file(private_files.read_text(psk), [phone]))
     assert hostapd_ctrl.command(ctrl, "reload_wpa_psk") == "OK"
     # The check is real: a line hostapd cannot read makes it refuse the reload, and the controller hears so.
     with open(psk, "a") as f:

@@ -138,6 +138,7 @@ class Home:
                 "LATENCY_TARGET": f"http://{INTERNET_IP}",
                 "WIFI_SSID": "Homework",
                 "WIFI_PSK_FILE": "",  # the emulated air has no radio: 802.1X, no passphrases
+                "RADIO_SETTINGS": "",  # nor radio settings to change
                 "UPLINK_KBIT": LINE_UP_KBIT,
                 "DOWNLINK_KBIT": LINE_DOWN_KBIT,
                 "UPDATES": "",  # no installer: the emulated home is not an image

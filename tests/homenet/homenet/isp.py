@@ -319,6 +319,7 @@ link_mbit = {LINK_MBIT}
                 "LATENCY_TARGET": "",
                 "WIFI_SSID": "",
                 "WIFI_PSK_FILE": "",
+                "RADIO_SETTINGS": "",
                 "UPLINK_KBIT": 0,
                 "DOWNLINK_KBIT": 0,
                 "UPDATES": "",
