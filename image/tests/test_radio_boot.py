@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from routervm import WWW_IP, Network, RouterVm, VmError
-from test_boot import BOOT_S, PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in
+from test_boot import BOOT_S, PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in, main_pid
 
 from homenet.wait import wait_until
 from homework_controller import wifi_keys
@@ -113,7 +113,8 @@ class Station:
     def join(self, network: str) -> None:
         """(Re)start wpa_supplicant with one network block, e.g. 'key_mgmt=WPA-PSK\\npsk="..."'."""
         self.leave()
-        conf = f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2437\n {network}\n}}\n'
+        # Channels 6 and 11 (the owner moves the radio to 11 in the last test).
+        conf = f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2437 2462\n {network}\n}}\n'
         self.write(f"{self.dir}/wpa.conf", conf)
         self.vm.run(f": > {self.dir}/wpa.log")
         self.exec(
@@ -548,3 +549,33 @@ def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hea
     wait_until("the permitted station to hear the announcement", lambda: second.heard(5353), 10, 1)
     time.sleep(3)
     assert newcomer.heard(5353) == []
+
+
+def test_the_owner_moves_the_radio_to_another_channel_and_only_hostapd_restarts(router, stations, owner):
+    """The web UI's radio settings: saved, hostapd alone restarts with them (homework-radio-refresh.path)
+    and the stations follow the network to its new channel."""
+    first = stations[0]
+    status, doc = owner.call("GET", "/api/radio")
+    assert status == 200 and doc["radio"]["channel"] == 6 and doc["radio"]["country"] == "00", doc
+    controller, hostapd_before = main_pid(router, "controller"), main_pid(router, "hostapd")
+    joined_before = first.log().count("CTRL-EVENT-CONNECTED")
+    status, doc = owner.call("PUT", "/api/radio", {"channel": 11})
+    assert status == 200 and doc["radio"]["channel"] == 11 and doc["restarting"], doc
+
+    def on_channel_11() -> bool:
+        try:
+            return "channel=11" in hostapd(router, "status").splitlines()
+        except VmError:  # restarting
+            return False
+
+    wait_until("hostapd on channel 11", on_channel_11, 90, 2)
+    assert main_pid(router, "hostapd") != hostapd_before
+    assert main_pid(router, "controller") == controller  # nothing else restarted
+    wait_until(
+        "the station to join again on channel 11",
+        lambda: first.log().count("CTRL-EVENT-CONNECTED") > joined_before,
+        120,
+        2,
+        hint=lambda: first.log()[-1500:],
+    )
+    assert "freq: 2462" in first.exec(f"iw dev {first.ifname} link")
