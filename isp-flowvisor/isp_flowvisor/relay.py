@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import ssl
@@ -98,7 +99,7 @@ async def exchange_hellos(reader: asyncio.StreamReader, writer: asyncio.StreamWr
     return True
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """A relayed request awaiting its reply or error."""
 
@@ -260,25 +261,25 @@ class Slicer:
 
     # --- switch side --------------------------------------------------------------------------
 
-    def _xid(self) -> int:
-        xid = self._next_xid
-        self._next_xid = xid + 1 if xid < 0xFFFFFFFF else 1
-        return xid
-
     def _to_switch(self, frame: bytes) -> None:
         if self._switch_out is not None:
             self._switch_out.write(frame)
 
-    def _relay(self, msg: Any, pending: Pending) -> bytes:
-        """Send a request under a fresh xid of the slicer's, remembering whose it is."""
-        xid = self._xid()
+    def _remember(self, pending: Pending) -> int:
+        """A fresh xid of the slicer's for a request about to be sent, remembering whose it is."""
+        xid = self._next_xid
+        self._next_xid = xid + 1 if xid < 0xFFFFFFFF else 1
         if pending.kind in _REPLY_KINDS:
             self._awaiting[xid] = pending
         else:
             self._recent[xid] = pending
             if len(self._recent) > _RECENT_LIMIT:
                 self._recent.popitem(last=False)
-        frame = codec.encode(msg, xid)
+        return xid
+
+    def _relay(self, msg: Any, pending: Pending) -> bytes:
+        """Send a request under a fresh xid of the slicer's, remembering whose it is."""
+        frame = codec.encode(msg, self._remember(pending))
         self._to_switch(frame)
         return frame
 
@@ -627,35 +628,41 @@ class Slicer:
     def _serve(self, session: HouseholdSession, frame: bytes) -> None:
         counters = session.counters
         counters.messages_in += 1
-        xid = codec.header(frame)[3]
         try:
             # The router's usual flow-mods, checked and translated byte by byte (fastpath.py); None
             # for anything else, which os-ken's path decides.
             fast = fastpath.flow_mod(session.slice, frame)
             if fast is not None:
-                self._flow_mod(session, fast.request, fast, frame)
+                self._flow_mod(session, fast.xid, fast.command, fast.rule_key, frame, fast.frame)
                 counters.relayed += 1
                 return
             msg = codec.decode_request(frame)
             self._handle(session, msg, frame)
         except codec.Malformed as exc:
             counters.malformed += 1
-            session.send(codec.error(exc.err_type, exc.err_code, frame, xid))
+            self._error(session, exc.err_type, exc.err_code, frame)
         except policy.Refused as exc:
             counters.refused += 1
             LOG.info("%s: refused %s", session.household.name, exc)
-            session.send(codec.error(exc.err_type, exc.err_code, frame, xid))
+            self._error(session, exc.err_type, exc.err_code, frame)
         except Exception:
             # A bug must cost only this message, never the slicer or another household.
             LOG.exception("%s: internal error on a message", session.household.name)
             counters.malformed += 1
-            session.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, frame, xid))
+            self._error(session, ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, frame)
+
+    @staticmethod
+    def _error(session: HouseholdSession, err_type: int, err_code: int, frame: bytes) -> None:
+        """Answer the household's message with an error."""
+        session.send(codec.error(err_type, err_code, frame, codec.header(frame)[3]))
 
     def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
         kind = admission.request(msg)
         slice_, head = session.slice, frame[:64]
         if kind == "flow_mod":
-            self._flow_mod(session, msg, slice_.flow_mod(msg), frame)
+            translated = slice_.flow_mod(msg)
+            key = policy.rule_key(translated.table_id, translated.priority, translated.match)
+            self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
         elif kind == "packet_out":
             self._relay(slice_.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
         elif kind in ("group_mod", "meter_mod"):
@@ -674,14 +681,23 @@ class Slicer:
     ) -> Pending:
         return Pending(session, session.connection, xid, kind, head, rule_key)
 
-    def _flow_mod(self, session: HouseholdSession, msg: Any, translated: Any, frame: bytes) -> None:
-        key = policy.rule_key(translated.table_id, translated.priority, translated.match)
-        command, book = msg.command, session.book
+    def _flow_mod(
+        self,
+        session: HouseholdSession,
+        xid: int,
+        command: int,
+        key: tuple,
+        frame: bytes,
+        translation: Callable[[int], bytes],
+    ) -> None:
+        """Relay the household's flow-mod `frame` (its `xid`, `command`), checked and translated by
+        the policy into the rule `key` and `translation(slicer's xid)`, if its quota allows; book it."""
+        book = session.book
         admission.admit_rule(book, key, command, session.household.flow_quota)
         is_add = command == ofp.OFPFC_ADD
-        encoded = self._relay(
-            translated, self._pending(session, msg.xid, "flow_mod", frame[:64], key if is_add else None)
-        )
+        pending = self._pending(session, xid, "flow_mod", frame[:64], key if is_add else None)
+        encoded = translation(self._remember(pending))
+        self._to_switch(encoded)
         if is_add:
             book.add(key, encoded)
         elif command == ofp.OFPFC_DELETE_STRICT:
