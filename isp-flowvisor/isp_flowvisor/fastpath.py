@@ -18,10 +18,11 @@ flow-mod's fixed part, match header and instruction header, which are packed her
 layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated messages
 and fails on any difference in what the slicer writes or books.
 
-What it makes of a match and of an instruction list depends on the slice and their bytes alone, so
-both are kept per slice and bytes (`_match`, `_instructions`): a rule's match comes back in its
-MODIFY_STRICT and DELETE_STRICT, and its actions are one of few. Per message, what is left is the
-fixed part: its checks and the translated ids.
+What it makes of each part of a flow-mod (the fixed part, the match, the instructions) depends on
+the slice and that part's bytes alone, so each is kept per slice and bytes (`_fixed_part`, `_match`,
+`_instructions`): a router sends its rules with the same cookie, priority and timeouts, a rule's
+match comes back in its MODIFY_STRICT and DELETE_STRICT, and its actions are one of few. Per
+message, what is left is the header, three lookups and joining the parts.
 """
 
 from __future__ import annotations
@@ -38,15 +39,14 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from . import codec, policy
 
 _HEADER = struct.Struct(ofproto_common.OFP_HEADER_PACK_STR)
-# The header and the fixed part, as os-ken lays them out (OFP_HEADER_PACK_STR, OFP_FLOW_MOD_PACK_STR0).
-_HEAD = struct.Struct(ofproto_common.OFP_HEADER_PACK_STR + ofp.OFP_FLOW_MOD_PACK_STR0[1:])
 _FIXED = struct.Struct(ofp.OFP_FLOW_MOD_PACK_STR0)
 _MATCH_AT = ofp.OFP_FLOW_MOD_SIZE - ofp.OFP_MATCH_SIZE  # where os-ken puts the match
 _MATCH_HEADER = struct.Struct("!HH")
 _INSTRUCTION_ACTIONS = struct.Struct("!HH4x")  # os-ken's OFP_INSTRUCTION_ACTIONS_PACK_STR
 _SET_QUEUE = struct.Struct(ofp.OFP_ACTION_SET_QUEUE_PACK_STR)
 _OUTPUT = struct.Struct(ofp.OFP_ACTION_OUTPUT_PACK_STR)
-# Matches and instruction lists kept, per slice: enough for a few rules of each of 1,000 households.
+# Fixed parts, matches and instruction lists kept, per slice: enough for a few rules of each of
+# 1,000 households.
 # (A slice replaced by a reconnection or a new record is never asked for again and ages out.)
 _KEPT = 1 << 12
 
@@ -104,44 +104,13 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
     size = len(frame)
     if size < ofp.OFP_FLOW_MOD_SIZE:
         return None
-    (
-        version,
-        msg_type,
-        length,
-        xid,
-        cookie,
-        cookie_mask,
-        table_id,
-        command,
-        idle,
-        hard,
-        priority,
-        buffer_id,
-        out_port,
-        out_group,
-        flags,
-    ) = _HEAD.unpack_from(frame)
-    if (
-        version != ofp.OFP_VERSION
-        or msg_type != ofp.OFPT_FLOW_MOD
-        or length != size
-        or buffer_id != ofp.OFP_NO_BUFFER
-        or priority > policy.MAX_PRIORITY
-        or table_id >= policy.HOUSEHOLD_TABLES
-    ):
+    version, msg_type, length, xid = _HEADER.unpack_from(frame)
+    if version != ofp.OFP_VERSION or msg_type != ofp.OFPT_FLOW_MOD or length != size:
         return None
-    if command == ofp.OFPFC_ADD:
-        if cookie > policy.COOKIE_LOW:
-            return None
-        cookie, cookie_mask = slice_.cookie(cookie), 0
-    elif command == ofp.OFPFC_MODIFY_STRICT or (
-        command == ofp.OFPFC_DELETE_STRICT and out_port == ofp.OFPP_ANY and out_group == ofp.OFPG_ANY
-    ):
-        cookie_mask &= policy.COOKIE_LOW
-        cookie, cookie_mask = slice_.cookie(cookie & cookie_mask), policy.COOKIE_SLOT_MASK | cookie_mask
-    else:
+    fixed = _fixed_part(slice_, frame[codec.HEADER_SIZE : _MATCH_AT])
+    if fixed is None:
         return None
-
+    fixed_bytes, command, table_id, priority = fixed
     match_len = _MATCH_HEADER.unpack_from(frame, _MATCH_AT)[1]
     instructions_at = _MATCH_AT + (match_len + 7) // 8 * 8
     if match_len < _MATCH_HEADER.size or instructions_at > size:
@@ -157,10 +126,34 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
         instructions = _instructions(slice_, to_own, frame[instructions_at:])
     if instructions is None:
         return None
+    return FastFlowMod(xid, command, (table_id, priority, match_key), fixed_bytes + match_bytes + instructions)
 
+
+@functools.lru_cache(maxsize=_KEPT)
+def _fixed_part(slice_: policy.Slice, fixed: bytes) -> tuple[bytes, int, int, int] | None:
+    """The flow-mod's fixed part (after the header, before the match) as the switch gets it, with
+    the command, the table and the priority on the switch; None unless it is an ADD, MODIFY_STRICT or
+    DELETE_STRICT (without out_port/out_group filters) of a household table, unbuffered, its ids in
+    range."""
+    (cookie, cookie_mask, table_id, command, idle, hard, priority, buffer_id, out_port, out_group, flags) = (
+        _FIXED.unpack(fixed)
+    )
+    if buffer_id != ofp.OFP_NO_BUFFER or priority > policy.MAX_PRIORITY or table_id >= policy.HOUSEHOLD_TABLES:
+        return None
+    if command == ofp.OFPFC_ADD:
+        if cookie > policy.COOKIE_LOW:
+            return None
+        cookie, cookie_mask = slice_.cookie(cookie), 0
+    elif command == ofp.OFPFC_MODIFY_STRICT or (
+        command == ofp.OFPFC_DELETE_STRICT and out_port == ofp.OFPP_ANY and out_group == ofp.OFPG_ANY
+    ):
+        cookie_mask &= policy.COOKIE_LOW
+        cookie, cookie_mask = slice_.cookie(cookie & cookie_mask), policy.COOKIE_SLOT_MASK | cookie_mask
+    else:
+        return None
     table_id += policy.FIRST_HOUSEHOLD_TABLE
     priority += 1
-    fixed = _FIXED.pack(
+    translated = _FIXED.pack(
         cookie,
         cookie_mask,
         table_id,
@@ -173,7 +166,7 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
         ofp.OFPG_ANY,
         flags,
     )
-    return FastFlowMod(xid, command, (table_id, priority, match_key), fixed + match_bytes + instructions)
+    return translated, command, table_id, priority
 
 
 @functools.lru_cache(maxsize=_KEPT)
