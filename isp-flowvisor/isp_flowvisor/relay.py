@@ -64,6 +64,10 @@ _ASYNC_MASKS = (
     1 << ofp.OFPRR_IDLE_TIMEOUT | 1 << ofp.OFPRR_HARD_TIMEOUT | 1 << ofp.OFPRR_DELETE | 1 << ofp.OFPRR_GROUP_DELETE,
 )
 _CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
+# A household's barrier (one per window of flow-mods) and its reply, as os-ken encodes them, to be
+# renumbered: the same bytes without building and serialising two os-ken objects per barrier.
+_BARRIER_REQUEST = codec.encode(parser.OFPBarrierRequest(codec.CODEC), 0)
+_BARRIER_REPLY = codec.encode(parser.OFPBarrierReply(codec.CODEC), 0)
 
 
 async def read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -501,7 +505,7 @@ class Slicer:
                 session.book.remove(pending.rule_key)
             connection.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
         elif isinstance(msg, parser.OFPBarrierReply):
-            connection.send(codec.encode(parser.OFPBarrierReply(codec.CODEC), pending.xid))
+            connection.send(codec.renumbered(_BARRIER_REPLY, pending.xid))
         elif isinstance(msg, parser.OFPMultipartReply):
             for frame in self._multipart_for(session, pending, msg, more):
                 connection.send(frame)
@@ -737,8 +741,8 @@ class Slicer:
         """Messages the slicer answers itself, from the household's view (or takes without effect)."""
         slice_, xid = session.slice, msg.xid
         if kind == "barrier":
-            head = codec.encode(parser.OFPBarrierRequest(codec.CODEC), xid)
-            self._relay(parser.OFPBarrierRequest(codec.CODEC), self._pending(session, xid, "barrier", head))
+            pending = self._pending(session, xid, "barrier", codec.renumbered(_BARRIER_REQUEST, xid))
+            self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
             return
         if kind == "ignore":
             return
