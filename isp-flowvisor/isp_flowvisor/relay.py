@@ -16,7 +16,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -114,8 +114,9 @@ class Pending:
     kind: str
     head: bytes  # the household's original message (for errors), at most 64 bytes
     rule_key: tuple | None = None
-    future: asyncio.Future | None = None
-    parts: list = field(default_factory=list)
+    future: asyncio.Future | None = None  # the slicer's own request: its reply's parts, when all came
+    parts: list | None = None  # the slicer's own request: the parts so far
+    relayed_xid: int = 0  # the slicer's xid it went to the switch under
 
 
 class Slicer:
@@ -135,7 +136,7 @@ class Slicer:
         # Requests awaiting a reply are kept until it comes (never crowded out by flow-mod traffic);
         # messages without one only in a bounded window, for errors.
         self._awaiting: dict[int, Pending] = {}
-        self._recent: list[tuple[int, Pending] | None] = [None] * _RECENT_LIMIT
+        self._recent: list[Pending | None] = [None] * _RECENT_LIMIT
         self._next_xid = 1
         self._work = asyncio.Event()
         self._servers: list[asyncio.Server] = []
@@ -272,12 +273,12 @@ class Slicer:
 
     def _remember(self, pending: Pending) -> int:
         """A fresh xid of the slicer's for a request about to be sent, remembering whose it is."""
-        xid = self._next_xid
+        xid = pending.relayed_xid = self._next_xid
         self._next_xid = xid + 1 if xid < 0xFFFFFFFF else 1
         if pending.kind in _REPLY_KINDS:
             self._awaiting[xid] = pending
         else:
-            self._recent[xid % _RECENT_LIMIT] = (xid, pending)
+            self._recent[xid % _RECENT_LIMIT] = pending
         return xid
 
     def _answered(self, xid: int, last_part: bool) -> Pending | None:
@@ -287,12 +288,12 @@ class Slicer:
             if last_part:
                 del self._awaiting[xid]
             return pending
-        recent = self._recent[xid % _RECENT_LIMIT]
-        if recent is None or recent[0] != xid:
+        pending = self._recent[xid % _RECENT_LIMIT]
+        if pending is None or pending.relayed_xid != xid:
             return None
         if last_part:
             self._recent[xid % _RECENT_LIMIT] = None
-        return recent[1]
+        return pending
 
     def _relay(self, msg: Any, pending: Pending) -> bytes:
         """Send a request under a fresh xid of the slicer's, remembering whose it is."""
@@ -303,7 +304,7 @@ class Slicer:
     async def _ask_switch(self, msg: Any) -> list:
         """Send a request of the slicer's own and wait for all parts of its reply."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._relay(msg, Pending(None, None, 0, "own", b"", future=future))
+        self._relay(msg, Pending(None, None, 0, "own", b"", future=future, parts=[]))
         return await asyncio.wait_for(future, 30)
 
     async def _on_switch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -489,13 +490,14 @@ class Slicer:
         pending = self._answered(msg.xid, not more)
         if pending is None:
             return
-        if pending.future is not None:
+        own, parts = pending.future, pending.parts
+        if own is not None and parts is not None:  # the slicer's own request
             if isinstance(msg, parser.OFPErrorMsg):
-                pending.future.set_exception(ConnectionError(f"switch error {msg.type}/{msg.code}"))
+                own.set_exception(ConnectionError(f"switch error {msg.type}/{msg.code}"))
             else:
-                pending.parts.append(msg)
+                parts.append(msg)
                 if not more:
-                    pending.future.set_result(pending.parts)
+                    own.set_result(parts)
             return
         session, connection = pending.session, pending.connection
         if session is None or connection is None or connection.closed:
@@ -711,7 +713,7 @@ class Slicer:
         book = session.book
         admission.admit_rule(book, key, command, session.household.flow_quota)
         is_add = command == ofp.OFPFC_ADD
-        pending = self._pending(session, xid, "flow_mod", frame[:64], key if is_add else None)
+        pending = Pending(session, session.connection, xid, "flow_mod", frame[:64], key if is_add else None)
         encoded = translation(self._remember(pending))
         self._to_switch(encoded)
         if is_add:
