@@ -651,7 +651,8 @@ class Slicer:
             # for anything else, which os-ken's path decides.
             fast = fastpath.flow_mod(session.slice, frame)
             if fast is not None:
-                self._flow_mod(session, fast.xid, fast.command, fast.rule_key, frame, fast.frame)
+                xid, command, rule_key, _ = fast
+                self._flow_mod(session, xid, command, rule_key, frame, fast.frame)
                 counters.relayed += 1
                 return
             msg = codec.decode_request(frame)
