@@ -51,13 +51,15 @@ from homework_image import (  # noqa: E402
     boot,
     bundle,
 )
-from homework_image.radio import RADIO_PORT  # noqa: E402
+from homework_image.radio import PSK_FILE, RADIO_PORT, WIFI_CONFIG  # noqa: E402
 
 BUILD = REPO / "build"
 WORK = BUILD / "image"
 CACHE = WORK / "cache"
 NAME = "homework-router-x86_64"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+# non-free-firmware: the Wi-Fi cards router boxes ship with need their vendors' firmware (FIRMWARE).
+COMPONENTS = ("main", "non-free-firmware")
 PACKAGES_FILE, LOCK_FILE = IMAGE_DIR / "packages.txt", IMAGE_DIR / "packages.lock"
 
 # The project's components, one a line. Python packages (their folders, each with a
@@ -90,10 +92,12 @@ SETTINGS = {
     # 802.1X on the LAN port, for the access point's stations (driver=wired on the bridge).
     "HOSTAPD_IFACE": BRIDGE,
     # The network's name is the one hostapd serves (the household's, radio.py). Devices' own
-    # passphrases are not offered on the radio yet: hostapd reports no key id for a WPA3 (SAE) join,
-    # and its SAE passwords are rendered only at boot (image/README.md). No connection-check server.
+    # passphrases go into hostapd's key file (WPA2, reloaded at once) and, through
+    # homework-radio-refresh.path, its SAE passwords (hostapd restarted). No connection-check server.
     "WIFI_SSID": "",
-    "WIFI_PSK_FILE": "",
+    "WIFI_PSK_FILE": PSK_FILE,
+    # The household's radio settings, changed in the web UI: homework-radio-refresh.path follows the file.
+    "RADIO_SETTINGS": WIFI_CONFIG,
     "LATENCY_TARGET": "",
     # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
     "UPDATES": RUN / "update",
@@ -118,6 +122,7 @@ SYSTEM_UNITS = (
     "homework-health.service",
     "homework-console.service",
     "homework-update-spool.path",
+    "homework-radio-refresh.path",
     "homework-grub-count.service",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",
@@ -195,7 +200,24 @@ MODULE_EXCLUDES = [
     # SCSI host adapters (each in its own folder); sd_mod and friends sit at the top.
     "/lib/modules/*/kernel/drivers/scsi/*/*"
 ]
+# The firmware files kept of the firmware packages (dpkg leaves out the rest, most of their 110 MB):
+# the kernel's regulatory database (cfg80211 reads the household's country from it), and the Wi-Fi
+# cards of the boxes the router is built for. ath9k (the PC Engines APU's Compex WLE200NX) needs
+# none; ath10k: QCA988X (WLE600VX, WLE900VX on APUs), QCA9888 and QCA9984 (the 802.11ac wave 2
+# mini-PCIe cards sold for them); mt76: MT7921 (mt7921e, as MT7961) and MT7915 in Protectli boxes.
+# dpkg keeps an excluded directory only when an include pattern's text before its first wildcard
+# starts with the directory's path, hence the `*` right after /lib/firmware/ (the directories of
+# the firmware packages stay, empty but for these files).
+FIRMWARE = [
+    "/lib/firmware/regulatory.db*",
+    "/lib/firmware/*ath10k/QCA988X/*",
+    "/lib/firmware/*ath10k/QCA9888/*",
+    "/lib/firmware/*ath10k/QCA9984/*",
+    "/lib/firmware/*mediatek/WIFI_*MT7961*",
+    "/lib/firmware/*mediatek/mt7915_*",
+]
 DPKG_EXCLUDES = [
+    "/lib/firmware/*",
     "/usr/share/doc/*",
     "/usr/share/man/*",
     "/usr/share/locale/*",
@@ -307,7 +329,9 @@ def base_root(pinned: bool = True) -> Path:
         "--variant=apt",
         "--mode=root",
         "--quiet",
+        f"--components={','.join(COMPONENTS)}",
         *(f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES),
+        *(f"--dpkgopt=path-include={p}" for p in FIRMWARE),
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",
         f"--essential-hook={initramfs}",
         f"--include={','.join(include)}",
@@ -332,7 +356,9 @@ def base_root(pinned: bool = True) -> Path:
 
 
 def base_cache(pins: dict[str, str]) -> Path:
-    recipe = json.dumps([wanted_packages(), sorted(pins.items()), DPKG_EXCLUDES, INITRD_MODULES, SUITE])
+    recipe = json.dumps(
+        [wanted_packages(), sorted(pins.items()), DPKG_EXCLUDES, FIRMWARE, INITRD_MODULES, SUITE, COMPONENTS]
+    )
     return CACHE / f"base-{hashlib.sha256(recipe.encode()).hexdigest()[:16]}.tar"
 
 

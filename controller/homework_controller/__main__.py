@@ -82,6 +82,20 @@ def parse_args(argv):
         "hostapd is told to reload it through --hostapd-ctrl",
     )
     p.add_argument(
+        "--hostapd-conf",
+        default=CONFIG.hostapd_conf,
+        help="the configuration hostapd runs with: a WPA3 (SAE) join, for which hostapd names no key, "
+        "used the device's own password when this binds the station's MAC to it",
+    )
+    p.add_argument(
+        "--radio-settings",
+        default=CONFIG.radio_settings,
+        metavar="PATH",
+        help="the router's own radio's settings (key=value lines: ssid, passphrase, country, band, channel), "
+        "which ws.v1 reads and the household changes; whoever serves the radio follows the file (the image "
+        "makes it when it first serves a radio; until then, and without this, ws.v1 answers 501)",
+    )
+    p.add_argument(
         "--rebind-allow",
         action="append",
         default=[],
@@ -240,6 +254,7 @@ def main(argv=None):
     CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
     CONFIG.hostapd_ctrl = args.hostapd_ctrl
     CONFIG.wifi_ssid, CONFIG.wifi_psk_file = args.wifi_ssid, args.wifi_psk_file
+    CONFIG.hostapd_conf, CONFIG.radio_settings = args.hostapd_conf, args.radio_settings
     CONFIG.rebind_allow = args.rebind_allow
     CONFIG.apps_file = args.apps
     CONFIG.upstream_iface, CONFIG.uplink_kbit = args.upstream_iface, args.uplink_kbit

@@ -121,8 +121,7 @@ class AheadMarks:
 
     def slice_ahead(self) -> list[downlink.Ahead]:
         """What the ISP slice marks ahead, as the router does: the High and Medium apps' service ports,
-        and the addresses devices' lookups named for them (IPv4: the slice's rules name the household's
-        public IPv4 address)."""
+        and the addresses (IPv4 and IPv6) devices' lookups named for them."""
         ahead = [
             downlink.Ahead(proto, None, port, self._household_priority(app))
             for proto, port, app in flows.port_matches(self.app_table.ports)
@@ -130,7 +129,7 @@ class AheadMarks:
         ]
         for named in self.named.values():
             for address, app in named.items():
-                if ":" not in address and self._household_priority(app) in downlink.SLICE_QUEUES:
+                if self._household_priority(app) in downlink.SLICE_QUEUES:
                     ahead.append(downlink.Ahead(None, address, None, self._household_priority(app)))
         return ahead
 

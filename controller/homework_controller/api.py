@@ -29,6 +29,7 @@ ROUTES = operations.BY_NAME  # every method, declared once (operations.py)
 
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+BODY_LIMIT = 4096  # a JSON body (the radio's settings are a few hundred bytes)
 
 
 def make_app(call: Callable[..., object]):
@@ -37,7 +38,11 @@ def make_app(call: Callable[..., object]):
     def app(environ, start_response):
         verb = environ.get("REQUEST_METHOD", "GET")
         status, body = _refused(environ, verb) or _dispatch(
-            call, verb, environ.get("PATH_INFO", ""), parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+            call,
+            verb,
+            environ.get("PATH_INFO", ""),
+            parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True),
+            environ,
         )
         data = json.dumps(body).encode()
         start_response(
@@ -67,19 +72,35 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    413: "Content Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
 }
 
 
-def _dispatch(call, verb: str, path: str, query: dict) -> tuple[int, object]:
+def _json_body(environ: dict) -> tuple[int, object]:
+    """The request's JSON body: (200, the value) or (an error status, its answer)."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 400, {"error": "Content-Length is not a number"}
+    if length > BODY_LIMIT:
+        return 413, {"error": f"a body of at most {BODY_LIMIT} bytes"}
+    try:
+        return 200, json.loads(environ["wsgi.input"].read(length) if length else b"")
+    except ValueError:  # also not UTF-8
+        return 400, {"error": "send a JSON object"}
+
+
+def _dispatch(call, verb: str, path: str, query: dict, environ: dict) -> tuple[int, object]:
     if not path.startswith(PREFIX):
         return 404, {"error": f"unknown path {path!r}; the API lives under {PREFIX}"}
     parts = [p for p in path[len(PREFIX) :].split("/") if p]
     if not parts or parts[0] not in ROUTES:
         return 404, {"error": f"unknown method {parts[0] if parts else ''!r}", "methods": sorted(ROUTES)}
-    method, args = parts[0], parts[1:]
+    method = parts[0]
+    args: list[object] = list(parts[1:])  # the path's, then the query's and the body's
     op = ROUTES[method]
     if verb != op.verb:
         return 405, {"error": f"{method} needs {op.verb}, not {verb}"}
@@ -89,12 +110,17 @@ def _dispatch(call, verb: str, path: str, query: dict) -> tuple[int, object]:
         if op.query not in query:
             return 400, {"error": f"{method} needs ?{op.query}=... (empty to clear)"}
         args = [*args, query[op.query][0]]
+    if op.body:
+        status, sent = _json_body(environ)
+        if status != 200:
+            return status, sent
+        args = [*args, sent]
     try:
         return 200, call(op.call, *args)
     except BadMac as exc:
         return 400, {"error": str(exc)}
     except ApiError as exc:
-        return exc.status, {"error": str(exc)}
+        return exc.status, {"error": str(exc), **exc.details}
     except Exception:  # the API must answer, whatever broke behind it
         LOG.exception("ws.v1 %s failed", method)
         return 500, {"error": f"internal error in {method}; see the controller log"}

@@ -36,6 +36,8 @@ class Config:
     hostapd_ctrl: str = ""  # hostapd's control socket (DIR/IFACE): blacklisted MACs go on its deny list
     wifi_ssid: str = ""  # the radio's network name, for the QR code that joins with a device's passphrase
     wifi_psk_file: str = ""  # hostapd's wpa_psk_file: devices' own passphrases (written atomically)
+    hostapd_conf: str = ""  # the configuration hostapd runs with: whose SAE password each MAC is bound to
+    radio_settings: str = ""  # the router's own radio's settings file (ws.v1 radio-settings); empty: no radio
     stations: str = ""  # where link quality comes from: iw:wlan0 or file:PATH (emulated radio)
     rebind_allow: tuple[str, ...] = ()  # domains whose names may answer with private addresses (rebind protection)
     ipv6: bool = True  # a /64 per device (ULA always; global from ipv6_prefix), unicast router adverts

@@ -8,6 +8,8 @@ household's slice
     match(eth_type=IPv4, ip_proto, ipv4_src=remote address, tcp_src|udp_src=remote port,
           ipv4_dst=the household's public address) -> apply(set_queue(2|1), output(NORMAL))
 
+and over IPv6 the same with ipv6_src=remote address, ipv6_dst=the device's global address.
+
 Why the remote endpoint and our public address are enough: the router learns flows before its NAT
 (device address and port <-> remote address and port), while the aggregation switch sees them after
 it (remote -> public address and a port the NAT chose). The remote side is the same on both, and the
@@ -15,6 +17,12 @@ public address is all of the household the ISP sees, so no NAT (conntrack) looku
 NAT that rewrites ports does not matter. What it cannot tell apart: connections of the household
 to the same remote address and port (two devices on one video-call server, two tabs on one site).
 They share one rule, which carries the highest priority among them.
+
+IPv6 has no NAT: a device's global address is inside the prefix the ISP delegated to the household
+(`ipv6.PrefixPlan.delegated`), which is the household's IPv6 flowspace on the slice (the ISP engineer
+registers it beside the public IPv4 address). So an IPv6 connection's rule names the device's own
+address, and what is marked ahead (ports, named addresses) names the whole delegated prefix. Without
+a delegated prefix, devices have ULA addresses only, which never reach the ISP: no IPv6 rules.
 
 Values only (`flows.FlowRule`); `openflow.flow_mod` and `openflow.delete_strict` turn them into
 OpenFlow messages, and `slice_link.py` keeps them on the slicer.
@@ -29,7 +37,9 @@ from typing import Any, NamedTuple
 from os_ken.ofproto.ofproto_v1_3 import OFPP_NORMAL
 
 from . import flows, qos
+from .ipv6 import GLOBAL_UNICAST
 from .model import LAN_NETWORK
+from .nd import ETH_IPV6
 
 # One cookie on every rule of ours in the slice (the slicer allows 40 bits): one non-strict
 # delete by it clears what an earlier session left.
@@ -62,41 +72,70 @@ CONNECTION_PRIORITY, ADDRESS_PRIORITY, PORT_PRIORITY = RULE_PRIORITY, RULE_PRIOR
 
 
 def wanted_rules(
-    connections: Iterable[Connection], public_addresses: Iterable[str], ahead: Iterable[Ahead] = ()
+    connections: Iterable[Connection],
+    public_addresses: Iterable[str],
+    ahead: Iterable[Ahead] = (),
+    delegated: ipaddress.IPv6Network | None = None,
 ) -> frozenset[flows.FlowRule]:
     """The slice rules the household wants right now: one per remote endpoint of a High or Medium
-    flow, and one per High or Medium port or named address marked ahead, per public address."""
-    best: dict[tuple[int | None, str | None, Any], str] = {}
+    flow, and one per High or Medium port or named address marked ahead, per public address (IPv4)
+    or for the delegated prefix (IPv6)."""
+    # (proto, remote address, remote port, the household's side: a public address, a device's
+    # global IPv6 address or the delegated prefix) -> the highest priority wanted there.
+    best: dict[tuple[int | None, str | None, Any, str], str] = {}
+    public = list(public_addresses)
 
-    def want(remote: tuple[int | None, str | None, Any], priority: str) -> None:
-        if priority in SLICE_QUEUES and _RANK[priority] > _RANK[best.get(remote, qos.DEFAULT)]:
-            best[remote] = priority
+    def want(proto: int | None, remote: str | None, port: Any, ours: Iterable[str], priority: str) -> None:
+        for household_side in ours:
+            key = (proto, remote, port, household_side)
+            if priority in SLICE_QUEUES and _RANK[priority] > _RANK[best.get(key, qos.DEFAULT)]:
+                best[key] = priority
 
     for conn, priority in connections:
-        if conn.is_ipv6 or ipaddress.IPv4Address(conn.daddr) in LAN_NETWORK:
-            # Device to device (or to the router): nothing of it comes from the ISP. IPv6 is not on the
-            # slice yet (its rules name the household's public IPv4 address).
-            continue
-        want((conn.proto, conn.daddr, conn.dport), priority)
+        if not conn.is_ipv6:
+            if ipaddress.IPv4Address(conn.daddr) not in LAN_NETWORK:  # not device to device, or to the router
+                want(conn.proto, conn.daddr, conn.dport, public, priority)
+        elif (
+            delegated is not None and ipaddress.IPv6Address(conn.saddr) in delegated and _beyond(conn.daddr, delegated)
+        ):
+            # A global address of the device's (a ULA one never reaches the ISP), to the internet.
+            want(conn.proto, conn.daddr, conn.dport, [conn.saddr], priority)
     for endpoint in ahead:
-        if endpoint.remote is None or ipaddress.IPv4Address(endpoint.remote) not in LAN_NETWORK:
-            want((endpoint.proto, endpoint.remote, endpoint.port), endpoint.priority)
-    public = list(public_addresses)
+        if endpoint.remote is None:
+            ours = public + ([str(delegated)] if delegated is not None else [])
+        elif ":" not in endpoint.remote:
+            ours = public if ipaddress.IPv4Address(endpoint.remote) not in LAN_NETWORK else []
+        else:
+            ours = [str(delegated)] if delegated is not None and _beyond(endpoint.remote, delegated) else []
+        want(endpoint.proto, endpoint.remote, endpoint.port, ours, endpoint.priority)
     return frozenset(
-        _rule(proto, addr, port, address, SLICE_QUEUES[priority])
-        for (proto, addr, port), priority in best.items()
-        for address in public
+        _rule(proto, addr, port, household_side, SLICE_QUEUES[priority])
+        for (proto, addr, port, household_side), priority in best.items()
     )
 
 
-def _rule(proto: int | None, remote_addr: str | None, remote_port: Any, public_addr: str, queue: int) -> flows.FlowRule:
-    fields: dict[str, Any] = {"eth_type": flows.ETH_IPV4, "ipv4_dst": public_addr}
+def _beyond(address: str, delegated: ipaddress.IPv6Network) -> bool:
+    """An IPv6 address on the internet: global unicast, outside the household's own prefix (a device's,
+    or the router's; ULA and link-local ones are the home's)."""
+    ip = ipaddress.IPv6Address(address)
+    return ip in GLOBAL_UNICAST and ip not in delegated
+
+
+def _rule(proto: int | None, remote_addr: str | None, remote_port: Any, ours: str, queue: int) -> flows.FlowRule:
+    """One slice rule: from the remote endpoint to `ours` (a public IPv4 address, a device's global IPv6
+    address, or the delegated prefix, as the switch's value/mask)."""
+    if ":" in ours:
+        net = ipaddress.IPv6Network(ours)
+        destination = str(net.network_address) if net.prefixlen == 128 else (str(net.network_address), str(net.netmask))
+        fields: dict[str, Any] = {"eth_type": ETH_IPV6, "ipv6_dst": destination}
+    else:
+        fields = {"eth_type": flows.ETH_IPV4, "ipv4_dst": ours}
     if proto is not None:
         fields["ip_proto"] = proto
         if proto in (flows.PROTO_TCP, flows.PROTO_UDP) and remote_port is not None:
             fields["tcp_src" if proto == flows.PROTO_TCP else "udp_src"] = remote_port
     if remote_addr is not None:
-        fields["ipv4_src"] = remote_addr
+        fields["ipv6_src" if ":" in ours else "ipv4_src"] = remote_addr
     if proto is not None and remote_addr is not None:
         priority = CONNECTION_PRIORITY
     else:

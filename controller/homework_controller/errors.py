@@ -2,7 +2,13 @@
 
 
 class ApiError(Exception):
+    """details: more for the caller, beside the message (e.g. which fields were refused)."""
+
     status = 400
+
+    def __init__(self, message: str = "", **details: object):
+        super().__init__(message)
+        self.details = details
 
 
 class UnknownDevice(ApiError):

@@ -14,15 +14,19 @@ the controller adds each device's own passphrase to the same file (`--wifi-psk-f
 `--security wpa2-wpa3` (the default) adds WPA3-SAE in transition mode: WPA3 devices join with
 SAE (PMF required of them), older ones with WPA2. hostapd's SAE does not read wpa_psk_file, so
 each device line of the key file becomes an `sae_password=...|mac=MAC` line (the MAC its key id
-names), ahead of the guest one: for a device's MAC hostapd takes the device's own password, so a
-copy of that MAC cannot join with the guest password over SAE either. A device key added later,
-or a device back under a new MAC, reaches SAE when the configuration is rendered again (hostapd's
-next start). Until then such a device joins with its own passphrase over WPA2 only: SAE cannot
-try several passwords on one handshake, and phones send no SAE password identifier.
+names), tried before the guest one: for a device's MAC hostapd takes the device's own password, so
+a copy of that MAC cannot join with the guest password over SAE either. hostapd reports no key id
+for an SAE join; the controller reads which password the configuration binds to the station's
+MAC (`sae_bindings`, its --hostapd-conf). A device key added later, or a device back under a new
+MAC, reaches SAE when the configuration is rendered again and hostapd restarted (on the image, a
+path unit on the key file does both). Until then such a device joins with its own passphrase over
+WPA2 only: SAE cannot try several passwords on one handshake, and phones send no SAE password
+identifier.
 
 `--country` is the regulatory domain: `00` (the world domain, the kernel's default until the
-household chooses) is not advertised; a country is, with 802.11d. 5 GHz needs a country: in
-the world domain its channels may not start a network.
+household chooses) is not advertised; a country is, with 802.11d. 5 GHz, and channels 12 and 13,
+need a country: in the world domain they may not start a network. The settings are checked as the
+household's settings file is (`radio_settings`).
 """
 
 from __future__ import annotations
@@ -32,33 +36,38 @@ import string
 import sys
 from pathlib import Path
 
-from . import wifi_keys
+from . import private_files, radio_settings, wifi_keys
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "hostapd" / "hostapd.conf.in"
 PMF = {"optional": 1, "required": 2}  # hostapd's ieee80211w
 HW_MODE = {"2.4": "g", "5": "a"}  # band (GHz) -> hostapd's hw_mode
-WORLD = "00"
-
-
-def check_country(country: str) -> str:
-    """`00` (the world domain) or an ISO 3166-1 alpha-2 code such as `GB`."""
-    if country != WORLD and not (len(country) == 2 and country.isascii() and country.isalpha() and country.isupper()):
-        raise ValueError(f"country is 00 or two capital letters (ISO 3166-1, e.g. GB), not {country!r}")
-    return country
+WORLD = radio_settings.WORLD
+SAE_MAC = "mac="  # an sae_password line's option binding it to one station
 
 
 def sae_password_lines(psk_file_text: str, guest: str) -> list[str]:
-    """hostapd's sae_password lines: each device line of the key file bound to its MAC, then the guest's.
+    """hostapd's sae_password lines: the guest's, then each device line of the key file bound to its MAC.
 
-    hostapd takes the first line that fits a station, so the device lines come first."""
+    hostapd puts each line it reads at the head of its list and takes the first entry that fits a
+    station, so the last line is tried first: the device lines come after the guest's."""
     lines = []
     for line in psk_file_text.splitlines():
         if line.startswith(f"keyid={wifi_keys.DEVICE_KEYID_PREFIX}"):
             keyid, _wildcard, passphrase = line.split(" ", 2)
             mac = wifi_keys.mac_of_keyid(keyid.removeprefix("keyid="))
             if mac is not None:
-                lines.append(f"sae_password={sae_password(passphrase)}|mac={mac}")
-    return [*lines, f"sae_password={sae_password(guest)}"]
+                lines.append(f"sae_password={sae_password(passphrase)}|{SAE_MAC}{mac}")
+    return [f"sae_password={sae_password(guest)}", *lines]
+
+
+def sae_bindings(conf_text: str) -> dict[str, str]:
+    """MAC -> the SAE password a configuration binds to it (its `sae_password=...|mac=` lines)."""
+    bound = {}
+    for line in conf_text.splitlines():
+        password, sep, mac = line.removeprefix("sae_password=").rpartition(f"|{SAE_MAC}")
+        if line.startswith("sae_password=") and sep:
+            bound[mac.strip().lower()] = password
+    return bound
 
 
 def sae_password(passphrase: str) -> str:
@@ -79,14 +88,22 @@ def driver_settings(args) -> str:
         wifi_keys.check_passphrase(args.passphrase or "")
     except wifi_keys.BadPassphrase as exc:
         raise SystemExit(f"nl80211 needs --passphrase: {exc}") from None
-    if "\n" in args.ssid or not 1 <= len(args.ssid.encode()) <= 32:
-        raise SystemExit("--ssid is 1 to 32 bytes on one line")
-    try:
-        country = check_country(args.country)
-    except ValueError as exc:
-        raise SystemExit(f"--country: {exc}") from None
-    if args.band == "5" and country == WORLD:
-        raise SystemExit("--band 5 needs --country: in the world domain (00) no 5 GHz channel may start a network")
+    # The radio settings' own checks (radio_settings), but for the passphrase: `|` is WPA3's alone to refuse.
+    for option, check, value in (
+        ("--ssid", radio_settings.check_ssid, args.ssid),
+        ("--country", radio_settings.check_country, args.country),
+        ("--channel", radio_settings.check_channel, str(args.channel)),
+    ):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise SystemExit(f"{option}: {exc}, not {value!r}") from None
+    country = args.country
+    together = radio_settings.RadioSettings(args.ssid, args.passphrase, country, args.band, args.channel)
+    clash = radio_settings.problems_together(together)
+    if clash:
+        field, why = next(iter(clash.items()))
+        raise SystemExit(f"--{field}: {why}")
     wpa3 = args.security == "wpa2-wpa3"
     # WPA-PSK-SHA256 is the AKM a PMF-capable device negotiates; WPA-PSK keeps older ones joining
     # (with ieee80211w=2 they cannot: they do not do PMF). SAE (WPA3) always protects management
@@ -113,8 +130,10 @@ def driver_settings(args) -> str:
     if args.psk_file:
         path = Path(args.psk_file)
         try:
-            key_file = wifi_keys.render_guest_line(wifi_keys.read_text(str(path)), args.passphrase)
-            wifi_keys.write_psk_file(str(path), key_file)
+            current = private_files.read_text(str(path))
+            key_file = wifi_keys.render_guest_line(current, args.passphrase)
+            if key_file != current:  # a write would wake what watches the file (the image's path unit)
+                private_files.write(str(path), key_file)
         except OSError as exc:
             raise SystemExit(f"--psk-file {path}: {exc}") from None
         settings.append(f"wpa_psk_file={path}")

@@ -6,13 +6,14 @@ import contextlib
 import logging
 import os
 import queue
+import re
 import socket
 import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
 
-from . import wifi_keys
+from . import hostapd_conf, private_files, wifi_keys
 from .effects import AuthenticatorDeny, AuthenticatorKick
 
 LOG = logging.getLogger(__name__)
@@ -45,6 +46,44 @@ def station_joined(event: str) -> tuple[str, str] | None:
         return None
     keyid = next((w[len("keyid=") :] for w in words[2:] if w.startswith("keyid=")), "")
     return words[1], keyid
+
+
+# The AKM suites (IEEE 802.11 RSN selectors, as hostapd's `STA` answer writes them) that are SAE:
+# SAE, FT over SAE, and SAE with a group-dependent hash.
+SAE_AKMS = frozenset({"00-0f-ac-8", "00-0f-ac-9", "00-0f-ac-24", "00-0f-ac-25"})
+
+
+def joined_over_sae(sta_answer: str) -> bool:
+    """hostapd's `STA <mac>` answer says the station's key came from SAE (its `AKMSuiteSelector=`)."""
+    for line in sta_answer.splitlines():
+        if line.startswith("AKMSuiteSelector="):
+            return line.removeprefix("AKMSuiteSelector=").strip().lower() in SAE_AKMS
+    return False
+
+
+def sae_keyid(conf_text: str, mac: str, keys: list[wifi_keys.WifiKey]) -> str:
+    """The key id of the device key a station proved over SAE: hostapd reports none, but an SAE join
+    under a MAC that hostapd's running configuration binds to a password (`conf_text`) used that
+    password. It is the device's own key only while that password is the key's passphrase now (a key
+    issued again is not live until the configuration is rendered again). "" for anything else."""
+    bound = hostapd_conf.sae_bindings(conf_text).get(mac.lower())
+    for key in keys:
+        if bound is not None and key.mac == mac.lower() and key.passphrase == bound:
+            return key.keyid
+    return ""
+
+
+def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
+    """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) ->
+    (MAC, keyid or "", joined over SAE) for each authorized station."""
+    present = []
+    for block in re.split(r"(?m)^(?=[0-9a-f]{2}(?::[0-9a-f]{2}){5}$)", all_sta_answer):
+        lines = block.splitlines()
+        if not lines or "[AUTHORIZED]" not in block:
+            continue
+        keyid = next((line.removeprefix("keyid=") for line in lines if line.startswith("keyid=")), "")
+        present.append((lines[0].strip(), keyid, joined_over_sae(block)))
+    return present
 
 
 def served_ssid(ctrl: str) -> str:
@@ -160,8 +199,8 @@ class Authenticator:
         with self.keys_lock:
             keys = self.keys()
             try:
-                wifi_keys.write_psk_file(
-                    self.psk_file, wifi_keys.render_psk_file(wifi_keys.read_text(self.psk_file), keys)
+                private_files.write(
+                    self.psk_file, wifi_keys.render_psk_file(private_files.read_text(self.psk_file), keys)
                 )
             except OSError as exc:
                 LOG.error("could not write %s: %s", self.psk_file, exc)

@@ -32,6 +32,7 @@ from . import (
     openflow,
     operations,
     packets,
+    radio_settings,
     shaper,
     slice_link,
 )
@@ -117,6 +118,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         # packets, which only a router without the switch's records asks for).
         self.packet_ins: Counter[int] = Counter()
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
+        self.radio_settings = radio_settings.RadioSettingsFile(CONFIG.radio_settings)
         self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
@@ -154,6 +156,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
                 CONFIG.public_addresses,
                 tls,
                 ahead=self._slice_ahead,
+                delegated=self._delegated_prefix,
             ).start()
         self.api_server = api_server(CONFIG.api_host, CONFIG.api_port, api.make_app(self.call))
         self._start_thread(self.api_server.serve_forever)
@@ -364,6 +367,11 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         with self.lock:
             return self.router.priorities.ahead.slice_ahead()
 
+    def _delegated_prefix(self):
+        """The prefix the ISP delegated now (the slice's IPv6 rules name it), or None (no IPv6, or none yet)."""
+        with self.lock:
+            return self.router.ipv6.plan.delegated if self.router.ipv6 is not None else None
+
     # ---- effects
 
     _SWITCH_EFFECTS = (*RULE_EFFECTS, SendFrame)
@@ -417,6 +425,8 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
     def call(self, name: str, *args):
         """Run one ws.v1 method; state changes reach the switch (and hostapd), and the disk, before the answer."""
         op = operations.BY_CALL[name]
+        if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
+            return getattr(self.radio_settings, name)(*args)
         with self.lock:
             if op.answers == "edge":
                 result = edge_status.ANSWERS[name](self)  # the edge's own state beside the router's

@@ -8,6 +8,8 @@ What an operation answers:
   device     the device's status after the change, with `applied` (the switch has it)
   dns-rules  the device's DNS rules after the change
   edge       the I/O edge's own (health, counters): `ofapp` answers it
+  radio      the radio's settings file (`radio_settings.RadioSettingsFile`), under a lock of its own:
+             `ofapp` answers it off the controller's lock (file I/O)
 A decision's effects reach the switch before the answer; `perform` refuses to answer effects.
 """
 
@@ -29,6 +31,7 @@ class Operation:
     path: tuple[str, ...] = ()  # path arguments, in order
     optional: bool = False  # the last path argument may be left out
     query: str | None = None  # an argument in the query string (?name=...)
+    body: bool = False  # a JSON object in the request's body (at most api.BODY_LIMIT bytes), the last argument
     decision: bool = False  # the household's decision: on the disk before the answer
     answers: str = "result"
 
@@ -208,6 +211,23 @@ OPERATIONS = (
         decision=True,
     ),
     Operation(
+        "radio-settings",
+        "GET",
+        "radio_settings",
+        "the router's own radio's settings (network name, guest passphrase, country, band, channel) and the "
+        "lines of its file left out",
+        answers="radio",
+    ),
+    Operation(
+        "set-radio-settings",
+        "POST",
+        "set_radio_settings",
+        "change the radio's settings (a JSON object of any of ssid, passphrase, country, band, channel, checked "
+        "together): written to its file, and the radio restarts with them (every device joins again)",
+        body=True,
+        answers="radio",
+    ),
+    Operation(
         "permit-dns",
         "POST",
         "permit_dns",
@@ -317,6 +337,8 @@ def openapi_yaml() -> str:
                 where = "query" if p == op.query else "path"
                 about = f"description: {params[p]}, schema: {{type: string}}"
                 out.append(f"        - {{name: {p}, in: {where}, required: true, {about}}}")
+            if op.body:
+                out.append("      requestBody: {required: true, content: {application/json: {schema: {type: object}}}}")
             out.append("      responses:")
             out.append(f"        '200': {{description: \"{_answer_text(op)}\"}}")
             for status, why in _errors(op, count):
@@ -330,12 +352,16 @@ def _answer_text(op: Operation) -> str:
         "dns-rules": "the device's DNS rules",
         "shared-allowance": "the shared allowance's standing and devices (null once removed)",
         "edge": "a JSON object",
+        "radio": "the settings (ssid, passphrase, country, band, channel), problems: the file's lines left out "
+        "(and to a GET, the channels of each band and of the world domain)",
         "result": "JSON",
     }[op.answers]
 
 
 def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     errors = [(400, "bad arguments (a MAC, a domain)"), (405, "wrong verb")]
+    if op.body:
+        errors[0] = (400, "not a JSON object, or a setting refused: fields names each with why")
     if path_args:
         errors.append((404, "no such device (or passphrase, or shared allowance)"))
     if op.name in ("permit", "deny"):
@@ -344,6 +370,10 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
         errors.append((409, "mac is decided already, or into is online now, a newcomer too or has its own passphrase"))
     if op.call in ("issue_wifi_key",):
         errors.append((501, "no Wi-Fi network configured"))
+    if op.answers == "radio":
+        errors.append((501, "this router has no radio of its own"))
+    if op.body:
+        errors.append((413, "the body is too large"))
     return sorted(errors)
 
 

@@ -8,8 +8,9 @@ ways), and:
 - on every (re)connect deletes every rule of ours in the slice (one non-strict delete by our
   cookie: the slicer keeps a departed household's rules, and ours may be stale) and installs the
   wanted set afresh;
-- every `poll_s` takes a snapshot of the router's learnt flows and of what it marks ahead (the
-  `snapshot` and `ahead` callables take the controller's lock; nothing else here does) and sends
+- every `poll_s` takes a snapshot of the router's learnt flows, of what it marks ahead and of the
+  prefix the ISP delegated (it changes when the ISP renumbers; the `snapshot`, `ahead` and
+  `delegated` callables take the controller's lock; nothing else here does) and sends
   the difference between the rules wanted and those installed: an ADD for a new rule or new actions
   (same match and rule priority: it replaces the rule), a DELETE_STRICT for one no longer wanted;
 - counts and logs the slicer's errors. A refused ADD is not sent again while it stays wanted in
@@ -23,6 +24,7 @@ A lost connection is retried with exponential backoff. While it is down, the sli
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import ssl
@@ -107,13 +109,14 @@ class SliceLink:
         tls: ssl.SSLContext | None,
         *,
         ahead: Callable[[], Iterable[downlink.Ahead]] = lambda: (),
+        delegated: Callable[[], ipaddress.IPv6Network | None] = lambda: None,
         source_address: str | None = None,
         poll_s: float = 1.0,
         echo_s: float = 5.0,
         max_backoff_s: float = 16.0,
     ):
         self.host, self.port = host, port
-        self.snapshot, self.ahead = snapshot, ahead
+        self.snapshot, self.ahead, self.delegated = snapshot, ahead, delegated
         self.public_addresses = tuple(public_addresses)
         self.tls = tls
         self.source_address = source_address  # plain TCP: the slicer knows a household by it
@@ -226,7 +229,7 @@ class SliceLink:
         last_heard = time.monotonic()
         echo_sent = False
         while not self._stop.is_set():
-            wanted = downlink.wanted_rules(self.snapshot(), self.public_addresses, self.ahead())
+            wanted = downlink.wanted_rules(self.snapshot(), self.public_addresses, self.ahead(), self.delegated())
             self._reconcile(channel, wanted)
             next_poll = time.monotonic() + self.poll_s
             while (left := next_poll - time.monotonic()) > 0:

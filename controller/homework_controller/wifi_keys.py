@@ -1,4 +1,4 @@
-"""Per-device Wi-Fi passphrases: made, written for hostapd, and shown as a QR code. Pure but for `write_psk_file`.
+"""Per-device Wi-Fi passphrases: made, written for hostapd, and shown as a QR code. Pure (`private_files` writes them).
 
 hostapd's `wpa_psk_file` holds one line per key: `keyid=ID MAC PASSPHRASE`; MAC
 00:00:00:00:00:00 is a wildcard any station may use. hostapd tries each wildcard line in
@@ -17,9 +17,7 @@ guest passphrase is told apart from the device itself the same way.
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 
 from .model import BadMac, normalize_mac
@@ -105,31 +103,3 @@ def render_guest_line(current: str, passphrase: str) -> str:
     """`current` with its guest (wildcard) line set to passphrase; device lines kept."""
     kept = [line for line in current.splitlines() if line.strip() and not line.startswith(f"keyid={GUEST_KEYID} ")]
     return "".join(line + "\n" for line in [psk_line(GUEST_KEYID, WILDCARD_MAC, passphrase), *kept])
-
-
-def write_psk_file(path: str, text: str) -> None:
-    """Atomically, readable by root only: hostapd reads either the old file or the new one, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".wpa_psk.", dir=directory)  # mode 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
-
-
-def read_text(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""

@@ -3,6 +3,8 @@ controller, and a connection carries its app's mark from its first packet where 
 before it is opened (a service port, a name the device looked up); an agent's report or the connection's
 behaviour in the records gives it a rule of its own. Where packets land and with which DSCP (fakeoftable)."""
 
+import ipaddress
+
 import pytest
 from fakeoftable import FakeSwitch
 from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, down, join, up
@@ -157,6 +159,23 @@ def test_the_isp_slice_marks_ahead_as_the_router_does_by_port_and_by_named_addre
     switch.apply(router.set_app_priorities({"video-call": "default"}))
     rules = slice_rules()
     assert not from_port(rules, 3478) and not from_address(rules, ZOOM)
+
+
+def test_the_isp_slice_marks_ipv6_ahead_for_the_households_delegated_prefix(router, switch):
+    delegated = ipaddress.IPv6Network("2001:db8:100::/56")
+    zoom6 = "2001:db8:ffff::7"
+    phone = join(router, switch, PHONE)
+    switch.apply(router.dns_answer([("us04web.zoom.us", zoom6, 300)], phone))
+    rules = downlink.wanted_rules([], ["203.0.113.9"], router.priorities.ahead.slice_ahead(), delegated)
+    masked = (str(delegated.network_address), str(delegated.netmask))
+    [named] = [r for r in rules if dict(r.match).get("ipv6_src") == zoom6]
+    assert dict(named.match)["ipv6_dst"] == masked and flows.SetQueue(downlink.SLICE_QUEUES[qos.HIGH]) in named.actions
+    v6_ports = [r for r in rules if dict(r.match).get("eth_type") == 0x86DD and "udp_src" in dict(r.match)]
+    assert v6_ports and all(dict(r.match)["ipv6_dst"] == masked for r in v6_ports)
+    # At Normal the household wants neither.
+    switch.apply(router.set_app_priorities({"video-call": "default"}))
+    rules = downlink.wanted_rules([], ["203.0.113.9"], router.priorities.ahead.slice_ahead(), delegated)
+    assert not [r for r in rules if dict(r.match).get("ipv6_src") == zoom6]
 
 
 def covers(match, port: int) -> bool:

@@ -1,5 +1,7 @@
 """The slice rules a household wants for its downlink, from its learnt flows: pure, and as the slicer reads them."""
 
+import ipaddress
+
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from support import serialised, wire
 
@@ -85,3 +87,100 @@ def test_the_rules_reach_the_slicer_as_meant_and_delete_strict_names_the_same_ru
     assert delete.command == ofp.OFPFC_DELETE_STRICT and delete.out_port == ofp.OFPP_ANY
     assert (delete.table_id, delete.priority, delete.cookie) == (add.table_id, add.priority, add.cookie)
     assert dict(delete.match.items()) == dict(add.match.items())
+
+
+# --- IPv6: the delegated prefix is the household's flowspace on the slice (no NAT66) -------------
+
+DELEGATED = ipaddress.IPv6Network("2001:db8:100::/56")
+PHONE6, LAPTOP6 = "2001:db8:100:2::10", "2001:db8:100:3::10"  # global addresses in the devices' /64s
+PHONE_ULA = "fd12:3456:789a:2::10"
+ZOOM6 = "2001:db8:ffff::7"
+
+
+def rules_by_match(rules):
+    """Each rule's match (as a sorted tuple) -> the slicer queue it chooses."""
+    return {
+        tuple(sorted(rule.match_dict.items())): [a.queue_id for a in rule.actions if isinstance(a, flows.SetQueue)][0]
+        for rule in rules
+    }
+
+
+def test_an_ipv6_call_at_high_gets_a_rule_naming_the_devices_own_global_address():
+    rules = downlink.wanted_rules(
+        [
+            (call(device=PHONE6, remote=ZOOM6), qos.HIGH),
+            (call(device=LAPTOP6, remote=ZOOM6, local_port=50001), qos.MEDIUM),
+        ],
+        [PUBLIC],
+        delegated=DELEGATED,
+    )
+    # No NAT: the switch tells the two devices' downlinks apart, so each gets its own priority.
+    assert rules_by_match(rules) == {
+        tuple(
+            sorted({"eth_type": 0x86DD, "ip_proto": 17, "ipv6_src": ZOOM6, "udp_src": 8801, "ipv6_dst": PHONE6}.items())
+        ): 2,
+        tuple(
+            sorted(
+                {"eth_type": 0x86DD, "ip_proto": 17, "ipv6_src": ZOOM6, "udp_src": 8801, "ipv6_dst": LAPTOP6}.items()
+            )
+        ): 1,
+    }
+    assert all(r.priority == downlink.CONNECTION_PRIORITY and r.cookie == downlink.SLICE_COOKIE for r in rules)
+    # The same call at Normal asks for nothing.
+    assert (
+        downlink.wanted_rules([(call(device=PHONE6, remote=ZOOM6), qos.DEFAULT)], [PUBLIC], delegated=DELEGATED)
+        == frozenset()
+    )
+
+
+def test_ipv6_traffic_that_never_crosses_the_isp_gets_no_rule():
+    home_only = [
+        (call(device=PHONE_ULA, remote=ZOOM6), qos.HIGH),  # a ULA source: never reaches the ISP
+        (call(device=PHONE6, remote=LAPTOP6), qos.HIGH),  # device to device, inside the delegated prefix
+        (call(device=PHONE6, remote="2001:db8:100::1", port=53), qos.HIGH),  # the router's own /64
+        (call(device=PHONE6, remote="fe80::1", port=53), qos.HIGH),  # link-local
+        (call(device=PHONE_ULA, remote="fd12:3456:789a:3::10"), qos.HIGH),  # ULA to ULA
+    ]
+    assert downlink.wanted_rules(home_only, [PUBLIC], delegated=DELEGATED) == frozenset()
+    # Positive control: the phone's global address to the call server.
+    assert (
+        len(downlink.wanted_rules([(call(device=PHONE6, remote=ZOOM6), qos.HIGH)], [PUBLIC], delegated=DELEGATED)) == 1
+    )
+    # Without a delegated prefix the devices have ULA addresses only: no IPv6 rule, the IPv4 ones as before.
+    both = [(call(device=PHONE6, remote=ZOOM6), qos.HIGH), (call(), qos.HIGH)]
+    [ipv4_rule] = downlink.wanted_rules(both, [PUBLIC], delegated=None)
+    assert ipv4_rule.match_dict["ipv4_dst"] == PUBLIC
+
+
+def test_ports_and_named_ipv6_addresses_marked_ahead_name_the_whole_delegated_prefix():
+    prefix = ("2001:db8:100::", "ffff:ffff:ffff:ff00::")
+    ahead = [
+        downlink.Ahead(flows.PROTO_UDP, None, (3478, 0xFFFE), qos.HIGH),
+        downlink.Ahead(None, ZOOM6, None, qos.HIGH),
+        downlink.Ahead(None, ZOOM, None, qos.MEDIUM),
+        downlink.Ahead(None, "2001:db8:100:3::10", None, qos.HIGH),  # a device of the household's: none
+    ]
+    rules = rules_by_match(downlink.wanted_rules([], [PUBLIC], ahead, delegated=DELEGATED))
+    assert rules == {
+        tuple(sorted({"eth_type": 0x800, "ip_proto": 17, "udp_src": (3478, 0xFFFE), "ipv4_dst": PUBLIC}.items())): 2,
+        tuple(sorted({"eth_type": 0x86DD, "ip_proto": 17, "udp_src": (3478, 0xFFFE), "ipv6_dst": prefix}.items())): 2,
+        tuple(sorted({"eth_type": 0x86DD, "ipv6_src": ZOOM6, "ipv6_dst": prefix}.items())): 2,
+        tuple(sorted({"eth_type": 0x800, "ipv4_src": ZOOM, "ipv4_dst": PUBLIC}.items())): 1,
+    }
+    # No delegated prefix: only the IPv4 ones.
+    assert {dict(m)["eth_type"] for m in rules_by_match(downlink.wanted_rules([], [PUBLIC], ahead))} == {0x800}
+
+
+def test_an_ipv6_rule_reaches_the_slicer_as_the_prefix_the_switch_compares():
+    [port_rule] = downlink.wanted_rules(
+        [], [], [downlink.Ahead(flows.PROTO_TCP, None, 443, qos.HIGH)], delegated=DELEGATED
+    )
+    add = wire(openflow.flow_mod(port_rule))
+    assert dict(add.match.items()) == {
+        "eth_type": 0x86DD,
+        "ip_proto": 6,
+        "tcp_src": 443,
+        "ipv6_dst": ("2001:db8:100::", "ffff:ffff:ffff:ff00::"),
+    }
+    [conn_rule] = downlink.wanted_rules([(call(device=PHONE6, remote=ZOOM6), qos.HIGH)], [], delegated=DELEGATED)
+    assert dict(wire(openflow.flow_mod(conn_rule)).match.items())["ipv6_dst"] == PHONE6

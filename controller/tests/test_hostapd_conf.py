@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from homework_controller import hostapd_conf, hostapd_ctrl, wifi_keys
+from homework_controller import hostapd_conf, hostapd_ctrl, private_files, wifi_keys
 from homework_controller.wifi_keys import WifiKey
 
 needs_hostapd = pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
@@ -79,23 +79,27 @@ def test_the_world_domain_is_not_advertised_a_chosen_country_is_and_5_ghz_needs_
         "a",
         "36",
     )
-    with pytest.raises(SystemExit, match="--band 5 needs --country"):
+    with pytest.raises(SystemExit, match="--band: 5 GHz needs a country"):
         radio(capsys, "--band", "5", "--channel", "36")
     for bad in ("gb", "GBR", "G1", ""):
         with pytest.raises(SystemExit, match="--country"):
             radio(capsys, "--country", bad)
 
 
-def test_each_devices_own_passphrase_is_its_sae_password_bound_to_its_mac_ahead_of_the_guests(capsys, tmp_path):
+def test_each_devices_own_passphrase_is_its_sae_password_bound_to_its_mac_tried_before_the_guests(capsys, tmp_path):
     psk = tmp_path / "hostapd.wpa_psk"
     phone = WifiKey("02:00:00:00:00:01", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
     psk.write_text(wifi_keys.render_psk_file("", [phone]))
-    lines = [line for line in radio(capsys, "--psk-file", str(psk)).splitlines() if line.startswith("sae_password=")]
-    # hostapd takes the first line that fits: for the phone's MAC (its key id's) only its own password.
+    conf = radio(capsys, "--psk-file", str(psk))
+    lines = [line for line in conf.splitlines() if line.startswith("sae_password=")]
+    # hostapd puts each line at the head of its list and takes the first entry that fits: the
+    # phone's line, read last, is tried first, so for its MAC only its own password works.
     assert lines == [
-        "sae_password=k7qm-3xhv-9bcd-efgh-jkmn|mac=02:00:00:00:00:01",
         "sae_password=correct horse battery",
+        "sae_password=k7qm-3xhv-9bcd-efgh-jkmn|mac=02:00:00:00:00:01",
     ]
+    # What the controller reads back of it: whose password each MAC is bound to.
+    assert hostapd_conf.sae_bindings(conf) == {"02:00:00:00:00:01": "k7qm-3xhv-9bcd-efgh-jkmn"}
     # hostapd would end the password at `|`: refused, not cut short. The same passphrase is fine for WPA2 only.
     args = ["--driver", "nl80211", "--interface", "wlan0", "--ssid", "home", "--passphrase", "pass|word here"]
     with pytest.raises(SystemExit, match=r"cannot contain `\|`"):
@@ -239,13 +243,13 @@ def wait_for(condition, timeout=15.0):
 
 def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_a_broken_file(wired_hostapd, tmp_path):
     psk = str(tmp_path / "hostapd.wpa_psk")
-    wifi_keys.write_psk_file(psk, wifi_keys.render_guest_line("", "correct horse battery"))
+    private_files.write(psk, wifi_keys.render_guest_line("", "correct horse battery"))
     ctrl = wired_hostapd(
         "ssid=home\nwpa=2\nwpa_key_mgmt=WPA-PSK WPA-PSK-SHA256\nieee80211w=1\n"
         f"rsn_pairwise=CCMP\nwpa_psk_file={psk}\n"
     )
     phone = WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)
-    wifi_keys.write_psk_file(psk, wifi_keys.render_psk_file(wifi_keys.read_text(psk), [phone]))
+    private_files.write(psk, wifi_keys.render_psk_file(private_files.read_text(psk), [phone]))
     assert hostapd_ctrl.command(ctrl, "reload_wpa_psk") == "OK"
     # The check is real: a line hostapd cannot read makes it refuse the reload, and the controller hears so.
     with open(psk, "a") as f:
@@ -313,3 +317,59 @@ def test_the_network_name_is_read_from_real_hostapd(wired_hostapd):
     wired_hostapd.stop()
     # A hostapd that serves no network name (802.1X on a wired port) answers none: no QR code is offered.
     assert hostapd_ctrl.served_ssid(wired_hostapd("")) == ""
+
+
+def test_rendering_again_leaves_an_unchanged_key_file_alone(capsys, tmp_path):
+    """The image restarts hostapd when the key file changes (homework-radio-refresh.path), and renders
+    the configuration when it does: a render that rewrote the same file would wake it again forever."""
+    psk = tmp_path / "hostapd.wpa_psk"
+    radio(capsys, "--psk-file", str(psk))
+    written = psk.stat()
+    radio(capsys, "--psk-file", str(psk))
+    assert (psk.stat().st_ino, psk.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    # A new guest passphrase is written.
+    render(
+        capsys,
+        *("--driver", "nl80211", "--interface", "wlan0", "--ssid", "home"),
+        *("--passphrase", "another one here", "--psk-file", str(psk)),
+    )
+    assert psk.stat().st_ino != written.st_ino
+    assert wifi_keys.psk_line(wifi_keys.GUEST_KEYID, wifi_keys.WILDCARD_MAC, "another one here") in psk.read_text()
+
+
+# hostapd's `STA` answer for a station, as far as the key it used goes (hostapd 2.10).
+STA_WPA2 = "02:00:00:00:00:01\nflags=[AUTH][ASSOC][AUTHORIZED]\nAKMSuiteSelector=00-0f-ac-2\nkeyid=guest\n"
+STA_SAE = "02:00:00:00:00:01\nflags=[AUTH][ASSOC][AUTHORIZED][MFP]\nAKMSuiteSelector=00-0f-ac-8\nsae_group=19\n"
+
+
+def test_an_sae_join_is_told_from_a_wpa2_one_by_the_akm_hostapd_reports():
+    assert hostapd_ctrl.joined_over_sae(STA_SAE)
+    assert not hostapd_ctrl.joined_over_sae(STA_WPA2)
+    assert not hostapd_ctrl.joined_over_sae("")  # a station hostapd no longer knows
+
+
+def test_an_sae_join_under_a_mac_bound_to_the_devices_current_password_is_that_devices_key():
+    phone = WifiKey("02:00:00:00:00:01", "k7qm-3xhv-9bcd-efgh-jkmn", 0.0)
+    laptop = WifiKey("02:00:00:00:00:02", "p2rt-4wxy-8bcd-efgh-jkmn", 0.0)
+    conf = "\n".join(
+        ["ssid=home", "sae_password=correct horse battery", f"sae_password={phone.passphrase}|mac={phone.mac}"]
+    )
+    assert hostapd_ctrl.sae_keyid(conf, phone.mac, [phone, laptop]) == phone.keyid
+    assert hostapd_ctrl.sae_keyid(conf, phone.mac.upper(), [phone, laptop]) == phone.keyid
+    # The laptop's key is not in the configuration hostapd runs with (issued since): over SAE it
+    # could only have used the guest password, so nothing says it is the laptop.
+    assert hostapd_ctrl.sae_keyid(conf, laptop.mac, [phone, laptop]) == ""
+    # The phone's key issued again since: hostapd still holds the old password, not the device's key now.
+    reissued = WifiKey(phone.mac, "z9zz-4wxy-8bcd-efgh-jkmn", 1.0)
+    assert hostapd_ctrl.sae_keyid(conf, phone.mac, [reissued, laptop]) == ""
+
+
+def test_the_stations_already_on_the_air_are_read_with_the_key_each_used():
+    """What the controller judges when it attaches to hostapd: joins it did not hear."""
+    half_joined = "02:00:00:00:00:03\nflags=[AUTH][ASSOC]\nAKMSuiteSelector=00-0f-ac-2\n"  # mid-handshake
+    answer = STA_WPA2 + STA_SAE.replace("00:01", "00:02") + half_joined
+    assert hostapd_ctrl.stations_present(answer) == [
+        ("02:00:00:00:00:01", "guest", False),
+        ("02:00:00:00:00:02", "", True),
+    ]
+    assert hostapd_ctrl.stations_present("") == []

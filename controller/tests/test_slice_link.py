@@ -4,6 +4,7 @@ router learns flows and the household sets priorities; the slicer restarting; th
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_u
 # Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
 A = {
     "slot": 1,
-    "addresses": ["100.64.1.0/24"],
+    "addresses": ["100.64.1.0/24", "2001:db8:100::/56"],  # its public IPv4 block and its delegated prefix
     "source_address": "127.0.0.11",
     "ports": [2],
     "flow_quota": 20,
@@ -36,7 +37,7 @@ A = {
 }
 B = {
     "slot": 2,
-    "addresses": ["100.64.2.0/24"],
+    "addresses": ["100.64.2.0/24", "2001:db8:200::/56"],
     "source_address": "127.0.0.12",
     "ports": [3],
     "flow_quota": 20,
@@ -91,7 +92,9 @@ def slicer(slicers):
 def links():
     started: list[SliceLink] = []
 
-    def start(slicer, snapshot, public_addresses, host="127.0.0.1", tls=None, ahead=lambda: ()) -> SliceLink:
+    def start(
+        slicer, snapshot, public_addresses, host="127.0.0.1", tls=None, ahead=lambda: (), delegated=lambda: None
+    ) -> SliceLink:
         """Household A's link (over plain TCP, from A's registered source address)."""
         link = SliceLink(
             host,
@@ -100,6 +103,7 @@ def links():
             public_addresses,
             tls,
             ahead=ahead,
+            delegated=delegated,
             source_address=None if tls else A["source_address"],
             poll_s=0.2,
             echo_s=0.3,
@@ -115,13 +119,22 @@ def links():
 
 def downlink_lands(ovs, slicer, remote: str, public: str, remote_port: int = 443, proto: str = "tcp"):
     """(DSCP, queue) a packet from the internet to a household's public address leaves the switch with."""
+    return _lands(ovs, slicer, f"{proto},nw_src={remote},{proto}_src={remote_port},nw_dst={public},{proto}_dst=61000")
+
+
+def downlink6_lands(ovs, slicer, remote: str, device: str, remote_port: int = 3478, dscp: int = 0):
+    """(DSCP, queue) a UDP packet from the internet to a device's global IPv6 address, arriving with
+    `dscp`, leaves the switch with."""
+    return _lands(
+        ovs,
+        slicer,
+        f"udp6,ipv6_src={remote},udp_src={remote_port},ipv6_dst={device},udp_dst=61000,nw_tos={dscp << 2}",
+    )
+
+
+def _lands(ovs, slicer, packet: str) -> tuple[int, int | None]:
     trace = ovs.run(
-        "ovs-appctl",
-        "-t",
-        str(ovs.dir / "vswitchd.ctl"),
-        "ofproto/trace",
-        slicer.bridge,
-        f"in_port={UPLINK},{proto},nw_src={remote},{proto}_src={remote_port},nw_dst={public}," f"{proto}_dst=61000",
+        "ovs-appctl", "-t", str(ovs.dir / "vswitchd.ctl"), "ofproto/trace", slicer.bridge, f"in_port={UPLINK},{packet}"
     )
     final = re.search(r"^Final flow: (.*)$", trace, re.M)
     assert final, trace
@@ -335,3 +348,49 @@ def test_a_refused_priority_change_removes_the_old_rule_rather_than_keep_a_prior
     assert sent(peer) == []
     ours.close()
     peer.close()
+
+
+A_DELEGATED, B_DELEGATED = ipaddress.IPv6Network("2001:db8:100::/56"), ipaddress.IPv6Network("2001:db8:200::/56")
+A_PHONE6, A_LAPTOP6, B_DEVICE6 = "2001:db8:100:2::10", "2001:db8:100:3::10", "2001:db8:200:2::10"
+CALL_SERVER6 = "2001:db8:ffff::7"
+
+
+def test_an_ipv6_call_at_high_lands_in_the_households_high_queue_for_its_device_only(ovs, slicer, links):
+    lock = threading.Lock()
+    connections = [(flows.FiveTuple(flows.PROTO_UDP, A_PHONE6, 50000, CALL_SERVER6, 3478), qos.DEFAULT)]
+
+    def snapshot():
+        with lock:
+            return list(connections)
+
+    link = links(slicer, snapshot, [A_PUBLIC], delegated=lambda: A_DELEGATED)
+    wait_until(lambda: link.health()["connected"], 30, "the link to connect")
+    # At Normal: no rule, the call's downlink is in A's Normal queue (the internet's own DSCP cleared).
+    assert downlink6_lands(ovs, slicer, CALL_SERVER6, A_PHONE6, dscp=46) == UNTOUCHED
+    with lock:
+        connections[0] = (connections[0][0], qos.HIGH)
+    wait_until(
+        lambda: downlink6_lands(ovs, slicer, CALL_SERVER6, A_PHONE6) == queue_of(A, 2),
+        30,
+        "the IPv6 call's downlink to land in A's High queue",
+    )
+    # Only that device's call: A's laptop on the same server and B's device are untouched.
+    assert downlink6_lands(ovs, slicer, CALL_SERVER6, A_LAPTOP6) == UNTOUCHED
+    assert downlink6_lands(ovs, slicer, CALL_SERVER6, B_DEVICE6) == UNTOUCHED
+    assert link.health()["rules_installed"] == 1 and link.health()["errors"] == 0
+    with lock:
+        connections.clear()
+    wait_until(lambda: downlink6_lands(ovs, slicer, CALL_SERVER6, A_PHONE6) == UNTOUCHED, 30, "the rule to go")
+
+
+def test_a_delegated_prefix_that_is_not_the_households_own_is_refused_and_counted(ovs, slicer, links):
+    """A router that believes it was delegated B's prefix (misconfigured, or stale after the ISP renumbered):
+    the slicer refuses its IPv6 rules, B's devices' downlink stays B's, and A's IPv4 rule holds."""
+    call6 = (flows.FiveTuple(flows.PROTO_UDP, B_DEVICE6, 50000, CALL_SERVER6, 3478), qos.HIGH)
+    link = links(slicer, lambda: [CALL, call6], [A_PUBLIC], delegated=lambda: B_DELEGATED)
+    wait_until(lambda: link.health()["errors"] >= 1, 30, "the slicer's refusal")
+    wait_until(lambda: call_lands(ovs, slicer) == queue_of(A, 2), 30, "A's own IPv4 rule")
+    assert downlink6_lands(ovs, slicer, CALL_SERVER6, B_DEVICE6) == UNTOUCHED
+    health = link.health()
+    assert health["rules_installed"] == 1 and health["rules_refused"] == 1
+    assert "BAD_MATCH" in health["last_error"] and B_DEVICE6 in health["last_error"]

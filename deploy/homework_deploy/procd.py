@@ -52,6 +52,8 @@ SETTINGS: dict[str, Value] = {
     "WIFI_SSID": (Uci("lan", "ssid", required=False),),  # the radio's network name, for passphrase QR codes
     # The wifi-iface's `option wpa_psk_file` (wpad reads it): where devices' own passphrases go.
     "WIFI_PSK_FILE": (Uci("lan", "wpa_psk_file", required=False),),
+    # OpenWrt's radio is set in /etc/config/wireless (LuCI, netifd): nothing there would follow a file of ours.
+    "RADIO_SETTINGS": ("",),
     "LATENCY_TARGET": (Uci("webui", "latency_target", required=False),),  # empty: no connection check
     "WAN_IFACE": (Uci("qos", "upstream_iface", required=False),),  # empty: the uplink is not shaped
     "UPLINK_KBIT": (Uci("qos", "uplink_kbit"),),  # 0: not shaped

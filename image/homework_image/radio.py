@@ -8,17 +8,20 @@ port-level peer the controller sees, isolates and admits; hostapd runs on it wit
 `driver=nl80211` (`homework_controller.hostapd_conf`: WPA2-PSK and WPA3-SAE, per-device
 passphrases from `STATE/hostapd.wpa_psk`, `ap_isolate`, multicast as unicast).
 
-The household's settings are in `STATE/config/wifi.conf`, `key=value` lines:
-
-    ssid=Homework            the network's name
-    passphrase=...           the shared (guest) passphrase; made at first boot if absent
-    country=00               the regulatory domain (ISO 3166-1, e.g. GB); 00, the world's, until set
-    band=2.4                 2.4 or 5 (GHz; 5 needs a country)
-    channel=6
-
-A line that is not understood is reported and left out (the others still apply). The services
+The household's settings are in `STATE/config/wifi.conf` (`homework_controller.radio_settings`:
+network name, guest passphrase, country, band, channel; the household changes them in the web UI,
+through the controller, which writes the file). At first boot the file is made with a guest
+passphrase; its existence tells the controller the router has a radio. A line that is not
+understood is reported and left out (the others still apply). The services
 find hostapd's control socket under the bridge's name (`RUN/hostapd/br-lan`, as on a box without a
 radio): with a radio that name is a link to the radio's socket.
+
+`python -m homework_image.radio refresh` (homework-radio-refresh.service, started by its path unit
+when the key file or the settings change) renders hostapd's configuration again and restarts only
+hostapd when it differs: a device's own passphrase reaches WPA3 (SAE), whose passwords hostapd
+reads only at its start, and a new network name or channel takes effect. Every station joins
+again after such a restart (a few seconds); WPA2 devices' keys need no restart (the controller
+has hostapd reload the key file).
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+
+from homework_controller import private_files, radio_settings, wifi_keys
+from homework_controller.radio_settings import RadioSettings
 
 from . import BRIDGE, RUN, STATE, VENV
 
@@ -37,7 +42,7 @@ RADIO_PORT = "wlan0"
 WIFI_CONFIG = STATE / "config" / "wifi.conf"
 PSK_FILE = STATE / "hostapd.wpa_psk"
 HOSTAPD_CTRL = RUN / "hostapd"
-BANDS = ("2.4", "5")
+HOSTAPD_UNIT = "homework-hostapd.service"
 
 
 class RadioError(RuntimeError):
@@ -45,64 +50,9 @@ class RadioError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class WifiSettings:
-    ssid: str = "Homework"
-    passphrase: str = ""
-    country: str = "00"
-    band: str = "2.4"
-    channel: int = 6
-
-
-@dataclass(frozen=True)
 class Radio:
     phy: str  # e.g. phy0
     ifname: str  # its network interface as the driver named it
-
-
-def _check(key: str, value: str) -> Any:
-    if key == "ssid":
-        if not 1 <= len(value.encode()) <= 32:
-            raise ValueError("a network name is 1 to 32 bytes")
-        return value
-    if key == "passphrase":
-        if not 8 <= len(value) <= 63 or any(not 32 <= ord(ch) <= 126 for ch in value):
-            raise ValueError("a passphrase is 8 to 63 printable ASCII characters")
-        return value
-    if key == "country":
-        if value != "00" and not (len(value) == 2 and value.isascii() and value.isalpha()):
-            raise ValueError("a country is 00 or two letters (ISO 3166-1, e.g. GB)")
-        return value.upper()
-    if key == "band":
-        if value not in BANDS:
-            raise ValueError(f"a band is one of {', '.join(BANDS)} (GHz)")
-        return value
-    if key == "channel":
-        if not value.isdigit() or not 1 <= int(value) <= 196:
-            raise ValueError("a channel is a number from 1 to 196")
-        return int(value)
-    raise ValueError(f"unknown setting (known: {', '.join(f.name for f in fields(WifiSettings))})")
-
-
-def parse_wifi_config(text: str) -> tuple[WifiSettings, list[str]]:
-    """The settings `text` gives (defaults for the rest) and one message per line left out."""
-    settings, problems = WifiSettings(), []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        try:
-            if not sep:
-                raise ValueError("expected key=value")
-            settings = replace(settings, **{key.strip(): _check(key.strip(), value.strip())})
-        except ValueError as exc:
-            problems.append(f"{WIFI_CONFIG} line {number}: {exc}; left out")
-    if settings.band == "5" and settings.country == "00":
-        problems.append(
-            f"{WIFI_CONFIG}: band=5 needs a country (in the world domain 5 GHz may not start a network); 2.4 GHz"
-        )
-        settings = replace(settings, band="2.4", channel=WifiSettings.channel)
-    return settings, problems
 
 
 def ap_radios(wiphys: Iterable[dict], interfaces: Iterable[dict]) -> list[Radio]:
@@ -145,7 +95,7 @@ def read_radios() -> list[Radio]:
     return ap_radios(wiphys, interfaces)
 
 
-def hostapd_args(settings: WifiSettings) -> list[str]:
+def hostapd_args(settings: RadioSettings) -> list[str]:
     """`homework_controller.hostapd_conf`'s arguments for the radio."""
     return [
         "--driver",
@@ -176,19 +126,16 @@ def run(*cmd: str) -> str:
     return proc.stdout
 
 
-def wifi_settings() -> WifiSettings:
-    """The household's settings; at first boot a guest passphrase is made and kept."""
-    settings, problems = parse_wifi_config(WIFI_CONFIG.read_text() if WIFI_CONFIG.exists() else "")
+def wifi_settings() -> RadioSettings:
+    """The household's settings; at first boot the file is made, with a guest passphrase."""
+    current = private_files.read_text(str(WIFI_CONFIG))
+    settings, problems = radio_settings.parse(current, str(WIFI_CONFIG))
     for problem in problems:
         print(f"homework-network: {problem}", file=sys.stderr)
     if not settings.passphrase:
-        from homework_controller import wifi_keys
-
         settings = replace(settings, passphrase=wifi_keys.new_passphrase())
         WIFI_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-        with WIFI_CONFIG.open("a") as f:
-            f.write(f"passphrase={settings.passphrase}\n")
-        os.chmod(WIFI_CONFIG, 0o600)
+        private_files.write(str(WIFI_CONFIG), radio_settings.render(settings, current))
     return settings
 
 
@@ -210,16 +157,66 @@ def setup_radio() -> bool:
     run("iw", "dev", RADIO_PORT, "set", "type", "__ap")
     Path(f"/proc/sys/net/ipv6/conf/{RADIO_PORT}/disable_ipv6").write_text("1\n")
     run("ovs-vsctl", "--may-exist", "add-port", BRIDGE, RADIO_PORT)
-    conf = run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
-    RUN.mkdir(parents=True, exist_ok=True)
-    target = RUN / "hostapd.conf"
-    target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
-    with os.fdopen(fd, "w") as f:
-        f.write(conf)
+    write_hostapd_conf(render_hostapd_conf(settings))
     # The controller and the readiness check look for hostapd's socket under the bridge's name.
     HOSTAPD_CTRL.mkdir(parents=True, exist_ok=True)
     alias = HOSTAPD_CTRL / BRIDGE
     alias.unlink(missing_ok=True)
     alias.symlink_to(RADIO_PORT)
     return True
+
+
+def render_hostapd_conf(settings: RadioSettings) -> str:
+    return run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
+
+
+def write_hostapd_conf(conf: str) -> None:
+    RUN.mkdir(parents=True, exist_ok=True)
+    target = RUN / "hostapd.conf"
+    target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
+    with os.fdopen(fd, "w") as f:
+        f.write(conf)
+
+
+def refresh() -> bool:
+    """hostapd's configuration rendered again from the key file and the settings; when it differs
+    from the one hostapd runs with, hostapd is stopped, given it and started (never running with a
+    configuration other than the file's, which the controller reads). True when it restarted."""
+    if not (HOSTAPD_CTRL / BRIDGE).is_symlink():
+        return False  # no radio: the wired setup's configuration has no keys or settings to follow
+    conf = render_hostapd_conf(wifi_settings())
+    current = RUN / "hostapd.conf"
+    ran = current.read_text() if current.exists() else ""
+    if ran == conf:
+        return False
+    run("systemctl", "stop", HOSTAPD_UNIT)
+    write_hostapd_conf(conf)
+    try:
+        run("systemctl", "start", HOSTAPD_UNIT)
+    except RadioError:
+        if not ran:
+            raise
+        # A setting hostapd cannot start with (a channel the country forbids, say): the radio goes
+        # back to the configuration that ran rather than staying off.
+        write_hostapd_conf(ran)
+        run("systemctl", "start", HOSTAPD_UNIT)
+        raise RadioError("hostapd did not start with the new settings; it runs with the earlier ones") from None
+    print(f"homework-network: hostapd restarted with its configuration rendered again ({current})")
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["refresh"]:
+        print("usage: python -m homework_image.radio refresh", file=sys.stderr)
+        return 2
+    try:
+        refresh()
+    except (RadioError, OSError) as exc:
+        print(f"homework-network: hostapd's configuration: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from homework_controller.radio_settings import RadioSettings
 from homework_image import radio
-from homework_image.radio import Radio, WifiSettings
+from homework_image.radio import Radio
 
 
 def test_the_first_radio_that_can_be_an_access_point_serves_in_the_kernels_order():
@@ -39,31 +40,30 @@ def test_this_machine_has_no_nl80211_so_no_radio_and_the_wired_setup_stays():
     assert radio.read_radios() == []
 
 
-def test_the_households_settings_and_their_defaults():
-    assert radio.parse_wifi_config("") == (WifiSettings(), [])
-    text = "# ours\nssid=Our house\npassphrase=correct horse battery\ncountry=gb\nband=5\nchannel=36\n"
-    assert radio.parse_wifi_config(text) == (
-        WifiSettings("Our house", "correct horse battery", "GB", "5", 36),
-        [],
-    )
-
-
-def test_a_bad_line_is_reported_and_left_out_and_the_others_apply():
-    settings, problems = radio.parse_wifi_config("ssid=Ours\nchannel=two\npassphrase=short\ncolour=blue\nnoequals\n")
-    assert settings == WifiSettings(ssid="Ours")
-    assert [p.split(": ", 1)[0].rsplit(" ", 1)[-1] for p in problems] == ["2", "3", "4", "5"]
-    assert "channel" in problems[0] and "8 to 63" in problems[1] and "unknown setting" in problems[2]
-    # 5 GHz without a country cannot start a network: the radio stays on 2.4 GHz, and says why.
-    settings, problems = radio.parse_wifi_config("band=5\nchannel=36\n")
-    assert (settings.band, settings.channel) == ("2.4", 6) and "needs a country" in problems[0]
-    assert radio.parse_wifi_config("country=G1\n")[0].country == "00"
+def test_at_first_boot_the_settings_file_is_made_with_a_guest_passphrase_root_only(tmp_path, monkeypatch):
+    # The parsing and checking are the controller's (controller/tests/test_radio_settings.py).
+    monkeypatch.setattr(radio, "WIFI_CONFIG", tmp_path / "config" / "wifi.conf")
+    made = radio.wifi_settings()
+    assert len(made.passphrase) == 24 and made == RadioSettings(passphrase=made.passphrase)
+    assert oct((tmp_path / "config" / "wifi.conf").stat().st_mode & 0o777) == "0o600"
+    assert radio.wifi_settings() == made  # kept
+    # A household's file without one (or a bad one) gets one; its other lines stay.
+    (tmp_path / "config" / "wifi.conf").write_text("# ours\nssid=Our house\npassphrase=short\ncolour=blue\n")
+    again = radio.wifi_settings()
+    assert again.ssid == "Our house" and again.passphrase not in ("short", made.passphrase)
+    assert (tmp_path / "config" / "wifi.conf").read_text().splitlines()[:4] == [
+        "# ours",
+        "ssid=Our house",
+        f"passphrase={again.passphrase}",
+        "colour=blue",
+    ]
 
 
 @pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
 def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(radio, "PSK_FILE", tmp_path / "psk")
     monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "ctrl")
-    settings = WifiSettings("Our house", "correct horse battery", "GB", "2.4", 11)
+    settings = RadioSettings("Our house", "correct horse battery", "GB", "2.4", 11)
     conf = subprocess.run(
         [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)],
         capture_output=True,
@@ -78,3 +78,67 @@ def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(
     out = subprocess.run(["timeout", "10", "hostapd", str(tmp_path / "hostapd.conf")], capture_output=True, text=True)
     assert "errors found in configuration file" not in out.stdout + out.stderr, out.stdout
     assert "Failed to initialize driver 'nl80211'" in out.stdout + out.stderr
+
+
+@pytest.fixture
+def served_radio(tmp_path, monkeypatch):
+    """A radio being served (hostapd's socket alias in place) and the commands refresh would run."""
+    monkeypatch.setattr(radio, "RUN", tmp_path)
+    monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "hostapd")
+    monkeypatch.setattr(radio, "WIFI_CONFIG", tmp_path / "wifi.conf")
+    (tmp_path / "wifi.conf").write_text("passphrase=correct horse battery\n")
+    (tmp_path / "hostapd").mkdir()
+    (tmp_path / "hostapd" / radio.BRIDGE).symlink_to(radio.RADIO_PORT)
+    ran: list[tuple[str, ...]] = []
+
+    def run(*cmd: str) -> str:
+        ran.append((*cmd, (tmp_path / "hostapd.conf").read_text() if (tmp_path / "hostapd.conf").exists() else ""))
+        return ""
+
+    monkeypatch.setattr(radio, "run", run)
+    return tmp_path, ran
+
+
+def test_a_key_or_setting_that_changes_hostapds_configuration_restarts_only_hostapd_with_it(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd.conf").write_text("sae_password=guest\n")
+    monkeypatch.setattr(
+        radio, "render_hostapd_conf", lambda settings: "sae_password=guest\nsae_password=own|mac=02:..\n"
+    )
+    assert radio.refresh()
+    # Stopped with the old configuration, started with the new one: never running with another than the file's.
+    assert ran == [
+        ("systemctl", "stop", "homework-hostapd.service", "sae_password=guest\n"),
+        ("systemctl", "start", "homework-hostapd.service", "sae_password=guest\nsae_password=own|mac=02:..\n"),
+    ]
+    # Rendered again to the same: nothing restarts (the key file rewritten as it was wakes it too).
+    ran.clear()
+    assert not radio.refresh() and ran == []
+
+
+def test_without_a_radio_there_is_nothing_to_refresh(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd" / radio.BRIDGE).unlink()
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: pytest.fail("rendered for the wired setup"))
+    assert not radio.refresh() and ran == []
+
+
+def test_settings_hostapd_cannot_start_with_leave_the_radio_on_with_the_ones_that_ran(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd.conf").write_text("channel=6\n")
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: "channel=144\n")
+    starts = []
+
+    def run(*cmd: str) -> str:
+        ran.append(cmd)
+        if cmd[1] == "start":
+            starts.append((run_dir / "hostapd.conf").read_text())
+            if starts[-1] == "channel=144\n":
+                raise radio.RadioError("hostapd failed")
+        return ""
+
+    monkeypatch.setattr(radio, "run", run)
+    with pytest.raises(radio.RadioError, match="runs with the earlier ones"):
+        radio.refresh()
+    assert starts == ["channel=144\n", "channel=6\n"]
+    assert (run_dir / "hostapd.conf").read_text() == "channel=6\n"

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
 IMAGE = BUILD / "homework-router-x86_64.img"
 STATE = BUILD / "image-test-radio"
-RADIOS = 3
+RADIOS = 4  # the router's and three stations: two permitted, one pending
 DRIVE = "/run/radio-test"  # where the test drive is mounted in the VM
 HOSTAPD_CTRL = "/run/homework/hostapd"
 TIMINGS: dict[str, float] = {}
@@ -106,6 +106,7 @@ class Station:
             f"&& ip -n {self.ns} link set lo up && ip -n {self.ns} link set {self.ifname} up"
         )
         self.mac = json.loads(self.vm.run(f"ip -n {self.ns} -j link show {self.ifname}"))[0]["address"]
+        self.network = ""  # the network block it last joined with
 
     def exec(self, command: str, timeout: float = 60, check: bool = True) -> str:
         return self.vm.run(f"ip netns exec {self.ns} {command}", timeout=timeout, check=check)
@@ -113,6 +114,7 @@ class Station:
     def join(self, network: str) -> None:
         """(Re)start wpa_supplicant with one network block, e.g. 'key_mgmt=WPA-PSK\\npsk="..."'."""
         self.leave()
+        self.network = network
         conf = f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2437\n {network}\n}}\n'
         self.write(f"{self.dir}/wpa.conf", conf)
         self.vm.run(f": > {self.dir}/wpa.log")
@@ -169,9 +171,59 @@ class Station:
         info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
         return int(info[0]["addr_info"][0]["valid_life_time"])
 
+    def address(self) -> str:
+        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        return info[0]["addr_info"][0]["local"]
+
+    def listen(self, port: int, group: str = "-", seconds: float = 15) -> str:
+        """Datagrams to `port` (and the multicast `group`) for `seconds`, in the background: read them
+        with `heard` (one JSON line each: source, TTL as it arrived, data)."""
+        self.write(f"{self.dir}/probe.py", PROBE)
+        self.vm.run(
+            f"ip netns exec {self.ns} nohup python3 {self.dir}/probe.py listen {port} {group} {seconds} "
+            f"> {self.dir}/heard-{port} 2>&1 &"
+        )
+        time.sleep(1)  # bound and joined before anything is sent
+        return f"{self.dir}/heard-{port}"
+
+    def heard(self, port: int) -> list[dict]:
+        return [json.loads(line) for line in self.vm.run(f"cat {self.dir}/heard-{port}").splitlines() if line]
+
+    def send(self, host: str, port: int, data: str) -> None:
+        self.write(f"{self.dir}/probe.py", PROBE)
+        self.exec(f"python3 {self.dir}/probe.py send {host} {port} {shlex.quote(data)}")
+
     def fetch(self, url: str = f"http://{WWW_IP}/") -> str:
         """The HTTP status the station gets ('000' when nothing answers)."""
         return self.exec(f"curl -s -o /dev/null -m 5 -w %{{http_code}} {url}", check=False).strip()[-3:]
+
+
+# Run by a station's python3 (the image's): `listen PORT GROUP|- SECONDS` prints each datagram with the
+# TTL it arrived with; `send HOST PORT DATA` sends DATA three times (multicast with a TTL of 1, as mDNS).
+PROBE = """
+import json, socket, sys
+mode, *args = sys.argv[1:]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if mode == "listen":
+    port, group, seconds = int(args[0]), args[1], float(args[2])
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_RECVTTL", 12), 1)
+    s.bind(("", port))
+    if group != "-":
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(group) + bytes(4))
+    s.settimeout(seconds)
+    try:
+        while True:
+            data, extra, _, source = s.recvmsg(2048, socket.CMSG_SPACE(4))
+            ttl = next((int.from_bytes(d[:4], sys.byteorder) for _, k, d in extra if k == socket.IP_TTL), None)
+            print(json.dumps({"from": source[0], "ttl": ttl, "data": data.decode(errors="replace")}), flush=True)
+    except TimeoutError:
+        pass
+else:
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    for _ in range(3):
+        s.sendto(args[2].encode(), (args[0], int(args[1])))
+"""
 
 
 def hostapd(vm: RouterVm, *words: str) -> str:
@@ -222,6 +274,35 @@ def stations(router, guest_passphrase) -> list[Station]:
     return [Station(router, n) for n in range(1, RADIOS)]
 
 
+@pytest.fixture(scope="module")
+def owner(router) -> Owner:
+    """The household's owner, signed in through the web UI's first-run setup."""
+    owner = Owner(router)
+    owner.session()
+    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
+    status, doc = owner.call(
+        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
+    )
+    assert status == 201, doc
+    owner.csrf = doc["csrf_token"]
+    return owner
+
+
+def wpa2(passphrase: str) -> str:
+    return f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1'
+
+
+def sae(password: str) -> str:
+    return f'key_mgmt=SAE\n sae_password="{password}"\n ieee80211w=2'
+
+
+def clone_suspected(vm: RouterVm, mac: str) -> object:
+    for device in json_in(vm.run("curl -s http://127.0.0.1:8081/ws.v1/status")):
+        if device.get("mac") == mac:
+            return device.get("clone_suspected")
+    return None
+
+
 # ---- the story
 
 
@@ -253,42 +334,22 @@ def test_a_station_joins_with_the_guest_passphrase(router, stations, guest_passp
     assert "[AUTHORIZED]" in sta, sta
 
 
-def controller_runs_with(router: RouterVm, flag: str) -> bool:
-    return (
-        router.run(
-            f"grep -c -- {shlex.quote(flag)} /usr/lib/systemd/system/homework-controller.service", check=False
-        ).strip()
-        != "0"
-    )
-
-
-def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_until_permitted(router, stations):
-    if not controller_runs_with(router, "--access-ports wlan0"):
-        pytest.skip("the controller does not serve the radio's port (its access ports) in this build")
+def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_until_permitted(router, stations, owner):
     first = stations[0]
     address = first.dhcp(60)
     assert address.endswith("/30"), address
     assert first.lease_left() <= PENDING_LEASE_S
     assert device_state(router, first.mac) == "pending"
     assert first.fetch() == "000"
-    owner = Owner(router)
-    owner.session()
-    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
-    status, doc = owner.call(
-        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
-    )
-    assert status == 201, doc
-    owner.csrf = doc["csrf_token"]
     status, doc = owner.call("POST", f"/api/devices/{first.mac}/permit")
     assert status == 200, doc
     first.dhcp(60)
     assert first.lease_left() > PENDING_LEASE_S * 10
-    assert first.fetch() == "200"
+    # The controller's forwarding rules for it follow the permit (seconds under software emulation).
+    wait_until("a page through the NAT", lambda: first.fetch() == "200", 30, 1)
 
 
 def test_links_carry_the_stations_signal_as_nl80211_reports_it(router, stations):
-    if not controller_runs_with(router, "nl80211:wlan0"):
-        pytest.skip("the controller does not read the radio's stations over nl80211 in this build")
     first = stations[0]
 
     def signal() -> int | None:
@@ -339,28 +400,151 @@ def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets
     )
 
 
-def test_a_devices_own_passphrase_fits_any_mac_and_hostapd_says_whose_it_is(router, stations, guest_passphrase):
-    """What a device keeping its identity under a new MAC rests on, with real hostapd and wpa_supplicant:
-    the controller writes a device's line of the key file as a wildcard, so the phone under its next
-    private address still joins with its own passphrase, and hostapd names the key it used (keyid=),
-    from which the controller moves the device to the new MAC (controller/tests/test_new_address.py)."""
-    first = stations[0]
-    passphrase = wifi_keys.new_passphrase()
-    keyid = wifi_keys.device_keyid(first.mac)
-    key_file = "/var/lib/homework/hostapd.wpa_psk"
-    lines = wifi_keys.render_psk_file(router.run(f"cat {key_file}"), [wifi_keys.WifiKey(first.mac, passphrase, 0.0)])
-    first.write(key_file, lines)
-    assert hostapd(router, "reload_wpa_psk").strip() == "OK"
-    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+def test_a_device_given_its_own_passphrase_joins_with_it_and_a_copy_of_its_mac_is_flagged(
+    router, stations, owner, guest_passphrase
+):
+    """The owner gives the permitted station a passphrase of its own (the web UI, as the Guest Board's
+    device page does); it joins with it and hostapd names its key; under its next private address it
+    is still the device; another station taking its MAC with the guest passphrase is flagged as a
+    clone and gets nothing of its permissions."""
+    first, second = stations[:2]
+    status, doc = owner.call("POST", f"/api/devices/{first.mac}/wifi-key")
+    assert status == 200 and doc["wifi_key"]["applied"], doc
+    key = doc["wifi_key"]
+    assert key["keyid"] == wifi_keys.device_keyid(first.mac) and key["ssid"] == "Homework", key
+    status, shown = owner.call("GET", f"/api/devices/{first.mac}/wifi-key")  # the device page shows it again
+    assert status == 200 and shown["wifi_key"]["passphrase"] == key["passphrase"], shown
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
-    # Its next private address: the same passphrase, the same key id.
+    assert f"keyid={key['keyid']}" in hostapd(router, "sta", first.mac)
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    # Its next private address: the same passphrase says it is the device, which moves to it.
+    original = first.mac
     first.new_address("06:11:22:33:44:55")
-    first.join(f'key_mgmt=WPA-PSK\n psk="{passphrase}"\n ieee80211w=1')
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    assert f"keyid={keyid}" in hostapd(router, "sta", first.mac)
-    # The same station with the guest passphrase is the guest's key: nothing says it is that device.
-    first.join(f'key_mgmt=WPA-PSK\n psk="{guest_passphrase}"\n ieee80211w=1')
+    wait_until("the device to move to its new MAC", lambda: device_state(router, first.mac) == "permitted", 30, 1)
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    # Another station under the device's MAC with the guest passphrase: off the air and flagged.
+    first.leave()
+    other_mac = second.mac
+    second.leave()
+    second.new_address(first.mac)
+    second.join(wpa2(guest_passphrase))
+    wait_until("the copy to be flagged", lambda: clone_suspected(router, first.mac), 30, 1, hint=second.log)
+    # Each time it completes the handshake the router has hostapd put it off the air again.
+    wait_until("the copy to be put off the air", lambda: "CTRL-EVENT-DISCONNECTED" in second.log(), 30, 1)
+    # Positive control: the device itself, with its own passphrase, is back on and served.
+    second.leave()
+    second.new_address(other_mac)
+    first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    sta = hostapd(router, "sta", first.mac)
-    assert f"keyid={wifi_keys.GUEST_KEYID}" in sta and keyid not in sta, sta
+    first.dhcp(60)
+    assert first.fetch() == "200"
+    assert device_state(router, original) is None  # the device moved: nothing is left under its old MAC
+
+
+def test_a_wpa3_device_joins_with_its_own_sae_password_and_a_copy_of_its_mac_with_the_guests_is_refused(
+    router, stations, owner, guest_passphrase
+):
+    """A key issued reaches hostapd's SAE passwords (homework-radio-refresh.path restarts hostapd with
+    the configuration rendered again), bound to the device's MAC: the device joins over SAE with its
+    own password and the controller takes it for the device (hostapd names no key for SAE); a copy
+    of its MAC cannot join over SAE with the guest password."""
+    first, second = stations[:2]
+    second.join(sae(guest_passphrase))
+    second.wait_connected(120)
+    second.dhcp(60)
+    status, doc = owner.call("POST", f"/api/devices/{second.mac}/permit")
+    assert status == 200, doc
+    # The household gives it its own password (the device is set up with it: off the guest's first,
+    # or the router would put it off the air as a copy of itself until it switched).
+    second.leave()
+    restarts = router.run("systemctl show -p NRestarts,ExecMainStartTimestampMonotonic homework-hostapd")
+    status, doc = owner.call("POST", f"/api/devices/{second.mac}/wifi-key")
+    assert status == 200, doc
+    password = doc["wifi_key"]["passphrase"]
+
+    def hostapd_has_the_password() -> bool:
+        if f"|mac={second.mac}" not in router.run("cat /run/homework/hostapd.conf"):
+            return False
+        try:
+            return "state=ENABLED" in hostapd(router, "status")
+        except VmError:  # restarting
+            return False
+
+    wait_until(
+        "hostapd to run with the device's SAE password",
+        hostapd_has_the_password,
+        90,
+        2,
+        hint=lambda: router.run("journalctl -b --no-pager -n 30 -u homework-radio-refresh", check=False),
+    )
+    assert router.run("systemctl show -p NRestarts,ExecMainStartTimestampMonotonic homework-hostapd") != restarts
+    second.join(sae(password))
+    second.wait_connected(120)
+    sta = hostapd(router, "sta", second.mac)
+    assert "[AUTHORIZED]" in sta and "sae_group=" in sta, sta
+    # The controller took it for the device (hostapd named no key: it read the password hostapd binds
+    # to the MAC): not flagged, not put off the air.
+    wait_until(
+        "the controller to recognise the device's own SAE password",
+        lambda: f"{second.mac} joined over SAE with its own password"
+        in router.run("journalctl -b --no-pager -u homework-controller", check=False),
+        60,
+        2,
+    )
+    time.sleep(5)
+    assert clone_suspected(router, second.mac) is None
+    assert "[AUTHORIZED]" in hostapd(router, "sta", second.mac)
+    second.dhcp(60)
+    assert second.fetch() == "200"
+    # The first station under the device's MAC, over SAE with the guest password: hostapd tries the
+    # device's password for that MAC, so the handshake never completes.
+    second.leave()
+    own_mac = first.mac
+    first.leave()
+    first.new_address(second.mac)
+    first.join(sae(guest_passphrase))
+    time.sleep(20)
+    assert not first.connected(), first.log()[-1500:]
+    first.leave()
+    first.new_address(own_mac)
+
+
+def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hears_none_of_their_multicast(
+    router, stations, guest_passphrase
+):
+    """ap_isolate keeps stations from talking inside the access point: two permitted stations reach each
+    other through the router (the TTL one lower, the connection in Flows); a permitted station's mDNS
+    announcement reaches the other permitted one, not a pending newcomer on the same radio."""
+    first, second, newcomer = stations
+    first.join(first.network)  # its own passphrase, as the earlier test left it
+    first.wait_connected(120)
+    first.dhcp(60)
+    newcomer.join(wpa2(guest_passphrase))
+    newcomer.wait_connected(120)
+    newcomer.dhcp(60)
+    assert device_state(router, newcomer.mac) == "pending"
+    # Unicast between the two permitted stations: routed, one hop.
+    second.listen(9999)
+    first.send(second.address(), 9999, "hello through the router")
+    heard = wait_until("the datagram", lambda: second.heard(9999), 15, 1)
+    assert heard[0]["from"] == first.address() and heard[0]["ttl"] == 63, heard
+    second.exec(f"sh -c 'nohup python3 -m http.server 8000 --bind {second.address()} > /dev/null 2>&1 &'")
+    wait_until("a page from the other station", lambda: first.fetch(f"http://{second.address()}:8000/") == "200", 20, 1)
+
+    def flow_between() -> bool:
+        rows = hwdb_query(router, "select * from Flows [range 60 seconds]")
+        return any(first.address() in row and second.address() in row for row in rows.splitlines())
+
+    wait_until("a Flows row between the two stations", flow_between, 40, 2)
+    # mDNS from a permitted station: the other permitted station hears it, the pending one does not.
+    second.listen(5353, "224.0.0.251", 10)
+    newcomer.listen(5353, "224.0.0.251", 10)
+    first.send("224.0.0.251", 5353, "printer announcement")
+    wait_until("the permitted station to hear the announcement", lambda: second.heard(5353), 10, 1)
+    time.sleep(3)
+    assert newcomer.heard(5353) == []

@@ -87,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("add", "update"):
         p = sub.add_parser(name)
         p.add_argument("name")
-        p.add_argument("--address", action="append", help="an IPv4 prefix of the household (repeatable)")
+        p.add_argument(
+            "--address",
+            action="append",
+            help="an IPv4 prefix of the household, or the IPv6 prefix delegated to it "
+            "(repeatable; update replaces them all)",
+        )
         p.add_argument("--rate", type=float, help="guaranteed downlink rate, Mbit/s")
         p.add_argument("--quota", type=int, help="flow-table quota (rules)")
         p.add_argument("--msg-rate", type=float, help="control messages per second")

@@ -11,6 +11,11 @@ MAX_SLOT = 0xFFFFFF  # slots live in the top 24 bits of a rule's cookie
 ON_DISCONNECT = ("keep", "delete")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+# What an ISP delegates to a household (RFC 4291's global unicast; documentation's 2001:db8::/32 too).
+# Link-local and multicast addresses are every household's at once: the one claiming them would get
+# its neighbours' neighbour discovery.
+IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class InvalidHousehold(ValueError):
@@ -25,14 +30,16 @@ class Household:
     tc classes); it is assigned once by the registry and never reused while the household exists.
     `macs` are the Ethernet addresses of its CPE (its router's uplink side): the only source and
     destination MACs, beside those the slicer learns on its private ports, that its rules may write
-    and its packet-outs may carry. `cert_sha256` is the SHA-256 of its controller's client
+    and its packet-outs may carry. `addresses` are its IPv4 prefixes and its IPv6 ones (the prefix
+    the ISP delegated to it, e.g. a /56: its devices' global addresses are inside it, no NAT66).
+    `cert_sha256` is the SHA-256 of its controller's client
     certificate (DER, hex); `source_address` identifies it on a plain-TCP listener, which exists
     only when configured for tests.
     """
 
     name: str
     slot: int
-    addresses: tuple[ipaddress.IPv4Network, ...]
+    addresses: tuple[Network, ...]
     guaranteed_mbit: float = 10.0
     flow_quota: int = 1000
     msg_rate: float = 500.0
@@ -43,8 +50,8 @@ class Household:
     macs: tuple[str, ...] = field(default=())
     on_disconnect: str = "keep"
 
-    def owns(self, network: ipaddress.IPv4Network) -> bool:
-        return any(network.subnet_of(own) for own in self.addresses)
+    def owns(self, network: Network) -> bool:
+        return any(network.version == own.version and network.subnet_of(own) for own in self.addresses)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,7 +76,7 @@ class Household:
         if unknown:
             raise InvalidHousehold(f"unknown household fields: {sorted(unknown)}")
         try:
-            addresses = tuple(ipaddress.IPv4Network(a) for a in data.get("addresses", ()))
+            addresses = tuple(ipaddress.ip_network(a) for a in data.get("addresses", ()))
             household = cls(
                 name=str(data["name"]),
                 slot=int(data.get("slot", 0)),
@@ -103,6 +110,9 @@ class Household:
             raise InvalidHousehold("rates, quota and burst must be positive")
         if self.on_disconnect not in ON_DISCONNECT:
             raise InvalidHousehold(f"on_disconnect must be one of {ON_DISCONNECT}")
+        for net in self.addresses:
+            if isinstance(net, ipaddress.IPv6Network) and not net.subnet_of(IPV6_GLOBAL_UNICAST):
+                raise InvalidHousehold(f"address {net}: an IPv6 prefix of a household is global unicast (2000::/3)")
         if self.source_address:
             ipaddress.ip_address(self.source_address)
         for mac in self.macs:
@@ -112,7 +122,7 @@ class Household:
 
 def check_disjoint(households: list[Household]) -> None:
     """Two households may share neither an address, a slot, a certificate, a MAC nor a private port."""
-    seen_nets: list[tuple[ipaddress.IPv4Network, str]] = []
+    seen_nets: list[tuple[Network, str]] = []
     seen: dict[tuple[str, object], str] = {}
     for h in households:
         for net in h.addresses:

@@ -6,10 +6,10 @@ silently dropped: a message is translated exactly, or refused whole.
 
 Layout on the physical switch (see README, "How slices share the switch"):
 
-- table 0 (the slicer's): one rule per household address block sends its traffic, tagged with the
-  household's slot in the metadata register, to table 1; traffic to a household has its DSCP
-  cleared there, so only a slice rule can choose a queue. Traffic of no household goes to the
-  forwarding table.
+- table 0 (the slicer's): one rule per household address block (IPv4 or IPv6) sends its traffic,
+  tagged with the household's slot in the metadata register, to table 1; traffic to a household has
+  its DSCP cleared there, so only a slice rule can choose a queue. Traffic of no household goes to
+  the forwarding table.
 - tables 1..HOUSEHOLD_TABLES: the households' virtual tables 0..HOUSEHOLD_TABLES-1. Every household
   rule also matches metadata == its slot, so it only ever sees its own traffic; a miss goes on to
 - the forwarding table (the slicer's): NORMAL.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from os_ken.lib.packet import arp, ipv4, packet
+from os_ken.lib.packet import arp, icmpv6, ipv4, ipv6, packet
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -50,9 +50,15 @@ QUEUE_NAMES = {0: "normal", 1: "medium", 2: "high"}
 DSCP_OF_QUEUE = {0: 0, 1: 18, 2: 46}
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
-_ADDRESS_FIELDS = {"ipv4_src": ETH_IPV4, "ipv4_dst": ETH_IPV4, "arp_spa": ETH_ARP, "arp_tpa": ETH_ARP}
-_DESTINATION_FIELDS = ("ipv4_dst", "arp_tpa")
-# Fields a household may rewrite. Addresses only to its own (IPv4, ARP and Ethernet); DSCP never (it
+ETH_IPV6 = 0x86DD
+_IPV4_FIELDS = {"ipv4_src": ETH_IPV4, "ipv4_dst": ETH_IPV4, "arp_spa": ETH_ARP, "arp_tpa": ETH_ARP}
+_ADDRESS_FIELDS = {**_IPV4_FIELDS, "ipv6_src": ETH_IPV6, "ipv6_dst": ETH_IPV6}
+_DESTINATION_FIELDS = ("ipv4_dst", "arp_tpa", "ipv6_dst")
+# Neighbour discovery messages that name a router: a household is none on the ISP's segment.
+_ROUTER_ICMPV6 = (icmpv6.ND_ROUTER_ADVERT, icmpv6.ND_REDIREC)  # (os-ken's spelling of redirect)
+_LINK_LAYER_OPTIONS = (icmpv6.ND_OPTION_SLA, icmpv6.ND_OPTION_TLA)
+_VLAN_TYPES = (0x8100, 0x88A8)
+# Fields a household may rewrite. Addresses only to its own (IPv4, ARP, IPv6 and Ethernet); DSCP never (it
 # is the queue choice); VLAN ids never (a household owns no VLAN on the aggregation switch).
 _MAC_FIELDS = ("eth_src", "eth_dst")
 _SETTABLE = {
@@ -72,7 +78,7 @@ _HARMLESS_ACTIONS = (
     parser.OFPActionCopyTtlIn,
 )
 # What the household's virtual switch offers, as TABLE_FEATURES, GROUP_FEATURES and METER_FEATURES
-# tell a controller: the fields its rules may match (IPv4 and ARP flowspace; metadata is the
+# tell a controller: the fields its rules may match (IPv4, ARP and IPv6 flowspace; metadata is the
 # slicer's), the instructions and actions the checks below let through.
 _MATCHABLE = {
     "in_port": False,
@@ -86,6 +92,8 @@ _MATCHABLE = {
     "ip_proto": False,
     "ipv4_src": True,
     "ipv4_dst": True,
+    "ipv6_src": True,
+    "ipv6_dst": True,
     # Ports by value/mask as the switch compares them: a household's router marks an app's port ranges
     # as prefixes (controller/homework_controller/downlink.py); no address is in a port.
     "tcp_src": True,
@@ -96,6 +104,8 @@ _MATCHABLE = {
     "sctp_dst": False,
     "icmpv4_type": False,
     "icmpv4_code": False,
+    "icmpv6_type": False,
+    "icmpv6_code": False,
     "arp_op": False,
     "arp_spa": True,
     "arp_tpa": True,
@@ -148,17 +158,19 @@ _VALUE_CACHE = 1 << 14
 
 
 @functools.lru_cache(maxsize=_VALUE_CACHE)
-def _network(value: Any) -> ipaddress.IPv4Network | None:
-    """The prefix an address field (address, or address and mask) selects as the switch reads it
-    (value & mask), or None when its mask is not a prefix. `ipaddress` would take a mask such as
-    0.0.0.255 for a host mask (a /24), while the switch compares the last octet only."""
+def _network(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The prefix an address field (IPv4 or IPv6; address, or address and mask) selects as the
+    switch reads it (value & mask, bit by bit), or None when its mask is not a prefix. `ipaddress`
+    would take a mask such as 0.0.0.255 (or ::ffff:ffff:ffff:ffff) for a host mask (a /24, a /64),
+    while the switch compares the last bits only."""
     if not isinstance(value, tuple):
-        return ipaddress.IPv4Network(str(value))
-    mask = int(ipaddress.IPv4Address(value[1]))
-    inverted = mask ^ 0xFFFFFFFF
+        return ipaddress.ip_network(str(value))
+    mask = ipaddress.ip_address(value[1])
+    all_ones = (1 << mask.max_prefixlen) - 1
+    inverted = int(mask) ^ all_ones
     if inverted & (inverted + 1):
         return None
-    return ipaddress.IPv4Network(f"{value[0]}/{32 - inverted.bit_length()}", strict=False)
+    return ipaddress.ip_network(f"{value[0]}/{mask.max_prefixlen - inverted.bit_length()}", strict=False)
 
 
 def slot_of_cookie(cookie: int) -> int:
@@ -177,6 +189,28 @@ def dispatch_rules(household: Household) -> list[Any]:
     rules = []
     for net in household.addresses:
         masked = (str(net.network_address), str(net.netmask))
+        if net.version == 6:
+            # As for IPv4, without ARP: a delegated prefix is routed to the household's router, never
+            # on the ISP's segment, so no neighbour discovery names an address inside it.
+            rules += [
+                parser.OFPFlowMod(
+                    CODEC,
+                    cookie=cookie,
+                    table_id=TABLE_DISPATCH,
+                    priority=200,
+                    match=parser.OFPMatch(eth_type=ETH_IPV6, ipv6_dst=masked),
+                    instructions=[clear_dscp, meta, to_slice],
+                ),
+                parser.OFPFlowMod(
+                    CODEC,
+                    cookie=cookie,
+                    table_id=TABLE_DISPATCH,
+                    priority=100,
+                    match=parser.OFPMatch(eth_type=ETH_IPV6, ipv6_src=masked),
+                    instructions=[meta, to_slice],
+                ),
+            ]
+            continue
         # Traffic to a household belongs to it even when it comes from another household: the
         # destination's queues hold on the downlink.
         rules += [
@@ -272,8 +306,8 @@ def match_key(items: tuple) -> tuple:
 @functools.lru_cache(maxsize=_VALUE_CACHE)
 def _key_field(name: str, value: Any) -> tuple[str, str]:
     """A match field as the switch stores it: a masked value as (value & mask, mask), an all-ones
-    mask as the plain value."""
-    if name in _ADDRESS_FIELDS:
+    mask as the plain value (IPv6 addresses so too, as os-ken writes them)."""
+    if name in _IPV4_FIELDS:
         return (name, _address_key(value))
     if not isinstance(value, tuple):
         return (name, str(value))
@@ -306,6 +340,29 @@ def _address_key(value: Any) -> str:
 
 def _address_int(text: str) -> int:
     return int.from_bytes(socket.inet_aton(text), "big")
+
+
+def _link_layer_options(frame: bytes) -> list[str]:
+    """The MACs of every source and target link-layer option of a neighbour discovery frame (Ethernet,
+    VLAN tags, IPv6 without extension headers, ICMPv6 of 24 bytes then options); refused when the
+    frame is not laid out so or an option's length is zero (a reader would stop or loop there)."""
+    start = 14
+    while frame[start - 2 : start] in (t.to_bytes(2, "big") for t in _VLAN_TYPES):
+        start += 4
+    if len(frame) < start + 40 or frame[start + 6] != 58:
+        raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "neighbour discovery behind extension headers")
+    end = min(len(frame), start + 40 + int.from_bytes(frame[start + 4 : start + 6], "big"))
+    offset, macs = start + 40 + 24, []
+    while offset < end:
+        if offset + 2 > end or frame[offset + 1] == 0:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "neighbour discovery option of length zero")
+        length = frame[offset + 1] * 8
+        if frame[offset] in _LINK_LAYER_OPTIONS:
+            if length < 8 or offset + 8 > end:
+                raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "short link-layer address option")
+            macs.append(frame[offset + 2 : offset + 8].hex(":"))
+        offset += length
+    return macs
 
 
 @dataclass
@@ -420,7 +477,8 @@ class Slice:
             raise Refused(
                 ofp.OFPET_BAD_MATCH,
                 ofp.OFPBMC_EPERM,
-                "the match names ipv4_src/ipv4_dst (or arp_spa/arp_tpa) outside the household's addresses only",
+                "the match names ipv4_src/ipv4_dst (or arp_spa/arp_tpa, ipv6_src/ipv6_dst) outside the household's "
+                "addresses only",
             )
         return _Context(in_port=in_port, to_own_address=any(f in own_fields for f in _DESTINATION_FIELDS))
 
@@ -459,7 +517,7 @@ class Slice:
                     raise Refused(
                         ofp.OFPET_BAD_ACTION,
                         ofp.OFPBAC_BAD_QUEUE,
-                        "set_queue needs a rule pinning ipv4_dst inside the household's addresses",
+                        "set_queue needs a rule pinning ipv4_dst or ipv6_dst inside the household's addresses",
                     )
                 physical = self.queue(action.queue_id)
                 out += [
@@ -625,7 +683,7 @@ class Slice:
             pkt = packet.Packet(data)
         except Exception:
             pkt = None
-        ip = pkt.get_protocol(ipv4.ipv4) if pkt else None
+        ip = (pkt.get_protocol(ipv4.ipv4) or pkt.get_protocol(ipv6.ipv6)) if pkt else None
         arp_pkt = pkt.get_protocol(arp.arp) if pkt else None
         eth_src = data[6:12].hex(":") if len(data) >= 12 else ""
         if not self.owns_mac(eth_src):
@@ -634,6 +692,7 @@ class Slice:
             )
         if ip is not None:
             src, dst = ip.src, ip.dst
+            self._check_neighbour_discovery(data, pkt.get_protocol(icmpv6.icmpv6))
         elif arp_pkt is not None:
             src, dst = arp_pkt.src_ip, arp_pkt.dst_ip
             # An ARP packet's sender is what every host that reads it learns: only the household's
@@ -643,7 +702,7 @@ class Slice:
                     ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"ARP for {src} at {arp_pkt.src_mac}: not the household's"
                 )
         else:
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4 or ARP")
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4, IPv6 or ARP")
         to_own = self._owns(dst)
         if not to_own and not self._owns(src):
             raise Refused(
@@ -652,6 +711,30 @@ class Slice:
                 f"packet {src} -> {dst} is not to or from the household's addresses",
             )
         return _Context(in_port=None, to_own_address=to_own)
+
+    def _check_neighbour_discovery(self, data: bytes, message: Any) -> None:
+        """IPv6's ARP: what a neighbour solicitation or advertisement teaches its readers (an address
+        at a MAC) must be the household's own, as an ARP packet-out's sender; a router advertisement
+        or a redirect (a router's word) is never the household's to send."""
+        if message is None:
+            return
+        if message.type_ in _ROUTER_ICMPV6:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"ICMPv6 type {message.type_} speaks for a router")
+        if message.type_ not in (icmpv6.ND_NEIGHBOR_SOLICIT, icmpv6.ND_NEIGHBOR_ADVERT):
+            return
+        if message.type_ == icmpv6.ND_NEIGHBOR_ADVERT and not self._owns(message.data.dst):
+            raise Refused(
+                ofp.OFPET_BAD_REQUEST,
+                ofp.OFPBRC_EPERM,
+                f"neighbour advertisement for {message.data.dst}: not the household's",
+            )
+        # os-ken decodes only the first option, and stacks differ in which of two link-layer options
+        # they believe: every one is read here.
+        for mac in _link_layer_options(data):
+            if not self.owns_mac(mac):
+                raise Refused(
+                    ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"neighbour discovery names {mac}: not the household's"
+                )
 
     def _buckets(self, group_type: int, buckets: list) -> list:
         ctx = _Context(in_port=None, to_own_address=False, in_group=True)

@@ -2,7 +2,7 @@
 
 On the userspace datapath OpenFlow set_queue does nothing, so the slicer turns a household's queue
 choice into a DSCP mark (policy.DSCP_OF_QUEUE) and this tree classifies on destination address and
-the TOS byte:
+the TOS byte (IPv6: its destination prefix and traffic class, with filters of their own):
 
     1:    htb root (default 1:2)
     1:1   the link, rate = ceil = link_mbit
@@ -32,6 +32,9 @@ LOG = logging.getLogger("isp_flowvisor.queues")
 MAX_TC_SLOT = 0x3FFE  # class minors are 16 bits: slot * 4 + 3 must fit
 _SHARES = {2: (0.5, False), 1: (0.3, True), 0: (0.2, True)}  # queue: (share of guarantee, may borrow the link)
 _MINOR_OF_QUEUE = {2: 1, 1: 2, 0: 3}
+# Per address family: tc's protocol, u32's words for the destination and the TOS byte, and the filter
+# priorities of marked traffic and of the household's catch-all (a tc priority holds one protocol).
+_FAMILY = {4: ("ip", "ip dst", "ip tos", 1, 3), 6: ("ipv6", "ip6 dst", "ip6 priority", 2, 4)}
 QUEUE_OF_MINOR = {v: k for k, v in _MINOR_OF_QUEUE.items()}
 
 
@@ -70,13 +73,14 @@ def plan(interface: str, link_mbit: float, households: Iterable[Household], leaf
             )
             lines.append(f"qdisc replace {dev} parent 1:{minor:x} handle {minor:x}: {leaf}")
         for net in h.addresses:
+            protocol, dst, tos_field, marked_prio, catch_all_prio = _FAMILY[net.version]
             for queue, dscp in DSCP_OF_QUEUE.items():
                 minor = base + _MINOR_OF_QUEUE[queue]
-                tos = "" if queue == 0 else f" match ip tos {dscp << 2:#x} 0xfc"
-                prio = 3 if queue == 0 else 1  # marked matches first, then the household's catch-all
+                tos = "" if queue == 0 else f" match {tos_field} {dscp << 2:#x} 0xfc"
+                prio = catch_all_prio if queue == 0 else marked_prio  # marked matches first
                 lines.append(
-                    f"filter add {dev} parent 1: protocol ip prio {prio} u32 "
-                    f"match ip dst {net}{tos} flowid 1:{minor:x}"
+                    f"filter add {dev} parent 1: protocol {protocol} prio {prio} u32 "
+                    f"match {dst} {net}{tos} flowid 1:{minor:x}"
                 )
     return lines
 

@@ -11,7 +11,7 @@ from isp_flowvisor.testing import Household, SlicerProcess, private_ovs_fixture,
 ALICE = {
     "name": "alice",
     "slot": 1,
-    "addresses": ["100.64.1.0/24"],
+    "addresses": ["100.64.1.0/24", "2001:db8:100::/56"],
     "source_address": "127.0.0.11",
     "ports": [2],
     "macs": ["02:00:00:00:01:01"],
@@ -23,7 +23,7 @@ ALICE = {
 BOB = {
     "name": "bob",
     "slot": 2,
-    "addresses": ["100.64.2.0/24"],
+    "addresses": ["100.64.2.0/24", "2001:db8:200::/56"],
     "source_address": "127.0.0.12",
     "ports": [3],
     "macs": ["02:00:00:00:02:01"],

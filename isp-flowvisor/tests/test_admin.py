@@ -106,3 +106,25 @@ def test_fvctl_needs_its_token_its_host_and_json_so_a_browser_page_cannot_drive_
     assert {h["name"] for h in json.loads(slicer.fvctl("list").stdout)} == {"alice", "bob"}
     # /metrics stays open on loopback (Prometheus scrapes it without a token).
     assert "isp_flowvisor_switch_connected" in slicer.metrics()
+
+
+def test_the_isp_engineer_registers_a_households_delegated_prefix_with_fvctl(slicer, ovs, tmp_path):
+    slicer.fvctl("add", "carol", "--address", "100.64.3.0/24", "--source-address", CAROL)
+    carol = Household(slicer.household_port, source=CAROL)
+    call = {"eth_type": 0x86DD, "ip_proto": 17, "ipv6_src": "2001:db8:ffff::80", "udp_src": 3478}
+    high = [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+    # Before the ISP delegated her a prefix, her router's IPv6 rule names nothing of hers.
+    error = carol.error_for(carol.send(flow({**call, "ipv6_dst": "2001:db8:300:1::10"}, high)))
+    assert (error.type, error.code) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_EPERM)
+    # What the ISP's DHCPv6 server delegated goes into her flowspace beside her IPv4 address.
+    slicer.fvctl("update", "carol", "--address", "100.64.3.0/24", "--address", "2001:db8:300::/56")
+    carol.no_error_for(carol.send(flow({**call, "ipv6_dst": "2001:db8:300:1::10"}, high)))
+    assert any("ipv6_dst=2001:db8:300::/56" in r and "priority=200" in r for r in ovs.flows(slicer.bridge))
+    shown = json.loads(slicer.fvctl("show", "carol").stdout)
+    assert shown["addresses"] == ["100.64.3.0/24", "2001:db8:300::/56"]
+    # Kept in the registry file (conftest's, in the same tmp_path), as her IPv4 address is.
+    registry = json.loads((tmp_path / "households.json").read_text())
+    assert registry["households"]["carol"]["addresses"] == ["100.64.3.0/24", "2001:db8:300::/56"]
+    # A neighbour's prefix inside hers is refused whole.
+    clash = slicer.fvctl("add", "dave", "--address", "2001:db8:300:80::/57", check=False)
+    assert clash.returncode == 1 and "overlaps carol's 2001:db8:300::/56" in clash.stderr

@@ -72,10 +72,23 @@ def test_two_slicers_pick_up_a_household_added_once(tmp_path, etcd, ovs):
         for proc in slicers:
             wait_until(proc.switch_connected, 60, "both switches to connect")
         first, second = slicers
-        first.fvctl("add", "erin", "--address", "100.64.5.0/24", "--source-address", "127.0.0.15", "--quota", "4")
-        # The other slicer follows etcd: erin's dispatch rules appear on its switch, and she can connect to it.
+        first.fvctl(
+            "add",
+            "erin",
+            "--address",
+            "100.64.5.0/24",
+            "--address",
+            "2001:db8:500::/56",  # her delegated prefix
+            "--source-address",
+            "127.0.0.15",
+            "--quota",
+            "4",
+        )
+        # The other slicer follows etcd: erin's dispatch rules (both families) appear on its switch, and
+        # she can connect to it.
         wait_until(
-            lambda: any("nw_dst=100.64.5.0/24" in r for r in ovs.flows(second.bridge)),
+            lambda: any("nw_dst=100.64.5.0/24" in r for r in ovs.flows(second.bridge))
+            and any("ipv6_dst=2001:db8:500::/56" in r for r in ovs.flows(second.bridge)),
             30,
             "the second slicer to pick erin up",
         )
@@ -87,10 +100,15 @@ def test_two_slicers_pick_up_a_household_added_once(tmp_path, etcd, ovs):
         added = json.loads(second.fvctl("add", "finn", "--address", "100.64.6.0/24").stdout)
         assert added["slot"] == 2
         assert second.fvctl("add", "gus", "--address", "100.64.5.0/25", check=False).returncode == 1
+        assert second.fvctl("add", "gus", "--address", "2001:db8:500:40::/58", check=False).returncode == 1
         # Removal through the first slicer ends erin's session on the second.
         first.fvctl("remove", "erin")
         wait_until(lambda: _closed(erin), 30, "erin's session on the second slicer to end")
-        wait_until(lambda: not any("100.64.5." in r for r in ovs.flows(second.bridge)), 30, "erin's rules to go")
+        wait_until(
+            lambda: not any("100.64.5." in r or "2001:db8:500:" in r for r in ovs.flows(second.bridge)),
+            30,
+            "erin's rules to go",
+        )
     finally:
         for proc in slicers:
             proc.stop()

@@ -9,18 +9,27 @@ A's call: A's share is its own. What they do is hold A to its share, below its o
 downloads now queue at the ISP, behind which A's router can no longer put its call first. That is
 the household's evening: the neighbours download, and the family's own download is what delays the
 call, at the ISP. Hence here A's second device downloads too, in both measurements.
+
+Over IPv6 (issue 22) the same holds: A's slice holds the prefix the ISP's DHCPv6 server (Kea) delegated
+to A's router, whose devices' global addresses are inside it (no NAT66), so A's router's IPv6 rules
+name them; B's router cannot name them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import subprocess
 
+import pytest
 from test_priorities import CALL_APP, call_and_bulk, set_priority  # noqa: F401 (call_and_bulk: a fixture)
 
+from homenet import wait_until
 from homenet.call import PORT as CALL_PORT
 from homenet.home import WAN_ROUTER_IP
-from homenet.isp import HOUSEHOLD_B_IP, LINK_MBIT
+from homenet.ipv6 import DELEGATED_FILE, WAN6_INET_IP, delegated_now
+from homenet.isp import HOUSEHOLD_B_IP, LINK_MBIT, NS_B
 from homenet.load import DOWN, QUEUE_FILL_S, call_under_load, neighbour_download
 from homework_controller.downlink import SLICE_COOKIE
 
@@ -28,6 +37,7 @@ SECONDS = 8
 A_PUBLIC, B_PUBLIC = WAN_ROUTER_IP, HOUSEHOLD_B_IP  # the households' public addresses
 NEIGHBOUR_SECONDS = SECONDS + QUEUE_FILL_S + 6  # from before A's download starts until after the call
 CALL_PACKET_BYTES = 202  # 160 bytes of UDP payload, as tc counts it on the downlink (with IP and Ethernet)
+CALL_PACKET_BYTES6 = CALL_PACKET_BYTES + 20  # an IPv6 header is 20 bytes longer
 
 
 def _queues(home) -> dict[str, dict[str, int]]:
@@ -39,13 +49,13 @@ def _queues(home) -> dict[str, dict[str, int]]:
     }
 
 
-def _measured(home, caller, bulk, during=None):
+def _measured(home, caller, bulk, during=None, **family):
     """A's call while A's second device and household B both download; with the queues' byte counts
-    over that time and what B's download got."""
+    over that time and what B's download got. `family`: call_under_load's `to` and `bulk_to` (IPv6)."""
     before = _queues(home)
     neighbour = neighbour_download(home, NEIGHBOUR_SECONDS)
     try:
-        call = call_under_load(home, caller, bulk, DOWN, SECONDS, during=during)
+        call = call_under_load(home, caller, bulk, DOWN, SECONDS, during=during, **family)
         out, err = neighbour.communicate(timeout=60)
     finally:
         if neighbour.poll() is None:
@@ -106,3 +116,141 @@ def covers_port(rule: str, port: int) -> bool:
         return False
     value, mask = int(found[1], 0), int(found[2], 0) if found[2] else 0xFFFF
     return port & mask == value & mask
+
+
+def _delegated(home) -> ipaddress.IPv6Network:
+    """What the ISP's DHCPv6 server delegated to A's router now (the file its client writes)."""
+    return ipaddress.IPv6Network(delegated_now(home.run_dir))
+
+
+def _global_address(home, name: str, prefix: ipaddress.IPv6Network) -> str | None:
+    """The device's usable global IPv6 address inside the delegated prefix (SLAAC done), if any."""
+    out = home.exec(name, "ip", "-json", "-6", "addr", "show", "dev", "wlan0", "scope", "global").stdout
+    info = json.loads(out or "[]")
+    for a in info[0].get("addr_info", []) if info else []:
+        if "local" in a and not a.get("tentative") and ipaddress.IPv6Address(a["local"]) in prefix:
+            return a["local"]
+    return None
+
+
+@pytest.fixture
+def call_and_bulk6(home):
+    """Two of A's devices with global IPv6 addresses: one calls, the other downloads."""
+    prefix = _delegated(home)
+    for name in ("phone6", "console6"):
+        home.add(name)
+        home.dhcp(name)
+        home.permit(name)
+        home.dhcp(name)
+    for name in ("phone6", "console6"):
+        wait_until(f"{name}'s global address", lambda n=name: _global_address(home, n, prefix), 15, 0.1)
+    yield "phone6", "console6"
+    set_priority(home, CALL_APP, "default")
+
+
+def test_a_high_ipv6_call_keeps_its_downlink_delay_low_in_its_slice_while_an_ipv6_download_saturates(
+    home, call_and_bulk6
+):
+    caller, bulk = call_and_bulk6
+    isp = home.isp
+    assert isp.connected("a") and isp.connected("b"), isp.status()
+    stats = isp.stats()
+    # A's flowspace on the slice holds the prefix the ISP's DHCPv6 server delegated to A's router.
+    prefix = _delegated(home)
+    assert str(prefix) in stats["a"]["addresses"], stats["a"]
+    a_cookie = f"cookie={stats['a']['slot'] << 40 | SLICE_COOKIE:#x},"
+
+    def a_ipv6_call_rules() -> list[str]:
+        """A's rules for IPv6 downlink from the call's port (value/mask, as in the IPv4 test)."""
+        return [
+            rule
+            for rule in isp.flows()
+            if a_cookie in rule and "ipv6_dst=" in rule and covers_port(rule, int(CALL_PORT))
+        ]
+
+    seen: list[list[str]] = []
+    over_ipv6 = {"to": WAN6_INET_IP, "bulk_to": WAN6_INET_IP}
+    set_priority(home, CALL_APP, "default")
+    normal, normal_b_mbit, normal_bytes = _measured(
+        home, caller, bulk, during=(4.0, lambda: seen.append(a_ipv6_call_rules())), **over_ipv6
+    )
+    set_priority(home, CALL_APP, "high")
+    high, high_b_mbit, high_bytes = _measured(
+        home, caller, bulk, during=(4.0, lambda: seen.append(a_ipv6_call_rules())), **over_ipv6
+    )
+    report = (
+        f"normal {normal.summary()}, high {high.summary()}; B got {normal_b_mbit:.1f} / {high_b_mbit:.1f} "
+        f"Mbit/s; queue bytes at normal {normal_bytes}, at high {high_bytes}; A's IPv6 call rules {seen}"
+    )
+
+    # The shared downlink is full: B's downloads and A's own IPv6 one take all of it.
+    for b_mbit, call in ((normal_b_mbit, normal), (high_b_mbit, high)):
+        assert b_mbit + call.bulk_mbit >= 0.85 * LINK_MBIT, report
+    # Positive control: at Normal the IPv6 call waits behind A's own IPv6 download at the ISP, in A's
+    # Normal queue (nothing in A's High queue, no rule of A's for it)...
+    assert normal.p(99) >= 10 * high.p(99), report
+    assert seen[0] == [] and normal_bytes["a.high"] == 0, report
+    # ... at High its downlink is in A's High queue, and nothing else is (not A's download, not B's).
+    call_bytes = len(high.delays_ms) * CALL_PACKET_BYTES6
+    assert 0.9 * call_bytes <= high_bytes["a.high"] <= 1.2 * call_bytes, report
+    # The rule is A's (its slot in the cookie), DSCP 46 for the High class, for A's delegated prefix: the
+    # call's port marked ahead (the router learns no rule of the call's own, the port's mark covers it).
+    assert [rule for rule in seen[1] if "set_field:46->ip_dscp" in rule and f"ipv6_dst={prefix}," in rule], report
+
+
+B_DELEGATED = "2001:db8:300::/56"  # what the ISP delegates to B in this test (routed nowhere: rules only)
+
+
+def _b_health() -> dict:
+    """Household B's router's ws.v1 health (on its own namespace's loopback)."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", NS_B, "curl", "-s", "-m", "3", "http://127.0.0.1:8081/ws.v1/health"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
+def _b_delegated(home, prefix: str) -> None:
+    """B's router's prefix-delegation client writes what it was delegated (atomically, as dhcpcd's hook)."""
+    path = home.isp.dir / "b" / DELEGATED_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"{prefix}\n")
+    tmp.replace(path)
+
+
+def test_household_b_cannot_put_its_rules_on_the_prefix_delegated_to_a(home):
+    """B's router believes A's prefix is its own (misconfigured, or hostile): the slicer refuses each of
+    its IPv6 rules there and nothing of B's names A's prefix on the switch, while B's IPv4 rules hold;
+    with B's own delegated prefix, B's IPv6 rules are accepted."""
+    isp = home.isp
+    a_prefix = _delegated(home)
+    stats = isp.stats()
+    b_cookie = f"cookie={stats['b']['slot'] << 40 | SLICE_COOKIE:#x},"
+
+    def b_ipv6_rules(inside: str) -> list[str]:
+        return [rule for rule in isp.flows() if b_cookie in rule and f"ipv6_dst={inside}" in rule]
+
+    isp.fvctl("update", "b", "--address", f"{HOUSEHOLD_B_IP}/32", "--address", B_DELEGATED)
+    try:
+        refused_before = isp.stats()["b"]["counters"]["refused"]
+        _b_delegated(home, str(a_prefix))
+        wait_until(
+            "the slicer to refuse B's rules on A's prefix",
+            lambda: str(a_prefix.network_address) in _b_health()["slice"]["last_error"],
+            30,
+        )
+        health = _b_health()["slice"]
+        assert health["connected"] and health["rules_refused"] >= 1 and "OFPBMC_EPERM" in health["last_error"], health
+        assert isp.stats()["b"]["counters"]["refused"] > refused_before
+        assert b_ipv6_rules(str(a_prefix.network_address)) == []
+        # B's IPv4 rules (its video calls' ports, at High by default) hold.
+        assert [rule for rule in isp.flows() if b_cookie in rule and f"nw_dst={B_PUBLIC}" in rule], isp.flows()
+        # Positive control: B's own delegated prefix.
+        _b_delegated(home, B_DELEGATED)
+        wait_until("B's IPv6 rules on its own prefix", lambda: b_ipv6_rules(B_DELEGATED), 30)
+        assert b_ipv6_rules(str(a_prefix.network_address)) == []
+    finally:
+        _b_delegated(home, "")  # no prefix: B's router takes its IPv6 rules off
+        isp.fvctl("update", "b", "--address", f"{HOUSEHOLD_B_IP}/32")

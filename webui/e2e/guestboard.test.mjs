@@ -342,6 +342,52 @@ test('owner: the Household page shows the agent key for end-host agents', async 
   await context.close()
 })
 
+// Issue 25: the owner changes the router's own radio on the Household page. The fake controller
+// reads, checks and writes the settings file with the controller's own code (radio_settings.py);
+// on the image, writing it restarts hostapd (homework-radio-refresh.path).
+test('owner: the Wi-Fi channel is changed on the Household page and the saved value comes back', async (t) => {
+  if (!stack.fake) return t.skip('the emulated home has no radio of its own')
+  const settingsFile = () => readFileSync(stack.info.radio_settings, 'utf8')
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  await page.waitForSelector('[data-test=radio-channel]')
+  // At first run the world domain: 2.4 GHz only, channels 1-11, and the page says a country opens more.
+  await page.waitForSelector('[data-test=radio-world]')
+  await page.locator('[data-test=radio]').scrollIntoViewIfNeeded()
+  await shot(page, 'radio-settings-phone')
+  const offered = (sel) => page.$$eval(`${sel} option`, (os) => os.map((o) => o.value))
+  assert.deepEqual(await offered('[data-test=radio-band]'), ['2.4'])
+  assert.deepEqual(await offered('[data-test=radio-channel]'), ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'])
+  await page.selectOption('[data-test=radio-channel]', '11')
+  await page.click('[data-test=radio-save]')
+  await page.waitForSelector('[data-test=radio-saved]')
+  assert.match(await page.textContent('[data-test=radio-saved]'), /every device joins again within a few seconds/)
+  assert.match(settingsFile(), /^channel=11$/m)
+  // Loaded again, the saved channel is what the page shows.
+  await page.reload()
+  await page.waitForSelector('[data-test=radio-channel]')
+  assert.equal(await page.inputValue('[data-test=radio-channel]'), '11')
+  // A passphrase the controller refuses is explained beside its field, and nothing is written.
+  const before = settingsFile()
+  await page.fill('[data-test=radio-passphrase]', 'pass|word here')
+  await page.click('[data-test=radio-save]')
+  await page.waitForSelector('[data-test=radio-error-passphrase]')
+  assert.match(await page.textContent('[data-test=radio-error-passphrase]'), /cannot contain `\|`/)
+  assert.equal(settingsFile(), before)
+  await page.fill('[data-test=radio-passphrase]', 'correct horse battery staple')
+  // Choosing the country opens 5 GHz; its channels follow the band.
+  await page.selectOption('[data-test=radio-country]', 'GB')
+  assert.deepEqual(await offered('[data-test=radio-band]'), ['2.4', '5'])
+  await page.selectOption('[data-test=radio-band]', '5')
+  assert.equal(await page.inputValue('[data-test=radio-channel]'), '36')
+  await page.selectOption('[data-test=radio-channel]', '44')
+  await page.click('[data-test=radio-save]')
+  await page.waitForFunction(() => !document.querySelector('[data-test=radio-error-passphrase]') &&
+    document.querySelector('[data-test=radio-saved]'))
+  for (const line of ['country=GB', 'band=5', 'channel=44']) assert.match(settingsFile(), new RegExp(`^${line}$`, 'm'))
+  await context.close()
+})
+
 // Issue 13: the owner installs a firmware update from the Household page. The page sends the
 // file in pieces; the test plays the router's installer (the image's homework-update --spool,
 // booted for real in image/tests/test_boot.py): it finds the whole file handed over and answers.

@@ -13,9 +13,11 @@ class ControllerDownError(Exception):
 
 
 class ControllerError(Exception):
-    def __init__(self, status: int, message: str):
+    """details: what the controller said beside its message (e.g. `fields`, each refused setting's why)."""
+
+    def __init__(self, status: int, message: str, details: dict | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.details = status, details or {}
 
 
 class ControllerClient:
@@ -23,18 +25,21 @@ class ControllerClient:
         self.base = base_url.rstrip("/") + "/ws.v1/"
         self.timeout = timeout
 
-    def _call(self, verb: str, path: str, query: dict | None = None):
+    def _call(self, verb: str, path: str, query: dict | None = None, body: dict | None = None):
+        """body: a JSON object, for the operations that take one (a passphrase never goes in a URL)."""
         url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        req = urllib.request.Request(url, method=verb, data=b"" if verb == "POST" else None)
+        data = json.dumps(body).encode() if body is not None else b"" if verb == "POST" else None
+        req = urllib.request.Request(url, method=verb, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             try:
-                message = json.loads(exc.read()).get("error") or exc.reason
+                details = json.loads(exc.read())
+                message = details.pop("error", None) or exc.reason
             except (ValueError, AttributeError):
-                message = str(exc.reason)
-            raise ControllerError(exc.code, message) from None
+                details, message = {}, str(exc.reason)
+            raise ControllerError(exc.code, message, details if isinstance(details, dict) else {}) from None
         except (OSError, ValueError) as exc:  # refused, reset, timeout, garbage
             raise ControllerDownError(str(exc)) from None
 
@@ -132,6 +137,17 @@ class ControllerClient:
 
     def revoke_wifi_key(self, mac: str) -> dict:
         return self._call("POST", f"revoke-wifi-key/{self._mac(mac)}")
+
+    # The router's own radio. The answers carry the guest passphrase: never log them.
+
+    def radio_settings(self) -> dict:
+        """{ssid, passphrase, country, band, channel, problems}: 501 when the router has no radio."""
+        return self._call("GET", "radio-settings")
+
+    def set_radio_settings(self, settings: dict) -> dict:
+        """Any of the settings, checked together (400: `fields` says why each was refused); the radio
+        restarts with them: {..., restarting, message}."""
+        return self._call("POST", "set-radio-settings", body=settings)
 
     def health(self) -> dict:
         return self._call("GET", "health")

@@ -33,6 +33,7 @@ from homework_controller.errors import ApiError as ControllerApiError
 from homework_controller.errors import Conflict, DeviceBlocked, NotConfigured, UnknownDevice
 from homework_controller.model import normalize_mac
 from homework_controller.operations import BY_CALL
+from homework_controller.radio_settings import RadioSettings, RadioSettingsFile, render
 from hwdb_client import HwdbClient, HwdbError, default_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -185,7 +186,7 @@ class _Quiet(WSGIRequestHandler):
 
 
 class FakeController(_ServedByAThread):
-    def __init__(self, hwdb_port: int | None = None):
+    def __init__(self, hwdb_port: int | None = None, radio_settings: str = ""):
         self.devices: dict[str, dict] = {}
         self.qos: dict | None = None  # what the QoS work reports in health, once it does
         self.apps: list[dict] = []  # the router's app table: [{app, priority, set_by}]
@@ -203,6 +204,8 @@ class FakeController(_ServedByAThread):
         self.shared: dict[str, allowances.Allowance] = {}  # a shared allowance's name -> its amount
         self.sharing: dict[str, str] = {}  # a device's MAC -> the shared allowance it counts against
         self.household = {"time_zone": "UTC", "reset_time": "04:00"}
+        # The radio's settings file, read, checked and written by the controller's own code ("": no radio, 501).
+        self.radio = RadioSettingsFile(radio_settings)
         self.calls: list[tuple[str, str]] = []
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
@@ -549,6 +552,12 @@ class FakeController(_ServedByAThread):
                 return portal.view(self.status_of(mac))
         raise UnknownDevice(f"no device has the address {ip!r}")
 
+    def ws_radio_settings(self):
+        return self.radio.radio_settings()
+
+    def ws_set_radio_settings(self, changes):
+        return self.radio.set_radio_settings(changes)
+
     def ws_app_priorities(self):
         return self.apps
 
@@ -567,7 +576,11 @@ def main():
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="webui-stack-")
     hwdb = HwdbServer(os.path.join(tmp, "hwdb.sqlite")).start()
-    ctl = FakeController(hwdb.port).start()
+    # What the image makes when it first serves a radio: the world domain, a guest passphrase.
+    wifi_conf = os.path.join(tmp, "wifi.conf")
+    with open(wifi_conf, "w") as f:
+        f.write(render(RadioSettings(passphrase="correct horse battery staple")))
+    ctl = FakeController(hwdb.port, radio_settings=wifi_conf).start()
     speed = SpeedTestServer().start()
     # What hwdb makes on the router: the household's agent key.
     agent_key_file = os.path.join(tmp, "agent.key")
@@ -610,6 +623,7 @@ def main():
         # The browser test plays the image's installer here (homework-update --spool).
         "update_dir": os.path.join(tmp, "update"),
         "agent_key_file": agent_key_file,
+        "radio_settings": wifi_conf,
     }
     deadline = time.time() + 15
     while time.time() < deadline:

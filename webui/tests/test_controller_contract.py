@@ -1,5 +1,6 @@
 """The web UI's controller client asks only for what ws.v1 declares (the controller's
-operations registry): the same operation, verb, number of path arguments and query argument.
+operations registry): the same operation, verb, number of path arguments, query argument and
+JSON body.
 The fake controller routes through the controller's own api.make_app, so the other tests hold
 the web UI to the same registry."""
 
@@ -15,11 +16,12 @@ MAC = "02:00:00:00:00:42"
 SAMPLES = {"mac": MAC, "action": None, "name": "the kitchen", "domain": "example.com", "duration": "30"}
 SAMPLES |= {"ip": "10.2.0.6", "into": "02:00:00:00:00:43", "macs": [MAC]}
 SAMPLES |= {"windows": "sun-thu 21:30-07:00", "amount": "2 h", "zone": "Europe/London", "at": "04:00"}
+SAMPLES |= {"settings": {"channel": 11}}
 ACTIONS = {"decide": ("permit", "deny", "whitelist", "blacklist"), "dns": ("deny-dns", "permit-dns")}
 
 
-def client_requests() -> list[tuple[str, str, str, dict | None]]:
-    """(client method, verb, path under ws.v1/, query) for every call the client can make."""
+def client_requests() -> list[tuple[str, str, str, dict | None, dict | None]]:
+    """(client method, verb, path under ws.v1/, query, body) for every call the client can make."""
     sent = []
     for name, method in inspect.getmembers(ControllerClient, inspect.isfunction):
         if name.startswith("_"):
@@ -27,7 +29,9 @@ def client_requests() -> list[tuple[str, str, str, dict | None]]:
         params = [p for p in inspect.signature(method).parameters if p != "self"]
         for action in ACTIONS.get(name, (None,)):
             client = ControllerClient("http://127.0.0.1:9")
-            client._call = lambda verb, path, query=None, _n=name: sent.append((_n, verb, path, query))  # type: ignore[method-assign]
+            client._call = lambda verb, path, query=None, body=None, _n=name: sent.append(  # type: ignore[method-assign]
+                (_n, verb, path, query, body)
+            )
             getattr(client, name)(*(action if p == "action" else SAMPLES[p] for p in params))
     return sent
 
@@ -35,9 +39,10 @@ def client_requests() -> list[tuple[str, str, str, dict | None]]:
 def test_the_client_covers_the_calls_the_web_ui_makes():
     names = {name for name, *_ in client_requests()}
     assert {"status", "device", "decide", "pause", "resume", "rename", "issue_wifi_key", "apps", "health"} <= names
+    assert {"radio_settings", "set_radio_settings"} <= names
 
 
-def undeclared(verb: str, path: str, query: dict | None) -> str | None:
+def undeclared(verb: str, path: str, query: dict | None, body: dict | None = None) -> str | None:
     """Why ws.v1's registry does not declare this request, or None if it does."""
     name, *args = path.split("/")
     op = BY_NAME.get(name)
@@ -49,13 +54,15 @@ def undeclared(verb: str, path: str, query: dict | None) -> str | None:
         return f"{name} takes {op.arities} path arguments, the client sends {len(args)}"
     if set(query or {}) != ({op.query} if op.query else set()):
         return f"{name}'s query argument is {op.query!r}, the client sends {sorted(query or {})}"
+    if (body is not None) != op.body:
+        return f"{name} {'takes' if op.body else 'takes no'} JSON body, the client sends {'one' if body else 'none'}"
     return None
 
 
 @pytest.mark.parametrize("request_", client_requests(), ids=lambda r: f"{r[0]}:{r[2]}")
 def test_every_client_call_is_a_declared_operation(request_):
-    _, verb, path, query = request_
-    assert undeclared(verb, path, query) is None
+    _, verb, path, query, body = request_
+    assert undeclared(verb, path, query, body) is None
 
 
 def test_a_client_that_drifts_is_caught():
@@ -64,3 +71,6 @@ def test_a_client_that_drifts_is_caught():
     assert "is POST" in undeclared("GET", f"pause/{MAC}", None)
     assert "path arguments" in undeclared("POST", f"pause/{MAC}/60", None)
     assert "query argument" in undeclared("POST", f"name/{MAC}", None)
+    assert undeclared("POST", "set-radio-settings", None, {"channel": 1}) is None
+    assert "takes JSON body" in undeclared("POST", "set-radio-settings", None)
+    assert "takes no JSON body" in undeclared("POST", f"pause/{MAC}", None, {"channel": 1})

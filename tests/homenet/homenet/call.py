@@ -30,15 +30,16 @@ PORT = 3478  # STUN/TURN: the port a video call's media uses, so the router's po
 LINGER_S = 1.0  # how long the device waits for the last reflections
 
 
-def _udp(port: int, ipv6: bool) -> socket.socket:
-    """A UDP socket on `port`: IPv4, or IPv6 that also takes IPv4 (the reflector answers both)."""
+def _udp(port: int, ipv6: bool, address: str = "") -> socket.socket:
+    """A UDP socket on `port`: IPv4, or IPv6 that also takes IPv4 (the reflector answers both); bound to
+    `address` if given."""
     if not ipv6:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind(("0.0.0.0", port))
+        sock.bind((address or "0.0.0.0", port))
         return sock
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind(("::", port))
+    sock.bind((address or "::", port))
     return sock
 
 
@@ -71,9 +72,12 @@ def call(to: str, port: int, duration: float, local_port: int = PORT) -> dict:
     return _report(down, seq)
 
 
-def reflect(port: int, duration: float) -> dict:
-    """Sends every packet back to where it came from; returns the uplink's delays."""
-    sock = _udp(port, ipv6=True)
+def reflect(port: int, duration: float, address: str = "") -> dict:
+    """Sends every packet back to where it came from; returns the uplink's delays. `address`: the one the
+    call is made to. The internet has several IPv6 addresses on one link, and a reply from an unbound
+    socket leaves from whichever the kernel picks: from another than the call's, the router's firewall
+    takes it for a new connection from the WAN, and drops it."""
+    sock = _udp(port, ipv6=":" in address or not address, address=address)
     sock.settimeout(0.2)
     up: dict[int, tuple[int, float]] = {}
     stopping = False
@@ -119,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("reflect", help="the internet's side: send back, and measure the uplink")
     r.add_argument("--port", type=int, default=PORT)
     r.add_argument("--duration", type=float, default=600)
+    r.add_argument("--address", default="", help="answer at this address only (default: every one)")
     args = p.parse_args(argv)
     if args.cmd == "call":
         json.dump(call(args.to, args.port, args.duration, args.local_port), sys.stdout)
     else:
-        json.dump(reflect(args.port, args.duration), sys.stdout)
+        json.dump(reflect(args.port, args.duration, args.address), sys.stdout)
     return 0
 
 

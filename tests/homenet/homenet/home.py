@@ -82,14 +82,16 @@ EMULATED_PARTS = (
     "inet-http",
     "inet-iperf",
     "inet-iperf-b",
+    "inet-iperf6",
     "isp-b-router",
     "isp-b-hwdb",
     "isp-slicer",
     "wan-dhcp6-pd",
     "isp-dhcp6",
 )
-# iperf3 servers run one test at a time: household B's downloads have a server of their own.
-IPERF_PORT, NEIGHBOUR_IPERF_PORT = 5201, 5202
+# iperf3 servers run one test at a time: household B's downloads have a server of their own, and
+# bulk transfers over IPv6 one on the internet's IPv6 address.
+IPERF_PORT, NEIGHBOUR_IPERF_PORT, IPERF6_PORT = 5201, 5202, 5203
 
 
 def ovs_running() -> bool:
@@ -136,6 +138,7 @@ class Home:
                 "LATENCY_TARGET": f"http://{INTERNET_IP}",
                 "WIFI_SSID": "Homework",
                 "WIFI_PSK_FILE": "",  # the emulated air has no radio: 802.1X, no passphrases
+                "RADIO_SETTINGS": "",  # nor radio settings to change
                 "UPLINK_KBIT": LINE_UP_KBIT,
                 "DOWNLINK_KBIT": LINE_DOWN_KBIT,
                 "UPDATES": "",  # no installer: the emulated home is not an image
@@ -161,7 +164,9 @@ class Home:
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
         run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
-        self.isp.start()  # before the router's controller, which connects to its slice at once
+        # Before the router's controller, which connects to its slice at once; the ISP registers what its
+        # DHCPv6 server delegated to the household.
+        self.isp.start(a_delegated=ipv6.delegated_now(self.run_dir))
         for name in services.start_order(self.services):
             self.start(name)
 
@@ -294,6 +299,9 @@ table bridge {NFT_AIR_TABLE} {{
         )
         self.processes.start(
             "inet-iperf-b", ["iperf3", "--server", "--bind", WAN_INET_IP, "--port", NEIGHBOUR_IPERF_PORT], ns=NS_INET
+        )
+        self.processes.start(
+            "inet-iperf6", ["iperf3", "--server", "--bind", ipv6.WAN6_INET_IP, "--port", IPERF6_PORT], ns=NS_INET
         )
 
     def _build_router(self) -> None:

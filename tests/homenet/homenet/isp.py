@@ -176,8 +176,9 @@ class ISP:
     def switch_socket(self) -> Path:
         return self.agg_ovs.dir / "slicer.sock"  # OVS connects only to sockets in its own run directory
 
-    def start(self) -> None:
-        """The slicer with both households registered, then household B's router."""
+    def start(self, a_delegated: str = "") -> None:
+        """The slicer with both households registered (A with the IPv6 prefix the ISP's DHCPv6 server
+        delegated to it, if any: its flowspace on the slice), then household B's router."""
         self._issue_certificates()
         config = self.dir / "slicer.toml"
         config.write_text(f"""
@@ -217,11 +218,13 @@ link_mbit = {LINK_MBIT}
         registered = {h["name"] for h in self.fvctl("list")}
         for h in self.households.values():
             if h.name not in registered:
+                delegated = ["--address", a_delegated] if h.name == "a" and a_delegated else []
                 self.fvctl(
                     "add",
                     h.name,
                     "--address",
                     f"{h.address}/32",
+                    *delegated,
                     "--rate",
                     str(GUARANTEED_MBIT[h.name]),
                     "--quota",
@@ -316,6 +319,7 @@ link_mbit = {LINK_MBIT}
                 "LATENCY_TARGET": "",
                 "WIFI_SSID": "",
                 "WIFI_PSK_FILE": "",
+                "RADIO_SETTINGS": "",
                 "UPLINK_KBIT": 0,
                 "DOWNLINK_KBIT": 0,
                 "UPDATES": "",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .call import PORT as CALL_PORT
-from .home import INTERNET_IP, IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
+from .home import INTERNET_IP, IPERF6_PORT, IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
 from .wait import wait_until
 
 UP, DOWN = "up", "down"
@@ -75,26 +75,35 @@ class CallUnderLoad:
 
 
 def bulk_transfer(
-    home, device: str, seconds: float, direction: str = UP, streams: int = BULK_STREAMS, window: str = BULK_WINDOW
+    home,
+    device: str,
+    seconds: float,
+    direction: str = UP,
+    streams: int = BULK_STREAMS,
+    window: str = BULK_WINDOW,
+    to: str = WAN_INET_IP,
 ) -> subprocess.Popen:
-    """iperf3 from `device` to the internet's server, saturating the line for `seconds`; its JSON
-    report on stdout."""
+    """iperf3 from `device` to the internet's server (at `to`: its IPv4 or its IPv6 address, each with a
+    server of its own), saturating the line for `seconds`; its JSON report on stdout."""
     return _iperf3(
         lambda *cmd, **popen_args: home.spawn(device, *cmd, **popen_args),
-        IPERF_PORT,
+        IPERF6_PORT if ":" in to else IPERF_PORT,
         seconds,
         direction,
         streams,
         window,
+        to,
     )
 
 
 def neighbour_download(home, seconds: float) -> subprocess.Popen:
     """Household B's router downloads from the internet's second iperf3 server as fast as the ISP lets it."""
-    return _iperf3(home.isp.b_spawn, NEIGHBOUR_IPERF_PORT, seconds, DOWN, BULK_STREAMS, BULK_WINDOW)
+    return _iperf3(home.isp.b_spawn, NEIGHBOUR_IPERF_PORT, seconds, DOWN, BULK_STREAMS, BULK_WINDOW, WAN_INET_IP)
 
 
-def _iperf3(spawn, port: int, seconds: float, direction: str, streams: int, window: str) -> subprocess.Popen:
+def _iperf3(
+    spawn, port: int, seconds: float, direction: str, streams: int, window: str, server: str
+) -> subprocess.Popen:
     """The server runs one test at a time and refuses a client while it is still finishing the last
     one ("busy"): that start is tried again, not taken for a transfer."""
     deadline = time.monotonic() + 15
@@ -102,7 +111,7 @@ def _iperf3(spawn, port: int, seconds: float, direction: str, streams: int, wind
         transfer = spawn(
             "iperf3",
             "--client",
-            WAN_INET_IP,
+            server,
             "--port",
             port,
             "--time",
@@ -136,10 +145,12 @@ def call_under_load(
     seconds: float,
     during: tuple[float, Callable[[], object]] | None = None,
     to: str = WAN_INET_IP,
+    bulk_to: str = WAN_INET_IP,
 ) -> CallUnderLoad:
     """`caller` makes a call for `seconds` while `bulk` uploads (direction UP) or downloads (DOWN)
     as fast as the line allows; `during=(t, fn)` calls fn() t seconds into the call; `to`: the
-    internet's address the call goes to (its IPv6 one for a call over IPv6)."""
+    internet's address the call goes to (its IPv6 one for a call over IPv6); `bulk_to`: the one the
+    bulk transfers go to."""
     reflector = home.internet_spawn(
         sys.executable,
         "-m",
@@ -147,6 +158,8 @@ def call_under_load(
         "reflect",
         "--port",
         CALL_PORT,
+        "--address",
+        to,
         "--duration",
         seconds + QUEUE_FILL_S + 30,
         stdout=subprocess.PIPE,
@@ -155,7 +168,7 @@ def call_under_load(
     )
     assert reflector.stderr is not None
     reflector.stderr.readline()  # "ready"
-    transfer = bulk_transfer(home, bulk, seconds + QUEUE_FILL_S + 2, direction)
+    transfer = bulk_transfer(home, bulk, seconds + QUEUE_FILL_S + 2, direction, to=bulk_to)
     changes = []
     try:
         time.sleep(QUEUE_FILL_S)

@@ -1,6 +1,6 @@
 """The API's blueprints, one concern each (README's layout table says which holds what)."""
 
-from . import accounts, apps, bedtime, devices, events, latency, page, portal, updates, wifi_keys
+from . import accounts, apps, bedtime, devices, events, latency, page, portal, radio, updates, wifi_keys
 
 BLUEPRINTS = (
     page.bp,
@@ -13,4 +13,5 @@ BLUEPRINTS = (
     latency.bp,
     events.bp,
     updates.bp,
+    radio.bp,
 )
