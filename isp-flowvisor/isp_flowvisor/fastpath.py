@@ -11,12 +11,12 @@ os-ken path (`codec.decode_request`, `policy.Slice.flow_mod`, `codec.encode`) wo
 the message is then handed to the os-ken path, which decides it. It accepts only what it can see
 the policy would accept unchanged (every field it passes is checked with the policy's own
 functions and constants: ownership by `Slice._owns`, ids by `Slice.cookie`/`Slice.queue`, the rule
-key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: masks, other fields or actions,
-duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal or an error always comes
-from the one policy. Every byte it writes comes from os-ken's serialisers (kept per value), but the
-flow-mod's fixed part, match header and instruction header, which are packed here with os-ken's
-layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated messages
-and fails on any difference in what the slicer writes or books.
+key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: IPv6, masks,
+other fields or actions, duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal
+or an error always comes from the one policy. Every byte it writes comes from os-ken's serialisers,
+but the flow-mod's fixed part, match header and instruction header, which are packed here with
+os-ken's layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated
+messages and fails on any difference in what the slicer writes or books.
 
 What it makes of each part of a flow-mod (the fixed part, the match, the instructions) depends on
 the slice and that part's bytes alone, so each is kept per slice and bytes (`_fixed_part`, `_match`,
