@@ -4,12 +4,16 @@
 
 A slicer without sockets (`isp_flowvisor.testing.socketless_slicer`) serves household frames as the relay
 does (`Slicer._serve`, then one event-loop iteration so the batched writes go out). CPU time, not
-wall time, so a busy machine changes the numbers less. Two loads:
+wall time, so a busy machine changes the numbers less. The loads:
 
 - `repeated`: the bench's load, one flow-mod sent over and over (every cache hits);
 - `distinct`: the router's queue rules (controller/homework_controller/slice_link.py), each for
   another remote address and port, as a household installs them when calls and downloads start:
-  only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches.
+  only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches;
+- `windows` (`--windows`): `slicer_bench.py`'s load, 100 households, each with a window of 20
+  flow-mods (its own rule, repeated) and a barrier queued, served in round-robin turns as the relay
+  serves them (`Slicer._turn`), the switch's barrier replies fed back (`Slicer._from_switch`). What
+  the running slicer spends beyond it is its sockets and asyncio's.
 
 `--profile N` prints cProfile's top N functions by own time for the distinct load; `--stages` the
 CPU per flow-mod of each step, on os-ken's path (decode, the policy's check and translation, the rule
@@ -32,6 +36,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from isp_flowvisor import codec, fastpath, policy, relay
 from isp_flowvisor.model import Household
+from isp_flowvisor.session import BatchedWriter
 from isp_flowvisor.testing import socketless_slicer
 
 HOUSEHOLD = Household("bench", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), flow_quota=10**9)
@@ -74,6 +79,64 @@ async def relay_all(frames: list[bytes]) -> float:
     return spent
 
 
+class _Sink:
+    """A peer that takes whatever it is sent."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def serve_windows(rounds: int, households: int = 100, window: int = 20) -> float:
+    """CPU µs per flow-mod at slicer_bench.py's load (see the module's docstring)."""
+    loop = asyncio.get_running_loop()
+    records = [
+        Household(f"h{i}", i + 1, (ipaddress.IPv4Network(f"10.0.{i}.0/24"),), msg_rate=1e9, msg_burst=10**9)
+        for i in range(households)
+    ]
+    slicer, _, _, _ = socketless_slicer(records[0])
+    slicer._switch_out = BatchedWriter(_Sink())  # type: ignore[arg-type]
+    windows = []
+    for i, household in enumerate(records):
+        session = slicer.sessions.get(household.name) or slicer.register(household)
+        session.connect(None, _Sink())  # type: ignore[arg-type]
+        rule = parser.OFPFlowMod(
+            codec.CODEC,
+            priority=10,
+            match=parser.OFPMatch(eth_type=0x0800, ipv4_dst=f"10.0.{i}.7"),
+            instructions=[
+                parser.OFPInstructionActions(
+                    ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetQueue(1), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+                )
+            ],
+        )
+        windows.append(
+            (session, codec.encode(rule, 1) * window + codec.encode(parser.OFPBarrierRequest(codec.CODEC), 2))
+        )
+    barrier_reply = codec.encode(parser.OFPBarrierReply(codec.CODEC), 0)
+    start = time.process_time()
+    for _ in range(rounds):
+        for session, sent in windows:
+            assert session.connection is not None
+            session.connection.inbox.extend(codec.split_frames(bytearray(sent)))
+            slicer._wake(session)
+        while (name := slicer._rotation.next()) is not None:
+            slicer._turn(name, loop)
+        await asyncio.sleep(0)  # the turns' writes go out
+        replies = b"".join(codec.renumbered(barrier_reply, xid) for xid in slicer._awaiting)
+        for frame in codec.split_frames(bytearray(replies)):
+            slicer._from_switch(codec.decode(frame), slicer._switch_out)
+        await asyncio.sleep(0)
+    spent = time.process_time() - start
+    assert not slicer._awaiting, "a barrier went unanswered"
+    return spent / (rounds * households * window) * 1e6
+
+
 def stages(frames: list[bytes]) -> dict[str, float]:
     """CPU µs per flow-mod of each step of relaying, frame by frame (the clock read between steps
     costs well under a µs)."""
@@ -98,18 +161,16 @@ def stages(frames: list[bytes]) -> dict[str, float]:
 def fast_stages(frames: list[bytes]) -> dict[str, float]:
     """The same for the fast path; every frame must take it."""
     slice_ = policy.Slice(HOUSEHOLD, frozenset({1}))
-    spent = dict.fromkeys(("fast check+translate", "rule key", "frame"), 0)
+    spent = dict.fromkeys(("fast check+translate+rule key", "frame"), 0)
     clock = time.process_time_ns
     for frame in frames:
         t0 = clock()
         translated = fastpath.flow_mod(slice_, frame)
         t1 = clock()
         assert translated is not None, frame.hex()
-        policy.rule_key(translated.table_id, translated.priority, translated.match)
+        translated.frame(1)
         t2 = clock()
-        codec.encode(translated, 1)
-        t3 = clock()
-        for step, ns in zip(spent, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+        for step, ns in zip(spent, (t1 - t0, t2 - t1), strict=True):
             spent[step] += ns
     return {step: ns / len(frames) / 1e3 for step, ns in spent.items()}
 
@@ -120,6 +181,7 @@ def main() -> int:
     args.add_argument("--profile", type=int, default=0, metavar="N")
     args.add_argument("--stages", action="store_true")
     args.add_argument("--os-ken-only", action="store_true", help="relay without the fast path")
+    args.add_argument("--windows", action="store_true", help="also slicer_bench.py's load, served in turns")
     options = args.parse_args()
     if options.os_ken_only:
         relay.fastpath.flow_mod = lambda *_: None
@@ -127,6 +189,12 @@ def main() -> int:
         asyncio.run(relay_all(frames[:1000]))  # warm the caches os-ken and the slicer keep
         spent = asyncio.run(relay_all(frames))
         print(f"{name:9} {spent / len(frames) * 1e6:6.1f} us CPU per flow-mod  ({len(frames) / spent:,.0f}/s)")
+    if options.windows:
+        asyncio.run(serve_windows(5))  # warm the caches
+        best = min(asyncio.run(serve_windows(20)) for _ in range(5))
+        print(
+            f"windows   {best:6.1f} us CPU per flow-mod  (best of 5; 100 households, 20 flow-mods and a barrier each)"
+        )
     if options.stages:
         for name, frames in loads(options.count).items():
             stages(frames[:1000])  # warm the caches

@@ -70,7 +70,8 @@ class RuleBook:
 
     def add(self, key: tuple, flow_mod: bytes) -> None:
         self.rules[key] = flow_mod
-        self._note(key, flow_mod)
+        if self._since_dump:  # rarely: a dump is on its way (one add per relayed flow-mod)
+            self._note(key, flow_mod)
 
     def modify_strict(self, key: tuple, flow_mod: bytes) -> None:
         if key in self.rules:

@@ -51,9 +51,12 @@ def header(frame: bytes) -> tuple[int, int, int, int]:
     return ofproto_parser.header(frame)
 
 
+_LENGTH = struct.Struct("!H")  # a header's length field, at offset 2
+_XID = struct.Struct("!I")  # a header's xid, at offset 4
+
+
 def frame_length(head: bytes) -> int:
-    length = struct.unpack_from("!H", head, 2)[0]
-    return int(length)
+    return int(_LENGTH.unpack_from(head, 2)[0])
 
 
 def split_frames(pending: bytearray) -> list[bytes]:
@@ -61,16 +64,22 @@ def split_frames(pending: bytearray) -> list[bytes]:
     ValueError at a length shorter than a header: the stream cannot be framed any further."""
     frames = []
     at, size = 0, len(pending)
+    data = bytes(pending)  # one copy of what was read; each frame is then one slice of it
     while size - at >= HEADER_SIZE:
-        length = frame_length(pending[at : at + HEADER_SIZE])
+        length = _LENGTH.unpack_from(data, at + 2)[0]
         if length < HEADER_SIZE:
             raise ValueError(f"frame length {length} is shorter than a header")
         if size - at < length:
             break
-        frames.append(bytes(pending[at : at + length]))
+        frames.append(data[at : at + length])
         at += length
     del pending[:at]
     return frames
+
+
+def renumbered(frame: bytes, xid: int) -> bytes:
+    """The same message under another xid."""
+    return frame[:4] + _XID.pack(xid) + frame[8:]
 
 
 def decode(frame: bytes) -> Any:

@@ -11,12 +11,18 @@ os-ken path (`codec.decode_request`, `policy.Slice.flow_mod`, `codec.encode`) wo
 the message is then handed to the os-ken path, which decides it. It accepts only what it can see
 the policy would accept unchanged (every field it passes is checked with the policy's own
 functions and constants: ownership by `Slice._owns`, ids by `Slice.cookie`/`Slice.queue`, the rule
-key by `policy.rule_key`) and declines anything unusual: masks, other fields or actions,
-duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal or an error always comes
-from the one policy. Every byte it writes comes from os-ken's serialisers (kept per value), but the
-flow-mod's fixed part, match header and instruction header, which are packed here with os-ken's
-layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated messages
-and fails on any difference in what the slicer writes or books.
+key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: IPv6, masks,
+other fields or actions, duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal
+or an error always comes from the one policy. Every byte it writes comes from os-ken's serialisers,
+but the flow-mod's fixed part, match header and instruction header, which are packed here with
+os-ken's layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated
+messages and fails on any difference in what the slicer writes or books.
+
+What it makes of each part of a flow-mod (the fixed part, the match, the instructions) depends on
+the slice and that part's bytes alone, so each is kept per slice and bytes (`_fixed_part`, `_match`,
+`_instructions`): a router sends its rules with the same cookie, priority and timeouts, a rule's
+match comes back in its MODIFY_STRICT and DELETE_STRICT, and its actions are one of few. Per
+message, what is left is the header, three lookups and joining the parts.
 """
 
 from __future__ import annotations
@@ -32,13 +38,17 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from . import codec, policy
 
-_HEADER = ofproto_common.OFP_HEADER_PACK_STR
-_FIXED = ofp.OFP_FLOW_MOD_PACK_STR0
+_HEADER = struct.Struct(ofproto_common.OFP_HEADER_PACK_STR)
+_FIXED = struct.Struct(ofp.OFP_FLOW_MOD_PACK_STR0)
 _MATCH_AT = ofp.OFP_FLOW_MOD_SIZE - ofp.OFP_MATCH_SIZE  # where os-ken puts the match
-_COMMANDS = (ofp.OFPFC_ADD, ofp.OFPFC_MODIFY_STRICT, ofp.OFPFC_DELETE_STRICT)
+_MATCH_HEADER = struct.Struct("!HH")
 _INSTRUCTION_ACTIONS = struct.Struct("!HH4x")  # os-ken's OFP_INSTRUCTION_ACTIONS_PACK_STR
 _SET_QUEUE = struct.Struct(ofp.OFP_ACTION_SET_QUEUE_PACK_STR)
 _OUTPUT = struct.Struct(ofp.OFP_ACTION_OUTPUT_PACK_STR)
+# Fixed parts, matches and instruction lists kept, per slice: enough for a few rules of each of
+# 1,000 households.
+# (A slice replaced by a reconnection or a new record is never asked for again and ages out.)
+_KEPT = 1 << 12
 
 
 def _wire(name: str, value: Any) -> bytes:
@@ -75,163 +85,150 @@ def _action_bytes(action: Any) -> bytes:
     return bytes(buf)
 
 
-@functools.lru_cache(maxsize=1 << 12)
-def _metadata(slot: int) -> bytes:
-    return _wire("metadata", slot)
+class FastFlowMod(NamedTuple):
+    """A translated flow-mod: the household's xid and command, the rule key of the translation (as
+    `policy.rule_key` has it) and the translation's bytes after the header."""
 
-
-@functools.lru_cache(maxsize=1 << 12)
-def _queue_actions(queue: int, physical: int) -> bytes:
-    """What the policy turns set_queue(queue) into: the DSCP mark tc classifies on, the slot's queue."""
-    return _action_bytes(parser.OFPActionSetField(ip_dscp=policy.DSCP_OF_QUEUE[queue])) + _action_bytes(
-        parser.OFPActionSetQueue(physical)
-    )
-
-
-@functools.lru_cache(maxsize=1 << 8)
-def _output(port: int, max_len: int) -> bytes:
-    return _action_bytes(parser.OFPActionOutput(port, max_len))
-
-
-class _Fields:
-    """The translated match as policy.rule_key reads it."""
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: list[tuple[str, Any]]):
-        self.fields = fields
-
-    def items(self) -> list[tuple[str, Any]]:
-        return self.fields
-
-
-class Request(NamedTuple):
-    """What the relay reads of the household's own flow-mod."""
-
-    command: int
     xid: int
+    command: int
+    rule_key: tuple
+    body: bytes
 
-
-class FastFlowMod:
-    """A translated flow-mod as the relay uses os-ken's: `table_id`, `priority`, `match` (for the rule
-    key) and `serialize()` as codec.encode calls it; `request` is the household's message."""
-
-    __slots__ = ("request", "xid", "table_id", "priority", "match", "_body", "buf", "datapath")
-
-    def __init__(self, request: Request, table_id: int, priority: int, match: _Fields, body: bytes):
-        self.request, self.xid = request, 0
-        self.table_id, self.priority, self.match = table_id, priority, match
-        self._body = body
-        self.buf = b""
-        self.datapath: Any = None
-
-    def serialize(self) -> None:
-        self.buf = struct.pack(_HEADER, ofp.OFP_VERSION, ofp.OFPT_FLOW_MOD, 8 + len(self._body), self.xid) + self._body
+    def frame(self, xid: int) -> bytes:
+        """The translation as the switch gets it, under the slicer's xid."""
+        return _HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_FLOW_MOD, codec.HEADER_SIZE + len(self.body), xid) + self.body
 
 
 def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
     """The translated flow-mod, byte for byte what the os-ken path makes of it, or None (decline)."""
     size = len(frame)
-    if size < ofp.OFP_FLOW_MOD_SIZE or frame[0] != ofp.OFP_VERSION or frame[1] != ofp.OFPT_FLOW_MOD:
+    if size < ofp.OFP_FLOW_MOD_SIZE:
         return None
-    _, _, length, xid = struct.unpack_from(_HEADER, frame)
+    version, msg_type, length, xid = _HEADER.unpack_from(frame)
+    if version != ofp.OFP_VERSION or msg_type != ofp.OFPT_FLOW_MOD or length != size:
+        return None
+    fixed = _fixed_part(slice_, frame[codec.HEADER_SIZE : _MATCH_AT])
+    if fixed is None:
+        return None
+    fixed_bytes, command, table_id, priority = fixed
+    match_len = _MATCH_HEADER.unpack_from(frame, _MATCH_AT)[1]
+    instructions_at = _MATCH_AT + (match_len + 7) // 8 * 8
+    if match_len < _MATCH_HEADER.size or instructions_at > size:
+        return None
+    match = _match(slice_, frame[_MATCH_AT:instructions_at])
+    if match is None:
+        return None
+    match_bytes, match_key, to_own = match
+    # The instructions: none for a delete; one apply-actions [set_queue(q)], output(NORMAL) otherwise.
+    if command == ofp.OFPFC_DELETE_STRICT:
+        instructions: bytes | None = b"" if instructions_at == size else None
+    else:
+        instructions = _instructions(slice_, to_own, frame[instructions_at:])
+    if instructions is None:
+        return None
+    return FastFlowMod(xid, command, (table_id, priority, match_key), fixed_bytes + match_bytes + instructions)
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _fixed_part(slice_: policy.Slice, fixed: bytes) -> tuple[bytes, int, int, int] | None:
+    """The flow-mod's fixed part (after the header, before the match) as the switch gets it, with
+    the command, the table and the priority on the switch; None unless it is an ADD, MODIFY_STRICT or
+    DELETE_STRICT (without out_port/out_group filters) of a household table, unbuffered, its ids in
+    range."""
     (cookie, cookie_mask, table_id, command, idle, hard, priority, buffer_id, out_port, out_group, flags) = (
-        struct.unpack_from(_FIXED, frame, codec.HEADER_SIZE)
+        _FIXED.unpack(fixed)
     )
-    if (
-        length != size
-        or command not in _COMMANDS
-        or buffer_id != ofp.OFP_NO_BUFFER
-        or priority > policy.MAX_PRIORITY
-        or table_id >= policy.HOUSEHOLD_TABLES
-    ):
+    if buffer_id != ofp.OFP_NO_BUFFER or priority > policy.MAX_PRIORITY or table_id >= policy.HOUSEHOLD_TABLES:
         return None
-    deleting = command == ofp.OFPFC_DELETE_STRICT
     if command == ofp.OFPFC_ADD:
         if cookie > policy.COOKIE_LOW:
             return None
         cookie, cookie_mask = slice_.cookie(cookie), 0
-    else:
+    elif command == ofp.OFPFC_MODIFY_STRICT or (
+        command == ofp.OFPFC_DELETE_STRICT and out_port == ofp.OFPP_ANY and out_group == ofp.OFPG_ANY
+    ):
         cookie_mask &= policy.COOKIE_LOW
         cookie, cookie_mask = slice_.cookie(cookie & cookie_mask), policy.COOKIE_SLOT_MASK | cookie_mask
-    if deleting and (out_port != ofp.OFPP_ANY or out_group != ofp.OFPG_ANY):
+    else:
         return None
+    table_id += policy.FIRST_HOUSEHOLD_TABLE
+    priority += 1
+    translated = _FIXED.pack(
+        cookie,
+        cookie_mask,
+        table_id,
+        command,
+        idle,
+        hard,
+        priority,
+        ofp.OFP_NO_BUFFER,
+        ofp.OFPP_ANY,  # a delete's own (it may have no other), ignored by the switch otherwise
+        ofp.OFPG_ANY,
+        flags,
+    )
+    return translated, command, table_id, priority
 
-    # The match: OXM, only the router's fields, each exact and once, filling it to the byte.
-    match_type, match_len = struct.unpack_from("!HH", frame, _MATCH_AT)
-    end = _MATCH_AT + match_len
-    instructions_at = _MATCH_AT + (match_len + 7) // 8 * 8
-    if match_type != ofp.OFPMT_OXM or instructions_at > size:
+
+@functools.lru_cache(maxsize=_KEPT)
+def _match(slice_: policy.Slice, match: bytes) -> tuple[bytes, tuple, bool] | None:
+    """The household's match (with its padding) as the switch gets it, its rule key's fields and
+    whether it is traffic to the household's own address; None if it is not the router's kind:
+    OXM, only the router's fields, each exact and once, filling it to the byte."""
+    match_type, match_len = _MATCH_HEADER.unpack_from(match)
+    if match_type != ofp.OFPMT_OXM:
         return None
     fields: dict[str, Any] = {}
-    at = _MATCH_AT + 4
-    while at < end:
-        known = _FIELDS.get(frame[at : at + 4])
+    at = 4
+    while at < match_len:
+        known = _FIELDS.get(match[at : at + 4])
         if known is None:
             return None
         name, read = known
-        field_end = at + 4 + frame[at + 3]
-        if field_end > end or name in fields:
+        field_end = at + 4 + match[at + 3]
+        if field_end > match_len or name in fields:
             return None
-        fields[name] = read(frame[at + 4 : field_end])
+        fields[name] = read(match[at + 4 : field_end])
         at = field_end
     if fields.get("eth_type") != policy.ETH_IPV4:
         return None
     to_own = "ipv4_dst" in fields and slice_._owns(fields["ipv4_dst"])
     if not to_own and not ("ipv4_src" in fields and slice_._owns(fields["ipv4_src"])):
         return None
-    match_fields = _metadata(slice_.slot) + frame[_MATCH_AT + 4 : end]
-
-    # The instructions: none for a delete; one apply-actions [set_queue(q)], output(NORMAL) otherwise.
-    instructions = b"" if deleting else _apply_actions(slice_, frame, instructions_at, to_own)
-    if instructions is None or (deleting and instructions_at != size):
-        return None
-
-    out_match_len = 4 + len(match_fields)
-    body = (
-        struct.pack(
-            _FIXED,
-            cookie,
-            cookie_mask,
-            table_id + policy.FIRST_HOUSEHOLD_TABLE,
-            command,
-            idle,
-            hard,
-            priority + 1,
-            ofp.OFP_NO_BUFFER,
-            out_port if deleting else ofp.OFPP_ANY,
-            out_group if deleting else ofp.OFPG_ANY,
-            flags,
-        )
-        + struct.pack("!HH", ofp.OFPMT_OXM, out_match_len)
-        + match_fields
-        + bytes(-out_match_len % 8)
-        + instructions
+    translated = _wire("metadata", slice_.slot) + match[4:match_len]
+    out_match_len = 4 + len(translated)
+    return (
+        _MATCH_HEADER.pack(ofp.OFPMT_OXM, out_match_len) + translated + bytes(-out_match_len % 8),
+        policy.match_key((("metadata", slice_.slot), *fields.items())),
+        to_own,
     )
-    match = _Fields([("metadata", slice_.slot), *fields.items()])
-    return FastFlowMod(Request(command, xid), table_id + policy.FIRST_HOUSEHOLD_TABLE, priority + 1, match, body)
 
 
-def _apply_actions(slice_: policy.Slice, frame: bytes, at: int, to_own: bool) -> bytes | None:
-    if len(frame) - at < 8:
+@functools.lru_cache(maxsize=_KEPT)
+def _instructions(slice_: policy.Slice, to_own: bool, instructions: bytes) -> bytes | None:
+    """The translation of one apply-actions [set_queue(q)], output(NORMAL) (set_queue only on traffic
+    to the household's own address), or None."""
+    if len(instructions) < 8:
         return None
-    inst_type, inst_len = struct.unpack_from("!HH", frame, at)
-    if inst_type != ofp.OFPIT_APPLY_ACTIONS or at + inst_len != len(frame):
+    inst_type, inst_len = _MATCH_HEADER.unpack_from(instructions)
+    if inst_type != ofp.OFPIT_APPLY_ACTIONS or inst_len != len(instructions):
         return None
     actions = b""
-    at += 8
+    at = 8
     if inst_len == 8 + _SET_QUEUE.size + _OUTPUT.size:
-        action_type, action_len, queue = _SET_QUEUE.unpack_from(frame, at)
+        action_type, action_len, queue = _SET_QUEUE.unpack_from(instructions, at)
         if action_type != ofp.OFPAT_SET_QUEUE or action_len != _SET_QUEUE.size:
             return None
         if not to_own or queue not in policy.QUEUE_NAMES:
             return None
-        actions = _queue_actions(queue, slice_.queue(queue))
+        # What the policy turns set_queue(queue) into: the DSCP mark tc classifies on, the slot's queue.
+        actions = _action_bytes(parser.OFPActionSetField(ip_dscp=policy.DSCP_OF_QUEUE[queue])) + _action_bytes(
+            parser.OFPActionSetQueue(slice_.queue(queue))
+        )
         at += _SET_QUEUE.size
     elif inst_len != 8 + _OUTPUT.size:
         return None
-    action_type, action_len, port, max_len = _OUTPUT.unpack_from(frame, at)
+    action_type, action_len, port, max_len = _OUTPUT.unpack_from(instructions, at)
     if action_type != ofp.OFPAT_OUTPUT or action_len != _OUTPUT.size or port != ofp.OFPP_NORMAL:
         return None
-    actions += _output(port, max_len)
+    actions += _action_bytes(parser.OFPActionOutput(port, max_len))
     return _INSTRUCTION_ACTIONS.pack(ofp.OFPIT_APPLY_ACTIONS, 8 + len(actions)) + actions

@@ -290,15 +290,16 @@ def delete_slicer_rules(slot: int) -> Any:
 def rule_key(table_id: int, priority: int, match: Any) -> tuple:
     """Identity of a flow entry as OpenFlow defines it (table, priority, match), normalised so a
     flow-mod and the switch's own flow-stats entry for it compare equal."""
-    return (table_id, priority, _key_fields(tuple(match.items())))
+    return (table_id, priority, match_key(tuple(match.items())))
 
 
 # Few whole matches are kept: a household repeats a rule soon or never, and thousands of distinct
 # matches kept alive made every garbage collection, and so the relay, slower (measured: 23 -> 21 us
 # per distinct flow-mod with 256 instead of 16,384).
 @functools.lru_cache(maxsize=1 << 8)
-def _key_fields(items: tuple) -> tuple:
-    """A match's fields as `rule_key` has them (kept per match: households repeat whole rules)."""
+def match_key(items: tuple) -> tuple:
+    """A match's (name, value) fields as `rule_key` has them (kept per match: households repeat
+    whole rules)."""
     return tuple(sorted(_key_field(name, value) for name, value in items))
 
 

@@ -157,6 +157,15 @@ def test_frames_are_split_where_their_lengths_say_and_a_partial_one_waits():
         codec.split_frames(bytearray(first[:2] + b"\x00\x04" + first[4:]))  # shorter than a header
 
 
+@pytest.mark.parametrize(
+    "msg", [parser.OFPBarrierRequest(C), parser.OFPBarrierReply(C), parser.OFPEchoRequest(C, b"hi")]
+)
+def test_a_message_renumbered_is_os_kens_encoding_under_that_xid(msg):
+    template = codec.encode(msg, 0)
+    for xid in (1, 7, 0x12345678, 0xFFFFFFFF):
+        assert codec.renumbered(template, xid) == codec.encode(msg, xid)
+
+
 def test_rule_keys_and_address_checks_are_the_same_through_their_caches():
     match = parser.OFPMatch(eth_type=0x800, ipv4_dst=("100.64.2.0", "255.255.255.0"), tcp_src=443, ip_proto=6)
     key = policy.rule_key(1, 2, match)

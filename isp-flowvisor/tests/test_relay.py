@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from isp_flowvisor import codec
-from isp_flowvisor.testing import wait_until
+from isp_flowvisor import codec, relay
+from isp_flowvisor.model import Household
+from isp_flowvisor.testing import socketless_slicer, wait_until
 
 C = codec.CODEC
 ALICE_HOST = "100.64.1.10"
@@ -261,3 +265,36 @@ def _udp_packet(src: str, dst: str) -> bytes:
     pkt.add_protocol(b"payload")
     pkt.serialize()
     return bytes(pkt.data)
+
+
+def test_a_switch_error_goes_back_to_the_sender_of_a_recent_message_only():
+    """Flow-mods have no reply: the slicer remembers those of its most recent xids to map the
+    switch's error back to the household (under its own xid, with its message) and to take the rule
+    out of its book; an error for one relayed longer ago is dropped."""
+    alice = Household("alice", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), flow_quota=10)
+    rule = codec.encode(flow(to(ALICE_HOST), [parser.OFPActionOutput(ofp.OFPP_NORMAL)]), 7)
+
+    async def run() -> None:
+        slicer, session, household_end, switch = socketless_slicer(alice)
+
+        def switch_refuses(relayed: bytes) -> None:
+            error = codec.error(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL, relayed, codec.header(relayed)[3])
+            slicer._from_switch(codec.decode(error), slicer._switch_out)
+
+        slicer._serve(session, rule)
+        await asyncio.sleep(0)
+        (first,) = switch.frames
+        for _ in range(relay._RECENT_LIMIT):
+            slicer._serve(session, rule)
+        await asyncio.sleep(0)
+        assert len(session.book) == 1
+        switch_refuses(first)  # too long ago: nobody to tell
+        await asyncio.sleep(0)
+        assert household_end.frames == [] and len(session.book) == 1
+        switch_refuses(switch.frames[-1])
+        await asyncio.sleep(0)
+        (error,) = [codec.decode(frame) for frame in household_end.frames]
+        assert isinstance(error, parser.OFPErrorMsg) and error.xid == 7 and error.data == rule[:64]
+        assert len(session.book) == 0
+
+    asyncio.run(run())
