@@ -520,11 +520,13 @@ def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hea
     other through the router (the TTL one lower, the connection in Flows); a permitted station's mDNS
     announcement reaches the other permitted one, not a pending newcomer on the same radio."""
     first, second, newcomer = stations
-    status, doc = owner.call("GET", f"/api/devices/{first.mac}/wifi-key")  # its own, from the earlier test
-    assert status == 200, doc
-    first.join(wpa2(doc["wifi_key"]["passphrase"]))
-    first.wait_connected(120)
-    first.dhcp(60)
+    # The two permitted stations with their own passphrases from the earlier tests (WPA2 and SAE).
+    for station, network in ((first, wpa2), (second, sae)):
+        status, doc = owner.call("GET", f"/api/devices/{station.mac}/wifi-key")
+        assert status == 200, doc
+        station.join(network(doc["wifi_key"]["passphrase"]))
+        station.wait_connected(120)
+        station.dhcp(60)
     newcomer.join(wpa2(guest_passphrase))
     newcomer.wait_connected(120)
     newcomer.dhcp(60)
