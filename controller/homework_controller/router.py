@@ -109,7 +109,7 @@ class HomeRouter:
         self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
         self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
-        self.switch = SwitchMirror()
+        self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
         self.newcomers = Newcomers(clock, max_pending)
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s, from_export=flows_from_export)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
