@@ -212,13 +212,14 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
-    def renumber(self, delegated) -> list:
+    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
-        for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber)."""
+        for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
+        the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
         if self.ipv6 is None:
             return []
         effects: list = []
-        for mac in self.ipv6.renumber(delegated, self.clock()):
+        for mac in self.ipv6.renumber(delegated, self.clock(), until):
             effects += self.rules.reconcile(self.devices[mac], reinstall=True)
             if self.priorities.ahead.has_marks(mac):
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s

@@ -11,13 +11,12 @@ from scapy.layers.inet6 import (
     ICMPv6ND_NA,
     ICMPv6ND_NS,
     ICMPv6ND_RA,
-    ICMPv6ND_RS,
     ICMPv6NDOptPrefixInfo,
     ICMPv6NDOptRDNSS,
     IPv6,
 )
 from scapy.layers.l2 import Ether
-from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, TABLET, WEB, WLAN, deliver, join, mark_of, up
+from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, TABLET, WEB, WLAN, deliver, join, mark_of, solicit_router, up
 
 from homework_controller import dhcp, dnsgate, downlink, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, ForgetNeighbours, SendFrame
@@ -61,11 +60,6 @@ def _options(frame):
     while opt and opt.name != "NoPayload":
         yield opt
         opt = opt.payload
-
-
-def solicit_router(router, mac):
-    rs = Ether(src=mac, dst="33:33:00:00:00:02") / IPv6(src="fe80::aa", dst="ff02::2") / ICMPv6ND_RS()
-    return router.on_solicitation(WLAN, nd.parse(bytes(rs)))
 
 
 def ipv6_packet(in_port, eth_src, eth_dst, src, dst, hop_limit=64):

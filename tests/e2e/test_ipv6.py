@@ -16,7 +16,16 @@ from pathlib import Path
 from homenet import wait_until
 from homenet.downloads import paced_download
 from homenet.home import NS_INET
-from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, WAN6_INET_IP, delegate
+from homenet.ipv6 import (
+    DELEGATED_PREFIX,
+    INET6_DNS_IP,
+    INET6_HOSTS,
+    INTERNET6_HOST,
+    PD_PREFERRED_S,
+    PD_VALID_S,
+    WAN6_INET_IP,
+    delegate,
+)
 from homenet.load import CALL_APP, UP, call_under_load, set_priority
 
 WWW6 = f"http://{INTERNET6_HOST}/"
@@ -89,6 +98,19 @@ def test_pending_gets_no_global_address_and_permitted_its_own_64_and_the_ipv6_in
     laptop = delegated_address(home, "v6laptop")
     assert laptop is not None and own_64(laptop) != own_64(phone)
     assert fetch6(home, "v6laptop") == "200"
+
+
+def test_a_devices_global_address_lasts_no_longer_than_the_isps_delegation(home):
+    joined(home, "v6clock")
+    wait_until("its global and ULA addresses", lambda: len(global_addresses(home, "v6clock")) == 2, 10, 0.1)
+    [delegated] = [a for a in global_addresses(home, "v6clock") if a in DELEGATED]
+    [ula] = [a for a in global_addresses(home, "v6clock") if a in ULA]
+    # Kea's delegation (preferred 5 min, valid 10 min, renewed every 3 s) bounds the adverts' lifetimes.
+    kernel = address_flags(home, "v6clock", delegated)
+    assert kernel["valid_life_time"] <= PD_VALID_S and kernel["preferred_life_time"] <= PD_PREFERRED_S, kernel
+    # Positive control: the ULA /64 is the router's own, advertised with its own longer lifetimes.
+    kernel = address_flags(home, "v6clock", ula)
+    assert kernel["valid_life_time"] > PD_VALID_S and kernel["preferred_life_time"] > PD_PREFERRED_S, kernel
 
 
 def test_a_forged_source_reaches_nothing_while_its_own_address_does(home):
