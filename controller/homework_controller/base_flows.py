@@ -105,18 +105,12 @@ def broadcast_rules(
     every other permitted device (out of its own ports: `own_ports(mac)`), so it is rebuilt whenever
     the permitted set changes."""
 
-    def copies_to(receivers, in_port):
-        out: list = []
-        for d in receivers:
-            out += [SetField("eth_dst", d.mac), *outputs_to(own_ports(d.mac), in_port)]
-        return tuple(out)
-
     rules = set()
     for sender in permitted:
         assert sender.subnet is not None
         for port in own_ports(sender.mac):
             assert port in access_ports, f"{sender.mac} bound to {port}, not an access port"
-            others = copies_to((d for d in permitted if d.mac != sender.mac), port)
+            others = copies_to(permitted, sender, port, own_ports)
             for dst in (ALL_HOSTS, MULTICAST):
                 rules.add(
                     rule(
@@ -144,3 +138,14 @@ def broadcast_rules(
                 )
             )
     return frozenset(rules)
+
+
+def copies_to(
+    permitted: list[Device], sender: Device, in_port: int, own_ports: Callable[[str], Sequence[int]]
+) -> tuple:
+    """One unicast copy of the sender's frame to each other permitted device, out of its own ports."""
+    out: list = []
+    for d in permitted:
+        if d.mac != sender.mac:
+            out += [SetField("eth_dst", d.mac), *outputs_to(own_ports(d.mac), in_port)]
+    return tuple(out)

@@ -82,7 +82,11 @@ class Config:
         if not self.ipv6:
             return None
         data = os.path.dirname(os.path.abspath(self.db))
-        return PrefixPlan(load_or_make_ula(data), parse_delegated(self.ipv6_prefix) or read_delegated(data))
+        ula = load_or_make_ula(data)
+        if self.ipv6_prefix:
+            return PrefixPlan(ula, parse_delegated(self.ipv6_prefix))
+        delegation = read_delegated(data)
+        return PrefixPlan(ula, delegation.prefix, delegation.until) if delegation else PrefixPlan(ula)
 
 
 CONFIG = Config()

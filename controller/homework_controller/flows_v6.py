@@ -10,8 +10,11 @@ table 0, admission:
   SOURCE_CHECKED wlan: forwarding device, its MAC *and* a source in       -> goto 1
                  one of its /64s
                  router: IPv6 to a forwarding device's MAC               -> goto 1
-  (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local traffic between
-  devices; the router's own adverts and answers are packet-outs, which the tables do not see)
+                 wlan: a forwarding device's UDP to link-scope multicast   -> goto 1
+                 (ff02::/16) from its MAC and a link-local source
+  (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local unicast between
+  devices, ICMPv6 other than solicitations (MLD reports, adverts); the router's own adverts and answers are
+  packet-outs, which the tables do not see)
 table 1, accounting (`Flows` rows come from the switch's flow export):
   BLOCKED        from a device's /64s to an address of a name blocked    -> drop
                  for it, or to DNS over TLS/QUIC
@@ -24,18 +27,26 @@ table 2, routing:
   TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
                                                                             port it came in (hairpinned)
                  router: to a forwarding device's /64                     -> wlan
+  BROADCAST      wlan: a forwarding device's UDP to ff02::/16 (mDNS        -> one unicast copy to each *other*
+                 ff02::fb, SSDP ff02::c, LLMNR ff02::1:3)                    forwarding device, and the router
+  `multicast_rules` (the IPv4 broadcast's twin, under its cookie, rebuilt with it) holds the two BROADCAST_COOKIE
+  rules; whichever source admitted the packet (link-local, or one of its /64s), the routing table copies it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import nd
+from .base_flows import copies_to
 from .flows import (
+    BROADCAST_COOKIE,
     CONTROLLER,
     LOCAL,
     NEWCOMERS_METER,
+    PROTO_UDP,
+    TABLE_ACCOUNTING,
     TABLE_ADMISSION,
     TABLE_MARKING,
     TABLE_ROUTING,
@@ -68,6 +79,11 @@ TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a dev
 # rows never read them). Between devices both match: the sender's wins, as for IPv4.
 COUNTED_SOURCE, COUNTED_DEST = Accounting.DEVICE_SOURCE - 5, Accounting.DEVICE_DEST - 5
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
+LINK_LOCAL = masked("fe80::/10")
+# Link-scope multicast a household's discovery uses (mDNS, SSDP, WS-Discovery, LLMNR), all UDP: matching UDP
+# leaves ICMPv6 (neighbour discovery, MLD) to the rules above, so the router alone answers solicitations and
+# devices hear no one's adverts.
+LINK_SCOPE_MULTICAST = masked("ff02::/16")
 
 
 def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
@@ -157,3 +173,40 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
 def dns_block_rules(device: Device, addr: str, prefixes: tuple[str, ...]) -> list[FlowRule]:
     """The device may not reach an IPv6 address learnt for a name blocked for it, from any of its /64s."""
     return [address_blocked(IPV6, device_cookie(device), masked(prefix), addr) for prefix in prefixes]
+
+
+def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence[int]]) -> frozenset[FlowRule]:
+    """IPv6 link-scope multicast among forwarding devices as unicast copies, as `base_flows.broadcast_rules`
+    does IPv4's: a pending or denied device hears none of it, no device its own, and it stays on the LAN
+    (the router's stack gets a copy, and routes no link-scope packet). Its source is checked as the rest of
+    its IPv6 is: its MAC on its own port, and a link-local source here (its /64s' rules admit those)."""
+    rules = set()
+    for sender in permitted:
+        for port in own_ports(sender.mac):
+            sent: dict = {
+                "in_port": port,
+                "eth_src": sender.mac,
+                "eth_type": ETH_IPV6,
+                "ip_proto": PROTO_UDP,
+                "ipv6_dst": LINK_SCOPE_MULTICAST,
+            }
+            rules.add(
+                rule(
+                    TABLE_ADMISSION,
+                    Admission.SOURCE_CHECKED,
+                    (GotoTable(TABLE_ACCOUNTING),),
+                    BROADCAST_COOKIE,
+                    ipv6_src=LINK_LOCAL,
+                    **sent,
+                )
+            )
+            rules.add(
+                rule(
+                    TABLE_ROUTING,
+                    Routing.BROADCAST,
+                    copies_to(permitted, sender, port, own_ports) + (Output(LOCAL),),
+                    BROADCAST_COOKIE,
+                    **sent,
+                )
+            )
+    return frozenset(rules)

@@ -96,15 +96,38 @@ def parse_delegated(text: str) -> ipaddress.IPv6Network | None:
     return net
 
 
-def read_delegated(directory: str | Path) -> ipaddress.IPv6Network | None:
-    """The delegated prefix the data partition holds (DELEGATED_FILE), if any."""
+@dataclass(frozen=True)
+class Delegation:
+    """What the prefix-delegation client last wrote: the prefix, and until when (the router's clock, seconds
+    since the epoch) the ISP said it is preferred and valid; None when the file does not say."""
+
+    prefix: ipaddress.IPv6Network
+    until: tuple[float, float] | None = None  # (preferred, valid)
+
+
+def parse_delegation(text: str, written_at: float) -> Delegation | None:
+    """The prefix file's line: "PREFIX", or "PREFIX PREFERRED VALID" with the lifetimes (seconds) the ISP gave
+    it, counted from written_at (when the client wrote the file); empty: no prefix."""
+    fields = text.split()
+    prefix = parse_delegated(fields[0]) if fields else None
+    if prefix is None or len(fields) == 1:
+        return Delegation(prefix) if prefix else None
+    if len(fields) != 3 or not (fields[1].isdecimal() and fields[2].isdecimal()) or int(fields[1]) > int(fields[2]):
+        raise BadPrefix(f"not PREFIX PREFERRED VALID (seconds, preferred <= valid): {text!r}")
+    return Delegation(prefix, (written_at + int(fields[1]), written_at + int(fields[2])))
+
+
+def read_delegated(directory: str | Path) -> Delegation | None:
+    """The delegated prefix the data partition holds (DELEGATED_FILE), if any, and its lifetimes from when
+    the file was written (its modification time: the client replaces it whenever the ISP renews)."""
     path = Path(directory) / DELEGATED_FILE
     try:
-        text = path.read_text().strip()
+        with path.open() as f:
+            text, written_at = f.read(), os.fstat(f.fileno()).st_mtime
     except FileNotFoundError:
         return None
     try:
-        return parse_delegated(text)
+        return parse_delegation(text, written_at)
     except BadPrefix as exc:
         raise BadPrefix(f"{path}: {exc}") from None
 
@@ -113,6 +136,8 @@ def read_delegated(directory: str | Path) -> ipaddress.IPv6Network | None:
 class PrefixPlan:
     ula: ipaddress.IPv6Network  # /48
     delegated: ipaddress.IPv6Network | None = None
+    # Until when (preferred, valid; the router's clock) the ISP keeps the delegated prefix; None: not known.
+    delegated_until: tuple[float, float] | None = None
 
     def ula_of(self, subnet_index: int) -> str:
         """The device's ULA /64, numbered as its /30 (indexes fit: 16,384 /30s, 65,536 /64s)."""
@@ -128,6 +153,17 @@ class PrefixPlan:
     def global_of(self, slot: int) -> str:
         assert self.delegated is not None and 1 <= slot <= self.global_slots
         return str(_nth_64(self.delegated, slot))
+
+    def lifetimes_of(self, prefix: str, now: float) -> tuple[int, int]:
+        """(valid, preferred) seconds a /64 of the plan is advertised with: the router's own, but a delegated
+        /64's never more than the ISP's delegation has left (RFC 9096, updating RFC 7084: a LAN prefix must
+        not outlive the WAN's), so a device stops using an address the ISP will no longer route."""
+        valid, preferred = nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S
+        delegated, until = self.delegated, self.delegated_until
+        if delegated is None or until is None or not ipaddress.IPv6Network(prefix).subnet_of(delegated):
+            return valid, preferred
+        preferred_until, valid_until = until
+        return min(valid, max(0, int(valid_until - now))), min(preferred, max(0, int(preferred_until - now)))
 
 
 def _nth_64(net: ipaddress.IPv6Network, n: int) -> ipaddress.IPv6Network:
@@ -191,13 +227,17 @@ class Ipv6Addresses:
         self.advertised.pop(mac, None)
         self.deprecated.pop(mac, None)
 
-    def renumber(self, delegated: ipaddress.IPv6Network | None, now: float) -> list[str]:
-        """The ISP delegated another prefix (or none): the devices whose /64s change (their rules and
-        adverts are to be redone). Each keeps its /64's number if the new prefix has it; its old global
-        /64 is advertised deprecated until DEPRECATED_VALID_S from now."""
+    def renumber(
+        self, delegated: ipaddress.IPv6Network | None, now: float, until: tuple[float, float] | None = None
+    ) -> list[str]:
+        """The ISP delegated another prefix (or none), or the same one until another time (`until`, as
+        `PrefixPlan.delegated_until`: the next adverts say no more): the devices whose /64s change (their
+        rules and adverts are to be redone). Each keeps its /64's number if the new prefix has it; its old
+        global /64 is advertised deprecated until DEPRECATED_VALID_S from now."""
         if delegated == self.plan.delegated:
+            self.plan = PrefixPlan(self.plan.ula, delegated, until)
             return []
-        old_plan, self.plan = self.plan, PrefixPlan(self.plan.ula, delegated)
+        old_plan, self.plan = self.plan, PrefixPlan(self.plan.ula, delegated, until)
         self.earlier_gateways = {prefix for prefix in self.gateways if not self._in_plan(prefix)}
         for mac, slot in list(self.slot_of.items()):
             self.deprecated.setdefault(mac, {})[old_plan.global_of(slot)] = now + DEPRECATED_VALID_S
@@ -339,10 +379,9 @@ class Ipv6Addresses:
 
     def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list:
         self.advertised[mac] = (advert, now, ports)
+        lifetimes = tuple((prefix, *self.plan.lifetimes_of(prefix, now)) for prefix in advert.prefixes)
         deprecated = tuple((prefix, max(0, int(until - now))) for prefix, until in advert.deprecated)
-        frame = nd.router_advert(
-            self.router_mac, mac, advert.prefixes, resolver_of(advert.prefixes), deprecated=deprecated
-        )
+        frame = nd.router_advert(self.router_mac, mac, lifetimes, resolver_of(advert.prefixes), deprecated=deprecated)
         return [SendFrame(port, frame) for port in ports]
 
     def tick(self, now: float) -> list:

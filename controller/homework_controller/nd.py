@@ -90,17 +90,17 @@ def _check_options(body: bytes, start: int) -> None:
 def router_advert(
     router_mac: str,
     dst_mac: str,
-    prefixes: tuple[str, ...],
+    prefixes: tuple[tuple[str, int, int], ...],
     dns: str | None,
     dst_ip: str = ALL_NODES,
     deprecated: tuple[tuple[str, int], ...] = (),
 ):
-    """A router advertisement for one device, sent to its MAC only: its /64s (on-link, autonomous), the
-    router's address as its DNS server, the link MTU. No prefix: router lifetime 0 (not a default router).
-    deprecated: /64s it had before a renumbering, each with the seconds it stays valid (preferred 0)."""
+    """A router advertisement for one device, sent to its MAC only: its /64s (on-link, autonomous), each with
+    its valid and preferred lifetimes (seconds), the router's address as its DNS server, the link MTU. No
+    prefix: router lifetime 0 (not a default router). deprecated: /64s it had before a renumbering, each with
+    the seconds it stays valid (preferred 0)."""
     options = _link_option(OPT_SOURCE_LINK, router_mac) + struct.pack("!BBHI", OPT_MTU, 1, 0, LINK_MTU)
-    lifetimes = [(prefix, PREFIX_VALID_S, PREFIX_PREFERRED_S) for prefix in prefixes]
-    for prefix, valid, preferred in lifetimes + [(prefix, valid, 0) for prefix, valid in deprecated]:
+    for prefix, valid, preferred in prefixes + tuple((prefix, valid, 0) for prefix, valid in deprecated):
         net = ipaddress.IPv6Network(prefix)
         options += struct.pack(
             "!BBBBIII16s",

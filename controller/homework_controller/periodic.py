@@ -54,8 +54,9 @@ class PeriodicJobs:
 
     def _renumber_if_delegated_changed(self) -> None:
         """The prefix-delegation client rewrites the prefix file beside the database (atomically) when the
-        ISP delegates another prefix: read it off the lock each tick, renumber when it differs. The command
-        line's --ipv6-prefix is fixed. A file that is not a prefix is logged (once) and changes nothing."""
+        ISP delegates another prefix, or renews it: read it off the lock each tick, renumber when the prefix
+        differs, and take its lifetimes (the adverts' cap) whenever they do. The command line's --ipv6-prefix
+        is fixed. A file that is not a prefix is logged (once) and changes nothing."""
         if self.router.ipv6 is None or CONFIG.ipv6_prefix:
             return
         try:
@@ -66,10 +67,13 @@ class PeriodicJobs:
             self._delegated_error = str(exc)
             return
         self._delegated_error = ""
-        if delegated != self.router.ipv6.plan.delegated:  # only this thread changes the plan
-            LOG.info("delegated prefix %s -> %s: renumbering", self.router.ipv6.plan.delegated, delegated)
+        prefix, until = (delegated.prefix, delegated.until) if delegated else (None, None)
+        plan = self.router.ipv6.plan  # only this thread changes the plan
+        if (prefix, until) != (plan.delegated, plan.delegated_until):
+            if prefix != plan.delegated:
+                LOG.info("delegated prefix %s -> %s: renumbering", plan.delegated, prefix)
             with self.lock:
-                self._apply(self.router.renumber(delegated))
+                self._apply(self.router.renumber(prefix, until))
 
     def _poll_counters(self) -> None:
         """Every interval: ask the switch for flow counters, and the radio for link quality."""

@@ -109,7 +109,7 @@ class HomeRouter:
         self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
         self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
-        self.switch = SwitchMirror()
+        self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
         self.newcomers = Newcomers(clock, max_pending)
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s, from_export=flows_from_export)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
@@ -212,13 +212,14 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
-    def renumber(self, delegated) -> list:
+    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
-        for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber)."""
+        for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
+        the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
         if self.ipv6 is None:
             return []
         effects: list = []
-        for mac in self.ipv6.renumber(delegated, self.clock()):
+        for mac in self.ipv6.renumber(delegated, self.clock(), until):
             effects += self.rules.reconcile(self.devices[mac], reinstall=True)
             if self.priorities.ahead.has_marks(mac):
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import base_flows, flows
+from . import base_flows, flows, flows_v6
 from .effects import AddGatewayAddress, InstallMeter, InstallRules, RemoveMeter, RemoveRules
 from .model import Device
 
 
 class SwitchMirror:
-    def __init__(self):
+    def __init__(self, ipv6: bool = False):
+        self.ipv6 = ipv6  # the router runs IPv6: its link-scope multicast is copied among devices as IPv4's broadcast
         self.access_ports: tuple[int, ...] = ()  # where devices are (the radio's port, wired ones)
         self.router_mac: str | None = None
         self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
@@ -100,9 +101,10 @@ class SwitchMirror:
             self.forwarding[mac] = own_ports
         else:
             self.forwarding.pop(mac)
-        wanted = base_flows.broadcast_rules(
-            [device_of(m) for m in sorted(self.forwarding)], self.access_ports, self.forwarding.__getitem__
-        )
+        permitted = [device_of(m) for m in sorted(self.forwarding)]
+        wanted = base_flows.broadcast_rules(permitted, self.access_ports, self.forwarding.__getitem__)
+        if self.ipv6:
+            wanted |= flows_v6.multicast_rules(permitted, self.forwarding.__getitem__)
         if wanted == self.broadcast:
             return []
         effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []

@@ -14,8 +14,10 @@ from dns_upstream import Upstream
 from fakeoftable import ipv4
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
+from scapy.layers.inet6 import ICMPv6ND_RS, IPv6
+from scapy.layers.l2 import Ether
 
-from homework_controller import dns_server, flows, packets
+from homework_controller import dns_server, flows, nd, packets
 from homework_controller.effects import AnswerDhcp
 from homework_controller.serving import TimedLock
 
@@ -89,6 +91,12 @@ def up(ip, dst, proto=flows.PROTO_TCP, sport=40000, dport=443, src_mac=PHONE):
 
 def down(ip, src, proto=flows.PROTO_TCP, sport=443, dport=40000, dst_mac=PHONE):
     return ipv4(LOCAL, ROUTER_MAC, dst_mac, src, ip, proto, sport, dport)
+
+
+def solicit_router(router, mac):
+    """The device's router solicitation (from its link-local address): the router's answer."""
+    rs = Ether(src=mac, dst="33:33:00:00:00:02") / IPv6(src="fe80::aa", dst="ff02::2") / ICMPv6ND_RS()
+    return router.on_solicitation(WLAN, nd.parse(bytes(rs)))
 
 
 def deliver(router, switch, packet, size=100):

@@ -2,6 +2,7 @@
 in order of permission when the ISP delegates fewer than there are devices."""
 
 import ipaddress
+import os
 
 import pytest
 
@@ -52,11 +53,28 @@ def test_a_delegated_prefix_is_read():
 
 def test_the_delegated_prefix_is_read_from_beside_the_database(tmp_path):
     assert ipv6.read_delegated(tmp_path) is None
-    (tmp_path / ipv6.DELEGATED_FILE).write_text("2001:db8:100::/56\n")
-    assert str(ipv6.read_delegated(tmp_path)) == "2001:db8:100::/56"
-    (tmp_path / ipv6.DELEGATED_FILE).write_text("fd00::/48\n")
+    path = tmp_path / ipv6.DELEGATED_FILE
+    path.write_text("2001:db8:100::/56\n")  # the one-line format: no lifetimes
+    assert ipv6.read_delegated(tmp_path) == ipv6.Delegation(ipaddress.IPv6Network("2001:db8:100::/56"))
+    # With the ISP's preferred and valid lifetimes: until then, counted from when the client wrote the file.
+    path.write_text("2001:db8:100::/56 300 600\n")
+    os.utime(path, (1_000_000, 1_000_000))
+    assert ipv6.read_delegated(tmp_path) == ipv6.Delegation(
+        ipaddress.IPv6Network("2001:db8:100::/56"), (1_000_300, 1_000_600)
+    )
+    path.write_text("\n")  # the delegation ended
+    assert ipv6.read_delegated(tmp_path) is None
+    path.write_text("fd00::/48\n")
     with pytest.raises(ipv6.BadPrefix, match=ipv6.DELEGATED_FILE):
         ipv6.read_delegated(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["2001:db8:100::/56 300", "2001:db8:100::/56 600 300", "2001:db8:100::/56 x 600"])
+def test_lifetimes_are_two_whole_seconds_preferred_no_longer_than_valid(text):
+    with pytest.raises(ipv6.BadPrefix):
+        ipv6.parse_delegation(text, 0.0)
+    # positive control: the same prefix with sound lifetimes
+    assert ipv6.parse_delegation("2001:db8:100::/56 300 600", 0.0) is not None
 
 
 def test_each_device_has_its_ula_64_numbered_as_its_30():

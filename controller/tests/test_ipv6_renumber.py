@@ -8,7 +8,7 @@ import pytest
 from fakeoftable import FakeSwitch
 from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
 from scapy.layers.l2 import Ether
-from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join
+from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join, solicit_router
 
 from homework_controller import dhcp, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway, SendFrame
@@ -155,3 +155,33 @@ def test_down_to_a_single_64_devices_keep_their_ula_and_the_old_global_is_deprec
     assert router.ipv6.current[PHONE] == (ula_phone,)
     [advert] = advertised(effects, PHONE)
     assert advert == {ula_phone: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S), old_phone: (ipv6.DEPRECATED_VALID_S, 0)}
+
+
+def test_adverts_never_promise_more_than_the_delegation_has_left(router, switch, clock):
+    # The ISP's lease: preferred 5 min, valid 10 min (the emulated ISP's); the router's own are longer.
+    switch.apply(router.renumber(OLD, (clock.now + 300, clock.now + 600)))
+    join(router, switch, PHONE)
+    phone, ula = router.ipv6.current[PHONE]
+    [advert] = advertised(solicit_router(router, PHONE), PHONE)
+    assert advert == {phone: (600, 300), ula: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S)}
+    # Counting down in the periodic adverts, the ULA /64 (the router's own) untouched.
+    clock.now += ipv6.ADVERT_INTERVAL_S
+    [advert] = advertised(router.tick(), PHONE)
+    assert advert == {phone: (540, 240), ula: (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S)}
+    # Renewed (the client rewrote the file): no rules redone, the next advert says the new time left.
+    assert router.renumber(OLD, (clock.now + 300, clock.now + 600)) == []
+    clock.now += ipv6.ADVERT_INTERVAL_S
+    [advert] = advertised(router.tick(), PHONE)
+    assert advert[phone] == (540, 240)
+    # Not renewed past its preferred lifetime: deprecated, still valid for what is left.
+    clock.now += 250
+    [advert] = advertised(router.tick(), PHONE)
+    assert advert[phone] == (290, 0)
+
+
+def test_a_delegation_without_lifetimes_is_advertised_with_the_routers_own(router, switch):
+    switch.apply(router.renumber(OLD, None))
+    join(router, switch, PHONE)
+    phone, _ = router.ipv6.current[PHONE]
+    [advert] = advertised(solicit_router(router, PHONE), PHONE)
+    assert advert[phone] == (nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S)

@@ -11,13 +11,12 @@ from scapy.layers.inet6 import (
     ICMPv6ND_NA,
     ICMPv6ND_NS,
     ICMPv6ND_RA,
-    ICMPv6ND_RS,
     ICMPv6NDOptPrefixInfo,
     ICMPv6NDOptRDNSS,
     IPv6,
 )
 from scapy.layers.l2 import Ether
-from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WEB, WLAN, deliver, join, mark_of, up
+from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, TABLET, WEB, WLAN, deliver, join, mark_of, solicit_router, up
 
 from homework_controller import dhcp, dnsgate, downlink, flows, ipv6, nd
 from homework_controller.effects import AddIpv6Gateway, ForgetNeighbours, SendFrame
@@ -61,11 +60,6 @@ def _options(frame):
     while opt and opt.name != "NoPayload":
         yield opt
         opt = opt.payload
-
-
-def solicit_router(router, mac):
-    rs = Ether(src=mac, dst="33:33:00:00:00:02") / IPv6(src="fe80::aa", dst="ff02::2") / ICMPv6ND_RS()
-    return router.on_solicitation(WLAN, nd.parse(bytes(rs)))
 
 
 def ipv6_packet(in_port, eth_src, eth_dst, src, dst, hop_limit=64):
@@ -144,6 +138,61 @@ def test_between_devices_it_is_routed_through_the_router(router, switch):
         LAPTOP,
         63,
     )
+
+
+def multicast(eth_src, src, dst="ff02::fb", proto=flows.PROTO_UDP, **fields):
+    """A datagram to a link-scope group (mDNS's by default) as a device sends it."""
+    packet = ipv6_packet(WLAN, eth_src, "33:33:00:00:00:fb", src, dst) | {"ip_proto": proto}
+    del packet["tcp_src"], packet["tcp_dst"]
+    return packet | ({"udp_src": 5353, "udp_dst": 5353} if proto == flows.PROTO_UDP else {}) | fields
+
+
+def heard(router, switch, packet):
+    """Who a packet reaches: the devices (by MAC) it is copied to, and whether the router gets it."""
+    out = deliver(router, switch, packet)
+    assert all(d.port in (WLAN, LOCAL) for d in out), out
+    return {d.packet["eth_dst"] for d in out if d.port == WLAN}, [d.packet["ipv6_dst"] for d in out if d.port == LOCAL]
+
+
+def test_link_scope_multicast_reaches_the_other_forwarding_devices_and_no_one_else(router, switch):
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    join(router, switch, TABLET, permit=False)  # pending: shares the radio, hears nothing
+    phone64 = in_prefix(router.ipv6.current[PHONE][0])
+    for src in ("fe80::aa", phone64):  # its link-local address, or its own /64's
+        for group in ("ff02::fb", "ff02::c", "ff02::1:3"):  # mDNS, SSDP, LLMNR
+            # The laptop, not the pending tablet, not the phone itself; the router's stack too.
+            assert heard(router, switch, multicast(PHONE, src, group)) == ({LAPTOP}, [group]), (src, group)
+    # The pending tablet's reaches no one, whatever its source; nor a source that is not the phone's.
+    assert heard(router, switch, multicast(TABLET, "fe80::dd")) == (set(), [])
+    for forged in (in_prefix(router.ipv6.current[LAPTOP][0]), "2001:db8:ffff::1"):
+        assert heard(router, switch, multicast(PHONE, forged)) == (set(), []), forged
+    # Neighbour discovery and MLD are not copied: a device's advert or report to a group reaches no one.
+    mld_report = 143
+    for kind, group in (
+        (nd.ROUTER_ADVERTISEMENT, "ff02::1"),
+        (nd.NEIGHBOUR_ADVERTISEMENT, "ff02::1"),
+        (mld_report, "ff02::16"),
+    ):
+        sent = multicast(PHONE, "fe80::aa", group, nd.PROTO_ICMPV6, icmpv6_type=kind)
+        assert heard(router, switch, sent) == (set(), []), kind
+    # Who hears it follows the household's decisions.
+    switch.apply(router.permit(TABLET))
+    switch.apply(router.deny(LAPTOP))
+    assert heard(router, switch, multicast(PHONE, "fe80::aa")) == ({TABLET}, ["ff02::fb"])
+    assert heard(router, switch, multicast(LAPTOP, "fe80::cc")) == (set(), [])
+
+
+def test_without_ipv6_no_ipv6_multicast_is_copied(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    phone = join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    assert heard(router, switch, multicast(PHONE, "fe80::aa")) == (set(), [])
+    # positive control: its IPv4 multicast is
+    v4 = ipv4(WLAN, PHONE, "01:00:5e:00:00:fb", phone, "224.0.0.251", flows.PROTO_UDP, 5353, 5353)
+    assert LAPTOP in {d.packet["eth_dst"] for d in deliver(router, switch, v4)}
 
 
 def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, switch):

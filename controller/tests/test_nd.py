@@ -72,7 +72,8 @@ def test_a_truncated_frame_is_refused():
 
 
 def test_the_advert_carries_the_devices_prefixes_its_dns_and_the_mtu_to_its_mac_only():
-    data = nd.router_advert(ROUTER, DEV, PREFIXES, "2001:db8:100:1::1")
+    lifetimes = ((PREFIXES[0], 600, 300), (PREFIXES[1], nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S))
+    data = nd.router_advert(ROUTER, DEV, lifetimes, "2001:db8:100:1::1")
     frame = Ether(data)
     assert frame.dst == DEV and frame.src == ROUTER  # never to a multicast MAC
     assert frame[IPv6].src == "fe80::1" and frame[IPv6].hlim == 255
@@ -85,7 +86,7 @@ def test_the_advert_carries_the_devices_prefixes_its_dns_and_the_mtu_to_its_mac_
     while opt is not None and isinstance(opt, ICMPv6NDOptPrefixInfo):
         infos.append((f"{opt.prefix}/{opt.prefixlen}", opt.L, opt.A, opt.validlifetime, opt.preferredlifetime))
         opt = opt.payload if isinstance(opt.payload, ICMPv6NDOptPrefixInfo) else None
-    assert infos == [(p, 1, 1, nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S) for p in PREFIXES]
+    assert infos == [(p, 1, 1, valid, preferred) for p, valid, preferred in lifetimes]
     assert frame[ICMPv6NDOptRDNSS].dns == ["2001:db8:100:1::1"]
     assert _checksum_ok(frame)
 

@@ -8,12 +8,24 @@ import json
 import re
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from homenet import wait_until
 from homenet.downloads import paced_download
 from homenet.home import NS_INET
-from homenet.ipv6 import DELEGATED_PREFIX, INET6_DNS_IP, INET6_HOSTS, INTERNET6_HOST, WAN6_INET_IP, delegate
+from homenet.ipv6 import (
+    DELEGATED_PREFIX,
+    INET6_DNS_IP,
+    INET6_HOSTS,
+    INTERNET6_HOST,
+    PD_PREFERRED_S,
+    PD_VALID_S,
+    WAN6_INET_IP,
+    delegate,
+)
 from homenet.load import CALL_APP, UP, call_under_load, set_priority
 
 WWW6 = f"http://{INTERNET6_HOST}/"
@@ -88,6 +100,19 @@ def test_pending_gets_no_global_address_and_permitted_its_own_64_and_the_ipv6_in
     assert fetch6(home, "v6laptop") == "200"
 
 
+def test_a_devices_global_address_lasts_no_longer_than_the_isps_delegation(home):
+    joined(home, "v6clock")
+    wait_until("its global and ULA addresses", lambda: len(global_addresses(home, "v6clock")) == 2, 10, 0.1)
+    [delegated] = [a for a in global_addresses(home, "v6clock") if a in DELEGATED]
+    [ula] = [a for a in global_addresses(home, "v6clock") if a in ULA]
+    # Kea's delegation (preferred 5 min, valid 10 min, renewed every 3 s) bounds the adverts' lifetimes.
+    kernel = address_flags(home, "v6clock", delegated)
+    assert kernel["valid_life_time"] <= PD_VALID_S and kernel["preferred_life_time"] <= PD_PREFERRED_S, kernel
+    # Positive control: the ULA /64 is the router's own, advertised with its own longer lifetimes.
+    kernel = address_flags(home, "v6clock", ula)
+    assert kernel["valid_life_time"] > PD_VALID_S and kernel["preferred_life_time"] > PD_PREFERRED_S, kernel
+
+
 def test_a_forged_source_reaches_nothing_while_its_own_address_does(home):
     for name in ("v6alice", "v6bob"):
         joined(home, name)
@@ -108,6 +133,76 @@ def test_a_forged_source_reaches_nothing_while_its_own_address_does(home):
     # Alice reaches Bob over IPv6 through the router (hop limit decremented).
     out = home.exec("v6alice", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", str(bob)).stdout
     assert " 0% packet loss" in out and "ttl=63" in out, out
+
+
+MDNS_LISTEN = """
+import socket, struct
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", 5353))
+group = socket.inet_pton(socket.AF_INET6, "ff02::fb") + struct.pack("@I", socket.if_nametoindex("wlan0"))
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, group)
+print("listening", flush=True)
+while True:
+    data, sender = s.recvfrom(2048)
+    print(data.decode(), flush=True)
+"""
+
+# Five mDNS announcements (argv[1] and a count) to ff02::fb out of wlan0, from the device's link-local address
+# or, given argv[2], bound to that one of its addresses. Not looped back to the device's own listener: what it
+# hears came over the air.
+MDNS_ANNOUNCE = """
+import socket, sys
+wlan0 = socket.if_nametoindex("wlan0")
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, wlan0)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP, 0)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+if len(sys.argv) > 2:
+    s.bind((sys.argv[2], 0))
+for n in range(5):
+    s.sendto(f"{sys.argv[1]}-{n}".encode(), ("ff02::fb", 5353, 0, wlan0))
+"""
+
+
+def link_local_ready(home, name) -> bool:
+    """Its link-local address is usable (duplicate-address detection done): it can send from it."""
+    out = home.exec(name, "ip", "-6", "addr", "show", "dev", "wlan0", "scope", "link").stdout
+    assert "dadfailed" not in out, out
+    return "inet6" in out and "tentative" not in out
+
+
+def test_mdns_over_ipv6_reaches_permitted_devices_only(home):
+    for name in ("v6speaker", "v6friend"):
+        joined(home, name)
+    joined(home, "v6stranger", permit=False)  # pending: on the same radio, waiting for the household
+    wait_until("the stranger's link-local address", lambda: link_local_ready(home, "v6stranger"), 10, 0.1)
+    wait_until("the speaker's global address", lambda: delegated_address(home, "v6speaker"), 10, 0.1)
+    speaker = str(delegated_address(home, "v6speaker"))
+    with tempfile.TemporaryDirectory() as tmp:
+        heard = {name: Path(tmp) / f"{name}.txt" for name in ("v6friend", "v6stranger")}
+        listeners = []
+        for name, out in heard.items():
+            with out.open("w") as f:
+                listeners.append(home.spawn(name, sys.executable, "-c", MDNS_LISTEN, stdout=f))
+        try:
+            wait_until("the listeners", lambda: all("listening" in p.read_text() for p in heard.values()), 10)
+            home.exec("v6speaker", sys.executable, "-c", MDNS_ANNOUNCE, "link-local")
+            home.exec("v6speaker", sys.executable, "-c", MDNS_ANNOUNCE, "global", speaker)
+            wait_until(
+                "the permitted friend to hear both",
+                lambda: all(f"{tag}-4" in heard["v6friend"].read_text() for tag in ("link-local", "global")),
+                5,
+            )
+            # The pending stranger's own announcements, then the speaker's again: the friend hears those only.
+            home.exec("v6stranger", sys.executable, "-c", MDNS_ANNOUNCE, "stranger")
+            home.exec("v6speaker", sys.executable, "-c", MDNS_ANNOUNCE, "after")
+            wait_until("the speaker's later announcements", lambda: "after-4" in heard["v6friend"].read_text(), 5)
+        finally:
+            for listener in listeners:
+                listener.kill()
+        assert heard["v6stranger"].read_text().split() == ["listening"], "a pending device heard it"
+        assert "stranger" not in heard["v6friend"].read_text(), "the friend heard the pending stranger"
 
 
 def dig_status(home, name, qname, qtype) -> str:

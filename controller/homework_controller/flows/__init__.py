@@ -49,6 +49,7 @@ table 3, routing:
                  broadcast                                             -> one unicast copy to each *other* permitted
                                                                           device, and the router: a pending or
                                                                           denied device hears none of it
+                 (IPv6's twin, UDP to ff02::/16 such as mDNS's ff02::fb: `flows_v6.multicast_rules`)
   MISS           anything else                                         -> router (its stack routes and NATs)
 
 The package: `values.py` (the tables, bands, actions, meters and a rule), `shapes.py` (a forwarding

@@ -89,20 +89,23 @@ def _kea_config(prefix: str) -> str:
 
 # dhcpcd's hook: the first delegated prefix still valid (a renumbering's reply also lists the old one with
 # valid lifetime 0), written atomically; none once the lease is gone.
+# The prefix file's line (homework_controller.ipv6.parse_delegation): the first prefix still valid, with the
+# preferred and valid lifetimes Kea gave it (dhcpcd's IA_PD prefix option's pltime and vltime), which the
+# controller counts from the file's modification time; empty when the delegation ended.
 _HOOK = """#!/bin/sh
 out={out}
 case "$reason" in
 BOUND6|RENEW6|REBIND6|REBOOT6)
-  prefix=
+  line=
   for n in 1 2 3 4; do
     eval "p=\\$new_dhcp6_ia_pd1_prefix$n len=\\$new_dhcp6_ia_pd1_prefix${{n}}_length"
-    eval "vl=\\$new_dhcp6_ia_pd1_prefix${{n}}_vltime"
-    if [ -n "$p" ] && [ "${{vl:-0}}" -gt 0 ]; then prefix="$p/$len"; break; fi
+    eval "pl=\\$new_dhcp6_ia_pd1_prefix${{n}}_pltime vl=\\$new_dhcp6_ia_pd1_prefix${{n}}_vltime"
+    if [ -n "$p" ] && [ "${{vl:-0}}" -gt 0 ]; then line="$p/$len $pl $vl"; break; fi
   done ;;
-EXPIRE6|RELEASE6) prefix= ;;
+EXPIRE6|RELEASE6) line= ;;
 *) exit 0 ;;
 esac
-printf '%s\\n' "$prefix" > "$out.tmp" && mv "$out.tmp" "$out"
+printf '%s\\n' "$line" > "$out.tmp" && mv "$out.tmp" "$out"
 """
 
 
@@ -134,10 +137,12 @@ def _link_local_ready(ns: str, dev: str) -> bool:
 
 
 def delegated_now(state_dir: Path) -> str:
+    """The prefix the router's prefix-delegation client last wrote ("" for none), without its lifetimes."""
     try:
-        return (state_dir / DELEGATED_FILE).read_text().strip()
+        fields = (state_dir / DELEGATED_FILE).read_text().split()
     except FileNotFoundError:
         return ""
+    return fields[0] if fields else ""
 
 
 def delegate(processes: Processes, run_dir: Path, prefix: str) -> None:
