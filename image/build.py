@@ -34,7 +34,7 @@ REPO = IMAGE_DIR.parent
 sys.path[:0] = [str(IMAGE_DIR), str(REPO / "deploy")]
 
 import homework_deploy  # noqa: E402
-from homework_deploy import systemd  # noqa: E402
+from homework_deploy import prefix_delegation, systemd  # noqa: E402
 from homework_image import (  # noqa: E402
     BRIDGE,
     DATA_PARTLABEL,
@@ -124,6 +124,7 @@ SYSTEM_UNITS = (
     "homework-update-spool.path",
     "homework-radio-refresh.path",
     "homework-grub-count.service",
+    "homework-wan-pd.service",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",
     "nftables.service",
@@ -478,6 +479,12 @@ def configure(root: Path, version: str) -> None:
         slowness=SLOWNESS,
     ).items():
         (units / name).write_text(text)
+    # homework-wan-pd.service's dhcpcd: the delegated prefix goes beside the controller's database.
+    lib = root / "usr/lib/homework"
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "dhcpcd-wan.conf").write_text(prefix_delegation.dhcpcd_conf(WAN_IFACE))
+    (lib / "dhcpcd-pd-hook").write_text(prefix_delegation.hook(STATE))
+    (lib / "dhcpcd-pd-hook").chmod(0o755)
     share = root / str(SHARE).lstrip("/")
     share.mkdir(parents=True, exist_ok=True)
     (share / "services.json").write_text(json.dumps({n: s.ready for n, s in services.items()}, indent=1) + "\n")

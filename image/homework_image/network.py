@@ -152,7 +152,8 @@ def setup() -> None:
         if time.monotonic() > deadline:
             raise NetworkError(f"OVS did not create {BRIDGE}")
         time.sleep(0.1)
-    Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
+    # The controller adds its IPv6 gateways (each device's /64's ::1, fe80::1) here; the ports stay without.
+    Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("0\n")
     run("ip", "link", "set", BRIDGE, "up")
     run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
     try:

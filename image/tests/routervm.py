@@ -4,8 +4,10 @@ Layout (every namespace of a network called NAME is NAME-*; nothing outside them
 networks of different names, each with its router, run side by side):
 
   netns NAME-vm:      qemu (KVM if it can, else software), taps tapwan/taplan, bridges brwan/brlan
-  netns NAME-wan:     eth0 198.51.100.1 (dnsmasq: DHCP for the router's WAN, DNS for example.test)
-                      and 198.51.100.80 (HTTP: www.example.test)
+  netns NAME-wan:     eth0 198.51.100.1 (dnsmasq: DHCP for the router's WAN, DNS for example.test,
+                      router adverts for the WAN link) and 198.51.100.80 (HTTP: www.example.test);
+                      2001:db8:ffff::1 (Kea: DHCPv6, delegating a /56 to the router, routed to it)
+                      and 2001:db8:ffff::80 (HTTP: www6.example.test, IPv6 only)
   netns NAME-laptop…: eth0, a household device running the real ISC dhclient
 
 The router's first NIC (PCI slot 3) is its WAN, the second (slot 4) its LAN.
@@ -23,11 +25,21 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+from homenet import ipv6 as homenet_ipv6
 from homenet.wait import WaitTimeout, wait_until
 
 WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
+# IPv6 as the emulated home has it: the WAN link's /64, a name with only an IPv6 address (so every IPv4
+# fetch stays IPv4), the /56 the ISP delegates. The router's WAN address there is its own (SLAAC from
+# the adverts); the prefix is routed to its link-local address, from its WAN NIC's MAC (EUI-64).
+WAN6_PREFIX, WAN6_IP = homenet_ipv6.WAN6_PREFIX, homenet_ipv6.WAN6_INET_IP
+WWW6_HOST, WWW6_IP = next(iter(homenet_ipv6.INET6_HOSTS.items()))
+DELEGATED_PREFIX = homenet_ipv6.DELEGATED_PREFIX
+ROUTER_WAN_MAC = "52:54:00:00:aa:01"
+ROUTER_WAN_LINK_LOCAL = "fe80::5054:ff:fe00:aa01"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
 KVM_PROBE_S = 30
@@ -120,10 +132,29 @@ class Client:
             raise VmError(f"{self.name} has no dynamic address: {out!r}")
         return int(found[0])
 
-    def fetch(self, url: str = f"http://{WWW_HOST}/", timeout: float = 5) -> tuple[str, str]:
-        """(HTTP status, body) a device gets for a page ('000' when nothing answers)."""
+    def ipv6_addresses(self) -> list[str]:
+        """The device's IPv6 addresses beyond its link (global and unique local) its kernel made by SLAAC
+        and may use (duplicate-address detection done), e.g. ['2001:db8:100:1:0:ff:fe00:1/64']."""
+        # Text, not -json: iproute2 6.1 ends an IPv6 address list with an empty object there.
+        out = sh(
+            "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global", "-tentative", "-deprecated", ns=self.ns
+        )
+        return re.findall(r"inet6 (\S+)", out.stdout)
+
+    def fetch(self, url: str = f"http://{WWW_HOST}/", timeout: float = 5, ipv6: bool = False) -> tuple[str, str]:
+        """(HTTP status, body) a device gets for a page ('000' when nothing answers); over IPv6 only if asked."""
         proc = sh(
-            "curl", "-sS", "-m", timeout, "-w", "\n%{http_code}", url, ns=self.ns, check=False, timeout=timeout + 10
+            "curl",
+            *(["-6"] if ipv6 else []),
+            "-sS",
+            "-m",
+            timeout,
+            "-w",
+            "\n%{http_code}",
+            url,
+            ns=self.ns,
+            check=False,
+            timeout=timeout + 10,
         )
         body, _, status = proc.stdout.rpartition("\n")
         return status.strip() or "000", body
@@ -149,6 +180,9 @@ class Network:
         self._veth("vwan", "brwan", self.wan_ns, None)
         for ip in (WAN_IP, WWW_IP):
             sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=self.wan_ns)
+        for ip in (WAN6_IP, WWW6_IP):
+            sh("ip", "-6", "addr", "add", f"{ip}/64", "dev", "eth0", "nodad", ns=self.wan_ns)
+        sh("ip", "-6", "route", "add", DELEGATED_PREFIX, "via", ROUTER_WAN_LINK_LOCAL, "dev", "eth0", ns=self.wan_ns)
         www = self.state / "www"
         www.mkdir(exist_ok=True)
         (www / "index.html").write_text("<!doctype html><title>example.test</title><h1>Hello from the internet</h1>\n")
@@ -173,15 +207,21 @@ class Network:
                 f"--dhcp-leasefile={self.state / 'dnsmasq.leases'}",
                 "--local=/example.test/",
                 f"--host-record={WWW_HOST},{WWW_IP}",
+                f"--host-record={WWW6_HOST},{WWW6_IP}",
+                # The WAN link's adverts: the router's IPv6 default route (no DHCPv6 here: Kea's).
+                "--enable-ra",
+                f"--dhcp-range={WAN6_PREFIX.split('/')[0]},ra-only",
                 "--log-facility=-",
                 "--log-dhcp",
                 "--log-queries",
             ],
             self.wan_ns,
         )
-        self._spawn("http", ["python3", "-m", "http.server", "--bind", WWW_IP, "--directory", www, "80"], self.wan_ns)
+        for name, ip in (("http", WWW_IP), ("http6", WWW6_IP)):
+            self._spawn(name, ["python3", "-m", "http.server", "--bind", ip, "--directory", www, "80"], self.wan_ns)
         # Without it the router gets no WAN lease, and every later step fails for a reason far from this one.
         self._started("dnsmasq", dnsmasq, lambda: (self.state / "dnsmasq.pid").exists())
+        self._start_kea()
         for i, (name, mac) in enumerate(clients.items()):
             client = Client(name, mac, self.state, f"{self.name}-{name}")
             client.state.mkdir(parents=True, exist_ok=True)
@@ -190,12 +230,29 @@ class Network:
             (etc / "resolv.conf").write_text("")
             self._ns(client.ns)
             self._veth(f"vlan{i}", "brlan", client.ns, mac)
+            # SLAAC from the controller's adverts (a new namespace's default, said here: the test relies on it).
+            sh("sysctl", "-qw", "net.ipv6.conf.eth0.accept_ra=1", "net.ipv6.conf.eth0.autoconf=1", ns=client.ns)
             self.clients[name] = client
+        for url in (f"http://{WWW_IP}/", f"http://[{WWW6_IP}]/"):
+            wait_until(f"the web server at {url}", partial(self._serves, url), 20)
+
+    def _serves(self, url: str) -> bool:
+        return sh("curl", "-s", "-o", "/dev/null", url, ns=self.wan_ns, check=False).returncode == 0
+
+    def _start_kea(self) -> None:
+        """The ISP's DHCPv6 server delegating DELEGATED_PREFIX (homenet's configuration, on this eth0). Kea
+        binds eth0's link-local address, which it cannot while that is in duplicate-address detection."""
         wait_until(
-            "the web server",
-            lambda: sh("curl", "-s", "-o", "/dev/null", f"http://{WWW_IP}/", ns=self.wan_ns, check=False).returncode
-            == 0,
-            20,
+            "the WAN link's link-local address", lambda: homenet_ipv6.link_local_ready(self.wan_ns, "eth0"), 10, 0.1
+        )
+        conf = self.state / "kea-dhcp6.json"
+        conf.write_text(homenet_ipv6.kea_config(DELEGATED_PREFIX, "eth0"))
+        env = [f"KEA_PIDFILE_DIR={self.state}", f"KEA_LOCKFILE_DIR={self.state}"]
+        kea = self._spawn("kea", ["env", *env, "kea-dhcp6", "-c", conf], self.wan_ns)
+        self._started(
+            "kea",
+            kea,
+            lambda: bool(sh("ss", "-Hlun", "sport", "=", ":547", ns=self.wan_ns, check=False).stdout.strip()),
         )
 
     def down(self) -> None:
@@ -347,7 +404,7 @@ class RouterVm:
             "-netdev",
             "tap,id=wan,ifname=tapwan,script=no,downscript=no",
             "-device",
-            "virtio-net-pci,netdev=wan,mac=52:54:00:00:aa:01,addr=0x3",
+            f"virtio-net-pci,netdev=wan,mac={ROUTER_WAN_MAC},addr=0x3",
             "-netdev",
             "tap,id=lan,ifname=taplan,script=no,downscript=no",
             "-device",

@@ -1,17 +1,20 @@
 """The router image boots in qemu and works: `make image-test` (after `make image`), as root.
 
 One router, one story, in order (each step builds on the one before):
-boot and services up -> a LAN device gets a 30 s lease and reaches nothing -> the owner claims
-the router with the console's setup code and permits the device through the web UI's API ->
-one-hour lease, a page through the NAT -> the data partition as the previous image left it (hwdb's
-files in its top directory), a second device permitted and the power cut right after: both still
-permitted, hwdb's rows kept in its own directory -> an update whose controller cannot start
-rolls back to A by itself -> an update to slot B boots B and is kept (hwdb's rows still there).
+boot and services up (the ISP's IPv6 prefix delegated to the WAN) -> a LAN device gets a 30 s lease
+and reaches nothing, no IPv6 address beyond its link either -> the owner claims the router with the
+console's setup code and permits the device through the web UI's API -> its own /64 of the delegated
+prefix (SLAAC), a page over IPv6 by name, nothing new in from the WAN -> one-hour lease, a page through
+the NAT -> the data partition as the previous image left it (hwdb's files in its top directory), a
+second device permitted and the power cut right after: both still permitted, hwdb's rows kept in its
+own directory -> an update whose controller cannot start rolls back to A by itself -> an update to
+slot B boots B and is kept (hwdb's rows still there).
 """
 
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -23,7 +26,17 @@ import time
 from pathlib import Path
 
 import pytest
-from routervm import BOOT_STARTED, QUIET_SHELL, Network, RouterVm, VmError
+from routervm import (
+    BOOT_STARTED,
+    DELEGATED_PREFIX,
+    QUIET_SHELL,
+    WWW6_HOST,
+    WWW6_IP,
+    Network,
+    RouterVm,
+    VmError,
+    sh,
+)
 
 from homenet.wait import wait_until
 
@@ -41,6 +54,7 @@ DATA, HWDB_DIR = "/var/lib/homework", "/var/lib/homework/hwdb"
 # into its own directory; it must be there after that and after each update.
 HWDB_ROW = "written before the reboot and the updates"
 TIMINGS: dict[str, float] = {}
+PERMITTED_AT: dict[str, float] = {}  # MAC -> time.monotonic() of the permit's answer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the boot test needs root (namespaces, taps, KVM)")
 
@@ -314,6 +328,7 @@ def test_boots_and_every_service_comes_up(router, net):
         "homework-webui",
         "nftables",
         "systemd-networkd",
+        "homework-wan-pd",
     ]
     wait_until(
         "every service active",
@@ -336,6 +351,19 @@ def test_boots_and_every_service_comes_up(router, net):
     router.run("modprobe sch_cake")
     # The WAN got its address from the upstream's DHCP.
     wait_until("the WAN's lease", lambda: "198.51.100." in router.run("ip -4 -o addr show dev wan"), 120, 2)
+    # IPv6: the default route from the ISP's adverts, and the prefix its DHCPv6 server delegated, where the
+    # controller reads it.
+    wait_until(
+        "the WAN's IPv6 default route", lambda: "default via fe80::" in router.run("ip -6 route show dev wan"), 120, 2
+    )
+    wait_until(
+        "the delegated prefix",
+        lambda: router.run(f"cat {DATA}/ipv6-delegated-prefix", check=False).strip() == DELEGATED_PREFIX,
+        120,
+        2,
+        hint=lambda: router.run("journalctl -b --no-pager -n 40 -u homework-wan-pd", check=False),
+    )
+    TIMINGS["boot_to_delegated_prefix_s"] = round(time.monotonic() - powered_on, 1)
     # Each service writes only its own paths: the update spool, which the root installer reads,
     # is the web UI's alone, and the web UI is no longer root.
     assert router.run(f"stat -c %U /proc/{main_pid(router, 'webui')}").strip() == "homework-webui"
@@ -376,6 +404,12 @@ def test_pending_device_gets_a_short_lease_and_reaches_nothing(router, net):
     assert device_state(router, LAPTOP_MAC) == "pending"
     status, _ = laptop.fetch()
     assert status == "000", "a pending device reached the internet"
+    # Nor over IPv6: the controller's adverts to a pending device carry no prefix, global or unique local
+    # (once permitted, the same device has its global address within seconds: the next test).
+    assert laptop.ipv6_addresses() == []
+    assert (
+        laptop.fetch(f"http://{WWW6_HOST}/", ipv6=True)[0] == "000"
+    ), "a pending device reached the internet over IPv6"
 
 
 def test_owner_claims_with_the_setup_code_and_permits_the_device(router, net):
@@ -398,7 +432,34 @@ def test_owner_claims_with_the_setup_code_and_permits_the_device(router, net):
     owner.csrf = doc["csrf_token"]
     status, doc = owner.call("POST", f"/api/devices/{LAPTOP_MAC}/permit")
     assert status == 200, doc
+    PERMITTED_AT[LAPTOP_MAC] = time.monotonic()
     assert device_state(router, LAPTOP_MAC) == "permitted"
+
+
+def test_permitted_device_gets_its_own_64_and_fetches_a_page_over_ipv6(router, net):
+    """SLAAC from the controller's adverts: a /64 of the delegated prefix that is the device's (not the
+    router's own /64, number 0), a page by name over IPv6; from the WAN only answers get in (RFC 6092)."""
+    laptop = net.clients["laptop"]
+    delegated = ipaddress.IPv6Network(DELEGATED_PREFIX)
+
+    def global_addresses() -> list[ipaddress.IPv6Interface]:
+        return [a for a in map(ipaddress.IPv6Interface, laptop.ipv6_addresses()) if a.network.subnet_of(delegated)]
+
+    (address,) = wait_until("the laptop's global IPv6 address", global_addresses, 60, 0.2)
+    TIMINGS["permit_to_global_ipv6_s"] = round(time.monotonic() - PERMITTED_AT[LAPTOP_MAC], 1)
+    print(f"\npermit to a usable global IPv6 address: {TIMINGS['permit_to_global_ipv6_s']} s")
+    own = address.network
+    assert own.prefixlen == 64
+    assert own != next(delegated.subnets(new_prefix=64)), f"{address} is in the router's own /64"
+    status, body = laptop.fetch(f"http://{WWW6_HOST}/", ipv6=True)
+    assert status == "200" and "Hello from the internet" in body
+    # The WAN may answer the device (its ping to the web server) but not start anything with it, nor with
+    # the router (its ping to the router's WAN address); the router's own connections out are answered.
+    assert sh("ping", "-6", "-c", "1", "-W", "5", WWW6_IP, ns=laptop.ns, check=False).returncode == 0
+    assert sh("ping", "-6", "-c", "1", "-W", "3", address.ip, ns=net.wan_ns, check=False).returncode != 0
+    router.run(f"curl -6 -sS -m 10 -o /dev/null http://{WWW6_HOST}/")
+    (wan6,) = re.findall(r"inet6 ([0-9a-f:]+)/", router.run("ip -6 -o addr show dev wan scope global"))
+    assert sh("ping", "-6", "-c", "1", "-W", "3", wan6, ns=net.wan_ns, check=False).returncode != 0
 
 
 def test_permitted_device_renews_for_an_hour_and_reaches_the_internet(net):

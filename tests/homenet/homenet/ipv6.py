@@ -21,6 +21,8 @@ import os
 import signal
 from pathlib import Path
 
+from homework_deploy import prefix_delegation
+
 from .isp import DIST, NS_DIST
 from .net import run
 from .services import Processes
@@ -38,7 +40,7 @@ ISP_POOLS = (DELEGATED_PREFIX, "2001:db8:200::/56")  # what the ISP may delegate
 KEA_CONF, PD_HOOK, DHCPCD_CONF = "kea-dhcp6.json", "dhcpcd-pd-hook.sh", "dhcpcd-wan.conf"
 # Lease times kept short so a renumbering reaches the router within seconds (a real ISP's are hours).
 PD_RENEW_S, PD_REBIND_S, PD_PREFERRED_S, PD_VALID_S = 3, 5, 300, 600
-DELEGATED_FILE = "ipv6-delegated-prefix"  # homework_controller.ipv6.DELEGATED_FILE, beside its database
+DELEGATED_FILE = prefix_delegation.DELEGATED_FILE
 NFT6_TABLE = "homenet6"
 FORWARDING = Path("/proc/sys/net/ipv6/conf/all/forwarding")
 
@@ -60,12 +62,14 @@ def build_internet(wan: str, inet_ns: str) -> None:
         run("ip", "-6", "route", "replace", pool, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
 
 
-def _kea_config(prefix: str) -> str:
+def kea_config(prefix: str, interface: str = DIST) -> str:
+    """Kea delegating prefix whole to the client that asks on interface (the WAN link, WAN6_PREFIX); the
+    boot test's upstream (image/tests/routervm.py) uses it too."""
     net, length = prefix.split("/")
     return json.dumps(
         {
             "Dhcp6": {
-                "interfaces-config": {"interfaces": [DIST]},
+                "interfaces-config": {"interfaces": [interface]},
                 "server-id": {"type": "LL", "persist": False},
                 "lease-database": {"type": "memfile", "persist": False},
                 "renew-timer": PD_RENEW_S,
@@ -76,7 +80,7 @@ def _kea_config(prefix: str) -> str:
                     {
                         "id": 1,
                         "subnet": WAN6_PREFIX,
-                        "interface": DIST,
+                        "interface": interface,
                         "pd-pools": [{"prefix": net, "prefix-len": int(length), "delegated-len": int(length)}],
                     }
                 ],
@@ -87,51 +91,27 @@ def _kea_config(prefix: str) -> str:
     )
 
 
-# dhcpcd's hook: the first delegated prefix still valid (a renumbering's reply also lists the old one with
-# valid lifetime 0), written atomically; none once the lease is gone.
-# The prefix file's line (homework_controller.ipv6.parse_delegation): the first prefix still valid, with the
-# preferred and valid lifetimes Kea gave it (dhcpcd's IA_PD prefix option's pltime and vltime), which the
-# controller counts from the file's modification time; empty when the delegation ended.
-_HOOK = """#!/bin/sh
-out={out}
-case "$reason" in
-BOUND6|RENEW6|REBIND6|REBOOT6)
-  line=
-  for n in 1 2 3 4; do
-    eval "p=\\$new_dhcp6_ia_pd1_prefix$n len=\\$new_dhcp6_ia_pd1_prefix${{n}}_length"
-    eval "pl=\\$new_dhcp6_ia_pd1_prefix${{n}}_pltime vl=\\$new_dhcp6_ia_pd1_prefix${{n}}_vltime"
-    if [ -n "$p" ] && [ "${{vl:-0}}" -gt 0 ]; then line="$p/$len $pl $vl"; break; fi
-  done ;;
-EXPIRE6|RELEASE6) line= ;;
-*) exit 0 ;;
-esac
-printf '%s\\n' "$line" > "$out.tmp" && mv "$out.tmp" "$out"
-"""
-
-
 def start_prefix_delegation(processes: Processes, run_dir: Path, wan: str, state_dir: Path) -> None:
     """Kea at the ISP's edge delegating the first pool, dhcpcd on the router's WAN asking for it; returns when
     the prefix is in the file the controller reads."""
-    (run_dir / KEA_CONF).write_text(_kea_config(DELEGATED_PREFIX))
+    (run_dir / KEA_CONF).write_text(kea_config(DELEGATED_PREFIX))
     # Kea binds the link-local address, which cannot be bound while in duplicate-address detection; and
     # the client's first solicits, if lost, are repeated only after tens of seconds.
-    wait_until("the ISP's link-local address", lambda: _link_local_ready(NS_DIST, DIST), 10, 0.1)
+    wait_until("the ISP's link-local address", lambda: link_local_ready(NS_DIST, DIST), 10, 0.1)
     kea_env = [f"KEA_PIDFILE_DIR={run_dir}", f"KEA_LOCKFILE_DIR={run_dir}"]
     processes.start("isp-dhcp6", ["env", *kea_env, "kea-dhcp6", "-c", run_dir / KEA_CONF], ns=NS_DIST)
     hook = run_dir / PD_HOOK
-    hook.write_text(_HOOK.format(out=state_dir / DELEGATED_FILE))
+    hook.write_text(prefix_delegation.hook(state_dir))
     hook.chmod(0o755)
-    # Only the WAN, IPv6 only, no router adverts to wait for (the WAN link has none): DHCPv6 at once for a
-    # /56, assigned to no interface (the controller gives devices their /64s). dhcpcd installs an
-    # unreachable route for the /56; the devices' /64s on br-lan are more specific.
-    (run_dir / DHCPCD_CONF).write_text(f"allowinterfaces {wan}\nipv6only\nnoipv6rs\nia_pd 1/::/56 -\n")
+    # No router adverts to wait for (the WAN link has none): DHCPv6 at once.
+    (run_dir / DHCPCD_CONF).write_text(prefix_delegation.dhcpcd_conf(wan))
     # A fresh lease: one from an earlier run (perhaps of the other pool) would be rebound first.
     Path(f"/var/lib/dhcpcd/{wan}.lease6").unlink(missing_ok=True)
     processes.start("wan-dhcp6-pd", ["dhcpcd", "-B", "-f", run_dir / DHCPCD_CONF, "-c", hook, wan])
     wait_until("the delegated prefix", lambda: delegated_now(state_dir), 30, 0.2)
 
 
-def _link_local_ready(ns: str, dev: str) -> bool:
+def link_local_ready(ns: str, dev: str) -> bool:
     out = run("ip", "-6", "addr", "show", "dev", dev, "scope", "link", ns=ns)
     return "inet6" in out and "tentative" not in out
 
@@ -150,7 +130,7 @@ def delegate(processes: Processes, run_dir: Path, prefix: str) -> None:
     next renewal brings it to the router (the controller renumbers the devices at its next tick)."""
     assert prefix in ISP_POOLS, f"{prefix}: the internet routes only {ISP_POOLS}"
     tmp = run_dir / f"{KEA_CONF}.tmp"
-    tmp.write_text(_kea_config(prefix))
+    tmp.write_text(kea_config(prefix))
     os.replace(tmp, run_dir / KEA_CONF)
     pid = processes.pid("isp-dhcp6")
     assert pid, "Kea is not running"
