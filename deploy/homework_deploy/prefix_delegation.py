@@ -1,7 +1,7 @@
 """The router's DHCPv6 prefix-delegation client (RFC 8415, RFC 7084 WPD-2): dhcpcd on the WAN, IPv6 only, asking
 for a /56 and taking what the ISP gives (/56, /60, /64), its hook writing the prefix and its lifetimes where the
-controller reads it (`homework_controller.ipv6.DELEGATED_FILE`, beside its database). One definition for the image (a systemd unit)
-and the emulated home (a process).
+controller reads it (`homework_controller.ipv6.DELEGATED_FILE`, beside its database). One definition for the
+image (a systemd unit) and the emulated home (a process).
 
 dhcpcd, not systemd-networkd's DHCPv6 client: bookworm's networkd (252) assigns a delegated prefix to
 interfaces it manages, and br-lan is the controller's; it writes the prefix nowhere another program reads.
