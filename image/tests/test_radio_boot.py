@@ -178,12 +178,14 @@ class Station:
         """Datagrams to `port` (and the multicast `group`) for `seconds`, in the background: read them
         with `heard` (one JSON line each: source, TTL as it arrived, data)."""
         self.write(f"{self.dir}/probe.py", PROBE)
-        self.vm.run(
-            f"ip netns exec {self.ns} nohup python3 {self.dir}/probe.py listen {port} {group} {seconds} "
-            f"> {self.dir}/heard-{port} 2>&1 &"
-        )
+        self.detach(f"python3 {self.dir}/probe.py listen {port} {group} {seconds}", f"{self.dir}/heard-{port}")
         time.sleep(1)  # bound and joined before anything is sent
         return f"{self.dir}/heard-{port}"
+
+    def detach(self, command: str, out: str = "/dev/null") -> None:
+        """`command` in the station's namespace, left running on its own (setsid: no job of the console's
+        shell, whose notices would land in a later command's output)."""
+        self.vm.run(f"setsid -f ip netns exec {self.ns} {command} > {out} 2>&1 < /dev/null")
 
     def heard(self, port: int) -> list[dict]:
         return [json.loads(line) for line in self.vm.run(f"cat {self.dir}/heard-{port}").splitlines() if line]
@@ -547,7 +549,7 @@ def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hea
     first.send(second.address(), 9999, "hello through the router")
     heard = wait_until("the datagram", lambda: second.heard(9999), 15, 1)
     assert heard[0]["from"] == first.address() and heard[0]["ttl"] == 63, heard
-    second.exec(f"sh -c 'nohup python3 -m http.server 8000 --bind {second.address()} > /dev/null 2>&1 &'")
+    second.detach(f"python3 -m http.server 8000 --bind {second.address()}")
     wait_until("a page from the other station", lambda: first.fetch(f"http://{second.address()}:8000/") == "200", 20, 1)
 
     def flow_between() -> bool:
