@@ -186,66 +186,35 @@ def dispatch_rules(household: Household) -> list[Any]:
         ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[0])]
     )
     cookie = slicer_cookie(household.slot)
+
+    def to_household(priority: int, instructions: list[Any], **match: Any) -> Any:
+        return parser.OFPFlowMod(
+            CODEC,
+            cookie=cookie,
+            table_id=TABLE_DISPATCH,
+            priority=priority,
+            match=parser.OFPMatch(**match),
+            instructions=instructions,
+        )
+
     rules = []
     for net in household.addresses:
         masked = (str(net.network_address), str(net.netmask))
+        # Traffic to a household belongs to it even when it comes from another household: the
+        # destination's queues hold on the downlink.
         if net.version == 6:
             # As for IPv4, without ARP: a delegated prefix is routed to the household's router, never
             # on the ISP's segment, so no neighbour discovery names an address inside it.
             rules += [
-                parser.OFPFlowMod(
-                    CODEC,
-                    cookie=cookie,
-                    table_id=TABLE_DISPATCH,
-                    priority=200,
-                    match=parser.OFPMatch(eth_type=ETH_IPV6, ipv6_dst=masked),
-                    instructions=[clear_dscp, meta, to_slice],
-                ),
-                parser.OFPFlowMod(
-                    CODEC,
-                    cookie=cookie,
-                    table_id=TABLE_DISPATCH,
-                    priority=100,
-                    match=parser.OFPMatch(eth_type=ETH_IPV6, ipv6_src=masked),
-                    instructions=[meta, to_slice],
-                ),
+                to_household(200, [clear_dscp, meta, to_slice], eth_type=ETH_IPV6, ipv6_dst=masked),
+                to_household(100, [meta, to_slice], eth_type=ETH_IPV6, ipv6_src=masked),
             ]
             continue
-        # Traffic to a household belongs to it even when it comes from another household: the
-        # destination's queues hold on the downlink.
         rules += [
-            parser.OFPFlowMod(
-                CODEC,
-                cookie=cookie,
-                table_id=TABLE_DISPATCH,
-                priority=200,
-                match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=masked),
-                instructions=[clear_dscp, meta, to_slice],
-            ),
-            parser.OFPFlowMod(
-                CODEC,
-                cookie=cookie,
-                table_id=TABLE_DISPATCH,
-                priority=200,
-                match=parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=masked),
-                instructions=[meta, to_slice],
-            ),
-            parser.OFPFlowMod(
-                CODEC,
-                cookie=cookie,
-                table_id=TABLE_DISPATCH,
-                priority=100,
-                match=parser.OFPMatch(eth_type=ETH_IPV4, ipv4_src=masked),
-                instructions=[meta, to_slice],
-            ),
-            parser.OFPFlowMod(
-                CODEC,
-                cookie=cookie,
-                table_id=TABLE_DISPATCH,
-                priority=100,
-                match=parser.OFPMatch(eth_type=ETH_ARP, arp_spa=masked),
-                instructions=[meta, to_slice],
-            ),
+            to_household(200, [clear_dscp, meta, to_slice], eth_type=ETH_IPV4, ipv4_dst=masked),
+            to_household(200, [meta, to_slice], eth_type=ETH_ARP, arp_tpa=masked),
+            to_household(100, [meta, to_slice], eth_type=ETH_IPV4, ipv4_src=masked),
+            to_household(100, [meta, to_slice], eth_type=ETH_ARP, arp_spa=masked),
         ]
     return rules
 
