@@ -356,13 +356,16 @@ def test_boots_and_every_service_comes_up(router, net):
     wait_until(
         "the WAN's IPv6 default route", lambda: "default via fe80::" in router.run("ip -6 route show dev wan"), 120, 2
     )
+    # The prefix file's line: the prefix, then the preferred and valid lifetimes the ISP gave it.
     wait_until(
         "the delegated prefix",
-        lambda: router.run(f"cat {DATA}/ipv6-delegated-prefix", check=False).strip() == DELEGATED_PREFIX,
+        lambda: router.run(f"cat {DATA}/ipv6-delegated-prefix", check=False).split()[:1] == [DELEGATED_PREFIX],
         120,
         2,
         hint=lambda: router.run("journalctl -b --no-pager -n 40 -u homework-wan-pd", check=False),
     )
+    _, preferred, valid = router.run(f"cat {DATA}/ipv6-delegated-prefix").split()
+    assert 0 < int(preferred) <= int(valid)
     TIMINGS["boot_to_delegated_prefix_s"] = round(time.monotonic() - powered_on, 1)
     # Each service writes only its own paths: the update spool, which the root installer reads,
     # is the web UI's alone, and the web UI is no longer root.
