@@ -85,11 +85,13 @@ def _json_body(environ: dict) -> tuple[int, object]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return 400, {"error": "Content-Length is not a number"}
+    if length < 0:
+        return 400, {"error": "Content-Length is negative"}
     if length > BODY_LIMIT:
         return 413, {"error": f"a body of at most {BODY_LIMIT} bytes"}
     try:
         return 200, json.loads(environ["wsgi.input"].read(length) if length else b"")
-    except ValueError:  # also not UTF-8
+    except (ValueError, RecursionError):  # also not UTF-8; nested deeper than the parser goes
         return 400, {"error": "send a JSON object"}
 
 

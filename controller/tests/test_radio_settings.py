@@ -176,6 +176,9 @@ def test_ws_v1_reads_and_changes_the_settings_with_a_json_body_and_names_the_fie
     assert status == 400 and set(refused["fields"]) == {"channel", "passphrase"} and "channel" in refused["error"]
     assert post(b"not json")[0] == 400 and post(b"\xff")[0] == 400 and post(b"[1]")[0] == 400
     assert post(json.dumps({"ssid": "x" * 5000}).encode())[0] == 413
+    # Nested deeper than the parser goes, within the size limit: refused, not a server error.
+    assert post(b"[" * 4000 + b"]" * 4000)[0] in (400, 413)
+    assert post(b"[" * 2000 + b"]" * 2000)[0] == 400
     assert request(app, "GET", "/ws.v1/set-radio-settings")[0] == 405
     assert radio_settings.parse(settings_file.read_text())[0].channel == 1
 
