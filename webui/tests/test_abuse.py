@@ -53,6 +53,22 @@ def test_a_non_ascii_csrf_token_is_refused_not_a_server_error(app, owner, contro
     assert owner.post("/api/devices/02:00:00:00:00:c1/permit").status_code == 200
 
 
+def test_a_json_body_nested_deeper_than_the_parser_goes_is_refused_not_a_server_error(app, owner, controller):
+    controller.add("02:00:00:00:00:c2", event=False)
+    nested = b"[" * 5000 + b"]" * 5000  # within the body limit
+    headers = {"X-CSRF-Token": owner.csrf, "Content-Type": "application/json"}
+    r = owner.client.open(
+        "/api/devices/02:00:00:00:00:c2/name",
+        method="POST",
+        data=nested,
+        headers=headers,
+        environ_base={"REMOTE_ADDR": owner.ip},
+    )
+    assert r.status_code == 400, r.status_code
+    # The same request with a body it understands works.
+    assert owner.post("/api/devices/02:00:00:00:00:c2/name", {"name": "kitchen radio"}).status_code == 200
+
+
 def test_the_current_password_cannot_be_guessed_faster_than_a_sign_in(app, owner):
     member = signed_in(app, "member", owner)
     member.ip = "127.0.0.5"  # the member's phone; the owner's browser has not failed

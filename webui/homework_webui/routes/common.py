@@ -16,7 +16,10 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
 def body() -> dict:
-    sent = request.get_json(silent=True)
+    try:
+        sent = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the parser goes (within the body limit): bad input
+        sent = None
     if not isinstance(sent, dict):
         raise ApiError(400, "send a JSON object")
     return sent
