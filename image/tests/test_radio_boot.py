@@ -230,6 +230,8 @@ else:
 def hostapd(vm: RouterVm, *words: str) -> str:
     """A command on hostapd's control socket, from inside its private /tmp (where it answers)."""
     pid = vm.run("systemctl show -p MainPID --value homework-hostapd").strip()
+    if not pid.isdigit() or pid == "0":  # restarting, or something else on the console: never typed on
+        raise VmError(f"hostapd has no main process to ask: {pid!r}")
     return vm.run(f"nsenter -t {pid} -m hostapd_cli -p {HOSTAPD_CTRL} -i wlan0 {' '.join(map(shlex.quote, words))}")
 
 
