@@ -146,3 +146,18 @@ class RemoveIpv6Gateway:
     adverts gave it): the router's ::1 in it leaves the LAN interface, and the kernel's route with it."""
 
     prefix: str
+
+
+@dataclass(frozen=True)
+class AddIpv6Route:
+    """A route a device offers (a Thread border router's mesh, `border_routes`) on the LAN interface, so
+    the router's own stack reaches the prefix there too."""
+
+    prefix: str
+
+
+@dataclass(frozen=True)
+class RemoveIpv6Route:
+    """A device's route withdrawn, run out, or gone with the device's forwarding: off the LAN interface."""
+
+    prefix: str

@@ -7,8 +7,10 @@ table 0, admission:
                  router: neighbour solicitations (its stack asking for    -> controller (proxy: the router answers
                  a device's address)                                         for the device, as for ARP)
   DEVICE_ARP     wlan: a known device's router/neighbour solicitations   -> its own meter, controller
+                 wlan: a forwarding device's router adverts (the routes   -> its own meter, controller
+                 it offers: `border_routes`)
   SOURCE_CHECKED wlan: forwarding device, its MAC *and* a source in       -> goto 1
-                 one of its /64s
+                 one of its /64s or of the routes it offers
                  router: IPv6 to a forwarding device's MAC               -> goto 1
                  wlan: a forwarding device's UDP to link-scope multicast   -> goto 1
                  (ff02::/16) from its MAC and a link-local source
@@ -24,9 +26,9 @@ table 1, accounting (`Flows` rows come from the switch's flow export):
                                                                             count these and the flows' rules)
 table 2, routing:
   TO_ROUTER      to a forwarding device's /64's ::1 (the router's)        -> router
-  TO_DEVICE      wlan: to a forwarding device's /64                      -> rewrite MACs, dec hop limit, out the
+  TO_DEVICE      wlan: to a forwarding device's /64 or route             -> rewrite MACs, dec hop limit, out the
                                                                             port it came in (hairpinned)
-                 router: to a forwarding device's /64                     -> wlan
+                 router: to a forwarding device's /64 or route            -> wlan
   BROADCAST      wlan: a forwarding device's UDP to ff02::/16 (mDNS        -> one unicast copy to each *other*
                  ff02::fb, SSDP ff02::c, LLMNR ff02::1:3)                    forwarding device, and the router
   `multicast_rules` (the IPv4 broadcast's twin, under its cookie, rebuilt with it) holds the two BROADCAST_COOKIE
@@ -116,16 +118,22 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
     return rules
 
 
-def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -> frozenset[FlowRule]:
+def device_rules(
+    device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...], routes: tuple[str, ...] = ()
+) -> frozenset[FlowRule]:
     """A device's IPv6 rules beside its IPv4 ones (`ipv4`, the same cookie: they leave the switch together).
 
     A known device's solicitations go through its own budget whatever its state; a forwarding device's
-    IPv6 passes from its MAC with a source in one of its /64s (`prefixes`; none: it does not forward)."""
+    IPv6 passes from its MAC with a source in one of its /64s (`prefixes`; none: it does not forward) or
+    of the routes it offers (`routes`: a border router's mesh, behind it), and traffic to those is routed
+    to it as to its /64s; its own router adverts reach the controller (the routes they offer)."""
     if ipv4.blacklisted or device.subnet is None:
         return frozenset()
     cookie = device_cookie(device)
     own = ipv4.own_ports
     meter = Meter(device_meter(device).meter_id)
+    forwards = ipv4.forwarding and bool(prefixes)
+    # Its router adverts only while it forwards: a pending device offers no one a route.
     rules = {
         rule(
             TABLE_ADMISSION,
@@ -138,10 +146,10 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
             eth_type=ETH_IPV6,
             ip_proto=nd.PROTO_ICMPV6,
         )
-        for kind in _SOLICITATIONS
+        for kind in _SOLICITATIONS + ((nd.ROUTER_ADVERTISEMENT,) if forwards else ())
         for port in own
     }
-    if not (ipv4.forwarding and prefixes):
+    if not forwards:
         return frozenset(rules)
     # As for IPv4 (`flows.device_rules`): the router alone sets the traffic class the shaper reads, and
     # while the device learns flows, a flow's packets go to the controller until the flow has its rule.
@@ -150,7 +158,6 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
         (unmark, Output(CONTROLLER), GotoTable(TABLE_MARKING)) if ipv4.learning else (unmark, GotoTable(TABLE_MARKING))
     )
     for prefix in prefixes:
-        net = masked(prefix)
         # Its /64's ::1 is the router's (its stack answers there): not hairpinned back to the device.
         rules.add(
             rule(
@@ -162,6 +169,8 @@ def device_rules(device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...]) -
                 ipv6_dst=str(ipaddress.IPv6Network(prefix).network_address + 1),
             )
         )
+    for prefix in prefixes + routes:
+        net = masked(prefix)
         rules |= admitted(IPV6, cookie, device.mac, own, net)
         rules |= counted(IPV6, cookie, (COUNTED_SOURCE, COUNTED_DEST), count, net)
         rules |= routed_to(IPV6, cookie, device.mac, ipv4.router_mac, own, ipv4.access_ports, net)

@@ -22,7 +22,10 @@ prefix the ISP delegates when one is known (/56, /60 or /64).
 `Ipv6Addresses` is the concern: which global /64 each device holds, its IPv6 rules (`flows_v6`, beside
 its IPv4 ones under the same cookie), the router and neighbour adverts it is sent (`nd`: unicast to its
 MAC, a change at once, and otherwise every `ADVERT_INTERVAL_S`), and the answers for the router's stack
-when it looks for an address in a device's /64 (proxy neighbour discovery, as for ARP).
+when it looks for an address in a device's /64 (proxy neighbour discovery, as for ARP). And the routes
+a forwarding device offers in its own adverts (`border_routes`: a Thread border router's mesh): its rules
+admit and route the prefix as one of its /64s, the router's stack routes it on the LAN interface, and the
+other devices' adverts carry it (Route Information, the router as the next hop).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import flows, flows_v6, nd
-from .effects import AddIpv6Gateway, InstallRules, RemoveIpv6Gateway, SendFrame
+from .border_routes import BorderRoutes, Change
+from .effects import AddIpv6Gateway, AddIpv6Route, InstallRules, RemoveIpv6Gateway, RemoveIpv6Route, SendFrame
 from .model import Device
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
@@ -186,10 +190,12 @@ def resolver_of(prefixes: tuple[str, ...]) -> str | None:
 @dataclass(frozen=True)
 class Advert:
     """What one router advertisement to a device says: its prefixes (global first), or none (router lifetime 0),
-    and its /64s from before a renumbering, each with when it stops being valid."""
+    its /64s from before a renumbering, each with when it stops being valid, and the routes other devices
+    offer (their lifetimes as left when it is sent)."""
 
     prefixes: tuple[str, ...]
     deprecated: tuple[tuple[str, float], ...] = ()
+    routes: tuple[str, ...] = ()
 
 
 class Ipv6Addresses:
@@ -208,6 +214,8 @@ class Ipv6Addresses:
         self.gateways: set[str] = set()  # /64s whose ::1 the router's stack holds
         self.earlier_gateways: set[str] = set()  # those of them outside the prefix plan (a renumbering's)
         self.deprecated: dict[str, dict[str, float]] = {}  # MAC -> its global /64s before a renumbering -> until
+        self.routes = BorderRoutes()
+        self.kernel_routes: set[str] = set()  # the routes the router's stack was given
 
     # -- the lifecycle
 
@@ -223,7 +231,7 @@ class Ipv6Addresses:
         return mac in self.slot_of or mac in self.advertised or mac in self.current
 
     def forget(self, mac: str) -> None:
-        self._release(mac)
+        self._release(mac)  # its routes too
         self.advertised.pop(mac, None)
         self.deprecated.pop(mac, None)
 
@@ -272,7 +280,7 @@ class Ipv6Addresses:
             return None
         if network.prefixlen == 128 and int(network.network_address) - int(prefix.network_address) == GATEWAY_HOST:
             return None
-        return self.owner.get(str(prefix))
+        return self.owner.get(str(prefix)) or self.routes.owner_of(network)
 
     def _slot(self, mac: str, preferred: int) -> int:
         slot = self.slot_of.get(mac)
@@ -289,6 +297,8 @@ class Ipv6Addresses:
         return slot
 
     def _release(self, mac: str) -> None:
+        """The device no longer forwards: its global /64 and its routes go."""
+        self.routes.forget(mac)
         slot = self.slot_of.pop(mac, None)
         if slot is not None:
             del self.holder[slot]
@@ -302,7 +312,8 @@ class Ipv6Addresses:
     def advert_due(self, mac: str, prefixes: tuple[str, ...], now: float, solicited: bool = False) -> Advert | None:
         """The advertisement to send the device now, if any: when what it says changed, when the device
         asks (a router solicitation), or when the last one is ADVERT_INTERVAL_S old."""
-        advert = Advert(prefixes, self._deprecated_of(mac, prefixes, now))
+        routes = tuple(prefix for prefix, _ in self.routes.offered_to(mac, now)) if prefixes else ()
+        advert = Advert(prefixes, self._deprecated_of(mac, prefixes, now), routes)
         last = self.advertised.get(mac)
         if not solicited and last is not None and last[0] == advert and now - last[1] < ADVERT_INTERVAL_S:
             return None
@@ -314,10 +325,10 @@ class Ipv6Addresses:
         """What goes with the device's new IPv4 rule set (installed after its cookie's delete): its IPv6
         rules, gateway addresses for new /64s, and an advert if what it should hear changed."""
         prefixes = self.prefixes_of(device, wanted is not None and wanted.forwarding)
+        effects: list = self._kernel_routes()  # a device that stopped forwarding took its routes with it
         if wanted is None:
-            return []
-        effects: list = []
-        rules = flows_v6.device_rules(device, wanted, prefixes)
+            return effects
+        rules = flows_v6.device_rules(device, wanted, prefixes, self.routes.of(device.mac))
         if rules:
             effects.append(InstallRules(tuple(rules)))
         for prefix in prefixes:
@@ -360,7 +371,10 @@ class Ipv6Addresses:
         except ValueError:
             return []
         mac = self.owner.get(prefix)
-        if mac is None or sol.target == gateway_of(prefix):
+        if mac is not None and sol.target == gateway_of(prefix):
+            return []
+        mac = mac or self.routes.owner_of(ipaddress.IPv6Network(sol.target))  # an address behind a border router
+        if mac is None:
             return []
         frame = nd.neighbour_advert(mac, sol.eth_src, sol.target, sol.src, False, mac)
         return [SendFrame(flows.LOCAL, frame)]
@@ -381,19 +395,50 @@ class Ipv6Addresses:
         self.advertised[mac] = (advert, now, ports)
         lifetimes = tuple((prefix, *self.plan.lifetimes_of(prefix, now)) for prefix in advert.prefixes)
         deprecated = tuple((prefix, max(0, int(until - now))) for prefix, until in advert.deprecated)
-        frame = nd.router_advert(self.router_mac, mac, lifetimes, resolver_of(advert.prefixes), deprecated=deprecated)
+        routes = tuple(route for route in self.routes.offered_to(mac, now) if route[0] in advert.routes)
+        frame = nd.router_advert(
+            self.router_mac, mac, lifetimes, resolver_of(advert.prefixes), deprecated=deprecated, routes=routes
+        )
         return [SendFrame(port, frame) for port in ports]
 
-    def tick(self, now: float) -> list:
-        """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S (a pending one's
-        lifetime-0 advert is sent only when it asks); the router's ::1s in /64s of an earlier delegated
-        prefix go once no device may use them."""
+    # -- routes devices offer
+
+    def offered_routes(self, mac: str, advert: nd.RouterAdvert, now: float) -> Change:
+        """A device's own router advert: the routes it offers, honoured if it forwards (`border_routes`).
+        When they change, its rules are redone (`changes`) and the others told (`readvertise`)."""
+        if mac not in self.current:
+            return Change()  # a pending or held device's adverts reach no one (the switch drops them too)
+        home = (self.plan.ula,) + ((self.plan.delegated,) if self.plan.delegated is not None else ())
+        return self.routes.offered(mac, advert.routes, home, now)
+
+    def expire_routes(self, now: float) -> list[str]:
+        """The devices whose offered routes ran out (their rules are to be redone)."""
+        return self.routes.expire(now)
+
+    def readvertise(self, now: float) -> list:
+        """Each forwarding device whose advert is due (what it would say changed, or it is ADVERT_INTERVAL_S
+        old) hears it now, out of the ports its last one went."""
         effects: list = []
-        for mac, (advert, sent, ports) in list(self.advertised.items()):
-            if advert.prefixes and now - sent >= ADVERT_INTERVAL_S:
-                advert = Advert(advert.prefixes, self._deprecated_of(mac, advert.prefixes, now))
-                effects += self._send_advert(mac, advert, now, ports)
-        return effects + self._remove_old_gateways(now)
+        for mac, (advert, _, ports) in list(self.advertised.items()):
+            if advert.prefixes:
+                due = self.advert_due(mac, advert.prefixes, now)
+                if due is not None:
+                    effects += self._send_advert(mac, due, now, ports)
+        return effects
+
+    def _kernel_routes(self) -> list:
+        """The router's stack routes each honoured route on the LAN interface (its neighbour solicitations
+        there are answered with the offering device's MAC), and no longer one that went."""
+        wanted = self.routes.all()
+        added, gone = sorted(wanted - self.kernel_routes), sorted(self.kernel_routes - wanted)
+        self.kernel_routes = wanted
+        return [AddIpv6Route(prefix) for prefix in added] + [RemoveIpv6Route(prefix) for prefix in gone]
+
+    def tick(self, now: float) -> list:
+        """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S, or sooner when what it
+        would hear changed (a pending one's lifetime-0 advert is sent only when it asks); the router's ::1s
+        in /64s of an earlier delegated prefix go once no device may use them."""
+        return self.readvertise(now) + self._remove_old_gateways(now) + self._kernel_routes()
 
     def _remove_old_gateways(self, now: float) -> list:
         """Gateways of /64s outside the prefix plan (a renumbering's old ones) that no device's adverts

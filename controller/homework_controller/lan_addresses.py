@@ -1,6 +1,7 @@
 """The router's addresses on the LAN interface: each device's gateway (its /30's first address) and,
 with IPv6, the router's address in each of a device's /64s (its ::1) and its link-local; a renumbering's
-old ::1s are removed once devices were told they are gone; and the stack forgets the MAC it had for a
+old ::1s are removed once devices were told they are gone; the routes devices offer (a Thread border
+router's mesh) are routed on the LAN interface while they hold; and the stack forgets the MAC it had for a
 device's addresses when they get another one (`ForgetNeighbours`). Netlink through pyroute2 takes milliseconds a
 change, so the changes are made by one thread, in the order decided, off the packet path.
 """
@@ -15,29 +16,36 @@ import socket
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from .effects import AddGatewayAddress, AddIpv6Gateway, ForgetNeighbours, RemoveIpv6Gateway
+from .effects import (
+    AddGatewayAddress,
+    AddIpv6Gateway,
+    AddIpv6Route,
+    ForgetNeighbours,
+    RemoveIpv6Gateway,
+    RemoveIpv6Route,
+)
 from .ipv6 import gateway_of
 from .model import Subnet
 from .nd import ROUTER_LINK_LOCAL
 
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h
-ENOENT, EEXIST, ENODEV, EADDRNOTAVAIL = 2, 17, 19, 99
+ENOENT, ESRCH, EEXIST, ENODEV, EADDRNOTAVAIL = 2, 3, 17, 19, 99
 
 
-Job = Subnet | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours
+Ipv6Change = AddIpv6Gateway | RemoveIpv6Gateway | AddIpv6Route | RemoveIpv6Route | ForgetNeighbours
+LanAddressChange = AddGatewayAddress | Ipv6Change  # the effects this thread makes
+Job = Subnet | Ipv6Change
 
 
 class LanAddresses:
     def __init__(self, lan_iface: str, ipv6: bool):
         self.lan_iface, self.ipv6 = lan_iface, ipv6
-        self.jobs: queue.SimpleQueue[Subnet | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours] = (
-            queue.SimpleQueue()
-        )
+        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self.ipr = IPRoute()
         self.lan_index: int | None = None
 
-    def change(self, effect: AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway | ForgetNeighbours) -> None:
+    def change(self, effect: LanAddressChange) -> None:
         """Queued for the thread (`run_forever`)."""
         self.jobs.put(effect.subnet if isinstance(effect, AddGatewayAddress) else effect)
 
@@ -50,6 +58,8 @@ class LanAddresses:
                 self._add_ipv6_address(gateway_of(job.prefix))
             elif isinstance(job, RemoveIpv6Gateway):
                 self._remove_ipv6_address(gateway_of(job.prefix))
+            elif isinstance(job, (AddIpv6Route, RemoveIpv6Route)):
+                self._route(job)
             elif isinstance(job, ForgetNeighbours):
                 self._forget_neighbours(job)
             else:
@@ -76,6 +86,19 @@ class LanAddresses:
         except NetlinkError as exc:
             if exc.code != EADDRNOTAVAIL:  # not there (a restart since it was added)
                 LOG.error("could not remove %s/64 from %s: %s", address, self.lan_iface, exc)
+
+    def _route(self, job: AddIpv6Route | RemoveIpv6Route) -> None:
+        """A device's offered route on the LAN interface, on-link: the stack's neighbour solicitations for
+        an address behind it are answered with that device's MAC (`Ipv6Addresses`' proxy), as for its /64."""
+        adding = isinstance(job, AddIpv6Route)
+        try:
+            found = self.ipr.link_lookup(ifname=self.lan_iface)
+            if found:
+                self.ipr.route("replace" if adding else "del", dst=job.prefix, oif=found[0], family=socket.AF_INET6)
+        except NetlinkError as exc:
+            if adding or exc.code not in (ENOENT, ESRCH):  # gone already (a restart since it was added)
+                verb = "add" if adding else "remove"
+                LOG.error("could not %s the route to %s on %s: %s", verb, job.prefix, self.lan_iface, exc)
 
     def _forget_neighbours(self, job: ForgetNeighbours) -> None:
         """The kernel's neighbour entries for the device's address and for addresses in its /64s go."""

@@ -40,18 +40,14 @@ from .accounting import rule_counters
 from .agent_reports import AgentReport
 from .config import CONFIG
 from .effects import (
-    AddGatewayAddress,
-    AddIpv6Gateway,
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
-    ForgetNeighbours,
     InstallMeter,
     InstallRules,
     LogRow,
     ModifyRules,
     PublishWifiKeys,
-    RemoveIpv6Gateway,
     RemoveMeter,
     RemoveRules,
     ResolveName,
@@ -62,9 +58,9 @@ from .fair_serving import NEWCOMERS, RULE_EFFECTS, FairServing
 from .fairness import FairQueue
 from .held import HeldChanges
 from .hwdb_log import HwdbLog
-from .lan_addresses import LanAddresses
-from .nd import ETH_IPV6, MalformedNd
-from .nd import parse as parse_solicitation
+from .lan_addresses import LanAddressChange, LanAddresses
+from .nd import ETH_IPV6, MalformedNd, RouterAdvert
+from .nd import parse as parse_neighbour_discovery
 from .periodic import PeriodicJobs
 from .router import HomeRouter
 from .serving import TimedLock, api_server
@@ -276,13 +272,15 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             in_port = flows.LOCAL
         if frame.ethertype == ETH_IPV6 and msg.table_id != flows.TABLE_ACCOUNTING:
             try:
-                solicitation = parse_solicitation(msg.data)
+                discovery = parse_neighbour_discovery(msg.data)
             except MalformedNd as exc:
                 self.router.counters["frames_malformed"] += 1
                 LOG.debug("dropped malformed neighbour discovery: %s", exc)
                 return
-            if solicitation is not None:
-                self._queue(frame, lambda _: self.router.on_solicitation(in_port, solicitation))
+            if isinstance(discovery, RouterAdvert):
+                self._queue(frame, lambda _: self.router.on_router_advert(discovery))
+            elif discovery is not None:
+                self._queue(frame, lambda _: self.router.on_solicitation(in_port, discovery))
             return
         self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port))
 
@@ -402,7 +400,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             self._send(dp, openflow.delete_meter(effect.meter_id))
         elif isinstance(effect, SendFrame):
             self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, (AddGatewayAddress, AddIpv6Gateway, RemoveIpv6Gateway, ForgetNeighbours)):
+        elif isinstance(effect, LanAddressChange):
             self.lan_addresses.change(effect)  # netlink takes milliseconds: off the packet path, in order
         elif isinstance(effect, ResolveName):
             self._start_thread(self._resolve, effect.domain)

@@ -29,7 +29,7 @@ from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .decisions import HouseholdDecisions
 from .dns_gating import DnsGating, Lookups
-from .effects import AuthenticatorDeny, DnsVerdict
+from .effects import AuthenticatorDeny, DnsVerdict, TellHousehold
 from .errors import UnknownDevice
 from .flow_events import FlowEvents
 from .household_controls import HouseholdControls
@@ -38,7 +38,7 @@ from .joining import Joining
 from .lifecycle import Concern, Moves
 from .lookalikes import Lookalikes
 from .model import Device, State
-from .nd import Solicitation
+from .nd import RouterAdvert, Solicitation
 from .newcomers import Newcomers
 from .passphrases import Passphrases
 from .reconciler import Reconciler
@@ -212,6 +212,21 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
+    def on_router_advert(self, advert: RouterAdvert) -> list:
+        """A forwarding device's own router advert (parsed off the lock; the switch passes only those from
+        its MAC on its own port): the routes it offers (a Thread border router's mesh, `border_routes`).
+        When they change, its rules follow (reinstalled under its cookie) and the other devices hear of
+        them in their next adverts, sent now."""
+        device = self.devices.get(advert.eth_src)
+        if self.ipv6 is None or device is None:
+            return []
+        change = self.ipv6.offered_routes(device.mac, advert, self.clock())
+        effects: list = [TellHousehold("route", device.mac, message) for message in change.told]
+        if change.routes_changed:
+            effects += self.rules.reconcile(device, reinstall=True)
+            effects += self.ipv6.readvertise(self.clock())
+        return effects
+
     def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
         for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
@@ -329,6 +344,8 @@ class HomeRouter:
         for mac in self.switch.devices_with_rules():
             effects += self.rules.reconcile(self.devices[mac])
         if self.ipv6 is not None:
+            for mac in self.ipv6.expire_routes(now):  # a border router stopped offering its mesh
+                effects += self.rules.reconcile(self.devices[mac], reinstall=True)
             effects += self.ipv6.tick(now)
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:

@@ -13,13 +13,21 @@ from scapy.layers.inet6 import (
     ICMPv6ND_RA,
     ICMPv6NDOptPrefixInfo,
     ICMPv6NDOptRDNSS,
+    ICMPv6NDOptRouteInfo,
     IPv6,
 )
 from scapy.layers.l2 import Ether
 from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, TABLET, WEB, WLAN, deliver, join, mark_of, solicit_router, up
 
-from homework_controller import dhcp, dnsgate, downlink, flows, ipv6, nd
-from homework_controller.effects import AddIpv6Gateway, ForgetNeighbours, SendFrame
+from homework_controller import border_routes, dhcp, dnsgate, downlink, flows, ipv6, nd
+from homework_controller.effects import (
+    AddIpv6Gateway,
+    AddIpv6Route,
+    ForgetNeighbours,
+    RemoveIpv6Route,
+    SendFrame,
+    TellHousehold,
+)
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -435,3 +443,129 @@ def test_a_device_back_under_a_new_mac_has_the_stack_forget_its_ipv6_neighbours_
     assert router.ipv6.current.get(newcomer, ()) == ()
     forgotten = [e for e in router.station_joined(newcomer, keyid) if isinstance(e, ForgetNeighbours)]
     assert sorted(e.prefixes for e in forgotten) == [(), prefixes]
+
+
+# ---- routes a device offers (a Thread border router's mesh, RFC 4191)
+
+MESH = "fd11:2233:4455:1::/64"
+MESH_NODE = in_prefix(MESH, 0x77)  # a Thread device behind the border router
+
+
+def border_router_advert(mac, *routes):
+    """The advert a border router sends (router lifetime 0, its mesh as Route Information), as the switch
+    sees it and as the controller parses what the switch passes on."""
+    frame = (
+        Ether(src=mac, dst="33:33:00:00:00:01") / IPv6(src="fe80::bb", dst="ff02::1") / ICMPv6ND_RA(routerlifetime=0)
+    )
+    frame /= b"".join(bytes(ICMPv6NDOptRouteInfo(prefix=p.split("/")[0], plen=64, rtlifetime=t)) for p, t in routes)
+    packet = ipv6_packet(WLAN, mac, "33:33:00:00:00:01", "fe80::bb", "ff02::1")
+    packet.update(ip_proto=nd.PROTO_ICMPV6, icmpv6_type=nd.ROUTER_ADVERTISEMENT)
+    del packet["tcp_src"], packet["tcp_dst"]
+    return packet, nd.parse(bytes(frame))
+
+
+def offer(router, switch, mac, *routes):
+    """The border router advertises: whether the switch passed it to the controller, and the effects."""
+    packet, advert = border_router_advert(mac, *routes)
+    if [d.port for d in switch.send(packet)] != [flows.CONTROLLER]:
+        return False, []
+    effects = router.on_router_advert(advert)
+    switch.apply(effects)
+    return True, effects
+
+
+def routes_heard(effects, mac):
+    found = []
+    for e in effects:
+        if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data) and Ether(e.data).dst == mac:
+            found += [(f"{o.prefix}/{o.plen}", o.rtlifetime) for o in _options(Ether(e.data)) if o.type == 24]
+    return found
+
+
+def test_a_border_routers_mesh_is_reached_through_the_router_from_a_permitted_device(router, switch):
+    join(router, switch, TABLET)  # the border router (a permitted device)
+    join(router, switch, LAPTOP)
+    passed, effects = offer(router, switch, TABLET, (MESH, 1800))
+    assert passed
+    assert AddIpv6Route(MESH) in effects
+    # The laptop hears the route (the router its next hop), and the household what happened.
+    assert routes_heard(effects, LAPTOP) == [(MESH, 1800)]
+    assert routes_heard(effects, TABLET) == []
+    assert any(isinstance(e, TellHousehold) and MESH in e.message for e in effects)
+    # The laptop's packet to a mesh node goes to the border router, hop limit one lower.
+    laptop = in_prefix(router.ipv6.current[LAPTOP][1])  # its ULA address, which it picks for a ULA node
+    [hop] = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+    assert (hop.port, hop.packet["eth_dst"], hop.packet["ip_ttl"]) == (WLAN, TABLET, 63)
+    # The node's answer, forwarded by the border router from its MAC, reaches the laptop.
+    [back] = deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop))
+    assert (back.port, back.packet["eth_dst"]) == (WLAN, LAPTOP)
+    # The router's own stack finds the node behind the border router (its route is on-link).
+    ns = Ether(src=ROUTER_MAC) / IPv6(src="fe80::1", dst="ff02::1:ff00:77") / ICMPv6ND_NS(tgt=MESH_NODE)
+    [answer] = router.on_solicitation(LOCAL, nd.parse(bytes(ns)))
+    assert (Ether(answer.data).src, Ether(answer.data)[ICMPv6ND_NA].tgt) == (TABLET, MESH_NODE)
+    # Traffic from the mesh counts as the border router's (its allowance, its Flows rows).
+    assert router.registry.device_at(MESH_NODE).mac == TABLET
+
+
+def test_a_pending_devices_route_is_never_honoured(router, switch):
+    join(router, switch, TABLET, permit=False)
+    join(router, switch, LAPTOP)
+    passed, _ = offer(router, switch, TABLET, (MESH, 1800))
+    assert not passed  # the switch does not even pass it on
+    # Even if it got through, the controller would not take it from a device that does not forward.
+    _, advert = border_router_advert(TABLET, (MESH, 1800))
+    assert router.on_router_advert(advert) == []
+    laptop = in_prefix(router.ipv6.current[LAPTOP][1])
+    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))] == [
+        LOCAL  # the router's stack: no route to it, nothing reaches the pending device
+    ]
+    assert deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop)) == []
+
+
+def test_a_device_cannot_draw_another_devices_traffic_to_itself_with_a_route(router, switch):
+    join(router, switch, TABLET)
+    join(router, switch, LAPTOP)
+    laptop_ula = router.ipv6.current[LAPTOP][1]
+    laptop_global = router.ipv6.current[LAPTOP][0]
+    _, effects = offer(router, switch, TABLET, (laptop_ula, 1800), (laptop_global, 1800))
+    assert not any(isinstance(e, AddIpv6Route) for e in effects)
+    assert sum(isinstance(e, TellHousehold) and "refused" in e.message for e in effects) == 2
+    phone_src = in_prefix(laptop_ula, 0x99)
+    join(router, switch, PHONE)
+    phone = in_prefix(router.ipv6.current[PHONE][1])
+    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, phone_src))
+    assert hop.packet["eth_dst"] == LAPTOP  # still the laptop's
+    # Nor send from the laptop's addresses.
+    assert deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, phone_src, phone)) == []
+
+
+def test_a_route_goes_when_it_is_withdrawn_runs_out_or_its_device_is_denied(router, switch, clock):
+    join(router, switch, TABLET)
+    join(router, switch, LAPTOP)
+    laptop = in_prefix(router.ipv6.current[LAPTOP][1])
+
+    def reached() -> bool:
+        out = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+        return [d.packet["eth_dst"] for d in out] == [TABLET]
+
+    offer(router, switch, TABLET, (MESH, 1800))
+    assert reached()
+    clock.now += border_routes.CHANGE_HOLD_S
+    _, effects = offer(router, switch, TABLET, (MESH, 0))  # withdrawn
+    assert RemoveIpv6Route(MESH) in effects and not reached()
+    clock.now += border_routes.CHANGE_HOLD_S
+    offer(router, switch, TABLET, (MESH, 100))
+    assert reached()
+    clock.now += 101  # ran out: the border router stopped advertising
+    effects = router.tick()
+    switch.apply(effects)
+    assert RemoveIpv6Route(MESH) in effects and not reached()
+    offer(router, switch, TABLET, (MESH, 1800))
+    effects = router.deny(TABLET)
+    switch.apply(effects)
+    assert RemoveIpv6Route(MESH) in effects and not reached()
+    # Permitted again, it is honoured once it advertises again.
+    switch.apply(router.permit(TABLET))
+    assert not reached()
+    offer(router, switch, TABLET, (MESH, 1800))
+    assert reached()

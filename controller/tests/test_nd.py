@@ -12,6 +12,7 @@ from scapy.layers.inet6 import (
     ICMPv6NDOptMTU,
     ICMPv6NDOptPrefixInfo,
     ICMPv6NDOptRDNSS,
+    ICMPv6NDOptRouteInfo,
     ICMPv6NDOptSrcLLAddr,
     IPv6,
     IPv6ExtHdrHopByHop,
@@ -135,3 +136,52 @@ def test_an_ipv6_flow_copy_is_read_for_its_addresses_and_ports_and_a_short_one_r
     for cut in (20, 14 + 39, 14 + 40 + 3):
         with pytest.raises(packets.MalformedFrame):
             packets.parse(tcp[:cut])
+
+
+MESH = "fd11:2233:4455:1::/64"
+
+
+def border_router_advert(*routes, src="fe80::bb"):
+    """A Thread border router's advert as OpenThread sends it: not a default router (lifetime 0), its
+    mesh's prefixes as Route Information."""
+    frame = Ether(src=DEV, dst="33:33:00:00:00:01") / IPv6(src=src, dst="ff02::1") / ICMPv6ND_RA(routerlifetime=0)
+    return frame / ICMPv6NDOptSrcLLAddr(lladdr=DEV) / b"".join(bytes(r) for r in routes)
+
+
+def test_a_border_routers_advert_is_read_for_the_routes_it_offers():
+    advert = border_router_advert(
+        ICMPv6NDOptRouteInfo(prefix="fd11:2233:4455:1::", plen=64, rtlifetime=1800),
+        ICMPv6NDOptRouteInfo(prefix="fd99::", plen=48, rtlifetime=0, len=3),  # withdrawn, the long form
+        ICMPv6NDOptRouteInfo(prefix="::", plen=0, rtlifetime=600),  # a default route, the short form
+    )
+    assert nd.parse(bytes(advert)) == nd.RouterAdvert(
+        DEV,
+        "fe80::bb",
+        (nd.RouteOffer(MESH, 1800), nd.RouteOffer("fd99::/48", 0), nd.RouteOffer("::/0", 600)),
+    )
+
+
+def test_a_route_option_that_does_not_fit_is_ignored_and_the_rest_of_the_advert_stands():
+    advert = border_router_advert(
+        ICMPv6NDOptRouteInfo(prefix="fd11:2233:4455:1::", plen=64, rtlifetime=1800, len=1),  # too short for a /64
+        ICMPv6NDOptRouteInfo(prefix="fd11:2233:4455:2::", plen=64, rtlifetime=1800, prf=2),  # reserved preference
+        ICMPv6NDOptRouteInfo(prefix="fd11:2233:4455:3::", plen=64, rtlifetime=1800),
+    )
+    assert nd.parse(bytes(advert)).routes == (nd.RouteOffer("fd11:2233:4455:3::/64", 1800),)
+
+
+def test_an_advert_from_an_address_off_the_link_is_refused():
+    advert = border_router_advert(ICMPv6NDOptRouteInfo(prefix="fd11:2233:4455:1::", plen=64), src="fd11::1")
+    with pytest.raises(nd.MalformedNd):
+        nd.parse(bytes(advert))
+
+
+def test_the_routers_advert_carries_other_devices_routes_as_a_linux_host_reads_them():
+    data = nd.router_advert(ROUTER, DEV, ((PREFIXES[0], 600, 300),), None, routes=((MESH, 1700), ("fd99::/48", 30)))
+    options = Ether(data)[ICMPv6ND_RA]
+    found = []
+    while options.payload and options.payload.name != "NoPayload":
+        options = options.payload
+        if isinstance(options, ICMPv6NDOptRouteInfo):
+            found.append((f"{options.prefix}/{options.plen}", options.rtlifetime, options.prf))
+    assert found == [(MESH, 1700, 0), ("fd99::/48", 30, 0)]

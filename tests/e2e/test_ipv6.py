@@ -405,3 +405,98 @@ def _in(home, name, prefix: ipaddress.IPv6Network, fresh: bool = False) -> bool:
         if address in prefix and not (fresh and address_flags(home, name, address).get("deprecated")):
             return True
     return False
+
+
+# A Thread border router's advert as OpenThread's sends it on the home's network (not a default router:
+# lifetime 0), its mesh's prefix as Route Information (RFC 4191): argv prefix, lifetime.
+BORDER_ROUTER_ADVERT = """
+import sys
+from scapy.all import Ether, get_if_hwaddr, sendp
+from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptRouteInfo, ICMPv6NDOptSrcLLAddr, IPv6
+prefix, lifetime = sys.argv[1].split("/")[0], int(sys.argv[2])
+mac = get_if_hwaddr("wlan0")
+advert = Ether(src=mac, dst="33:33:00:00:00:01") / IPv6(src=sys.argv[3], dst="ff02::1", hlim=255)
+advert /= ICMPv6ND_RA(routerlifetime=0) / ICMPv6NDOptSrcLLAddr(lladdr=mac)
+advert /= ICMPv6NDOptRouteInfo(prefix=prefix, plen=64, rtlifetime=lifetime)
+sendp(advert, iface="wlan0", verbose=False)
+"""
+MESH = ipaddress.IPv6Network("fd11:2233:4455:1::/64")
+MESH_NODE = str(MESH.network_address + 0x77)  # a Thread device behind the border router
+
+
+def advertise_route(home, name, prefix, lifetime=1800):
+    link_local = home.exec(name, "ip", "-j", "-6", "addr", "show", "dev", "wlan0", "scope", "link").stdout
+    source = next(a["local"] for a in json.loads(link_local)[0]["addr_info"] if "local" in a)
+    home.exec(name, sys.executable, "-c", BORDER_ROUTER_ADVERT, str(prefix), lifetime, source)
+
+
+def refused(home, name, prefix) -> bool:
+    events = home.hwdb("select * from Events [range 2 minutes]")
+    return any(
+        e["kind"] == "route" and e["mac"] == home.mac(name) and f"{prefix}, refused" in e["message"] for e in events
+    )
+
+
+def mesh_route(home, name) -> str:
+    return home.exec(name, "ip", "-6", "route", "show", str(MESH)).stdout.strip()
+
+
+def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_from_a_pending_one(home):
+    """A permitted device advertises a route to its Thread mesh (a node's address behind it, here held by the
+    border router itself, on its loopback): the other permitted devices reach the node through the router, a pending one
+    does not; the router's own resolver answers the node; a route into the home's own space is refused."""
+    joined(home, "v6border")  # the border router, permitted like any device
+    joined(home, "v6hub")  # the household's phone with the Matter app
+    joined(home, "v6visit", permit=False)
+    # Linux reads Route Information only when told to (Apple's and Android's stacks always do).
+    home.exec("v6hub", "sysctl", "-qw", "net.ipv6.conf.wlan0.accept_ra_rt_info_max_plen=64")
+    for name in ("v6border", "v6hub"):
+        wait_until(f"{name}'s ULA address", lambda n=name: [a for a in global_addresses(home, n) if a in ULA], 10, 0.1)
+    wait_until("the visitor's link-local address", lambda: link_local_ready(home, "v6visit"), 10, 0.1)
+    home.exec("v6border", "ip", "addr", "add", f"{MESH_NODE}/128", "dev", "lo", "nodad")
+    server = home.spawn(
+        "v6border",
+        sys.executable,
+        "-m",
+        "http.server",
+        "-b",
+        MESH_NODE,
+        "-d",
+        tempfile.gettempdir(),
+        "8099",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://[{MESH_NODE}]:8099/"
+        wait_until(
+            "the node's page at the border router", lambda: fetch6(home, "v6border", url, timeout=2) == "200", 10, 0.2
+        )
+        # Before the border router says so, the mesh is nowhere.
+        assert fetch6(home, "v6hub", url, timeout=2) == "000"
+        advertise_route(home, "v6border", MESH)
+        # The hub hears the route in the router's advert (the router its next hop) and reaches the node.
+        wait_until("the hub's route to the mesh", lambda: "via fe80::1" in mesh_route(home, "v6hub"), 10, 0.2)
+        wait_until("the node's page from the hub", lambda: fetch6(home, "v6hub", url, timeout=2) == "200", 10, 0.5)
+        # The router's stack routes the mesh to the border router too: its resolver answers the node.
+        resolver = router_resolver(home, "v6border")
+        status, out = dig6(home, "v6border", resolver, INTERNET6_HOST, "-b", MESH_NODE)
+        assert status == "NOERROR" and INET6_HOSTS[INTERNET6_HOST] in out, out
+        # The pending visitor, even posing as a node of the mesh with a route of its own: nothing.
+        home.exec("v6visit", "ip", "addr", "add", f"{MESH.network_address + 0x99}/128", "dev", "wlan0", "nodad")
+        home.exec("v6visit", "ip", "-6", "route", "add", str(MESH), "via", "fe80::1", "dev", "wlan0")
+        assert fetch6(home, "v6visit", url, timeout=2) == "000"
+        # A route into the hub's own /64 is refused (the household is told): the hub's traffic stays its own.
+        [hub_ula] = [a for a in global_addresses(home, "v6hub") if a in ULA]
+        advertise_route(home, "v6border", own_64(hub_ula))
+        wait_until(
+            "the household to be told of the refusal", lambda: refused(home, "v6border", own_64(hub_ula)), 10, 0.5
+        )
+        assert home.exec("v6border", "ping", "-6", "-c1", "-W2", str(hub_ula), check=False).returncode == 0
+        # Positive control: the hub still reaches the internet and the node.
+        assert fetch6(home, "v6hub") == "200" and fetch6(home, "v6hub", url, timeout=2) == "200"
+        # Denied, the border router's mesh is cut off with it.
+        home.deny("v6border")
+        wait_until("the mesh to be cut off", lambda: fetch6(home, "v6hub", url, timeout=2) == "000", 10, 0.5)
+    finally:
+        server.kill()
