@@ -13,6 +13,7 @@ APT_PACKAGES=(
   prometheus # promtool checks the slicer's alert rules (isp-flowvisor's tests)
   openvswitch-testcontroller # a household controller the project did not write (isp-flowvisor's tests)
   kea-dhcp6-server dhcpcd-base # DHCPv6 prefix delegation in the emulated home: the ISP's server, the router's client
+  radvd      # a Thread border router's adverts, with Route Information (RFC 4191), in the emulated home
   openssl    # the image's update bundles are signed with it (image tests)
   # make image: a Debian root, squashfs root slots, the EFI system partition and its boot loader
   mmdebstrap squashfs-tools dosfstools mtools fdisk e2fsprogs zstd systemd-boot-efi grub-pc-bin
@@ -31,7 +32,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Debian starts the packaged services; the emulated home starts its own instances when it needs them.
-for svc in iperf3 hostapd dnsmasq etcd prometheus openvswitch-testcontroller kea-dhcp6-server; do
+for svc in iperf3 hostapd dnsmasq etcd prometheus openvswitch-testcontroller kea-dhcp6-server radvd; do
   systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 

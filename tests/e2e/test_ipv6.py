@@ -399,6 +399,39 @@ def test_a_new_delegated_prefix_moves_a_device_and_its_next_advert_deprecates_th
         wait_until("the device back in the first prefix", lambda: _in(home, "v6renum", DELEGATED, fresh=True), 15, 0.1)
 
 
+SINGLE_64 = ipaddress.IPv6Network("2001:db8:300::/64")
+
+
+def test_with_only_a_64_delegated_devices_keep_their_ula_and_reach_the_internet_over_ipv4(home):
+    """Issue 22: the ISP delegates a single /64. A device's /64 must be its own and there is none to give
+    (the router keeps that one, and does no NAT66): each permitted device has its ULA /64 only, its global
+    address from before deprecated, and reaches the internet over IPv4, as RFC 6724 has a host with only a
+    ULA source do."""
+    joined(home, "v6single")
+    wait_until("an address in the delegated prefix", lambda: delegated_address(home, "v6single"), 10, 0.1)
+    try:
+        delegate(home.processes, home.run_dir, str(SINGLE_64))
+        wait_until(
+            "the global address to be deprecated", lambda: not _in(home, "v6single", DELEGATED, fresh=True), 15, 0.2
+        )
+        assert not _in(home, "v6single", SINGLE_64)
+        assert [a for a in global_addresses(home, "v6single") if a in ULA], "the device lost its ULA address"
+        assert home.fetch("v6single") == "200"  # the internet over IPv4
+        # A device that joins now: its ULA /64 only, and the internet over IPv4.
+        joined(home, "v6single2")
+        wait_until(
+            "the newcomer's ULA address", lambda: [a for a in global_addresses(home, "v6single2") if a in ULA], 10, 0.1
+        )
+        assert [a for a in global_addresses(home, "v6single2") if a not in ULA] == []
+        assert home.fetch("v6single2") == "200"
+        assert fetch6(home, "v6single2", timeout=3) == "000"  # an IPv6-only name: nothing, as with no IPv6 at all
+    finally:
+        delegate(home.processes, home.run_dir, DELEGATED_PREFIX)
+        wait_until("the device back in the /56", lambda: _in(home, "v6single", DELEGATED, fresh=True), 15, 0.1)
+    # Positive control: with a /56 again, the IPv6-only name by IPv6.
+    wait_until("a page over IPv6 again", lambda: fetch6(home, "v6single") == "200", 10, 0.5)
+
+
 def _in(home, name, prefix: ipaddress.IPv6Network, fresh: bool = False) -> bool:
     """Whether the device has an address in prefix (fresh: one not deprecated)."""
     for address in global_addresses(home, name):
@@ -407,9 +440,24 @@ def _in(home, name, prefix: ipaddress.IPv6Network, fresh: bool = False) -> bool:
     return False
 
 
-# A Thread border router's advert as OpenThread's sends it on the home's network (not a default router:
-# lifetime 0), its mesh's prefix as Route Information (RFC 4191): argv prefix, lifetime.
-BORDER_ROUTER_ADVERT = """
+MESH = ipaddress.IPv6Network("fd11:2233:4455:1::/64")
+MESH_NODE = str(MESH.network_address + 0x77)  # a Thread device behind the border router
+# The border router's adverts, as radvd (a router advertisement daemon we did not write) sends them for a
+# Thread border router: not a default router (lifetime 0), its mesh's prefix as Route Information, and on
+# shutdown a last advert withdrawing it (radvd's RemoveRoute, on by default).
+RADVD_CONF = f"""
+interface wlan0 {{
+    AdvSendAdvert on;
+    AdvDefaultLifetime 0;
+    MinRtrAdvInterval 3;
+    MaxRtrAdvInterval 10;
+    route {MESH} {{
+        AdvRouteLifetime 1800;
+    }};
+}};
+"""
+# A hostile device's forged advert (scapy): argv prefix, lifetime, its link-local source.
+FORGED_ADVERT = """
 import sys
 from scapy.all import Ether, get_if_hwaddr, sendp
 from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptRouteInfo, ICMPv6NDOptSrcLLAddr, IPv6
@@ -420,31 +468,52 @@ advert /= ICMPv6ND_RA(routerlifetime=0) / ICMPv6NDOptSrcLLAddr(lladdr=mac)
 advert /= ICMPv6NDOptRouteInfo(prefix=prefix, plen=64, rtlifetime=lifetime)
 sendp(advert, iface="wlan0", verbose=False)
 """
-MESH = ipaddress.IPv6Network("fd11:2233:4455:1::/64")
-MESH_NODE = str(MESH.network_address + 0x77)  # a Thread device behind the border router
 
 
-def advertise_route(home, name, prefix, lifetime=1800):
+def forge_route_advert(home, name, prefix, lifetime=1800):
     link_local = home.exec(name, "ip", "-j", "-6", "addr", "show", "dev", "wlan0", "scope", "link").stdout
     source = next(a["local"] for a in json.loads(link_local)[0]["addr_info"] if "local" in a)
-    home.exec(name, sys.executable, "-c", BORDER_ROUTER_ADVERT, str(prefix), lifetime, source)
+    home.exec(name, sys.executable, "-c", FORGED_ADVERT, str(prefix), lifetime, source)
 
 
-def refused(home, name, prefix) -> bool:
-    events = home.hwdb("select * from Events [range 2 minutes]")
-    return any(
-        e["kind"] == "route" and e["mac"] == home.mac(name) and f"{prefix}, refused" in e["message"] for e in events
+def border_router(home, name, directory: Path) -> subprocess.Popen:
+    """radvd in the device, which forwards (as a border router does) and still takes the router's adverts."""
+    home.exec(name, "sysctl", "-qw", "net.ipv6.conf.wlan0.accept_ra=2", "net.ipv6.conf.all.forwarding=1")
+    conf = directory / "radvd.conf"
+    conf.write_text(RADVD_CONF)
+    log = (directory / "radvd.log").open("w")
+    return home.spawn(
+        name,
+        "radvd",
+        "-n",
+        "-C",
+        conf,
+        "-p",
+        directory / "radvd.pid",
+        "-m",
+        "stderr",
+        "-d",
+        "1",
+        stdout=log,
+        stderr=log,
     )
+
+
+def told(home, name, text) -> bool:
+    """The household's event log says `text` of the device's routes."""
+    events = home.hwdb("select * from Events [range 2 minutes]")
+    return any(e["kind"] == "route" and e["mac"] == home.mac(name) and text in e["message"] for e in events)
 
 
 def mesh_route(home, name) -> str:
     return home.exec(name, "ip", "-6", "route", "show", str(MESH)).stdout.strip()
 
 
-def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_from_a_pending_one(home):
-    """A permitted device advertises a route to its Thread mesh (a node's address behind it, here held by the
-    border router itself, on its loopback): the other permitted devices reach the node through the router, a pending one
-    does not; the router's own resolver answers the node; a route into the home's own space is refused."""
+def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_from_a_pending_one(home, tmp_path):
+    """A permitted device's radvd advertises a route to its Thread mesh (a node's address behind it, here
+    held by the border router itself, on its loopback): the other permitted devices reach the node through
+    the router, a pending one does not; the router's own resolver answers the node; a forged route into
+    another device's /64 is refused; radvd stopping withdraws the route, and the mesh is gone."""
     joined(home, "v6border")  # the border router, permitted like any device
     joined(home, "v6hub")  # the household's phone with the Matter app
     joined(home, "v6visit", permit=False)
@@ -454,7 +523,7 @@ def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_
         wait_until(f"{name}'s ULA address", lambda n=name: [a for a in global_addresses(home, n) if a in ULA], 10, 0.1)
     wait_until("the visitor's link-local address", lambda: link_local_ready(home, "v6visit"), 10, 0.1)
     home.exec("v6border", "ip", "addr", "add", f"{MESH_NODE}/128", "dev", "lo", "nodad")
-    server = home.spawn(
+    node = home.spawn(
         "v6border",
         sys.executable,
         "-m",
@@ -462,11 +531,12 @@ def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_
         "-b",
         MESH_NODE,
         "-d",
-        tempfile.gettempdir(),
+        tmp_path,
         "8099",
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    radvd = None
     try:
         url = f"http://[{MESH_NODE}]:8099/"
         wait_until(
@@ -474,9 +544,12 @@ def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_
         )
         # Before the border router says so, the mesh is nowhere.
         assert fetch6(home, "v6hub", url, timeout=2) == "000"
-        advertise_route(home, "v6border", MESH)
+        radvd = border_router(home, "v6border", tmp_path)
         # The hub hears the route in the router's advert (the router its next hop) and reaches the node.
-        wait_until("the hub's route to the mesh", lambda: "via fe80::1" in mesh_route(home, "v6hub"), 10, 0.2)
+        hint = lambda: (tmp_path / "radvd.log").read_text()[-1000:]  # noqa: E731
+        wait_until(
+            "the hub's route to the mesh", lambda: "via fe80::1" in mesh_route(home, "v6hub"), 20, 0.2, hint=hint
+        )
         wait_until("the node's page from the hub", lambda: fetch6(home, "v6hub", url, timeout=2) == "200", 10, 0.5)
         # The router's stack routes the mesh to the border router too: its resolver answers the node.
         resolver = router_resolver(home, "v6border")
@@ -486,17 +559,29 @@ def test_a_thread_border_routers_mesh_is_reached_from_permitted_devices_and_not_
         home.exec("v6visit", "ip", "addr", "add", f"{MESH.network_address + 0x99}/128", "dev", "wlan0", "nodad")
         home.exec("v6visit", "ip", "-6", "route", "add", str(MESH), "via", "fe80::1", "dev", "wlan0")
         assert fetch6(home, "v6visit", url, timeout=2) == "000"
-        # A route into the hub's own /64 is refused (the household is told): the hub's traffic stays its own.
+        # A forged route into the hub's own /64 is refused (the household is told): the hub's traffic stays its own.
         [hub_ula] = [a for a in global_addresses(home, "v6hub") if a in ULA]
-        advertise_route(home, "v6border", own_64(hub_ula))
+        forge_route_advert(home, "v6border", own_64(hub_ula))
         wait_until(
-            "the household to be told of the refusal", lambda: refused(home, "v6border", own_64(hub_ula)), 10, 0.5
+            "the household to be told of the refusal",
+            lambda: told(home, "v6border", f"{own_64(hub_ula)}, refused"),
+            10,
+            0.5,
         )
         assert home.exec("v6border", "ping", "-6", "-c1", "-W2", str(hub_ula), check=False).returncode == 0
         # Positive control: the hub still reaches the internet and the node.
         assert fetch6(home, "v6hub") == "200" and fetch6(home, "v6hub", url, timeout=2) == "200"
-        # Denied, the border router's mesh is cut off with it.
+        # radvd stops: its last advert withdraws the route, and the mesh is cut off.
+        radvd.terminate()
+        radvd.wait(timeout=10)
+        wait_until("the household to be told", lambda: told(home, "v6border", f"withdrew its route to {MESH}"), 10, 0.5)
+        assert fetch6(home, "v6hub", url, timeout=2) == "000"
+        # Back, and then the border router denied: the mesh is cut off with it.
+        radvd = border_router(home, "v6border", tmp_path)
+        wait_until("the node's page again", lambda: fetch6(home, "v6hub", url, timeout=2) == "200", 20, 0.5)
         home.deny("v6border")
         wait_until("the mesh to be cut off", lambda: fetch6(home, "v6hub", url, timeout=2) == "000", 10, 0.5)
     finally:
-        server.kill()
+        for process in (node, radvd):
+            if process is not None:
+                process.kill()

@@ -36,7 +36,9 @@ INET6_HOSTS = {"www6.example.test": "2001:db8:ffff::80"}
 INTERNET6_HOST = "www6.example.test"
 INET6_DNS_IP = WAN6_INET_IP
 DELEGATED_PREFIX = "2001:db8:100::/56"
-ISP_POOLS = (DELEGATED_PREFIX, "2001:db8:200::/56")  # what the ISP may delegate to this household, routed to it
+# What the ISP may delegate to this household, routed to it: another /56 (a renumbering), a single /64 (the
+# least RFC 7084 lets a router accept).
+ISP_POOLS = (DELEGATED_PREFIX, "2001:db8:200::/56", "2001:db8:300::/64")
 KEA_CONF, PD_HOOK, DHCPCD_CONF = "kea-dhcp6.json", "dhcpcd-pd-hook.sh", "dhcpcd-wan.conf"
 # Lease times kept short so a renumbering reaches the router within seconds (a real ISP's are hours).
 PD_RENEW_S, PD_REBIND_S, PD_PREFERRED_S, PD_VALID_S = 3, 5, 300, 600
