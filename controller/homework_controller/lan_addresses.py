@@ -31,6 +31,10 @@ from .nd import ROUTER_LINK_LOCAL
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h
 ENOENT, ESRCH, EEXIST, ENODEV, EADDRNOTAVAIL = 2, 3, 17, 19, 99
+# The devices' offered routes are marked as learnt from router adverts (linux/rtnetlink.h's RTPROT_RA):
+# the router's own stack learns none on the LAN interface (it forwards, and devices' adverts never reach
+# it), so a controller starting again removes the ones an earlier run left, which it no longer knows.
+ROUTE_PROTO = 9
 
 
 Ipv6Change = AddIpv6Gateway | RemoveIpv6Gateway | AddIpv6Route | RemoveIpv6Route | ForgetNeighbours
@@ -52,6 +56,7 @@ class LanAddresses:
     def run_forever(self) -> None:
         if self.ipv6:
             self._add_ipv6_address(ROUTER_LINK_LOCAL)  # the source of its adverts, devices' default router
+            self._remove_earlier_routes()
         while True:
             job = self.jobs.get()
             if isinstance(job, AddIpv6Gateway):
@@ -94,11 +99,24 @@ class LanAddresses:
         try:
             found = self.ipr.link_lookup(ifname=self.lan_iface)
             if found:
-                self.ipr.route("replace" if adding else "del", dst=job.prefix, oif=found[0], family=socket.AF_INET6)
+                verb = "replace" if adding else "del"
+                self.ipr.route(verb, dst=job.prefix, oif=found[0], family=socket.AF_INET6, proto=ROUTE_PROTO)
         except NetlinkError as exc:
             if adding or exc.code not in (ENOENT, ESRCH):  # gone already (a restart since it was added)
                 verb = "add" if adding else "remove"
                 LOG.error("could not %s the route to %s on %s: %s", verb, job.prefix, self.lan_iface, exc)
+
+    def _remove_earlier_routes(self) -> None:
+        try:
+            found = self.ipr.link_lookup(ifname=self.lan_iface)
+            if not found:
+                return
+            for route in self.ipr.get_routes(family=socket.AF_INET6, oif=found[0], proto=ROUTE_PROTO):
+                dst = f"{route.get_attr('RTA_DST')}/{route['dst_len']}"
+                LOG.info("removing the route to %s an earlier run left on %s", dst, self.lan_iface)
+                self.ipr.route("del", dst=dst, oif=found[0], family=socket.AF_INET6, proto=ROUTE_PROTO)
+        except NetlinkError as exc:
+            LOG.error("could not remove earlier routes from %s: %s", self.lan_iface, exc)
 
     def _forget_neighbours(self, job: ForgetNeighbours) -> None:
         """The kernel's neighbour entries for the device's address and for addresses in its /64s go."""

@@ -119,3 +119,52 @@ def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespa
             check=True,
         )
     assert json.loads(run_in(namespace, FORGET)) == ["10.2.0.10", "fd12:3456:789a:2::bb"]
+
+
+ROUTES = """
+import threading, time, subprocess, json
+from homework_controller.effects import AddIpv6Route, RemoveIpv6Route
+from homework_controller.lan_addresses import LanAddresses
+
+def routes():
+    out = subprocess.run(["ip", "-j", "-6", "route", "show", "dev", "lan0"], capture_output=True).stdout
+    return sorted(r["dst"] for r in json.loads(out) if r["dst"].startswith("fd"))
+
+lan = LanAddresses("lan0", ipv6=True)
+threading.Thread(target=lan.run_forever, daemon=True).start()
+for job in (AddIpv6Route("fd11:2233:4455:1::/64"), AddIpv6Route("fd77::/48"), AddIpv6Route("fd77::/48")):
+    lan.change(job)
+for _ in range(100):
+    if lan.jobs.empty() and len(routes()) == 2:
+        break
+    time.sleep(0.05)
+print(json.dumps(routes()))
+lan.change(RemoveIpv6Route("fd77::/48"))
+lan.change(RemoveIpv6Route("fd77::/48"))  # gone already: nothing breaks
+for _ in range(100):
+    if lan.jobs.empty() and len(routes()) == 1:
+        break
+    time.sleep(0.05)
+print(json.dumps(routes()))
+"""
+
+AGAIN = """
+import threading, time, subprocess, json
+from homework_controller.lan_addresses import LanAddresses
+
+lan = LanAddresses("lan0", ipv6=True)
+threading.Thread(target=lan.run_forever, daemon=True).start()
+time.sleep(1)
+out = subprocess.run(["ip", "-j", "-6", "route", "show", "dev", "lan0"], capture_output=True).stdout
+print(json.dumps(sorted(r["dst"] for r in json.loads(out) if r["dst"].startswith("fd"))))
+"""
+
+
+def test_a_devices_offered_route_is_routed_on_the_lan_interface_until_it_goes(namespace):
+    added, after = (json.loads(line) for line in run_in(namespace, ROUTES).splitlines())
+    assert added == ["fd11:2233:4455:1::/64", "fd77::/48"]
+    assert after == ["fd11:2233:4455:1::/64"]
+    # The controller starts again, knowing of no route: the one the earlier run left goes; a route the
+    # household's own configuration put there (another protocol) stays.
+    subprocess.run(["ip", "-n", namespace, "-6", "route", "add", "fd99::/64", "dev", "lan0"], check=True)
+    assert json.loads(run_in(namespace, AGAIN)) == ["fd99::/64"]
