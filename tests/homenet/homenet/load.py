@@ -167,7 +167,10 @@ def call_under_load(
         text=True,
     )
     assert reflector.stderr is not None
-    reflector.stderr.readline()  # "ready"
+    ready = reflector.stderr.readline()
+    if ready.strip() != "ready":  # it could not bind (say, an earlier call's reflector still holds the port)
+        _, err = reflector.communicate(timeout=10)
+        raise RuntimeError(f"the call's reflector did not start: {ready}{err[-1000:]}")
     transfer = bulk_transfer(home, bulk, seconds + QUEUE_FILL_S + 2, direction, to=bulk_to)
     changes = []
     try:
@@ -202,6 +205,12 @@ def call_under_load(
                 proc.terminate()
     up_out, _ = reflector.communicate(timeout=10)
     report = json.loads(up_out if direction == UP else down_out)
+    if not report["packets"]:  # say which way the call was lost, not only that its delays are missing
+        up, down = json.loads(up_out), json.loads(down_out)
+        raise RuntimeError(
+            f"nothing of the call came back: the internet got {up['received']} of the {down['sent']} packets "
+            f"the device sent, the device got {down['received']} reflections"
+        )
     try:
         end = json.loads(bulk_out)["end"]
         bulk_mbit = end["sum_received"]["bits_per_second"] / 1e6
