@@ -15,8 +15,8 @@ table 0, admission:
                  wlan: a forwarding device's UDP to link-scope multicast   -> goto 1
                  (ff02::/16) from its MAC and a link-local source
   (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local unicast between
-  devices, ICMPv6 other than solicitations (MLD reports, adverts); the router's own adverts and answers are
-  packet-outs, which the tables do not see)
+  devices, ICMPv6 other than solicitations (MLD reports; adverts but a forwarding device's own); the router's
+  own adverts and answers are packet-outs, which the tables do not see)
 table 1, accounting (`Flows` rows come from the switch's flow export):
   BLOCKED        from a device's /64s to an address of a name blocked    -> drop
                  for it, or to DNS over TLS/QUIC
