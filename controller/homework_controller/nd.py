@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .packets import ETH_TYPE_IP6, mac_bytes, mac_text
@@ -133,7 +134,7 @@ def _check_options(body: bytes, start: int) -> None:
         pass
 
 
-def _options(body: bytes, start: int):
+def _options(body: bytes, start: int) -> Iterator[tuple[int, bytes]]:
     """Each option after `start` as (type, its bytes); raises MalformedNd at a truncated or empty one."""
     at = start
     while at < len(body):
