@@ -40,14 +40,16 @@ def test_a_returning_phone_is_offered_as_itself_and_once_merged_gets_its_address
     assert home.api("POST", f"merge/06:e2:e0:00:00:52/{phone}")[0] == 409
     home.remove("lookalike")
 
-    # The phone leaves (its lease released) and comes back under a new private MAC.
+    # The phone leaves (its lease released) and comes back under a new private MAC. Only a device whose
+    # lease is over is offered: the release (one datagram, never sent again) must have reached the router.
     home.release("annaphone")
+    wait_until("the router to record the release", lambda: status(home, phone)["lease_seconds_left"] == 0, 5, 0.1)
     home.remove("annaphone")
     home.add("annaback", mac=NEW_MAC)
     pending_address = home.dhcp("annaback", host_name="annaphone")
     newcomer = status(home, NEW_MAC)
     assert newcomer["state"] == "pending" and pending_address != address
-    assert newcomer["looks_like"] == {"mac": phone, "label": "Anna's phone"}
+    assert newcomer["looks_like"] == {"mac": phone, "label": "Anna's phone"}, (newcomer, status(home, phone))
     assert home.fetch("annaback") == "000"  # a newcomer reaches nothing yet
     pending_ip = pending_address.split("/")[0]
     assert router_neighbour(pending_ip) == NEW_MAC  # the router's stack answered its DNS: it knows its MAC
