@@ -15,19 +15,19 @@ import subprocess
 import time
 
 import pytest
-from routervm import Network, RouterVm
 from test_boot import (
-    BOOT_S,
     BUILD,
     IMAGE,
     LAPTOP_MAC,
     _version_of_image,
     bundles,  # noqa: F401 - the fixture: the broken and the good update
     json_in,
+    record_boot_profile,
     wait_for_services,
     wait_for_slot,
 )
 
+from homenet.routervm import Network, RouterVm
 from homenet.wait import wait_until
 
 STATE = BUILD / "image-test-bios"
@@ -71,10 +71,10 @@ def entries(vm: RouterVm) -> list[dict]:
 
 def test_bios_boots_slot_a_with_grub_and_every_service_comes_up(router, net):
     powered_on = router.start()
-    net.clients["laptop"].dhcp(timeout=BOOT_S[router.kvm])
+    net.clients["laptop"].dhcp(timeout=router.boot_limit(), alive=lambda: router.check_alive(0))
     TIMINGS["boot_to_dhcp_ready_s"] = round(time.monotonic() - powered_on, 1)
     print(f"\nBIOS: boot to DHCP ready: {TIMINGS['boot_to_dhcp_ready_s']} s ({'KVM' if router.kvm else 'software'})")
-    router.wait_for_shell(0, BOOT_S[router.kvm])
+    router.wait_for_shell(0)
     units = [
         "openvswitch-switch",
         "homework-network",
@@ -89,9 +89,10 @@ def test_bios_boots_slot_a_with_grub_and_every_service_comes_up(router, net):
     wait_until(
         "every service active",
         lambda: router.run(f"systemctl is-active {' '.join(units)}", check=False).split() == ["active"] * len(units),
-        300,
+        router.paced(300),
         3,
     )
+    record_boot_profile(router, units, TIMINGS, STATE)
     assert router.slot_and_version()[0] == "a"
     # GRUB chose the entry; no UEFI firmware was involved.
     assert "Booting `Homework router" in router.since(0)
@@ -99,7 +100,9 @@ def test_bios_boots_slot_a_with_grub_and_every_service_comes_up(router, net):
     assert router.run("test -d /sys/firmware; echo $?").strip() == "0"
     # A blessed entry is not on trial: nothing waits to bless it.
     assert "systemd.wants=" not in router.run("cat /proc/cmdline")
-    wait_until("the WAN's lease", lambda: "198.51.100." in router.run("ip -4 -o addr show dev wan"), 120, 2)
+    wait_until(
+        "the WAN's lease", lambda: "198.51.100." in router.run("ip -4 -o addr show dev wan"), router.paced(120), 2
+    )
 
 
 def test_an_update_whose_controller_cannot_start_rolls_back_under_grub(router, net):
@@ -108,7 +111,7 @@ def test_an_update_whose_controller_cannot_start_rolls_back_under_grub(router, n
     assert f'"installed": "{version}.1"' in out and '"slot": "b"' in out, out
     assert "homework-" + version + ".1-b" in router.run("grep -m1 '^menuentry' /efi/grub/grub.cfg")
     started = time.monotonic()
-    console = wait_for_slot(router, "a", router.reboot(), 3 * BOOT_S[router.kvm])
+    console = wait_for_slot(router, "a", router.reboot(), 2 * router.boot_limit())
     TIMINGS["rollback_s"] = round(time.monotonic() - started, 1)
     assert f"Booting `Homework router {version}.1 (slot B)'" in console, "GRUB never booted slot B"
     assert "NOT healthy" in console, "slot B never failed its health check"
@@ -116,14 +119,14 @@ def test_an_update_whose_controller_cannot_start_rolls_back_under_grub(router, n
     wait_until(
         "GRUB's tries moved into the entries",
         lambda: router.run("systemctl is-active homework-grub-count", check=False).strip() == "active",
-        120,
+        router.paced(120),
         2,
     )
     b_entries = [e for e in entries(router) if e["slot"] == "b"]
     assert b_entries and (b_entries[0]["tries_left"], b_entries[0]["tries_done"]) == (0, 1), b_entries
     assert "homework-" + version + "-a" in router.run("grep -m1 '^menuentry' /efi/grub/grub.cfg")
     wait_for_services(router)
-    net.clients["laptop"].dhcp(timeout=120)
+    net.clients["laptop"].dhcp(timeout=router.paced(120))
 
 
 def test_an_update_grub_boots_is_blessed_once_the_router_works(router, net):
@@ -131,7 +134,7 @@ def test_an_update_grub_boots_is_blessed_once_the_router_works(router, net):
     out = router.run("homework-update /dev/disk/by-id/virtio-bundle-good", timeout=300)
     assert f'"installed": "{version}.2"' in out and '"tries": 3' in out, out
     started = time.monotonic()
-    wait_for_slot(router, "b", router.reboot(), BOOT_S[router.kvm])
+    wait_for_slot(router, "b", router.reboot(), router.boot_limit())
     TIMINGS["update_reboot_s"] = round(time.monotonic() - started, 1)
     assert router.slot_and_version() == ("b", f"{version}.2")
     assert "systemd.wants=homework-grub-bless.service" in router.run("cat /proc/cmdline")
@@ -143,10 +146,10 @@ def test_an_update_grub_boots_is_blessed_once_the_router_works(router, net):
             if e["slot"] == "b" and e["version"] == f"{version}.2" and e["tries_left"] is None
         ]
 
-    wait_until("slot B's boot entry to be blessed", blessed, 300, 5)
+    wait_until("slot B's boot entry to be blessed", blessed, router.paced(300), 5)
     assert router.run("systemctl is-active homework-health homework-grub-bless").split() == ["active"] * 2
     # Blessed, it is GRUB's default from now on, and no longer counted.
     cfg = router.run("cat /efi/grub/grub.cfg")
     assert cfg.split("menuentry ")[1].startswith(f"'Homework router {version}.2 (slot B)'")
     assert "save_env" not in cfg
-    net.clients["laptop"].dhcp(timeout=120)
+    net.clients["laptop"].dhcp(timeout=router.paced(120))

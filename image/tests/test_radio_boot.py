@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from routervm import WWW_IP, Network, RouterVm, VmError
-from test_boot import BOOT_S, PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in, main_pid
+from test_boot import PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in, main_pid
 
+from homenet.routervm import WWW_IP, Network, RouterVm, VmError
 from homenet.wait import wait_until
 from homework_controller import wifi_keys
 
@@ -148,18 +148,20 @@ class Station:
         return "CTRL-EVENT-CONNECTED" in self.log()
 
     def wait_connected(self, timeout: float = 60) -> None:
-        wait_until(f"{self.ns} to join", self.connected, timeout, 1, hint=lambda: self.log()[-1500:])
+        wait_until(f"{self.ns} to join", self.connected, self.vm.paced(timeout), 1, hint=lambda: self.log()[-1500:])
 
     def dhcp(self, timeout: float = 30) -> str:
         conf = "initial-interval 1;\nbackoff-cutoff 2;\nrequest subnet-mask, broadcast-address, routers;\n"
         self.write(f"{self.dir}/dhclient.conf", conf)
         self.exec(f"ip -4 addr flush dev {self.ifname}")
-        out = self.exec(
-            f"timeout {int(timeout)} {DRIVE}/bin/dhclient -1 -v -cf {self.dir}/dhclient.conf "
+        timeout = self.vm.paced(timeout)
+        out = self.vm.run(
+            f"ip netns exec {self.ns} timeout {int(timeout)} {DRIVE}/bin/dhclient -1 -v -cf {self.dir}/dhclient.conf "
             f"-sf {DRIVE}/bin/dhclient-script -pf {self.dir}/dhclient.pid -lf {self.dir}/dhclient.leases "
             f"{self.ifname}",
             timeout=timeout + 30,
             check=False,
+            paced=False,
         )
         info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
         for a in info[0].get("addr_info", []) if info else []:
@@ -266,7 +268,7 @@ def router(net):
 
 @pytest.fixture(scope="module")
 def guest_passphrase(router) -> str:
-    router.wait_for_shell(0, BOOT_S[router.kvm])
+    router.wait_for_shell(0)
     router.run(f"mkdir -p {DRIVE} && mount -o ro /dev/disk/by-id/virtio-radio-test {DRIVE}")
     conf = router.run("cat /var/lib/homework/config/wifi.conf")
     return next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("passphrase="))
@@ -314,7 +316,7 @@ def wait_for_hostapd_to_take_the_key_of(vm: RouterVm, mac: str) -> None:
     wait_until(
         f"hostapd to run with {mac}'s SAE password",
         lambda: hostapd_binds_sae_password_to(vm, mac),
-        120,
+        vm.paced(120),
         2,
         hint=lambda: vm.run("journalctl -b --no-pager -n 30 -u homework-radio-refresh", check=False),
     )
@@ -334,7 +336,7 @@ def test_the_router_serves_its_first_radio_as_the_access_point_on_a_port_of_its_
     wait_until(
         "hostapd on the radio",
         lambda: router.run("systemctl is-active homework-hostapd", check=False).strip() == "active",
-        300,
+        router.paced(300),
         3,
         hint=lambda: router.run("journalctl -b --no-pager -n 60 -u homework-network -u homework-hostapd", check=False),
     )
@@ -370,7 +372,7 @@ def test_the_guest_station_is_pending_with_a_short_lease_and_reaches_nothing_unt
     first.dhcp(60)
     assert first.lease_left() > PENDING_LEASE_S * 10
     # The controller's forwarding rules for it follow the permit (seconds under software emulation).
-    wait_until("a page through the NAT", lambda: first.fetch() == "200", 30, 1)
+    wait_until("a page through the NAT", lambda: first.fetch() == "200", router.paced(30), 1)
 
 
 def test_links_carry_the_stations_signal_as_nl80211_reports_it(router, stations):
@@ -382,7 +384,7 @@ def test_links_carry_the_stations_signal_as_nl80211_reports_it(router, stations)
                 return int(re.findall(r"-?\d+", line.split(first.mac, 1)[1])[0])
         return None
 
-    rssi = wait_until("a Links row of the station", signal, 30, 2)
+    rssi = wait_until("a Links row of the station", signal, router.paced(30), 2)
     assert -100 < rssi < 0, rssi  # dBm, as the kernel reports the station's signal
 
 
@@ -408,7 +410,12 @@ def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets
     out = router.run(f"curl -s -X POST http://127.0.0.1:8081/ws.v1/blacklist/{second.mac}")
     assert json_in(out), out
     # hostapd drops it at once and refuses it at authentication from now on.
-    wait_until("the blacklisted station to be dropped", lambda: second.mac not in hostapd(router, "all_sta"), 30, 1)
+    wait_until(
+        "the blacklisted station to be dropped",
+        lambda: second.mac not in hostapd(router, "all_sta"),
+        router.paced(30),
+        1,
+    )
     connected_before = second.log().count("CTRL-EVENT-CONNECTED")
     time.sleep(20)
     assert second.log().count("CTRL-EVENT-CONNECTED") == connected_before, second.log()[-1500:]
@@ -418,7 +425,7 @@ def test_a_blacklisted_station_cannot_complete_the_handshake_and_lifting_it_lets
     wait_until(
         "the station to join again",
         lambda: second.log().count("CTRL-EVENT-CONNECTED") > connected_before,
-        90,
+        router.paced(90),
         2,
         hint=lambda: second.log()[-1500:],
     )
@@ -443,18 +450,20 @@ def test_a_device_given_its_own_passphrase_joins_with_it_and_a_copy_of_its_mac_i
     first.wait_connected(120)
     assert f"keyid={key['keyid']}" in hostapd(router, "sta", first.mac)
     first.dhcp(60)
-    wait_until("a page with its own passphrase", lambda: first.fetch() == "200", 30, 1)
+    wait_until("a page with its own passphrase", lambda: first.fetch() == "200", router.paced(30), 1)
     # Its next private address: the same passphrase says it is the device, which moves to it.
     original = first.mac
     first.new_address("06:11:22:33:44:55")
     first.join(wpa2(key["passphrase"]))
     first.wait_connected(120)
-    wait_until("the device to move to its new MAC", lambda: device_state(router, first.mac) == "permitted", 30, 1)
+    wait_until(
+        "the device to move to its new MAC", lambda: device_state(router, first.mac) == "permitted", router.paced(30), 1
+    )
     # Its key moved with it, and so does its SAE password: hostapd restarts once more.
     wait_for_hostapd_to_take_the_key_of(router, first.mac)
     first.wait_connected(120)
     first.dhcp(60)
-    wait_until("a page under its new MAC", lambda: first.fetch() == "200", 30, 1)
+    wait_until("a page under its new MAC", lambda: first.fetch() == "200", router.paced(30), 1)
     # Another station under the device's MAC with the guest passphrase: off the air and flagged.
     first.leave()
     other_mac = second.mac
@@ -463,7 +472,7 @@ def test_a_device_given_its_own_passphrase_joins_with_it_and_a_copy_of_its_mac_i
     second.join(wpa2(guest_passphrase))
     wait_until("the copy to be flagged", lambda: clone_suspected(router, first.mac), 30, 1, hint=second.log)
     # Each time it completes the handshake the router has hostapd put it off the air again.
-    wait_until("the copy to be put off the air", lambda: "CTRL-EVENT-DISCONNECTED" in second.log(), 30, 1)
+    wait_until("the copy to be put off the air", lambda: "CTRL-EVENT-DISCONNECTED" in second.log(), router.paced(30), 1)
     # Positive control: the device itself, with its own passphrase, is back on and served.
     second.leave()
     second.new_address(other_mac)
@@ -507,7 +516,7 @@ def test_a_wpa3_device_joins_with_its_own_sae_password_and_a_copy_of_its_mac_wit
         "the controller to recognise the device's own SAE password",
         lambda: f"{second.mac} joined over SAE with its own password"
         in router.run("journalctl -b --no-pager -u homework-controller", check=False),
-        60,
+        router.paced(60),
         2,
     )
     time.sleep(5)
@@ -549,21 +558,26 @@ def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hea
     # Unicast between the two permitted stations: routed, one hop.
     second.listen(9999)
     first.send(second.address(), 9999, "hello through the router")
-    heard = wait_until("the datagram", lambda: second.heard(9999), 15, 1)
+    heard = wait_until("the datagram", lambda: second.heard(9999), router.paced(15), 1)
     assert heard[0]["from"] == first.address() and heard[0]["ttl"] == 63, heard
     second.detach(f"python3 -m http.server 8000 --bind {second.address()}")
-    wait_until("a page from the other station", lambda: first.fetch(f"http://{second.address()}:8000/") == "200", 20, 1)
+    wait_until(
+        "a page from the other station",
+        lambda: first.fetch(f"http://{second.address()}:8000/") == "200",
+        router.paced(20),
+        1,
+    )
 
     def flow_between() -> bool:
         rows = hwdb_query(router, "select * from Flows [range 60 seconds]")
         return any(first.address() in row and second.address() in row for row in rows.splitlines())
 
-    wait_until("a Flows row between the two stations", flow_between, 40, 2)
+    wait_until("a Flows row between the two stations", flow_between, router.paced(40), 2)
     # mDNS from a permitted station: the other permitted station hears it, the pending one does not.
     second.listen(5353, "224.0.0.251", 10)
     newcomer.listen(5353, "224.0.0.251", 10)
     first.send("224.0.0.251", 5353, "printer announcement")
-    wait_until("the permitted station to hear the announcement", lambda: second.heard(5353), 10, 1)
+    wait_until("the permitted station to hear the announcement", lambda: second.heard(5353), router.paced(10), 1)
     time.sleep(3)
     assert newcomer.heard(5353) == []
 
@@ -585,13 +599,13 @@ def test_the_owner_moves_the_radio_to_another_channel_and_only_hostapd_restarts(
         except VmError:  # restarting
             return False
 
-    wait_until("hostapd on channel 11", on_channel_11, 90, 2)
+    wait_until("hostapd on channel 11", on_channel_11, router.paced(90), 2)
     assert main_pid(router, "hostapd") != hostapd_before
     assert main_pid(router, "controller") == controller  # nothing else restarted
     wait_until(
         "the station to join again on channel 11",
         lambda: first.log().count("CTRL-EVENT-CONNECTED") > joined_before,
-        120,
+        router.paced(120),
         2,
         hint=lambda: first.log()[-1500:],
     )

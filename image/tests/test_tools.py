@@ -785,3 +785,9 @@ def test_a_service_that_dies_before_it_is_ready_fails_its_start_at_once(tmp_path
         wait_until("the unreaped child to count as gone", lambda: not systemd.process_alive(zombie.pid), 5, 0.05)
     finally:
         zombie.wait()
+
+
+def test_the_shipped_image_over_its_size_goal_fails_the_build_and_one_within_it_passes():
+    assert "149.5 MB (goal 150 MB)" in build.check_shipped_size(149_500_000)
+    with pytest.raises(build.BuildError, match="150.1 MB, over its goal of 150 MB"):
+        build.check_shipped_size(150_100_000)

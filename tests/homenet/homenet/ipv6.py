@@ -64,9 +64,9 @@ def build_internet(wan: str, inet_ns: str) -> None:
         run("ip", "-6", "route", "replace", pool, "via", WAN6_ROUTER_IP, "dev", "eth0", ns=inet_ns)
 
 
-def kea_config(prefix: str, interface: str = DIST) -> str:
+def kea_config(prefix: str, interface: str = DIST, renew_s: int = PD_RENEW_S, rebind_s: int = PD_REBIND_S) -> str:
     """Kea delegating prefix whole to the client that asks on interface (the WAN link, WAN6_PREFIX); the
-    boot test's upstream (image/tests/routervm.py) uses it too."""
+    boot test's upstream (homenet.routervm) uses it too, with an ISP's slower renewals."""
     net, length = prefix.split("/")
     return json.dumps(
         {
@@ -74,8 +74,8 @@ def kea_config(prefix: str, interface: str = DIST) -> str:
                 "interfaces-config": {"interfaces": [interface]},
                 "server-id": {"type": "LL", "persist": False},
                 "lease-database": {"type": "memfile", "persist": False},
-                "renew-timer": PD_RENEW_S,
-                "rebind-timer": PD_REBIND_S,
+                "renew-timer": renew_s,
+                "rebind-timer": rebind_s,
                 "preferred-lifetime": PD_PREFERRED_S,
                 "valid-lifetime": PD_VALID_S,
                 "subnet6": [

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from homenet import ipv6 as homenet_ipv6
-from homenet.wait import WaitTimeout, wait_until
+from . import ipv6 as homenet_ipv6
+from .wait import WaitTimeout, wait_until
 
 WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
 # IPv6 as the emulated home has it: the WAN link's /64, a name with only an IPv6 address (so every IPv4
@@ -43,9 +43,19 @@ ROUTER_WAN_LINK_LOCAL = "fe80::5054:ff:fe00:aa01"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
 KVM_PROBE_S = 30
+# Power-on to the autologin shell of a story's first boot on a quiet machine of the project's kind
+# (2 cores; KVM, or software emulation). Each router measures its own first boot and stretches every
+# later wait by the ratio (never shrinks it): the same emulation ran three times slower on some
+# machines of the same kind, and a fixed timeout is either too long to be useful or too short there.
+REFERENCE_SHELL_S = {True: 30.0, False: 120.0}
+# The longest any boot may take before its first shell whatever the machine: a boot that has not
+# reached one by then is stuck, not slow.
+FIRST_BOOT_LIMIT_S = 1800
 # systemd-boot's kernel says "EFI stub"; GRUB says "Booting `TITLE'"; the initrd "Loading...".
 BOOT_STARTED = re.compile(r"EFI stub|Booting `|Loading, please wait")
 FIRMWARES = ("uefi", "bios")
+# A boot that has stopped for good: no wait for anything else on its console can succeed.
+BOOT_STOPPED = re.compile(r"You are in emergency mode|Kernel panic - not syncing|Give root password for maintenance")
 # No echo, no kernel messages, no colours, pagers or bracketed paste between the markers.
 QUIET_SHELL = (
     "stty -echo; dmesg -n 1; export SYSTEMD_COLORS=0 SYSTEMD_PAGER= PAGER=cat TERM=dumb; "
@@ -78,8 +88,9 @@ class Client:
     def __init__(self, name: str, mac: str, state: Path, ns: str):
         self.name, self.ns, self.mac, self.state = name, ns, mac, state / name
 
-    def dhcp(self, timeout: float = 30) -> str:
-        """A new lease (as after waking up); returns e.g. '10.2.0.6/30'."""
+    def dhcp(self, timeout: float = 30, alive: Callable[[], None] | None = None) -> str:
+        """A new lease (as after waking up); returns e.g. '10.2.0.6/30'. `alive` is called every second
+        while waiting and raises to give up early (the router stopped booting, say)."""
         conf, lease, pid = self.state / "dhclient.conf", self.state / "dhclient.leases", self.state / "dhclient.pid"
         # Retry every second or two (not dhclient's growing backoff), so the time to a lease
         # is the router's, not the client's.
@@ -90,25 +101,23 @@ class Client:
         )
         self.stop_dhclient()
         sh("ip", "-4", "addr", "flush", "dev", "eth0", ns=self.ns)
-        proc = sh(
-            "timeout",
-            int(timeout),
-            "dhclient",
-            "-1",
-            "-v",
-            "-cf",
-            conf,
-            "-pf",
-            pid,
-            "-lf",
-            lease,
-            "eth0",
-            ns=self.ns,
-            check=False,
-            timeout=timeout + 10,
-        )
+        argv = ["ip", "netns", "exec", self.ns, "timeout", str(int(timeout)), "dhclient", "-1", "-v"]
+        argv += ["-cf", str(conf), "-pf", str(pid), "-lf", str(lease), "eth0"]
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                while proc.poll() is None:
+                    if alive is not None:
+                        alive()
+                    try:
+                        proc.wait(1)
+                    except subprocess.TimeoutExpired:
+                        pass
+            except BaseException:
+                proc.kill()
+                raise
+            stderr = proc.stderr.read() if proc.stderr else ""
         if proc.returncode != 0:
-            raise VmError(f"{self.name} got no lease in {timeout:g} s: {proc.stderr.strip()[-300:]}")
+            raise VmError(f"{self.name} got no lease in {timeout:g} s: {stderr.strip()[-300:]}")
         return self.address()
 
     def stop_dhclient(self) -> None:
@@ -246,7 +255,9 @@ class Network:
             "the WAN link's link-local address", lambda: homenet_ipv6.link_local_ready(self.wan_ns, "eth0"), 10, 0.1
         )
         conf = self.state / "kea-dhcp6.json"
-        conf.write_text(homenet_ipv6.kea_config(DELEGATED_PREFIX, "eth0"))
+        # Renewals as an ISP's, not every few seconds as the emulated home's renumbering tests need: each one
+        # runs dhcpcd's hook on the router, and under software emulation that alone took a good part of a core.
+        conf.write_text(homenet_ipv6.kea_config(DELEGATED_PREFIX, "eth0", renew_s=300, rebind_s=480))
         env = [f"KEA_PIDFILE_DIR={self.state}", f"KEA_LOCKFILE_DIR={self.state}"]
         kea = self._spawn("kea", ["env", *env, "kea-dhcp6", "-c", conf], self.wan_ns)
         self._started(
@@ -340,13 +351,26 @@ class RouterVm:
         self.failure: str | None = None
         self.commands = 0
         self.kvm = kvm_may_work()
+        # How many times slower than REFERENCE_SHELL_S this router's first boot was (at least 1).
+        self.pace = 1.0
+        self.paced_boot_s: float | None = None
+        self.powered_on: float | None = None
+
+    def paced(self, seconds: float) -> float:
+        """A wait sized for a quiet machine, stretched to this machine's measured speed."""
+        return seconds * self.pace
+
+    def boot_limit(self) -> float:
+        """How long a boot may take to its shell: before the first boot is measured, FIRST_BOOT_LIMIT_S;
+        after it, three times what it took (a rollback boots twice, a health check waits in between)."""
+        return FIRST_BOOT_LIMIT_S if self.paced_boot_s is None else 3 * self.paced_boot_s
 
     # ---- power
 
     def start(self) -> float:
         """Power on; returns the time.monotonic() of power-on. Falls back to software
         emulation when KVM shows nothing on the console within KVM_PROBE_S."""
-        powered_on = self._launch()
+        powered_on = self.powered_on = self._launch()
         if self.kvm:
             since = self.mark()
             try:
@@ -358,7 +382,7 @@ class RouterVm:
                 print(
                     f"KVM showed nothing in {KVM_PROBE_S} s ({self._qemu_log_tail()!r}): software emulation", flush=True
                 )
-                powered_on = self._launch()
+                powered_on = self.powered_on = self._launch()
         return powered_on
 
     def _qemu_log_tail(self) -> str:
@@ -517,10 +541,7 @@ class RouterVm:
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def found():
-            if self.proc is None:
-                raise VmError("qemu is not running")
-            if self.failure:
-                raise VmError(self.failure)
+            self.check_alive(since)
             return regex.search(self.since(since))
 
         try:
@@ -530,6 +551,32 @@ class RouterVm:
                 f"{exc}; last console lines:\n{self.since(since)[-1500:]}\n"
                 f"qemu's own view:\n{self.monitor('info status')}{self.monitor('info registers')[:600]}"
             ) from None
+
+    def check_alive(self, since: int) -> None:
+        """VmError if qemu is not running, or the boot that started after `since` has stopped for good
+        (emergency mode, a kernel panic): then the failure carries systemd's account of why."""
+        if self.proc is None:
+            raise VmError("qemu is not running")
+        if self.failure:
+            raise VmError(self.failure)
+        stopped = BOOT_STOPPED.search(self.since(since))
+        if stopped:
+            raise VmError(f"the router stopped booting ({stopped.group(0)!r}):\n{self._emergency_diagnosis(since)}")
+
+    def _emergency_diagnosis(self, since: int) -> str:
+        """The emergency shell's view (the console opens one: SYSTEMD_SULOGIN_FORCE), else the console."""
+        console = self.since(since)[-2500:]
+        self.send("\n")  # sulogin's "Press Enter for maintenance"
+        try:
+            self.expect(PROMPT, 60, self.mark())
+            self.run(QUIET_SHELL, timeout=60, diagnose=False)
+            return (
+                self.diagnosis()
+                + "\n"
+                + self.run("journalctl -b --no-pager -p warning -n 60", timeout=120, check=False, diagnose=False)
+            )
+        except VmError:
+            return f"(no shell) last console lines:\n{console}"
 
     def monitor(self, command: str) -> str:
         """One command on qemu's human monitor; its answer, or why there is none (for failure
@@ -569,37 +616,110 @@ class RouterVm:
         old shell may still print a prompt on its way down)."""
         since = self.mark()
         self.send("systemctl reboot\n")
-        return self.expect(BOOT_STARTED, 300, since).start() + since
+        return self.expect(BOOT_STARTED, self.paced(300), since).start() + since
 
-    def wait_for_shell(self, since: int, timeout: float = 180) -> None:
+    def wait_for_shell(self, since: int, timeout: float | None = None) -> None:
         """Wait for the autologin shell of a boot that started after `since`, quiet the console,
-        and wait for the boot to finish."""
-        self.expect(PROMPT, timeout, since)
+        and wait for the boot to finish. The first boot's time to its shell sets this router's pace."""
+        self.expect(PROMPT, timeout or self.boot_limit(), since)
+        self._measure_pace()
         self.run(QUIET_SHELL, timeout=60)
-        self.wait_for_boot_jobs(timeout)
+        self.wait_for_boot_jobs(timeout or self.boot_limit())
+
+    def _measure_pace(self) -> None:
+        if self.paced_boot_s is not None or self.powered_on is None:
+            return
+        took = time.monotonic() - self.powered_on
+        self.paced_boot_s = took
+        self.pace = max(1.0, took / REFERENCE_SHELL_S[self.kvm])
+        print(f"\nfirst boot to a shell: {took:.1f} s; later waits x{self.pace:.2f}", flush=True)
 
     def wait_for_boot_jobs(self, timeout: float) -> None:
         """Until systemd has run every start job of this boot. The shell comes up long before:
         until then the boot's own console messages (the version banner, the health verdict) can
-        land inside a command's output, and the output is no longer what the command printed."""
-        self.run("systemctl is-system-running --wait", timeout=timeout, check=False)
+        land inside a command's output, and the output is no longer what the command printed.
+        A boot whose jobs do not finish is a failure, with systemd's queue and journal to say why."""
+        output = self.run("systemctl is-system-running --wait", timeout=timeout, check=False, paced=False)
+        # Its last line: the boot's own console messages (the first-run banner) can come before it.
+        state = (output.strip().splitlines() or [""])[-1].strip()
+        if state not in ("running", "degraded"):
+            raise VmError(f"the boot did not finish: systemd says {state!r}\n{self.diagnosis()}")
 
-    def run(self, command: str, timeout: float = 60, check: bool = True) -> str:
-        """Run a shell command on the router's console; its output (stdout and stderr)."""
+    def diagnosis(self) -> str:
+        """What systemd is still doing and the journal's last words (for failure messages)."""
+        try:
+            return self.run(
+                "systemctl list-jobs --no-pager; systemctl --failed --no-pager; journalctl -b --no-pager -n 40",
+                timeout=120,
+                check=False,
+                diagnose=False,
+            )
+        except VmError as exc:
+            return f"(no diagnosis: {exc})"
+
+    def run(
+        self, command: str, timeout: float = 60, check: bool = True, paced: bool = True, diagnose: bool = True
+    ) -> str:
+        """Run a shell command on the router's console; its output (stdout and stderr). The timeout
+        is for a quiet machine and is stretched to this router's pace (unless paced=False). A command
+        that times out is interrupted, and the failure says what systemd was doing."""
         self.commands += 1
         n = self.commands
         start = self.mark()
         # The markers are split in what is typed, so the echo of the line never matches them.
         self.send(f"echo '@@B''EGIN{n}@@'; {command} 2>&1; echo \"@@E\"\"ND{n} $?@@\"\n")
-        m = self.expect(re.compile(rf"@@BEGIN{n}@@\n(.*?)@@END{n} (\d+)@@", re.S), timeout, start)
+        try:
+            m = self.expect(
+                re.compile(rf"@@BEGIN{n}@@\n(.*?)@@END{n} (\d+)@@", re.S),
+                self.paced(timeout) if paced else timeout,
+                start,
+            )
+        except VmError as exc:
+            if not diagnose or self.proc is None or self.failure:
+                raise
+            self.send("\x03")  # interrupt it, so the console takes the diagnosis
+            raise VmError(f"{exc}\n\nsystemd's jobs, failed units and journal:\n{self.diagnosis()}") from None
         output, status = m.group(1), int(m.group(2))
         if check and status != 0:
             raise VmError(f"on the router, `{command}` failed ({status}):\n{output}")
         return output
 
-    def slot_and_version(self) -> tuple[str, str]:
-        cmdline = self.run("cat /proc/cmdline")
+    def boot_profile(self, units: list[str]) -> dict:
+        """Where this boot's time went, from systemd in the router: the kernel's and userspace's share,
+        multi-user.target, and when each of `units` became active (seconds since the kernel started),
+        with `systemd-analyze blame` and `critical-chain` as text."""
+        seconds = r"((?:\d+min )?[\d.]+m?s)"
+        finished = self.run("systemd-analyze time", check=False)
+        profile: dict = {
+            part: _seconds(m.group(1))
+            for part in ("firmware", "loader", "kernel", "initrd", "userspace")
+            if (m := re.search(seconds + rf" \({part}\)", finished))
+        }
+        chain = self.run("systemd-analyze critical-chain --no-pager multi-user.target", check=False)
+        if m := re.search(r"multi-user\.target @" + seconds, chain):
+            profile["multi_user_s"] = _seconds(m.group(1))
+        shown = self.run(
+            f"systemctl show -p Id -p ActiveEnterTimestampMonotonic --no-pager {' '.join(units)}", check=False
+        )
+        for block in shown.strip().split("\n\n"):
+            fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            if fields.get("ActiveEnterTimestampMonotonic", "0").isdigit() and fields.get("Id"):
+                profile.setdefault("active_s", {})[fields["Id"]] = int(fields["ActiveEnterTimestampMonotonic"]) / 1e6
+        blame = self.run("systemd-analyze blame --no-pager | head -20", check=False)
+        profile["text"] = f"{finished}\n{chain}\n{blame}"
+        return profile
+
+    def slot_and_version(self, diagnose: bool = True) -> tuple[str, str]:
+        cmdline = self.run("cat /proc/cmdline", diagnose=diagnose)
         slot = re.search(r"homework\.slot=([ab])", cmdline)
         if not slot:
             raise VmError(f"no homework.slot in {cmdline!r}")
-        return slot.group(1), self.run("cat /usr/share/homework/version").strip()
+        return slot.group(1), self.run("cat /usr/share/homework/version", diagnose=diagnose).strip()
+
+
+def _seconds(text: str) -> float:
+    """systemd's '5min 34.606s', '15.293s' or '812ms' in seconds."""
+    total = 0.0
+    for number, unit in re.findall(r"([\d.]+)(min|ms|s)", text):
+        total += float(number) * {"min": 60, "s": 1, "ms": 0.001}[unit]
+    return round(total, 3)
