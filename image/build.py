@@ -251,6 +251,9 @@ INITRD_MODULES = (
 
 MIB = 1 << 20
 BIOS_BOOT_MIB, ESP_MIB, SLOT_MIB, DATA_MIB = 1, 96, 200, 256
+# The compressed image a household downloads (`.img.zst`, its root compressed with xz) must stay
+# within this: the build that makes it fails beyond it, and `--prove-size` holds a quick build to it.
+SHIPPED_IMAGE_GOAL_BYTES = 150_000_000
 BIOS_BOOT_PARTLABEL = "homework-bios-boot"
 PART_TYPES = {
     "esp": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
@@ -316,14 +319,21 @@ def base_root(pinned: bool = True) -> Path:
     if tarball.exists():
         log(f"Debian root: cached {tarball.name}")
         return tarball
-    CACHE.mkdir(parents=True, exist_ok=True)
     include = [f"{n}={v}" for n, v in sorted(pins.items())] if pins else wanted_packages()
+    log(f"Debian root: mmdebstrap {len(include)} packages{' (pinned by packages.lock)' if pins else ''}")
+    mmdebstrap(include, tarball, pinned=bool(pins))
+    return tarball
+
+
+def mmdebstrap(include: list[str], tarball: Path, pinned: bool) -> None:
+    """A Debian root with `include` (and what they need) into `tarball`, made the router's way: its
+    initrd's modules and compression, dpkg's exclusions."""
+    CACHE.mkdir(parents=True, exist_ok=True)
     initramfs = (
         f'mkdir -p "$1/etc/initramfs-tools/conf.d"; '
         f'printf "MODULES=list\\nCOMPRESS=zstd\\n" > "$1/etc/initramfs-tools/conf.d/homework.conf"; '
         f'printf "%s\\n" {" ".join(INITRD_MODULES)} > "$1/etc/initramfs-tools/modules"'
     )
-    log(f"Debian root: mmdebstrap {len(include)} packages{' (pinned by packages.lock)' if pins else ''}")
     tmp = tarball.with_suffix(".tmp.tar")
     cmd = [
         "mmdebstrap",
@@ -342,7 +352,7 @@ def base_root(pinned: bool = True) -> Path:
     ]
     proc = subprocess.run([str(c) for c in cmd], text=True, stderr=subprocess.PIPE)
     if proc.returncode != 0:
-        if pins and (
+        if pinned and (
             "was not found" in proc.stderr
             or "Unable to locate" in proc.stderr
             or "has no installation candidate" in proc.stderr
@@ -353,7 +363,6 @@ def base_root(pinned: bool = True) -> Path:
             )
         raise BuildError(f"mmdebstrap failed:\n{proc.stderr.strip()[-3000:]}")
     tmp.replace(tarball)
-    return tarball
 
 
 def base_cache(pins: dict[str, str]) -> Path:
@@ -451,8 +460,27 @@ def install_components(root: Path, wheel_dir: Path) -> None:
             shutil.copytree(src, dest, dirs_exist_ok=True)
         else:
             shutil.copy2(src, dest)
-    # The root is read-only: compile now, with the image's own interpreter.
-    sh("chroot", root, "python3", "-m", "compileall", "-q", "-j", "2", VENV / "lib")
+    # The root is read-only: compile now, with the image's own interpreter, every module the services
+    # import (Debian's and ours). Hash-based and unchecked: the root's squashfs gives every file the
+    # same time (`squash`), which no timestamp-based .pyc matches, so each Python start compiled every
+    # module it imported again, in memory (three times the CPU of the controller's start, and every
+    # service and boot step is a Python start).
+    sh(
+        "chroot",
+        root,
+        "python3",
+        "-m",
+        "compileall",
+        "-q",
+        "-f",
+        "-j",
+        "2",
+        "--invalidation-mode",
+        "unchecked-hash",
+        "/usr/lib/python3.11",
+        "/usr/lib/python3/dist-packages",
+        VENV / "lib",
+    )
 
 
 def _dist_name(component: Path) -> str:
@@ -652,7 +680,54 @@ def ensure_key() -> None:
 # ---- commands
 
 
-def build_image(version: str, fast: bool = False) -> None:
+# A minimal Debian booted the same way as the router (`make bench`'s boot ratio): the same kernel, systemd,
+# initrd, boot loader, partitions and read-only root, and nothing of the router's own.
+BASELINE_PACKAGES = ("linux-image-amd64", "initramfs-tools", "systemd", "systemd-sysv", "systemd-boot", "udev", "kmod")
+BASELINE = "debian-minimal-x86_64"
+
+
+def build_baseline(version: str) -> Path:
+    """build/debian-minimal-x86_64.img: the baseline the router's boot is measured against."""
+    pins = read_lock()
+    include = [f"{n}={v}" for n, v in sorted(pins.items()) if n in BASELINE_PACKAGES or n.startswith("linux-image-")]
+    recipe = json.dumps([include, DPKG_EXCLUDES, INITRD_MODULES, SUITE, COMPONENTS])
+    tarball = CACHE / f"baseline-{hashlib.sha256(recipe.encode()).hexdigest()[:16]}.tar"
+    if tarball.exists():
+        log(f"baseline root: cached {tarball.name}")
+    else:
+        log(f"baseline root: mmdebstrap {len(include)} packages (pinned by packages.lock)")
+        mmdebstrap(include, tarball, pinned=True)
+    work = WORK / "baseline"
+    root = work / "root"
+    extract(tarball, root)
+    # The router's console (autologin root on the serial port) and its read-only root's tmpfs mounts;
+    # none of its services, data or boot-loader mounts.
+    for overlay in ("etc/systemd/system/serial-getty@ttyS0.service.d", "etc/hostname"):
+        sh("cp", "-a", "--no-preserve=ownership", IMAGE_DIR / "rootfs" / overlay, root / overlay)
+    fstab = (IMAGE_DIR / "rootfs/etc/fstab").read_text().splitlines()
+    (root / "etc/fstab").write_text("".join(f"{line}\n" for line in fstab if line.startswith("tmpfs")))
+    (root / "etc/machine-id").write_text("")
+    kernel = take_kernel(root, work / "kernel")
+    squashfs = squash(root, work / "root.squashfs", fast=True)
+    esp_image(work / "esp.img", root, kernel, version)
+    data_image(work / "data.img")
+    img = BUILD / f"{BASELINE}.img"
+    disk(img, work / "esp.img", squashfs, work / "data.img")
+    log(f"baseline: {img}")
+    return img
+
+
+def check_shipped_size(shipped: int, goal: int = SHIPPED_IMAGE_GOAL_BYTES) -> str:
+    """What to log of the shipped image's size; BuildError if it is over its goal."""
+    if shipped > goal:
+        raise BuildError(
+            f"the shipped image would be {shipped / 1e6:.1f} MB, over its goal of {goal / 1e6:.0f} MB: "
+            "make room first (a package, the firmware list)"
+        )
+    return f"shipped image: {shipped / 1e6:.1f} MB (goal {goal / 1e6:.0f} MB)"
+
+
+def build_image(version: str, fast: bool = False, prove_size: bool = False) -> None:
     started = time.monotonic()
     if not (REPO / "hwdb/target/release/hwdb").exists() or not (REPO / "webui/frontend/dist/index.html").exists():
         raise BuildError("hwdb or the web UI is not built: run `make deps` first")
@@ -692,7 +767,18 @@ def build_image(version: str, fast: bool = False) -> None:
         "image_disk_bytes": img.stat().st_blocks * 512,
         "build_seconds": round(time.monotonic() - started),
     }
+    if not fast:
+        sizes["shipped_image_bytes"] = sizes[f"{NAME}.img.zst"]
+    elif prove_size:
+        # The shipped image from the same root: its root slot compressed with xz instead, the rest as here
+        # (a squashfs is already compressed, so the outer zstd leaves its size as it is, either way).
+        shipped_root = squash(root, WORK / "root-shipped.squashfs")
+        sizes["shipped_image_bytes"] = sizes[f"{NAME}.img.zst"] - squashfs.stat().st_size + shipped_root.stat().st_size
+        sizes["shipped_image_estimated"] = True
+        shipped_root.unlink()
     (BUILD / f"{NAME}.sizes.json").write_text(json.dumps(sizes, indent=1) + "\n")
+    if "shipped_image_bytes" in sizes:
+        log(check_shipped_size(sizes["shipped_image_bytes"]))
     log(
         f"done in {sizes['build_seconds']} s: root slot {sizes['root_slot_bytes'] / MIB:.1f} MiB, "
         f"compressed image {sizes[NAME + '.img.zst'] / MIB:.1f} MiB, bundle {sizes[NAME + '.bundle'] / MIB:.1f} MiB"
@@ -729,7 +815,14 @@ def main() -> int:
     img = sub.add_parser("image")
     img.add_argument("--version", default=time.strftime("%Y%m%d%H%M%S", time.gmtime()))
     img.add_argument("--fast", action="store_true", help="compress the root quickly (zstd) rather than small (xz)")
+    img.add_argument(
+        "--prove-size",
+        action="store_true",
+        help="with --fast: also compress the root as shipped (xz) and fail if the shipped image would be over its goal",
+    )
     sub.add_parser("lock")
+    base = sub.add_parser("baseline", help="a minimal Debian booted the same way, for the boot ratio")
+    base.add_argument("--version", default=time.strftime("%Y%m%d%H%M%S", time.gmtime()))
     bun = sub.add_parser("bundle")
     bun.add_argument("--version", required=True)
     bun.add_argument("--overlay", type=Path)
@@ -741,7 +834,9 @@ def main() -> int:
         return 1
     try:
         if args.command == "image":
-            build_image(boot.check_version(args.version), args.fast)
+            build_image(boot.check_version(args.version), args.fast, args.prove_size)
+        elif args.command == "baseline":
+            build_baseline(boot.check_version(args.version))
         elif args.command == "lock":
             tarball = base_root(pinned=False)
             root = WORK / "lock-root"
