@@ -3,7 +3,7 @@
 and regenerate docs/PERFORMANCE.md.
 
     bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]
-                 [agent_flood] [qos] [ipv6_permit]   (default: all)
+                 [agent_flood] [qos] [ipv6_permit] [boot]   (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -21,6 +21,7 @@ import sys
 import time
 
 import agent_flood
+import boot
 import hostile
 import ipv6_permit
 import qos
@@ -437,6 +438,7 @@ BENCHMARKS = {
     "agent_flood": agent_flood_home,
     "qos": qos.qos,
     "ipv6_permit": ipv6_permit.ipv6_permit,
+    "boot": boot.measure,
 }
 
 

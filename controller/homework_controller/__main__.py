@@ -6,7 +6,7 @@ import argparse
 import ipaddress
 import sys
 
-from . import dnsgate, log_writer
+from . import dnsgate, log_writer, startup
 from .config import CONFIG
 
 
@@ -271,9 +271,12 @@ def main(argv=None):
     # interval would let one busy thread hold a waiting DHCP answer for that long.
     sys.setswitchinterval(0.0005)
 
+    startup.phase("arguments read")
     # os-ken reads its own options from oslo.config; it ships no manager command any more.
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
+
+    startup.phase("os-ken imported")
 
     cfg.CONF(args=["--ofp-listen-host", CONFIG.of_host, "--ofp-tcp-listen-port", str(CONFIG.of_port)], project="os_ken")
     AppManager.run_apps(["homework_controller.ofapp"])

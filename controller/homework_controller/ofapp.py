@@ -35,6 +35,7 @@ from . import (
     radio_settings,
     shaper,
     slice_link,
+    startup,
 )
 from .accounting import rule_counters
 from .agent_reports import AgentReport
@@ -184,6 +185,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         # lock too) scans only what came since. A poll of 3,000 flows' longest hold: 64 -> 12 ms.
         gc.collect()
         gc.freeze()
+        startup.phase("services started")
 
     @staticmethod
     def _start_thread(target, *args):
@@ -235,6 +237,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         if ev.msg.datapath is self.datapath and not self.switch_ready:
             self.switch_ready = True
             LOG.info("switch ready: rules installed")
+            startup.phase("switch ready (serving DHCP)")
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _on_disconnect(self, ev):
