@@ -47,7 +47,8 @@ e2e:
 	$(MAKE) -C webui test-e2e PYTHON=$(CURDIR)/$(PY)
 	$(PY) -m pytest -q tests/e2e
 
-# make test, N times in a row from a fresh clone of HEAD (HOG=1: with a busy loop on one core).
+# make test, N times in a row from a fresh clone of HEAD (HOG=1: with a busy loop on one core;
+# SLOW=1: the image's boot stories on one core beside a busy loop, as on a slow machine).
 test-repeat:
 	scripts/test-repeat.sh $(N)
 

@@ -461,10 +461,11 @@ def install_components(root: Path, wheel_dir: Path) -> None:
         else:
             shutil.copy2(src, dest)
     # The root is read-only: compile now, with the image's own interpreter, every module the services
-    # import (Debian's and ours). Hash-based and unchecked: the root's squashfs gives every file the
-    # same time (`squash`), which no timestamp-based .pyc matches, so each Python start compiled every
-    # module it imported again, in memory (three times the CPU of the controller's start, and every
-    # service and boot step is a Python start).
+    # import (Debian's and ours). Hash-based: the root's squashfs gives every file the same time
+    # (`squash`), which no timestamp-based .pyc matches, so each Python start compiled every module it
+    # imported again, in memory (three times the CPU of the controller's start, and every service and
+    # boot step is a Python start). Checked, not unchecked: a bundle made with files laid over this
+    # root (`bundle --overlay`) changes a module's source without its .pyc, and the source must win.
     sh(
         "chroot",
         root,
@@ -476,7 +477,7 @@ def install_components(root: Path, wheel_dir: Path) -> None:
         "-j",
         "2",
         "--invalidation-mode",
-        "unchecked-hash",
+        "checked-hash",
         "/usr/lib/python3.11",
         "/usr/lib/python3/dist-packages",
         VENV / "lib",

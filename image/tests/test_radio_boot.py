@@ -23,15 +23,17 @@ from pathlib import Path
 import pytest
 from test_boot import PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in, main_pid
 
-from homenet.routervm import WWW_IP, Network, RouterVm, VmError
+from homenet.routervm import SAVED, WWW_IP, Network, RouterVm, VmError
 from homenet.wait import wait_until
 from homework_controller import wifi_keys
+from homework_image import boot
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
 IMAGE = BUILD / "homework-router-x86_64.img"
 STATE = BUILD / "image-test-radio"
 RADIOS = 4  # the router's and three stations: two permitted, one pending
+BOOTED_WITH_RADIOS = "booted-with-radios"  # the BIOS story's first boot, saved for this story (SAVED)
 DRIVE = "/run/radio-test"  # where the test drive is mounted in the VM
 HOSTAPD_CTRL = "/run/homework/hostapd"
 TIMINGS: dict[str, float] = {}
@@ -74,8 +76,9 @@ def make_test_drive(out: Path) -> Path:
     return out
 
 
-def ask_for_radios(disk: Path, radios: int) -> None:
-    """Put homework.test_radios=N on the kernel command line of the disk's boot entry (its ESP)."""
+def ask_for_radios(disk: Path, radios: int, work: Path) -> None:
+    """Put homework.test_radios=N on the kernel command line of the raw disk's boot entry (its ESP), for
+    systemd-boot and for GRUB (its grub.cfg made again from the entry)."""
     table = json.loads(subprocess.run(["sfdisk", "-J", str(disk)], capture_output=True, text=True, check=True).stdout)
     esp = next(p for p in table["partitiontable"]["partitions"] if p.get("name") == "homework-esp")
     image = f"{disk}@@{esp['start'] * 512}"
@@ -85,14 +88,22 @@ def ask_for_radios(disk: Path, radios: int) -> None:
     (entry,) = [line.strip() for line in listing.splitlines() if line.strip().endswith(".conf")]
     name = entry.rsplit("/", 1)[-1]
     text = subprocess.run(["mtype", "-i", image, f"::loader/entries/{name}"], capture_output=True, text=True).stdout
-    local = STATE / name
-    local.write_text(
-        "".join(
-            line + (f" homework.test_radios={radios}" if line.startswith("options ") else "") + "\n"
-            for line in text.splitlines()
-        )
+    text = "".join(
+        line + (f" homework.test_radios={radios}" if line.startswith("options ") else "") + "\n"
+        for line in text.splitlines()
     )
-    subprocess.run(["mcopy", "-o", "-i", image, str(local), f"::loader/entries/{name}"], check=True)
+    work.mkdir(parents=True, exist_ok=True)
+    for local, on_esp, content in (
+        (work / name, f"::loader/entries/{name}", text),
+        (work / "grub.cfg", f"::{boot.GRUB_DIR}/grub.cfg", boot.grub_config({name: text})),
+    ):
+        local.write_text(content)
+        subprocess.run(["mcopy", "-o", "-i", image, str(local), on_esp], check=True)
+
+
+def radio_test_drive() -> Path:
+    """The stations' tools as a drive (made once a run: the BIOS story's router carries it for this one)."""
+    return make_test_drive(STATE / "radio-test.img")
 
 
 class Station:
@@ -247,15 +258,21 @@ def net():
 
 @pytest.fixture(scope="module")
 def router(net):
-    if not IMAGE.exists():
-        pytest.fail("no image: run `make image` first")
+    """The BIOS story's first boot, resumed (it boots with radios for this story: booting is not this
+    story's subject), or, run alone, a router of its own booted with radios."""
     shutil.rmtree(STATE / "vm", ignore_errors=True)
     (STATE / "vm").mkdir(parents=True)
-    disk = STATE / "disk.img"
-    subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
-    ask_for_radios(disk, RADIOS)
-    vm = RouterVm(disk, STATE / "vm", {"radio-test": make_test_drive(STATE / "radio-test.img")}, net.vm_ns)
-    vm.powered_on = vm.start()  # type: ignore[attr-defined]
+    saved = SAVED.get(BOOTED_WITH_RADIOS)
+    if saved is not None:
+        vm = saved.resume(STATE / "vm", net.vm_ns)
+    else:
+        if not IMAGE.exists():
+            pytest.fail("no image: run `make image` first")
+        disk = STATE / "disk.img"
+        subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
+        ask_for_radios(disk, RADIOS, STATE)
+        vm = RouterVm(disk, STATE / "vm", {"radio-test": radio_test_drive()}, net.vm_ns)
+    vm.start()
     yield vm
     try:  # the router's side of what happened, kept beside the console's
         journal = vm.run("journalctl -b --no-pager -o short-monotonic -u 'homework-*'", timeout=120, check=False)
@@ -268,7 +285,10 @@ def router(net):
 
 @pytest.fixture(scope="module")
 def guest_passphrase(router) -> str:
-    router.wait_for_shell(0)
+    if router.resumed_from:
+        router.resumed()
+    else:
+        router.wait_for_shell(0)
     router.run(f"mkdir -p {DRIVE} && mount -o ro /dev/disk/by-id/virtio-radio-test {DRIVE}")
     conf = router.run("cat /var/lib/homework/config/wifi.conf")
     return next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("passphrase="))
@@ -354,8 +374,9 @@ def test_a_station_joins_with_the_guest_passphrase(router, stations, guest_passp
     first = stations[0]
     first.join(f'key_mgmt=WPA-PSK\n psk="{guest_passphrase}"\n ieee80211w=1')
     first.wait_connected(120)
-    TIMINGS["boot_to_first_association_s"] = round(time.monotonic() - router.powered_on, 1)
-    print(f"\nboot to the first association: {TIMINGS['boot_to_first_association_s']} s")
+    since = "resume" if router.resumed_from else "boot"
+    TIMINGS[f"{since}_to_first_association_s"] = round(time.monotonic() - router.powered_on, 1)
+    print(f"\n{since} to the first association: {TIMINGS[f'{since}_to_first_association_s']} s")
     sta = hostapd(router, "sta", first.mac)
     assert "[AUTHORIZED]" in sta, sta
 

@@ -25,6 +25,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -311,6 +312,38 @@ class Network:
             time.sleep(0.1)
 
 
+@dataclass(frozen=True)
+class SavedRouter:
+    """A router's whole state saved in its qcow2 disk (`RouterVm.save`): another RouterVm on the same
+    disk, drives and firmware resumes from it, at the pace the first one measured."""
+
+    disk: Path
+    drives: dict[str, Path]
+    firmware: str
+    name: str
+    kvm: bool
+    pace: float
+    paced_boot_s: float | None
+
+    def resume(self, state: Path, netns: str) -> RouterVm:
+        vm = RouterVm(self.disk, state, self.drives, netns, self.firmware, resume=self.name)
+        vm.kvm, vm.pace, vm.paced_boot_s = self.kvm, self.pace, self.paced_boot_s
+        return vm
+
+
+# Routers saved by a story for a later one in the same test process (the radio story resumes the
+# BIOS story's first boot, made with radios for it: a boot that is not its subject costs it nothing).
+SAVED: dict[str, SavedRouter] = {}
+
+
+def overlay(disk: Path) -> Path:
+    """A qcow2 overlay on a raw disk image (written to instead of it, and able to hold saved states)."""
+    out = disk.with_suffix(".qcow2")
+    out.unlink(missing_ok=True)
+    sh("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", disk, out)
+    return out
+
+
 # Why KVM did not run the firmware, once it has not in this process: later boots go straight to
 # software emulation rather than spend KVM_PROBE_S each finding out again.
 _KVM_FAILED: list[str] = []
@@ -333,10 +366,21 @@ class RouterVm:
     """The router booted from `disk` with UEFI (OVMF) or legacy BIOS (SeaBIOS, qemu's default
     firmware), its serial console on a socket."""
 
-    def __init__(self, disk: Path, state: Path, drives: dict[str, Path], netns: str, firmware: str = "uefi"):
+    def __init__(
+        self,
+        disk: Path,
+        state: Path,
+        drives: dict[str, Path],
+        netns: str,
+        firmware: str = "uefi",
+        resume: str | None = None,
+    ):
+        """disk: a raw image, or a qcow2 overlay (its name ends in .qcow2), which can hold saved states;
+        resume: the name of a state saved in it (`save`) to resume from, rather than power on."""
         if firmware not in FIRMWARES:
             raise ValueError(f"firmware is one of {FIRMWARES}, not {firmware!r}")
         self.disk, self.state, self.drives, self.netns, self.firmware = disk, state, drives, netns, firmware
+        self.resume = self.resumed_from = resume
         self.vars = state / "OVMF_VARS.fd"
         self.console_log = state / "console.log"
         self.sock_path = state / "serial.sock"
@@ -355,6 +399,23 @@ class RouterVm:
         self.pace = 1.0
         self.paced_boot_s: float | None = None
         self.powered_on: float | None = None
+
+    def save(self, name: str) -> SavedRouter:
+        """Save the running router's whole state (memory, devices, its disk as it is now) into its qcow2
+        disk under `name`, for another RouterVm on the same disk, drives and firmware to resume from once
+        this one is done with the disk (qemu holds it)."""
+        if self.disk.suffix != ".qcow2":
+            raise VmError(f"only a qcow2 disk holds a saved state, not {self.disk.name}")
+        answer = self.monitor(f"savevm {name}", timeout=self.paced(300))
+        listed = self.monitor("info snapshots")
+        if "rror" in answer or name not in listed:
+            raise VmError(f"qemu did not save the router's state {name!r}: {answer.strip()} {listed.strip()}")
+        return SavedRouter(self.disk, dict(self.drives), self.firmware, name, self.kvm, self.pace, self.paced_boot_s)
+
+    def resumed(self, since: int = 0) -> None:
+        """After resuming a state saved at a shell prompt (its console already quiet): a fresh prompt."""
+        self.send("\n")
+        self.expect(PROMPT, self.paced(60), since)
 
     def paced(self, seconds: float) -> float:
         """A wait sized for a quiet machine, stretched to this machine's measured speed."""
@@ -422,7 +483,8 @@ class RouterVm:
             "none",
             *firmware,
             "-drive",
-            f"file={self.disk},format=raw,if=none,id=root,cache=writeback",
+            f"file={self.disk},format={'qcow2' if self.disk.suffix == '.qcow2' else 'raw'},if=none,id=root,"
+            "cache=writeback",
             "-device",
             "virtio-blk-pci,drive=root,addr=0x5" + (",bootindex=0" if self.firmware == "bios" else ""),
             "-netdev",
@@ -444,6 +506,9 @@ class RouterVm:
             # emulation (no output at all after "Restarting system").
             "-no-reboot",
         ]
+        if self.resume:
+            argv += ["-loadvm", self.resume]
+            self.resume = None  # once: a reset after it powers on from the disk as it then is
         for i, (name, path) in enumerate(self.drives.items()):
             argv += [
                 "-drive",
@@ -578,12 +643,12 @@ class RouterVm:
         except VmError:
             return f"(no shell) last console lines:\n{console}"
 
-    def monitor(self, command: str) -> str:
+    def monitor(self, command: str, timeout: float = 10) -> str:
         """One command on qemu's human monitor; its answer, or why there is none (for failure
         messages: where a silent guest is stuck)."""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(10)
+                s.settimeout(timeout)
                 s.connect(str(self.monitor_path))
 
                 def up_to_prompt() -> bytes:
