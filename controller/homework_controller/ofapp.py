@@ -340,9 +340,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             self._apply(self.router.dns_answer(learnt, client_ip), at_once=True)
 
     def _resolve(self, domain: str):
-        self._dns_learn(self.dns.resolve(domain).learnt)
-        if self.router.ipv6 is not None:
-            self._dns_learn(self.dns.resolve(domain, "AAAA").learnt)  # its IPv6 addresses blocked too
+        for qtype in ("A", "AAAA") if self.router.ipv6 is not None else ("A",):  # its IPv6 addresses blocked too
+            for part in self.dns.resolve(domain, qtype).in_turns():
+                self._dns_learn(part)
 
     # ---- application priorities (the feed's thread parses; only the decision runs under the lock)
 
