@@ -280,9 +280,11 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             if isinstance(discovery, RouterAdvert):
                 self._queue(frame, lambda _: self.router.on_router_advert(discovery))
             elif discovery is not None:
-                self._queue(frame, lambda _: self.router.on_solicitation(in_port, discovery))
+                self._queue(
+                    frame, lambda _: self.router.on_solicitation(in_port, discovery), from_router=in_port == flows.LOCAL
+                )
             return
-        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port))
+        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port), from_router=in_port == flows.LOCAL)
 
     def _on_dhcp(self, frame: packets.Frame) -> None:
         """A client's DHCP frame from the LAN interface (dhcp_port)."""

@@ -23,3 +23,22 @@ def test_one_key_may_hold_more_than_the_others():
     assert all(q.put("newcomers", i) for i in range(4))
     assert not q.put("newcomers", 4)
     assert q.put("phone", 0) and q.put("phone", 1) and not q.put("phone", 2)
+
+
+def test_a_newcomers_storm_does_not_drop_the_routers_own_solicitations():
+    """Issue 39 finding 8: the router's stack's neighbour solicitations (and ARP) for devices' addresses
+    came from a MAC the router does not know as a device, so they waited in the newcomers' queue, which a
+    storm of forged MACs keeps full: the router could not find the devices it routes to. They have a queue
+    of their own now; the storm's frames beyond the newcomers' share are still dropped."""
+    from homework_controller.fair_serving import NEWCOMERS, queue_key
+
+    router_mac, phone = "02:48:57:00:00:01", "02:00:00:00:00:aa"
+    known = {phone}.__contains__
+    q = FairQueue(per_key_limit=4, limits={NEWCOMERS: 8})
+    storm = [q.put(queue_key(f"06:00:00:00:{i >> 8:02x}:{i & 0xFF:02x}", False, known), "storm") for i in range(100)]
+    assert storm.count(True) == 8
+    assert q.put(queue_key(router_mac, True, known), "the router's solicitation")
+    assert "the router's solicitation" in [q.pop() for _ in range(3)]  # served within a round
+    # Positive controls: a known device has its own queue; the router's MAC forged by a device is a newcomer's.
+    assert queue_key(phone, False, known) == phone
+    assert queue_key(router_mac, False, known) == NEWCOMERS
