@@ -281,7 +281,10 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
                 self._queue(frame, lambda _: self.router.on_router_advert(discovery))
             elif discovery is not None:
                 self._queue(
-                    frame, lambda _: self.router.on_solicitation(in_port, discovery), from_router=in_port == flows.LOCAL
+                    frame,
+                    lambda _: self.router.on_solicitation(in_port, discovery),
+                    from_router=in_port == flows.LOCAL,
+                    asked=discovery.target,
                 )
             return
         self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port), from_router=in_port == flows.LOCAL)
