@@ -51,7 +51,7 @@ class AppPriorities:
         self.clock, self.app_table, self.qos = clock, app_table, qos_settings
         self._device_at, self._device_of, self._process_of = device_at, device_of, process_of
         self.chosen: dict[str, str] = {}  # the household's choices (hwdb AppPriority), app -> priority
-        self.names = apps.NameMemory(app_table.app_of_names)
+        self.names = apps.NameMemory(app_table.app_of_names, owner_of=self._owner_of)
         self.flows_of: dict[str, dict[flows.FiveTuple, FlowApp]] = {}  # mac -> its learnt flows
         self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
         # The marks the switch gives connections before their first packet (by port, by name).
@@ -221,6 +221,12 @@ class AppPriorities:
         connection = (conn.proto, conn.saddr, conn.sport, conn.daddr, conn.dport)
         process = self._process_of(device.mac, connection)
         return apps.classify(self.app_table, conn, process, self.names.app_of(conn.saddr, conn.daddr), rates)
+
+    def _owner_of(self, address: str) -> str:
+        """Whose an address the resolver was asked from is (the device's MAC; an address no device has is
+        its own owner), so that the name memory bounds a device, however many addresses it asks from."""
+        device = self._device_at(address)
+        return address if device is None else device.mac
 
     def _household_priority(self, app: str) -> str:
         """The household's priority for the app, else the table's."""

@@ -179,29 +179,58 @@ def classify(
 
 
 class NameMemory:
-    """Per device, the names its lookups answered for each address and the app they name (bounded,
-    least recently learnt goes first): what the router's resolver saw, for naming the device's
-    connections. The app is worked out when a name is learnt, not for every connection at every poll."""
+    """Per device, the names its lookups answered for each address and the app they name: what the router's
+    resolver saw, for naming the device's connections. The app is worked out when a name is learnt, not for
+    every connection at every poll.
+
+    Bounded per device and in all, least recently learnt first: a device holds at most `per_device` entries
+    (every address it asks from: `owner_of` says whose an address is, so a device cycling addresses in its
+    /64 is one device), and a full memory takes from the device holding the most, so one device's answers
+    never erase another's names (and its apps' marks) while it holds less than its share."""
 
     def __init__(
         self,
         app_of_names: Callable[[Iterable[str]], str | None],
         max_entries: int = 20000,
         names_per_address: int = 4,
+        per_device: int = 2048,
+        owner_of: Callable[[str], str] = lambda device_ip: device_ip,
     ):
-        self._app_of_names = app_of_names
-        self.max_entries, self.names_per_address = max_entries, names_per_address
-        self._names: OrderedDict[tuple[str, str], tuple[tuple[str, ...], str | None]] = OrderedDict()
+        self._app_of_names, self._owner_of = app_of_names, owner_of
+        self.max_entries, self.names_per_address, self.per_device = max_entries, names_per_address, per_device
+        self._names: dict[tuple[str, str], tuple[tuple[str, ...], str | None, str]] = {}  # ..., its owner
+        self._of_owner: dict[str, OrderedDict[tuple[str, str], None]] = {}  # least recently learnt first
+
+    def __len__(self) -> int:
+        return len(self._names)
 
     def learn(self, device_ip: str, name: str, address: str) -> None:
         key = (device_ip, address)
-        names, app = self._names.pop(key, ((), None))
+        known = self._names.get(key)
+        if known is None:
+            names: tuple[str, ...] = ()
+            owner = self._owner_of(device_ip)
+            app = None
+        else:
+            names, app, owner = known
         if name not in names:
             names = (name, *names)[: self.names_per_address]  # the newest first
             app = self._app_of_names(names)
-        self._names[key] = (names, app)
-        while len(self._names) > self.max_entries:
-            self._names.popitem(last=False)
+        self._names[key] = (names, app, owner)
+        mine = self._of_owner.setdefault(owner, OrderedDict())
+        mine[key] = None
+        mine.move_to_end(key)
+        if len(mine) > self.per_device:
+            self._forget(owner)
+        if len(self._names) > self.max_entries:
+            self._forget(max(self._of_owner, key=lambda o: len(self._of_owner[o])))
+
+    def _forget(self, owner: str) -> None:
+        """The owner's least recently learnt entry goes."""
+        mine = self._of_owner[owner]
+        del self._names[mine.popitem(last=False)[0]]
+        if not mine:
+            del self._of_owner[owner]
 
     def names(self, device_ip: str, address: str) -> tuple[str, ...]:
         return self._names.get((device_ip, address), ((), None))[0]

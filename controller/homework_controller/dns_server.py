@@ -237,8 +237,8 @@ class DnsServer:
             self.counters["dns_rebind_blocked"] += 1
             LOG.info("rebind protection: %s answered with a private address; refused", query.qname)
             return dnsgate.refusal(query, "private address for a public name (rebind protection)", dnsgate.EDE_FILTERED)
-        if inspected.learnt:
-            self.learn(inspected.learnt, client_ip)
+        for part in inspected.in_turns():
+            self.learn(part, client_ip)
         return answer
 
     # -- UDP: one thread reads and answers; relays run on their own threads, bounded

@@ -41,6 +41,13 @@ TCP_LIMIT = 4096  # a query is one question (and an OPT record): room for cookie
 MAX_NAME_OCTETS = 255
 POINTERS_PER_RECORD = 8  # names decoded per record (its own, rdata's, pointers followed) before refusing
 MAX_ANSWER_RECORDS = 256  # an upstream answer with more is not read (nor passed on)
+# What one upstream answer teaches the router (the device gets the whole answer): the names of its CNAME
+# chain, the query's first (resolvers give up on longer chains too), and the addresses under them, each
+# under every name of the chain. A hostile zone's 127 CNAMEs and 128 addresses taught 16,512 pairs.
+MAX_CHAIN_NAMES = 8
+MAX_ADDRESSES_PER_ANSWER = 32
+MAX_LEARNT_PER_ANSWER = MAX_CHAIN_NAMES * MAX_ADDRESSES_PER_ANSWER
+LEARNT_PER_HOLD = 32  # pairs learnt per hold of the controller's lock (`Answer.in_turns`)
 
 # Addresses a public name must not answer with (rebind protection). Not the TEST-NETs:
 # the emulated home's "internet" is 198.51.100.0/24.
@@ -210,14 +217,20 @@ class Answer:
     """What an upstream answer to a device's query means for it.
 
     learnt: (name, address, ttl) for each A record of the query's CNAME chain, under every
-    name of the chain (the A record names only the chain's last link). readable: False if
-    the router could not read it (it cannot then tell whether it rebinds, so it is not passed
-    on). rebinds: a name outside the allow-list answered with a private address.
+    name of the chain (the A record names only the chain's last link): the chain's first
+    MAX_CHAIN_NAMES names and the first MAX_ADDRESSES_PER_ANSWER addresses under them. readable:
+    False if the router could not read it (it cannot then tell whether it rebinds, so it is not
+    passed on). rebinds: a name outside the allow-list answered with a private address.
     """
 
     learnt: tuple[tuple[str, str, int], ...] = ()
     readable: bool = True
     rebinds: bool = False
+
+    def in_turns(self) -> list[tuple[tuple[str, str, int], ...]]:
+        """What it taught in parts the router learns each under its lock in turn with everything else
+        (another device's DHCP and DNS wait for one part at most, not the whole answer)."""
+        return [self.learnt[i : i + LEARNT_PER_HOLD] for i in range(0, len(self.learnt), LEARNT_PER_HOLD)]
 
 
 def _private(address: str) -> bool:
@@ -241,17 +254,16 @@ def inspect_answer(answer: bytes, qname: str, rebind_allowed: tuple[str, ...] = 
             return Answer(rebinds=True)
     except Exception:  # any failure to read an untrusted message means "unreadable"
         return Answer(readable=False)
-    chain = {qname}
+    chain = [qname]
     for rr in record.rr:
-        if rr.rtype == dnslib.QTYPE.CNAME and str(rr.rname).rstrip(".").lower() in chain:
-            chain.add(str(rr.rdata).rstrip(".").lower())
+        if len(chain) == MAX_CHAIN_NAMES:
+            break
+        target = str(rr.rdata).rstrip(".").lower() if rr.rtype == dnslib.QTYPE.CNAME else None
+        if target is not None and target not in chain and str(rr.rname).rstrip(".").lower() in chain:
+            chain.append(target)
+    under_chain = [rr for rr in addresses if str(rr.rname).rstrip(".").lower() in chain]
     return Answer(
-        learnt=tuple(
-            (name, str(rr.rdata), rr.ttl)
-            for rr in addresses
-            if str(rr.rname).rstrip(".").lower() in chain
-            for name in sorted(chain)
-        )
+        learnt=tuple((name, str(rr.rdata), rr.ttl) for rr in under_chain[:MAX_ADDRESSES_PER_ANSWER] for name in chain)
     )
 
 

@@ -21,6 +21,20 @@ from .serving import TimedLock
 LOG = logging.getLogger("homework.controller")
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+ROUTER = "router"  # its key for the router's own stack (its ARP and neighbour solicitations for devices)
+
+
+def queue_key(eth_src: str, known: Callable[[str], bool], from_router: bool = False, about: str | None = None):
+    """Whose queue a frame waits in: the router's stack's own (what came in on the switch's LOCAL port), a
+    known device's, else the newcomers' one. The router's never shares the newcomers': a storm of forged
+    MACs filling theirs must not drop the router's solicitations for the devices it routes to. And it is
+    one per device the router asks about (`about`: its MAC), so a device cycling addresses in its /64 (each
+    one the router's stack solicits) fills only the queue of the router's questions about itself."""
+    if from_router:
+        return (ROUTER, about)
+    return eth_src if known(eth_src) else NEWCOMERS
+
+
 RULE_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter)
 
 
@@ -32,14 +46,18 @@ class FairServing:
     held_rules: HeldChanges
     _carry_out: Callable[[object], None]
 
-    def _queue(self, frame: packets.Frame, decide, answers_first: bool = False) -> None:
+    def _queue(
+        self, frame: packets.Frame, decide, answers_first: bool = False, from_router: bool = False, asked: str = ""
+    ) -> None:
         """answers_first: DHCP, which a household's devices all ask at once after a power cut; the
         rule changes it brings wait behind the answers (packet-ins' do not: a learnt flow's rule
-        ends the copies of its packets)."""
+        ends the copies of its packets). from_router: it came from the router's own stack, asking
+        where the address `asked` is (a neighbour solicitation's target)."""
         with self.lock:
             # Devices the router knows get a queue each; everyone else shares one, or a storm of
             # forged MACs would be a thousand "devices" each served as often as a real one.
-            key = frame.eth_src if frame.eth_src in self.router.devices else NEWCOMERS
+            about = self.router.registry.device_at(asked) if from_router and asked else None
+            key = queue_key(frame.eth_src, self.router.devices.__contains__, from_router, about.mac if about else None)
             queued = self.from_devices.put(key, (frame, decide, answers_first))
         # Set once per wake-up, not per frame (a set costs a condition's lock): the worker clears it
         # before it looks at the queue, so a frame queued while it is still set is seen then.

@@ -9,13 +9,16 @@ table 0, admission:
   DEVICE_ARP     wlan: a known device's router/neighbour solicitations   -> its own meter, controller
                  wlan: a forwarding device's router adverts (the routes   -> its own meter, controller
                  it offers: `border_routes`)
+  ADVERTS        wlan: neighbour adverts, redirects, router adverts      -> drop: no device speaks for another (or the
+                 (but a forwarding device's own, above)                     router): the router's stack finds devices by
+                                                                            the controller's proxy answers alone
   SOURCE_CHECKED wlan: forwarding device, its MAC *and* a source in       -> goto 1
                  one of its /64s or of the routes it offers
                  router: IPv6 to a forwarding device's MAC               -> goto 1
                  wlan: a forwarding device's UDP to link-scope multicast   -> goto 1
                  (ff02::/16) from its MAC and a link-local source
   (MISS drops the rest: a pending or denied device's IPv6, a forged source, link-local unicast between
-  devices, ICMPv6 other than solicitations (MLD reports; adverts but a forwarding device's own); the router's
+  devices, ICMPv6 other than solicitations (MLD reports); the router's
   own adverts and answers are packet-outs, which the tables do not see)
 table 1, accounting (`Flows` rows come from the switch's flow export):
   BLOCKED        from a device's /64s to an address of a name blocked    -> drop
@@ -81,6 +84,7 @@ TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a dev
 # rows never read them). Between devices both match: the sender's wins, as for IPv4.
 COUNTED_SOURCE, COUNTED_DEST = Accounting.DEVICE_SOURCE - 5, Accounting.DEVICE_DEST - 5
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
+_ADVERTS = (nd.ROUTER_ADVERTISEMENT, nd.NEIGHBOUR_ADVERTISEMENT, nd.REDIRECT)
 LINK_LOCAL = masked("fe80::/10")
 # Link-scope multicast a household's discovery uses (mDNS, SSDP, WS-Discovery, LLMNR), all UDP: matching UDP
 # leaves ICMPv6 (neighbour discovery, MLD) to the rules above, so the router alone answers solicitations and
@@ -89,7 +93,11 @@ LINK_SCOPE_MULTICAST = masked("ff02::/16")
 
 
 def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
-    """Solicitations from anyone on an access port (newcomers' budget), and the router's stack's."""
+    """Solicitations from anyone on an access port (newcomers' budget), and the router's stack's; adverts
+    from anyone on an access port dropped, whatever their source (a forwarding device's own router adverts
+    reach the controller by a rule above, `device_rules`). A neighbour advert from a device's own /64 to the
+    router's ::1 would otherwise reach the router's stack with hop limit 255, and an override one naming
+    another device's address would have the router send that device's traffic to the sender's MAC."""
     newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
     rules = [
         rule(
@@ -102,6 +110,19 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
             ip_proto=nd.PROTO_ICMPV6,
         )
         for kind in _SOLICITATIONS
+        for port in access_ports
+    ]
+    rules += [
+        rule(
+            TABLE_ADMISSION,
+            Admission.ADVERTS,
+            (),
+            in_port=port,
+            icmpv6_type=kind,
+            eth_type=ETH_IPV6,
+            ip_proto=nd.PROTO_ICMPV6,
+        )
+        for kind in _ADVERTS
         for port in access_ports
     ]
     rules.append(

@@ -1,5 +1,12 @@
 """Newcomers, the concern: how many devices may wait for a decision, which one makes way for the
-next, and telling the household of each new device but of a storm of them (forged MACs) once."""
+next, and telling the household of each new device but of a storm of them (forged MACs) once.
+
+A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is come
+back (renew their lease, half way through it). So during a storm a newcomer is announced when it comes
+back, not when it takes its lease, and the pending devices never seen again since they first asked make
+way before those that came back: a real newcomer that renewed keeps its place on the board however long
+the storm goes on (issue 39).
+"""
 
 from __future__ import annotations
 
@@ -13,13 +20,26 @@ from .model import Device
 LOG = logging.getLogger(__name__)
 
 NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
+# Seen this long after it first asked, a device came back (a DHCP exchange takes well under a second,
+# a client's retries come 4 s apart, its renewal half a lease on).
+SEEN_AGAIN_S = 10.0
+
+
+def came_back(device: Device) -> bool:
+    return device.last_seen - device.first_seen >= SEEN_AGAIN_S
 
 
 class Newcomers:
-    def __init__(self, clock: Callable[[], float], max_pending: int = 256):
-        self.clock, self.max_pending = clock, max_pending
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        max_pending: int = 256,
+        device_of: Callable[[str], Device | None] = lambda _: None,
+    ):
+        """device_of: the router's record of a device (None: it knows none)."""
+        self.clock, self.max_pending, self._device_of = clock, max_pending, device_of
         self._arrivals: deque[float] = deque()
-        self._unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it takes a lease
+        self._unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it comes back
         self._storm_reported = False
 
     # -- the lifecycle
@@ -46,9 +66,10 @@ class Newcomers:
             return None
         # One the household has named is one it is looking at: it stays.
         waiting = [d for d in waiting if not d.name] or waiting
-        # A device that only ever sent DISCOVERs (all a forged MAC does) goes before one that took
-        # a lease (a real newcomer renews and waits for the household to look).
-        oldest = min(waiting, key=lambda d: (d.lease_expires > 0, d.last_seen))
+        # A device that only ever sent DISCOVERs goes before one that took a lease, and one never seen
+        # again since it first asked (a storm's forged MACs, even those that complete their leases) before
+        # one that came back (a real newcomer renews, and waits for the household to look).
+        oldest = min(waiting, key=lambda d: (d.lease_expires > 0, came_back(d), d.last_seen))
         LOG.info(
             "pending devices at their cap (%d): forgetting %s, silent since %.0f",
             self.max_pending,
@@ -62,15 +83,13 @@ class Newcomers:
     def announce(self, mac: str, message: str) -> list[TellHousehold]:
         """The household hears of each new device, but of a storm of them (forged MACs) only once."""
         now = self.clock()
-        window = self._arrivals
-        window.append(now)
-        while window and window[0] < now - NEWCOMER_STORM_WINDOW_S:
-            window.popleft()
-        if len(window) < NEWCOMER_STORM:
-            if len(window) < NEWCOMER_STORM // 2:
+        self._arrivals.append(now)
+        arrivals = self._recent_arrivals(now)
+        if arrivals < NEWCOMER_STORM:
+            if arrivals < NEWCOMER_STORM // 2:
                 self._storm_reported = False  # calm again: the next storm is news
             return [TellHousehold("new-device", mac, message)]
-        self._unannounced[mac] = message  # told when it takes a lease
+        self._unannounced[mac] = message  # told when it comes back
         if self._storm_reported:
             return []
         self._storm_reported = True
@@ -78,13 +97,24 @@ class Newcomers:
             TellHousehold(
                 "newcomer-storm",
                 "",
-                f"{len(window)} devices asked to join within "
+                f"{arrivals} devices asked to join within "
                 f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
-                "that takes an address is announced, the rest are forgotten",
+                "that comes back for its address is announced, the rest are forgotten",
             )
         ]
 
     def took_lease(self, mac: str) -> list[TellHousehold]:
-        """Asked during a storm, and real: it took its lease, which a forged MAC never does."""
-        message = self._unannounced.pop(mac, None)
-        return [TellHousehold("new-device", mac, message)] if message is not None else []
+        """A lease granted or renewed: a newcomer asked during a storm is announced once it came back
+        (`came_back`, which a forged MAC never does), or once the storm is over."""
+        device = self._device_of(mac)
+        if mac not in self._unannounced or device is None:
+            return []
+        if not came_back(device) and self._recent_arrivals(self.clock()) >= NEWCOMER_STORM // 2:
+            return []
+        return [TellHousehold("new-device", mac, self._unannounced.pop(mac))]
+
+    def _recent_arrivals(self, now: float) -> int:
+        window = self._arrivals
+        while window and window[0] < now - NEWCOMER_STORM_WINDOW_S:
+            window.popleft()
+        return len(window)

@@ -283,9 +283,14 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             if isinstance(discovery, RouterAdvert):
                 self._queue(frame, lambda _: self.router.on_router_advert(discovery))
             elif discovery is not None:
-                self._queue(frame, lambda _: self.router.on_solicitation(in_port, discovery))
+                self._queue(
+                    frame,
+                    lambda _: self.router.on_solicitation(in_port, discovery),
+                    from_router=in_port == flows.LOCAL,
+                    asked=discovery.target,
+                )
             return
-        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port))
+        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port), from_router=in_port == flows.LOCAL)
 
     def _on_dhcp(self, frame: packets.Frame) -> None:
         """A client's DHCP frame from the LAN interface (dhcp_port)."""
@@ -343,9 +348,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
             self._apply(self.router.dns_answer(learnt, client_ip), at_once=True)
 
     def _resolve(self, domain: str):
-        self._dns_learn(self.dns.resolve(domain).learnt)
-        if self.router.ipv6 is not None:
-            self._dns_learn(self.dns.resolve(domain, "AAAA").learnt)  # its IPv6 addresses blocked too
+        for qtype in ("A", "AAAA") if self.router.ipv6 is not None else ("A",):  # its IPv6 addresses blocked too
+            for part in self.dns.resolve(domain, qtype).in_turns():
+                self._dns_learn(part)
 
     # ---- application priorities (the feed's thread parses; only the decision runs under the lock)
 

@@ -110,7 +110,7 @@ class HomeRouter:
         self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
-        self.newcomers = Newcomers(clock, max_pending)
+        self.newcomers = Newcomers(clock, max_pending, self.devices.get)
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s, from_export=flows_from_export)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.priorities = AppPriorities(

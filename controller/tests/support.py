@@ -181,6 +181,7 @@ class Resolver:
         self.router, self.lock = router, TimedLock()
         self.port = free_port()
         self.learnt = []
+        self.holds = []  # what each hold of the lock learnt
         self.server = dns_server.DnsServer(
             ("127.0.0.1", self.port), upstream.address, self.verdict, self.learn, **options
         )
@@ -194,6 +195,7 @@ class Resolver:
     def learn(self, learnt, client_ip):
         with self.lock:
             self.learnt += learnt
+            self.holds.append(len(learnt))
             self.router.dns_answer(learnt, self.device_ip if client_ip == "127.0.0.1" else client_ip)
 
     def udp(self, wire, timeout=2.0):

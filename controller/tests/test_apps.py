@@ -116,3 +116,30 @@ def test_the_name_memory_is_per_device_and_bounded():
     memory.learn(PHONE_IP, "a.test", "198.51.100.1")
     memory.learn(PHONE_IP, "b.test", "198.51.100.2")
     assert memory.names(PHONE_IP, ZOOM_IP) == ()  # the least recently learnt went first
+
+
+def test_one_devices_answers_cannot_erase_anothers_names():
+    """Issue 39 finding 8: the memory's entries were shared by all devices, so a device resolving names in
+    a zone it controls pushed out every other device's, and with them its apps' marks. Now each device
+    holds at most `per_device` (all its addresses together: an IPv6 device cycling addresses in its /64
+    is one device), and a full memory takes from the device holding the most."""
+    laptop_ip, tablet_ip = "10.2.0.10", "10.2.0.14"
+    owners = {PHONE_IP: "phone", laptop_ip: "laptop", tablet_ip: "tablet"}
+
+    def owner_of(ip):
+        return "laptop" if ip.startswith("2001:db8:1:2:") else owners[ip]
+
+    memory = apps.NameMemory(TABLE.app_of_names, max_entries=7, per_device=4, owner_of=owner_of)
+    memory.learn(PHONE_IP, "us04web.zoom.us", ZOOM_IP)
+    for n in range(1000):  # the laptop, from its IPv4 address and from ever new addresses in its /64
+        memory.learn(laptop_ip if n % 2 else f"2001:db8:1:2::{n:x}", f"{n}.evil.test", f"198.18.{n // 250}.{n % 250}")
+    assert memory.app_of(PHONE_IP, ZOOM_IP) == "video-call"
+    assert len(memory) == 5  # the phone's one, the laptop's four (its most recent)
+    assert memory.names(laptop_ip, "198.18.3.249") == ("999.evil.test",)
+    # A full memory: the tablet's learning takes from the laptop, the device holding the most.
+    for n in range(3):
+        memory.learn(tablet_ip, f"{n}.shop.test", f"203.0.113.{n}")
+    assert len(memory) == 7 and memory.app_of(PHONE_IP, ZOOM_IP) == "video-call"
+    assert [memory.names(tablet_ip, f"203.0.113.{n}") for n in range(3)] == [(f"{n}.shop.test",) for n in range(3)]
+    assert memory.names("2001:db8:1:2::3e4", "198.18.3.246") == ()  # the laptop's oldest went
+    assert memory.names(laptop_ip, "198.18.3.247") == ("997.evil.test",)

@@ -3,6 +3,7 @@ and cannot do to everyone else's DNS (issue 9 items 1, 2 and 4; rebind protectio
 
 from __future__ import annotations
 
+import itertools
 import math
 import socket
 import struct
@@ -285,3 +286,45 @@ def test_an_ipv6_device_is_its_64_for_the_per_device_limits():
     assert dns_server.client_key("2001:db8:100:1::aa") != dns_server.client_key("2001:db8:100:2::aa")
     assert dns_server.client_key("fe80::aa%br-lan") == "fe80::/64"
     assert dns_server.client_key("10.0.0.6") == "10.0.0.6"
+
+
+def chained_answer(qname: str, links: int, addresses: int, under_first: bool = False) -> bytes:
+    """An answer from a zone the asking device controls: a CNAME chain of `links` more names, and
+    `addresses` A records under its last one (or its first), so every name of the chain has every address."""
+    reply = dnslib.DNSRecord.question(qname).reply()
+    names = [qname] + [f"c{i}.evil.test" for i in range(links)]
+    for name, target in itertools.pairwise(names):
+        reply.add_answer(dnslib.RR(name, dnslib.QTYPE.CNAME, rdata=dnslib.CNAME(target), ttl=300))
+    for n in range(addresses):
+        address = f"198.18.{n // 250}.{n % 250 + 1}"
+        reply.add_answer(dnslib.RR(names[0 if under_first else -1], dnslib.QTYPE.A, rdata=dnslib.A(address), ttl=300))
+    return reply.pack()
+
+
+def test_a_hostile_answer_teaches_a_bounded_number_of_pairs_a_few_at_a_time(router, upstream):
+    """Issue 39 finding 3: 127 CNAMEs and 128 addresses (256 records, the most an answer may have) taught
+    16,512 (name, address) pairs, all learnt in one hold of the controller's lock (337 ms at worst with
+    the rest of the path). What one answer teaches is bounded, and learnt a few pairs per hold, so
+    another device's DHCP and DNS wait for one small part at most. Work is asserted, not time (the
+    longest hold is printed: run with -s)."""
+    upstream.raw["www.evil.test"] = chained_answer("www.evil.test", 127, 128)
+    upstream.raw["ftp.evil.test"] = chained_answer("ftp.evil.test", 127, 128, under_first=True)
+    # Positive control: an ordinary answer (a CNAME chain to a CDN, four addresses) is learnt whole.
+    upstream.raw["www.shop.test"] = chained_answer("www.shop.test", 2, 4)
+    resolver = Resolver(router, permitted_phone(router), upstream)
+    try:
+        for name in ("www.evil.test", "ftp.evil.test"):
+            for over_tcp in (False, True):
+                rcode, addresses = resolver.lookup(name, over_tcp)
+                assert (rcode, len(addresses)) == ("NOERROR", 255), over_tcp  # the device gets the answer as it was
+        print(f"\nlongest hold of the lock, hostile answers: {resolver.lock.max_hold_s * 1000:.2f} ms")
+        assert len(resolver.learnt) <= 4 * dnsgate.MAX_LEARNT_PER_ANSWER
+        assert max(resolver.holds) <= dnsgate.LEARNT_PER_HOLD
+        # What the router learns starts from the name asked: the addresses under the chain's first names.
+        assert ("ftp.evil.test", "198.18.0.1", 300) in resolver.learnt
+        resolver.learnt.clear()
+        assert resolver.lookup("www.shop.test")[0] == "NOERROR"
+        names = ("www.shop.test", "c0.evil.test", "c1.evil.test")
+        assert sorted(resolver.learnt) == sorted((n, f"198.18.0.{i}", 300) for n in names for i in range(1, 5))
+    finally:
+        resolver.server.close()

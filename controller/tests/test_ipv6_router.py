@@ -569,3 +569,55 @@ def test_a_route_goes_when_it_is_withdrawn_runs_out_or_its_device_is_denied(rout
     assert not reached()
     offer(router, switch, TABLET, (MESH, 1800))
     assert reached()
+
+
+# ---- no device speaks for another at layer 2 or 3 (issue 39, finding 2)
+
+
+def icmpv6(eth_src, src, dst, kind, in_port=WLAN, eth_dst=ROUTER_MAC):
+    """An ICMPv6 message of `kind` as the switch sees it."""
+    packet = ipv6_packet(in_port, eth_src, eth_dst, src, dst, hop_limit=255)
+    del packet["tcp_src"], packet["tcp_dst"]
+    return packet | {"ip_proto": nd.PROTO_ICMPV6, "icmpv6_type": kind}
+
+
+def test_a_devices_neighbour_advert_for_another_devices_address_reaches_nothing(router, switch):
+    """The attack: the laptop sends the router's ::1 in its own /64 an override NA saying the phone's
+    address is at the laptop's MAC (from a source in its /64, hop limit 255: Linux would take it). No NA,
+    redirect or stray router advert from a device reaches the router's stack: the router learns where a
+    device is only from the controller's proxy answers."""
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    laptop64 = router.ipv6.current[LAPTOP][0]
+    laptop, gateway = in_prefix(laptop64), ipv6.gateway_of(laptop64)
+    for kind in (nd.NEIGHBOUR_ADVERTISEMENT, nd.REDIRECT, nd.ROUTER_ADVERTISEMENT):
+        for dst in (gateway, nd.ALL_NODES):
+            for src in (laptop, "fe80::cc"):
+                assert deliver(router, switch, icmpv6(LAPTOP, src, dst, kind)) == [], (kind, dst, src)
+    # Positive controls: its ping to the router's ::1 and its solicitations still get there (the latter to the
+    # controller, which answers them); a forwarding device's own router adverts reach the controller (its routes).
+    echo_request = 128
+    assert [d.port for d in deliver(router, switch, icmpv6(LAPTOP, laptop, gateway, echo_request))] == [LOCAL]
+    for kind in (nd.NEIGHBOUR_SOLICITATION, nd.ROUTER_SOLICITATION):
+        assert [d.port for d in switch.send(icmpv6(LAPTOP, laptop, gateway, kind))] == [flows.CONTROLLER], kind
+    assert [d.port for d in switch.send(icmpv6(LAPTOP, "fe80::cc", nd.ALL_NODES, nd.ROUTER_ADVERTISEMENT))] == [
+        flows.CONTROLLER
+    ]
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_the_routers_frames_for_a_device_carry_that_devices_mac(router, switch, family):
+    """Had the router's stack been told the phone's address is at the laptop's MAC (a poisoned neighbour
+    entry), its frames for the phone still reach the phone, addressed to the phone: the switch sets the
+    destination MAC from the address, never trusts the stack's."""
+    phone_v4 = join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    if family == "ipv4":
+        to_phone = ipv4(LOCAL, ROUTER_MAC, LAPTOP, "192.0.2.80", phone_v4, sport=443, dport=40000)
+    else:
+        to_phone = ipv6_packet(LOCAL, ROUTER_MAC, LAPTOP, INTERNET, in_prefix(router.ipv6.current[PHONE][0]))
+    [out] = deliver(router, switch, to_phone)
+    assert (out.port, out.packet["eth_dst"]) == (WLAN, PHONE)
+    # Positive control: the frame the stack addressed right leaves the same way.
+    [out] = deliver(router, switch, to_phone | {"eth_dst": PHONE})
+    assert (out.port, out.packet["eth_dst"]) == (WLAN, PHONE)

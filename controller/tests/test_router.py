@@ -317,17 +317,71 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     assert router.counters["pending_evicted"] >= 350
     router.store.flush()
     assert router.store.load() == {}  # no newcomer touched the disk
-    # A real device asking during the storm is announced once it takes its lease.
+    # A real device asking during the storm is announced once it comes back for its lease (forged MACs that
+    # complete DISCOVER..ACK never do), not as it takes it.
     [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     granted = router.on_dhcp(
         frame(TABLET, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
     )
-    assert [e.kind for e in granted if isinstance(e, TellHousehold)] == ["new-device"]
+    assert [e.kind for e in granted if isinstance(e, TellHousehold)] == []
+    router.clock.now += 15  # its renewal, half its pending lease on
+    renewed = router.on_dhcp(frame(TABLET, "request", ciaddr=pkt["BOOTP"].yiaddr, src_ip=pkt["BOOTP"].yiaddr))
+    assert [e.kind for e in renewed if isinstance(e, TellHousehold)] == ["new-device"]
     # Once things calm down, a new device is news again.
     router.clock.now += 120
     router.on_dhcp(frame(PHONE, "discover"))
     assert [e.kind for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == ["new-device"]
+
+
+def forged_leases(router, count, start=0, every_s=1.0):
+    """A storm of forged MACs each completing DISCOVER..ACK (and never seen again): what the household was told."""
+    told = []
+    for n in range(start, start + count):
+        router.clock.now += every_s
+        told += [
+            e
+            for e in lease_effects(router, f"02:fe:00:00:{n // 256:02x}:{n % 256:02x}")
+            if isinstance(e, TellHousehold)
+        ]
+    return told
+
+
+def lease_effects(router, mac):
+    """A device's DISCOVER and REQUEST: the effects of both."""
+    effects = router.on_dhcp(frame(mac, "discover"))
+    [offer] = [e for e in effects if isinstance(e, AnswerDhcp)]
+    pkt, opts = reply_of(offer.data)
+    return effects + router.on_dhcp(
+        frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
+    )
+
+
+def test_a_storm_of_forged_macs_completing_their_leases_is_told_once_and_a_real_newcomer_keeps_its_place(
+    db_path, clock
+):
+    """Issue 39: a storm of forged MACs each completing DISCOVER..ACK added an Events row per MAC (each took
+    a lease, which a forged MAC was thought never to do), and a real newcomer that had come back for its
+    lease was evicted before forged ones that never came back. Now the household hears of the storm once,
+    a newcomer is announced when it comes back, and those never seen again make way first."""
+    router = with_max_pending(db_path, clock, 20)
+    told = forged_leases(router, 40)  # the storm starts
+    ip = lease(router, PHONE)  # a real newcomer arrives mid-storm
+    told += forged_leases(router, 14, start=40)
+    clock.now += 1
+    told += [
+        e for e in router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, TellHousehold)
+    ]  # its renewal, 15 s on
+    told += forged_leases(router, 300, start=54)  # the storm goes on: the cap is churned 15 times over
+    kinds = [e.kind for e in told]
+    assert kinds.count("newcomer-storm") == 1
+    assert [e.mac for e in told if e.kind == "new-device"] == [f"02:fe:00:00:00:{n:02x}" for n in range(29)] + [PHONE]
+    assert router.status(PHONE)["ip"] == ip  # still on the board, waiting for the household
+    assert router.counters["pending_evicted"] >= 300
+    # Positive control: a newcomer that never came back is evicted as the storm goes on, as the forged ones are.
+    lease(router, TABLET)
+    forged_leases(router, 25, start=400)
+    assert TABLET not in router.devices
 
 
 def test_decisions_are_written_and_sightings_batched(router):

@@ -96,27 +96,20 @@ def read_radios() -> list[Radio]:
 
 
 def hostapd_args(settings: RadioSettings) -> list[str]:
-    """`homework_controller.hostapd_conf`'s arguments for the radio."""
-    return [
-        "--driver",
-        "nl80211",
-        "--interface",
-        RADIO_PORT,
-        "--ctrl-dir",
-        str(HOSTAPD_CTRL),
-        "--ssid",
-        settings.ssid,
-        "--passphrase",
-        settings.passphrase,
-        "--psk-file",
-        str(PSK_FILE),
-        "--country",
-        settings.country,
-        "--band",
-        settings.band,
-        "--channel",
-        str(settings.channel),
-    ]
+    """`homework_controller.hostapd_conf`'s arguments for the radio, each option and its value one
+    argument (`--ssid=-home`): a network name or passphrase starting with `-` is a value, never an option."""
+    options = {
+        "driver": "nl80211",
+        "interface": RADIO_PORT,
+        "ctrl-dir": str(HOSTAPD_CTRL),
+        "ssid": settings.ssid,
+        "passphrase": settings.passphrase,
+        "psk-file": str(PSK_FILE),
+        "country": settings.country,
+        "band": settings.band,
+        "channel": str(settings.channel),
+    }
+    return [f"--{option}={value}" for option, value in options.items()]
 
 
 def run(*cmd: str) -> str:

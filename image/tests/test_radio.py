@@ -80,6 +80,24 @@ def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(
     assert "Failed to initialize driver 'nl80211'" in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize(
+    ("ssid", "passphrase"),
+    [("-home", "correct horse battery"), ("Our house", "--channel 13 is mine"), ("--help", "-h-h-h-h-h")],
+)
+def test_a_name_or_passphrase_starting_with_a_dash_is_rendered_as_it_is(tmp_path, monkeypatch, ssid, passphrase):
+    """Issue 39 finding 8: a name or passphrase starting with `-` was read as an option by the renderer's
+    command line, so the next boot rendered nothing (or another setting). Each value is now one argument."""
+    monkeypatch.setattr(radio, "PSK_FILE", tmp_path / "psk")
+    settings = RadioSettings(ssid, passphrase, "GB", "2.4", 11)
+    conf = subprocess.run(
+        [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert f"ssid={ssid}" in conf and f"sae_password={passphrase}" in conf and "channel=11" in conf
+
+
 @pytest.fixture
 def served_radio(tmp_path, monkeypatch):
     """A radio being served (hostapd's socket alias in place) and the commands refresh would run."""

@@ -45,9 +45,9 @@ _MATCH_HEADER = struct.Struct("!HH")
 _INSTRUCTION_ACTIONS = struct.Struct("!HH4x")  # os-ken's OFP_INSTRUCTION_ACTIONS_PACK_STR
 _SET_QUEUE = struct.Struct(ofp.OFP_ACTION_SET_QUEUE_PACK_STR)
 _OUTPUT = struct.Struct(ofp.OFP_ACTION_OUTPUT_PACK_STR)
-# Fixed parts, matches and instruction lists kept, per slice: enough for a few rules of each of
+# Fixed parts, matches and instruction lists kept, per slice (keyed on its `policy.Ids`, never the slice
+# itself: a replaced slice goes at once, its ids' entries age out): enough for a few rules of each of
 # 1,000 households.
-# (A slice replaced by a reconnection or a new record is never asked for again and ages out.)
 _KEPT = 1 << 12
 
 
@@ -107,7 +107,7 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
     version, msg_type, length, xid = _HEADER.unpack_from(frame)
     if version != ofp.OFP_VERSION or msg_type != ofp.OFPT_FLOW_MOD or length != size:
         return None
-    fixed = _fixed_part(slice_, frame[codec.HEADER_SIZE : _MATCH_AT])
+    fixed = _fixed_part(slice_.ids, frame[codec.HEADER_SIZE : _MATCH_AT])
     if fixed is None:
         return None
     fixed_bytes, command, table_id, priority = fixed
@@ -115,7 +115,7 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
     instructions_at = _MATCH_AT + (match_len + 7) // 8 * 8
     if match_len < _MATCH_HEADER.size or instructions_at > size:
         return None
-    match = _match(slice_, frame[_MATCH_AT:instructions_at])
+    match = _match(slice_.ids, frame[_MATCH_AT:instructions_at])
     if match is None:
         return None
     match_bytes, match_key, to_own = match
@@ -123,14 +123,14 @@ def flow_mod(slice_: policy.Slice, frame: bytes) -> FastFlowMod | None:
     if command == ofp.OFPFC_DELETE_STRICT:
         instructions: bytes | None = b"" if instructions_at == size else None
     else:
-        instructions = _instructions(slice_, to_own, frame[instructions_at:])
+        instructions = _instructions(slice_.ids, to_own, frame[instructions_at:])
     if instructions is None:
         return None
     return FastFlowMod(xid, command, (table_id, priority, match_key), fixed_bytes + match_bytes + instructions)
 
 
 @functools.lru_cache(maxsize=_KEPT)
-def _fixed_part(slice_: policy.Slice, fixed: bytes) -> tuple[bytes, int, int, int] | None:
+def _fixed_part(ids: policy.Ids, fixed: bytes) -> tuple[bytes, int, int, int] | None:
     """The flow-mod's fixed part (after the header, before the match) as the switch gets it, with
     the command, the table and the priority on the switch; None unless it is an ADD, MODIFY_STRICT or
     DELETE_STRICT (without out_port/out_group filters) of a household table, unbuffered, its ids in
@@ -143,12 +143,12 @@ def _fixed_part(slice_: policy.Slice, fixed: bytes) -> tuple[bytes, int, int, in
     if command == ofp.OFPFC_ADD:
         if cookie > policy.COOKIE_LOW:
             return None
-        cookie, cookie_mask = slice_.cookie(cookie), 0
+        cookie, cookie_mask = ids.cookie(cookie), 0
     elif command == ofp.OFPFC_MODIFY_STRICT or (
         command == ofp.OFPFC_DELETE_STRICT and out_port == ofp.OFPP_ANY and out_group == ofp.OFPG_ANY
     ):
         cookie_mask &= policy.COOKIE_LOW
-        cookie, cookie_mask = slice_.cookie(cookie & cookie_mask), policy.COOKIE_SLOT_MASK | cookie_mask
+        cookie, cookie_mask = ids.cookie(cookie & cookie_mask), policy.COOKIE_SLOT_MASK | cookie_mask
     else:
         return None
     table_id += policy.FIRST_HOUSEHOLD_TABLE
@@ -170,7 +170,7 @@ def _fixed_part(slice_: policy.Slice, fixed: bytes) -> tuple[bytes, int, int, in
 
 
 @functools.lru_cache(maxsize=_KEPT)
-def _match(slice_: policy.Slice, match: bytes) -> tuple[bytes, tuple, bool] | None:
+def _match(ids: policy.Ids, match: bytes) -> tuple[bytes, tuple, bool] | None:
     """The household's match (with its padding) as the switch gets it, its rule key's fields and
     whether it is traffic to the household's own address; None if it is not the router's kind:
     OXM, only the router's fields, each exact and once, filling it to the byte."""
@@ -191,20 +191,20 @@ def _match(slice_: policy.Slice, match: bytes) -> tuple[bytes, tuple, bool] | No
         at = field_end
     if fields.get("eth_type") != policy.ETH_IPV4:
         return None
-    to_own = "ipv4_dst" in fields and slice_._owns(fields["ipv4_dst"])
-    if not to_own and not ("ipv4_src" in fields and slice_._owns(fields["ipv4_src"])):
+    to_own = "ipv4_dst" in fields and ids.owns(fields["ipv4_dst"])
+    if not to_own and not ("ipv4_src" in fields and ids.owns(fields["ipv4_src"])):
         return None
-    translated = _wire("metadata", slice_.slot) + match[4:match_len]
+    translated = _wire("metadata", ids.slot) + match[4:match_len]
     out_match_len = 4 + len(translated)
     return (
         _MATCH_HEADER.pack(ofp.OFPMT_OXM, out_match_len) + translated + bytes(-out_match_len % 8),
-        policy.match_key((("metadata", slice_.slot), *fields.items())),
+        policy.match_key((("metadata", ids.slot), *fields.items())),
         to_own,
     )
 
 
 @functools.lru_cache(maxsize=_KEPT)
-def _instructions(slice_: policy.Slice, to_own: bool, instructions: bytes) -> bytes | None:
+def _instructions(ids: policy.Ids, to_own: bool, instructions: bytes) -> bytes | None:
     """The translation of one apply-actions [set_queue(q)], output(NORMAL) (set_queue only on traffic
     to the household's own address), or None."""
     if len(instructions) < 8:
@@ -222,7 +222,7 @@ def _instructions(slice_: policy.Slice, to_own: bool, instructions: bytes) -> by
             return None
         # What the policy turns set_queue(queue) into: the DSCP mark tc classifies on, the slot's queue.
         actions = _action_bytes(parser.OFPActionSetField(ip_dscp=policy.DSCP_OF_QUEUE[queue])) + _action_bytes(
-            parser.OFPActionSetQueue(slice_.queue(queue))
+            parser.OFPActionSetQueue(ids.queue(queue))
         )
         at += _SET_QUEUE.size
     elif inst_len != 8 + _OUTPUT.size:

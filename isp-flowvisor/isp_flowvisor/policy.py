@@ -346,22 +346,42 @@ class _Context:
     table_miss: bool = False
 
 
+class Ids:
+    """What a slice's translations of the household's ids and addresses read: its household (its slot, its
+    addresses), and nothing of the slice's own state (its learnt MACs, its caches). The fast path's caches are
+    keyed on it (by identity: a new slice, a new one), so they keep no replaced slice alive."""
+
+    __slots__ = ("household", "slot")
+
+    def __init__(self, household: Household):
+        self.household, self.slot = household, household.slot
+
+    def owns(self, value: Any) -> bool:
+        """Is this match or set_field value (an address, or address and mask) inside the household's?"""
+        network = _network(value)
+        return network is not None and self.household.owns(network)
+
+    def cookie(self, cookie: int) -> int:
+        return (self.slot << COOKIE_BITS) | (cookie & COOKIE_LOW)
+
+    def queue(self, queue_id: int) -> int:
+        if queue_id not in QUEUE_NAMES:
+            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE, f"queue {queue_id}: only 0, 1, 2")
+        return (self.slot << QUEUE_SHIFT) | queue_id
+
+
 class Slice:
     """One household's view of the switch: checks and translations both ways."""
 
     def __init__(self, household: Household, shared_ports: frozenset[int]):
         self.household = household
         self.slot = household.slot
+        self.ids = Ids(household)
         self.view = frozenset(shared_ports) | frozenset(household.ports)
-        self._owns = functools.lru_cache(maxsize=1024)(self._owns_uncached)
+        self._owns = functools.lru_cache(maxsize=1024)(self.ids.owns)
         # MACs seen as the source of packets that came in on the household's private ports, most
         # recent last: its devices. The relay carries them over when the record changes.
         self.learnt_macs: dict[str, None] = {}
-
-    def _owns_uncached(self, value: Any) -> bool:
-        """Is this match or set_field value (an address, or address and mask) inside the household's?"""
-        network = _network(value)
-        return network is not None and self.household.owns(network)
 
     def owns_mac(self, mac: str) -> bool:
         """At layer 2 a household owns its CPE's MACs (the registry's) and those of its devices."""
@@ -382,7 +402,7 @@ class Slice:
     # --- ids --------------------------------------------------------------------------------
 
     def cookie(self, cookie: int) -> int:
-        return (self.slot << COOKIE_BITS) | (cookie & COOKIE_LOW)
+        return self.ids.cookie(cookie)
 
     def owns_cookie(self, cookie: int) -> bool:
         return slot_of_cookie(cookie) == self.slot
@@ -410,9 +430,7 @@ class Slice:
         return (physical_id & ((1 << ID_SHIFT) - 1)) + 1
 
     def queue(self, queue_id: int) -> int:
-        if queue_id not in QUEUE_NAMES:
-            raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE, f"queue {queue_id}: only 0, 1, 2")
-        return (self.slot << QUEUE_SHIFT) | queue_id
+        return self.ids.queue(queue_id)
 
     def owns_queue(self, physical_queue: int) -> bool:
         return physical_queue >> QUEUE_SHIFT == self.slot and physical_queue & 3 in QUEUE_NAMES

@@ -313,3 +313,27 @@ def test_a_router_rule_for_a_neighbours_address_is_left_to_the_policy_which_refu
     assert fastpath.flow_mod(policy.Slice(BOB, frozenset({1})), frame) is None
     with pytest.raises(policy.Refused):
         policy.Slice(BOB, frozenset({1})).flow_mod(codec.decode_request(frame))
+
+
+def test_the_fast_paths_caches_keep_no_replaced_slice_alive():
+    """Issue 39 finding 8: the fast path's caches were keyed on the `Slice`, so every slice a reconnection
+    or a new record replaced stayed alive in them (its learnt MACs, its own caches): 1,003 after 1,000
+    reconnects, 44 MB. A replaced slice now goes with its last reference; its translations stay right."""
+    import gc
+    import weakref
+
+    frames = router_messages(random.Random(1), 8)
+    replaced = []
+    for _ in range(50):  # reconnections: each session a new slice of the same household
+        slice_ = policy.Slice(ALICE, frozenset({1}))
+        for frame in frames:
+            fastpath.flow_mod(slice_, frame)
+        replaced.append(weakref.ref(slice_))
+    current = policy.Slice(ALICE, frozenset({1}))
+    del slice_
+    gc.collect()
+    assert sum(ref() is not None for ref in replaced) == 0
+    # Positive control: the slice in use translates as the os-ken path does (its rules' cookies its slot's).
+    taken = [(fastpath.flow_mod(current, frame), _reference(current, frame)) for frame in frames]
+    assert sum(fast is not None for fast, _ in taken) >= 4
+    assert all(fast.frame(99) == reference[0] for fast, reference in taken if fast is not None)

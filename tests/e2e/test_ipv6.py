@@ -15,7 +15,7 @@ from pathlib import Path
 
 from homenet import wait_until
 from homenet.downloads import paced_download
-from homenet.home import NS_INET
+from homenet.home import NS_INET, ROUTER_MAC
 from homenet.ipv6 import (
     DELEGATED_PREFIX,
     INET6_DNS_IP,
@@ -133,6 +133,46 @@ def test_a_forged_source_reaches_nothing_while_its_own_address_does(home):
     # Alice reaches Bob over IPv6 through the router (hop limit decremented).
     out = home.exec("v6alice", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", str(bob)).stdout
     assert " 0% packet loss" in out and "ttl=63" in out, out
+
+
+# A device's forged override neighbour advert (scapy): argv the router's MAC, the router's address in the
+# sender's /64, the sender's own address, and the target: another device's address, said to be at the sender's
+# MAC. Sent to the router's address and to all nodes, from the sender's /64 with hop limit 255 (Linux takes it).
+FORGED_NEIGHBOUR_ADVERT = """
+import sys
+from scapy.all import Ether, get_if_hwaddr, sendp
+from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6NDOptDstLLAddr, IPv6
+router_mac, gateway, source, target = sys.argv[1:5]
+mac = get_if_hwaddr("wlan0")
+for dst, dst_mac in ((gateway, router_mac), ("ff02::1", "33:33:00:00:00:01")):
+    advert = Ether(src=mac, dst=dst_mac) / IPv6(src=source, dst=dst, hlim=255)
+    advert /= ICMPv6ND_NA(tgt=target, R=0, S=0, O=1) / ICMPv6NDOptDstLLAddr(lladdr=mac)
+    sendp(advert, iface="wlan0", count=3, inter=0.1, verbose=False)
+"""
+
+
+def test_a_devices_forged_neighbour_advert_does_not_draw_another_devices_ipv6(home):
+    """Issue 39 finding 2: a permitted device told the router's stack, in an override neighbour advert from its
+    own /64, that another device's address was at its MAC; the router's frames for that device then left with
+    the attacker's MAC. The switch drops a device's neighbour adverts, and sets the MAC of the router's frames
+    to a device from its address: the victim's IPv6 still reaches it, from the internet and from the router."""
+    for name in ("v6victim", "v6mallory"):
+        joined(home, name)
+    for name in ("v6victim", "v6mallory"):
+        wait_until(f"{name}'s global address", lambda n=name: delegated_address(home, n), 10, 0.1)
+    victim, mallory = delegated_address(home, "v6victim"), delegated_address(home, "v6mallory")
+    assert victim is not None and mallory is not None
+    assert fetch6(home, "v6victim") == "200"  # the router's stack has found the victim (its proxy answer)
+    gateway = own_64(mallory).network_address + 1
+    home.exec("v6mallory", sys.executable, "-c", FORGED_NEIGHBOUR_ADVERT, ROUTER_MAC, gateway, mallory, victim)
+    neighbour = subprocess.run(["ip", "-6", "neigh", "show", str(victim)], capture_output=True, text=True).stdout
+    assert home.mac("v6mallory") not in neighbour.lower(), neighbour
+    assert fetch6(home, "v6victim") == "200"
+    ping = ["ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", str(victim)]  # from the router's own stack
+    pinged = subprocess.run(ping, capture_output=True, text=True).stdout
+    assert " 0% packet loss" in pinged, pinged
+    # Positive control: the attacker's own IPv6 works as before (its adverts only are dropped).
+    assert fetch6(home, "v6mallory") == "200"
 
 
 MDNS_LISTEN = """

@@ -42,6 +42,9 @@ SUBSCRIPTIONS = {
     "AppTimeseries": "select app, bytes from AppTimeseries",
 }
 APP_ROLES = ("owner", "member")
+# The state behind the captive portal's reason for holding a device back (the controller's `portal.view`):
+# a paused device (paused, bedtime, allowance) is a permitted one, as its status says.
+PORTAL_STATES = {"pending": "pending", "denied": "denied"}
 
 
 @dataclass(frozen=True)
@@ -308,11 +311,26 @@ class LiveHub:
         if time.monotonic() - self._status_at > max_age:
             self.refresh_devices()
         state = self._state_of(ip)
-        # A device just let in, or just given its lease, must not wait for the cache.
-        if state not in (None, "permitted"):
+        if state in (None, "permitted"):
+            return state
+        # A device just let in, or just given its lease, must not wait for the cache: the controller is
+        # asked about this one device (every device's status, per request of a held-back device, was
+        # 175 KB with 300 devices, and anyone on the LAN may send requests). Let in since, it is on the
+        # board at once (its pages find it there): every device's status then, once per device let in.
+        asked = self._state_asked(ip)
+        if asked == "permitted":
             self.refresh_devices()
-            state = self._state_of(ip)
-        return state
+        return asked
+
+    def _state_asked(self, ip: str) -> str | None:
+        try:
+            view = self.controller.portal(ip)
+        except ControllerDownError:
+            self._set_health("controller", False)
+            return None
+        except ControllerError as exc:
+            return "unknown" if exc.status == 404 else None
+        return PORTAL_STATES.get(view.get("reason") or "", "permitted")
 
     def _state_of(self, ip: str) -> str | None:
         with self._lock:

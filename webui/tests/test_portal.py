@@ -134,3 +134,24 @@ def test_what_the_page_says_for_each_reason():
     assert "K7-Q2" in portal.what_to_say({**said, "reason": "pending", "code": "K7-Q2"}, now)[1][0]
     # What the controller sends is escaped, never markup.
     assert "<b>" not in portal.what_to_say({**said, "reason": "pending", "code": "<b>x</b>"}, now)[1][0]
+
+
+def test_a_held_back_devices_requests_ask_the_controller_about_it_alone(home, controller):
+    """Issue 39 finding 4: every request from a device held back had the web UI ask the controller for
+    every device's status (175 KB with 50 permitted and 256 pending devices, per request, unsigned in).
+    Each is now one small question about the asking device; a device let in gets in at once."""
+    assert home[PERMITTED].get("/api/session").status_code == 200  # the board's picture is fresh
+    before = len(controller.calls)
+    requests = 40
+    for _ in range(requests // 2):
+        assert home[PENDING].get(captive.PORTAL_PATH).status_code == 200
+        assert home[PENDING].get("/api/devices").status_code == 403
+    asked = [name for name, _ in controller.calls[before:]]
+    # The hub's own start and heartbeat (every 5 s) may fall in: a few, not one per request.
+    assert asked.count("status") <= 3, asked
+    assert asked.count("portal") <= 2 * requests  # the gate's question, and the portal page's own
+    # Positive control: let in now, its very next request is served as a permitted device's.
+    controller.devices[PENDING]["state"] = "permitted"
+    assert home[PENDING].get("/api/session").status_code == 200
+    # And an address no device holds is refused, as before.
+    assert Api(home[PENDING].client.application, ip="10.2.9.9").get("/api/session").status_code == 403

@@ -22,6 +22,8 @@ table 0, admission: what may enter at all.
   port's mark, `port_mark`), so the DHCP socket knows where a device is without a packet-in.
   DEVICE_ARP     wlan: a known device's ARP                            -> its own meter, controller
   ARP            wlan or router: ARP                                   -> (newcomers' meter,) controller (proxy ARP)
+  ADVERTS        wlan: IPv6 neighbour, redirect and router adverts     -> drop (`flows_v6`: the router's stack
+                 (but a forwarding device's own router adverts)           hears of devices from the controller only)
   SOURCE_CHECKED wlan: permitted device, its MAC *and* its IP          -> goto 1
                  router: IPv4 to a permitted device's MAC              -> goto 1
   MISS           anything else                                         -> drop
@@ -44,7 +46,8 @@ table 2, marking: a connection's mark decided ahead of its first packet (`marks.
   MISS           anything else                                         -> goto 3 (Normal)
 table 3, routing:
   TO_DEVICE      from wlan, to a permitted device's address            -> rewrite MACs, dec TTL, out its own port
-                 from the router, to a permitted device's address      -> its own port (the router's stack set the MACs)
+                 from the router, to a permitted device's address      -> its MAC set (never the stack's neighbour
+                                                                          entry's), its own port
   BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
                  broadcast                                             -> one unicast copy to each *other* permitted
                                                                           device, and the router: a pending or

@@ -83,14 +83,15 @@ def counted(family: Family, cookie: int, priorities: tuple[int, int], actions: t
 def routed_to(
     family: Family, cookie: int, mac: str, router_mac: str, own: tuple[int, ...], access_ports: tuple[int, ...], address
 ) -> set[FlowRule]:
-    """To the device's address: from the router out of its own ports (the router's stack set the MACs);
-    from any access port (another device's) hairpinned through the router, MACs rewritten, TTL (hop
-    limit) decremented, out of its own port."""
+    """To the device's address: from the router out of its own ports, to its MAC (the router's stack's
+    neighbour entry for the address is not trusted: a device's forged advert must not draw another's
+    traffic); from any access port (another device's) hairpinned through the router, MACs rewritten, TTL
+    (hop limit) decremented, out of its own port."""
     rules = {
         rule(
             TABLE_ROUTING,
             Routing.TO_DEVICE,
-            outputs_to(own, LOCAL),
+            (SetField("eth_dst", mac), *outputs_to(own, LOCAL)),
             cookie,
             in_port=LOCAL,
             eth_type=family.eth_type,

@@ -26,6 +26,7 @@ class Admission:
     CONTROL = 1000
     DEVICE_ARP = 901
     ARP = 900
+    ADVERTS = 800
     PORTAL = 700
     SOURCE_CHECKED = 500
     MISS = 0
