@@ -2,7 +2,7 @@
 
 import pytest
 from fakeoftable import FakeSwitch, ipv4
-from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
+from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import dnsgate, flows, packets
 from homework_controller.effects import AddGatewayAddress
@@ -13,8 +13,8 @@ BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
 @pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
+def switch(router, clock):
+    sw = FakeSwitch(clock=clock)  # the router's clock fills the switch's meters
     sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
     return sw
 
@@ -89,6 +89,7 @@ def test_device_to_device_is_routed_back_out_of_the_air_with_the_routers_mac(rou
     assert back.port == WLAN and back.packet["eth_dst"] == PHONE
 
 
+@LEARNS_FROM_COPIES
 def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_only_counted(router, switch):
     phone = join(router, switch, PHONE)
     fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40001, dport=80)
@@ -201,6 +202,29 @@ def test_eapol_from_anyone_is_metered_and_a_known_device_has_its_own_budget(rout
     assert flows.Meter(flows.NEWCOMERS_METER.meter_id) in newcomer_rule.actions
     assert flows.Meter(flows.device_meter(router.devices[PHONE]).meter_id) in phone_rule.actions
     assert ports(switch.send({"in_port": WLAN, "eth_src": PHONE, **eapol})) == [LOCAL]
+
+
+def test_a_devices_dhcp_flood_is_held_to_its_own_budget_and_other_devices_still_reach_the_router(router, switch, clock):
+    """What a device sends the router (DHCP here) goes through its own meter: a flood gets its burst through,
+    then its rate; another device's, and a newcomer's, get through all the same (DESIGN: fairness)."""
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+
+    def reaching(mac, count):
+        """How many of count DHCP requests from mac, sent at once, reach the router's DHCP socket."""
+        request = ipv4(WLAN, mac, BROADCAST_MAC, "0.0.0.0", flows.ALL_HOSTS, flows.PROTO_UDP, 68, 67)
+        return sum(ports(switch.send(request)) == [LOCAL] for _ in range(count))
+
+    assert reaching(PHONE, 200) == flows.DEVICE_METER_BURST
+    assert reaching(LAPTOP, 5) == 5  # its own budget, untouched by the phone's flood
+    assert reaching("02:66:66:66:66:66", 5) == 5  # the newcomers' too
+    clock.now += 1  # a second later the phone has a second's worth again, no more
+    assert reaching(PHONE, 200) == flows.DEVICE_METER_PPS
+    # Newcomers share one budget: a storm of forged MACs gets its burst through, a known device still its own.
+    # (The five of before were made up in that second.)
+    storm = sum(reaching(f"02:66:66:66:{n >> 8:02x}:{n & 0xFF:02x}", 1) for n in range(400))
+    assert storm == flows.NEWCOMERS_METER.burst
+    assert reaching(LAPTOP, 1) == 1
 
 
 def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(router, switch):
