@@ -190,13 +190,16 @@ class DeviceRules:
         rules |= counted(IPV4, cookie, (Accounting.DEVICE_SOURCE, Accounting.DEVICE_DEST), count, ip)
         if self.dns_gated:
             rules |= encrypted_dns_refused(IPV4, cookie, ip)
-        return frozenset(rules | budget | self._gateway_answered(cookie, own, subnet))
+        return frozenset(rules | budget | self._gateway_answered(cookie, subnet))
 
-    def _gateway_answered(self, cookie: int, own: tuple[int, ...], subnet: Subnet) -> set[FlowRule]:
+    def _gateway_answered(self, cookie: int, subnet: Subnet) -> set[FlowRule]:
         """Its ARP request for its gateway, from its own MAC and address, answered by the switch (the
         controller's proxy ARP answers the same, `registry.asks_for_its_gateway`, a round trip later): its
         unicast to the router (a renewal, its first DNS query, its one DHCPRELEASE) waits on this answer, and
-        a client that sends a release and then removes its address loses a release still waiting on ARP."""
+        a client that sends a release and then removes its address loses a release still waiting on ARP.
+        On its own port, or the one access port there is: an unbound device's ARP on one of several (after a
+        restart) goes to the controller, and binds it there (`port_binding`)."""
+        settled = (self.port,) if self.port is not None else self.access_ports if len(self.access_ports) == 1 else ()
         answer = (
             Meter(meter_of(subnet).meter_id),
             SetField("eth_dst", self.mac),
@@ -222,7 +225,7 @@ class DeviceRules:
                 arp_spa=subnet.device_ip,
                 arp_tpa=subnet.gateway,
             )
-            for port in own
+            for port in settled
         }
 
 
