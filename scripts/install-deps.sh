@@ -4,6 +4,44 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The toolchains the build relies on and Debian 12 does not ship new enough (its Go is 1.19, its Node
+# 18): checked first, so a machine without them stops here, with one line naming each and where to get
+# it, rather than halfway through a build. The versions are the projects' own: Go's from
+# endhost-agent/go.mod, Rust's from hwdb/Cargo.toml (rust-version, the oldest its pinned crates build
+# with), Python's from the controller's requires-python; Node's is what the web UI's Vite and
+# Playwright declare (engines: ^20.19.0 || >=22.12.0).
+version_at_least() { # have want: true when version have >= want
+  [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]
+}
+check_toolchains() {
+  local missing=() have
+  local go_want rust_want python_want
+  go_want=$(awk '$1 == "go" { print $2 }' endhost-agent/go.mod)
+  rust_want=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' hwdb/Cargo.toml)
+  python_want=$(sed -n 's/^requires-python = ">=\(.*\)"/\1/p' controller/pyproject.toml)
+  have=$(go env GOVERSION 2>/dev/null | sed 's/^go//') || have=
+  version_at_least "${have:-0}" "$go_want" ||
+    missing+=("Go >= $go_want (have ${have:-none}: https://go.dev/dl/)")
+  have=$(node --version 2>/dev/null | sed 's/^v//') || have=
+  if ! { version_at_least "${have:-0}" 20.19.0 && ! version_at_least "${have:-0}" 21; } &&
+    ! version_at_least "${have:-0}" 22.12.0; then
+    missing+=("Node.js 20.19+ or 22.12+ with npm (have ${have:-none}: https://nodejs.org/en/download)")
+  fi
+  have=$(cargo --version 2>/dev/null | awk '{ print $2 }') || have=
+  if ! command -v rustup >/dev/null || ! version_at_least "${have:-0}" "$rust_want"; then
+    missing+=("rustup with Rust >= $rust_want (have ${have:-none}: https://rustup.rs, then rustup update stable)")
+  fi
+  have=$("${PYTHON:-python3}" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || have=
+  version_at_least "${have:-0}" "$python_want" ||
+    missing+=("Python >= $python_want (have ${have:-none}: Debian 12's python3, apt-get install python3)")
+  if ((${#missing[@]})); then
+    local IFS=';'
+    echo "deps: missing toolchains: ${missing[*]}" | sed 's/;/; /g' >&2
+    exit 1
+  fi
+}
+check_toolchains
+
 APT_PACKAGES=(
   openvswitch-switch isc-dhcp-client iproute2 ethtool nftables iputils-ping iperf3
   dnsutils tcpdump dnsmasq-base hostapd wpasupplicant curl procps python3-venv

@@ -7,7 +7,7 @@ import ipaddress
 import sys
 
 from . import dnsgate, log_writer, startup
-from .config import CONFIG
+from .config import CONFIG, Config
 
 
 def _delegated_prefix(text: str) -> str:
@@ -241,31 +241,36 @@ def _check_slice(p, args) -> None:
         p.error(f"--slice-cert/--slice-key/--slice-ca: {exc}")
 
 
+def configure(args, config: Config = CONFIG) -> None:
+    """The command line's settings into config (the app reads CONFIG; os-ken makes the app itself)."""
+    config.db, config.wlan_port, config.lan_iface = args.db, args.wlan_port, args.lan_iface
+    config.access_ports = args.access_ports
+    config.upstream_dns, config.api_port, config.of_port = args.upstream_dns, args.api_port, args.of_port
+    config.pending_lease, config.permitted_lease = args.pending_lease, args.permitted_lease
+    config.hwdb, config.dns_port = args.hwdb, args.dns_port
+    config.ipv6, config.ipv6_prefix = not args.no_ipv6, args.ipv6_prefix
+    config.stats_interval, config.flow_budget = args.stats_interval, args.flow_budget
+    config.stations, config.max_pending = args.stations, args.max_pending
+    config.hostapd_ctrl = args.hostapd_ctrl
+    config.wifi_ssid, config.wifi_psk_file = args.wifi_ssid, args.wifi_psk_file
+    config.hostapd_conf, config.radio_settings = args.hostapd_conf, args.radio_settings
+    config.rebind_allow = args.rebind_allow
+    config.apps_file = args.apps
+    config.upstream_iface, config.uplink_kbit = args.upstream_iface, args.uplink_kbit
+    config.downlink_iface, config.downlink_kbit = args.downlink_iface, args.downlink_kbit
+    config.shaper_percent, config.high_share = args.shaper_percent, args.high_share
+    config.high_device_share = args.high_device_share
+    config.flow_export_port = args.flow_export_port
+    if args.slice:
+        config.slice_host, config.slice_port = args.slice_host, args.slice_port
+        config.slice_cert, config.slice_key, config.slice_ca = args.slice_cert, args.slice_key, args.slice_ca
+        config.slice_plain_tcp, config.public_addresses = args.slice_plain_tcp, args.public_address
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     log_writer.configure(args.log_level.upper(), sys.stderr)
-    CONFIG.db, CONFIG.wlan_port, CONFIG.lan_iface = args.db, args.wlan_port, args.lan_iface
-    CONFIG.access_ports = args.access_ports
-    CONFIG.upstream_dns, CONFIG.api_port, CONFIG.of_port = args.upstream_dns, args.api_port, args.of_port
-    CONFIG.pending_lease, CONFIG.permitted_lease = args.pending_lease, args.permitted_lease
-    CONFIG.hwdb, CONFIG.dns_port = args.hwdb, args.dns_port
-    CONFIG.ipv6, CONFIG.ipv6_prefix = not args.no_ipv6, args.ipv6_prefix
-    CONFIG.stats_interval, CONFIG.flow_budget = args.stats_interval, args.flow_budget
-    CONFIG.stations, CONFIG.max_pending = args.stations, args.max_pending
-    CONFIG.hostapd_ctrl = args.hostapd_ctrl
-    CONFIG.wifi_ssid, CONFIG.wifi_psk_file = args.wifi_ssid, args.wifi_psk_file
-    CONFIG.hostapd_conf, CONFIG.radio_settings = args.hostapd_conf, args.radio_settings
-    CONFIG.rebind_allow = args.rebind_allow
-    CONFIG.apps_file = args.apps
-    CONFIG.upstream_iface, CONFIG.uplink_kbit = args.upstream_iface, args.uplink_kbit
-    CONFIG.downlink_iface, CONFIG.downlink_kbit = args.downlink_iface, args.downlink_kbit
-    CONFIG.shaper_percent, CONFIG.high_share = args.shaper_percent, args.high_share
-    CONFIG.high_device_share = args.high_device_share
-    CONFIG.flow_export_port = args.flow_export_port
-    if args.slice:
-        CONFIG.slice_host, CONFIG.slice_port = args.slice_host, args.slice_port
-        CONFIG.slice_cert, CONFIG.slice_key, CONFIG.slice_ca = args.slice_cert, args.slice_key, args.slice_ca
-        CONFIG.slice_plain_tcp, CONFIG.public_addresses = args.slice_plain_tcp, args.public_address
+    configure(args)
 
     # The controller's threads hand packets to each other; the default 5 ms GIL switch
     # interval would let one busy thread hold a waiting DHCP answer for that long.

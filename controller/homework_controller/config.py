@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import qos
+from . import apps, dhcp, qos
 from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
 
 
@@ -87,6 +87,20 @@ class Config:
             return PrefixPlan(ula, parse_delegated(self.ipv6_prefix))
         delegation = read_delegated(data)
         return PrefixPlan(ula, delegation.prefix, delegation.until) if delegation else PrefixPlan(ula)
+
+    def router_options(self) -> dict:
+        """The router core's arguments (`HomeRouter`'s, beside its store) these settings give; the tests
+        compare their fixtures' with those of deploy/services.toml's command line (test_shipped_config)."""
+        return {
+            "lease_policy": dhcp.LeasePolicy(self.pending_lease, self.permitted_lease),
+            "flow_budget": self.flow_budget,
+            "max_pending": self.max_pending,
+            "app_table": apps.load_table(self.apps_file or None),
+            "qos_settings": self.qos_settings(),
+            "wifi_ssid": self.wifi_ssid,
+            "flows_from_export": bool(self.flow_export_port),
+            "ipv6_plan": self.ipv6_plan(),
+        }
 
 
 CONFIG = Config()

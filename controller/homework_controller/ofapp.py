@@ -20,8 +20,6 @@ from os_ken.ofproto import ofproto_v1_3
 
 from . import (
     api,
-    apps,
-    dhcp,
     dhcp_port,
     dns_server,
     edge_status,
@@ -82,17 +80,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         settings = CONFIG.qos_settings()
-        self.router = HomeRouter(
-            DeviceStore(CONFIG.db),
-            dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
-            flow_budget=CONFIG.flow_budget,
-            max_pending=CONFIG.max_pending,
-            app_table=apps.load_table(CONFIG.apps_file or None),
-            qos_settings=settings,
-            wifi_ssid=CONFIG.wifi_ssid,
-            flows_from_export=bool(CONFIG.flow_export_port),
-            ipv6_plan=CONFIG.ipv6_plan(),
-        )
+        self.router = HomeRouter(DeviceStore(CONFIG.db), **CONFIG.router_options())
         self.shapers = {
             way: shaper.Shaper(link)
             for way, link in (("uplink", settings.uplink), ("downlink", settings.downlink))

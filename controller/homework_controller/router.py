@@ -17,6 +17,7 @@ counters, records, agents) and the household's decisions (ws.v1's changes).
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 from dataclasses import fields
@@ -33,7 +34,7 @@ from .effects import AuthenticatorDeny, DnsVerdict, TellHousehold
 from .errors import UnknownDevice
 from .flow_events import FlowEvents
 from .household_controls import HouseholdControls
-from .ipv6 import Ipv6Addresses, PrefixPlan
+from .ipv6 import Ipv6Addresses, PrefixPlan, ula_prefix
 from .joining import Joining
 from .lifecycle import Concern, Moves
 from .lookalikes import Lookalikes
@@ -65,6 +66,11 @@ COUNTERS = (
     "mac_clone_suspected",
     "dns_portal",
 )
+
+# The IPv6 prefixes of a router core made without its own (tests, tools): IPv6 is on wherever the router
+# ships, and a shipped router has its ULA /48 and the /56 its ISP delegated (documentation prefixes here).
+# A running router's plan is made from its data partition (config.Config.ipv6_plan); None: IPv6 off.
+EXAMPLE_IPV6_PLAN = PrefixPlan(ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56"))
 
 
 class Delegated:
@@ -99,9 +105,11 @@ class HomeRouter:
         wifi_ssid: str = "",
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
         agent_reports: AgentReportBook | None = None,
-        ipv6_plan: PrefixPlan | None = None,
-        flows_from_export: bool = False,
+        ipv6_plan: PrefixPlan | None = EXAMPLE_IPV6_PLAN,
+        flows_from_export: bool = True,
     ):
+        """The defaults are what a router runs as shipped (deploy/services.toml's command line: IPv6 on, the
+        switch's flow export on; test_shipped_config keeps them so)."""
         self.store = store
         self.clock = clock
         self.counters = dict.fromkeys(COUNTERS, 0)

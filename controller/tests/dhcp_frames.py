@@ -17,10 +17,11 @@ def client_frame(
     chaddr=None,
     options=(),
     flags=0,
+    dst_mac="ff:ff:ff:ff:ff:ff",
 ):
     chaddr = chaddr or mac
     pkt = (
-        Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
+        Ether(src=mac, dst=dst_mac)
         / IP(src=src_ip, dst=dst_ip)
         / UDP(sport=68, dport=67)
         / BOOTP(op=1, xid=xid, ciaddr=ciaddr, flags=flags, chaddr=bytes.fromhex(chaddr.replace(":", "")))

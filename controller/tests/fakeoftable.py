@@ -2,19 +2,26 @@
 
 Plays the router's effects (`InstallRules`, `ModifyRules`, `RemoveRules`) into tables of `flows.FlowRule`
 values and runs packets through them the way OVS does: the highest-priority matching rule
-of a table wins (two of the same priority matching is a bug, reported), apply-actions run in
-order (`SetQueue` shows in the packet as `queue`), `GotoTable` continues. Tests assert
+of a table wins (two of the same priority matching is a bug, reported), a rule's meter goes first
+(OpenFlow 1.3's instruction order: a packet over the meter's rate goes no further), apply-actions run
+in order (`SetQueue` shows in the packet as `queue`), `GotoTable` continues. Tests assert
 outcomes (which port, with which headers) rather than rule shapes.
+
+Meters are carried out as OVS does (`InstallMeter`, `RemoveMeter`): a token bucket per meter, as deep
+as its band's burst and filled at its rate by the switch's clock (a test's, to control), each packet
+taking a token or being dropped. A message the real switch would refuse (a rule naming a meter it does
+not hold, a meter added twice) raises `Refused` with OVS's error, so a metering mistake fails the test.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from homework_controller import flows
-from homework_controller.effects import InstallRules, ModifyRules, RemoveRules
+from homework_controller.effects import InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules
 
 WLAN = 1
 
@@ -25,21 +32,64 @@ class Delivery:
     packet: dict
 
 
+class Refused(AssertionError):
+    """The real switch would answer this message with an OpenFlow error (named as OVS names it)."""
+
+
+@dataclass
+class MeterBucket:
+    """A meter's drop band as OVS runs it: a bucket of burst tokens, refilled at rate per second."""
+
+    band: flows.MeterBand
+    tokens: float
+    filled_at: float
+    dropped: int = 0
+
+    def admits(self, now: float) -> bool:
+        elapsed = max(0.0, now - self.filled_at)
+        self.tokens = min(float(self.band.burst), self.tokens + elapsed * self.band.rate_pps)
+        self.filled_at = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return False
+        self.tokens -= 1
+        return True
+
+
 @dataclass
 class FakeSwitch:
     rules: list[flows.FlowRule] = field(default_factory=list)
     hits: dict[flows.FlowRule, int] = field(default_factory=dict)
+    # The switch's clock, which fills its meters (a test's Clock to let time pass; by default it stands
+    # still, so a meter lets through its burst and no more).
+    clock: Callable[[], float] = lambda: 0.0
+    meters: dict[int, MeterBucket] = field(default_factory=dict)
 
     def apply(self, effects) -> None:
         for effect in effects:
             if isinstance(effect, InstallRules):
                 for r in effect.rules:
+                    self._check_meter(r)
                     self._add(r)
             elif isinstance(effect, ModifyRules):
                 for r in effect.rules:
+                    self._check_meter(r)
                     self._modify(r)
             elif isinstance(effect, RemoveRules):
                 self.rules = [r for r in self.rules if r.cookie != effect.cookie]
+            elif isinstance(effect, InstallMeter):
+                if effect.band.meter_id in self.meters:
+                    raise Refused(f"OFPMMFC_METER_EXISTS: meter {effect.band.meter_id} added again")
+                self.meters[effect.band.meter_id] = MeterBucket(effect.band, effect.band.burst, self.clock())
+            elif isinstance(effect, RemoveMeter):
+                # OpenFlow 1.3: deleting a meter deletes the rules that use it too.
+                self.meters.pop(effect.meter_id, None)
+                self.rules = [r for r in self.rules if _meter_of(r) != effect.meter_id]
+
+    def _check_meter(self, r: flows.FlowRule) -> None:
+        meter_id = _meter_of(r)
+        if meter_id is not None and meter_id not in self.meters:
+            raise Refused(f"OFPMMFC_INVALID_METER: a rule names meter {meter_id}, which the switch does not hold: {r}")
 
     def _add(self, new: flows.FlowRule) -> None:
         # OpenFlow: a rule with the same table, priority and match replaces the old one.
@@ -75,6 +125,9 @@ class FakeSwitch:
         if r is None:
             return  # OpenFlow 1.3 table miss: drop
         self.hits[r] = self.hits.get(r, 0) + 1
+        meter_id = _meter_of(r)
+        if meter_id is not None and not self.meters[meter_id].admits(self.clock()):
+            return  # over the meter's rate: dropped before any action
         goto = None
         for action in r.actions:
             if isinstance(action, flows.Output):
@@ -90,6 +143,12 @@ class FakeSwitch:
                 goto = action.table
         if goto is not None:
             self._run_table(goto, packet, deliveries)
+
+
+def _meter_of(r: flows.FlowRule) -> int | None:
+    meters = [a.meter_id for a in r.actions if isinstance(a, flows.Meter)]
+    assert len(meters) <= 1, f"a rule has one meter instruction at most: {r}"
+    return meters[0] if meters else None
 
 
 def _matches(r: flows.FlowRule, packet: dict) -> bool:

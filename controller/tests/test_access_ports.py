@@ -10,7 +10,7 @@ from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
 from homework_controller import flows, packets
 from homework_controller.__main__ import parse_args
-from homework_controller.effects import AnswerDhcp, TellHousehold
+from homework_controller.effects import AnswerDhcp, SendFrame, TellHousehold
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
 LOCAL = flows.LOCAL
@@ -149,6 +149,24 @@ def packet_in(mac, ip):
 
 def arp_request(mac, ip, target_ip):
     return packets.parse(bytes(Ether(src=mac, dst=BROADCAST_MAC) / ARP(op=1, hwsrc=mac, psrc=ip, pdst=target_ip)))
+
+
+def test_the_switch_answers_a_devices_arp_for_its_gateway_on_its_own_port_only(router, switch):
+    """Its own port: answered there (test_pipeline); not bound yet (after a restart), its ARP reaches the
+    controller, whose answer binds it to the port it asked on, and the switch answers there from then on."""
+    laptop = join_on(router, switch, LAPTOP, LAN)
+    gateway = router.devices[LAPTOP].subnet.gateway
+    asked = {"eth_src": LAPTOP, "eth_dst": BROADCAST_MAC, "eth_type": flows.ETH_ARP, "arp_op": 1}
+    asked |= {"arp_sha": LAPTOP, "arp_spa": laptop, "arp_tha": "00:00:00:00:00:00", "arp_tpa": gateway}
+    assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [LAN]  # the answer, out of its port
+    assert [d.port for d in switch.send({**asked, "in_port": WLAN})] == [flows.CONTROLLER]  # not its port
+    router.port_binding.lease_ended(LAPTOP)  # as after a restart: bound to no port
+    switch.apply(router.rules.reconcile(router.devices[LAPTOP]))
+    assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [flows.CONTROLLER]
+    effects = router.on_admission_copy(LAN, arp_request(LAPTOP, laptop, gateway))
+    assert router.status(LAPTOP)["access_port"] == LAN and any(isinstance(e, SendFrame) for e in effects)
+    switch.apply(effects)
+    assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [LAN]
 
 
 def test_a_device_whose_port_lost_its_link_moves_at_its_next_frame_elsewhere(router, switch):

@@ -4,9 +4,9 @@ connection is too short to be counted."""
 import ipaddress
 
 from fakeoftable import FakeSwitch
-from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
+from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
 
-from homework_controller import dhcp, flows, ipv6, packets
+from homework_controller import dhcp, flows, packets
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -28,6 +28,7 @@ def tcp_frame(src_ip, dst_ip, sport, dport, size=100):
     )
 
 
+@LEARNS_FROM_COPIES
 def test_a_new_flow_gets_its_own_counting_rule_once(router):
     ip = permitted_phone(router)
     [install] = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80))
@@ -47,6 +48,7 @@ def test_a_new_flow_gets_its_own_counting_rule_once(router):
     assert back.rules[0].match_dict["ipv4_dst"] == ip
 
 
+@LEARNS_FROM_COPIES
 def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_controller_saw(router):
     ip = permitted_phone(router)
     for size in (74, 66, 200, 66):  # SYN, ACK, request, FIN: all copied before the rule took over
@@ -70,14 +72,16 @@ def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_
 
 
 def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_told(db_path, clock):
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=10)
+    # LEARNS_FROM_COPIES: its budget of learnt counting rules (with the switch's records: the flooding test below).
+    router = HomeRouter(DeviceStore(db_path), clock=clock, flow_budget=10, flows_from_export=False)
     router.switch_ready(WLAN, ROUTER_MAC)
     ip = permitted_phone(router)
     for port in range(10):
         router.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000 + port, 80))
     effects = router.on_flow_copy(1, tcp_frame(ip, INTERNET, 50000, 80))
     assert RemoveRules(flows.device_cookie(router.devices[PHONE])) in effects  # its per-flow rules go
-    [new_rules] = [e.rules for e in effects if isinstance(e, InstallRules)]
+    # Its rule set again (and its marks decided ahead, which went with its cookie), learning no more.
+    new_rules = [r for e in effects if isinstance(e, InstallRules) for r in e.rules]
     learning = [r for r in new_rules if r.priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST)]
     assert learning and all(flows.Output(flows.CONTROLLER) not in r.actions for r in learning)
     [told] = [e for e in effects if isinstance(e, TellHousehold)]
@@ -95,6 +99,7 @@ def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_t
     assert resumed and all(flows.Output(flows.CONTROLLER) in r.actions for r in resumed)
 
 
+@LEARNS_FROM_COPIES
 def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(router):
     ip = permitted_phone(router)
     flow = flows.FiveTuple(6, ip, 40000, INTERNET, 80).match()
@@ -122,14 +127,7 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
 # ---- the switch's own records (flow export, issue 26)
 
 
-def exporting_router(db_path, clock):
-    r = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flows_from_export=True)
-    r.switch_ready(WLAN, ROUTER_MAC)
-    return r
-
-
-def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_poll(db_path, clock):
-    router = exporting_router(db_path, clock)
+def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_poll(router):
     ip = permitted_phone(router)
     up = flows.FiveTuple(6, ip, 40000, INTERNET, 80)
     down = flows.FiveTuple(6, INTERNET, 80, ip, 40000)
@@ -167,8 +165,7 @@ def test_with_the_switchs_records_nothing_of_a_devices_traffic_is_copied_and_eac
     ]
 
 
-def test_records_of_no_devices_traffic_are_not_rows(db_path, clock):
-    router = exporting_router(db_path, clock)
+def test_records_of_no_devices_traffic_are_not_rows(router):
     ip = permitted_phone(router)
     router.on_flow_export(
         {
@@ -181,11 +178,10 @@ def test_records_of_no_devices_traffic_are_not_rows(db_path, clock):
     assert [e.row for e in router.on_flow_stats([]) if e.table == "Flows"] == [(6, ip, 40000, INTERNET, 80, 1, 74)]
 
 
-def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(db_path, clock, monkeypatch):
+def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(router, monkeypatch):
     from homework_controller import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_FLOWS", 10)
-    router = exporting_router(db_path, clock)
     ip = permitted_phone(router)
     router.on_flow_export({flows.FiveTuple(17, ip, 1000 + n, INTERNET, 53): [1, 36] for n in range(25)})
     router.on_flow_export({flows.FiveTuple(17, INTERNET, 53, ip, 1000 + n): [1, 56] for n in range(25)})
@@ -195,15 +191,7 @@ def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(db_pa
     assert sum(r[5] for r in rows) == 50 and sum(r[6] for r in rows) == 25 * 50 + 25 * 70  # nothing lost
 
 
-def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_by_its_64(db_path, clock):
-    router = HomeRouter(
-        DeviceStore(db_path),
-        dhcp.LeasePolicy(30, 3600),
-        clock=clock,
-        flows_from_export=True,
-        ipv6_plan=ipv6.PrefixPlan(ipv6.ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56")),
-    )
-    router.switch_ready(WLAN, ROUTER_MAC)
+def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_by_its_64(router):
     permitted_phone(router)
     global_64, ula_64 = router.ipv6.current[PHONE]
     phone = str(ipaddress.IPv6Network(global_64)[0x1234])  # a SLAAC or privacy address: any in its /64
@@ -231,13 +219,10 @@ def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_b
     assert [e for e in router.on_flow_stats([]) if e.table == "Flows"] == []
 
 
-def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_others_keep_theirs(
-    db_path, clock, monkeypatch
-):
+def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_others_keep_theirs(router, monkeypatch):
     from homework_controller import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_PER_DEVICE", 10)
-    router = exporting_router(db_path, clock)
     flooder = permitted_phone(router)
     laptop = lease(router, LAPTOP)
     router.permit(LAPTOP)

@@ -29,8 +29,6 @@ from homework_controller.flow_export import (
 )
 from homework_controller.flows import FiveTuple
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tools"))
-
 FIXTURE = json.loads((Path(__file__).parent / "data" / "ovs_ipfix.json").read_text())
 DATAGRAMS = [bytes.fromhex(d) for d in FIXTURE["datagrams"]]
 EXPORTER = "127.0.0.1:40000"

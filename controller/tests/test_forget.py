@@ -2,7 +2,7 @@
 not in memory, not on the disk, and a device asking again under its MAC starts afresh."""
 
 from dhcp_frames import frame
-from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET, WLAN, lease
+from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET, WLAN, lease, solicit_router
 
 from homework_controller import dhcp
 from homework_controller.effects import ForgetNeighbours
@@ -41,8 +41,16 @@ def test_after_an_eviction_no_concern_knows_the_device(db_path, clock):
     lease(router, PHONE, PHONE_CLIENT)  # its DHCP client is remembered (a copied MAC would differ)
     router.deny_dns(PHONE, "games.example.test")
     router.dns_answer([("games.example.test", "198.51.100.81", 300)])
+    solicit_router(router, PHONE)  # it asked for IPv6 too (a newcomer is told of no prefix)
+    assert "Ipv6Addresses" in {type(c).__name__ for c in router.concerns}  # every concern that ships is asked
     knowing = {type(c).__name__ for c in router.concerns if c.knows(PHONE)}
-    assert knowing == {"DeviceRegistry", "SwitchMirror", "DnsGating", "CloneWatch"}  # all cleared below
+    assert knowing == {
+        "DeviceRegistry",
+        "SwitchMirror",
+        "DnsGating",
+        "CloneWatch",
+        "Ipv6Addresses",
+    }  # all cleared below
     clock.now += 1
     router.on_dhcp(frame(LAPTOP, "discover"))
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []

@@ -17,7 +17,22 @@ from scapy.layers.inet6 import (
     IPv6,
 )
 from scapy.layers.l2 import Ether
-from support import EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, TABLET, WEB, WLAN, deliver, join, mark_of, solicit_router, up
+from support import (
+    EF,
+    LAPTOP,
+    LEARNS_FROM_COPIES,
+    LOCAL,
+    PHONE,
+    ROUTER_MAC,
+    TABLET,
+    WEB,
+    WLAN,
+    deliver,
+    join,
+    mark_of,
+    solicit_router,
+    up,
+)
 
 from homework_controller import border_routes, dhcp, dnsgate, downlink, flows, ipv6, nd
 from homework_controller.effects import (
@@ -28,20 +43,12 @@ from homework_controller.effects import (
     SendFrame,
     TellHousehold,
 )
-from homework_controller.router import HomeRouter
+from homework_controller.router import EXAMPLE_IPV6_PLAN, HomeRouter
 from homework_controller.store import DeviceStore
 
-ULA = ipv6.ula_prefix(0x12_3456_789A)
-DELEGATED = ipaddress.IPv6Network("2001:db8:100::/56")
+# The prefixes of the shipped router's fixture (conftest's `router`): its ULA /48, its delegated /56.
+ULA, DELEGATED = EXAMPLE_IPV6_PLAN.ula, EXAMPLE_IPV6_PLAN.delegated
 INTERNET = "2001:db8:5133::80"
-
-
-@pytest.fixture
-def router(db_path, clock):
-    r = HomeRouter(
-        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED)
-    )
-    return r
 
 
 @pytest.fixture
@@ -192,7 +199,7 @@ def test_link_scope_multicast_reaches_the_other_forwarding_devices_and_no_one_el
 
 
 def test_without_ipv6_no_ipv6_multicast_is_copied(db_path, clock):
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    router = HomeRouter(DeviceStore(db_path), clock=clock, ipv6_plan=None)  # --no-ipv6
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     phone = join(router, switch, PHONE)
@@ -272,7 +279,7 @@ def test_adverts_are_repeated_by_the_tick(router, switch, clock):
 
 
 def test_without_ipv6_the_router_adds_nothing(db_path, clock):
-    r = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    r = HomeRouter(DeviceStore(db_path), clock=clock, ipv6_plan=None)  # --no-ipv6
     switch = FakeSwitch()
     switch.apply(r.switch_ready(WLAN, ROUTER_MAC))
     join(r, switch, PHONE)
@@ -397,6 +404,7 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
 # ---- priorities over IPv6
 
 
+@LEARNS_FROM_COPIES
 def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them(router, switch):
     """Priorities hold for IPv6 as for IPv4 (issue 22, test 5): a flow's first packet is copied to the
     controller, which gives the flow a rule with its app's mark, both ways."""

@@ -37,11 +37,9 @@ def switch(router):
 
 def permitted(router, switch, mac, client, name=""):
     """Joins, is permitted (and named), renews to a permitted device's lease: its address."""
-    ip = lease(router, mac, client)
-    switch.apply(router.permit(mac))
+    ip = join(router, switch, mac, client=client)
     if name:
         switch.apply(router.rename(mac, name))
-    switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client))))
     return ip
 
 
@@ -105,7 +103,7 @@ def test_no_offer_while_the_device_is_online_for_another_client_or_between_two_l
 def test_only_a_newcomer_is_merged_and_only_into_a_decided_device(router, switch, clock):
     permitted(router, switch, PHONE, ANNAS_PHONE)
     away(clock)
-    lease(router, NEW, ANNAS_PHONE)
+    join(router, switch, NEW, permit=False, client=ANNAS_PHONE)
     lease(router, LAPTOP, ANNAS_PHONE)
     with pytest.raises(Conflict):
         router.merge(NEW, LAPTOP)  # into another newcomer

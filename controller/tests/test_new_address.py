@@ -8,7 +8,7 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, up
 
-from homework_controller import dhcp, flows, wifi_keys
+from homework_controller import flows, wifi_keys
 from homework_controller.effects import (
     AuthenticatorDeny,
     AuthenticatorKick,
@@ -29,7 +29,7 @@ WWW = "198.51.100.7"
 
 @pytest.fixture
 def home(db_path, clock):
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    router = HomeRouter(DeviceStore(db_path), clock=clock, wifi_ssid="home")
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     return router, switch
@@ -55,6 +55,7 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
     keyid = own_key(router, PHONE)
     assert reaches(switch, PHONE, ip)
     before = router.status(PHONE)
+    assert "Ipv6Addresses" in {type(c).__name__ for c in router.concerns if c.knows(PHONE)}  # its /64s too
 
     effects = router.station_joined(NEW, keyid)
     switch.apply(effects)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
-from homework_controller import api, dhcp, operations
+from homework_controller import api, operations
 from homework_controller.effects import InstallRules
 from homework_controller.radio_settings import RadioSettingsFile
 from homework_controller.router import HomeRouter
@@ -32,7 +32,8 @@ def test_every_declared_operation_is_routed_to_a_method_of_the_router(db_path):
 
 
 def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    router = HomeRouter(DeviceStore(db_path), clock=clock, wifi_ssid="home")
+    assert router.ipv6 is not None and router.accounting.from_export  # as shipped: every concern that ships
     router.switch_ready(WLAN, ROUTER_MAC)
     phone_ip = permitted_phone(router)
     arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}

@@ -1,8 +1,9 @@
 """Where packets end up through the rules the router computes (fakeoftable), decision by decision."""
 
 import pytest
+from dhcp_frames import frame
 from fakeoftable import FakeSwitch, ipv4
-from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
+from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import dnsgate, flows, packets
 from homework_controller.effects import AddGatewayAddress
@@ -13,8 +14,8 @@ BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
 @pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
+def switch(router, clock):
+    sw = FakeSwitch(clock=clock)  # the router's clock fills the switch's meters
     sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
     return sw
 
@@ -89,6 +90,7 @@ def test_device_to_device_is_routed_back_out_of_the_air_with_the_routers_mac(rou
     assert back.port == WLAN and back.packet["eth_dst"] == PHONE
 
 
+@LEARNS_FROM_COPIES
 def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_only_counted(router, switch):
     phone = join(router, switch, PHONE)
     fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40001, dport=80)
@@ -201,6 +203,128 @@ def test_eapol_from_anyone_is_metered_and_a_known_device_has_its_own_budget(rout
     assert flows.Meter(flows.NEWCOMERS_METER.meter_id) in newcomer_rule.actions
     assert flows.Meter(flows.device_meter(router.devices[PHONE]).meter_id) in phone_rule.actions
     assert ports(switch.send({"in_port": WLAN, "eth_src": PHONE, **eapol})) == [LOCAL]
+
+
+def test_a_devices_dhcp_flood_is_held_to_its_own_budget_and_other_devices_still_reach_the_router(router, switch, clock):
+    """What a device sends the router (DHCP here) goes through its own meter: a flood gets its burst through,
+    then its rate; another device's, and a newcomer's, get through all the same (DESIGN: fairness)."""
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+
+    def reaching(mac, count):
+        """How many of count DHCP requests from mac, sent at once, reach the router's DHCP socket."""
+        request = ipv4(WLAN, mac, BROADCAST_MAC, "0.0.0.0", flows.ALL_HOSTS, flows.PROTO_UDP, 68, 67)
+        return sum(ports(switch.send(request)) == [LOCAL] for _ in range(count))
+
+    assert reaching(PHONE, 200) == flows.DEVICE_METER_BURST
+    assert reaching(LAPTOP, 5) == 5  # its own budget, untouched by the phone's flood
+    assert reaching("02:66:66:66:66:66", 5) == 5  # the newcomers' too
+    clock.now += 1  # a second later the phone has a second's worth again, no more
+    assert reaching(PHONE, 200) == flows.DEVICE_METER_PPS
+    # Newcomers share one budget: a storm of forged MACs gets its burst through, a known device still its own.
+    # (The five of before were made up in that second.)
+    storm = sum(reaching(f"02:66:66:66:{n >> 8:02x}:{n & 0xFF:02x}", 1) for n in range(400))
+    assert storm == flows.NEWCOMERS_METER.burst
+    assert reaching(LAPTOP, 1) == 1
+
+
+# How each DHCP client the suite has sends its DHCPRELEASE (their sources): once, never again, unicast from
+# its address (ciaddr) to the server it names (option 54) through the kernel's UDP socket, no broadcast
+# flag; ISC dhclient with its `send` options (the host name), dhcpcd with its DUID client identifier, busybox
+# udhcpc with a client identifier of its MAC.
+RELEASE_SHAPES = {
+    "isc-dhclient": lambda mac: [("hostname", b"annaphone")],
+    "dhcpcd": lambda mac: [
+        ("client_id", b"\xff\x00\x00\x00\x01\x00\x03\x00\x01" + bytes.fromhex(mac.replace(":", "")))
+    ],
+    "udhcpc": lambda mac: [("client_id", b"\x01" + bytes.fromhex(mac.replace(":", "")))],
+}
+
+
+@pytest.mark.parametrize("client", RELEASE_SHAPES)
+def test_each_dhcp_clients_release_reaches_the_router_and_ends_its_lease_and_no_other_device_can(
+    router, switch, client
+):
+    phone, laptop = join(router, switch, PHONE), join(router, switch, LAPTOP)
+    gateway = router.devices[PHONE].subnet.gateway
+
+    def release(mac, ciaddr, src_ip, chaddr=None):
+        """The release through the switch (as the kernel sends it: to the gateway's MAC, which proxy ARP gave);
+        what the router's DHCP socket reads of it, served."""
+        sent = ipv4(WLAN, mac, ROUTER_MAC, src_ip, gateway, flows.PROTO_UDP, 68, 67)
+        reached = [d.packet["eth_dst"] for d in switch.send(sent) if d.port == LOCAL]
+        options = [("server_id", gateway), *RELEASE_SHAPES[client](mac)]
+        for port_mark in reached:
+            switch.apply(
+                router.on_dhcp(
+                    frame(
+                        mac,
+                        "release",
+                        ciaddr=ciaddr,
+                        src_ip=src_ip,
+                        dst_ip=gateway,
+                        dst_mac=port_mark,
+                        chaddr=chaddr,
+                        options=options,
+                    )
+                )
+            )
+        return reached
+
+    # Neither another device naming the phone's address nor one claiming to be the phone ends its lease.
+    assert release(LAPTOP, phone, laptop) and release(LAPTOP, phone, laptop, chaddr=PHONE)
+    assert router.status(PHONE)["lease_seconds_left"] > 0
+    assert release(PHONE, phone, phone) == [flows.port_mark(WLAN)]
+    assert router.status(PHONE)["lease_seconds_left"] == 0
+    assert router.status(LAPTOP)["lease_seconds_left"] > 0
+
+
+def arp_request(mac, sender_ip, target_ip):
+    return {
+        "in_port": WLAN,
+        "eth_src": mac,
+        "eth_dst": BROADCAST_MAC,
+        "eth_type": flows.ETH_ARP,
+        "arp_op": 1,
+        "arp_sha": mac,
+        "arp_spa": sender_ip,
+        "arp_tha": "00:00:00:00:00:00",
+        "arp_tpa": target_ip,
+    }
+
+
+def test_a_forwarding_devices_arp_for_its_gateway_is_answered_by_the_switch_at_once(router, switch):
+    """A device's unicast to the router (a renewal, its first DNS query, its one DHCPRELEASE) waits on this
+    answer, and a release waits only as long as its client keeps the address: ISC dhclient -r sends it, then
+    its script removes the address, and the kernel drops a packet still waiting on ARP with the last address.
+    Through the controller the answer sometimes came after that (test_returning_device's lost release)."""
+    phone = join(router, switch, PHONE)
+    gateway = router.devices[PHONE].subnet.gateway
+    [answer] = switch.send(arp_request(PHONE, phone, gateway))
+    assert answer.port == WLAN
+    got = {k: answer.packet[k] for k in ("eth_src", "eth_dst", "arp_op", "arp_sha", "arp_spa", "arp_tha", "arp_tpa")}
+    assert got == {
+        "eth_src": ROUTER_MAC,
+        "eth_dst": PHONE,
+        "arp_op": 2,
+        "arp_sha": ROUTER_MAC,
+        "arp_spa": gateway,
+        "arp_tha": PHONE,
+        "arp_tpa": phone,
+    }
+    # What the switch cannot vouch for still goes to the controller, which decides (and answers none of these):
+    # another sender address, another device's gateway, a sender hardware address not its own.
+    laptop = join(router, switch, LAPTOP, permit=False)
+    for asked in (
+        arp_request(PHONE, "10.2.0.99", gateway),
+        arp_request(PHONE, phone, router.devices[LAPTOP].subnet.gateway),
+        {**arp_request(PHONE, phone, gateway), "arp_sha": TABLET},
+    ):
+        [copy] = switch.send(asked)
+        assert copy.port == flows.CONTROLLER
+    # A pending device's too (the controller answers it: its DHCP needs no unicast).
+    [copy] = switch.send(arp_request(LAPTOP, laptop, router.devices[LAPTOP].subnet.gateway))
+    assert copy.port == flows.CONTROLLER
 
 
 def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(router, switch):

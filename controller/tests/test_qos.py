@@ -8,6 +8,7 @@ from support import (
     AF41,
     EF,
     LAPTOP,
+    LEARNS_FROM_COPIES,
     LOCAL,
     PHONE,
     ROUTER_MAC,
@@ -38,6 +39,7 @@ def switch(router):
     return sw
 
 
+@LEARNS_FROM_COPIES
 def test_a_high_apps_packets_leave_with_dscp_46_both_ways(router, switch):
     phone = join(router, switch, PHONE)
     router.dns_answer([("us04web.zoom.us", ZOOM, 300)], phone)  # the phone looked the name up
@@ -47,6 +49,7 @@ def test_a_high_apps_packets_leave_with_dscp_46_both_ways(router, switch):
     assert mark_of(router, switch, up(phone, WEB, sport=40001)) == (0, 0, LOCAL)
 
 
+@LEARNS_FROM_COPIES
 def test_another_devices_lookup_does_not_name_this_devices_connection(router, switch):
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
@@ -113,6 +116,7 @@ def capped(db_path, clock):
         dhcp.LeasePolicy(30, 3600),
         clock=clock,
         qos_settings=qos.QosSettings(uplink=UPLINK, high_device_share=0.2, demotion_s=60),
+        flows_from_export=False,  # LEARNS_FROM_COPIES: the shipped path's demotion is in test_decided_ahead
     )
     return r
 
@@ -147,6 +151,7 @@ def test_a_device_over_its_high_share_is_demoted_to_medium_and_told_and_another_
     assert out.packet["ip_dscp"] == EF
 
 
+@LEARNS_FROM_COPIES
 def test_without_a_shaped_link_nothing_is_capped(router, switch):
     phone = join(router, switch, PHONE)
     router.dns_answer([("us04web.zoom.us", ZOOM, 300)], phone)
@@ -161,6 +166,7 @@ def test_without_a_shaped_link_nothing_is_capped(router, switch):
     assert out.packet["ip_dscp"] == EF
 
 
+@LEARNS_FROM_COPIES
 def test_an_unnamed_flow_is_judged_by_its_behaviour_and_marked_for_it(router, switch):
     phone = join(router, switch, PHONE)
     game = up(phone, WEB, flows.PROTO_UDP, 50000, 40005)
@@ -183,6 +189,7 @@ def test_an_unnamed_flow_is_judged_by_its_behaviour_and_marked_for_it(router, sw
     ]
 
 
+@LEARNS_FROM_COPIES
 def test_app_timeseries_names_the_app_the_classifier_found(router, switch):
     phone = join(router, switch, PHONE)
     router.dns_answer([("us04web.zoom.us", ZOOM, 300)], phone)
@@ -228,6 +235,7 @@ def own_mark(packet, dscp=EF):
     return {**packet, "ip_dscp": dscp}
 
 
+@LEARNS_FROM_COPIES
 def test_a_devices_own_ef_mark_never_reaches_the_shaper(router, switch):
     """A device marking its bulk traffic EF itself would jump the queue: the router sets every
     packet's DSCP, the first packet of a flow (before its rule exists) included."""

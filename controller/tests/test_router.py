@@ -7,7 +7,7 @@ import pytest
 from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch
 from scapy.layers.l2 import ARP, Ether
-from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, lease
+from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import dhcp, flows, packets
 from homework_controller.effects import (
@@ -147,9 +147,7 @@ def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(rou
     test_accounting.py); a tick finds nothing to send when none of them changed, and the change when one did."""
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    ip = lease(router, PHONE)
-    switch.apply(router.permit(PHONE))
-    switch.apply(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)))
+    join(router, switch, PHONE)
     cookie = flows.device_cookie(router.devices[PHONE])
 
     def on_switch():

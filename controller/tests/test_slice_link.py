@@ -17,7 +17,7 @@ from fakeoftable import FakeSwitch
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
-from support import PHONE, ROUTER_MAC, WEB, WLAN, join, mark_of, up
+from support import LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WEB, WLAN, join, mark_of, up
 
 from homework_controller import downlink, flows, qos
 from homework_controller.__main__ import parse_args
@@ -151,6 +151,7 @@ def queue_of(household: dict, queue: int) -> tuple[int, int]:
 UNTOUCHED = (0, None)  # no rule of the household's: its Normal queue
 
 
+@LEARNS_FROM_COPIES  # its connection is learnt from a copy (marked ahead, with the records: the test below)
 def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_priority(router, ovs, slicer, links):
     lock = threading.Lock()  # the controller's: the link's snapshot is taken under it
 

@@ -29,7 +29,7 @@ import time
 
 from dhcp_path import client_frame
 
-from homework_controller import dhcp, flows, hwdb_feed, packets
+from homework_controller import flows, hwdb_feed, packets
 from homework_controller.model import Device, State, Subnet
 from homework_controller.router import HomeRouter
 from homework_controller.serving import TimedLock
@@ -65,9 +65,10 @@ def mac_of(i: int) -> str:
     return f"02:00:00:00:{i >> 8:02x}:{i & 0xFF:02x}"
 
 
-def home(db: str, devices: int, learnt: int) -> HomeRouter:
-    """A router whose devices are permitted, hold live leases and each have `learnt` flows."""
-    store, now = DeviceStore(db), time.time()
+def permitted_home(db: str, devices: int, clock=time.time, **options) -> HomeRouter:
+    """A router (HomeRouter's options) whose devices are permitted and hold live leases, as a restart finds
+    them: device i (from 1) has MAC mac_of(i) and the /30 Subnet(i)."""
+    store, now = DeviceStore(db), clock()
     for i in range(devices):
         store.save(
             Device(
@@ -75,8 +76,15 @@ def home(db: str, devices: int, learnt: int) -> HomeRouter:
             )
         )
     store.flush()
-    router = HomeRouter(store, dhcp.LeasePolicy(30, 3600), flow_budget=learnt + 1)
+    router = HomeRouter(store, clock=clock, **options)
     router.switch_ready(WLAN, ROUTER_MAC)
+    return router
+
+
+def home(db: str, devices: int, learnt: int) -> HomeRouter:
+    """A router whose devices are permitted, hold live leases and each have `learnt` flows (learnt from
+    copies: the router without the switch's records, whose flow budget this measures)."""
+    router = permitted_home(db, devices, flow_budget=learnt + 1, flows_from_export=False)
     for i in range(devices):
         ip = Subnet(i + 1).device_ip
         for port in range(learnt):

@@ -239,8 +239,9 @@ def storm_round(
         app._send_held_rules()
     # All of them now, unless the machine stalled the burst for longer than a change may be held (held.py):
     # then some left at its end, between answers, as they would in the controller.
-    # A newcomer's own budget (four rules and a meter) and, pending with a live lease, the portal's six rules.
-    assert app.datapath.sent - switch_setup == 11 * devices, "four rules, a meter and six portal rules per newcomer"
+    # A newcomer's own budget (four rules and a meter), its router and neighbour solicitations' two (IPv6 on, as
+    # shipped) and, pending with a live lease, the portal's six rules.
+    assert app.datapath.sent - switch_setup == 13 * devices, "four rules, a meter, two ND and six portal rules each"
     with clocks.phase("other threads"):  # what the store's and hwdb's writers still have to do
         app.router.store.flush()
         while hwdb.rows.qsize():

@@ -23,40 +23,34 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from agent_flood import ROUTER_MAC, WLAN, permitted_home
 
-from support import ROUTER_MAC, WLAN, Clock, frame, lease
-
-from homework_controller import dhcp, flows, packets
+from homework_controller import flows, packets
 from homework_controller.accounting import rule_counters
 from homework_controller.effects import InstallRules
 from homework_controller.router import HomeRouter
-from homework_controller.store import DeviceStore
 
 
 def permitted_devices(state_dir: str, devices: int, per_device: int, records: bool) -> tuple[HomeRouter, list]:
-    """A router (as shipped with records: the switch's records) with permitted devices: (mac, ip) each."""
-    router = HomeRouter(
-        DeviceStore(f"{state_dir}/controller.sqlite"),
-        dhcp.LeasePolicy(30, 3600),
-        clock=Clock(),
-        flow_budget=per_device,
-        flows_from_export=records,
+    """A router (as shipped with records: the switch's records; else learning flows from copies) with
+    permitted devices: (mac, ip) each. Its clock stands still until a poll moves it on (`PollClock`)."""
+    router = permitted_home(
+        f"{state_dir}/controller.sqlite", devices, PollClock(), flow_budget=per_device, flows_from_export=records
     )
-    router.switch_ready(WLAN, ROUTER_MAC)
-    permitted = []
-    for d in range(devices):
-        mac = f"02:00:00:00:01:{d:02x}"
-        ip = lease(router, mac)
-        router.permit(mac)
-        router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip))
-        permitted.append((mac, ip))
-    return router, permitted
+    return router, [(d.mac, d.subnet.device_ip) for d in router.devices.values()]
+
+
+class PollClock:
+    """The router's clock, moved on by the polls' interval (`now += 5`)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[HomeRouter, list]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..model import Device, State, Subnet
+from ..packets import ARP_REPLY, ARP_REQUEST
 from .captive import portal_rules
 from .shapes import IPV4, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
 from .values import (
@@ -20,6 +21,7 @@ from .values import (
     ETH_EAPOL,
     ETH_IPV4,
     FLOW_IDLE_TIMEOUT_S,
+    IN_PORT,
     LOCAL,
     NEWCOMERS_METER,
     PROTO_UDP,
@@ -188,7 +190,43 @@ class DeviceRules:
         rules |= counted(IPV4, cookie, (Accounting.DEVICE_SOURCE, Accounting.DEVICE_DEST), count, ip)
         if self.dns_gated:
             rules |= encrypted_dns_refused(IPV4, cookie, ip)
-        return frozenset(rules | budget)
+        return frozenset(rules | budget | self._gateway_answered(cookie, subnet))
+
+    def _gateway_answered(self, cookie: int, subnet: Subnet) -> set[FlowRule]:
+        """Its ARP request for its gateway, from its own MAC and address, answered by the switch (the
+        controller's proxy ARP answers the same, `registry.asks_for_its_gateway`, a round trip later): its
+        unicast to the router (a renewal, its first DNS query, its one DHCPRELEASE) waits on this answer, and
+        a client that sends a release and then removes its address loses a release still waiting on ARP.
+        On its own port, or the one access port there is: an unbound device's ARP on one of several (after a
+        restart) goes to the controller, and binds it there (`port_binding`)."""
+        settled = (self.port,) if self.port is not None else self.access_ports if len(self.access_ports) == 1 else ()
+        answer = (
+            Meter(meter_of(subnet).meter_id),
+            SetField("eth_dst", self.mac),
+            SetField("eth_src", self.router_mac),
+            SetField("arp_op", ARP_REPLY),
+            SetField("arp_sha", self.router_mac),
+            SetField("arp_spa", subnet.gateway),
+            SetField("arp_tha", self.mac),
+            SetField("arp_tpa", subnet.device_ip),
+            Output(IN_PORT),
+        )
+        return {
+            rule(
+                TABLE_ADMISSION,
+                Admission.GATEWAY_ARP,
+                answer,
+                cookie,
+                in_port=port,
+                eth_src=self.mac,
+                eth_type=ETH_ARP,
+                arp_op=ARP_REQUEST,
+                arp_sha=self.mac,
+                arp_spa=subnet.device_ip,
+                arp_tpa=subnet.gateway,
+            )
+            for port in settled
+        }
 
 
 def device_rules(

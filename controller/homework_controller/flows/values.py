@@ -24,6 +24,7 @@ class Admission:
     ELSEWHERE = 1050
     DEVICE_CONTROL = 1001
     CONTROL = 1000
+    GATEWAY_ARP = 950  # a forwarding device asking, as itself, for its gateway: answered by the switch
     DEVICE_ARP = 901
     ARP = 900
     ADVERTS = 800
