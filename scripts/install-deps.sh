@@ -55,8 +55,8 @@ APT_PACKAGES=(
   openssl    # the image's update bundles are signed with it (image tests)
   # make image: a Debian root, squashfs root slots, the EFI system partition and its boot loader
   mmdebstrap squashfs-tools dosfstools mtools fdisk e2fsprogs zstd systemd-boot-efi grub-pc-bin
-  # the image's boot test: the VM, its UEFI firmware
-  qemu-system-x86 ovmf
+  # the image's boot test: the VM, its UEFI firmware, qemu-img (the overlay a saved router state lives in)
+  qemu-system-x86 ovmf qemu-utils
 )
 
 missing=()
