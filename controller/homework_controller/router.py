@@ -133,7 +133,7 @@ class HomeRouter:
                 is_portal_probe=portal.is_probe,
             ),
         )
-        self.clone_watch = CloneWatch(clock, self.counters)
+        self.clone_watch = CloneWatch(store, clock, self.counters)
         self.port_binding = port_binding.PortBinding()
         self.portal = portal.Portal(portal.keyed_codes(portal.codes_key(store.load_settings(), store.save_setting)))
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
@@ -369,7 +369,7 @@ class HomeRouter:
     def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
         return {
             **device.to_json(self.clock()),
-            "looks_like": lookalikes.looks_like(device) if lookalikes is not None else None,
+            **(lookalikes.status_of(device) if lookalikes is not None else {"looks_like": None, "resembles": None}),
             **self.registry.status_of(device.mac),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),
