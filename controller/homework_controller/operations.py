@@ -257,6 +257,17 @@ OPERATIONS = (
         ("ip",),
     ),
     Operation(
+        "route-owner",
+        "POST",
+        "give_route",
+        "give a route's prefix (a Thread mesh's, advertised by a border router) a new owner, the device at mac: "
+        "another device's offer of it is refused from then on",
+        ("mac",),
+        query="prefix",
+        decision=True,
+        answers="device",
+    ),
+    Operation(
         "wifi-key",
         "POST",
         "issue_wifi_key",
@@ -327,6 +338,7 @@ def openapi_yaml() -> str:
         "zone": "an IANA time zone name",
         "at": "a time of day, HH:MM",
         "devices": "MAC addresses, comma-separated (empty: none)",
+        "prefix": "an IPv6 prefix, unique local (fc00::/7), /48 to /64",
     }
     for op in OPERATIONS:
         for count in op.arities:

@@ -7,7 +7,7 @@ from pathlib import Path
 from dhcp_frames import frame
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease, permitted_phone
 
-from homework_controller import api, dhcp, operations
+from homework_controller import api, dhcp, ipv6, operations
 from homework_controller.effects import InstallRules
 from homework_controller.radio_settings import RadioSettingsFile
 from homework_controller.router import HomeRouter
@@ -33,12 +33,13 @@ def test_every_declared_operation_is_routed_to_a_method_of_the_router(db_path):
 
 
 def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    plan = ipv6.PrefixPlan(ipv6.ula_prefix(0x12_3456_789A), None)
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home", ipv6_plan=plan)
     router.switch_ready(WLAN, ROUTER_MAC)
     phone_ip = permitted_phone(router)
     arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}
     arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
-    arguments |= {"shared": "person-1", "devices": PHONE}
+    arguments |= {"shared": "person-1", "devices": PHONE, "prefix": "fdee:1:2:3::/64"}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
     routed = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio")]
