@@ -118,11 +118,13 @@ def test_the_table_declares_every_operation_and_names_only_known_roles_and_state
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_every_operation_as_every_role_against_the_device_in_this_state(tmp_path, scenario):
-    built = [0]
+    built: list[Home] = []
 
     def fresh() -> Home:
-        built[0] += 1
-        return Home(str(tmp_path / f"controller-{built[0]}.sqlite"), scenario)
+        if built:
+            built[-1].router.store.close()  # its file and writer thread: hundreds of homes are built
+        built.append(Home(str(tmp_path / f"controller-{len(built)}.sqlite"), scenario))
+        return built[-1]
 
     home = fresh()
     done, refused, refused_by_the_device = [], [], []
@@ -158,6 +160,7 @@ def test_every_operation_as_every_role_against_the_device_in_this_state(tmp_path
     merge_done = ("merge", authority.PANEL) in done
     assert merge_done == (scenario == "offered"), "a newcomer merges only into the device it was offered as"
     assert (("resume", authority.PANEL) in refused) == (scenario == "bedtime")
+    home.router.store.close()
 
 
 def test_what_the_device_state_refuses_everyone_is_refused_the_owner_too(tmp_path):
@@ -171,3 +174,4 @@ def test_what_the_device_state_refuses_everyone_is_refused_the_owner_too(tmp_pat
         assert refused.value.status == 409
     with pytest.raises(authority.Forbidden, match="the wall panel may not lift a blacklist"):
         operations.perform(home.router, permit, home.args(permit), home.switch.apply, True, authority.PANEL)
+    home.router.store.close()
