@@ -71,6 +71,6 @@ class Lookalikes:
         if seen is None or was is None:
             return [], [f"no DHCP client of {'this newcomer' if seen is None else known.label} on record"]
         matched, differs = clones.compared(was, seen)
-        if not seen.parameter_list:
+        if not seen.parameter_list and not was.parameter_list:  # two clients alike in leaving them out
             differs.append("no requested options to compare")
         return matched, differs

@@ -172,7 +172,7 @@ def test_a_newcomer_sending_only_the_host_name_is_not_offered_and_is_told_what_d
         "mac": PHONE,
         "label": "Anna's phone",
         "matched": ["host name"],
-        "differs": ["requested options left out this time", "no requested options to compare"],
+        "differs": ["requested options left out this time"],
     }
     with pytest.raises(Conflict, match="not offered"):
         router.merge(stranger, PHONE)
@@ -230,3 +230,15 @@ def test_a_newcomer_is_merged_only_into_the_device_it_was_offered_as(router, swi
     assert router.status(LAPTOP)["state"] == "permitted" and router.status(NEW)["state"] == "pending"
     switch.apply(router.merge(NEW, PHONE))
     assert router.status(NEW)["name"] == "Anna's phone"
+
+
+def test_two_clients_that_both_send_only_the_host_name_prove_nothing(router, switch, clock):
+    """A host name alone is anyone's to send: a device that never asked for options is offered for no one
+    (positive control: the same with its options is, in the first test)."""
+    name_only = [("hostname", b"annas-phone")]
+    permitted(router, switch, PHONE, name_only, name="Anna's phone")
+    away(clock)
+    lease(router, NEW, name_only)
+    status = router.status(NEW)
+    assert status["looks_like"] is None
+    assert status["resembles"]["differs"] == ["no requested options to compare"]
