@@ -87,6 +87,11 @@ class ControllerClient:
         answers its status under `mac`, with everything the household said about `into`."""
         return self._call("POST", f"merge/{self._mac(mac)}/{self._mac(into)}")
 
+    def give_route(self, mac: str, prefix: str) -> dict:
+        """A route's prefix (a Thread mesh's) gets a new owner, the device at `mac`: another device's
+        offer of it is refused from now on. Answers the device's status."""
+        return self._call("POST", f"route-owner/{self._mac(mac)}", {"prefix": prefix})
+
     def rename(self, mac: str, name: str) -> dict:
         return self._call("POST", f"name/{self._mac(mac)}", {"name": name})
 

@@ -207,6 +207,7 @@ class FakeController(_ServedByAThread):
         # The radio's settings file, read, checked and written by the controller's own code ("": no radio, 501).
         self.radio = RadioSettingsFile(radio_settings)
         self.calls: list[tuple[str, str]] = []
+        self.route_owners: dict[str, str] = {}  # a route's prefix -> the device whose it is
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
         self.lock = threading.Lock()
@@ -426,6 +427,11 @@ class FakeController(_ServedByAThread):
 
     def ws_blacklist(self, mac):
         return self._decide(mac, "blacklisted", True)
+
+    def ws_give_route(self, mac, prefix):
+        mac = self._known(mac)
+        self.route_owners[prefix] = mac
+        return self.status_of(mac)
 
     def ws_rename(self, mac, name):
         mac = self._known(mac)

@@ -25,6 +25,7 @@ ROUTES = [
     ("allowance", "allowance", {"amount": "2 h"}, PERMITTED),
     ("name", "name", {"name": "The kitchen"}, PERMITTED),
     ("resume", "resume", {}, PERMITTED),
+    ("route-owner", "route-owner", {"prefix": "fdee:1:2:3::/64"}, PERMITTED),
     ("merge", "merge", {"into": ANNAS}, NEW_ANNA),
 ]
 

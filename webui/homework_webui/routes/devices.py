@@ -29,6 +29,7 @@ BLACKLISTED = {409: ("blacklisted", None)}
 DNS_UNAVAILABLE = {501: ("dns-unavailable", "This router cannot block names for a device yet.")}
 PAUSE_UNAVAILABLE = {501: ("pause-unavailable", "This router cannot pause a device.")}
 CANNOT_MERGE = {409: ("cannot-merge", None)}
+ROUTES_UNAVAILABLE = {501: ("routes-unavailable", "This router does not run IPv6: no device offers routes.")}
 
 
 @bp.get("/api/devices")
@@ -116,6 +117,18 @@ def rename_device(mac):
     mac = own_device(mac, "name")
     name = account_call(printable_name, str(body().get("name", "")), 64, "a device name", True)
     return _changed(services().controller.rename, mac, name)
+
+
+@bp.post("/api/devices/<mac>/route-owner")
+@access(*SIGNED_IN)
+def give_route(mac):
+    """{"prefix": "fd12:3456:789a:1::/64"}: the route a border router advertised is this device's from
+    now on (a new border router, say); the controller refuses anyone but the owner, and a prefix no
+    device could offer (400)."""
+    prefix = body().get("prefix", "")
+    if not isinstance(prefix, str) or not 0 < len(prefix) <= 64:
+        raise ApiError(400, "prefix must be an IPv6 prefix (text of at most 64 characters)")
+    return _changed(services().controller.give_route, mac_of(mac), prefix, meaning=ROUTES_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/owner")
