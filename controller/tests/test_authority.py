@@ -12,6 +12,7 @@ reading of the router, so a wrong reading fails here too."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -19,9 +20,11 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch
 from support import PHONE, ROUTER_MAC, WLAN, lease
 
-from homework_controller import authority, dhcp, ipv6, operations
+from homework_controller import authority, dhcp, ipv6, ofapp, operations
 from homework_controller.errors import ApiError
+from homework_controller.radio_settings import RadioSettingsFile
 from homework_controller.router import HomeRouter
+from homework_controller.serving import TimedLock
 from homework_controller.store import DeviceStore
 
 NEW = "06:11:22:33:44:55"  # a newcomer with the phone's DHCP client
@@ -175,3 +178,29 @@ def test_what_the_device_state_refuses_everyone_is_refused_the_owner_too(tmp_pat
     with pytest.raises(authority.Forbidden, match="the wall panel may not lift a blacklist"):
         operations.perform(home.router, permit, home.args(permit), home.switch.apply, True, authority.PANEL)
     home.router.store.close()
+
+
+def test_the_edges_and_the_radios_operations_are_checked_where_ofapp_performs_them(tmp_path):
+    """The operations `ofapp.call` answers off the router (health, counters, the radio's settings) name no
+    device: each role is refused or served as the table says, before the radio's file is read or written
+    or the edge's state looked at (this stub has none)."""
+    app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
+    settings = tmp_path / "wifi.conf"
+    settings.write_text("ssid=Our house\npassphrase=correct horse battery\ncountry=GB\nband=2.4\nchannel=6\n")
+    app.lock, app.radio_settings = TimedLock(), RadioSettingsFile(str(settings))
+    for role in authority.ROLES:
+        for name, args in (("radio-settings", ()), ("set-radio-settings", ({"channel": 1},))):
+            why = authority.refusal(role, name, frozenset())
+            if why is None:
+                continue  # the owner's, below
+            with pytest.raises(authority.Forbidden, match=re.escape(why)):
+                app.call(operations.BY_NAME[name].call, *args, role=role)
+        for name in ("health", "counters"):
+            why = authority.refusal(role, name, frozenset())
+            if why is not None:
+                with pytest.raises(authority.Forbidden, match=re.escape(why)):
+                    app.call(name, role=role)
+    assert "channel=6" in settings.read_text()
+    assert app.call("radio_settings", role=authority.OWNER)["ssid"] == "Our house"
+    assert app.call("set_radio_settings", {"channel": 1}, role=authority.OWNER)["channel"] == 1
+    assert "channel=1" in settings.read_text()
