@@ -9,6 +9,10 @@ that name as Host, so only loopback's own names are answered (400 otherwise); a 
 still make the browser send a POST to 127.0.0.1 (no CORS is needed to send it), and the browser
 says whose page it was in Origin, so a state change from any origin but ws.v1's own is refused
 (403). The web UI's client sends a loopback Host and no Origin.
+
+Each request acts for a role (`authority.HEADER`, X-Homework-Role: owner | member | panel | device | isp;
+without it, the owner: the router's administrator on loopback), which the controller checks against
+`authority.TABLE` where it performs the operation: the web UI says for whom it asks.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
-from . import operations
+from . import authority, operations
 from .errors import ApiError
 from .model import BadMac
 from .operations import PREFIX
@@ -33,7 +37,8 @@ BODY_LIMIT = 4096  # a JSON body (the radio's settings are a few hundred bytes)
 
 
 def make_app(call: Callable[..., object]):
-    """`call(name, *args)` runs a service method and returns its JSON-able result."""
+    """`call(name, *args, role=...)` runs a service method for a role (`authority`) and returns its JSON-able
+    result."""
 
     def app(environ, start_response):
         verb = environ.get("REQUEST_METHOD", "GET")
@@ -118,7 +123,8 @@ def _dispatch(call, verb: str, path: str, query: dict, environ: dict) -> tuple[i
             return status, sent
         args = [*args, sent]
     try:
-        return 200, call(op.call, *args)
+        role = authority.role_of(environ.get("HTTP_X_HOMEWORK_ROLE"))
+        return 200, call(op.call, *args, role=role)
     except BadMac as exc:
         return 400, {"error": str(exc)}
     except ApiError as exc:

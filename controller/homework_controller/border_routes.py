@@ -15,6 +15,12 @@ What is accepted (`refusal` says why not, pure):
   device an advert, and a device flapping a route at its meter's 20 adverts a second would have the router
   do that 20 times a second. Within it, an advert only keeps alive the routes the device holds.
 
+A route's prefix has an owner (issue 39): the first device whose offer of it was honoured, kept on the disk,
+across the device's pauses, bedtimes, its lease running out and the controller's restarts; while it is
+owned, another device's offer of it (or of one overlapping it) is refused, and only the household gives it
+a new owner (`give`, ws.v1's `route-owner`, the owner account's alone: `authority.py`). The owner's own
+withdrawal (lifetime 0) gives it up. A device owns at most MAX_PER_DEVICE prefixes, held now or not.
+
 The household is told of each acceptance, withdrawal and refusal once; at most TOLD_REFUSALS refusals are
 remembered a device, so one offering ever new prefixes fills neither memory nor the event log.
 `BorderRoutes` holds the accepted routes: whose each is, until when; and which refusals were told.
@@ -23,6 +29,7 @@ remembered a device, so one offering ever new prefixes fills neither memory nor 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .nd import RouteOffer
@@ -61,7 +68,15 @@ class Change:
 
 
 class BorderRoutes:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        owners: dict[str, str] | None = None,
+        save_owner: Callable[[str, str | None], None] = lambda prefix, mac: None,
+    ) -> None:
+        """owners: each owned prefix's device, from the disk; save_owner(prefix, MAC or None) writes one
+        (queued: `store.DeviceStore`)."""
+        self.owners = {ipaddress.IPv6Network(prefix): mac for prefix, mac in (owners or {}).items()}
+        self.save_owner = save_owner
         self.until: dict[str, dict[ipaddress.IPv6Network, float]] = {}  # MAC -> its routes -> until when
         self.refused: dict[str, dict[ipaddress.IPv6Network, str]] = {}  # MAC -> what it was told was refused
         self.changed_at: dict[str, float] = {}  # MAC -> when its routes last changed
@@ -81,10 +96,12 @@ class BorderRoutes:
                 if may_change and held.pop(prefix, None) is not None:
                     change.routes_changed = True
                     change.told.append(f"withdrew its route to {prefix}")
+                    self._own(prefix, None)  # its owner gave it up
                 continue
             others = tuple(p for m, routes in self.until.items() if m != mac for p in routes)
-            why = refusal(prefix, home, others)
-            if why is None and prefix not in held and len(held) >= MAX_PER_DEVICE:
+            why = refusal(prefix, home, others) or self._owned_by_another(prefix, mac)
+            owned = [p for p, m in self.owners.items() if m == mac]
+            if why is None and prefix not in held and prefix not in owned and len(owned) >= MAX_PER_DEVICE:
                 why = f"already {MAX_PER_DEVICE} routes"
             if why is not None:
                 if refused.get(prefix) != why and (prefix in refused or len(refused) < TOLD_REFUSALS):
@@ -94,6 +111,8 @@ class BorderRoutes:
             if prefix not in held and not may_change:
                 continue  # held off: the next advert offers it again
             refused.pop(prefix, None)
+            if self.owners.get(prefix) != mac:
+                self._own(prefix, mac)
             if prefix not in held:
                 change.routes_changed = True
                 change.told.append(f"offers a route to {prefix}; the home's other devices reach it through the router")
@@ -102,6 +121,38 @@ class BorderRoutes:
             self.changed_at[mac] = now
         self._tidy(mac)
         return change
+
+    def _owned_by_another(self, prefix: ipaddress.IPv6Network, mac: str) -> str | None:
+        owner = next((m for p, m in self.owners.items() if m != mac and p.overlaps(prefix)), None)
+        if owner is None:
+            return None
+        return f"another device's route ({owner}), kept while it is away: the household may give it a new owner"
+
+    def _own(self, prefix: ipaddress.IPv6Network, mac: str | None) -> None:
+        if mac is None:
+            self.owners.pop(prefix, None)
+        else:
+            self.owners[prefix] = mac
+        self.save_owner(str(prefix), mac)
+
+    def give(self, prefix: ipaddress.IPv6Network, mac: str) -> set[str]:
+        """The household gives the prefix a new owner: prefixes overlapping it are no one else's, and
+        routes other devices hold to them go. The devices whose routes changed."""
+        changed = set()
+        for owned, owner in list(self.owners.items()):
+            if owned.overlaps(prefix) and owner != mac:
+                self._own(owned, None)
+        for other, routes in list(self.until.items()):
+            for held in [p for p in routes if other != mac and p.overlaps(prefix)]:
+                del routes[held]
+                changed.add(other)
+            self._tidy(other)
+        self._own(prefix, mac)
+        self.refused.get(mac, {}).pop(prefix, None)
+        return changed
+
+    def owned(self) -> dict[str, str]:
+        return {str(prefix): mac for prefix, mac in sorted(self.owners.items())}
 
     def of(self, mac: str) -> tuple[str, ...]:
         return tuple(sorted(str(p) for p in self.until.get(mac, ())))
@@ -141,7 +192,8 @@ class BorderRoutes:
         return {str(prefix) for routes in self.until.values() for prefix in routes}
 
     def forget(self, mac: str) -> bool:
-        """The device stopped forwarding (or is forgotten): its routes go. Whether it had any."""
+        """The device stopped forwarding (or is forgotten): its routes go (what it owns stays its own).
+        Whether it had any."""
         self.refused.pop(mac, None)
         self.changed_at.pop(mac, None)
         return bool(self.until.pop(mac, None))

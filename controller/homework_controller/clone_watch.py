@@ -1,7 +1,9 @@
 """Watching for a copied MAC, the concern: the DHCP client that took each live lease, what the
 household should look at, and when it was last told (`clones` compares, pure).
 
-In memory only: after a restart the first DHCP client of a live lease is taken for its holder.
+A permitted device's client is kept on the disk too (a look-alike newcomer is compared with it,
+`lookalikes.py`, after a restart as before); the rest is in memory: after a restart the first DHCP
+client of a live lease of a device with none on the disk is taken for its holder.
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ from collections.abc import Callable
 
 from . import clones, dhcp, dhcp_wire
 from .effects import TellHousehold
-from .model import Device
+from .model import Device, State
 
 LOG = logging.getLogger(__name__)
 
 
 class CloneWatch:
-    def __init__(self, clock: Callable[[], float], counters: dict[str, int]):
-        self.clock, self.counters = clock, counters
-        self.fingerprints: dict[str, clones.Fingerprint] = {}
+    def __init__(self, store, clock: Callable[[], float], counters: dict[str, int]):
+        self.store, self.clock, self.counters = store, clock, counters
+        self.kept = {mac: clones.Fingerprint(*fields) for mac, fields in store.load_fingerprints().items()}
+        self.fingerprints: dict[str, clones.Fingerprint] = dict(self.kept)
         self.suspected: dict[str, clones.Suspicion] = {}
         self.told: dict[str, float] = {}
 
@@ -31,6 +34,7 @@ class CloneWatch:
     def forget(self, mac: str) -> None:
         for memory in (self.fingerprints, self.suspected, self.told):
             memory.pop(mac, None)
+        self._unkeep(mac)
 
     def fingerprint_of(self, mac: str) -> clones.Fingerprint | None:
         """The DHCP client that took the device's lease, if seen since the household last decided."""
@@ -54,7 +58,19 @@ class CloneWatch:
             told = self.suspect(req.chaddr, differs, before.label)
         if outcome.lease_action == "granted":
             self.record_lease_holder(req.chaddr, req)
+        self._keep(req.chaddr, outcome.device)
         return told
+
+    def _keep(self, mac: str, device: Device | None) -> None:
+        """A permitted device's client goes to the disk when it changed (a write queued, not made here)."""
+        seen = self.fingerprints.get(mac)
+        if device is not None and device.state is State.PERMITTED and seen is not None and self.kept.get(mac) != seen:
+            self.kept[mac] = seen
+            self.store.save_fingerprint(mac, tuple(getattr(seen, field) for field, _ in clones.FIELDS))
+
+    def _unkeep(self, mac: str) -> None:
+        if self.kept.pop(mac, None) is not None:
+            self.store.save_fingerprint(mac, None)
 
     def record_lease_holder(self, mac: str, req: dhcp_wire.DhcpRequest) -> None:
         """A lease was granted: its DHCP client is the device's from now on."""
@@ -87,3 +103,4 @@ class CloneWatch:
         OS update, say, it is no longer reported at every renewal)."""
         self.suspected.pop(mac, None)
         self.fingerprints.pop(mac, None)
+        self._unkeep(mac)

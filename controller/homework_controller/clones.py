@@ -50,6 +50,24 @@ def differences(known: Fingerprint, seen: Fingerprint) -> list[str]:
     return found
 
 
+def compared(known: Fingerprint, seen: Fingerprint) -> tuple[list[str], list[str]]:
+    """What two DHCP clients share and how they differ, field by field, in words (a look-alike's proof):
+    matched, the fields both carry alike; differs, those that differ or that only one carries."""
+    matched, differs = [], []
+    for field, label in FIELDS:
+        was, now = getattr(known, field), getattr(seen, field)
+        if was == now:
+            if was:
+                matched.append(label)
+        elif was and now:
+            differs.append(
+                f"{label} {was!r} -> {now!r}" if field in ("hostname", "vendor_class") else f"{label} differ"
+            )
+        else:
+            differs.append(f"{label} {'left out' if was else 'sent'} this time")
+    return matched, differs
+
+
 def wrong_key(own_keyid: str | None, joined_keyid: str) -> list[str]:
     """A station joined the radio with `joined_keyid` (hostapd's AP-STA-CONNECTED); the device
     whose MAC it uses has its own passphrase `own_keyid` (None: it has none, anything goes)."""

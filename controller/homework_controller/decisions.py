@@ -101,8 +101,12 @@ class HouseholdDecisions:
     def pause_for(self, mac: str, duration: str) -> list:
         return self._change(mac, self.controls.pause_for, duration)
 
-    def resume(self, mac: str) -> list:
-        return self._change(mac, self.controls.resume)
+    def resume(self, mac: str, bedtime: bool = True) -> list:
+        """bedtime: whether tonight's bedtime is lifted too (only for whoever may change the schedule:
+        `authority.KEYWORDS`); without, a pause ends and a running bedtime holds the device still."""
+        device = self.known(mac)
+        self.controls.resume(device.mac, bedtime)
+        return self.rules.reconcile(device)
 
     def set_schedule(self, mac: str, text: str) -> list:
         return self._change(mac, self.controls.set_schedule, text)

@@ -121,10 +121,10 @@ class HouseholdControls:
             until = now + amount * 60
         self.pauses.pause(mac, until)
 
-    def resume(self, mac: str) -> None:
-        """Online again now (a pause ends; a running bedtime lets it go until that window ends). An
-        allowance that is used up still holds it: only a bonus or the reset lifts that."""
-        self.pauses.resume(mac)
+    def resume(self, mac: str, bedtime: bool = True) -> None:
+        """Online again now (a pause ends; with `bedtime`, a running bedtime lets it go until that window
+        ends). An allowance that is used up still holds it: only a bonus or the reset lifts that."""
+        self.pauses.resume(mac, bedtime)
 
     def set_schedule(self, mac: str, text: str) -> None:
         """The device's weekly schedule (`schedules.py`'s text form; empty clears it)."""

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import flows, flows_v6, nd
-from .border_routes import BorderRoutes, Change
+from .border_routes import BorderRoutes, Change, refusal
 from .effects import AddIpv6Gateway, AddIpv6Route, InstallRules, RemoveIpv6Gateway, RemoveIpv6Route, SendFrame
+from .errors import ApiError
 from .model import Device
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
@@ -202,7 +203,8 @@ class Ipv6Addresses:
     """The concern: global /64s held by devices, each forwarding device's /64s now, what each device was
     last advertised (when, out of which ports), and the gateway addresses the router's stack holds."""
 
-    def __init__(self, plan: PrefixPlan, clock: Callable[[], float]):
+    def __init__(self, plan: PrefixPlan, clock: Callable[[], float], store=None):
+        """store: where the routes' owners are kept (None: in memory only)."""
         self.plan = plan
         self.clock = clock
         self.router_mac = ""
@@ -214,7 +216,9 @@ class Ipv6Addresses:
         self.gateways: set[str] = set()  # /64s whose ::1 the router's stack holds
         self.earlier_gateways: set[str] = set()  # those of them outside the prefix plan (a renumbering's)
         self.deprecated: dict[str, dict[str, float]] = {}  # MAC -> its global /64s before a renumbering -> until
-        self.routes = BorderRoutes()
+        self.routes = (
+            BorderRoutes(store.load_route_owners(), store.save_route_owner) if store is not None else BorderRoutes()
+        )
         self.kernel_routes: set[str] = set()  # the routes the router's stack was given
 
     # -- the lifecycle
@@ -410,6 +414,19 @@ class Ipv6Addresses:
             return Change()  # a pending or held device's adverts reach no one (the switch drops them too)
         home = (self.plan.ula,) + ((self.plan.delegated,) if self.plan.delegated is not None else ())
         return self.routes.offered(mac, advert.routes, home, now)
+
+    def give_route(self, prefix: str, mac: str) -> set[str]:
+        """The household gives a route's prefix a new owner (`BorderRoutes.give`): the devices whose routes
+        went. A prefix no device could offer is refused (`ApiError`)."""
+        try:
+            network = ipaddress.IPv6Network(prefix.strip())
+        except ValueError as exc:
+            raise ApiError(f"{prefix[:60]!r} is not an IPv6 prefix: {exc}") from None
+        home = (self.plan.ula,) + ((self.plan.delegated,) if self.plan.delegated is not None else ())
+        why = refusal(network, home, ())
+        if why is not None:
+            raise ApiError(f"{network} is no route a device may offer: {why}")
+        return self.routes.give(network, mac)
 
     def expire_routes(self, now: float) -> list[str]:
         """The devices whose offered routes ran out (their rules are to be redone)."""

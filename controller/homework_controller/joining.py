@@ -18,7 +18,7 @@ from .clone_watch import CloneWatch
 from .effects import AuthenticatorDeny, AuthenticatorKick, PublishWifiKeys, SendFrame, TellHousehold
 from .errors import Conflict, UnknownDevice
 from .lifecycle import Concern, Moves
-from .lookalikes import may_be_merged_into
+from .lookalikes import Lookalikes, may_be_merged_into
 from .model import Device, State, normalize_mac
 from .newcomers import Newcomers
 from .passphrases import Passphrases
@@ -144,8 +144,10 @@ class Joining:
     def merge(self, mac: str, into: str) -> list:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
         passphrase of its own to say so (offered as its status' `looks_like`): moved as by `_moved`. Only
-        a pending newcomer, into a decided device that is not on the network now and has no passphrase
-        of its own (`lookalikes.may_be_merged_into`)."""
+        a pending newcomer, and only into the device the router offered for it (`lookalikes`: permitted,
+        not on the network now, no passphrase of its own, the newcomer's whole DHCP client alike), for
+        every role: a merge moves a device's decisions, so a merge into any other would lift a block or
+        hand a guest's device another's identity."""
         mac, into = normalize_mac(mac), normalize_mac(into)
         newcomer, device = self.devices.get(mac), self.devices.get(into)
         if newcomer is None or device is None:
@@ -156,7 +158,17 @@ class Joining:
         if not may_be_merged_into(device, self.clock(), own_passphrase):
             if own_passphrase:
                 raise Conflict(f"{device.label} has its own passphrase: it says who it is when it joins with it")
+            if device.state in (State.BLACKLISTED, State.DENIED):
+                raise Conflict(f"{device.label} is {device.state.value}: a newcomer is never merged into it")
             raise Conflict(f"{device.label} is {'a newcomer too' if device.state is State.PENDING else 'online now'}")
+        lookalikes = Lookalikes(
+            self.devices.values(), self.clock(), self.clone_watch.fingerprint_of, self.passphrases.has_own
+        )
+        offered = lookalikes.looks_like(newcomer)
+        if offered is None or offered["mac"] != device.mac:
+            raise Conflict(
+                f"{newcomer.label} was not offered as {device.label}: only the device it looks like is merged"
+            )
         return self._moved(device, mac, "the household said it is the same device")
 
     def _moved(self, device: Device, new_mac: str, how: str) -> list:

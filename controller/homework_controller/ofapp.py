@@ -20,6 +20,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from . import (
     api,
+    authority,
     dhcp_port,
     dns_server,
     edge_status,
@@ -416,17 +417,25 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
 
-    def call(self, name: str, *args):
-        """Run one ws.v1 method; state changes reach the switch (and hostapd), and the disk, before the answer."""
+    def call(self, name: str, *args, role: str = authority.OWNER):
+        """Run one ws.v1 method for a role (`authority`: a refusal changes nothing); state changes reach the
+        switch (and hostapd), and the disk, before the answer."""
         op = operations.BY_CALL[name]
         if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
+            authority.check(None, role, op, list(args))  # it names no device: the router is not read
             return getattr(self.radio_settings, name)(*args)
         with self.lock:
             if op.answers == "edge":
+                authority.check(None, role, op, list(args))
                 result = edge_status.ANSWERS[name](self)  # the edge's own state beside the router's
             else:
                 result = operations.perform(
-                    self.router, op, list(args), lambda effects: self._apply(effects, at_once=True), self.switch_ready
+                    self.router,
+                    op,
+                    list(args),
+                    lambda effects: self._apply(effects, at_once=True),
+                    self.switch_ready,
+                    role,
                 )
         if op.decision and not self.router.store.flush():
             LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")

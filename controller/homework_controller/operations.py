@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import authority
+
 PREFIX = "/ws.v1/"
 
 
@@ -255,6 +257,17 @@ OPERATIONS = (
         ("ip",),
     ),
     Operation(
+        "route-owner",
+        "POST",
+        "give_route",
+        "give a route's prefix (a Thread mesh's, advertised by a border router) a new owner, the device at mac: "
+        "another device's offer of it is refused from then on",
+        ("mac",),
+        query="prefix",
+        decision=True,
+        answers="device",
+    ),
+    Operation(
         "wifi-key",
         "POST",
         "issue_wifi_key",
@@ -279,10 +292,14 @@ BY_NAME = {op.name: op for op in OPERATIONS}
 BY_CALL = {op.call: op for op in OPERATIONS}
 
 
-def perform(router, op: Operation, args: list, apply: Callable[[list], None], applied: bool):
-    """Run one operation on the router (under the controller's lock): a decision's effects are carried
-    out by `apply` before the answer is made. applied: whether the switch is there to take them."""
-    result = getattr(router, op.call)(*args)
+def perform(
+    router, op: Operation, args: list, apply: Callable[[list], None], applied: bool, role: str = authority.OWNER
+):
+    """Run one operation on the router (under the controller's lock) for a role: refused (`authority`,
+    403, nothing changed) unless the role may; a decision's effects are carried out by `apply` before the
+    answer is made. applied: whether the switch is there to take them."""
+    authority.check(router, role, op, args)
+    result = getattr(router, op.call)(*args, **authority.keywords(role, op.name))
     if op.answers == "device":
         apply(result)
         # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
@@ -321,6 +338,7 @@ def openapi_yaml() -> str:
         "zone": "an IANA time zone name",
         "at": "a time of day, HH:MM",
         "devices": "MAC addresses, comma-separated (empty: none)",
+        "prefix": "an IPv6 prefix, unique local (fc00::/7), /48 to /64",
     }
     for op in OPERATIONS:
         for count in op.arities:
@@ -331,8 +349,8 @@ def openapi_yaml() -> str:
             if op.decision:
                 out.append("      description: a decision; on the disk before the answer")
             names = [*op.path[:count], *([op.query] if op.query else [])]
-            if names:
-                out.append("      parameters:")
+            out.append("      parameters:")
+            out.append(f"        - {{name: {authority.HEADER}, in: header, required: false, {ROLE_PARAMETER}}}")
             for p in names:
                 where = "query" if p == op.query else "path"
                 about = f"description: {params[p]}, schema: {{type: string}}"
@@ -344,6 +362,13 @@ def openapi_yaml() -> str:
             for status, why in _errors(op, count):
                 out.append(f"        '{status}': {{description: \"{why}\"}}")
     return "\n".join(out) + "\n"
+
+
+ROLE_PARAMETER = (
+    "description: 'whom the caller acts for: owner, member, panel (the wall panel), device (the captive portal) "
+    "or isp; checked against the authority table (authority.py); without it, the owner', "
+    f"schema: {{type: string, enum: [{', '.join(authority.ROLES)}]}}"
+)
 
 
 def _answer_text(op: Operation) -> str:
@@ -359,7 +384,8 @@ def _answer_text(op: Operation) -> str:
 
 
 def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
-    errors = [(400, "bad arguments (a MAC, a domain)"), (405, "wrong verb")]
+    errors = [(400, "bad arguments (a MAC, a domain, the role)"), (405, "wrong verb")]
+    errors.append((403, "the role may not do this (to this device now): the reason, nothing changed"))
     if op.body:
         errors[0] = (400, "not a JSON object, or a setting refused: fields names each with why")
     if path_args:
@@ -367,7 +393,13 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
     if op.name == "merge":
-        errors.append((409, "mac is decided already, or into is online now, a newcomer too or has its own passphrase"))
+        errors.append(
+            (
+                409,
+                "mac is decided already, or into is not the device offered for it (looks_like): online now, "
+                "a newcomer too, denied or blacklisted, with its own passphrase, or its DHCP client differs",
+            )
+        )
     if op.call in ("issue_wifi_key",):
         errors.append((501, "no Wi-Fi network configured"))
     if op.answers == "radio":

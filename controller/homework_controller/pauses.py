@@ -84,12 +84,13 @@ class Pauses:
         self._save(mac)
         self._recompute(mac, self.clock())
 
-    def resume(self, mac: str) -> None:
-        """Online again now: a pause ends, and a running bedtime lets it go until that window ends."""
+    def resume(self, mac: str, bedtime: bool = True) -> None:
+        """Online again now: a pause ends, and (with `bedtime`: the schedule's owner resumes it) a running
+        bedtime lets it go until that window ends; without, the bedtime holds it still."""
         now = self.clock()
         self._paused.pop(mac, None)
         bedtime_ends = schedules.running(self._schedules.get(mac, ()), now, self.household.tz)
-        if bedtime_ends is not None:
+        if bedtime_ends is not None and bedtime:
             self._excused[mac] = bedtime_ends
         self._save(mac)
         self._recompute(mac, now)

@@ -31,7 +31,7 @@ from .clone_watch import CloneWatch
 from .decisions import HouseholdDecisions
 from .dns_gating import DnsGating, Lookups
 from .effects import AuthenticatorDeny, DnsVerdict, TellHousehold
-from .errors import UnknownDevice
+from .errors import NotConfigured, UnknownDevice
 from .flow_events import FlowEvents
 from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses, PrefixPlan, ula_prefix
@@ -114,7 +114,7 @@ class HomeRouter:
         self.clock = clock
         self.counters = dict.fromkeys(COUNTERS, 0)
         # IPv6 (a /64 per device), when the router runs it.
-        self.ipv6 = Ipv6Addresses(ipv6_plan, clock) if ipv6_plan is not None else None
+        self.ipv6 = Ipv6Addresses(ipv6_plan, clock, store) if ipv6_plan is not None else None
         self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
@@ -141,7 +141,7 @@ class HomeRouter:
                 is_portal_probe=portal.is_probe,
             ),
         )
-        self.clone_watch = CloneWatch(clock, self.counters)
+        self.clone_watch = CloneWatch(store, clock, self.counters)
         self.port_binding = port_binding.PortBinding()
         self.portal = portal.Portal(portal.keyed_codes(portal.codes_key(store.load_settings(), store.save_setting)))
         self.passphrases = Passphrases(store, clock, self.counters, wifi_ssid, new_passphrase)
@@ -234,6 +234,18 @@ class HomeRouter:
             effects += self.rules.reconcile(device, reinstall=True)
             effects += self.ipv6.readvertise(self.clock())
         return effects
+
+    def give_route(self, mac: str, prefix: str) -> list:
+        """The household gives a route's prefix (a Thread mesh's) a new owner, the device at `mac`: another
+        device that offered it is refused from now on, and loses it if it holds it now (`border_routes`)."""
+        device = self.decisions.known(mac)
+        if self.ipv6 is None:
+            raise NotConfigured("this router does not run IPv6: no device offers routes")
+        effects: list = []
+        for other in sorted(self.ipv6.give_route(prefix, device.mac)):
+            effects += self.rules.reconcile(self.devices[other], reinstall=True)
+        told = f"{device.label} owns the route to {prefix.strip()} now: the household gave it"
+        return [*effects, *self.ipv6.readvertise(self.clock()), TellHousehold("route", device.mac, told)]
 
     def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
@@ -377,7 +389,7 @@ class HomeRouter:
     def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
         return {
             **device.to_json(self.clock()),
-            "looks_like": lookalikes.looks_like(device) if lookalikes is not None else None,
+            **(lookalikes.status_of(device) if lookalikes is not None else {"looks_like": None, "resembles": None}),
             **self.registry.status_of(device.mac),
             **self.clone_watch.status_of(device.mac),
             **self.passphrases.status_of(device.mac),

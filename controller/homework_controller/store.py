@@ -93,6 +93,17 @@ CREATE TABLE IF NOT EXISTS settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fingerprints (
+    mac TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    parameter_list TEXT NOT NULL,
+    vendor_class TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS route_owners (
+    prefix TEXT PRIMARY KEY,
+    mac TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS earlier_macs (
     mac TEXT NOT NULL,
     earlier TEXT NOT NULL,
@@ -246,6 +257,16 @@ class DeviceStore:
     def load_settings(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM settings"))
 
+    def load_fingerprints(self) -> dict[str, tuple[str, str, str, str]]:
+        """mac -> the DHCP client that took a permitted device's lease (host name, client identifier,
+        requested options, vendor class)."""
+        rows = self.db.execute("SELECT mac, hostname, client_id, parameter_list, vendor_class FROM fingerprints")
+        return {mac: tuple(fields) for mac, *fields in rows}
+
+    def load_route_owners(self) -> dict[str, str]:
+        """An advertised route's prefix -> the device whose it is."""
+        return dict(self.db.execute("SELECT prefix, mac FROM route_owners"))
+
     def load_earlier_macs(self) -> dict[str, tuple[str, ...]]:
         """Each device's MACs before its present one (it came back with its own passphrase), oldest first."""
         earlier: dict[str, tuple[str, ...]] = {}
@@ -352,6 +373,27 @@ class DeviceStore:
                 "INSERT INTO allowance_sharing (mac, name) VALUES (?,?) "
                 "ON CONFLICT(mac) DO UPDATE SET name=excluded.name",
                 (mac, name),
+            )
+
+    def save_fingerprint(self, mac: str, fields: tuple[str, str, str, str] | None) -> None:
+        if fields is None:
+            self._submit("DELETE FROM fingerprints WHERE mac = ?", (mac,))
+            return
+        self._submit(
+            "INSERT INTO fingerprints (mac, hostname, client_id, parameter_list, vendor_class) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(mac) DO UPDATE SET hostname=excluded.hostname, client_id=excluded.client_id, "
+            "parameter_list=excluded.parameter_list, vendor_class=excluded.vendor_class",
+            (mac, *fields),
+        )
+
+    def save_route_owner(self, prefix: str, mac: str | None) -> None:
+        if mac is None:
+            self._submit("DELETE FROM route_owners WHERE prefix = ?", (prefix,))
+        else:
+            self._submit(
+                "INSERT INTO route_owners (prefix, mac) VALUES (?,?) "
+                "ON CONFLICT(prefix) DO UPDATE SET mac=excluded.mac",
+                (prefix, mac),
             )
 
     def save_setting(self, key: str, value: str) -> None:

@@ -10,7 +10,7 @@ from wsgiref import simple_server
 import pytest
 from support import PHONE, lease
 
-from homework_controller import api
+from homework_controller import api, authority, operations
 from homework_controller.errors import NotConfigured, UnknownDevice
 from homework_controller.model import BadMac
 
@@ -36,7 +36,7 @@ def request(app, verb, path, query="", host="127.0.0.1:8081", **headers):
     return out["status"], json.loads(body)
 
 
-def service(name, *args):
+def service(name, *args, role=None):
     if name == "permit" and args[0] == "bad":
         raise BadMac("not a MAC address: 'bad'")
     if name == "permit" and args[0] == "02:00:00:00:00:99":
@@ -104,7 +104,7 @@ def test_wifi_passphrase_methods_are_routed_with_their_verbs_and_a_router_withou
     assert request(APP, "GET", f"/ws.v1/show-wifi-key/{mac}")[1]["called"] == "wifi_key_of"
     assert request(APP, "POST", f"/ws.v1/revoke-wifi-key/{mac}")[1]["called"] == "revoke_wifi_key"
 
-    def no_wifi(name, *args):
+    def no_wifi(name, *args, role=None):
         raise NotConfigured("this router has no Wi-Fi network configured (--wifi-ssid)")
 
     assert request(api.make_app(no_wifi), "POST", f"/ws.v1/wifi-key/{mac}") == (
@@ -137,19 +137,24 @@ def test_a_state_change_from_another_sites_page_is_refused():
     assert request(APP, "POST", f"/ws.v1/permit/{mac}")[0] == 200
 
 
-def test_permit_of_a_blacklisted_device_answers_409_with_the_reason_and_whitelist_lifts_it(router):
-    def call(name, *args):
-        getattr(router, name)(*args)
-        return router.status(args[0])
+def performed(router):
+    """ws.v1 over the router as the controller serves it: each operation performed for its role."""
 
-    app = api.make_app(call)
+    def call(name, *args, role):
+        return operations.perform(router, operations.BY_CALL[name], list(args), lambda effects: None, True, role)
+
+    return api.make_app(call)
+
+
+def test_permit_of_a_blacklisted_device_answers_409_with_the_reason_and_whitelist_lifts_it(router):
+    app = performed(router)
     lease(router, PHONE)
     router.blacklist(PHONE)
     for decision in ("permit", "deny"):
         status, body = request(app, "POST", f"/ws.v1/{decision}/{PHONE}")
         assert status == 409 and "the owner must lift the block (whitelist)" in body["error"]
         assert router.status(PHONE)["state"] == "blacklisted"
-    assert request(app, "POST", f"/ws.v1/whitelist/{PHONE}") == (200, router.status(PHONE))
+    assert request(app, "POST", f"/ws.v1/whitelist/{PHONE}") == (200, dict(router.status(PHONE), applied=True))
     assert request(app, "POST", f"/ws.v1/permit/{PHONE}")[1]["state"] == "permitted"
 
 
@@ -172,3 +177,25 @@ def test_over_a_real_socket_a_loopback_client_is_served_and_a_foreign_host_refus
 class _Quiet(simple_server.WSGIRequestHandler):
     def log_message(self, *args):
         pass
+
+
+def test_each_request_acts_for_the_role_its_header_names_and_a_refusal_changes_nothing(router):
+    """Issue 39: the controller decides who may do what (`authority.TABLE`); the web UI says for whom it
+    asks. The wall panel may let a device in but not block it or lift a block; an unknown role is bad
+    input; without the header, the router's own administrator on loopback (the owner)."""
+    app = performed(router)
+    lease(router, PHONE)
+    status, body = request(app, "POST", f"/ws.v1/blacklist/{PHONE}", x_homework_role="panel")
+    assert (status, body) == (403, {"error": "the wall panel may not block a device"})
+    assert router.status(PHONE)["state"] == "pending"
+    assert request(app, "POST", f"/ws.v1/permit/{PHONE}", x_homework_role="panel")[1]["state"] == "permitted"
+    assert request(app, "POST", f"/ws.v1/blacklist/{PHONE}", x_homework_role="Owner")[1]["state"] == "blacklisted"
+    status, body = request(app, "POST", f"/ws.v1/whitelist/{PHONE}", x_homework_role="panel")
+    assert status == 403 and "may not lift a blacklist" in body["error"]
+    status, body = request(app, "POST", f"/ws.v1/permit/{PHONE}", x_homework_role="panel")
+    assert status == 403 and "may not lift a blacklist" in body["error"]
+    assert router.status(PHONE)["state"] == "blacklisted"
+    status, body = request(app, "POST", f"/ws.v1/whitelist/{PHONE}", x_homework_role="guest")
+    assert status == 400 and authority.HEADER in body["error"]
+    assert request(app, "GET", "/ws.v1/status", x_homework_role="device")[0] == 403  # a device sees only itself
+    assert request(app, "POST", f"/ws.v1/whitelist/{PHONE}")[1]["state"] == "permitted"

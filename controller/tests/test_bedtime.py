@@ -8,7 +8,7 @@ from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join
 from test_dns_gating import ask
 
-from homework_controller import dhcp, flows, schedules
+from homework_controller import authority, dhcp, flows, operations, schedules
 from homework_controller.effects import TellHousehold
 from homework_controller.errors import ApiError
 from homework_controller.router import HomeRouter
@@ -377,3 +377,28 @@ def test_bad_shared_allowances_are_refused_and_unknown_devices_are_left_out(rout
     assert router.shared_allowances("person-2")["devices"] == [PHONE]
     with pytest.raises(ApiError, match="minutes"):
         router.grant_shared_bonus("person-2", "500 MB")
+
+
+def perform_as(router, switch, role, name, *args):
+    """ws.v1's operation as `role` would have it performed (`operations.perform`): its effects on the switch."""
+    op = operations.BY_NAME[name]
+    return operations.perform(router, op, list(args), switch.apply, applied=True, role=role)
+
+
+def test_the_wall_panels_resume_never_lifts_a_bedtime(router, switch, clock, home):
+    """Finding 7 (issue 39): the panel, which may not change the schedule, lifted the owner's bedtime by
+    resuming the device. Now it is refused with the reason and nothing changes; positive controls: the
+    panel resumes a pause (and a pause at bedtime leaves the bedtime holding), the owner lifts the bedtime."""
+    phone, _ = home
+    switch.apply(router.set_schedule(PHONE, "daily 21:30-07:00"))
+    at(clock, router, switch, utc(2026, 6, 1, 20, 0))
+    before = router.status(PHONE)
+    with pytest.raises(authority.Forbidden, match="the wall panel may not lift a bedtime"):
+        perform_as(router, switch, authority.PANEL, "resume", PHONE)
+    assert router.status(PHONE) == before and not online(switch, PHONE, phone)
+    perform_as(router, switch, authority.PANEL, "pause", PHONE)  # paused on top of its bedtime
+    assert router.status(PHONE)["paused_why"] == "paused"
+    perform_as(router, switch, authority.PANEL, "resume", PHONE)  # the pause ends, the bedtime holds
+    assert router.status(PHONE)["paused_why"] == "bedtime" and not online(switch, PHONE, phone)
+    perform_as(router, switch, authority.OWNER, "resume", PHONE)
+    assert not router.status(PHONE)["paused"] and online(switch, PHONE, phone)

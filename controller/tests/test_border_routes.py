@@ -111,3 +111,36 @@ def test_ever_new_refused_prefixes_are_told_and_remembered_a_bounded_number_of_t
     for n in range(1000):
         told += len(routes.offered(BR, (RouteOffer(f"2001:db8:{n:x}::/64", 1800),), HOME, now=n).told)
     assert told == TOLD_REFUSALS and len(routes.refused[BR]) == TOLD_REFUSALS
+
+
+def test_a_route_keeps_its_owner_when_its_device_stops_forwarding_and_only_the_household_gives_it_away():
+    """Issue 39, finding 6: the first device honoured for a prefix owns it, on the disk (`save_owner`),
+    through its pauses and a restart (`owners`); another device's offer is refused until `give`. The
+    owner's own withdrawal gives it up (the positive control: the other device is then honoured)."""
+    saved: dict[str, str | None] = {}
+    routes = BorderRoutes(save_owner=saved.__setitem__)
+    routes.offered(BR, (RouteOffer(MESH, 1800),), HOME, now=0)
+    assert saved == {MESH: BR}
+    routes.forget(BR)  # paused: its route goes, its ownership stays
+    change = routes.offered(OTHER_BR, (RouteOffer(MESH, 1800),), HOME, now=10)
+    assert routes.of(OTHER_BR) == () and "another device's route" in change.told[0]
+    again = BorderRoutes({MESH: BR})  # a restart, from the disk
+    assert again.offered(OTHER_BR, (RouteOffer(MESH, 1800),), HOME, now=0).routes_changed is False
+    assert again.offered(BR, (RouteOffer(MESH, 1800),), HOME, now=0).routes_changed  # its owner is honoured
+    assert again.give(ipaddress.IPv6Network(MESH), OTHER_BR) == {BR}  # BR held it: its route goes
+    assert again.of(BR) == () and again.owned() == {MESH: OTHER_BR}
+    assert again.offered(OTHER_BR, (RouteOffer(MESH, 1800),), HOME, now=10).routes_changed
+    # The owner's withdrawal gives it up.
+    routes.offered(BR, (RouteOffer(MESH, 1800),), HOME, now=20)
+    routes.offered(BR, (RouteOffer(MESH, 0),), HOME, now=30)
+    assert saved[MESH] is None and routes.offered(OTHER_BR, (RouteOffer(MESH, 1800),), HOME, now=40).routes_changed
+
+
+def test_a_device_owns_at_most_a_few_prefixes_held_or_not():
+    routes = BorderRoutes()
+    prefixes = [f"fd11:2233:4455:{n}::/64" for n in range(1, MAX_PER_DEVICE + 2)]
+    routes.offered(BR, tuple(RouteOffer(p, 1800) for p in prefixes[:MAX_PER_DEVICE]), HOME, now=0)
+    routes.forget(BR)  # away: none held, all still its own
+    change = routes.offered(BR, (RouteOffer(prefixes[-1], 1800),), HOME, now=10)
+    assert not change.routes_changed and f"already {MAX_PER_DEVICE} routes" in change.told[0]
+    assert routes.offered(BR, (RouteOffer(prefixes[0], 1800),), HOME, now=20).routes_changed  # one of its own

@@ -43,6 +43,7 @@ from homework_controller.effects import (
     SendFrame,
     TellHousehold,
 )
+from homework_controller.errors import ApiError
 from homework_controller.router import EXAMPLE_IPV6_PLAN, HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -629,3 +630,60 @@ def test_the_routers_frames_for_a_device_carry_that_devices_mac(router, switch, 
     # Positive control: the frame the stack addressed right leaves the same way.
     [out] = deliver(router, switch, to_phone | {"eth_dst": PHONE})
     assert (out.port, out.packet["eth_dst"]) == (WLAN, PHONE)
+
+
+def test_a_border_routers_route_keeps_its_owner_while_it_is_paused_and_across_a_restart(router, switch, db_path, clock):
+    """Finding 6 (issue 39): route offers were first come, first served and in memory: with the border
+    router paused (or the controller restarted) a guest advertising its mesh took it, and the real border
+    router was then refused. Now the prefix keeps its owner on the disk; the guest is refused until the
+    household gives the route a new owner (positive control: then the guest's offer is honoured)."""
+    join(router, switch, TABLET)  # the border router
+    join(router, switch, LAPTOP)
+    join(router, switch, PHONE)  # the guest
+    laptop = in_prefix(router.ipv6.current[LAPTOP][1])
+
+    def next_hop():
+        out = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+        return [d.packet["eth_dst"] for d in out if d.port != flows.CONTROLLER]
+
+    offer(router, switch, TABLET, (MESH, 1800))
+    assert next_hop() == [TABLET]
+    switch.apply(router.pause(TABLET))  # a bedtime, the panel: it stops forwarding and its route goes
+    clock.now += border_routes.CHANGE_HOLD_S
+    _, effects = offer(router, switch, PHONE, (MESH, 1800))
+    assert not any(isinstance(e, AddIpv6Route) for e in effects)
+    assert any(isinstance(e, TellHousehold) and "another device's route" in e.message for e in effects)
+    assert next_hop() != [PHONE]
+    switch.apply(router.resume(TABLET))
+    offer(router, switch, TABLET, (MESH, 1800))
+    assert next_hop() == [TABLET]
+
+    # A restart: the owner is on the disk, and the guest, first to advertise after it, is refused still.
+    assert router.store.flush()
+    again = HomeRouter(
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED)
+    )
+    switch2 = FakeSwitch()
+    switch2.apply(again.switch_ready(WLAN, ROUTER_MAC))
+    for mac in (TABLET, LAPTOP, PHONE):
+        join(again, switch2, mac, permit=False)
+    _, effects = offer(again, switch2, PHONE, (MESH, 1800))
+    assert not any(isinstance(e, AddIpv6Route) for e in effects)
+    # The household gives the route to the phone (the owner's verb): its offer is honoured, the tablet's not.
+    switch2.apply(again.give_route(PHONE, MESH))
+    clock.now += border_routes.CHANGE_HOLD_S
+    _, effects = offer(again, switch2, PHONE, (MESH, 1800))
+    assert AddIpv6Route(MESH) in effects
+    clock.now += border_routes.CHANGE_HOLD_S
+    _, effects = offer(again, switch2, TABLET, (MESH, 1800))
+    assert any(isinstance(e, TellHousehold) and "refused" in e.message for e in effects)
+
+
+def test_a_route_is_given_only_as_a_prefix_a_device_could_offer(router, switch):
+    join(router, switch, TABLET)
+    for bad in ("not a prefix", "2001:db8::/64", "fd00::/40"):
+        with pytest.raises(ApiError):
+            router.give_route(TABLET, bad)
+    assert router.ipv6.routes.owned() == {}
+    router.give_route(TABLET, MESH)
+    assert router.ipv6.routes.owned() == {MESH: TABLET}

@@ -21,6 +21,7 @@ WWW = "198.51.100.7"
 ANNAS_PHONE = [("hostname", b"annas-phone"), ("param_req_list", [1, 3, 6, 15, 26, 28, 51, 58, 59, 43])]
 ANOTHER_CLIENT = [("hostname", b"annas-phone"), ("param_req_list", [1, 28, 2, 3, 15, 6, 119, 12])]
 PERMITTED_LEASE, PENDING_LEASE = 3600, 30
+OFFERED = {"mac": PHONE, "label": "Anna's phone", "matched": ["host name", "requested options"]}
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_a_newcomer_that_looks_like_an_away_device_is_offered_and_merged_into_it
     router.set_schedule(PHONE, "sun-thu 21:30-07:00")
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
-    assert router.status(NEW)["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}
+    assert router.status(NEW)["looks_like"] == OFFERED
     assert router.status(NEW)["state"] == "pending" and not reaches(switch, NEW, router.status(NEW)["ip"])
 
     pending_ip = router.status(NEW)["ip"]
@@ -90,7 +91,7 @@ def test_no_offer_while_the_device_is_online_for_another_client_or_between_two_l
     with pytest.raises(Conflict):
         router.merge(NEW, PHONE)
     away(clock)
-    assert router.status(NEW)["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}  # positive control
+    assert router.status(NEW)["looks_like"] == OFFERED  # positive control
     other = "06:11:22:33:44:66"
     lease(router, other, ANOTHER_CLIENT)  # the same name from another DHCP client
     assert router.status(other)["looks_like"] is None
@@ -151,3 +152,91 @@ def test_a_merged_devices_marks_under_its_old_mac_leave_the_switch(router, switc
     switch.apply(new_ip)
     switch.apply(router.dns_answer([("us04web.zoom.us", WWW, 300)], ip))
     assert [r for r in switch.rules if r.cookie == flows.marks_cookie(NEW)]
+
+
+# ---- issue 39: identity moves only with proof
+
+
+def test_a_newcomer_sending_only_the_host_name_is_not_offered_and_is_told_what_differs(router, switch, clock):
+    """Finding 5: a stranger sending only Anna's phone's host name was offered as it (fields it left out
+    were not compared). Positive control: her phone's whole client is offered."""
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    away(clock)
+    stranger = "06:11:22:33:44:77"
+    lease(router, stranger, [("hostname", b"annas-phone")])  # her name, and nothing else of her client
+    status = router.status(stranger)
+    assert status["looks_like"] is None
+    assert status["resembles"] == {
+        "mac": PHONE,
+        "label": "Anna's phone",
+        "matched": ["host name"],
+        "differs": ["requested options left out this time"],
+    }
+    with pytest.raises(Conflict, match="not offered"):
+        router.merge(stranger, PHONE)
+    assert router.status(PHONE)["state"] == "permitted" and router.status(stranger)["state"] == "pending"
+    lease(router, NEW, ANNAS_PHONE)
+    assert router.status(NEW)["looks_like"] == OFFERED and router.status(NEW)["resembles"] is None
+
+
+def test_the_devices_dhcp_client_is_kept_across_a_restart(router, switch, clock, db_path):
+    """Finding 5: fingerprints were in memory only; after a restart an away device was compared with
+    nothing. Now its client is on the disk: the same client is offered, another is not."""
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    away(clock)
+    router.store.flush()
+    again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(PENDING_LEASE, PERMITTED_LEASE), clock=clock)
+    again.switch_ready(WLAN, ROUTER_MAC)
+    lease(again, NEW, ANNAS_PHONE)
+    assert again.status(NEW)["looks_like"] == OFFERED
+    other = "06:11:22:33:44:66"
+    lease(again, other, ANOTHER_CLIENT)
+    assert again.status(other)["looks_like"] is None
+    assert "requested options differ" in again.status(other)["resembles"]["differs"]
+
+
+@pytest.mark.parametrize("decision", ["blacklist", "deny"])
+def test_a_newcomer_is_never_merged_into_a_blocked_or_denied_device(router, switch, clock, decision):
+    """Finding 1: a newcomer with a blocked device's name and client was offered as it, and a merge moved
+    the block onto the newcomer's MAC, freeing the blocked MAC. Positive control: a permitted one is."""
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    permitted(router, switch, LAPTOP, ANOTHER_CLIENT, name="Dad's laptop")
+    state = router.status(getattr(router, decision)(PHONE) and PHONE)["state"]
+    assert state in ("blacklisted", "denied")
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    assert router.status(NEW)["looks_like"] is None
+    with pytest.raises(Conflict, match="never merged"):
+        router.merge(NEW, PHONE)
+    assert router.status(PHONE)["state"] == state and router.status(NEW)["state"] == "pending"
+    other = "06:11:22:33:44:66"
+    lease(router, other, ANOTHER_CLIENT)  # the permitted laptop's client: offered, merged
+    assert router.status(other)["looks_like"]["mac"] == LAPTOP
+    switch.apply(router.merge(other, LAPTOP))
+    assert router.status(other)["state"] == "permitted"
+
+
+def test_a_newcomer_is_merged_only_into_the_device_it_was_offered_as(router, switch, clock):
+    """Finding 1: `merge` took any `into`, so a guest's device could be given any away device's identity.
+    Positive control: the device offered."""
+    permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
+    permitted(router, switch, LAPTOP, ANOTHER_CLIENT, name="Dad's laptop")
+    away(clock)
+    lease(router, NEW, ANNAS_PHONE)
+    with pytest.raises(Conflict, match="not offered"):
+        router.merge(NEW, LAPTOP)
+    assert router.status(LAPTOP)["state"] == "permitted" and router.status(NEW)["state"] == "pending"
+    switch.apply(router.merge(NEW, PHONE))
+    assert router.status(NEW)["name"] == "Anna's phone"
+
+
+def test_two_clients_that_both_send_only_the_host_name_prove_nothing(router, switch, clock):
+    """A host name alone is anyone's to send: a device that never asked for options is offered for no one
+    (positive control: the same with its options is, in the first test)."""
+    name_only = [("hostname", b"annas-phone")]
+    permitted(router, switch, PHONE, name_only, name="Anna's phone")
+    away(clock)
+    lease(router, NEW, name_only)
+    status = router.status(NEW)
+    assert status["looks_like"] is None
+    assert status["resembles"]["differs"] == ["no requested options to compare"]

@@ -4,7 +4,8 @@ answers, and openapi.yaml all come from that declaration."""
 import json
 from pathlib import Path
 
-from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
+from dhcp_frames import frame
+from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease, permitted_phone
 
 from homework_controller import api, operations
 from homework_controller.effects import InstallRules
@@ -38,7 +39,7 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     phone_ip = permitted_phone(router)
     arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}
     arguments |= {"windows": "sun-thu 21:30-07:00", "amount": "30 min", "zone": "Europe/London", "at": "05:00"}
-    arguments |= {"shared": "person-1", "devices": PHONE}
+    arguments |= {"shared": "person-1", "devices": PHONE, "prefix": "fdee:1:2:3::/64"}
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
     routed = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio")]
@@ -56,9 +57,12 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
             assert isinstance(answer, list), name
         if name in ("deny", "permit"):  # the change itself went to the switch
             assert any(isinstance(e, InstallRules) for e in carried_out[0]), name
-    # merge takes a newcomer for a device that is away: its own scene, the same checks.
+    # merge takes a newcomer for a device that is away: its own scene, the same checks. The phone is let in
+    # again (the operations above blocked it), renews with its DHCP client, leaves, and is back as LAPTOP.
+    router.whitelist(PHONE)
+    router.on_dhcp(frame(PHONE, "request", ciaddr=phone_ip, src_ip=phone_ip, options=PHONE_CLIENT))
     clock.now += 3601  # the phone's lease ran out
-    lease(router, LAPTOP)
+    lease(router, LAPTOP, PHONE_CLIENT)
     carried_out = []
     answer = operations.perform(router, operations.BY_NAME["merge"], [LAPTOP, PHONE], carried_out.append, applied=True)
     assert answer["mac"] == LAPTOP and answer["earlier_macs"] == [PHONE] and answer["applied"] is True

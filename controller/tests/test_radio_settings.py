@@ -156,7 +156,7 @@ def post_json(app, path, body: bytes):
 
 def test_ws_v1_reads_and_changes_the_settings_with_a_json_body_and_names_the_fields_it_refuses(settings_file):
     radio = RadioSettingsFile(str(settings_file))
-    app = api.make_app(lambda name, *args: getattr(radio, name)(*args))
+    app = api.make_app(lambda name, *args, role: getattr(radio, name)(*args))
     status, shown = request(app, "GET", "/ws.v1/radio-settings")
     assert status == 200 and shown["ssid"] == "Our house"
 
@@ -182,7 +182,7 @@ def test_ws_v1_reads_and_changes_the_settings_with_a_json_body_and_names_the_fie
     assert request(app, "GET", "/ws.v1/set-radio-settings")[0] == 405
     assert radio_settings.parse(settings_file.read_text())[0].channel == 1
 
-    without = api.make_app(lambda name, *args: getattr(RadioSettingsFile(""), name)(*args))
+    without = api.make_app(lambda name, *args, role: getattr(RadioSettingsFile(""), name)(*args))
     status, answer = request(without, "GET", "/ws.v1/radio-settings")
     assert status == 501 and "no radio of its own" in answer["error"]
 

@@ -10,7 +10,7 @@ from flask import Flask
 
 from . import errors, gate
 from .accounts import AccountStore
-from .controller import ControllerClient
+from .controller import PANEL, ControllerClient
 from .hwdb import Hwdb
 from .latency import LatencyCheck
 from .live import LiveHub, StreamLimits
@@ -63,7 +63,9 @@ def create_app(
     setup_code = SetupCode(state_dir, setup_code_file)
     setup_code.issue() if accounts.needs_setup() else setup_code.spend()
     controller, hwdb = ControllerClient(controller_url), Hwdb(*hwdb_addr)
-    hub = LiveHub(controller, hwdb, limits=stream_limits)
+    # The live board shows every signed-in role the devices, and the gate asks it about any LAN device
+    # before anyone signs in: it reads the controller as the wall panel, the least role that sees them.
+    hub = LiveHub(controller.acting_as(PANEL), hwdb, limits=stream_limits)
     svc = Services(
         accounts, controller, hwdb, hub, setup_code, SignInGuard(), RateLimiter(5), RateLimiter(5),
         RateLimiter(LATENCY_CHECKS_PER_ACCOUNT, 600), latency_check, update_spool, agent_key_file, dist_dir,

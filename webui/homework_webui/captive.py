@@ -7,7 +7,7 @@ from __future__ import annotations
 from flask import g, redirect
 from werkzeug.wrappers import Response
 
-from .controller import ControllerError
+from .controller import DEVICE, ControllerError
 from .services import services
 
 PORTAL_PATH = "/captive-portal"
@@ -17,9 +17,9 @@ PATHS = frozenset({PORTAL_PATH, API_PATH})  # what a held-back device may ask fo
 
 def about_this_device() -> dict | None:
     """What the controller's portal says about the device the request came from; None if the address
-    is no device's (the router itself, a stranger)."""
+    is no device's (the router itself, a stranger). Asked as the device itself, whoever is signed in."""
     try:
-        return services().controller.portal(g.client_ip)
+        return services().controller.acting_as(DEVICE).portal(g.client_ip)
     except ControllerError as exc:
         if exc.status in (400, 404):
             return None

@@ -1,4 +1,8 @@
-"""Client for the controller's loopback ws.v1 JSON API."""
+"""Client for the controller's loopback ws.v1 JSON API.
+
+Every call says whom it acts for (`ROLE_HEADER`): the controller decides who may do what, in one table
+(homework_controller/authority.py), and answers a refusal with 403 and its reason. The web UI keeps its
+sign-in, CSRF and which member owns which device; it does not restate the controller's table."""
 
 from __future__ import annotations
 
@@ -6,6 +10,21 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+
+from flask import g, has_request_context
+
+ROLE_HEADER = "X-Homework-Role"  # the controller's authority.HEADER
+# The web UI's account roles as the controller's table names them (authority.ROLES).
+CONTROLLER_ROLES = {"owner": "owner", "member": "member", "kiosk": "panel"}
+PANEL, DEVICE = "panel", "device"
+
+
+def request_role() -> str:
+    """Whom a ws.v1 call made while serving a request acts for: the signed-in account, or else the device
+    the request comes from (the captive portal's); outside a request, a device too (the least)."""
+    user = g.get("user") if has_request_context() else None
+    return CONTROLLER_ROLES[user["role"]] if user else DEVICE
 
 
 class ControllerDownError(Exception):
@@ -21,15 +40,21 @@ class ControllerError(Exception):
 
 
 class ControllerClient:
-    def __init__(self, base_url: str, timeout: float = 3.0):
+    def __init__(self, base_url: str, timeout: float = 3.0, role_of: Callable[[], str] = request_role):
+        """role_of: whom each call acts for (`ROLE_HEADER`)."""
+        self.base_url, self.timeout, self.role_of = base_url, timeout, role_of
         self.base = base_url.rstrip("/") + "/ws.v1/"
-        self.timeout = timeout
+
+    def acting_as(self, role: str) -> ControllerClient:
+        """The same controller, every call acting for `role` (the live board's own reads: the wall panel's)."""
+        return ControllerClient(self.base_url, self.timeout, lambda: role)
 
     def _call(self, verb: str, path: str, query: dict | None = None, body: dict | None = None):
         """body: a JSON object, for the operations that take one (a passphrase never goes in a URL)."""
         url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
         data = json.dumps(body).encode() if body is not None else b"" if verb == "POST" else None
-        req = urllib.request.Request(url, method=verb, data=data, headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json", ROLE_HEADER: self.role_of()}
+        req = urllib.request.Request(url, method=verb, data=data, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -61,6 +86,11 @@ class ControllerClient:
         """The newcomer at `mac` is the device `into` back under a new MAC (offered as `looks_like`):
         answers its status under `mac`, with everything the household said about `into`."""
         return self._call("POST", f"merge/{self._mac(mac)}/{self._mac(into)}")
+
+    def give_route(self, mac: str, prefix: str) -> dict:
+        """A route's prefix (a Thread mesh's) gets a new owner, the device at `mac`: another device's
+        offer of it is refused from now on. Answers the device's status."""
+        return self._call("POST", f"route-owner/{self._mac(mac)}", {"prefix": prefix})
 
     def rename(self, mac: str, name: str) -> dict:
         return self._call("POST", f"name/{self._mac(mac)}", {"name": name})

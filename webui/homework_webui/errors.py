@@ -50,6 +50,8 @@ def register_handlers(app: Flask, controller_down: Callable[[], None]) -> None:
 
     @app.errorhandler(ControllerError)
     def controller_refused(exc):
+        if exc.status == 403:  # the controller's authority table: this role may not (its reason)
+            return error(403, str(exc), code="role", component="controller")
         return error(exc.status if 400 <= exc.status < 600 else 502, str(exc), component="controller")
 
     @app.errorhandler(HwdbError)

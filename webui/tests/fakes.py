@@ -27,7 +27,7 @@ from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs, urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from homework_controller import allowances, portal, schedules
+from homework_controller import allowances, authority, portal, schedules
 from homework_controller.api import make_app
 from homework_controller.errors import ApiError as ControllerApiError
 from homework_controller.errors import Conflict, DeviceBlocked, NotConfigured, UnknownDevice
@@ -207,6 +207,7 @@ class FakeController(_ServedByAThread):
         # The radio's settings file, read, checked and written by the controller's own code ("": no radio, 501).
         self.radio = RadioSettingsFile(radio_settings)
         self.calls: list[tuple[str, str]] = []
+        self.route_owners: dict[str, str] = {}  # a route's prefix -> the device whose it is
         self.hwdb_port = hwdb_port
         self.next_subnet = 1
         self.lock = threading.Lock()
@@ -259,22 +260,27 @@ class FakeController(_ServedByAThread):
             self.away.discard(old)
 
     def looks_like(self, mac: str) -> dict | None:
-        """The controller's offer (`lookalikes.py`): the one away decided device with a pending one's DHCP name."""
-        device = self.devices[mac]
+        """The controller's offer (`lookalikes.py`): the one away permitted device with a pending one's DHCP
+        name (the fake's devices have no other DHCP fields: their whole client is taken to match)."""
+        device = self.devices.get(mac)
+        if device is None:
+            return None
         alike = [
             d
             for m, d in self.devices.items()
-            if m in self.away and d["state"] != "pending" and d["hostname"] == device["hostname"]
+            if m in self.away and d["state"] == "permitted" and d["hostname"] == device["hostname"]
         ]
         if device["state"] != "pending" or not device["hostname"] or len(alike) != 1:
             return None
-        return {"mac": alike[0]["mac"], "label": alike[0]["name"] or alike[0]["hostname"]}
+        label = alike[0]["name"] or alike[0]["hostname"]
+        return {"mac": alike[0]["mac"], "label": label, "matched": ["host name", "requested options"]}
 
     def status_of(self, mac: str) -> dict:
         key = self.wifi_keys.get(mac)
         return {
             **self.devices[mac],
             "looks_like": self.looks_like(mac),
+            "resembles": None,
             "clone_suspected": self.clone_suspected.get(mac),
             **self.held_status(mac),
             "schedule": self.schedules.get(mac, ""),
@@ -354,17 +360,32 @@ class FakeController(_ServedByAThread):
         return 404, {"error": "no such fake"}
 
     # ws.v1 itself is the controller's own routing (api.make_app over operations.OPERATIONS): its
-    # paths, verbs, arguments and refusals cannot drift from the real one. Each operation is
-    # answered by the method of the router's name below; one the fake lacks answers 501, as a
-    # router without that feature does.
+    # paths, verbs, arguments and refusals cannot drift from the real one. Who may do what is the
+    # controller's own table too (authority.refusal, on the target's states as the fake knows them).
+    # Each operation is answered by the method of the router's name below; one the fake lacks
+    # answers 501, as a router without that feature does.
 
-    def call(self, method: str, *args):
+    def call(self, method: str, *args, role: str = authority.OWNER):
         op = BY_CALL[method]
+        why = authority.refusal(role, op.name, self.target_states(op, args))
+        if why is not None:
+            raise authority.Forbidden(why)  # refused: not performed, so not among the calls
         self.calls.append((op.name, "/".join(args[: len(op.path)])))
         answer = getattr(self, f"ws_{method}", None)
         if answer is None:
             raise NotConfigured(f"{op.name} is not implemented by the fake controller")
         return answer(*args)
+
+    def target_states(self, op, args) -> frozenset[str]:
+        """The target's states (`authority.target_states`) as the fake knows them (no bedtimes)."""
+        if not op.path or op.path[0] != "mac" or not args:
+            return frozenset()
+        mac = normalize_mac(args[-1] if op.name == "merge" else args[0])
+        if mac not in self.devices:
+            return frozenset()
+        held = self.held_status(mac)["paused_why"]
+        offered = op.name == "merge" and (self.looks_like(normalize_mac(args[0])) or {}).get("mac") == mac
+        return frozenset({self.devices[mac]["state"], *([held] if held else []), *(["offered"] if offered else [])})
 
     def _known(self, mac: str) -> str:
         mac = normalize_mac(mac)
@@ -388,8 +409,8 @@ class FakeController(_ServedByAThread):
 
     def ws_merge(self, mac, into):
         mac, into = self._known(mac), self._known(into)
-        if self.devices[mac]["state"] != "pending" or self.devices[into]["state"] == "pending" or into not in self.away:
-            raise Conflict(f"{mac} cannot be merged into {into}")
+        if (self.looks_like(mac) or {}).get("mac") != into:  # only into the device offered (`Joining.merge`)
+            raise Conflict(f"{mac} was not offered as {into}: only the device it looks like is merged")
         with self.lock:
             del self.devices[mac]
         self._move(into, mac)
@@ -406,6 +427,11 @@ class FakeController(_ServedByAThread):
 
     def ws_blacklist(self, mac):
         return self._decide(mac, "blacklisted", True)
+
+    def ws_give_route(self, mac, prefix):
+        mac = self._known(mac)
+        self.route_owners[prefix] = mac
+        return self.status_of(mac)
 
     def ws_rename(self, mac, name):
         mac = self._known(mac)

@@ -18,7 +18,12 @@ def test_the_owner_merges_a_returning_phone_and_it_keeps_its_name_state_and_owne
     controller.add(NEW_PHONE, hostname="annas-phone", event=False)
     controller.add(STRANGER, hostname="laptop", event=False)
     devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
-    assert devices[NEW_PHONE]["looks_like"] == {"mac": PHONE, "label": "Anna's phone"}
+    offered = devices[NEW_PHONE]["looks_like"]
+    assert (offered["mac"], offered["label"], offered["matched"]) == (
+        PHONE,
+        "Anna's phone",
+        ["host name", "requested options"],
+    )
     assert devices[STRANGER]["looks_like"] is None  # positive control: another name is no offer
 
     r = owner.post(f"/api/devices/{NEW_PHONE}/merge", {"into": PHONE})

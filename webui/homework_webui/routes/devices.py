@@ -1,6 +1,11 @@
 """Devices: the list and one device's detail, the household's decisions (permit, deny,
 blacklist, whitelist, merging a newcomer into the device it is), pausing and resuming, names,
-owners and DNS blocks."""
+owners and DNS blocks.
+
+Who may make each decision is the controller's (homework_controller/authority.py): a route that only
+asks the controller is open to every signed-in role, the controller is told whose session asks
+(`controller.request_role`) and its refusal (403, with the reason) is passed on. What the web UI alone
+knows stays here: which member owns which device (`own_device`), and who sets a device's owner."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ BLACKLISTED = {409: ("blacklisted", None)}
 DNS_UNAVAILABLE = {501: ("dns-unavailable", "This router cannot block names for a device yet.")}
 PAUSE_UNAVAILABLE = {501: ("pause-unavailable", "This router cannot pause a device.")}
 CANNOT_MERGE = {409: ("cannot-merge", None)}
+ROUTES_UNAVAILABLE = {501: ("routes-unavailable", "This router does not run IPv6: no device offers routes.")}
 
 
 @bp.get("/api/devices")
@@ -54,61 +60,75 @@ def _changed(call, *args, meaning=None) -> dict:
 
 
 @bp.post("/api/devices/<mac>/permit")
-@access("owner", "kiosk")
+@access(*SIGNED_IN)
 def device_permit(mac):
     return _changed(services().controller.decide, "permit", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/deny")
-@access("owner", "kiosk")
+@access(*SIGNED_IN)
 def device_deny(mac):
     return _changed(services().controller.decide, "deny", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/blacklist")
-@access("owner")
+@access(*SIGNED_IN)
 def device_blacklist(mac):
     return _changed(services().controller.decide, "blacklist", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/whitelist")
-@access("owner")
+@access(*SIGNED_IN)
 def device_whitelist(mac):
     return _changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/merge")
-@access("owner", "kiosk")
+@access(*SIGNED_IN)
 def device_merge(mac):
     """The newcomer is the device the router says it looks like (`looks_like`), back under a new MAC:
-    it is let in as that device. Whoever may let a newcomer in may say so (owner and wall panel)."""
+    it is let in as that device. Whoever may let a newcomer in may say so (owner and wall panel), and
+    only into the device offered (the controller refuses any other, and a denied or blocked one)."""
     into = mac_of(str(body().get("into", "")))
     device = ask_controller(services().controller.merge, mac_of(mac), into, meaning=CANNOT_MERGE)
     services().hub.update_device(device, instead_of=into)
     return {"device": device}
 
 
-# Pausing is refusing for now: whoever may deny a device may pause it (owner and wall panel).
+# Pausing is refusing for now: whoever may deny a device may pause it (owner and wall panel); the
+# wall panel's resume lifts a pause, never a bedtime (the controller's table).
 
 
 @bp.post("/api/devices/<mac>/pause")
-@access("owner", "kiosk")
+@access(*SIGNED_IN)
 def device_pause(mac):
     return _changed(services().controller.pause, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/resume")
-@access("owner", "kiosk")
+@access(*SIGNED_IN)
 def device_resume(mac):
     return _changed(services().controller.resume, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/name")
-@access("owner", "member")
+@access(*SIGNED_IN)
 def rename_device(mac):
     mac = own_device(mac, "name")
     name = account_call(printable_name, str(body().get("name", "")), 64, "a device name", True)
     return _changed(services().controller.rename, mac, name)
+
+
+@bp.post("/api/devices/<mac>/route-owner")
+@access(*SIGNED_IN)
+def give_route(mac):
+    """{"prefix": "fd12:3456:789a:1::/64"}: the route a border router advertised is this device's from
+    now on (a new border router, say); the controller refuses anyone but the owner, and a prefix no
+    device could offer (400)."""
+    prefix = body().get("prefix", "")
+    if not isinstance(prefix, str) or not 0 < len(prefix) <= 64:
+        raise ApiError(400, "prefix must be an IPv6 prefix (text of at most 64 characters)")
+    return _changed(services().controller.give_route, mac_of(mac), prefix, meaning=ROUTES_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/owner")
@@ -126,13 +146,13 @@ def set_device_owner(mac):
 
 
 @bp.post("/api/devices/<mac>/dns-blocks")
-@access("owner")
+@access(*SIGNED_IN)
 def block_domain(mac):
     return _dns_change("deny-dns", mac)
 
 
 @bp.post("/api/devices/<mac>/dns-unblocks")
-@access("owner")
+@access(*SIGNED_IN)
 def unblock_domain(mac):
     return _dns_change("permit-dns", mac)
 

@@ -2,7 +2,8 @@
 band and channel. The owner's alone: a wall panel is in everyone's reach and would show the guest
 passphrase to the room, and a change makes every device join again. The controller checks the
 settings (`homework_controller.radio_settings`, the model the image reads too) and writes its file;
-the radio restarts with them. The answers carry the guest passphrase: never logged nor cached."""
+the radio restarts with them. Who may is the controller's word (its authority table: the owner alone).
+The answers carry the guest passphrase: never logged nor cached."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from flask import Blueprint
 
 from ..controller import ControllerError
 from ..errors import ApiError, ask_controller
-from ..security import access
+from ..security import SIGNED_IN, access
 from ..services import services
 from .common import body, no_store
 
@@ -27,7 +28,7 @@ CHOICES = ("channels", "world_channels")  # what the controller takes, for the f
 
 
 @bp.get("/api/radio")
-@access("owner")
+@access(*SIGNED_IN)
 def radio_object():
     """{"radio": {ssid, passphrase, country, band, channel, problems}, "channels": {band: [...]}, "world_channels"}"""
     shown = _object(ask_controller(services().controller.radio_settings, meaning=NO_RADIO))
@@ -35,7 +36,7 @@ def radio_object():
 
 
 @bp.put("/api/radio")
-@access("owner")
+@access(*SIGNED_IN)
 def set_radio_object():
     """Any of {ssid, passphrase, country, band, channel}: checked together by the controller; a refusal
     is 400 with `fields`, each refused setting's reason, and changes nothing."""

@@ -1,7 +1,8 @@
 """A device's own Wi-Fi passphrase. Owners and members on their own devices, never a wall
 panel's kiosk session: a passphrase on the panel is read by every guest in the room (an owner
 who signs in on the panel may, and sees it there by choice). The answers are never logged nor
-cached."""
+cached. The controller refuses the wall panel (its authority table); the web UI keeps a member to
+their own devices (`own_device`: it knows who owns which)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from flask import Blueprint
 
 from ..controller import ControllerError
 from ..errors import ask_controller
-from ..security import access
+from ..security import SIGNED_IN, access
 from ..services import services
 from .common import no_store, own_device, refresh_device
 
@@ -24,7 +25,7 @@ WIFI_KEY_FIELDS = ("mac", "keyid", "ssid", "passphrase", "qr", "created")
 
 
 @bp.post("/api/devices/<mac>/wifi-key")
-@access("owner", "member")
+@access(*SIGNED_IN)
 def issue_wifi_key(mac):
     mac = own_device(mac, "make a Wi-Fi passphrase")
     issued = ask_controller(services().controller.issue_wifi_key, mac, meaning=WIFI_KEY_MEANING)
@@ -33,7 +34,7 @@ def issue_wifi_key(mac):
 
 
 @bp.get("/api/devices/<mac>/wifi-key")
-@access("owner", "member")
+@access(*SIGNED_IN)
 def show_wifi_key(mac):
     mac = own_device(mac, "see the Wi-Fi passphrase of")
     shown = ask_controller(services().controller.show_wifi_key, mac, meaning=WIFI_KEY_MEANING)
@@ -41,7 +42,7 @@ def show_wifi_key(mac):
 
 
 @bp.post("/api/devices/<mac>/wifi-key/revoke")
-@access("owner", "member")
+@access(*SIGNED_IN)
 def revoke_wifi_key(mac):
     mac = own_device(mac, "revoke the Wi-Fi passphrase of")
     revoked = ask_controller(services().controller.revoke_wifi_key, mac, meaning=WIFI_KEY_MEANING)
