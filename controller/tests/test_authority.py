@@ -16,11 +16,10 @@ import re
 import sqlite3
 
 import pytest
-from dhcp_frames import frame
 from fakeoftable import FakeSwitch
-from support import PHONE, ROUTER_MAC, WLAN, lease
+from support import PHONE, ROUTER_MAC, WLAN, join
 
-from homework_controller import authority, dhcp, ipv6, ofapp, operations
+from homework_controller import authority, dhcp, ofapp, operations
 from homework_controller.errors import ApiError
 from homework_controller.radio_settings import RadioSettingsFile
 from homework_controller.router import HomeRouter
@@ -61,20 +60,13 @@ class Home:
 
     def __init__(self, db_path: str, scenario: str):
         self.db_path, self.now = db_path, [TEN_PM - 600]
-        plan = ipv6.PrefixPlan(ipv6.ula_prefix(0x12_3456_789A), None)
         self.router = HomeRouter(
-            DeviceStore(db_path),
-            dhcp.LeasePolicy(30, LEASE),
-            clock=lambda: self.now[0],
-            wifi_ssid="home",
-            ipv6_plan=plan,
+            DeviceStore(db_path), dhcp.LeasePolicy(30, LEASE), clock=lambda: self.now[0], wifi_ssid="home"
         )
         self.switch = FakeSwitch()
         self.switch.apply(self.router.switch_ready(WLAN, ROUTER_MAC))
-        ip = lease(self.router, PHONE, CLIENT)
-        if scenario != "pending":
-            self.switch.apply(self.router.permit(PHONE))
-            self.switch.apply(self.router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip, options=CLIENT)))
+        # Every effect carried out by the switch (it holds each device's meter before a rule names it).
+        join(self.router, self.switch, PHONE, permit=scenario != "pending", client=CLIENT)
         self.router.set_allowance(PHONE, "2 h")
         self.router.set_shared_allowance("person-1", "2 h")
         self.router.share_allowance("person-1", PHONE)
@@ -86,7 +78,7 @@ class Home:
             self.switch.apply(self.router.set_schedule(PHONE, "daily 21:00-07:00"))
         self.now[0] = TEN_PM + (LEASE + 1 if scenario == "offered" else 0)
         self.switch.apply(self.router.tick())
-        lease(self.router, NEW, CLIENT)
+        join(self.router, self.switch, NEW, permit=False, client=CLIENT)
         self.ip = self.router.status(PHONE)["ip"]
         assert (self.router.status(NEW)["looks_like"] or {}).get("mac") == (PHONE if scenario == "offered" else None)
 
