@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from .controller import ControllerClient, ControllerDownError, ControllerError
+from .controller import DEVICE, ControllerClient, ControllerDownError, ControllerError
 from .hwdb import Hwdb, HwdbClient, HwdbError
 
 LOG = logging.getLogger(__name__)
@@ -324,7 +324,8 @@ class LiveHub:
 
     def _state_asked(self, ip: str) -> str | None:
         try:
-            view = self.controller.portal(ip)
+            # For the device at `ip`, whose request this is: the captive portal's question, asked as the device.
+            view = self.controller.acting_as(DEVICE).portal(ip)
         except ControllerDownError:
             self._set_health("controller", False)
             return None
