@@ -101,28 +101,10 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
     newcomer = (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER))
     rules = [
         rule(
-            TABLE_ADMISSION,
-            Admission.ARP,
-            newcomer,
-            in_port=port,
-            icmpv6_type=kind,
-            eth_type=ETH_IPV6,
-            ip_proto=nd.PROTO_ICMPV6,
+            TABLE_ADMISSION, band, actions, in_port=port, eth_type=ETH_IPV6, ip_proto=nd.PROTO_ICMPV6, icmpv6_type=kind
         )
-        for kind in _SOLICITATIONS
-        for port in access_ports
-    ]
-    rules += [
-        rule(
-            TABLE_ADMISSION,
-            Admission.ADVERTS,
-            (),
-            in_port=port,
-            icmpv6_type=kind,
-            eth_type=ETH_IPV6,
-            ip_proto=nd.PROTO_ICMPV6,
-        )
-        for kind in _ADVERTS
+        for kinds, band, actions in ((_SOLICITATIONS, Admission.ARP, newcomer), (_ADVERTS, Admission.ADVERTS, ()))
+        for kind in kinds
         for port in access_ports
     ]
     rules.append(
