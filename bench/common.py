@@ -43,11 +43,23 @@ def git_rev() -> str:
 
 
 def provenance() -> dict:
+    """When, at which commit and on what a result was measured: the machine and how busy it was."""
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git": git_rev(),
         "cpus": os.cpu_count(),
+        "machine": machine(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def machine() -> str:
+    """The processor's model and the memory, e.g. 'AMD EPYC 7B13, 2 CPUs, 23.5 GiB'."""
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "a processor")
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
+    return f"{model}, {os.cpu_count()} CPUs, {kib / 2**20:.1f} GiB"
 
 
 def stamp(path: Path) -> None:

@@ -16,22 +16,12 @@ A ratio above 1 means the router is slower than the baseline.
 What the baselines are: `dhcp_storm` runs the same storm client against dnsmasq (what most home
 routers run, ping-before-offer off) on a plain OVS bridge; `first_packet` against a plain OVS
 bridge with the NORMAL action between two namespaces; `flood` against the same device's numbers
-with nobody flooding. hwdb's throughput and latency are against the issue's goals and its
-memory against the raw size of the rows it holds. Where the DHCP storm time goes: DHCP no longer
-travels as packet-ins and packet-outs (each cost more than the answer: OVS's userspace slow path on
-one side, os-ken's parsing and encoding on the other); the switch hands it to the controller's
-packet socket on the router's LAN interface, and answers go back the same way. The controller
-answers each message in about 80 us (DISCOVER) to 145 us (REQUEST) of CPU, from the socket to
-the answer (`controller/tools/dhcp_path.py`; 190 and 305 us before frames and DHCP messages were
-unpacked with struct rather than dpkt's packet objects, with dpkt kept as the reference in
-`test_dhcp.py`, and log lines were handed to a writer thread); the four rules and the meter a
-newcomer gets with its lease (about 0.3 ms of os-ken encoding, and as much work in OVS's one
-thread, which also forwards the storm's frames) are sent once the storm has gone quiet. What is
-left against dnsmasq is Python's per-message cost (a third of a REQUEST's is working out the
-newcomer's rules, which could move off the answer's path) and OVS's userspace datapath on the
-way in and out. Each storm round meets a controller that has not seen its devices (it is restarted with an
-empty store between rounds: at most 256 devices may wait for a decision, and five rounds of 100
-would otherwise push each other out).
+with nobody flooding; `boot` against a minimal Debian image built and booted the same way. hwdb's
+throughput and latency are against the issue's goals and its memory against the raw size of the
+rows it holds. Each storm round meets a controller that has not seen its devices (it is restarted
+with an empty store between rounds: at most 256 devices may wait for a decision, and five rounds
+of 100 would otherwise push each other out). Where the time goes is measured by the tools that
+say so (`controller/tools/dhcp_path.py` for a DHCP answer's CPU), not written here.
 
 """
 
@@ -315,16 +305,34 @@ ADAPTERS = {
 }
 
 
+def load_of(result: dict) -> str:
+    load = result.get("load_average")
+    return f", load average {load[0]:g} at the start" if load else ""
+
+
+def one_run_or_not(results: list[dict]) -> str:
+    """The page's first line: whether its results are one run at one commit, as they should be."""
+    commits = sorted({r.get("git", "?") for r in results})
+    if len(commits) == 1:
+        return f"Every result below is from one `make bench` at commit `{commits[0]}`.\n"
+    return (
+        f"**These results are not one run: they come from {len(commits)} commits ({', '.join(commits)}).** "
+        "Compare ratios within a section, not numbers across sections.\n"
+    )
+
+
 def main():
-    out = [HEADER]
-    for path in sorted((REPO / "bench" / "results").glob("*.json")):
+    paths = sorted((REPO / "bench" / "results").glob("*.json"))
+    out = [one_run_or_not([json.loads(p.read_text()) for p in paths]), HEADER]
+    for path in paths:
         result = json.loads(path.read_text())
         if path.name in ADAPTERS:  # a component's own format; bench/run.py stamped date and commit
             result = {**result, **ADAPTERS[path.name](result)}
         out.append(f"## {result.get('benchmark', path.stem)}\n")
         out.append(
             f"{result.get('what', '')}  \nMeasured {result.get('date', '?')} at commit "
-            f"`{result.get('git', '?')}` on {result.get('cpus', '?')} CPUs. Raw: `bench/results/{path.name}`.\n"
+            f"`{result.get('git', '?')}` on {result.get('machine') or str(result.get('cpus', '?')) + ' CPUs'}"
+            f"{load_of(result)}. Raw: `bench/results/{path.name}`.\n"
         )
         rows = result.get("rows")
         if rows:
