@@ -52,10 +52,11 @@ e2e:
 test-repeat:
 	scripts/test-repeat.sh $(N)
 
+# make bench QUICK=1: the same benchmarks, small (a check before submitting a change, ~15 minutes).
 bench: deps
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(if $(QUICK),--quick)
 	$(MAKE) -C endhost-agent bench
-	$(MAKE) -C isp-flowvisor bench PY=$(CURDIR)/$(PY)
+	$(MAKE) -C isp-flowvisor bench PY=$(CURDIR)/$(PY) $(if $(QUICK),SOAK=30 SECONDS_PER_RUN=2)
 	cd bench && $(CURDIR)/$(PY) -c "from common import RESULTS, stamp; stamp(RESULTS / 'slicer.json')"
 	$(PY) bench/report.py
 

@@ -3,7 +3,8 @@
 and regenerate docs/PERFORMANCE.md.
 
     bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]
-                 [agent_flood] [qos] [ipv6_permit] [boot]   (default: all)
+                 [agent_flood] [qos] [ipv6_permit] [boot] [flow_export] [flow_export_flood]
+                 [--quick]   (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -426,6 +427,19 @@ def ui_load(_args) -> None:
     stamp(out)
 
 
+def flow_export(args) -> None:
+    """The switch's per-connection records against a real OVS: connections reported, the collector's CPU."""
+    out = RESULTS / "flow_export.json"
+    tool = REPO / "controller/tools/export_burst.py"
+    sh("nice", "-n", "19", PY, tool, "--runs", 1 if args.quick else 3, "--json", out, timeout=3600)
+    stamp(out)
+
+
+def flow_export_flood(args) -> None:
+    """The `flood` bench with the switch's flow export on and off, in one run (bench/flow_export_flood.py)."""
+    sh(PY, BENCH / "flow_export_flood.py", "--samples", args.samples, timeout=3600)
+
+
 BENCHMARKS = {
     "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices),
     "first_packet": lambda a: first_packet(a.connections),
@@ -439,7 +453,12 @@ BENCHMARKS = {
     "qos": qos.qos,
     "ipv6_permit": ipv6_permit.ipv6_permit,
     "boot": boot.measure,
+    "flow_export": flow_export,
+    "flow_export_flood": flow_export_flood,
 }
+# make bench QUICK=1: the same set, small enough to run before a change is submitted (~15 minutes).
+QUICK = {"rounds": 2, "devices": 50, "connections": 100, "samples": 20, "seconds": 3.0, "qos_seconds": 20.0}
+QUICK |= {"ipv6_devices": 5}
 
 
 def main():
@@ -454,7 +473,11 @@ def main():
     p.add_argument("--seconds", type=float, default=10.0, help="hostile, agent_flood: seconds of lookups per phase")
     p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
     p.add_argument("--ipv6-devices", type=int, default=20, help="ipv6_permit: devices permitted one after another")
+    p.add_argument("--quick", action="store_true", help="every benchmark, small: a check before submitting")
     args = p.parse_args()
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
     unknown = set(args.names) - set(BENCHMARKS)
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHMARKS)}")
