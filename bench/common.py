@@ -67,6 +67,13 @@ def stamp(path: Path) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **provenance()}, indent=2) + "\n")
 
 
+def lock_longest_hold_ms(home: Home, since: float) -> float:
+    """The controller lock's longest hold in a phase that began at `since` (time.monotonic(): the machine's
+    clock, the controller's too), from the long holds ws.v1 `counters` remembers; 0 if none was long."""
+    holds = home.api("GET", "counters")[1].get("lock_long_holds", [])
+    return max((ms for ended, ms in holds if ended >= since), default=0.0)
+
+
 def write_result(name: str, result: dict) -> None:
     result = {"benchmark": name, **provenance(), **result}
     RESULTS.mkdir(parents=True, exist_ok=True)

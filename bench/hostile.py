@@ -24,7 +24,7 @@ import threading
 import time
 
 import dnslib
-from common import BENCH, PY, add_client, homenet_up, in_client, summary, write_result
+from common import BENCH, PY, add_client, homenet_up, in_client, lock_longest_hold_ms, summary, write_result
 
 from homenet.attacks import pointer_chain, raw_query
 from homework_controller import dns_server
@@ -125,6 +125,7 @@ def measure_home(seconds: float = 10.0, dhcp_samples: int = 40) -> dict:
         }
 
         def quiet_device_at_home():
+            started = time.monotonic()
             dns = json.loads(in_client(home, "quiet", PY, __file__, "lookups", gateways["quiet"], seconds))
             dhcp = json.loads(in_client(home, "quiet", PY, BENCH / "dhcp_probe.py", "wlan0", dhcp_samples))
             return {
@@ -132,7 +133,7 @@ def measure_home(seconds: float = 10.0, dhcp_samples: int = 40) -> dict:
                 "dns_lost": dns["lost"],
                 "dhcp_handshake": summary(dhcp["ack_s"]),
                 "dhcp_lost": dhcp["lost"],
-                "lock_max_hold_ms": home.api("GET", "counters")[1]["lock_max_hold_ms"],
+                "lock_max_hold_ms": lock_longest_hold_ms(home, started),
             }
 
         quiet = quiet_device_at_home()

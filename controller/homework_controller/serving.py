@@ -1,5 +1,5 @@
 """What the I/O edge serves with: ws.v1's threaded WSGI server on loopback, and the controller's lock,
-which remembers its longest hold (ws.v1 `counters`)."""
+which remembers its longest hold and when each long one was (ws.v1 `counters`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import socketserver
 import sys
 import threading
 import time
+from collections import deque
 from wsgiref import simple_server
 
 LOG = logging.getLogger("homework.controller")
@@ -35,10 +36,16 @@ class TimedLock:
     number that says whether one device can stall the others.
     """
 
+    # A hold this long is remembered with when it ended (the last LONG_HOLDS of them), so a measurement
+    # reads the longest hold of its own phase rather than the longest since the controller started.
+    LONG_HOLD_S = 0.001
+    LONG_HOLDS = 512
+
     def __init__(self):
         self._lock = threading.Lock()
         self._since = 0.0
         self.max_hold_s, self.max_hold_by = 0.0, ""
+        self.long_holds: deque[tuple[float, float]] = deque(maxlen=self.LONG_HOLDS)  # (ended, monotonic; held, s)
 
     def __enter__(self):
         self._lock.acquire()
@@ -46,7 +53,10 @@ class TimedLock:
         return self
 
     def __exit__(self, *exc):
-        held = time.monotonic() - self._since
+        ended = time.monotonic()
+        held = ended - self._since
+        if held >= self.LONG_HOLD_S:
+            self.long_holds.append((ended, held))
         if held > self.max_hold_s:
             # Which handler held it: the function whose `with` block this is (looked up only for a new longest).
             where = sys._getframe(1).f_code.co_name
