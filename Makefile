@@ -41,9 +41,11 @@ unit:
 	$(MAKE) -C isp-flowvisor test PY=$(CURDIR)/$(PY)
 	$(MAKE) -C image test-unit PYTHON=$(CURDIR)/$(PY)
 
-# The end-to-end tests bring the emulated home up and down themselves; the web UI's own
-# browser tests run first, against its fake controller.
+# The end-to-end tests bring the emulated home up and down themselves: first `make demo` and
+# `make down` as a newcomer runs them (tests/demo), then the web UI's own browser tests, against its
+# fake controller, then tests/e2e (one home for the whole session).
 e2e:
+	$(PY) -m pytest -q tests/demo
 	$(MAKE) -C webui test-e2e PYTHON=$(CURDIR)/$(PY)
 	$(PY) -m pytest -q tests/e2e
 
