@@ -705,8 +705,11 @@ def build_baseline(version: str) -> Path:
     # none of its services, data or boot-loader mounts.
     for overlay in ("etc/systemd/system/serial-getty@ttyS0.service.d", "etc/hostname"):
         sh("cp", "-a", "--no-preserve=ownership", IMAGE_DIR / "rootfs" / overlay, root / overlay)
+    # Those whose mount point the minimal root has (a read-only root cannot make one: /etc/openvswitch
+    # and the like are the router's packages').
     fstab = (IMAGE_DIR / "rootfs/etc/fstab").read_text().splitlines()
-    (root / "etc/fstab").write_text("".join(f"{line}\n" for line in fstab if line.startswith("tmpfs")))
+    tmpfs = [line for line in fstab if line.startswith("tmpfs") and (root / line.split()[1].lstrip("/")).is_dir()]
+    (root / "etc/fstab").write_text("".join(f"{line}\n" for line in tmpfs))
     (root / "etc/machine-id").write_text("")
     kernel = take_kernel(root, work / "kernel")
     squashfs = squash(root, work / "root.squashfs", fast=True)
