@@ -148,7 +148,8 @@ def rows_of(router: dict, baseline: dict, host: dict) -> list[list[str]]:
     memory = router.get("rss_kib_by_service")
     if memory:
         each = ", ".join(f"{unit.removeprefix('homework-')} {kib / 1024:.0f}" for unit, kib in memory.items())
-        rows.append(["services' resident memory after boot, MiB", f"{sum(memory.values()) / 1024:.0f} ({each})", "", "", ""])
+        total = f"{sum(memory.values()) / 1024:.0f} ({each})"
+        rows.append(["services' resident memory after boot, MiB", total, "", "", ""])
     imports = f"{host['imports_cpu_s']} s"
     rows.append(["controller's imports, CPU on this machine", imports, "", "", "the whole start <= 2 s CPU"])
     return rows
