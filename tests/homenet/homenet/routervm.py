@@ -104,7 +104,10 @@ class Client:
         sh("ip", "-4", "addr", "flush", "dev", "eth0", ns=self.ns)
         argv = ["ip", "netns", "exec", self.ns, "timeout", str(int(timeout)), "dhclient", "-1", "-v"]
         argv += ["-cf", str(conf), "-pf", str(pid), "-lf", str(lease), "eth0"]
-        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        # Its log to a file, not a pipe: it says a line every second or two, and a pipe nobody reads until it
+        # exits fills up on a slow boot (64 KiB: about 15 minutes) and blocks it, lease or no lease.
+        log = self.state / "dhclient.log"
+        with log.open("w") as out, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out) as proc:
             try:
                 while proc.poll() is None:
                     if alive is not None:
@@ -116,9 +119,8 @@ class Client:
             except BaseException:
                 proc.kill()
                 raise
-            stderr = proc.stderr.read() if proc.stderr else ""
         if proc.returncode != 0:
-            raise VmError(f"{self.name} got no lease in {timeout:g} s: {stderr.strip()[-300:]}")
+            raise VmError(f"{self.name} got no lease in {timeout:g} s: {log.read_text().strip()[-300:]}")
         return self.address()
 
     def stop_dhclient(self) -> None:
