@@ -164,11 +164,19 @@ class Station:
     def dhcp(self, timeout: float = 30) -> str:
         conf = "initial-interval 1;\nbackoff-cutoff 2;\nrequest subnet-mask, broadcast-address, routers;\n"
         self.write(f"{self.dir}/dhclient.conf", conf)
+        # dhclient stays running after its lease: the previous one would renew, or expire its short pending
+        # lease and flush the interface, beside the new one (on a slow machine, after the new lease came).
+        pid = f"{self.dir}/dhclient.pid"
+        self.vm.run(
+            f"if [ -s {pid} ] && kill $(cat {pid}) 2>/dev/null; then"
+            f" while kill -0 $(cat {pid}) 2>/dev/null; do sleep 0.2; done; fi; rm -f {pid}",
+            check=False,
+        )
         self.exec(f"ip -4 addr flush dev {self.ifname}")
         timeout = self.vm.paced(timeout)
         out = self.vm.run(
             f"ip netns exec {self.ns} timeout {int(timeout)} {DRIVE}/bin/dhclient -1 -v -cf {self.dir}/dhclient.conf "
-            f"-sf {DRIVE}/bin/dhclient-script -pf {self.dir}/dhclient.pid -lf {self.dir}/dhclient.leases "
+            f"-sf {DRIVE}/bin/dhclient-script -pf {pid} -lf {self.dir}/dhclient.leases "
             f"{self.ifname}",
             timeout=timeout + 30,
             check=False,
