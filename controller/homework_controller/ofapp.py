@@ -226,7 +226,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
         if ev.msg.datapath is self.datapath and not self.switch_ready:
             self.switch_ready = True
             LOG.info("switch ready: rules installed")
-            startup.phase("switch ready (serving DHCP)")
+            startup.ready("switch ready (serving DHCP)")
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _on_disconnect(self, ev):

@@ -31,6 +31,9 @@ class Service:
     # The only paths it writes (its state and runtime files), for starters that can confine it
     # (the image's systemd units); an empty setting's path is left out.
     writes: tuple[str, ...] = ()
+    # It tells a service manager that listens (systemd's sd_notify) `READY=1` at the moment its
+    # `ready` check first holds, so that starter need not poll.
+    notifies: bool = False
 
 
 def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
@@ -63,6 +66,7 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Ser
             fill(s.get("ready", {})),
             float(s.get("ready_timeout_s", 30)),
             tuple(path for path in fill(s.get("writes", [])) if path),
+            bool(s.get("notifies", False)),
         )
         for name, s in spec["services"].items()
     }

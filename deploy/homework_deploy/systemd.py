@@ -2,14 +2,17 @@
 
 One unit per service: `ExecStart=` is the service's command, `After=`/`Wants=` its `after`,
 it restarts when it fails, and it runs hardened with only the capabilities it needs.
-Readiness: an `ExecStartPost=` runs this module's `--wait-ready` with the service's `ready`
-check, so systemd counts a service as started only once it really serves, and a unit ordered
-after it starts only then (the same moment the emulated home waits for). None of the services
-speaks sd_notify, which is why this is not `Type=notify`. systemd waits for `ExecStartPost=` to
-end even when the service has already died, so the check gives up as soon as the service's main
-process (`$MAINPID`, which systemd gives it) is gone: a service that cannot start fails in
-seconds, not after its whole ready timeout, and the next try (or the health check that
-rolls back an update) comes that much sooner.
+Readiness: systemd counts a service as started only once it really serves, and a unit ordered
+after it starts only then (the same moment the emulated home waits for). How it learns that
+depends on the service, cheapest first, because on a slow router every Python start on the
+boot's path costs seconds:
+- a service that `notifies` (sd_notify `READY=1`) is `Type=notify`: it says so itself;
+- a `ready` path is waited for by the shell (`ExecStartPost=/bin/sh -c ...`);
+- any other check (a URL, a command) by this module's `--wait-ready`.
+systemd waits for `ExecStartPost=` to end even when the service has already died, so both
+waits give up as soon as the service's main process (`$MAINPID`, which systemd gives them) is
+gone: a service that cannot start fails in seconds, not after its whole ready timeout, and the
+next try (or the health check that rolls back an update) comes that much sooner.
 
     python -m homework_deploy.systemd --wait-ready '{"url": "http://..."}' --timeout 40
 """
@@ -126,21 +129,7 @@ def render(
         f"StartLimitBurst={START_LIMIT_BURST}",
         "",
         "[Service]",
-        "Type=exec",
-        f"ExecStart={' '.join(_quote(a) for a in service.command)}",
-        "ExecStartPost="
-        + " ".join(
-            _quote(a)
-            for a in [
-                python,
-                "-m",
-                "homework_deploy.systemd",
-                "--wait-ready",
-                json.dumps(service.ready, sort_keys=True),
-                "--timeout",
-                f"{service.ready_timeout_s * slowness:g}",
-            ]
-        ),
+        *_readiness(service, python, slowness),
         f"TimeoutStartSec={service.ready_timeout_s * slowness + 10:g}",
         "Restart=on-failure",
         "RestartSec=2",
@@ -182,6 +171,31 @@ def render(
         lines.append("ProtectKernelTunables=yes")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
+
+
+def _readiness(service: Service, python: str, slowness: float) -> list[str]:
+    """The lines by which systemd learns that the service serves (see the module's docstring)."""
+    if service.notifies:
+        return ["Type=notify", "NotifyAccess=main", f"ExecStart={_command(service.command)}"]
+    timeout = service.ready_timeout_s * slowness
+    if set(service.ready) == {"path"}:
+        wait = [
+            "/bin/sh",
+            "-c",
+            'i=0; until [ -e "$1" ]; do kill -0 "$MAINPID" 2>/dev/null || exit 1; '
+            '[ "$i" -lt "$2" ] || exit 1; i=$((i + 1)); sleep 0.1; done',
+            "wait-ready",
+            service.ready["path"],
+            f"{int(timeout * 10)}",
+        ]
+    else:
+        wait = [python, "-m", "homework_deploy.systemd", "--wait-ready", json.dumps(service.ready, sort_keys=True)]
+        wait += ["--timeout", f"{timeout:g}"]
+    return ["Type=exec", f"ExecStart={_command(service.command)}", f"ExecStartPost={_command(wait)}"]
+
+
+def _command(argv: Sequence[str]) -> str:
+    return " ".join(_quote(a) for a in argv)
 
 
 def _writable(paths: Sequence[str], account: Account) -> list[str]:

@@ -7,6 +7,7 @@ pub mod client;
 pub mod conns;
 pub mod db;
 pub mod exec;
+pub mod notify;
 pub mod pairing;
 pub mod parse;
 pub mod persist;

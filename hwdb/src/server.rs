@@ -110,6 +110,10 @@ pub async fn serve(db: Arc<Db>, cfg: Config, until: impl Future<Output = ()>) ->
         info!(addr = %s.local_addr()?, "listening on udp");
         loops.spawn(receive_loop(s, db.clone(), cfg.clone(), shutdown.clone()));
     }
+    // Every socket is bound: a query sent now is answered.
+    if let Err(e) = crate::notify::notify("READY=1") {
+        warn!("cannot tell the service manager hwdb is ready: {e}");
+    }
     tokio::pin!(until);
     let result = tokio::select! {
         // A receive loop ends only on shutdown, so one ending first has panicked.

@@ -730,6 +730,44 @@ def test_unit_words_with_spaces_and_specifiers_survive_systemd_quoting():
     assert unit_lines(text, "ExecStart") == ["/bin/echo 'a b' 100%% $$HOME"]
 
 
+def test_services_that_say_when_they_are_ready_are_type_notify_and_the_others_are_waited_for():
+    """No Python start on the boot's path just to learn that hwdb or the controller serves: they say so."""
+    units = image_units()
+    for name in ("hwdb", "controller"):
+        text = units[systemd.unit_name(name)]
+        assert unit_lines(text, "Type") == ["notify"] and unit_lines(text, "NotifyAccess") == ["main"], name
+        assert not unit_lines(text, "ExecStartPost"), name
+    # hostapd says nothing: the shell waits for its control socket; the web UI's URL is asked by Python.
+    hostapd_wait = shlex.split(unit_lines(units["homework-hostapd.service"], "ExecStartPost")[0].replace("$$", "$"))
+    assert hostapd_wait[:2] == ["/bin/sh", "-c"] and "/run/homework/hostapd/" in hostapd_wait[4]
+    assert "--wait-ready" in unit_lines(units["homework-webui.service"], "ExecStartPost")[0]
+
+
+def run_unit_wait(text: str, mainpid: int) -> subprocess.CompletedProcess:
+    """The unit's ExecStartPost= as systemd runs it: its $$ made $, and $MAINPID in the environment."""
+    argv = shlex.split(unit_lines(text, "ExecStartPost")[0].replace("$$", "$"))
+    return subprocess.run(argv, env={"MAINPID": str(mainpid), "PATH": "/usr/bin:/bin"}, timeout=30)
+
+
+def test_the_shells_wait_for_a_path_passes_when_it_appears_and_fails_at_once_when_the_service_died(tmp_path):
+    flag = tmp_path / "hostapd" / "wlan0"
+    service = homework_deploy.Service("hostapd", "x", ("hostapd",), (), {"path": str(flag)}, 5)
+    text = systemd.render(service, "python3")
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        threading.Timer(1.0, lambda: (flag.parent.mkdir(), flag.touch())).start()
+        started = time.monotonic()
+        assert run_unit_wait(text, running.pid).returncode == 0
+        assert 1 <= time.monotonic() - started < 5
+    finally:
+        running.kill()
+        running.wait()
+    flag.unlink()
+    started = time.monotonic()
+    assert run_unit_wait(text, running.pid).returncode == 1  # gone: not the whole 5 s, nor forever
+    assert time.monotonic() - started < 2
+
+
 @pytest.fixture
 def health_server():
     class Handler(http.server.BaseHTTPRequestHandler):
