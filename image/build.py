@@ -50,6 +50,7 @@ from homework_image import (  # noqa: E402
     WAN_IFACE,
     boot,
     bundle,
+    state,
 )
 from homework_image.radio import PSK_FILE, RADIO_PORT, WIFI_CONFIG  # noqa: E402
 
@@ -508,6 +509,9 @@ def configure(root: Path, version: str) -> None:
         slowness=SLOWNESS,
     ).items():
         (units / name).write_text(text)
+    launcher = root / "usr/sbin/homework-state"
+    launcher.write_text(state.launcher(str(SETTINGS["PYTHON"])))
+    launcher.chmod(0o755)
     # homework-wan-pd.service's dhcpcd: the delegated prefix goes beside the controller's database.
     lib = root / "usr/lib/homework"
     lib.mkdir(parents=True, exist_ok=True)

@@ -199,9 +199,12 @@ class Authenticator:
         with self.keys_lock:
             keys = self.keys()
             try:
-                private_files.write(
-                    self.psk_file, wifi_keys.render_psk_file(private_files.read_text(self.psk_file), keys)
-                )
+                before = private_files.read_text(self.psk_file)
+                text = wifi_keys.render_psk_file(before, keys)
+                # Unchanged (every start publishes): not written, so the router's watch on the file (which
+                # renders hostapd's configuration again and restarts it) does not fire for nothing.
+                if text != before:
+                    private_files.write(self.psk_file, text)
             except OSError as exc:
                 LOG.error("could not write %s: %s", self.psk_file, exc)
                 return {"applied": False, "note": f"could not write the key file: {exc}"}

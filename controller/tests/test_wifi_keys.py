@@ -5,7 +5,7 @@ import math
 import pytest
 from support import PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
-from homework_controller import dhcp, wifi_keys
+from homework_controller import dhcp, hostapd_ctrl, wifi_keys
 from homework_controller.errors import ApiError, NotConfigured, UnknownDevice
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
@@ -87,3 +87,21 @@ def test_without_a_wifi_network_a_passphrase_is_a_clear_501(router):
         router.issue_wifi_key(PHONE)
     with pytest.raises(UnknownDevice):
         router.issue_wifi_key("02:00:00:00:00:99")
+
+
+def test_publishing_unchanged_keys_leaves_the_key_file_alone_and_a_new_key_rewrites_it(tmp_path):
+    """Every controller start publishes the keys. The image watches the file (homework-radio-refresh.path:
+    hostapd's configuration rendered again, hostapd restarted, every station dropped), so a write with
+    nothing new in it would cost each boot a restart of the radio."""
+    path = tmp_path / "hostapd.wpa_psk"
+    path.write_text(wifi_keys.render_guest_line("", "guest passphrase"))
+    keys = [wifi_keys.WifiKey(PHONE, "correct horse battery", 0.0)]
+    authenticator = hostapd_ctrl.Authenticator("", str(path), lambda: keys)
+    authenticator.publish_keys()
+    written = path.stat()
+    assert "correct horse battery" in path.read_text() and "guest passphrase" in path.read_text()
+    authenticator.publish_keys()  # the next start: the same keys
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    keys.append(wifi_keys.WifiKey("02:00:00:00:00:99", "another passphrase", 0.0))
+    authenticator.publish_keys()
+    assert path.stat().st_ino != written.st_ino and "another passphrase" in path.read_text()

@@ -217,6 +217,29 @@ def test_migrations_run_once_in_order(tmp_path):
     assert "newer than this image" in state.migrate(tmp_path, current=2, migrations=steps)
 
 
+def test_the_launcher_starts_python_only_when_the_partition_needs_it(tmp_path):
+    """The image's /usr/sbin/homework-state, run for real: the shell answers for a partition already in
+    this format (no Python on every boot's path); a new or older partition goes to the migration."""
+    data, python = tmp_path / "data", tmp_path / "python"
+    python.write_text('#!/bin/sh\necho "python started: $*"\n')  # stands in for the interpreter: says it ran
+    python.chmod(0o755)
+    launcher = tmp_path / "homework-state"
+    launcher.write_text(state.launcher(str(python), data))
+    launcher.chmod(0o755)
+
+    def run() -> str:
+        return subprocess.run([launcher], capture_output=True, text=True, check=True).stdout
+
+    assert "python started: -m homework_image.state" in run()  # a new partition: made by Python
+    state.migrate(data)
+    assert run() == f"homework-state: format {state.CURRENT}\n"  # in this format: the shell alone
+    (data / "FORMAT").write_text(f"{state.CURRENT - 1}\n")
+    assert "python started" in run()  # an older format: migrated
+    (data / "FORMAT").write_text(f"{state.CURRENT}\n")
+    (data / "webui").rmdir()
+    assert "python started" in run()  # a directory gone: made again
+
+
 HWDB = build.REPO / "hwdb/target/release/hwdb"
 
 
