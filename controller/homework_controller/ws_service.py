@@ -9,7 +9,7 @@ host's own answers to the "edge" operations (health, counters: its switch, socke
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import authority, operations
@@ -28,7 +28,7 @@ class Ws1Service:
     authenticator: Authenticator
     switch_ready: bool
     _apply: Callable[..., None]
-    edge_answers: dict[str, Callable[[Any], dict]]  # "health", "counters": called with the host
+    edge_answers: Mapping[str, Callable[[Any], dict]]  # "health", "counters": called with the host
 
     WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
 

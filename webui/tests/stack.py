@@ -48,6 +48,7 @@ from homework_controller.effects import (
     PublishWifiKeys,
     TellHousehold,
 )
+from homework_controller.errors import ApiError
 from homework_controller.hostapd_ctrl import Authenticator
 from homework_controller.hwdb_log import HwdbLog
 from homework_controller.operations import BY_CALL
@@ -310,9 +311,11 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         )
         return self.status(mac)
 
-    def joined(self, mac: str, state: str = "pending", hostname: str = "", name: str = "") -> dict:
+    def joined(
+        self, mac: str, state: str = "pending", hostname: str = "", name: str = "", options: list | None = None
+    ) -> dict:
         """A device joined and the household decided (state) and named it, by ws.v1 as the owner."""
-        self.join(mac, hostname)
+        self.join(mac, hostname, options)
         if state != "pending":
             self.call(DECIDED[state], mac)
         if state == "permitted":
@@ -395,6 +398,8 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         length = int(environ.get("CONTENT_LENGTH") or 0)
         try:
             status, body = 200, self.hook(environ["PATH_INFO"], json.loads(environ["wsgi.input"].read(length) or b"{}"))
+        except ApiError as exc:  # the router refused what the test asked (a name too long...): said as ws.v1 says it
+            status, body = exc.status, {"error": str(exc), **exc.details}
         except (KeyError, ValueError) as exc:
             status, body = 400, {"error": repr(exc)}
         data = json.dumps(body).encode()
@@ -405,8 +410,10 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         """What a browser test does to the home, or asks of it."""
         mac = body.get("mac", "")
         if path == "/home/join":
-            options = [(name, value.encode()) for name, value in body.get("options", {}).items()]
-            return self.join(mac, body.get("hostname", ""), options)
+            options = [(option, value.encode()) for option, value in body.get("options", {}).items()]
+            return self.joined(
+                mac, body.get("state", "pending"), body.get("hostname", ""), body.get("name", ""), options
+            )
         if path == "/home/release":
             return self.release(mac)
         if path == "/home/copied":
