@@ -38,7 +38,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch
 
-from homework_controller import authority, flows
+from homework_controller import authority, flows, hostapd_ctrl
 from homework_controller.api import make_app
 from homework_controller.effects import (
     AnswerDhcp,
@@ -193,6 +193,46 @@ class SpeedTestServer(_ServedByAThread):
                 time.sleep(ahead)
 
 
+class Hostapd:
+    """A real hostapd without a radio (driver=none): its control socket takes what the controller tells a
+    radio (the devices' key file to read again, stations to deny), as the router's does."""
+
+    def __init__(self, ssid: str, psk_file: str):
+        self.binary = shutil.which("hostapd") or "/usr/sbin/hostapd"
+        if not os.path.exists(self.binary):
+            raise RuntimeError("no hostapd: install it (scripts/install-deps.sh)")
+        self.dir = tempfile.mkdtemp(prefix="hapd-")  # short: a control socket's path has at most 107 bytes
+        self.ctrl = os.path.join(self.dir, "homework0")
+        with open(psk_file, "a"):
+            pass  # hostapd reads the file at start; the controller writes it whole from then on
+        self.conf = os.path.join(self.dir, "hostapd.conf")
+        with open(self.conf, "w") as f:
+            f.write(
+                f"driver=none\ninterface=homework0\nctrl_interface={self.dir}\nssid={ssid}\n"
+                f"wpa=2\nwpa_key_mgmt=WPA-PSK\nwpa_passphrase=correct horse battery staple\nwpa_psk_file={psk_file}\n"
+            )
+        self.proc: subprocess.Popen | None = None
+
+    def start(self):
+        self.proc = subprocess.Popen([self.binary, self.conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                hostapd_ctrl.command(self.ctrl, "ping")
+                return self
+            except hostapd_ctrl.HostapdError:  # not listening yet
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("hostapd did not start")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(5)
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class _Threading(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
@@ -237,12 +277,15 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         self.switch = FakeSwitch(clock=self.clock)
         self.hwdb = HwdbLog(f"127.0.0.1:{hwdb_port}" if hwdb_port else None)
         self.radio_settings = RadioSettingsFile(radio_settings)
-        # The key file of devices' own passphrases, written as the controller writes it; no hostapd to tell.
-        self.authenticator = Authenticator("", os.path.join(state_dir, "wifi.psk"), self.router.passphrases.all)
+        # The key file of devices' own passphrases, written as the controller writes it, for a real hostapd.
+        psk_file = os.path.join(state_dir, "wifi.psk")
+        self.hostapd = Hostapd(wifi_ssid or "Home Wi-Fi", psk_file).start()
+        self.authenticator = Authenticator(self.hostapd.ctrl, psk_file, self._wifi_keys)
+        threading.Thread(target=self.authenticator.run_forever, daemon=True).start()
         self.qos: dict | None = None  # what the router's shapers report in health, once a test says they run
         self.calls: list[tuple[str, str]] = []  # ws.v1 operations performed for its HTTP clients (the web UI)
         self.dhcp_answers: list[bytes] = []
-        self.counters: dict[str, int] = {}  # bytes each device's own rule has counted (cumulative, as OVS)
+        self.counted_bytes: dict[str, int] = {}  # what each device's own rule has counted (cumulative, as OVS)
         self.clients: dict[str, list] = {}  # each device's DHCP client: what it sends when it renews
         with self.lock:
             self._apply(self.router.switch_ready(WLAN, ROUTER_MAC))
@@ -254,6 +297,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
     def stop(self):
         super().stop()
         self.router.store.close()
+        self.hostapd.stop()
 
     # ---- the edge: effects carried out, and its own answers
 
@@ -266,12 +310,16 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
                 self.hwdb.write(effect.table, effect.row)
             elif isinstance(effect, TellHousehold):
                 self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
-            elif isinstance(effect, PublishWifiKeys):
-                self.authenticator.publish_keys()
+            elif isinstance(effect, PublishWifiKeys):  # as the controller does: off the lock, which it takes
+                threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
             elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-                self.authenticator.tell(effect)  # no radio here: nobody to tell, as a router without one
+                self.authenticator.tell(effect)
             # A frame to a device (SendFrame), a name to resolve, an address for the LAN interface: this
             # home has no devices' sockets, upstream resolver or interfaces to carry them to.
+
+    def _wifi_keys(self) -> list:
+        with self.lock:
+            return self.router.passphrases.all()
 
     def health(self) -> dict:
         return {
@@ -350,9 +398,9 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
 
     def moved(self, mac: str, nbytes: int) -> dict:
         """The device sent nbytes more: the switch's counter of its own rule grows, and the stats poll reads it."""
-        self.counters[mac] = self.counters.get(mac, 0) + nbytes
+        self.counted_bytes[mac] = counted = self.counted_bytes.get(mac, 0) + nbytes
         own_rule = {"eth_type": flows.ETH_IPV4, "ipv4_src": self.status(mac)["ip"]}
-        polled = [(flows.Accounting.DEVICE_SOURCE, own_rule, self.counters[mac] // 100 + 1, self.counters[mac])]
+        polled = [(flows.Accounting.DEVICE_SOURCE, own_rule, counted // 100 + 1, counted)]
         with self.lock:
             self._apply(self.router.on_flow_stats(polled))
         return self.status(mac)
