@@ -20,7 +20,6 @@ from os_ken.ofproto import ofproto_v1_3
 
 from . import (
     api,
-    authority,
     dhcp_port,
     dns_server,
     edge_status,
@@ -29,7 +28,6 @@ from . import (
     hwdb_feed,
     lan_side,
     openflow,
-    operations,
     packets,
     radio_settings,
     shaper,
@@ -66,6 +64,7 @@ from .router import HomeRouter
 from .serving import TimedLock, api_server
 from .station_events import StationEvents
 from .store import DeviceStore
+from .ws_service import Ws1Service
 
 LOG = logging.getLogger("homework.controller")
 
@@ -75,8 +74,9 @@ LOG = logging.getLogger("homework.controller")
 EXPORT_MERGE_CHUNK = 500
 
 
-class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.OSKenApp):
+class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    edge_answers = edge_status.ANSWERS  # ws.v1's health and counters: this app's switch, sockets and threads
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -412,33 +412,3 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, app_manager.O
     def _send(dp, msg) -> None:
         msg.datapath = dp
         dp.send_msg(msg)
-
-    # ---- the API
-
-    WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
-
-    def call(self, name: str, *args, role: str = authority.OWNER):
-        """Run one ws.v1 method for a role (`authority`: a refusal changes nothing); state changes reach the
-        switch (and hostapd), and the disk, before the answer."""
-        op = operations.BY_CALL[name]
-        if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
-            authority.check(None, role, op, list(args))  # it names no device: the router is not read
-            return getattr(self.radio_settings, name)(*args)
-        with self.lock:
-            if op.answers == "edge":
-                authority.check(None, role, op, list(args))
-                result = edge_status.ANSWERS[name](self)  # the edge's own state beside the router's
-            else:
-                result = operations.perform(
-                    self.router,
-                    op,
-                    list(args),
-                    lambda effects: self._apply(effects, at_once=True),
-                    self.switch_ready,
-                    role,
-                )
-        if op.decision and not self.router.store.flush():
-            LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
-        if name in self.WIFI_KEY_CHANGES:
-            result = dict(result, **self.authenticator.publish_keys())
-        return result

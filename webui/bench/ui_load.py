@@ -7,9 +7,9 @@ and opened again when the server closes it. How long do the owner's sign-in at t
 and GET /api/devices (the board's figures) take under each, against the same measured quiet in
 the same run (quiet before and after the loads, pooled)? Goal: p99 under 2x quiet.
 
-Runs the real web UI (python -m homework_webui, default settings) against the FAKE controller
-and a real hwdb (tests/fakes.py). Clients are told apart by address, as the UI tells a guest's
-phone from the wall panel on the LAN: the wall panel is 127.0.0.1, the guest 127.0.0.2, the
+Runs the real web UI (python -m homework_webui, default settings) against the controller's core on
+its fake switch and a real hwdb (tests/stack.py). Clients are told apart by address, as the UI tells a
+guest's phone from the wall panel on the LAN: the wall panel is 127.0.0.1, the guest 127.0.0.2, the
 trickling device 127.0.0.3, and each member's page its own 127.0.1.N.
 """
 
@@ -143,16 +143,20 @@ class Streams:
 
 def start_stack(port: int, tmp: str) -> tuple[subprocess.Popen, dict]:
     ready = os.path.join(tmp, "ready.json")
+    # The controller's core and its tests' fake switch come from this checkout (as webui/pytest.ini gives pytest).
+    controller = WEBUI.parent / "controller"
+    path = os.pathsep.join(filter(None, [str(controller), str(controller / "tests"), os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        [sys.executable, str(WEBUI / "tests" / "fakes.py"), "--webui-port", str(port), "--ready-file", ready],
+        [sys.executable, str(WEBUI / "tests" / "stack.py"), "--webui-port", str(port), "--ready-file", ready],
         cwd=WEBUI,
         stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": path},
     )
     deadline = time.monotonic() + 30
     while not os.path.exists(ready):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.terminate()
-            raise RuntimeError("the fake stack did not start")
+            raise RuntimeError("the test stack did not start")
         time.sleep(0.05)
     with open(ready) as f:
         return proc, json.load(f)
@@ -161,7 +165,7 @@ def start_stack(port: int, tmp: str) -> tuple[subprocess.Popen, dict]:
 def post_json(url: str, body: dict) -> dict:
     host, port = url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", "/fake/join", json.dumps(body))
+    conn.request("POST", "/home/join", json.dumps(body))
     reply = json.loads(conn.getresponse().read())
     conn.close()
     return reply
@@ -341,7 +345,7 @@ def run(port: int, info: dict, rounds: int) -> dict:
     status, _, _ = owner.call("POST", "/api/setup", {"username": OWNER[0], "password": OWNER[1], "setup_code": code})
     assert status == 201, status
     for i in range(DEVICES):
-        post_json(info["controller"], {"mac": f"02:be:00:00:00:{i:02x}", "state": "permitted", "event": False})
+        post_json(info["controller"], {"mac": f"02:be:00:00:00:{i:02x}", "state": "permitted"})
 
     quiet_before = measure(port, rounds)
 
@@ -366,7 +370,8 @@ def run(port: int, info: dict, rounds: int) -> dict:
     load = {k: summary(loaded[k]) for k in kinds}
     trickle = {k: summary(trickled[k]) for k in kinds}
     return {
-        "setup": "real web UI (python -m homework_webui, default limits) + FAKE controller (tests/fakes.py) + real "
+        "setup": "real web UI (python -m homework_webui, default limits) + the controller's core on its fake switch "
+        "(tests/stack.py) + real "
         f"hwdb on loopback; the wall panel is client address 127.0.0.1, the guest 127.0.0.2, the trickling "
         f"device {TRICKLER}, each member's page its own 127.0.1.N",
         "load": {**load_report, "flood_threads": FLOOD_THREADS, "devices": DEVICES},

@@ -2,8 +2,8 @@
 // Measures in a real browser the time from a device asking to join to its label being
 // visible on the Guest Board (p50/p99 over 20 joins), the time from dropping it on
 // "Connected" to its connectivity, and the built frontend's gzip size.
-// Same hooks as the tests (harness.mjs): without WEBUI_URL it runs against the fake
-// controller + real hwdb, and the result says so.
+// Same hooks as the tests (harness.mjs): without WEBUI_URL it runs against the controller's core
+// on its fake switch + real hwdb, and the result says so.
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
@@ -41,7 +41,7 @@ const stack = await startStack()
 const browser = await launch()
 const result = {
   setup: stack.fake
-    ? 'FAKE controller (tests/fakes.py) + real hwdb on loopback: join = the fake records a pending device and inserts the new-device Event, as the controller does; connectivity = the controller reports the device permitted. Not the emulated home.'
+    ? 'the controller core on its fake switch (tests/stack.py) + real hwdb on loopback: join = a DHCP DISCOVER and REQUEST into the router core, which records a pending device and writes the new-device Event; connectivity = the controller reports the device permitted. Not the emulated home.'
     : `live web UI at ${stack.url}; join = E2E_JOIN_CMD (its start stands in for the DHCPDISCOVER), connectivity = E2E_CHECK_CMD`,
   frontend: frontendSize(),
 }

@@ -23,20 +23,19 @@ after(async () => {
   await stack?.stop()
 })
 
-/** Make the fake home look lived-in, so the screenshots show what the labels mean. */
+/** Make the test home look lived-in, so the screenshots show what the labels mean. */
 async function furnish() {
   if (!stack.fake) return
   const people = [['Tom\'s laptop', -48, 2, 900000], ['Living-room TV', -60, 1, 300000],
-    ['Kitchen radio with a very long name that must not break the layout', -86, 1, 20000], ['Garden camera', -75, 40, 60000]]
+    ['Kitchen radio with a long name that must not break the layout', -86, 1, 20000], ['Garden camera', -75, 40, 60000]]
   let links = [], flows = []
   for (const [name, rssi, retries, bytes] of people) {
-    const d = await stack.ctl('POST', '/fake/join', { mac: `02:aa:00:00:00:${(links.length + 1).toString(16).padStart(2, '0')}`,
-      hostname: name.toLowerCase().replace(/[^a-z]+/g, '-'), state: 'permitted', event: false })
-    await stack.ctl('POST', `/ws.v1/name/${d.mac}?name=${encodeURIComponent(name)}`)
+    const d = await stack.ctl('POST', '/home/join', { mac: `02:aa:00:00:00:${(links.length + 1).toString(16).padStart(2, '0')}`,
+      hostname: name.toLowerCase().replace(/[^a-z]+/g, '-'), state: 'permitted', name })
     links.push(`('${d.mac}', ${rssi}, ${retries}, 100)`)
     flows.push(`(6, '${d.ip}', 40000, '93.184.216.34', 443, 100, ${bytes})`)
   }
-  await stack.ctl('POST', '/fake/join', { mac: '02:aa:00:00:00:10', hostname: 'unknown-phone', state: 'denied', event: false })
+  await stack.ctl('POST', '/home/join', { mac: '02:aa:00:00:00:10', hostname: 'unknown-phone', state: 'denied' })
   links.push(`('02:bb:00:00:00:01', -89, 0, 5)`)
   await stack.hwdb(`insert into Links values ${links.join(', ')}`)
   await stack.hwdb(`insert into Flows values ${flows.join(', ')}`)
@@ -67,7 +66,7 @@ test('wall panel: a joining device appears in the middle and is let in by draggi
   await page.waitForSelector(label('inside', mac), { timeout: 3000 })
   await stack.check(mac, 'connected')
   if (stack.fake) {
-    const calls = await stack.ctl('POST', '/fake/calls', {})
+    const calls = await stack.ctl('POST', '/home/calls', {})
     assert.ok(calls.some(([m, arg]) => m === 'permit' && arg === mac), 'permit was called on the controller')
   }
 })
@@ -186,7 +185,7 @@ test('phone: an overloaded high-priority queue is announced', async (t) => {
 test('phone: "Test my connection" runs the latency check and shows a grade', async (t) => {
   const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
   // What the controller's health says about its shaper.
-  if (stack.fake) await stack.ctl('POST', '/fake/qos', {
+  if (stack.fake) await stack.ctl('POST', '/home/qos', {
     uplink: { iface: 'eth0', shaped_kbit: 18000, leaf_qdisc: 'fq_codel', error: '' },
     downlink: { iface: 'wlan0', shaped_kbit: 45000, leaf_qdisc: 'fq_codel', error: '' },
   })
@@ -259,7 +258,7 @@ test('wall panel: a device whose address another device uses is flagged until le
   const copied = await stack.join('dads-laptop', { state: 'permitted' })
   const fine = await stack.join('mums-laptop', { state: 'permitted' })
   await page.waitForSelector(label('inside', fine), { timeout: 10000 })
-  await stack.ctl('POST', '/fake/clone', { mac: copied, differs: "host name 'dads-laptop' -> 'android-5f2a'" })
+  await stack.ctl('POST', '/home/copied', { mac: copied, hostname: 'android-5f2a' }) // a second DHCP client with its MAC
   await page.waitForSelector(`${label('inside', copied)} [data-test=clone-badge]`, { timeout: 3000 })
   await page.waitForSelector('[data-test=clone-alert]:has-text("dads-laptop")', { timeout: 3000 })
   assert.equal(await page.$(`${label('inside', fine)} [data-test=clone-badge]`), null, 'only the copied device is flagged')
@@ -280,9 +279,8 @@ test('wall panel: a newcomer that looks like a known phone is offered as it and 
   if (!stack.fake) return t.skip('needs the fake stack: a device away on demand')
   const { page } = wall
   await page.click('a[href="#/board"]')
-  const phone = await stack.join('grans-phone', { state: 'permitted', event: false })
-  await stack.ctl('POST', `/ws.v1/name/${phone}?name=${encodeURIComponent("Gran's phone")}`)
-  await stack.ctl('POST', '/fake/away', { mac: phone })
+  const phone = await stack.join('grans-phone', { state: 'permitted', name: "Gran's phone" })
+  await stack.ctl('POST', '/home/release', { mac: phone }) // it leaves: its DHCPRELEASE
   const back = await stack.join('grans-phone')
   const stranger = await stack.join('someones-tablet')
   await page.waitForSelector(label('asking', stranger), { timeout: 10000 })
@@ -320,7 +318,7 @@ test('wall panel: a blocked device offers no drop target; the owner unblocks it 
   await page.mouse.up()
   await sleep(300)
   assert.ok(await page.$(label('outside', blocked)), 'still among the blocked')
-  const calls = await stack.ctl('POST', '/fake/calls', {})
+  const calls = await stack.ctl('POST', '/home/calls', {})
   assert.ok(!calls.some(([m, arg]) => arg === blocked && m !== 'status'), 'nothing was asked of the controller')
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${blocked}`)).state, 'blacklisted')
   // The owner lifts it from the device's details.
@@ -429,11 +427,11 @@ test('phone: an allowance fills its bar, warns at 80 %, pauses the device at 100
     await page.keyboard.press('Escape')
     await page.click(label('inside', mac))
   }
-  await stack.ctl('POST', '/fake/usage', { mac, used: 850000 })
+  await stack.ctl('POST', '/home/moved', { mac, bytes: 850000 })
   await reopen()
   await page.waitForSelector('[data-test=allowance-warning]:has-text("85 % of today\'s allowance is used")', { timeout: 5000 })
   await shot(page, 'allowance-warning-phone')
-  await stack.ctl('POST', '/fake/usage', { mac, used: 1000000 })
+  await stack.ctl('POST', '/home/moved', { mac, bytes: 150000 })
   await reopen()
   await page.waitForSelector('[data-test=paused-why]:has-text("today\'s allowance is used up")', { timeout: 5000 })
   assert.equal(await page.$('[data-test=allowance-warning]'), null, 'used up says paused, not a warning')
@@ -513,7 +511,7 @@ test('owner: a person\'s allowance is shared by their devices; used up, both wai
   const shared = await stack.ctl('GET', `/ws.v1/shared-allowances/person-${id}`)
   assert.deepEqual(shared.devices, [tablet, phone].sort(), 'the router counts both of the kid\'s devices together')
   // Used up together: the tablet's details say so and show the shared bar; a device not theirs goes on.
-  await stack.ctl('POST', '/fake/usage', { shared: `person-${id}`, used: 1000000 })
+  await stack.ctl('POST', '/home/moved', { mac: tablet, bytes: 1000000 }) // the tablet uses it all
   await page.goto(stack.url + '/#/board')
   await page.reload()
   await page.click(label('inside', tablet))

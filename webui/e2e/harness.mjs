@@ -1,11 +1,11 @@
 // Browser-test harness: starts (or finds) a web UI, drives Chromium, and makes devices
-// join through injectable hooks, so the same flow runs against the fake-controller stack
-// and against the live emulated home.
+// join through injectable hooks, so the same flow runs against the test stack (the controller's
+// core on its fake switch, webui/tests/stack.py) and against the live emulated home.
 //
 // Environment:
-//   WEBUI_URL          a running web UI (e.g. http://127.0.0.1:8080); unset = start the fake stack
+//   WEBUI_URL          a running web UI (e.g. http://127.0.0.1:8080); unset = start the test stack
 //   E2E_USER, E2E_PASSWORD   the owner's account (created on a fresh install)
-//   E2E_SETUP_CODE     the one-time setup code a fresh install asks for (the fake stack's is
+//   E2E_SETUP_CODE     the one-time setup code a fresh install asks for (the test stack's is
 //                      read from its state directory)
 //   E2E_JOIN_CMD       shell command that makes a new device ask to join; gets E2E_NAME,
 //                      must print the device's MAC address as the last line of its stdout
@@ -24,13 +24,13 @@ import { chromium } from 'playwright-core'
 const run = promisify(execFile)
 const here = dirname(fileURLToPath(import.meta.url))
 export const webuiDir = join(here, '..')
-// The live-home run keeps its screenshots apart, so the README's stay the lived-in fake home's.
+// The live-home run keeps its screenshots apart, so the README's stay the lived-in test home's.
 export const screenshotDir = process.env.E2E_SCREENSHOT_DIR || join(webuiDir, 'docs', 'screenshots')
 export const WALL = { width: 1280, height: 800 }
 export const PHONE = { width: 390, height: 844 }
 export const user = process.env.E2E_USER || 'owner'
 export const password = process.env.E2E_PASSWORD || 'e2e owner password'
-// Where the first-run setup code comes from: the environment, or the fake stack's state dir.
+// Where the first-run setup code comes from: the environment, or the test stack's state dir.
 let setupCode = () => process.env.E2E_SETUP_CODE || ''
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -65,16 +65,20 @@ export async function startStack() {
   const port = 18000 + Math.floor(Math.random() * 2000)
   const ready = join('/tmp', `webui-e2e-${process.pid}.json`)
   rmSync(ready, { force: true })
-  const proc = spawn(python, [join(webuiDir, 'tests', 'fakes.py'), '--webui-port', String(port), '--ready-file', ready],
-    { cwd: webuiDir, stdio: ['ignore', 'ignore', 'inherit'] })
+  // The controller's core and its tests' fake switch come from this checkout (as webui/pytest.ini gives pytest).
+  const controller = join(webuiDir, '..', 'controller')
+  const pythonPath = [controller, join(controller, 'tests'), process.env.PYTHONPATH].filter(Boolean).join(':')
+  const proc = spawn(python, [join(webuiDir, 'tests', 'stack.py'), '--webui-port', String(port), '--ready-file', ready],
+    { cwd: webuiDir, stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, PYTHONPATH: pythonPath } })
   for (let i = 0; i < 300 && !existsSync(ready); i++) await sleep(50)
-  if (!existsSync(ready)) throw new Error('fake stack did not start')
+  if (!existsSync(ready)) throw new Error('test stack did not start')
   const info = JSON.parse(readFileSync(ready, 'utf8'))
   setupCode = () => readFileSync(info.setup_code_file, 'utf8').trim()
   let n = 0
   const hwdb = async (q) => JSON.parse((await run(info.hwdb_bin, ['query', '--json', '--server', `127.0.0.1:${info.hwdb_port}`, q])).stdout)
   const ctl = async (method, path, body) => {
     const r = await fetch(info.controller + path, { method, body: body && JSON.stringify(body) })
+    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`) // the router refused it
     return r.json()
   }
   return {
@@ -83,11 +87,12 @@ export async function startStack() {
     info,
     hwdb,
     ctl,
-    // The fake controller records a pending device and writes the new-device Event, as the real one does.
+    // The device's DHCP client asks to join (the router writes the new-device Event); extra: { state, name }
+    // as the owner decides and names it over ws.v1, options: the client's own DHCP options.
     async join(name, extra = {}) {
       n++
       const mac = `02:e2:e0:00:${(process.pid % 256).toString(16).padStart(2, '0')}:${n.toString(16).padStart(2, '0')}`
-      await ctl('POST', '/fake/join', { mac, hostname: name, ...extra })
+      await ctl('POST', '/home/join', { mac, hostname: name, ...extra })
       return mac
     },
     async check(mac, expect) {

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from fakes import FakeController, HwdbServer
+from stack import HomeOnFakeSwitch, HwdbServer
 
 from homework_webui.app import create_app
 from homework_webui.live import StreamLimits
@@ -22,8 +22,9 @@ def hwdb(tmp_path):
 
 
 @pytest.fixture
-def controller(hwdb):
-    ctl = FakeController(hwdb.port).start()
+def controller(tmp_path, hwdb):
+    """The controller's core behind its ws.v1, on the fake switch (stack.HomeOnFakeSwitch)."""
+    ctl = HomeOnFakeSwitch(str(tmp_path / "controller"), hwdb.port).start()
     yield ctl
     ctl.stop()
 

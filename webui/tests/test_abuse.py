@@ -16,7 +16,7 @@ import threading
 import time
 
 from conftest import OWNER, Api, make_app, setup_owner, signed_in
-from fakes import free_port
+from stack import free_port
 from waitress import wasyncore
 
 from homework_webui.services import services
@@ -27,7 +27,7 @@ BLOCKED = "02:00:00:00:00:b1"
 
 
 def test_the_wall_panel_cannot_lift_the_owners_blacklist(app, owner, controller):
-    controller.add(BLOCKED, event=False)
+    controller.joined(BLOCKED)
     assert owner.post(f"/api/devices/{BLOCKED}/blacklist").status_code == 200
     kiosk = signed_in(app, "kiosk", owner)
     for action in ("permit", "deny"):
@@ -35,9 +35,9 @@ def test_the_wall_panel_cannot_lift_the_owners_blacklist(app, owner, controller)
         # The controller's authority table: the panel may not lift a block (issue 39), said with why.
         assert r.status_code == 403, (action, r.status_code, r.json)
         assert "may not lift a blacklist" in r.json["error"] and r.json["code"] == "role"
-        assert controller.devices[BLOCKED]["state"] == "blacklisted"
+        assert controller.status(BLOCKED)["state"] == "blacklisted"
     assert kiosk.post(f"/api/devices/{BLOCKED}/whitelist").status_code == 403
-    assert controller.devices[BLOCKED]["state"] == "blacklisted"
+    assert controller.status(BLOCKED)["state"] == "blacklisted"
     # The owner lifting it works, and then the wall panel decides as usual.
     r = owner.post(f"/api/devices/{BLOCKED}/whitelist")
     assert r.status_code == 200 and r.json["device"]["state"] == "permitted"
@@ -46,16 +46,16 @@ def test_the_wall_panel_cannot_lift_the_owners_blacklist(app, owner, controller)
 
 
 def test_a_non_ascii_csrf_token_is_refused_not_a_server_error(app, owner, controller):
-    controller.add("02:00:00:00:00:c1", event=False)
+    controller.joined("02:00:00:00:00:c1")
     for token in ("é" * 43, "\u2603", owner.csrf[:-1] + "\xff"):
         r = owner.post("/api/devices/02:00:00:00:00:c1/permit", headers={"X-CSRF-Token": token})
         assert r.status_code == 403 and r.json["code"] == "csrf", (token, r.status_code)
-    assert controller.devices["02:00:00:00:00:c1"]["state"] == "pending"
+    assert controller.status("02:00:00:00:00:c1")["state"] == "pending"
     assert owner.post("/api/devices/02:00:00:00:00:c1/permit").status_code == 200
 
 
 def test_a_json_body_nested_deeper_than_the_parser_goes_is_refused_not_a_server_error(app, owner, controller):
-    controller.add("02:00:00:00:00:c2", event=False)
+    controller.joined("02:00:00:00:00:c2")
     nested = b"[" * 5000 + b"]" * 5000  # within the body limit
     headers = {"X-CSRF-Token": owner.csrf, "Content-Type": "application/json"}
     r = owner.client.open(

@@ -1,4 +1,4 @@
-"""The JSON API and the live stream against a fake controller and a real hwdb."""
+"""The JSON API and the live stream against the controller's core behind its ws.v1 (tests/stack.py) and a real hwdb."""
 
 import time
 
@@ -21,15 +21,15 @@ def test_new_device_reaches_browser_within_a_second(app, owner, controller):
     wait_for(stream, lambda e, d: e == "devices", 5)
     wait_hwdb(app)
     t0 = time.monotonic()
-    controller.add("02:00:00:00:00:21", hostname="htc-one")
+    controller.joined("02:00:00:00:00:21", hostname="htc-one")
     devices = wait_for(stream, lambda e, d: e == "devices" and any(x["mac"] == "02:00:00:00:00:21" for x in d), 1.0)
     assert time.monotonic() - t0 < 1.0
     assert next(x for x in devices if x["mac"] == "02:00:00:00:00:21")["state"] == "pending"
 
 
 def test_devices_carry_link_and_bandwidth_figures(app, owner, controller, hwdb):
-    a = controller.add("02:00:00:00:00:31", state="permitted", event=False)
-    b = controller.add("02:00:00:00:00:32", state="permitted", event=False)
+    a = controller.joined("02:00:00:00:00:31", state="permitted")
+    b = controller.joined("02:00:00:00:00:32", state="permitted")
     wait_hwdb(app)
     hwdb.query("insert into Links values ('02:00:00:00:00:31', -45, 30, 100), ('02:00:00:00:00:33', -88, 0, 10)")
     hwdb.query(
@@ -47,26 +47,28 @@ def test_devices_carry_link_and_bandwidth_figures(app, owner, controller, hwdb):
 
 
 def test_decisions_and_names_go_to_controller(app, owner, controller):
-    controller.add("02:00:00:00:00:41", event=False)
+    controller.joined("02:00:00:00:00:41")
     r = owner.post("/api/devices/02:00:00:00:00:41/permit")
     assert r.status_code == 200 and r.json["device"]["state"] == "permitted"
     assert owner.post("/api/devices/02:00:00:00:00:41/deny").json["device"]["state"] == "denied"
     assert owner.post("/api/devices/02:00:00:00:00:41/blacklist").json["device"]["state"] == "blacklisted"
     r = owner.post("/api/devices/02:00:00:00:00:41/name", {"name": "Grandma's iPad " + "é" * 10})
     assert r.status_code == 200
-    assert controller.devices["02:00:00:00:00:41"]["name"].startswith("Grandma's iPad")
+    assert controller.status("02:00:00:00:00:41")["name"].startswith("Grandma's iPad")
     assert ("permit", "02:00:00:00:00:41") in controller.calls
     assert owner.post("/api/devices/not-a-mac/permit").status_code == 400
     assert owner.post("/api/devices/02:00:00:00:00:99/permit").status_code == 404
 
 
-def test_dns_blocks_degrade_when_not_implemented(app, owner, controller):
-    controller.add("02:00:00:00:00:51", event=False)
+def test_a_devices_dns_blocks_are_the_controllers_and_a_bad_name_is_refused(app, owner, controller):
+    controller.joined("02:00:00:00:00:51")
     detail = owner.get("/api/devices/02:00:00:00:00:51").json["device"]
-    assert detail["dns"] == {"available": False, "rules": []}
+    assert detail["dns"] == {"available": True, "rules": []}
     r = owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "example.com"})
-    assert r.status_code == 501 and r.json["code"] == "dns-unavailable"
+    assert r.status_code == 200 and r.json["dns"]["rules"] == controller.call("dns_rules_of", "02:00:00:00:00:51")
+    assert r.json["dns"]["rules"], "the block is the router's"
     assert owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "bad domain!"}).status_code == 400
+    assert controller.call("dns_rules_of", "02:00:00:00:00:51") == r.json["dns"]["rules"]
 
 
 def test_apps_usage_and_priorities_persist(app, owner, hwdb):
@@ -88,10 +90,8 @@ def test_apps_usage_and_priorities_persist(app, owner, hwdb):
 
 
 def test_apps_show_the_routers_own_priorities_until_the_household_chooses(owner, controller):
-    controller.apps = [
-        {"app": "video-call", "priority": "high", "set_by": "table"},
-        {"app": "games", "priority": "medium", "set_by": "table"},
-    ]
+    table = {a["app"]: a["priority"] for a in controller.call("app_priorities")}  # the router's app table
+    assert table["video-call"] == "high" and table["games"] == "medium"
     shown = {a["app"]: a["priority"] for a in owner.get("/api/apps").json["apps"]}
     assert shown["video-call"] == "high" and shown["games"] == "medium"  # before any traffic
     assert owner.put("/api/apps/games/priority", json={"priority": "default"}).status_code == 200
@@ -130,7 +130,7 @@ def test_hwdb_restart_resubscribes(app, owner, controller, hwdb):
     assert owner.get("/api/apps").json["component"] == "hwdb"
     hwdb.start()
     wait_for(stream, lambda e, d: e == "health" and d["hwdb"] is True, 5)
-    controller.add("02:00:00:00:00:61")
+    controller.joined("02:00:00:00:00:61")
     wait_for(stream, lambda e, d: e == "devices" and any(x["mac"] == "02:00:00:00:00:61" for x in d), 1.0)
     assert hub.health["hwdb"]
 

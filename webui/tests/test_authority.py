@@ -13,7 +13,7 @@ from homework_webui.controller import CONTROLLER_ROLES, ROLE_HEADER
 PENDING, PERMITTED, ANNAS, NEW_ANNA, BLOCKED = (f"02:00:00:00:00:{n}" for n in ("51", "52", "53", "54", "55"))
 
 # Each web UI route that asks one ws.v1 operation of a device, with its body and the device it acts on
-# (those the fake controller answers).
+# (the controller core answers them all).
 ROUTES = [
     ("permit", "permit", {}, PENDING),
     ("deny", "deny", {}, PENDING),
@@ -43,24 +43,26 @@ def test_each_route_does_what_the_controllers_table_lets_the_role_do(
     """Every role against every route that asks the controller: refused (403, the controller's reason,
     nothing performed) exactly where the table refuses that role, and done where it allows."""
     for mac, state in ((PENDING, "pending"), (PERMITTED, "permitted"), (BLOCKED, "blacklisted")):
-        controller.add(mac, state=state, event=False)
-    controller.add(ANNAS, state="permitted", hostname="annas-phone", event=False)
-    controller.fake("/fake/away", {"mac": ANNAS})
-    controller.add(NEW_ANNA, hostname="annas-phone", event=False)
+        controller.joined(mac, state=state)
+    controller.joined(ANNAS, state="permitted", hostname="annas-phone")
+    controller.release(ANNAS)  # away
+    controller.joined(NEW_ANNA, hostname="annas-phone")
     if role == "member":  # signed in on the device, so it is theirs (the web UI's own check passes)
         assert owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).status_code == 201
-        api = Api(app, ip=controller.devices[PERMITTED]["ip"])
+        api = Api(app, ip=controller.status(PERMITTED)["ip"])
         api.session()
         assert api.post("/api/login", {"username": "kid", "password": "kid password"}).status_code == 200
     else:
         api = signed_in(app, role, owner)
-    before = {mac: dict(d) for mac, d in controller.devices.items()}
+    before = controller.call("status")
     args = [NEW_ANNA, ANNAS] if target == NEW_ANNA else [target]
-    why = authority.refusal(CONTROLLER_ROLES[role], operation, controller.target_states(BY_NAME[operation], args))
+    why = authority.refusal(
+        CONTROLLER_ROLES[role], operation, authority.target_states(controller.router, BY_NAME[operation], args)
+    )
     r = api.post(f"/api/devices/{target}/{route}", sent)
     if why is not None:
         assert (r.status_code, r.json["code"], r.json["error"]) == (403, "role", why), (role, route, r.json)
-        assert controller.devices == before
+        assert controller.call("status") == before
         assert not [c for c in controller.calls if c[0] == operation]
     elif role == "member" and target != PERMITTED:
         # Not their device: the web UI's own rule (it knows who owns which), before the controller is asked.
@@ -75,18 +77,18 @@ def test_the_wall_panel_cannot_merge_a_newcomer_into_a_blocked_device_nor_one_it
 ):
     """Finding 1 (issue 39): the panel's merge into a blacklisted device answered 200, moving the block
     onto the newcomer's MAC and freeing the blocked one. Positive control: into the device offered."""
-    controller.add(BLOCKED, state="blacklisted", hostname="annas-phone", event=False)
-    controller.fake("/fake/away", {"mac": BLOCKED})
-    controller.add(NEW_ANNA, hostname="annas-phone", event=False)
-    controller.add(PERMITTED, state="permitted", hostname="dads-laptop", event=False)
-    controller.fake("/fake/away", {"mac": PERMITTED})
+    controller.joined(BLOCKED, state="blacklisted", hostname="annas-phone")
+    controller.release(BLOCKED)  # away (a blacklisted device's DHCP is ignored: it has no lease to end)
+    controller.joined(NEW_ANNA, hostname="annas-phone")
+    controller.joined(PERMITTED, state="permitted", hostname="dads-laptop")
+    controller.release(PERMITTED)
     kiosk = signed_in(app, "kiosk", owner)
     for into in (BLOCKED, PERMITTED):
         r = kiosk.post(f"/api/devices/{NEW_ANNA}/merge", {"into": into})
         assert r.status_code == 409 and r.json["code"] == "cannot-merge", r.json
-    assert controller.devices[BLOCKED]["state"] == "blacklisted" and controller.devices[NEW_ANNA]["state"] == "pending"
-    controller.add(ANNAS, state="permitted", hostname="annas-phone", event=False)
-    controller.fake("/fake/away", {"mac": ANNAS})
+    assert controller.status(BLOCKED)["state"] == "blacklisted" and controller.status(NEW_ANNA)["state"] == "pending"
+    controller.joined(ANNAS, state="permitted", hostname="annas-phone")
+    controller.release(ANNAS)  # away
     assert kiosk.get("/api/devices").json["devices"]  # the board
     r = kiosk.post(f"/api/devices/{NEW_ANNA}/merge", {"into": ANNAS})
     assert r.status_code == 200 and r.json["device"]["state"] == "permitted"

@@ -11,7 +11,7 @@ NEW_PHONE, NEW_TABLET = "06:00:00:00:00:81", "06:00:00:00:00:83"  # their next p
 
 
 def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controller):
-    controller.add(PHONE, state="permitted", event=False)
+    controller.joined(PHONE, state="permitted")
     r = owner.post(f"/api/devices/{PHONE}/schedule", {"windows": "sun-thu 21:30-07:00"})
     assert r.status_code == 200 and r.json["device"]["schedule"] == "mon,tue,wed,thu,sun 21:30-07:00"
     r = owner.post(f"/api/devices/{PHONE}/allowance", {"amount": "1 MB"})
@@ -19,9 +19,9 @@ def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controlle
         r.json["device"]["allowance"] | {"kind": "bytes", "allowed": 1_000_000, "warning": False}
         == (r.json["device"]["allowance"])
     )
-    controller.fake("/fake/usage", {"mac": PHONE, "used": 850_000})
+    controller.moved(PHONE, 850_000)  # the switch counts what it sends
     assert owner.get(f"/api/devices/{PHONE}").json["device"]["allowance"]["warning"] is True
-    controller.fake("/fake/usage", {"mac": PHONE, "used": 1_000_000})
+    controller.moved(PHONE, 150_000)
     device = owner.get(f"/api/devices/{PHONE}").json["device"]
     assert (device["paused"], device["paused_why"]) == (True, "allowance")
     r = owner.post(f"/api/devices/{PHONE}/bonus", {"amount": "500 MB"})
@@ -33,15 +33,15 @@ def test_the_owner_sets_a_bedtime_an_allowance_and_a_bonus(app, owner, controlle
 
 
 def test_pause_for_a_while_says_until_when(app, owner, controller):
-    controller.add(PHONE, state="permitted", event=False)
+    controller.joined(PHONE, state="permitted")
     device = owner.post(f"/api/devices/{PHONE}/pause-for", {"for": "30"}).json["device"]
     assert (device["paused"], device["paused_why"]) == (True, "paused") and device["paused_until"]
     assert owner.post(f"/api/devices/{PHONE}/resume").json["device"]["paused_until"] is None
 
 
 def test_a_wall_panel_may_pause_for_a_while_but_not_set_bedtimes_and_a_member_may_do_neither(app, owner, controller):
-    mine = controller.add(PHONE, state="permitted", event=False)
-    controller.add(LAPTOP, state="permitted", event=False)
+    mine = controller.joined(PHONE, state="permitted")
+    controller.joined(LAPTOP, state="permitted")
     kiosk = signed_in(app, "kiosk", owner)
     assert owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).status_code == 201
     member = Api(app, ip=mine["ip"])  # signed in on the phone, so the phone is theirs
@@ -70,7 +70,7 @@ def test_a_wall_panel_may_pause_for_a_while_but_not_set_bedtimes_and_a_member_ma
 
 
 def test_bad_input_is_refused_with_the_controllers_words_and_changes_nothing(app, owner, controller):
-    controller.add(PHONE, state="permitted", event=False)
+    controller.joined(PHONE, state="permitted")
     for what, sent, says in (
         ("schedule", {"windows": "funday 21:00-07:00"}, "not a day"),
         ("schedule", {"windows": 42}, "must be text"),
@@ -89,19 +89,27 @@ def test_bad_input_is_refused_with_the_controllers_words_and_changes_nothing(app
     assert r.json == {"time_zone": "Europe/Berlin", "reset_time": "05:30"}
 
 
+def schedules(controller) -> dict[str, str]:
+    """The router's bedtimes, by device."""
+    return {d["mac"]: d["schedule"] for d in controller.call("status") if d["schedule"]}
+
+
 def test_a_persons_bedtime_is_set_on_every_device_they_own(app, owner, controller):
     for mac in (PHONE, LAPTOP, TABLET):
-        controller.add(mac, state="permitted", event=False)
+        controller.joined(mac, state="permitted")
     kid_id = new_member(owner)
     for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
         assert owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id}).status_code == 200
     r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun-thu 21:30-07:00"})
     assert r.status_code == 200 and r.json["not_seen"] == ["02:00:00:00:00:99"]
     assert sorted(d["mac"] for d in r.json["devices"]) == [PHONE, LAPTOP]
-    assert controller.schedules == {PHONE: "mon,tue,wed,thu,sun 21:30-07:00", LAPTOP: "mon,tue,wed,thu,sun 21:30-07:00"}
-    assert TABLET not in controller.schedules  # positive control: a device not theirs keeps none
+    # A device not theirs keeps none (the tablet).
+    assert schedules(controller) == {
+        PHONE: "mon,tue,wed,thu,sun 21:30-07:00",
+        LAPTOP: "mon,tue,wed,thu,sun 21:30-07:00",
+    }
     r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun 25:00-07:00"})
-    assert r.status_code == 400 and controller.schedules[PHONE] == "mon,tue,wed,thu,sun 21:30-07:00"
+    assert r.status_code == 400 and schedules(controller)[PHONE] == "mon,tue,wed,thu,sun 21:30-07:00"
     assert owner.post("/api/accounts/9999/schedule", {"windows": ""}).status_code == 404
 
 
@@ -111,10 +119,10 @@ def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, contro
     so the person's bedtime reaches it under its new MAC."""
     kid_id = new_member(owner)
     for mac in (PHONE, TABLET):
-        controller.add(mac, state="permitted", event=False)
+        controller.joined(mac, state="permitted")
     assert owner.post(f"/api/devices/{PHONE}/owner", {"account_id": kid_id}).status_code == 200
-    controller.fake("/fake/move", {"mac": PHONE, "to": NEW_PHONE})
-    controller.fake("/fake/move", {"mac": TABLET, "to": NEW_TABLET})  # no one owned it before
+    controller.back_under(PHONE, NEW_PHONE)
+    controller.back_under(TABLET, NEW_TABLET)  # no one owned it before
 
     def listed():
         devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
@@ -126,12 +134,12 @@ def test_a_persons_phone_back_under_a_new_mac_is_still_theirs(app, owner, contro
     r = owner.post(f"/api/accounts/{kid_id}/schedule", {"windows": "sun-thu 21:30-07:00"})
     assert r.status_code == 200 and r.json["not_seen"] == []
     assert [d["mac"] for d in r.json["devices"]] == [NEW_PHONE]
-    assert set(controller.schedules) == {NEW_PHONE}
+    assert set(schedules(controller)) == {NEW_PHONE}
 
 
 def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_given_to_them(app, owner, controller):
     for mac in (PHONE, LAPTOP, TABLET):
-        controller.add(mac, state="permitted", event=False)
+        controller.joined(mac, state="permitted")
     kid_id = new_member(owner)
     for mac in (PHONE, LAPTOP, "02:00:00:00:00:99"):  # the last one the router has not seen yet
         owner.post(f"/api/devices/{mac}/owner", {"account_id": kid_id})
@@ -140,7 +148,7 @@ def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_giv
     assert r.status_code == 200 and r.json["allowance"]["devices"] == [PHONE, LAPTOP]
     assert r.json["not_seen"] == ["02:00:00:00:00:99"] and r.json["allowance"]["text"] == "120 min"
     # Used up together: both of the kid's devices are held, the tablet (not theirs) is not.
-    controller.fake("/fake/usage", {"shared": f"person-{kid_id}", "used": 120})
+    controller.online_for(PHONE, 120)
     devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
     assert [devices[m]["paused_why"] for m in (PHONE, LAPTOP, TABLET)] == ["allowance", "allowance", None]
     assert devices[PHONE]["shared_allowance"]["used_up"] is True
@@ -156,16 +164,16 @@ def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_giv
     r = owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "lots"})
     assert r.status_code == 400 and "not an amount" in r.json["error"]
     assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": ""}).json["allowance"] is None
-    assert controller.sharing == {}
+    assert not any(d["shared_allowance"] for d in controller.call("status"))
     owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "1 GB"})
     assert owner.delete(f"/api/accounts/{kid_id}").status_code == 200
-    assert controller.shared == {}
+    assert controller.call("shared_allowances") == []
     assert owner.post("/api/accounts/9999/allowance", {"amount": "1 h"}).status_code == 404
 
 
 def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
     kid_id = new_member(owner)
-    mine = controller.add(PHONE, state="permitted", event=False)
+    mine = controller.joined(PHONE, state="permitted")
     member = Api(app, ip=mine["ip"])  # signed in on the phone, so the phone is theirs
     member.session()
     assert member.post("/api/login", {"username": "kid", "password": "kid password"}).status_code == 200
@@ -174,7 +182,7 @@ def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
         for what, sent in (("allowance", {"amount": "9 h"}), ("bonus", {"amount": "9 h"})):
             assert who.post(f"/api/accounts/{kid_id}/{what}", sent).status_code == 403, what
         assert who.get(f"/api/accounts/{kid_id}/allowance").status_code == 403
-    assert controller.shared == {}
+    assert controller.call("shared_allowances") == []
     assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "9 h"}).json["allowance"]["devices"] == [PHONE]
 
 

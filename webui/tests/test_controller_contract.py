@@ -1,8 +1,8 @@
 """The web UI's controller client asks only for what ws.v1 declares (the controller's
 operations registry): the same operation, verb, number of path arguments, query argument and
 JSON body.
-The fake controller routes through the controller's own api.make_app, so the other tests hold
-the web UI to the same registry."""
+The other tests run the web UI against the controller's own ws.v1 (api.make_app over its core,
+tests/stack.py), so they hold the web UI to the same registry and to its answers."""
 
 import inspect
 

@@ -42,11 +42,11 @@ def test_a_foreign_host_name_is_refused_before_anything_runs(tmp_path, controlle
 
 
 def test_a_state_change_from_another_origin_is_refused(app, owner, controller):
-    controller.add("02:00:00:00:00:71", event=False)
+    controller.joined("02:00:00:00:00:71")
     for origin in ("http://evil.example:8080", "null", "http://localhost.evil.example"):
         r = owner.post("/api/devices/02:00:00:00:00:71/permit", headers={"Origin": origin})
         assert r.status_code == 403 and r.json["code"] == "origin", origin
-    assert controller.devices["02:00:00:00:00:71"]["state"] == "pending"
+    assert controller.status("02:00:00:00:00:71")["state"] == "pending"
     # The page's own origin (and a client that sends none, like curl) is fine.
     r = owner.post("/api/devices/02:00:00:00:00:71/permit", headers={"Origin": "http://localhost"})
     assert r.status_code == 200
@@ -326,7 +326,7 @@ def test_many_sessions_cannot_freeze_the_ui_with_streams(small_app, served):
 
 
 def permitted_devices(controller, n):
-    return [controller.add(f"02:00:00:00:01:{i:02x}", state="permitted", event=False)["ip"] for i in range(n)]
+    return [controller.joined(f"02:00:00:00:01:{i:02x}", state="permitted")["ip"] for i in range(n)]
 
 
 def test_a_guests_failures_do_not_lock_out_the_wall_panel(app, owner, controller):
@@ -463,7 +463,7 @@ def test_a_pairing_name_with_a_tab_is_refused_and_the_code_still_works(app, owne
 
 @pytest.mark.parametrize("name", ["tab\there", "line\u2028break", "del\x7f", "zero\u200bwidth", ""])
 def test_names_must_be_printable(app, owner, controller, name):
-    controller.add("02:00:00:00:00:81", event=False)
+    controller.joined("02:00:00:00:00:81")
     assert owner.post("/api/accounts", {"username": name, "password": "member password 1"}).status_code == 400
     assert owner.post("/api/accounts", {"username": "Kid", "password": "member password 1"}).status_code == 201
     if name:  # an empty device name clears it

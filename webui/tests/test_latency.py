@@ -1,12 +1,12 @@
 """The phone page's "latency under load" check: grading (pure), and the endpoint end to end
-against a real local test server (tests/fakes.SpeedTestServer) and a real hwdb."""
+against a real local test server (tests/stack.SpeedTestServer) and a real hwdb."""
 
 import threading
 import time
 
 import pytest
 from conftest import Api, signed_in
-from fakes import SpeedTestServer
+from stack import SpeedTestServer
 
 from homework_webui.app import create_app
 from homework_webui.latency import LatencyCheck, Target, grade, summarise

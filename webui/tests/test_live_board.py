@@ -4,7 +4,7 @@ import json
 import queue
 import time
 
-from fakes import HwdbServer
+from stack import HwdbServer
 
 from homework_webui.hwdb import Hwdb as RealHwdb
 from homework_webui.live import LiveHub

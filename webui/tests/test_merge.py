@@ -12,11 +12,11 @@ PHONE, NEW_PHONE, STRANGER = "02:00:00:00:00:81", "06:00:00:00:00:81", "06:00:00
 def test_the_owner_merges_a_returning_phone_and_it_keeps_its_name_state_and_owner(app, owner, controller):
     kid = owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).json
     kid_id = kid["account"]["id"] if "account" in kid else kid["id"]
-    controller.add(PHONE, state="permitted", hostname="annas-phone", name="Anna's phone", event=False)
+    controller.joined(PHONE, state="permitted", hostname="annas-phone", name="Anna's phone")
     assert owner.post(f"/api/devices/{PHONE}/owner", {"account_id": kid_id}).status_code == 200
-    controller.fake("/fake/away", {"mac": PHONE})
-    controller.add(NEW_PHONE, hostname="annas-phone", event=False)
-    controller.add(STRANGER, hostname="laptop", event=False)
+    controller.release(PHONE)  # away
+    controller.joined(NEW_PHONE, hostname="annas-phone")
+    controller.joined(STRANGER, hostname="laptop")
     devices = {d["mac"]: d for d in owner.get("/api/devices").json["devices"]}
     offered = devices[NEW_PHONE]["looks_like"]
     assert (offered["mac"], offered["label"], offered["matched"]) == (
@@ -39,8 +39,8 @@ def test_the_owner_merges_a_returning_phone_and_it_keeps_its_name_state_and_owne
 
 
 def test_the_wall_panel_may_merge_a_member_may_not_and_the_controllers_refusal_is_said(app, owner, controller):
-    controller.add(PHONE, state="permitted", hostname="annas-phone", event=False)
-    controller.add(NEW_PHONE, hostname="annas-phone", event=False)
+    controller.joined(PHONE, state="permitted", hostname="annas-phone")
+    controller.joined(NEW_PHONE, hostname="annas-phone")
     kiosk = signed_in(app, "kiosk", owner)
     assert owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).status_code == 201
     member = Api(app)
@@ -52,6 +52,6 @@ def test_the_wall_panel_may_merge_a_member_may_not_and_the_controllers_refusal_i
     r = kiosk.post(f"/api/devices/{NEW_PHONE}/merge", {"into": PHONE})  # the phone is online: not it
     assert r.status_code == 409 and r.json["code"] == "cannot-merge"
     assert kiosk.post(f"/api/devices/{NEW_PHONE}/merge", {"into": "not a mac"}).status_code == 400
-    controller.fake("/fake/away", {"mac": PHONE})
+    controller.release(PHONE)  # away
     r = kiosk.post(f"/api/devices/{NEW_PHONE}/merge", {"into": PHONE})
     assert r.status_code == 200 and r.json["device"]["state"] == "permitted"

@@ -1,7 +1,7 @@
 """The captive portal's LAN side: a device held back is told why, by the address it asks from, and
 learns nothing about any other device; its OS's probes are sent to the page; nothing else answers it."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from conftest import Api
@@ -17,14 +17,14 @@ PORTAL_URL = "http://10.2.0.1/captive-portal"
 def home(app, controller):
     """A newcomer, another newcomer and a device already let in, each asking from its own address."""
     devices = {
-        mac: controller.add(mac, state=state, event=False)
+        mac: controller.joined(mac, state=state)
         for mac, state in ((PENDING, "pending"), (OTHER, "pending"), (PERMITTED, "permitted"))
     }
     return {mac: Api(app, ip=dev["ip"]) for mac, dev in devices.items()}
 
 
 def code_of(controller, mac):
-    return controller.status_of(mac)["portal_code"]
+    return controller.status(mac)["portal_code"]
 
 
 def test_a_pending_device_is_told_it_waits_and_shown_its_code_as_the_board_shows_it(home, controller):
@@ -53,7 +53,7 @@ def test_a_pending_device_is_told_it_waits_and_shown_its_code_as_the_board_shows
     ],
 )
 def test_a_pending_device_learns_nothing_about_another_device_whatever_it_sends(home, controller, trick):
-    other = controller.devices[OTHER]
+    other = controller.status(OTHER)
     url = captive.PORTAL_PATH
     headers = {}
     if "query" in trick:
@@ -97,22 +97,21 @@ def test_an_os_probe_from_a_held_back_device_is_sent_to_the_portal(home, control
     assert r.status_code == 302 and r.headers["Location"] == PORTAL_URL
     # A permitted device's probe never comes here (its DNS answers truly); one that did is refused as ever.
     assert home[PERMITTED].get(path, headers={"Host": host}).status_code == 400
-    controller.paused.add(PERMITTED)  # ...until it is paused
+    controller.call("pause", PERMITTED)  # ...until it is paused
     assert home[PERMITTED].get(path, headers={"Host": host}).status_code == 302
 
 
 def test_a_paused_device_is_told_until_when(home, controller):
-    controller.paused.add(PERMITTED)
+    controller.call("pause", PERMITTED)
     page = home[PERMITTED].get(captive.PORTAL_PATH).get_data(as_text=True)
     assert "Paused until someone at home resumes it." in page
     assert home[PERMITTED].get(captive.API_PATH).json == {"captive": True, "user-portal-url": PORTAL_URL}
+    until = datetime.fromisoformat(controller.call("pause_for", PERMITTED, "5")["paused_until"]).astimezone()
     now = datetime.now().astimezone()
-    until = now + timedelta(minutes=5)
-    controller.paused_until[PERMITTED] = until.isoformat()
-    # In the five minutes before midnight the end is tomorrow, which the page names.
+    # An end on another day than today is named with its day (the controller's clock is the test's).
     said = f"{until:%H:%M}" if until.date() == now.date() else f"{until:%a %H:%M}"
     assert f"Paused until {said}." in home[PERMITTED].get(captive.PORTAL_PATH).get_data(as_text=True)
-    controller.paused.discard(PERMITTED)
+    controller.call("resume", PERMITTED)
     assert home[PERMITTED].get(captive.API_PATH).json == {"captive": False}
 
 
@@ -151,7 +150,7 @@ def test_a_held_back_devices_requests_ask_the_controller_about_it_alone(home, co
     assert asked.count("status") <= 3, asked
     assert asked.count("portal") <= 2 * requests  # the gate's question, and the portal page's own
     # Positive control: let in now, its very next request is served as a permitted device's.
-    controller.devices[PENDING]["state"] = "permitted"
+    controller.call("permit", PENDING)
     assert home[PENDING].get("/api/session").status_code == 200
     # And an address no device holds is refused, as before.
     assert Api(home[PENDING].client.application, ip="10.2.9.9").get("/api/session").status_code == 403

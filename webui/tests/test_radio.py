@@ -1,6 +1,6 @@
 """The router's own radio settings (issue 25): the owner reads and changes them; nobody else may, and
-what the controller refuses changes nothing. Against the fake controller, which reads, checks and
-writes the settings file with the controller's own code (`radio_settings.RadioSettingsFile`)."""
+what the controller refuses changes nothing. Against the controller's own ws.v1, which reads, checks and
+writes the settings file (`radio_settings.RadioSettingsFile`)."""
 
 import logging
 
@@ -17,7 +17,7 @@ FILE = f"ssid=Homework\npassphrase={GUEST}\ncountry=00\nband=2.4\nchannel=6\n"
 def wifi_conf(tmp_path, controller):
     path = tmp_path / "wifi.conf"
     path.write_text(FILE)
-    controller.radio = RadioSettingsFile(str(path))
+    controller.radio_settings = RadioSettingsFile(str(path))  # as started with --radio-settings
     return path
 
 

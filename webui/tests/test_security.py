@@ -43,7 +43,7 @@ def test_there_are_state_changing_endpoints_to_test(app):
 
 
 def test_without_session_refused(app, owner, controller):
-    controller.add("02:00:00:00:00:01", event=False)
+    controller.joined("02:00:00:00:00:01")
     anon = Api(app)
     anon.session()  # has a valid anonymous CSRF token, but no sign-in
     for rule, method, url, view in state_changing(app):
@@ -54,7 +54,7 @@ def test_without_session_refused(app, owner, controller):
 
 
 def test_without_csrf_refused(app, owner, controller):
-    controller.add("02:00:00:00:00:01", event=False)
+    controller.joined("02:00:00:00:00:01")
     for rule, method, url, _view in state_changing(app):
         r = owner.call(method, url, {}, csrf=False)
         assert r.status_code == 403 and r.json["code"] == "csrf", (method, rule, r.status_code)
@@ -64,7 +64,7 @@ def test_without_csrf_refused(app, owner, controller):
 
 
 def test_wrong_role_refused(app, owner, controller):
-    controller.add("02:00:00:00:00:01", event=False)
+    controller.joined("02:00:00:00:00:01")
     apis = {"owner": owner, "member": signed_in(app, "member", owner), "kiosk": signed_in(app, "kiosk", owner)}
     checked = 0
     for rule, method, url, view in state_changing(app):
@@ -79,11 +79,11 @@ def test_wrong_role_refused(app, owner, controller):
 
 
 def test_kiosk_rights(app, owner, controller, hwdb):
-    controller.add("02:00:00:00:00:01", event=False)
+    controller.joined("02:00:00:00:00:01")
     kiosk = signed_in(app, "kiosk", owner)
     assert kiosk.get("/api/devices").status_code == 200
     assert kiosk.post("/api/devices/02:00:00:00:00:01/permit").status_code == 200
-    assert controller.devices["02:00:00:00:00:01"]["state"] == "permitted"
+    assert controller.status("02:00:00:00:00:01")["state"] == "permitted"
     assert kiosk.put("/api/apps/video/priority", {"priority": "high"}).status_code == 403
     assert kiosk.get("/api/apps").status_code == 403
     assert kiosk.post("/api/accounts", {"username": "x", "password": "y" * 10}).status_code == 403
@@ -178,25 +178,25 @@ def test_pairing_guesses_rate_limited(app, owner):
 
 
 def test_member_names_only_own_devices(app, owner, controller):
-    mine = controller.add("02:00:00:00:00:0a", state="permitted", event=False)
-    controller.add("02:00:00:00:00:0b", state="permitted", event=False)
+    mine = controller.joined("02:00:00:00:00:0a", state="permitted")
+    controller.joined("02:00:00:00:00:0b", state="permitted")
     assert owner.post("/api/accounts", {"username": "kid", "password": "kid password"}).status_code == 201
     member = Api(app, ip=mine["ip"])
     member.session()
     r = member.post("/api/login", {"username": "kid", "password": "kid password"})
     assert r.status_code == 200, r.data
     assert member.post("/api/devices/02:00:00:00:00:0a/name", {"name": "Kid's phone"}).status_code == 200
-    assert controller.devices["02:00:00:00:00:0a"]["name"] == "Kid's phone"
+    assert controller.status("02:00:00:00:00:0a")["name"] == "Kid's phone"
     r = member.post("/api/devices/02:00:00:00:00:0b/name", {"name": "mine now"})
     assert r.status_code == 403
 
 
 @pytest.mark.parametrize("state", ["pending", "denied", "blacklisted"])
 def test_unpermitted_device_cannot_reach_ui(app, owner, controller, state):
-    dev = controller.add("02:00:00:00:00:0c", state=state, event=False)
+    dev = controller.joined("02:00:00:00:00:0c", state=state)
     for path in ("/", "/api/session", "/api/devices"):
         assert Api(app, ip=dev["ip"]).get(path).status_code == 403
-    controller.devices[dev["mac"]]["state"] = "permitted"
+    controller.call("whitelist", dev["mac"])  # let in (a blacklist lifted too)
     services(app).hub.refresh_devices()
     assert Api(app, ip=dev["ip"]).get("/api/session").status_code == 200
 

@@ -1,0 +1,59 @@
+"""ws.v1's calls on the router core (a mixin; `api.make_app(self.call)` serves them): the os-ken app's
+(`ofapp.HomeworkController`, over the real switch) and the web UI's tests' (the same core over the
+controller's fake switch), so both answer every operation by this one path. The class below declares
+what it needs of its host: the router and its lock, the radio's settings file, the authenticator (which
+publishes the Wi-Fi keys), whether the switch holds the rules, how effects are carried out, and the
+host's own answers to the "edge" operations (health, counters: its switch, sockets and threads).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import authority, operations
+from .hostapd_ctrl import Authenticator
+from .radio_settings import RadioSettingsFile
+from .router import HomeRouter
+from .serving import TimedLock
+
+LOG = logging.getLogger("homework.controller")
+
+
+class Ws1Service:
+    router: HomeRouter
+    lock: TimedLock
+    radio_settings: RadioSettingsFile
+    authenticator: Authenticator
+    switch_ready: bool
+    _apply: Callable[..., None]
+    edge_answers: Mapping[str, Callable[[Any], dict]]  # "health", "counters": called with the host
+
+    WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
+
+    def call(self, name: str, *args, role: str = authority.OWNER):
+        """Run one ws.v1 method for a role (`authority`: a refusal changes nothing); state changes reach the
+        switch (and hostapd), and the disk, before the answer."""
+        op = operations.BY_CALL[name]
+        if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
+            authority.check(None, role, op, list(args))  # it names no device: the router is not read
+            return getattr(self.radio_settings, name)(*args)
+        with self.lock:
+            if op.answers == "edge":
+                authority.check(None, role, op, list(args))
+                result = self.edge_answers[name](self)  # the edge's own state beside the router's
+            else:
+                result = operations.perform(
+                    self.router,
+                    op,
+                    list(args),
+                    lambda effects: self._apply(effects, at_once=True),
+                    self.switch_ready,
+                    role,
+                )
+        if op.decision and not self.router.store.flush():
+            LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
+        if name in self.WIFI_KEY_CHANGES:
+            result = dict(result, **self.authenticator.publish_keys())
+        return result
