@@ -28,7 +28,19 @@ def request_role() -> str:
 
 
 class ControllerDownError(Exception):
-    """The controller did not answer (not running, restarting, or hung)."""
+    """The controller did not answer (not running, restarting, or hung). `unconfirmed`: a change was sent
+    and its answer did not come in time, so the controller may still carry it out."""
+
+    def __init__(self, message: str, unconfirmed: bool = False):
+        super().__init__(message)
+        self.unconfirmed = unconfirmed
+
+
+# How long an answer may take. A change (POST) is given longer than a read: the household pressed a
+# button and waits for it, and on a slow router (or one busy with a storm) a change that is on the disk
+# before its answer takes seconds; told "not answering" after 3 s, the household saw the permit it had
+# just made refused (the image's boot stories on a loaded machine did).
+READ_TIMEOUT_S, CHANGE_TIMEOUT_S = 5.0, 30.0
 
 
 class ControllerError(Exception):
@@ -40,14 +52,20 @@ class ControllerError(Exception):
 
 
 class ControllerClient:
-    def __init__(self, base_url: str, timeout: float = 3.0, role_of: Callable[[], str] = request_role):
-        """role_of: whom each call acts for (`ROLE_HEADER`)."""
-        self.base_url, self.timeout, self.role_of = base_url, timeout, role_of
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = READ_TIMEOUT_S,
+        role_of: Callable[[], str] = request_role,
+        change_timeout: float = CHANGE_TIMEOUT_S,
+    ):
+        """role_of: whom each call acts for (`ROLE_HEADER`); timeout: a read's, change_timeout: a change's."""
+        self.base_url, self.timeout, self.role_of, self.change_timeout = base_url, timeout, role_of, change_timeout
         self.base = base_url.rstrip("/") + "/ws.v1/"
 
     def acting_as(self, role: str) -> ControllerClient:
         """The same controller, every call acting for `role` (the live board's own reads: the wall panel's)."""
-        return ControllerClient(self.base_url, self.timeout, lambda: role)
+        return ControllerClient(self.base_url, self.timeout, lambda: role, self.change_timeout)
 
     def _call(self, verb: str, path: str, query: dict | None = None, body: dict | None = None):
         """body: a JSON object, for the operations that take one (a passphrase never goes in a URL)."""
@@ -56,7 +74,7 @@ class ControllerClient:
         headers = {"Content-Type": "application/json", ROLE_HEADER: self.role_of()}
         req = urllib.request.Request(url, method=verb, data=data, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.change_timeout if verb == "POST" else self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             try:
@@ -65,7 +83,9 @@ class ControllerClient:
             except (ValueError, AttributeError):
                 details, message = {}, str(exc.reason)
             raise ControllerError(exc.code, message, details if isinstance(details, dict) else {}) from None
-        except (OSError, ValueError) as exc:  # refused, reset, timeout, garbage
+        except TimeoutError as exc:  # connected and sent, no answer in time
+            raise ControllerDownError(str(exc), unconfirmed=verb == "POST") from None
+        except (OSError, ValueError) as exc:  # refused, reset, garbage
             raise ControllerDownError(str(exc)) from None
 
     @staticmethod

@@ -42,6 +42,14 @@ def register_handlers(app: Flask, controller_down: Callable[[], None]) -> None:
     @app.errorhandler(ControllerDownError)
     def controller_not_answering(exc):
         controller_down()
+        if exc.unconfirmed:
+            return error(
+                503,
+                "The router's controller did not confirm this in time (it is busy); "
+                "it may still take effect: look again in a moment.",
+                component="controller",
+                code="unconfirmed",
+            )
         return error(
             503,
             "The router's controller is not answering; this page will recover when it is back.",
