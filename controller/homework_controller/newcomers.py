@@ -1,11 +1,13 @@
 """Newcomers, the concern: how many devices may wait for a decision, which one makes way for the
 next, and telling the household of each new device but of a storm of them (forged MACs) once.
 
-A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is come
-back (renew their lease, half way through it). So during a storm a newcomer is announced when it comes
-back, not when it takes its lease, and the pending devices never seen again since they first asked make
-way before those that came back: a real newcomer that renewed keeps its place on the board however long
-the storm goes on (issue 39).
+A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is use
+their address (ask for their gateway, as any device does before its first packet leaves) or come back
+(renew their lease, half way through it). So during a storm a newcomer is announced when it comes back,
+not when it takes its lease, and when the pending places are full the one that makes way is, first, one
+whose DISCOVER went unanswered by its REQUEST (not one answering its offer now), then the least recently
+seen of those that never used their address; those that did keep their place, so a real newcomer gets
+its lease and stays on the board however long the storm goes on (issue 39).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
 # Seen this long after it first asked, a device came back (a DHCP exchange takes well under a second,
 # a client's retries come 4 s apart, its renewal half a lease on).
 SEEN_AGAIN_S = 10.0
+# A client answers an offer within milliseconds (dhclient, Android and iOS take the first one): a DISCOVER
+# not followed by its REQUEST this long after is one that never will be (all a DISCOVER-only storm sends).
+ANSWERS_ITS_OFFER_S = 1.0
 
 
 def came_back(device: Device) -> bool:
@@ -41,21 +46,31 @@ class Newcomers:
         self._arrivals: deque[float] = deque()
         self._unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it comes back
         self._storm_reported = False
+        # Pending devices seen using their address, mac -> when last (`used`): one entry per device the router
+        # knows at most, gone with it.
+        self._used: dict[str, float] = {}
 
     # -- the lifecycle
 
     def knows(self, mac: str) -> bool:
-        return mac in self._unannounced
+        return mac in self._unannounced or mac in self._used
 
     def forget(self, mac: str) -> None:
         self._unannounced.pop(mac, None)
+        self._used.pop(mac, None)
+
+    # -- what a pending device does
+
+    def used(self, mac: str) -> None:
+        """The pending device at `mac` used its address (asked for its gateway): it is here, and in use."""
+        self._used[mac] = self.clock()
 
     # -- which device makes way
 
     def evictee(self, known: int, pending: Callable[[], list[Device]]) -> Device | None:
-        """At most max_pending devices wait for a decision; the one silent longest makes way for a
-        newcomer. known: how many devices the router knows; pending: those waiting (asked for only
-        when the router knows that many at all, not on every DISCOVER).
+        """At most max_pending devices wait for a decision; when they are all there, one makes way for a
+        newcomer (the module's docstring says which). known: how many devices the router knows; pending:
+        those waiting (asked for only when the router knows that many at all, not on every DISCOVER).
 
         A DHCP storm of forged MACs would otherwise take a /30, a meter and two rules per MAC.
         Devices the household has decided about are never evicted."""
@@ -66,10 +81,8 @@ class Newcomers:
             return None
         # One the household has named is one it is looking at: it stays.
         waiting = [d for d in waiting if not d.name] or waiting
-        # A device that only ever sent DISCOVERs goes before one that took a lease, and one never seen
-        # again since it first asked (a storm's forged MACs, even those that complete their leases) before
-        # one that came back (a real newcomer renews, and waits for the household to look).
-        oldest = min(waiting, key=lambda d: (d.lease_expires > 0, came_back(d), d.last_seen))
+        now = self.clock()
+        oldest = min(waiting, key=lambda d: self._keeps_its_place(d, now))
         LOG.info(
             "pending devices at their cap (%d): forgetting %s, silent since %.0f",
             self.max_pending,
@@ -77,6 +90,16 @@ class Newcomers:
             oldest.last_seen,
         )
         return oldest
+
+    def _keeps_its_place(self, device: Device, now: float) -> tuple:
+        """How strongly a pending device keeps its place (the least makes way): one seen using its address or
+        back for its lease (`came_back`) over those that never were; a DISCOVER answered by its REQUEST (or
+        answering its offer now) over one never answered (a DISCOVER-only storm's). Then the most recently seen:
+        a real newcomer answering its offer is the newest of all, and the storm's oldest makes way for it."""
+        used = self._used.get(device.mac)
+        in_use = used is not None or came_back(device)
+        answers = device.lease_expires > 0 or now - device.last_seen < ANSWERS_ITS_OFFER_S
+        return in_use, answers, max(device.last_seen, used or 0.0)
 
     # -- telling the household
 
