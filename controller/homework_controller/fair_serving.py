@@ -83,20 +83,18 @@ class FairServing:
                     self.held_rules.answering()
                 try:
                     effects = decide(frame)
-                    rules_first = self._rules_first(frame.eth_src, effects)
-                    self._apply(
-                        effects,
-                        answers_first=answers_first and not rules_first,
-                        at_once=rules_first,
-                        source=frame.eth_src,
-                    )
+                    if self._waits_for_rules(frame.eth_src, effects):
+                        self._send_held_rules()  # its own among them, if any are held
+                        self._apply(effects, at_once=True)  # its rules, then its answer (`dhcp.answer`)
+                    else:
+                        self._apply(effects, answers_first=answers_first, source=frame.eth_src)
                 except Exception:
                     LOG.exception("frame from %s failed", frame.eth_src)
             elif turn == SEND:
                 self._send_held_rules(self.held_rules.per_turn)
             return turn
 
-    def _rules_first(self, mac: str, effects: list) -> bool:
+    def _waits_for_rules(self, mac: str, effects: list) -> bool:
         """Whether the answer in `effects` waits for rule changes: an ACK that lets the device use its address
         (its first DNS query must find its rules), if it brings some or some its frames brought are held. Not
         otherwise: a forwarding device's renewal changes none of its rules, and sending every change held behind
@@ -110,8 +108,10 @@ class FairServing:
         they were decided: answers_first (devices are waiting) holds them back behind the answers
         (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
         (a household's decision; addresses blocked before the DNS answer that names them leaves)
-        sends everything held and then its own. source: the MAC whose frame brought the effects."""
-        if at_once:
+        sends everything held and then its own, if it brings any (else nothing held need go first: a
+        decision or a DNS answer that changes no rule is not held up by a storm's changes). source: the MAC
+        whose frame brought the effects."""
+        if at_once and any(isinstance(e, RULE_EFFECTS) for e in effects):
             self._send_held_rules()
         hold = answers_first or bool(self.held_rules)
         for effect in effects:

@@ -5,7 +5,7 @@ import threading
 
 from dhcp_frames import forged, frame
 from fakeoftable import FakeSwitch
-from support import PHONE, ROUTER_MAC, WLAN, Clock, join
+from support import PHONE, ROUTER_MAC, WLAN, Clock, join, lease
 
 from homework_controller import dhcp
 from homework_controller.effects import AnswerDhcp
@@ -84,3 +84,33 @@ def test_an_answer_that_lets_a_device_use_its_address_again_still_follows_its_ru
     assert isinstance(back[-1], AnswerDhcp) and back[-1].after_rules
     assert len([e for e in back if isinstance(e, RULE_EFFECTS)]) > held
     assert len(serving.held_rules) == 0
+
+
+def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_and_one_that_does_follows_them(
+    db_path,
+):
+    """The same for a household's decision and a DNS answer (`_apply(at_once=True)`: measured, the other device's
+    lookups held the lock 600 ms during a storm, each sending everything held first). Renaming a device changes no
+    rule: it goes at once. Permitting one does: everything held goes first, in the order decided, then its own."""
+    clock = Clock()
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    lease(router, PHONE)
+    serving = Serving(router, clock)
+    storm = [f"02:fe:00:00:00:{n:02x}" for n in range(30)]
+    serving.serve_all([forged(mac) for mac in storm])
+    serving.serve_all(
+        [forged(mac, router.devices[mac].subnet.gateway, router.devices[mac].subnet.device_ip) for mac in storm]
+    )
+    held = len(serving.held_rules)
+    assert held > 30
+    serving.turns.append([])
+    serving._apply(router.rename(PHONE, "Anna's phone"), at_once=True)
+    assert not [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)] and len(serving.held_rules) == held
+    serving.turns.append([])
+    permitted = router.permit(PHONE)
+    serving._apply(permitted, at_once=True)
+    own = [e for e in permitted if isinstance(e, RULE_EFFECTS)]
+    sent = [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)]
+    assert own and len(sent) == held + len(own) and sent[held:] == own and len(serving.held_rules) == 0
