@@ -4,16 +4,23 @@ next, and telling the household of each new device but of a storm of them (forge
 A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is use
 their address (ask for their gateway, as any device does before its first packet leaves) or come back
 (renew their lease, half way through it). So during a storm a newcomer is announced when it comes back,
-not when it takes its lease, and when the pending places are full the one that makes way is, first, one
-whose DISCOVER went unanswered by its REQUEST (not one answering its offer now), then the least recently
-seen of those that never used their address; those that did keep their place, so a real newcomer gets
-its lease and stays on the board however long the storm goes on (issue 39).
+not when it takes its lease, and when the pending places are full the one that makes way is the least
+recently seen of (`standing`):
+
+1. those whose DISCOVER went unanswered by its REQUEST (all a DISCOVER-only storm sends), else
+2. of those answering their offer now and those holding a lease they never used, whichever are more: a
+   storm fills one of the two (a DISCOVER-only one the first, a lease-completing one the second), and a
+   real newcomer is in the other, or the newest of the storm's; else
+3. those that used their address or came back.
+
+So a real newcomer gets its lease, and once it uses it stays on the board however long the storm goes
+on (issue 39).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from .effects import TellHousehold
@@ -28,6 +35,7 @@ SEEN_AGAIN_S = 10.0
 # A client answers an offer within milliseconds (dhclient, Android and iOS take the first one): a DISCOVER
 # not followed by its REQUEST this long after is one that never will be (all a DISCOVER-only storm sends).
 ANSWERS_ITS_OFFER_S = 1.0
+UNANSWERED, ANSWERING, LEASED, IN_USE = "unanswered", "answering", "leased", "in use"  # `standing`
 
 
 def came_back(device: Device) -> bool:
@@ -82,7 +90,11 @@ class Newcomers:
         # One the household has named is one it is looking at: it stays.
         waiting = [d for d in waiting if not d.name] or waiting
         now = self.clock()
-        oldest = min(waiting, key=lambda d: self._keeps_its_place(d, now))
+        standing: dict[str, list[Device]] = defaultdict(list)
+        for device in waiting:
+            standing[self.standing(device, now)].append(device)
+        makes_way = standing[UNANSWERED] or max(standing[ANSWERING], standing[LEASED], key=len) or standing[IN_USE]
+        oldest = min(makes_way, key=lambda d: max(d.last_seen, self._used.get(d.mac, 0.0)))
         LOG.info(
             "pending devices at their cap (%d): forgetting %s, silent since %.0f",
             self.max_pending,
@@ -91,15 +103,15 @@ class Newcomers:
         )
         return oldest
 
-    def _keeps_its_place(self, device: Device, now: float) -> tuple:
-        """How strongly a pending device keeps its place (the least makes way): one seen using its address or
-        back for its lease (`came_back`) over those that never were; a DISCOVER answered by its REQUEST (or
-        answering its offer now) over one never answered (a DISCOVER-only storm's). Then the most recently seen:
-        a real newcomer answering its offer is the newest of all, and the storm's oldest makes way for it."""
-        used = self._used.get(device.mac)
-        in_use = used is not None or came_back(device)
-        answers = device.lease_expires > 0 or now - device.last_seen < ANSWERS_ITS_OFFER_S
-        return in_use, answers, max(device.last_seen, used or 0.0)
+    def standing(self, device: Device, now: float) -> str:
+        """A pending device's standing when one makes way (the module's docstring says which): IN_USE, seen
+        using its address or back for its lease; LEASED, holding one it never used; ANSWERING its offer now;
+        UNANSWERED, a DISCOVER its REQUEST never followed."""
+        if device.mac in self._used or came_back(device):
+            return IN_USE
+        if device.lease_expires > 0:
+            return LEASED
+        return ANSWERING if now - device.last_seen < ANSWERS_ITS_OFFER_S else UNANSWERED
 
     # -- telling the household
 
