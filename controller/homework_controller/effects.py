@@ -96,7 +96,8 @@ class ForgetNeighbours:
     device itself back under a new MAC): the router's stack forgets the MAC it had for its address and
     for any in its /64s, so its next packet asks again and proxy ARP (or neighbour discovery) answers
     with the MAC there now. Until then the stack would send to the old MAC, which the switch drops:
-    a newcomer given a freed /30 saw no DNS answers for seconds."""
+    a newcomer given a freed /30 saw no DNS answers for seconds. Also one IPv6 address of a device
+    alone (no prefixes): the least recently asked beyond its bound (`ipv6.MAX_NEIGHBOURS_PER_DEVICE`)."""
 
     address: str
     prefixes: tuple[str, ...] = ()

@@ -83,26 +83,40 @@ class FairServing:
                     self.held_rules.answering()
                 try:
                     effects = decide(frame)
-                    rules_first = any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects)
-                    self._apply(effects, answers_first=answers_first and not rules_first, at_once=rules_first)
+                    if self._waits_for_rules(frame.eth_src, effects):
+                        self._send_held_rules()  # its own among them, if any are held
+                        self._apply(effects, at_once=True)  # its rules, then its answer (`dhcp.answer`)
+                    else:
+                        self._apply(effects, answers_first=answers_first, source=frame.eth_src)
                 except Exception:
                     LOG.exception("frame from %s failed", frame.eth_src)
             elif turn == SEND:
                 self._send_held_rules(self.held_rules.per_turn)
             return turn
 
-    def _apply(self, effects: list, *, answers_first: bool = False, at_once: bool = False) -> None:
+    def _waits_for_rules(self, mac: str, effects: list) -> bool:
+        """Whether the answer in `effects` waits for rule changes: an ACK that lets the device use its address
+        (its first DNS query must find its rules), if it brings some or some its frames brought are held. Not
+        otherwise: a forwarding device's renewal changes none of its rules, and sending every change held behind
+        a storm's answers first held the lock 780 ms and delayed its answer as long (issue 39)."""
+        if not any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects):
+            return False
+        return any(isinstance(e, RULE_EFFECTS) for e in effects) or self.held_rules.holds_from(mac)
+
+    def _apply(self, effects: list, *, answers_first: bool = False, at_once: bool = False, source: str = "") -> None:
         """Carry out the router's effects. Rule and meter changes reach the switch in the order
         they were decided: answers_first (devices are waiting) holds them back behind the answers
         (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
         (a household's decision; addresses blocked before the DNS answer that names them leaves)
-        sends everything held and then its own."""
-        if at_once:
+        sends everything held and then its own, if it brings any (else nothing held need go first: a
+        decision or a DNS answer that changes no rule is not held up by a storm's changes). source: the MAC
+        whose frame brought the effects."""
+        if at_once and any(isinstance(e, RULE_EFFECTS) for e in effects):
             self._send_held_rules()
         hold = answers_first or bool(self.held_rules)
         for effect in effects:
             if hold and isinstance(effect, RULE_EFFECTS):
-                self.held_rules.hold(effect)
+                self.held_rules.hold(effect, source)
             else:
                 self._carry_out(effect)
         if self.held_rules and not answers_first:

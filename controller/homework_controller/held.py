@@ -11,7 +11,7 @@ reused when a device is forgotten, so the order matters).
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,15 +34,22 @@ class HeldChanges:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.max_age_s, self.quiet_s, self.per_turn, self.clock = max_age_s, quiet_s, per_turn, clock
-        self._held: deque[tuple[float, object]] = deque()  # (when decided, change)
+        self._held: deque[tuple[float, object, str]] = deque()  # (when decided, change, whose frame brought it)
+        self._from: Counter[str] = Counter()  # how many held changes each device's frames brought
         self._answered_last = False
         self._last_answer_at = float("-inf")
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, change: object) -> None:
-        self._held.append((self.clock(), change))
+    def hold(self, change: object, source: str = "") -> None:
+        """source: the MAC whose frame brought the change ("": none did)."""
+        self._held.append((self.clock(), change, source))
+        self._from[source] += 1
+
+    def holds_from(self, source: str) -> bool:
+        """Whether a change that `source`'s frames brought is still held (its own rules may be among them)."""
+        return self._from[source] > 0
 
     def answering(self) -> None:
         """A DHCP frame is being answered now: the devices are not quiet."""
@@ -51,10 +58,14 @@ class HeldChanges:
     def take(self, limit: int | None = None) -> list:
         """The oldest held changes, in the order they were decided (all of them without a limit)."""
         count = len(self._held) if limit is None else min(limit, len(self._held))
-        return [self._held.popleft()[1] for _ in range(count)]
+        taken = [self._held.popleft() for _ in range(count)]
+        self._from.subtract(source for _, _, source in taken)
+        self._from = +self._from  # no zero counts left: one entry per device with changes held, at most
+        return [change for _, change, _ in taken]
 
     def clear(self) -> None:
         self._held.clear()
+        self._from.clear()
 
     def next_turn(self, frames_waiting: bool) -> str | Wait | None:
         """ANSWER the next waiting frame, SEND `per_turn` held changes, Wait, or None: nothing to do."""

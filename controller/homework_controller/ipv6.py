@@ -26,6 +26,16 @@ when it looks for an address in a device's /64 (proxy neighbour discovery, as fo
 a forwarding device offers in its own adverts (`border_routes`: a Thread border router's mesh): its rules
 admit and route the prefix as one of its /64s, the router's stack routes it on the LAN interface, and the
 other devices' adverts carry it (Route Information, the router as the next hop).
+
+Every answer for the router's stack is an entry in the kernel's neighbour table (1,024 for all devices
+together by default), and a device makes up as many addresses in its /64 as it likes: so the stack holds
+entries for at most `MAX_NEIGHBOURS_PER_DEVICE` addresses of a device's /64s at once (a device uses a
+few: its stable address and a privacy one or two a day) and `MAX_NEIGHBOURS_BEHIND_ROUTES` behind the
+routes it offers (a mesh's nodes). A new address beyond them is answered, and the least recently asked
+one forgotten (`ForgetNeighbours`): asked for again it is answered again, at the cost of one
+solicitation. Forgetting, not dropping at the switch: the switch admits a device's whole /64 by one rule
+(no packet-in for a new privacy address), and the stack asks for the addresses the internet sends to as
+well as for those the device sends from, which no rule on its traffic would bound.
 """
 
 from __future__ import annotations
@@ -33,13 +43,22 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import flows, flows_v6, nd
 from .border_routes import BorderRoutes, Change, refusal
-from .effects import AddIpv6Gateway, AddIpv6Route, InstallRules, RemoveIpv6Gateway, RemoveIpv6Route, SendFrame
+from .effects import (
+    AddIpv6Gateway,
+    AddIpv6Route,
+    ForgetNeighbours,
+    InstallRules,
+    RemoveIpv6Gateway,
+    RemoveIpv6Route,
+    SendFrame,
+)
 from .errors import ApiError
 from .model import Device
 
@@ -49,6 +68,9 @@ DELEGATED_FILE = "ipv6-delegated-prefix"
 GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
 GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
 ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)
+# The addresses of one device the router's stack holds a neighbour entry for at once (the docstring says why).
+MAX_NEIGHBOURS_PER_DEVICE = 16
+MAX_NEIGHBOURS_BEHIND_ROUTES = 256  # a Thread network's nodes behind its border router: a few hundred at most
 
 
 # How long a /64 from before a renumbering is still advertised (deprecated, its valid lifetime counting down).
@@ -220,6 +242,8 @@ class Ipv6Addresses:
             BorderRoutes(store.load_route_owners(), store.save_route_owner) if store is not None else BorderRoutes()
         )
         self.kernel_routes: set[str] = set()  # the routes the router's stack was given
+        # (MAC, behind its routes) -> the addresses the stack was told are there, least recently asked first.
+        self.answered: dict[tuple[str, bool], OrderedDict[str, None]] = {}
 
     # -- the lifecycle
 
@@ -232,7 +256,13 @@ class Ipv6Addresses:
         return self.current.get(mac, ())
 
     def knows(self, mac: str) -> bool:
-        return mac in self.slot_of or mac in self.advertised or mac in self.current
+        return (
+            mac in self.slot_of
+            or mac in self.advertised
+            or mac in self.current
+            or (mac, False) in self.answered
+            or (mac, True) in self.answered
+        )
 
     def forget(self, mac: str) -> None:
         self._release(mac)  # its routes too
@@ -301,8 +331,11 @@ class Ipv6Addresses:
         return slot
 
     def _release(self, mac: str) -> None:
-        """The device no longer forwards: its global /64 and its routes go."""
+        """The device no longer forwards: its global /64 and its routes go (the stack's entries for its
+        addresses go with them: `Reconciler.forget_neighbours`)."""
         self.routes.forget(mac)
+        self.answered.pop((mac, False), None)
+        self.answered.pop((mac, True), None)
         slot = self.slot_of.pop(mac, None)
         if slot is not None:
             del self.holder[slot]
@@ -377,11 +410,24 @@ class Ipv6Addresses:
         mac = self.owner.get(prefix)
         if mac is not None and sol.target == gateway_of(prefix):
             return []
+        behind_route = mac is None
         mac = mac or self.routes.owner_of(ipaddress.IPv6Network(sol.target))  # an address behind a border router
         if mac is None:
             return []
         frame = nd.neighbour_advert(mac, sol.eth_src, sol.target, sol.src, False, mac)
-        return [SendFrame(flows.LOCAL, frame)]
+        return [SendFrame(flows.LOCAL, frame), *self._answered_for(mac, sol.target, behind_route)]
+
+    def _answered_for(self, mac: str, address: str, behind_route: bool) -> list:
+        """The stack was told `address` is at the device: the address it may forget now (least recently asked
+        for, beyond the device's bound), if any."""
+        answered = self.answered.setdefault((mac, behind_route), OrderedDict())
+        answered[address] = None
+        answered.move_to_end(address)
+        bound = MAX_NEIGHBOURS_BEHIND_ROUTES if behind_route else MAX_NEIGHBOURS_PER_DEVICE
+        if len(answered) <= bound:
+            return []
+        oldest, _ = answered.popitem(last=False)
+        return [ForgetNeighbours(oldest)]
 
     def _deprecated_of(self, mac: str, prefixes: tuple[str, ...], now: float) -> tuple[tuple[str, float], ...]:
         """The device's /64s from before a renumbering still to advertise (not one it has again)."""

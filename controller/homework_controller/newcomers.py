@@ -1,17 +1,26 @@
 """Newcomers, the concern: how many devices may wait for a decision, which one makes way for the
 next, and telling the household of each new device but of a storm of them (forged MACs) once.
 
-A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is come
-back (renew their lease, half way through it). So during a storm a newcomer is announced when it comes
-back, not when it takes its lease, and the pending devices never seen again since they first asked make
-way before those that came back: a real newcomer that renewed keeps its place on the board however long
-the storm goes on (issue 39).
+A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is use
+their address (ask for their gateway, as any device does before its first packet leaves) or come back
+(renew their lease, half way through it). So during a storm a newcomer is announced when it comes back,
+not when it takes its lease, and when the pending places are full the one that makes way is the least
+recently seen of (`standing`):
+
+1. those whose DISCOVER went unanswered by its REQUEST (all a DISCOVER-only storm sends), else
+2. of those answering their offer now and those holding a lease they never used, whichever are more: a
+   storm fills one of the two (a DISCOVER-only one the first, a lease-completing one the second), and a
+   real newcomer is in the other, or the newest of the storm's; else
+3. those that used their address or came back.
+
+So a real newcomer gets its lease, and once it uses it stays on the board however long the storm goes
+on (issue 39).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from .effects import TellHousehold
@@ -23,6 +32,10 @@ NEWCOMER_STORM, NEWCOMER_STORM_WINDOW_S = 30, 60
 # Seen this long after it first asked, a device came back (a DHCP exchange takes well under a second,
 # a client's retries come 4 s apart, its renewal half a lease on).
 SEEN_AGAIN_S = 10.0
+# A client answers an offer within milliseconds (dhclient, Android and iOS take the first one): a DISCOVER
+# not followed by its REQUEST this long after is one that never will be (all a DISCOVER-only storm sends).
+ANSWERS_ITS_OFFER_S = 1.0
+UNANSWERED, ANSWERING, LEASED, IN_USE = "unanswered", "answering", "leased", "in use"  # `standing`
 
 
 def came_back(device: Device) -> bool:
@@ -41,21 +54,31 @@ class Newcomers:
         self._arrivals: deque[float] = deque()
         self._unannounced: dict[str, str] = {}  # newcomers of a storm, mac -> what to tell once it comes back
         self._storm_reported = False
+        # Pending devices seen using their address, mac -> when last (`used`): one entry per device the router
+        # knows at most, gone with it.
+        self._used: dict[str, float] = {}
 
     # -- the lifecycle
 
     def knows(self, mac: str) -> bool:
-        return mac in self._unannounced
+        return mac in self._unannounced or mac in self._used
 
     def forget(self, mac: str) -> None:
         self._unannounced.pop(mac, None)
+        self._used.pop(mac, None)
+
+    # -- what a pending device does
+
+    def used(self, mac: str) -> None:
+        """The pending device at `mac` used its address (asked for its gateway): it is here, and in use."""
+        self._used[mac] = self.clock()
 
     # -- which device makes way
 
     def evictee(self, known: int, pending: Callable[[], list[Device]]) -> Device | None:
-        """At most max_pending devices wait for a decision; the one silent longest makes way for a
-        newcomer. known: how many devices the router knows; pending: those waiting (asked for only
-        when the router knows that many at all, not on every DISCOVER).
+        """At most max_pending devices wait for a decision; when they are all there, one makes way for a
+        newcomer (the module's docstring says which). known: how many devices the router knows; pending:
+        those waiting (asked for only when the router knows that many at all, not on every DISCOVER).
 
         A DHCP storm of forged MACs would otherwise take a /30, a meter and two rules per MAC.
         Devices the household has decided about are never evicted."""
@@ -66,10 +89,12 @@ class Newcomers:
             return None
         # One the household has named is one it is looking at: it stays.
         waiting = [d for d in waiting if not d.name] or waiting
-        # A device that only ever sent DISCOVERs goes before one that took a lease, and one never seen
-        # again since it first asked (a storm's forged MACs, even those that complete their leases) before
-        # one that came back (a real newcomer renews, and waits for the household to look).
-        oldest = min(waiting, key=lambda d: (d.lease_expires > 0, came_back(d), d.last_seen))
+        now = self.clock()
+        standing: dict[str, list[Device]] = defaultdict(list)
+        for device in waiting:
+            standing[self.standing(device, now)].append(device)
+        makes_way = standing[UNANSWERED] or max(standing[ANSWERING], standing[LEASED], key=len) or standing[IN_USE]
+        oldest = min(makes_way, key=lambda d: max(d.last_seen, self._used.get(d.mac, 0.0)))
         LOG.info(
             "pending devices at their cap (%d): forgetting %s, silent since %.0f",
             self.max_pending,
@@ -77,6 +102,16 @@ class Newcomers:
             oldest.last_seen,
         )
         return oldest
+
+    def standing(self, device: Device, now: float) -> str:
+        """A pending device's standing when one makes way (the module's docstring says which): IN_USE, seen
+        using its address or back for its lease; LEASED, holding one it never used; ANSWERING its offer now;
+        UNANSWERED, a DISCOVER its REQUEST never followed."""
+        if device.mac in self._used or came_back(device):
+            return IN_USE
+        if device.lease_expires > 0:
+            return LEASED
+        return ANSWERING if now - device.last_seen < ANSWERS_ITS_OFFER_S else UNANSWERED
 
     # -- telling the household
 

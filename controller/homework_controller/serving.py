@@ -45,7 +45,8 @@ class TimedLock:
         self._lock = threading.Lock()
         self._since = 0.0
         self.max_hold_s, self.max_hold_by = 0.0, ""
-        self.long_holds: deque[tuple[float, float]] = deque(maxlen=self.LONG_HOLDS)  # (ended, monotonic; held, s)
+        # (ended, monotonic; held, s; the function whose `with` block it was)
+        self.long_holds: deque[tuple[float, float, str]] = deque(maxlen=self.LONG_HOLDS)
 
     def __enter__(self):
         self._lock.acquire()
@@ -55,10 +56,11 @@ class TimedLock:
     def __exit__(self, *exc):
         ended = time.monotonic()
         held = ended - self._since
-        if held >= self.LONG_HOLD_S:
-            self.long_holds.append((ended, held))
-        if held > self.max_hold_s:
-            # Which handler held it: the function whose `with` block this is (looked up only for a new longest).
+        if held >= self.LONG_HOLD_S or held > self.max_hold_s:
+            # Which handler held it: the function whose `with` block this is (looked up only for a long hold).
             where = sys._getframe(1).f_code.co_name
-            self.max_hold_s, self.max_hold_by = held, f"{threading.current_thread().name} in {where}"
+            if held >= self.LONG_HOLD_S:
+                self.long_holds.append((ended, held, where))
+            if held > self.max_hold_s:
+                self.max_hold_s, self.max_hold_by = held, f"{threading.current_thread().name} in {where}"
         self._lock.release()

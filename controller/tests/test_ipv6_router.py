@@ -270,6 +270,41 @@ def test_the_routers_stack_finds_a_device_by_any_address_in_its_64(router, switc
     assert ask(target) == []
 
 
+def test_a_device_cycling_addresses_in_its_64_holds_at_most_16_of_the_routers_neighbour_entries(router, switch):
+    """Issue 39: every address a device uses has the router's stack ask where it is (to answer it, or to pass it
+    the internet's reply), and each answer is an entry in the kernel's neighbour table (1,024 for all devices
+    together by default): one device cycling addresses in its /64 held one entry per address, and could leave
+    no room for the others'. The stack's entries here are what the answers taught it, less what the controller
+    had it forget."""
+    join(router, switch, PHONE)
+    join(router, switch, LAPTOP)
+    table = {}  # the router's stack's neighbour entries: address -> MAC
+
+    def stack_asks(target):
+        src = ipv6.gateway_of(str(ipaddress.IPv6Network((target, 64), strict=False)))
+        ns = Ether(src=ROUTER_MAC) / IPv6(src=src, dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt=target)
+        for effect in router.on_solicitation(LOCAL, nd.parse(bytes(ns))):
+            if isinstance(effect, SendFrame):
+                na = Ether(effect.data)
+                table[na[ICMPv6ND_NA].tgt] = na.src
+            elif isinstance(effect, ForgetNeighbours):
+                assert not effect.prefixes
+                table.pop(effect.address, None)
+        return table.get(target)
+
+    laptop_prefix, phone_prefix = router.ipv6.current[LAPTOP][0], router.ipv6.current[PHONE][0]
+    laptops = [in_prefix(laptop_prefix, host) for host in (0xAA, 0x51, 0x52)]  # its address and privacy ones
+    assert [stack_asks(a) for a in laptops] == [LAPTOP] * 3
+    cycled = [in_prefix(phone_prefix, 0x1000 + n) for n in range(200)]
+    assert [stack_asks(a) for a in cycled] == [PHONE] * 200  # each address works as it comes
+    assert len([mac for mac in table.values() if mac == PHONE]) == ipv6.MAX_NEIGHBOURS_PER_DEVICE == 16
+    # The other device keeps its entries (positive control); the first addresses still work: asked again, answered.
+    assert [table.get(a) for a in laptops] == [LAPTOP] * 3
+    assert stack_asks(cycled[0]) == PHONE
+    [out] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, cycled[0], INTERNET))
+    assert out.port == LOCAL
+
+
 def test_adverts_are_repeated_by_the_tick(router, switch, clock):
     join(router, switch, PHONE)
     clock.now += 1

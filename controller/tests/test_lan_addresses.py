@@ -93,6 +93,7 @@ lan = LanAddresses("lan0", ipv6=False)
 threading.Thread(target=lan.run_forever, daemon=True).start()
 lan.change(ForgetNeighbours("10.2.0.6", ("fd12:3456:789a:1::/64",)))
 lan.change(ForgetNeighbours("10.2.0.22"))  # never asked for: nothing breaks
+lan.change(ForgetNeighbours("fd12:3456:789a:2::cc"))  # one address, beyond its device's bound
 for _ in range(100):
     if lan.jobs.empty():
         break
@@ -109,10 +110,12 @@ KNOWN = {  # what the router's stack had learnt: the device's addresses, and ano
     "fd12:3456:789a:1::1234": DEVICE,  # a privacy address in its /64
     "10.2.0.10": OTHER,
     "fd12:3456:789a:2::bb": OTHER,
+    "fd12:3456:789a:2::cc": OTHER,  # its least recently asked, beyond its bound (MAX_NEIGHBOURS_PER_DEVICE)
 }
 
 
 def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespace):
+    """And one IPv6 address alone, as when a device has more than its bound."""
     for address, mac in KNOWN.items():
         subprocess.run(
             ["ip", "-n", namespace, "neigh", "add", address, "lladdr", mac, "dev", "lan0", "nud", "reachable"],

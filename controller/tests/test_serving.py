@@ -15,8 +15,9 @@ def test_a_long_hold_is_remembered_with_when_it_ended_and_a_short_one_is_not():
     before = time.monotonic()
     with lock:
         time.sleep(0.005)
-    [(ended, held)] = list(lock.long_holds)
+    [(ended, held, by)] = list(lock.long_holds)
     assert ended >= before and 0.005 <= held < 1
+    assert by == "test_a_long_hold_is_remembered_with_when_it_ended_and_a_short_one_is_not"  # who held it
     assert lock.max_hold_s == held  # the longest since start too
 
 
@@ -27,5 +28,5 @@ def test_only_the_last_long_holds_are_kept():
         with lock:
             pass
     assert len(lock.long_holds) == TimedLock.LONG_HOLDS
-    ends = [ended for ended, _ in lock.long_holds]
+    ends = [ended for ended, _, _ in lock.long_holds]
     assert ends == sorted(ends)
