@@ -36,6 +36,15 @@ class Serving(FairServing):
             self.turns.append([])
             self._serve_one_turn()
 
+    def storm(self, forged_macs: int) -> int:
+        """A lease-completing storm (each forged MAC's DISCOVER, then its REQUEST); how many rule changes it
+        left held behind its answers."""
+        storm = [f"02:fe:00:00:00:{n:02x}" for n in range(forged_macs)]
+        self.serve_all([forged(mac) for mac in storm])
+        devices = self.router.devices
+        self.serve_all([forged(mac, devices[mac].subnet.gateway, devices[mac].subnet.device_ip) for mac in storm])
+        return len(self.held_rules)
+
 
 def test_a_permitted_devices_renewal_does_not_wait_for_a_storms_held_rules(db_path):
     """Issue 39, measured in `make bench` (hostile.json): during a lease-completing storm, the other device's DHCP
@@ -47,12 +56,7 @@ def test_a_permitted_devices_renewal_does_not_wait_for_a_storms_held_rules(db_pa
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     ip = join(router, switch, PHONE)
     serving = Serving(router, clock)
-    storm = [f"02:fe:00:00:00:{n:02x}" for n in range(60)]
-    serving.serve_all([forged(mac) for mac in storm])
-    serving.serve_all(
-        [forged(mac, router.devices[mac].subnet.gateway, router.devices[mac].subnet.device_ip) for mac in storm]
-    )
-    assert len(serving.held_rules) > 100  # the storm's meters and rules, behind its answers
+    assert serving.storm(60) > 100  # the storm's meters and rules, behind its answers
     serving.serve_all([frame(PHONE, "request", ciaddr=ip, src_ip=ip)])
     [renewal] = serving.turns[-1:]
     # Answered at once (and its Leases row written), no rule change sent under the lock for it.
@@ -72,12 +76,7 @@ def test_an_answer_that_lets_a_device_use_its_address_again_still_follows_its_ru
     clock.now += 3601
     switch.apply(router.tick())  # its lease ran out: it forwards no more
     serving = Serving(router, clock)
-    storm = [f"02:fe:00:00:00:{n:02x}" for n in range(30)]
-    serving.serve_all([forged(mac) for mac in storm])
-    serving.serve_all(
-        [forged(mac, router.devices[mac].subnet.gateway, router.devices[mac].subnet.device_ip) for mac in storm]
-    )
-    held = len(serving.held_rules)
+    held = serving.storm(30)
     assert held > 30
     serving.serve_all([frame(PHONE, "request", ciaddr=ip, src_ip=ip)])
     [back] = serving.turns[-1:]
@@ -98,12 +97,7 @@ def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_a
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     lease(router, PHONE)
     serving = Serving(router, clock)
-    storm = [f"02:fe:00:00:00:{n:02x}" for n in range(30)]
-    serving.serve_all([forged(mac) for mac in storm])
-    serving.serve_all(
-        [forged(mac, router.devices[mac].subnet.gateway, router.devices[mac].subnet.device_ip) for mac in storm]
-    )
-    held = len(serving.held_rules)
+    held = serving.storm(30)
     assert held > 30
     serving.turns.append([])
     serving._apply(router.rename(PHONE, "Anna's phone"), at_once=True)
