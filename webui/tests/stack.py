@@ -68,7 +68,32 @@ def free_port(kind=socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
-class HwdbServer:
+class _ChildServer:
+    """A real server run as a child process: started, asked until it answers, and stopped."""
+
+    proc: subprocess.Popen | None = None
+
+    def _spawn(self, argv: list[str], answers, what: str) -> None:
+        """Start `argv` and return once `answers()` does without raising `OSError` (its kinds of "not yet")."""
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                answers()
+                return
+            except OSError:  # not listening yet
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{what} did not start")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(5)
+            self.proc = None
+
+
+class HwdbServer(_ChildServer):
     """A real `hwdb serve` on a free UDP port; restartable with the same database file."""
 
     def __init__(self, db_path: str):
@@ -78,26 +103,17 @@ class HwdbServer:
         self.db_path, self.port, self.proc = db_path, free_port(socket.SOCK_DGRAM), None
 
     def start(self):
-        self.proc = subprocess.Popen(
-            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        self._spawn(
+            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path], self._answers, "hwdb"
         )
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                with HwdbClient("127.0.0.1", self.port, timeout=0.5, max_tries=2) as c:
-                    c.query("show tables")
-                return self
-            except (HwdbError, OSError):  # not listening yet
-                time.sleep(0.05)
-        raise RuntimeError("hwdb did not start")
+        return self
 
-    def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(5)
-            self.proc = None
+    def _answers(self) -> None:
+        try:
+            with HwdbClient("127.0.0.1", self.port, timeout=0.5, max_tries=2) as c:
+                c.query("show tables")
+        except HwdbError as exc:
+            raise OSError(exc) from exc
 
     def query(self, text):
         with HwdbClient("127.0.0.1", self.port, timeout=3) as c:
@@ -193,7 +209,7 @@ class SpeedTestServer(_ServedByAThread):
                 time.sleep(ahead)
 
 
-class Hostapd:
+class Hostapd(_ChildServer):
     """A real hostapd without a radio (driver=none): its control socket takes what the controller tells a
     radio (the devices' key file to read again, stations to deny), as the router's does."""
 
@@ -211,25 +227,19 @@ class Hostapd:
                 f"driver=none\ninterface=homework0\nctrl_interface={self.dir}\nssid={ssid}\n"
                 f"wpa=2\nwpa_key_mgmt=WPA-PSK\nwpa_passphrase=correct horse battery staple\nwpa_psk_file={psk_file}\n"
             )
-        self.proc: subprocess.Popen | None = None
 
     def start(self):
-        self.proc = subprocess.Popen([self.binary, self.conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                hostapd_ctrl.command(self.ctrl, "ping")
-                return self
-            except hostapd_ctrl.HostapdError:  # not listening yet
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("hostapd did not start")
+        self._spawn([self.binary, self.conf], self._answers, "hostapd")
+        return self
+
+    def _answers(self) -> None:
+        try:
+            hostapd_ctrl.command(self.ctrl, "ping")
+        except hostapd_ctrl.HostapdError as exc:
+            raise OSError(exc) from exc
 
     def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(5)
-            self.proc = None
+        super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
