@@ -42,7 +42,7 @@ const browser = await launch()
 const result = {
   setup: stack.fake
     ? 'the controller core on its fake switch (tests/stack.py) + real hwdb on loopback: join = a DHCP DISCOVER and REQUEST into the router core, which records a pending device and writes the new-device Event; connectivity = the controller reports the device permitted. Not the emulated home.'
-    : `live web UI at ${stack.url}; join = E2E_JOIN_CMD (its start stands in for the DHCPDISCOVER), connectivity = E2E_CHECK_CMD`,
+    : `live web UI at ${stack.url}; join and connectivity = E2E_DEVICE_CMD (its start stands in for the DHCPDISCOVER)`,
   frontend: frontendSize(),
 }
 try {

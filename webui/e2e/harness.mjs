@@ -7,15 +7,17 @@
 //   E2E_USER, E2E_PASSWORD   the owner's account (created on a fresh install)
 //   E2E_SETUP_CODE     the one-time setup code a fresh install asks for (the test stack's is
 //                      read from its state directory)
-//   E2E_JOIN_CMD       shell command that makes a new device ask to join; gets E2E_NAME,
-//                      must print the device's MAC address as the last line of its stdout
-//   E2E_CHECK_CMD      shell command run with E2E_MAC and E2E_EXPECT=connected|refused; exits 0
-//                      once the device's connectivity is as expected (it may wait for a renewal)
+//   E2E_DEVICE_CMD     shell command given an action (join, check, leave, copy, use) and the test's
+//                      values as E2E_* variables; prints JSON on its last line (tests/e2e/hooks/device.py)
+//   E2E_CONTROLLER_URL the controller's ws.v1 (e.g. http://127.0.0.1:8081): the router's own answers
 //   E2E_HWDB_QUERY_CMD shell command run with E2E_QUERY; prints hwdb's JSON reply
 //   E2E_HWDB_RESTART_CMD  shell command that restarts hwdb and returns once it answers
+//   E2E_AGENT_KEY_FILE, E2E_RADIO_SETTINGS, E2E_UPDATE_DIR   the router's files the web UI reads or
+//                      writes: the household's agent key, its radio's settings, the updates spool
 //   CHROMIUM           browser binary (default /usr/bin/chromium)
 import { execFile, spawn } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
@@ -40,22 +42,42 @@ async function sh(cmd, env = {}) {
   return stdout
 }
 
+/** ws.v1 at `base`: its JSON answer, or an error when the router refuses. */
+function controllerAt(base) {
+  return async (method, path, body) => {
+    const r = await fetch(base + path, { method, body: body && JSON.stringify(body) })
+    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`) // the router refused it
+    return r.json()
+  }
+}
+
 /** The web UI under test and the hooks that act on devices. */
 export async function startStack() {
   if (process.env.WEBUI_URL) {
-    for (const name of ['E2E_JOIN_CMD', 'E2E_CHECK_CMD']) {
+    for (const name of ['E2E_DEVICE_CMD', 'E2E_CONTROLLER_URL']) {
       if (!process.env[name]) throw new Error(`${name} is needed with WEBUI_URL`)
+    }
+    const device = async (action, env) => {
+      const out = (await sh(`${process.env.E2E_DEVICE_CMD} ${action}`, env)).trim().split('\n')
+      return JSON.parse(out[out.length - 1])
     }
     return {
       url: process.env.WEBUI_URL,
       fake: false,
-      async join(name) {
-        const out = (await sh(process.env.E2E_JOIN_CMD, { E2E_NAME: name })).trim().split('\n')
-        return out[out.length - 1].trim().toLowerCase()
+      info: { agent_key_file: process.env.E2E_AGENT_KEY_FILE, radio_settings: process.env.E2E_RADIO_SETTINGS,
+        update_dir: process.env.E2E_UPDATE_DIR, tmp: tmpdir() },
+      ctl: controllerAt(process.env.E2E_CONTROLLER_URL),
+      // A device that joins for real: its DHCP client (host name: extra.hostname, else its name; extra.vendorClass:
+      // option 60); extra: { state, name } as the owner decides and names it over ws.v1.
+      async join(name, extra = {}) {
+        const env = { E2E_NAME: name, E2E_HOSTNAME: extra.hostname || '', E2E_VENDOR_CLASS: extra.vendorClass || '',
+          E2E_STATE: extra.state || '', E2E_LABEL: extra.name || '' }
+        return (await device('join', env)).mac.toLowerCase()
       },
-      async check(mac, expect) {
-        await sh(process.env.E2E_CHECK_CMD, { E2E_MAC: mac, E2E_EXPECT: expect })
-      },
+      check: (mac, expect) => device('check', { E2E_MAC: mac, E2E_EXPECT: expect }),
+      leave: (mac) => device('leave', { E2E_MAC: mac }),
+      copy: (mac, hostname) => device('copy', { E2E_MAC: mac, E2E_HOSTNAME: hostname }),
+      use: (mac, bytes) => device('use', { E2E_MAC: mac, E2E_BYTES: String(bytes) }),
       hwdb: process.env.E2E_HWDB_QUERY_CMD ? async (q) => JSON.parse(await sh(process.env.E2E_HWDB_QUERY_CMD, { E2E_QUERY: q })) : null,
       restartHwdb: process.env.E2E_HWDB_RESTART_CMD ? () => sh(process.env.E2E_HWDB_RESTART_CMD) : null,
       async stop() {},
@@ -76,23 +98,20 @@ export async function startStack() {
   setupCode = () => readFileSync(info.setup_code_file, 'utf8').trim()
   let n = 0
   const hwdb = async (q) => JSON.parse((await run(info.hwdb_bin, ['query', '--json', '--server', `127.0.0.1:${info.hwdb_port}`, q])).stdout)
-  const ctl = async (method, path, body) => {
-    const r = await fetch(info.controller + path, { method, body: body && JSON.stringify(body) })
-    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`) // the router refused it
-    return r.json()
-  }
+  const ctl = controllerAt(info.controller)
   return {
     url: info.webui,
     fake: true,
     info,
     hwdb,
     ctl,
-    // The device's DHCP client asks to join (the router writes the new-device Event); extra: { state, name }
-    // as the owner decides and names it over ws.v1, options: the client's own DHCP options.
-    async join(name, extra = {}) {
+    // The device's DHCP client asks to join (the router writes the new-device Event): host name extra.hostname,
+    // else its name; extra.vendorClass: option 60. extra: { state, name } as the owner decides and names it over ws.v1.
+    async join(name, { hostname, vendorClass, ...extra } = {}) {
       n++
       const mac = `02:e2:e0:00:${(process.pid % 256).toString(16).padStart(2, '0')}:${n.toString(16).padStart(2, '0')}`
-      await ctl('POST', '/home/join', { mac, hostname: name, ...extra })
+      const options = vendorClass ? { vendor_class_id: vendorClass } : undefined
+      await ctl('POST', '/home/join', { mac, hostname: hostname || name, options, ...extra })
       return mac
     },
     async check(mac, expect) {
@@ -103,11 +122,15 @@ export async function startStack() {
       }
       throw new Error(`${mac} is not ${want}`)
     },
+    leave: (mac) => ctl('POST', '/home/release', { mac }),
+    copy: (mac, hostname) => ctl('POST', '/home/copied', { mac, hostname }),
+    use: (mac, bytes) => ctl('POST', '/home/moved', { mac, bytes }),
     async restartHwdb() {
       const flag = ready + '.restarted'
       rmSync(flag, { force: true })
       proc.kill('SIGUSR1')
       for (let i = 0; i < 200 && !existsSync(flag); i++) await sleep(50)
+      if (!existsSync(flag)) throw new Error('the test stack did not restart hwdb')
     },
     async stop() {
       proc.kill('SIGTERM')

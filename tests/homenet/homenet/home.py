@@ -35,6 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from homework_controller import radio_settings
+
 from . import ipv6, services
 from .isp import ISP
 from .net import ensure_ns, kill_all_in, link_exists, netns_list, run, veth
@@ -66,6 +68,7 @@ WEBUI_URL = "http://127.0.0.1:8080"
 # The router's own address on the LAN, where devices reach the web UI (10.2.0.0/30 is the
 # router's; every device's /30 routes to it through the router).
 ROUTER_LAN_IP = "10.2.0.1"
+GUEST_PASSPHRASE = "correct horse battery staple"
 NFT_TABLE, NFT_WLAN_TABLE, NFT_AIR_TABLE = "homenet", "homenet_wlan", "air"
 CLIENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,10}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -137,11 +140,15 @@ class Home:
                 "WAN_IFACE": WAN,
                 "LATENCY_TARGET": f"http://{INTERNET_IP}",
                 "WIFI_SSID": "Homework",
-                "WIFI_PSK_FILE": "",  # the emulated air has no radio: 802.1X, no passphrases
-                "RADIO_SETTINGS": "",  # nor radio settings to change
+                # The emulated air is a bridge with 802.1X (driver=wired): the controller issues devices'
+                # own passphrases and keeps the radio's settings as on a router, but no radio uses them.
+                "WIFI_PSK_FILE": run_dir / "hostapd.wpa_psk",
+                "RADIO_SETTINGS": run_dir / "radio.conf",
                 "UPLINK_KBIT": LINE_UP_KBIT,
                 "DOWNLINK_KBIT": LINE_DOWN_KBIT,
-                "UPDATES": "",  # no installer: the emulated home is not an image
+                # The web UI hands uploads over here; the emulated home is not an image and has no
+                # installer to read them (image/tests boots the real one).
+                "UPDATES": run_dir / "updates",
                 "SETUP_CODE_FILE": "",
                 **self.isp.slice_settings(),
             }
@@ -163,6 +170,7 @@ class Home:
         ipv6.start_prefix_delegation(self.processes, self.run_dir, WAN, self.run_dir)
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
+        self._first_radio_settings()
         run("ip", "addr", "replace", f"{ROUTER_LAN_IP}/32", "dev", BRIDGE)  # where devices reach the web UI
         # Before the router's controller, which connects to its slice at once; the ISP registers what its
         # DHCPv6 server delegated to the household.
@@ -384,6 +392,13 @@ table netdev {NFT_WLAN_TABLE} {{
         Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
         run("ip", "link", "set", BRIDGE, "up")
 
+    def _first_radio_settings(self) -> None:
+        """What the image writes when it first serves a radio: the world domain, a guest passphrase."""
+        settings = self.run_dir / "radio.conf"
+        if not settings.exists():
+            settings.write_text(radio_settings.render(radio_settings.RadioSettings(passphrase=GUEST_PASSPHRASE)))
+        (self.run_dir / "updates").mkdir(exist_ok=True)
+
     def _render_hostapd_conf(self) -> None:
         """Real hostapd as the 802.1X authenticator on the router's LAN side (driver=wired)."""
         eap_users = self.run_dir / "hostapd.eap_user"
@@ -536,16 +551,17 @@ table netdev {NFT_WLAN_TABLE} {{
         """Start a command inside a device and return at once."""
         return subprocess.Popen(["ip", "netns", "exec", self._ns(name), *map(str, cmd)], **popen_args)
 
-    def dhcp(self, name: str, timeout: int = 20, host_name: str | None = None) -> str:
+    def dhcp(self, name: str, timeout: int = 20, host_name: str | None = None, vendor_class: str = "") -> str:
         """The real ISC dhclient gets a lease (and keeps renewing it); returns e.g. '10.2.0.6/30'.
         host_name: what it calls itself (option 12; default its client name): a phone back under a new
-        private MAC still says its own name."""
+        private MAC still says its own name. vendor_class: option 60, as Android's client sends it."""
         ns, state = self._ns(name), self._state(name)
         lease_file, pid_file, conf = state / "dhclient.leases", state / "dhclient.pid", state / "dhclient.conf"
         # Each device introduces itself by its own name, as real ones do (option 12).
         conf.write_text(
             f'send host-name "{host_name or name}";\n'
-            "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
+            + (f'send vendor-class-identifier "{vendor_class}";\n' if vendor_class else "")
+            + "request subnet-mask, broadcast-address, routers, domain-name-servers;\n"
         )
         self._stop_dhclient(name)
         # The device re-joins, as after waking up: Debian's dhclient-script `ip addr add`s the

@@ -34,8 +34,12 @@ export interface Device {
   paused_until?: string | null
   /** Its weekly bedtime in the controller's text ("mon,tue,wed,thu,sun 21:30-07:00"); empty: none. */
   schedule?: string
-  /** A newcomer that looks like a device the household knows, away now (same DHCP name and client): that device. */
-  looks_like?: { mac: string; label: string } | null
+  /** A newcomer that looks like a device the household knows, away now (same DHCP name and client): that
+   * device, and what of the two DHCP clients matched (in words: "host name", "requested options"...). */
+  looks_like?: { mac: string; label: string; matched: string[] } | null
+  /** A newcomer with the host name of a device the household knows, away now, whose DHCP client differs:
+   * it is not offered as that device; what matched and what differs, in words. */
+  resembles?: { mac: string; label: string; matched: string[]; differs: string[] } | null
   /** Its daily allowance and today's use (null: none). */
   allowance?: Allowance | null
   /** The allowance it shares with its owner's other devices, and their use together today (null: none). */
