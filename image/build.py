@@ -124,7 +124,6 @@ SYSTEM_UNITS = (
     "homework-console.service",
     "homework-update-spool.path",
     "homework-radio-refresh.path",
-    "homework-grub-count.service",
     "homework-wan-pd.service",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",

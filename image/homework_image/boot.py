@@ -128,6 +128,9 @@ TRIED_PREFIX = "homework_tried_"
 # Wanted on the kernel command line by GRUB when it boots an entry on trial: the unit that blesses
 # it once the router works (what systemd-bless-boot is to systemd-boot).
 GRUB_BLESS_UNIT = "homework-grub-bless.service"
+# Wanted on every kernel command line GRUB writes: only a GRUB boot has tries in grubenv to move (a UEFI
+# boot is systemd-boot's, which renames the entries itself), so the count's Python start is not paid there.
+GRUB_COUNT_UNIT = "homework-grub-count.service"
 _GRUB_WORD = re.compile(r"^[A-Za-z0-9_./=,:+-]+$")
 
 
@@ -196,7 +199,7 @@ def grub_config(entries: dict[str, str]) -> str:
     """GRUB's grub.cfg from the loader entries ({file name: text}): a menu entry for each, in
     systemd-boot's order. The default is the first with tries left (less those GRUB counted in
     grubenv since the names last changed) or blessed; failing that, the highest version. Booting
-    an entry on trial counts one try and wants GRUB_BLESS_UNIT."""
+    an entry on trial counts one try and wants GRUB_BLESS_UNIT; every entry wants GRUB_COUNT_UNIT."""
     order = boot_order(list(entries))
     parsed = {name: parse_entry(name) or {} for name in order}
     lines = [
@@ -239,6 +242,7 @@ def grub_config(entries: dict[str, str]) -> str:
                     f"    save_env {var}",
                 ]
             lines.append("  fi")
+        options.append(f"systemd.wants={GRUB_COUNT_UNIT}")
         if left is not None:
             options.append(f"systemd.wants={GRUB_BLESS_UNIT}")
         lines += [

@@ -258,6 +258,12 @@ def record_boot_profile(vm: RouterVm, units: list[str], timings: dict, state: Pa
         for m in re.finditer(r"start: (.+?) after ([\d.]+) s of CPU, ([\d.]+) s since exec", journal)
     }
     (state / "boot-profile.txt").write_text(profile.pop("text"))
+    # The controller's and OVS's journals beside it: a slow start is read there (the switch reconnecting
+    # and every rule sent again, say), not guessed after the VM is gone.
+    journals = "-u homework-controller -u ovs-vswitchd -u ovsdb-server -u openvswitch-switch"
+    (state / "boot-journal.txt").write_text(
+        vm.run(f"journalctl -b --no-pager -o short-monotonic {journals} | tail -n 400", check=False, timeout=120)
+    )
     timings["boot_profile"] = profile
     print(f"\nboot profile: {json.dumps(profile)}", flush=True)
 

@@ -94,7 +94,8 @@ def test_grub_boots_the_blessed_entry_without_counting(tmp_path):
     body = menu_entry(cfg, "homework-100-a")
     assert "linux /homework/a/vmlinuz root=PARTLABEL=homework-root-a" in body
     assert "initrd /homework/a/initrd.img" in body
-    assert "save_env" not in body and "systemd.wants" not in body
+    assert "save_env" not in body and "homework-grub-bless" not in body
+    assert "systemd.wants=homework-grub-count.service" in body  # it folds tries GRUB counted of others
 
 
 def test_grub_tries_a_newer_entry_on_trial_first_and_counts_each_try(tmp_path):
@@ -109,6 +110,11 @@ def test_grub_tries_a_newer_entry_on_trial_first_and_counts_each_try(tmp_path):
     assert re.findall(rf"set {tried}=(\d)", body) == ["1", "2", "3"]
     assert f"save_env {tried}" in body
     assert "systemd.wants=homework-grub-bless.service" in body
+    # Every entry GRUB boots wants the count (a blessed one too: an entry it tried and fell back from
+    # left its tries in grubenv); systemd-boot's command lines (the entries' own) do not.
+    for name in menu(cfg):
+        assert "systemd.wants=homework-grub-count.service" in menu_entry(cfg, name)
+    assert all("homework-grub-count" not in text for text in grub_entries("homework-101-b+3.conf").values())
 
 
 def test_grub_sorts_an_exhausted_entry_last_and_never_chooses_it_first(tmp_path):
