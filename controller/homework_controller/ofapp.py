@@ -76,7 +76,8 @@ EXPORT_MERGE_CHUNK = 500
 
 class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    edge_answers = edge_status.ANSWERS  # ws.v1's health and counters: this app's switch, sockets and threads
+    health = edge_status.health  # ws.v1's, of this app's switch, sockets and threads
+    counters = edge_status.counters
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -288,12 +289,12 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
             # until it knows the switch (and the router's MAC), which the client's retry finds.
             self.dhcp_before_switch += 1
             return
-        self._queue(frame, self.router.on_dhcp, answers_first=True)
+        self._queue(frame, self.router.joining.on_dhcp, answers_first=True)
 
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
-            return self.router.on_flow_copy(in_port, frame)
-        return self.router.on_admission_copy(in_port, frame)
+            return self.router.flow_events.on_flow_copy(in_port, frame)
+        return self.router.joining.on_admission_copy(in_port, frame)
 
     # ---- flow accounting
 
@@ -306,7 +307,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
         counted = rule_counters(self.stats_parts)  # thousands of matches parsed before the lock is taken
         self.stats_parts = []
         with self.lock:
-            self._apply(self.router.on_flow_counters(counted))
+            self._apply(self.router.flow_events.on_flow_counters(counted))
 
     def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The collector's thread: a second's records, summed per connection direction in the collector's
@@ -314,14 +315,16 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
         items = list(totals.items())
         for start in range(0, len(items), EXPORT_MERGE_CHUNK):
             with self.lock:
-                self.router.on_flow_export(dict(items[start : start + EXPORT_MERGE_CHUNK]))
+                self.router.flow_events.on_flow_export(dict(items[start : start + EXPORT_MERGE_CHUNK]))
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _on_flow_removed(self, ev):
         msg = ev.msg
         with self.lock:
             self._apply(
-                self.router.on_flow_removed(msg.priority, dict(msg.match.items()), msg.packet_count, msg.byte_count)
+                self.router.flow_events.on_flow_removed(
+                    msg.priority, dict(msg.match.items()), msg.packet_count, msg.byte_count
+                )
             )
 
     # ---- DNS (the resolver's threads call in here)
@@ -350,7 +353,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
     def _on_agent_reports(self, reports: list[AgentReport]) -> None:
         for part in hwdb_feed.in_turns(reports):
             with self.lock:
-                self._apply(self.router.agent_reported(part))
+                self._apply(self.router.flow_events.agent_reported(part))
 
     def _learnt_connections(self) -> list:
         """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""

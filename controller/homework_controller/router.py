@@ -20,8 +20,6 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import apps, dhcp, dnsgate, flows, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting, rule_counters
@@ -47,11 +45,6 @@ from .registry import DeviceRegistry
 from .store import DeviceStore
 from .switch_mirror import SwitchMirror
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-P = TypeVar("P", bound="DataclassInstance")  # a sequencing part
-
 # What the router counts of what it dropped, refused or suspected (ws.v1 `counters`, beside the edge's).
 COUNTERS = (
     "dhcp_malformed",
@@ -71,24 +64,6 @@ COUNTERS = (
 # ships, and a shipped router has its ULA /48 and the /56 its ISP delegated (documentation prefixes here).
 # A running router's plan is made from its data partition (config.Config.ipv6_plan); None: IPv6 off.
 EXAMPLE_IPV6_PLAN = PrefixPlan(ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56"))
-
-
-class Delegated:
-    """A method of `HomeRouter` that one part answers: `permit = Delegated("decisions")` in the class
-    makes `router.permit(mac)` call `router.decisions.permit(mac)`. ws.v1, the I/O edge and the tests
-    call the router; the class body says which part does the work, and that part documents it."""
-
-    def __init__(self, part: str):
-        self.part = part
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, router: object, owner: type | None = None) -> Any:
-        if router is None:
-            return self
-        return getattr(getattr(router, self.part), self.name)
 
 
 class HomeRouter:
@@ -166,17 +141,53 @@ class HomeRouter:
         # What the household said of a device follows it to a new MAC; the rest was of the old MAC.
         self.follow_the_device: tuple[Moves, ...] = (self.registry, self.dns_gating, self.passphrases, self.controls)
 
-        # The events that involve several concerns, each sequenced by one part; a part's fields name
-        # the concerns it is given (`_part`).
-        self.rules = self._part(Reconciler)
-        self.joining = self._part(Joining, lease_policy=lease_policy)
-        self.flow_events = self._part(FlowEvents)
-        self.decisions = self._part(HouseholdDecisions)
-
-    def _part(self, part: type[P], **given: Any) -> P:
-        """A sequencing part, each of its fields this router's attribute of that name (the concern, the
-        clock, the counters), unless given."""
-        return part(**{f.name: given[f.name] if f.name in given else getattr(self, f.name) for f in fields(part)})
+        # The events that involve several concerns, each sequenced by one part given the concerns it needs.
+        # ws.v1, the I/O edge and the tests call a part's methods on it: `router.decisions.permit(mac)`.
+        self.rules = Reconciler(
+            clock=clock,
+            registry=self.registry,
+            switch=self.switch,
+            controls=self.controls,
+            port_binding=self.port_binding,
+            accounting=self.accounting,
+            dns_gating=self.dns_gating,
+            priorities=self.priorities,
+            ipv6=self.ipv6,
+            concerns=self.concerns,
+        )
+        self.joining = Joining(
+            clock=clock,
+            counters=self.counters,
+            lease_policy=lease_policy,
+            rules=self.rules,
+            registry=self.registry,
+            switch=self.switch,
+            newcomers=self.newcomers,
+            clone_watch=self.clone_watch,
+            port_binding=self.port_binding,
+            passphrases=self.passphrases,
+            concerns=self.concerns,
+            follow_the_device=self.follow_the_device,
+        )
+        self.flow_events = FlowEvents(
+            counters=self.counters,
+            rules=self.rules,
+            registry=self.registry,
+            accounting=self.accounting,
+            priorities=self.priorities,
+            agent_reports=self.agent_reports,
+            controls=self.controls,
+        )
+        self.decisions = HouseholdDecisions(
+            clock=clock,
+            rules=self.rules,
+            registry=self.registry,
+            clone_watch=self.clone_watch,
+            port_binding=self.port_binding,
+            controls=self.controls,
+            dns_gating=self.dns_gating,
+            passphrases=self.passphrases,
+        )
 
     # -- switch lifecycle
 
@@ -197,13 +208,7 @@ class HomeRouter:
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
         return effects
 
-    # -- a device coming onto the network (joining.py)
-
-    on_dhcp = Delegated("joining")
-    on_arp = Delegated("joining")
-    on_admission_copy = Delegated("joining")
-    station_joined = Delegated("joining")
-    merge = Delegated("joining")
+    # -- a device coming onto the network: DHCP, ARP and the radio's joins are `self.joining`'s
 
     def access_port_link(self, port: int, up: bool) -> list:
         """An access port's link went up or down (a device on a port without link may move elsewhere)."""
@@ -260,13 +265,7 @@ class HomeRouter:
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
         return effects
 
-    # -- connections: accounting and application priorities (flow_events.py)
-
-    on_flow_copy = Delegated("flow_events")
-    on_flow_counters = Delegated("flow_events")
-    on_flow_export = Delegated("flow_events")
-    on_flow_removed = Delegated("flow_events")
-    agent_reported = Delegated("flow_events")
+    # -- connections: accounting and application priorities (copies, counters, records, agents: `self.flow_events`)
 
     def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
         """The accounting table's counters, (priority, match, packets, bytes) per rule; a learnt flow is its
@@ -317,37 +316,11 @@ class HomeRouter:
             raise UnknownDevice(f"no device has the address {ip!r}")
         return portal.view(self._status_of(device))
 
-    # -- the household's decisions (decisions.py)
-
-    permit = Delegated("decisions")
-    deny = Delegated("decisions")
-    whitelist = Delegated("decisions")
-    blacklist = Delegated("decisions")
-    rename = Delegated("decisions")
-    pause = Delegated("decisions")
-    pause_for = Delegated("decisions")
-    resume = Delegated("decisions")
-    set_schedule = Delegated("decisions")
-    set_allowance = Delegated("decisions")
-    grant_bonus = Delegated("decisions")
-    set_shared_allowance = Delegated("decisions")
-    share_allowance = Delegated("decisions")
-    grant_shared_bonus = Delegated("decisions")
-    deny_dns = Delegated("decisions")
-    permit_dns = Delegated("decisions")
-    dns_rules_of = Delegated("decisions")
-    issue_wifi_key = Delegated("decisions")
-    revoke_wifi_key = Delegated("decisions")
-    wifi_key_of = Delegated("decisions")
-    network_named = Delegated("passphrases")
-    household_time = Delegated("controls")
+    # -- the household's decisions: `self.decisions` (and the household's time: `self.controls`)
 
     def shared_allowances(self, name: str | None = None) -> list[dict] | dict:
         """Every shared allowance (or one) with its standing today and the devices sharing it."""
         return self.controls.shared_allowances() if name is None else self.controls.shared_allowance(name)
-
-    set_time_zone = Delegated("controls")
-    set_reset_time = Delegated("controls")
 
     # -- the clock
 

@@ -53,7 +53,7 @@ class StationEvents:
     def _station_joined(self, mac: str, keyid: str, source: str) -> None:
         with self.lock:
             try:
-                self._apply(self.router.station_joined(mac, keyid))
+                self._apply(self.router.joining.station_joined(mac, keyid))
             except BadMac:
                 LOG.warning("hostapd named no station address: %r", source)
 
@@ -95,7 +95,7 @@ class StationEvents:
             LOG.warning("the network's name: %s", exc)
             return
         with self.lock:
-            self.router.network_named(ssid)
+            self.router.passphrases.network_named(ssid)
 
     def _wifi_keys(self) -> list:
         """Every device's own passphrase, for hostapd's key file."""

@@ -31,7 +31,7 @@ class Serving(FairServing):
 
     def serve_all(self, frames) -> None:
         for each in frames:
-            self._queue(each, self.router.on_dhcp, answers_first=True)
+            self._queue(each, self.router.joining.on_dhcp, answers_first=True)
         while self.from_devices:
             self.turns.append([])
             self._serve_one_turn()
@@ -100,10 +100,10 @@ def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_a
     held = serving.storm(30)
     assert held > 30
     serving.turns.append([])
-    serving._apply(router.rename(PHONE, "Anna's phone"), at_once=True)
+    serving._apply(router.decisions.rename(PHONE, "Anna's phone"), at_once=True)
     assert not [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)] and len(serving.held_rules) == held
     serving.turns.append([])
-    permitted = router.permit(PHONE)
+    permitted = router.decisions.permit(PHONE)
     serving._apply(permitted, at_once=True)
     own = [e for e in permitted if isinstance(e, RULE_EFFECTS)]
     sent = [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)]

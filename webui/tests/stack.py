@@ -51,7 +51,7 @@ from homework_controller.effects import (
 from homework_controller.errors import ApiError
 from homework_controller.hostapd_ctrl import Authenticator
 from homework_controller.hwdb_log import HwdbLog
-from homework_controller.operations import BY_CALL
+from homework_controller.operations import BY_NAME
 from homework_controller.radio_settings import RadioSettings, RadioSettingsFile, render
 from homework_controller.router import HomeRouter
 from homework_controller.serving import TimedLock
@@ -300,7 +300,6 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         with self.lock:
             self._apply(self.router.switch_ready(WLAN, ROUTER_MAC))
         self.switch_ready = True
-        self.edge_answers = {"health": HomeOnFakeSwitch.health, "counters": HomeOnFakeSwitch.counters}
         self.ws_v1 = make_app(self._called_over_http)
         self._serve(make_server("127.0.0.1", 0, self.app, server_class=_Threading, handler_class=_Quiet))
 
@@ -344,7 +343,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
 
     def _called_over_http(self, name: str, *args, role: str = authority.OWNER):
         result = self.call(name, *args, role=role)
-        op = BY_CALL[name]
+        op = BY_NAME[name]
         self.calls.append((op.name, "/".join(map(str, args[: len(op.path)]))))
         return result
 
@@ -354,7 +353,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         """A DHCP client's message into the router, as the controller's DHCP port hands it over."""
         with self.lock:
             self.dhcp_answers = []
-            self._apply(self.router.on_dhcp(frame(mac, msg_type, **fields)))
+            self._apply(self.router.joining.on_dhcp(frame(mac, msg_type, **fields)))
             return self.dhcp_answers
 
     def join(self, mac: str, hostname: str = "", options: list | None = None) -> dict:
@@ -379,7 +378,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         if state == "permitted":
             self.renew(mac)
         if name:
-            self.call("rename", mac, name)
+            self.call("name", mac, name)
         return self.status(mac)
 
     def renew(self, mac: str) -> dict:
@@ -425,12 +424,12 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
     def station_joined(self, mac: str, keyid: str = "") -> None:
         """hostapd says a station joined, with the device passphrase named keyid ("": the shared one)."""
         with self.lock:
-            self._apply(self.router.station_joined(mac, keyid))
+            self._apply(self.router.joining.station_joined(mac, keyid))
 
     def back_under(self, mac: str, new_mac: str) -> dict:
         """The device, given a passphrase of its own, comes back under a new private MAC: it joins the radio
         with that passphrase, then asks DHCP for an address (the router knows it by its key)."""
-        keyid = self.call("issue_wifi_key", mac)["keyid"]
+        keyid = self.call("wifi-key", mac)["keyid"]
         self.station_joined(new_mac, keyid)
         return self.join(new_mac, self.status(new_mac)["hostname"])
 
@@ -446,7 +445,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
     def radio_named(self, ssid: str) -> None:
         """hostapd's network name as the controller reads it at each attach ("": no Wi-Fi network)."""
         with self.lock:
-            self.router.network_named(ssid)
+            self.router.passphrases.network_named(ssid)
 
     # ---- over HTTP: ws.v1, and the hooks under /home/
 
