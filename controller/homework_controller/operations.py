@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 from . import authority
 
 if TYPE_CHECKING:
+    from .effects import Effect
     from .radio_settings import RadioSettingsFile
     from .router import HomeRouter
     from .ws_service import Ws1Service
@@ -71,12 +72,12 @@ def status(router: HomeRouter, mac: str | None = None) -> dict:
 
 
 @operation("dhcp-status", "GET", "the live leases")
-def dhcp_status(router: HomeRouter) -> list:
+def dhcp_status(router: HomeRouter) -> list[dict]:
     return router.dhcp_status()
 
 
 @operation("blacklist-status", "GET", "the blacklisted devices' MACs")
-def blacklist_status(router: HomeRouter) -> list:
+def blacklist_status(router: HomeRouter) -> list[str]:
     return router.blacklist_status()
 
 
@@ -91,19 +92,19 @@ def health(host: Ws1Service) -> dict:
 
 
 @operation("permit", "POST", "let a device in (not a blacklisted one)", path=("mac",), decision=True, answers="device")
-def permit(router: HomeRouter, mac: str) -> list:
+def permit(router: HomeRouter, mac: str) -> list[Effect]:
     return router.decisions.permit(mac)
 
 
 @operation("deny", "POST", "keep a device out (not a blacklisted one)", path=("mac",), decision=True, answers="device")
-def deny(router: HomeRouter, mac: str) -> list:
+def deny(router: HomeRouter, mac: str) -> list[Effect]:
     return router.decisions.deny(mac)
 
 
 @operation(
     "whitelist", "POST", "admit a device, seen or not; lifts a block", path=("mac",), decision=True, answers="device"
 )
-def whitelist(router: HomeRouter, mac: str) -> list:
+def whitelist(router: HomeRouter, mac: str) -> list[Effect]:
     return router.decisions.whitelist(mac)
 
 
@@ -115,7 +116,7 @@ def whitelist(router: HomeRouter, mac: str) -> list:
     decision=True,
     answers="device",
 )
-def blacklist(router: HomeRouter, mac: str) -> list:
+def blacklist(router: HomeRouter, mac: str) -> list[Effect]:
     return router.decisions.blacklist(mac)
 
 
@@ -128,7 +129,7 @@ def blacklist(router: HomeRouter, mac: str) -> list:
     decision=True,
     answers="device",
 )
-def merge(router: HomeRouter, mac: str, into: str) -> list:
+def merge(router: HomeRouter, mac: str, into: str) -> list[Effect]:
     return router.joining.merge(mac, into)
 
 
@@ -141,7 +142,7 @@ def merge(router: HomeRouter, mac: str, into: str) -> list:
     decision=True,
     answers="device",
 )
-def rename(router: HomeRouter, mac: str, name: str) -> list:
+def rename(router: HomeRouter, mac: str, name: str) -> list[Effect]:
     return router.decisions.rename(mac, name)
 
 
@@ -153,7 +154,7 @@ def rename(router: HomeRouter, mac: str, name: str) -> list:
     decision=True,
     answers="device",
 )
-def pause(router: HomeRouter, mac: str) -> list:
+def pause(router: HomeRouter, mac: str) -> list[Effect]:
     return router.decisions.pause(mac)
 
 
@@ -165,7 +166,7 @@ def pause(router: HomeRouter, mac: str) -> list:
     decision=True,
     answers="device",
 )
-def pause_for(router: HomeRouter, mac: str, duration: str) -> list:
+def pause_for(router: HomeRouter, mac: str, duration: str) -> list[Effect]:
     return router.decisions.pause_for(mac, duration)
 
 
@@ -177,7 +178,7 @@ def pause_for(router: HomeRouter, mac: str, duration: str) -> list:
     decision=True,
     answers="device",
 )
-def resume(router: HomeRouter, mac: str, bedtime: bool = True) -> list:
+def resume(router: HomeRouter, mac: str, bedtime: bool = True) -> list[Effect]:
     return router.decisions.resume(mac, bedtime)
 
 
@@ -190,7 +191,7 @@ def resume(router: HomeRouter, mac: str, bedtime: bool = True) -> list:
     decision=True,
     answers="device",
 )
-def set_schedule(router: HomeRouter, mac: str, windows: str) -> list:
+def set_schedule(router: HomeRouter, mac: str, windows: str) -> list[Effect]:
     return router.decisions.set_schedule(mac, windows)
 
 
@@ -203,7 +204,7 @@ def set_schedule(router: HomeRouter, mac: str, windows: str) -> list:
     decision=True,
     answers="device",
 )
-def set_allowance(router: HomeRouter, mac: str, amount: str) -> list:
+def set_allowance(router: HomeRouter, mac: str, amount: str) -> list[Effect]:
     return router.decisions.set_allowance(mac, amount)
 
 
@@ -216,7 +217,7 @@ def set_allowance(router: HomeRouter, mac: str, amount: str) -> list:
     decision=True,
     answers="device",
 )
-def grant_bonus(router: HomeRouter, mac: str, amount: str) -> list:
+def grant_bonus(router: HomeRouter, mac: str, amount: str) -> list[Effect]:
     return router.decisions.grant_bonus(mac, amount)
 
 
@@ -229,7 +230,7 @@ def grant_bonus(router: HomeRouter, mac: str, amount: str) -> list:
     decision=True,
     answers="shared-allowance",
 )
-def set_shared_allowance(router: HomeRouter, shared: str, amount: str) -> list:
+def set_shared_allowance(router: HomeRouter, shared: str, amount: str) -> list[Effect]:
     return router.decisions.set_shared_allowance(shared, amount)
 
 
@@ -242,7 +243,7 @@ def set_shared_allowance(router: HomeRouter, shared: str, amount: str) -> list:
     decision=True,
     answers="shared-allowance",
 )
-def share_allowance(router: HomeRouter, shared: str, devices: str) -> list:
+def share_allowance(router: HomeRouter, shared: str, devices: str) -> list[Effect]:
     return router.decisions.share_allowance(shared, devices)
 
 
@@ -255,7 +256,7 @@ def share_allowance(router: HomeRouter, shared: str, devices: str) -> list:
     decision=True,
     answers="shared-allowance",
 )
-def grant_shared_bonus(router: HomeRouter, shared: str, amount: str) -> list:
+def grant_shared_bonus(router: HomeRouter, shared: str, amount: str) -> list[Effect]:
     return router.decisions.grant_shared_bonus(shared, amount)
 
 
@@ -328,7 +329,7 @@ def set_radio_settings(radio: RadioSettingsFile, settings: dict) -> dict:
     decision=True,
     answers="dns-rules",
 )
-def permit_dns(router: HomeRouter, mac: str, domain: str) -> list:
+def permit_dns(router: HomeRouter, mac: str, domain: str) -> list[Effect]:
     return router.decisions.permit_dns(mac, domain)
 
 
@@ -340,7 +341,7 @@ def permit_dns(router: HomeRouter, mac: str, domain: str) -> list:
     decision=True,
     answers="dns-rules",
 )
-def deny_dns(router: HomeRouter, mac: str, domain: str) -> list:
+def deny_dns(router: HomeRouter, mac: str, domain: str) -> list[Effect]:
     return router.decisions.deny_dns(mac, domain)
 
 
@@ -374,7 +375,7 @@ def portal_of(router: HomeRouter, ip: str) -> dict:
     decision=True,
     answers="device",
 )
-def give_route(router: HomeRouter, mac: str, prefix: str) -> list:
+def give_route(router: HomeRouter, mac: str, prefix: str) -> list[Effect]:
     return router.give_route(mac, prefix)
 
 
@@ -403,7 +404,7 @@ def perform(
     router: HomeRouter,
     op: Operation,
     args: list,
-    apply: Callable[[list], None],
+    apply: Callable[[list[Effect]], None],
     applied: bool,
     role: str = authority.OWNER,
 ) -> object:

@@ -28,7 +28,7 @@ from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .decisions import HouseholdDecisions
 from .dns_gating import DnsGating, Lookups
-from .effects import AuthenticatorDeny, DnsVerdict, TellHousehold
+from .effects import AuthenticatorDeny, DnsVerdict, Effect, TellHousehold
 from .errors import NotConfigured, UnknownDevice
 from .flow_events import FlowEvents
 from .household_controls import HouseholdControls
@@ -193,7 +193,7 @@ class HomeRouter:
 
     def switch_ready(
         self, access_ports: int | tuple[int, ...], router_mac: str, without_link: frozenset[int] = frozenset()
-    ) -> list:
+    ) -> list[Effect]:
         """The switch (re)connected: it has no rules; give it the whole rule set. access_ports: where
         devices are (one port: the radio's); without_link: those of them whose link is down."""
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
@@ -210,14 +210,14 @@ class HomeRouter:
 
     # -- a device coming onto the network: DHCP, ARP and the radio's joins are `self.joining`'s
 
-    def access_port_link(self, port: int, up: bool) -> list:
+    def access_port_link(self, port: int, up: bool) -> list[Effect]:
         """An access port's link went up or down (a device on a port without link may move elsewhere)."""
         self.port_binding.link(port, up)
         return []
 
     # -- IPv6
 
-    def on_solicitation(self, in_port, solicitation: Solicitation) -> list:
+    def on_solicitation(self, in_port, solicitation: Solicitation) -> list[Effect]:
         """IPv6 neighbour discovery (parsed off the lock): a device's router or neighbour solicitation, or
         the router's stack looking for an address in a device's /64 (in_port LOCAL)."""
         if self.ipv6 is None:
@@ -225,7 +225,7 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
-    def on_router_advert(self, advert: RouterAdvert) -> list:
+    def on_router_advert(self, advert: RouterAdvert) -> list[Effect]:
         """A forwarding device's own router advert (parsed off the lock; the switch passes only those from
         its MAC on its own port): the routes it offers (a Thread border router's mesh, `border_routes`).
         When they change, its rules follow (reinstalled under its cookie) and the other devices hear of
@@ -234,31 +234,31 @@ class HomeRouter:
         if self.ipv6 is None or device is None:
             return []
         change = self.ipv6.offered_routes(device.mac, advert, self.clock())
-        effects: list = [TellHousehold("route", device.mac, message) for message in change.told]
+        effects: list[Effect] = [TellHousehold("route", device.mac, message) for message in change.told]
         if change.routes_changed:
             effects += self.rules.reconcile(device, reinstall=True)
             effects += self.ipv6.readvertise(self.clock())
         return effects
 
-    def give_route(self, mac: str, prefix: str) -> list:
+    def give_route(self, mac: str, prefix: str) -> list[Effect]:
         """The household gives a route's prefix (a Thread mesh's) a new owner, the device at `mac`: another
         device that offered it is refused from now on, and loses it if it holds it now (`border_routes`)."""
         device = self.decisions.known(mac)
         if self.ipv6 is None:
             raise NotConfigured("this router does not run IPv6: no device offers routes")
-        effects: list = []
+        effects: list[Effect] = []
         for other in sorted(self.ipv6.give_route(prefix, device.mac)):
             effects += self.rules.reconcile(self.devices[other], reinstall=True)
         told = f"{device.label} owns the route to {prefix.strip()} now: the household gave it"
         return [*effects, *self.ipv6.readvertise(self.clock()), TellHousehold("route", device.mac, told)]
 
-    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
+    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list[Effect]:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
         for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
         the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
         if self.ipv6 is None:
             return []
-        effects: list = []
+        effects: list[Effect] = []
         for mac in self.ipv6.renumber(delegated, self.clock(), until):
             effects += self.rules.reconcile(self.devices[mac], reinstall=True)
             if self.priorities.ahead.has_marks(mac):
@@ -267,13 +267,13 @@ class HomeRouter:
 
     # -- connections: accounting and application priorities (copies, counters, records, agents: `self.flow_events`)
 
-    def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
+    def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list[Effect]:
         """The accounting table's counters, (priority, match, packets, bytes) per rule; a learnt flow is its
         5-tuple, a device's learning rule a row with protocol 0 and the far side 0.0.0.0. The edge keys
         them before it takes the lock and calls `on_flow_counters`."""
         return self.flow_events.on_flow_counters(rule_counters(entries))
 
-    def set_app_priorities(self, priorities: dict[str, str]) -> list:
+    def set_app_priorities(self, priorities: dict[str, str]) -> list[Effect]:
         """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
         return self.priorities.set_priorities(priorities)
 
@@ -290,13 +290,13 @@ class HomeRouter:
         """A query that reached the router's resolver from client_ip, parsed (None: it was malformed)."""
         return self.dns_gating.query(client_ip, query)
 
-    def dns_answer(self, learnt, client_ip: str | None = None) -> list:
+    def dns_answer(self, learnt, client_ip: str | None = None) -> list[Effect]:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
         `dnsgate.inspect_answer`): block new addresses of blocked names at once, and mark the asking
         device's connections with an app's addresses. client_ip: the device that asked (None: the
         router's own lookup), whose connections the names will name.
         """
-        effects: list = []
+        effects: list[Effect] = []
         if client_ip is not None:
             asking = self.registry.device_at(client_ip)
             for name, ip, _ in learnt:
@@ -324,10 +324,10 @@ class HomeRouter:
 
     # -- the clock
 
-    def tick(self) -> list:
+    def tick(self) -> list[Effect]:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
-        effects = []
+        effects: list[Effect] = []
         for device in self.registry.tick(now):
             self.port_binding.lease_ended(device.mac)
             effects.append(self.registry.record_lease(device, "expired"))
@@ -371,8 +371,8 @@ class HomeRouter:
             **self.controls.status_of(device.mac),
         }
 
-    def dhcp_status(self) -> list:
+    def dhcp_status(self) -> list[dict]:
         return self.registry.leases_status()
 
-    def blacklist_status(self) -> list:
+    def blacklist_status(self) -> list[str]:
         return self.registry.blacklisted()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from . import hostapd_ctrl
 from .config import CONFIG
+from .effects import Effect
 from .model import BadMac
 from .router import HomeRouter
 from .serving import TimedLock
@@ -22,7 +23,7 @@ LOG = logging.getLogger("homework.controller")
 class StationEvents:
     router: HomeRouter
     lock: TimedLock
-    _apply: Callable[[list], None]
+    _apply: Callable[[list[Effect]], None]
 
     def start_station_events(self) -> hostapd_ctrl.Authenticator:
         """The authenticator (what hostapd is told of devices, and the key file, written now as the
