@@ -44,8 +44,13 @@ from homework_controller.effects import (
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
+    Effect,
+    EffectSink,
+    LanAddressChange,
     LogRow,
-    PublishWifiKeys,
+    ResolveName,
+    RuleChange,
+    SendFrame,
     TellHousehold,
 )
 from homework_controller.errors import ApiError
@@ -272,7 +277,7 @@ WLAN, ROUTER_MAC = 1, "02:48:57:00:00:01"
 DECIDED = {"permitted": "permit", "denied": "deny", "blacklisted": "blacklist"}  # a state, and the decision making it
 
 
-class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
+class HomeOnFakeSwitch(Ws1Service, EffectSink, _ServedByAThread):
     """The controller's core (`HomeRouter`) on the controller's fake switch, serving ws.v1 by the
     controller's own path; hooks (a device joins, leaves, is copied, moves data; time passes) feed it
     events. Also reachable over HTTP under /home/ (the browser tests' hooks)."""
@@ -310,21 +315,38 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
 
     # ---- the edge: effects carried out, and its own answers
 
-    def _apply(self, effects: list, *, at_once: bool = False) -> None:
-        self.switch.apply(effects)  # rules and meters; the switch refuses what OVS would
+    def _apply(self, effects: list[Effect], *, at_once: bool = False) -> None:
         for effect in effects:
-            if isinstance(effect, AnswerDhcp):
-                self.dhcp_answers.append(effect.data)
-            elif isinstance(effect, LogRow):
-                self.hwdb.write(effect.table, effect.row)
-            elif isinstance(effect, TellHousehold):
-                self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
-            elif isinstance(effect, PublishWifiKeys):  # as the controller does: off the lock, which it takes
-                threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
-            elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-                self.authenticator.tell(effect)
-            # A frame to a device (SendFrame), a name to resolve, an address for the LAN interface: this
-            # home has no devices' sockets, upstream resolver or interfaces to carry them to.
+            self.carry_out(effect)
+
+    def change_rules(self, change: RuleChange) -> None:
+        self.switch.apply([change])  # rules and meters; the switch refuses what OVS would
+
+    def answer_dhcp(self, answer: AnswerDhcp) -> None:
+        self.dhcp_answers.append(answer.data)
+
+    def log_row(self, row: LogRow) -> None:
+        self.hwdb.write(row.table, row.row)
+
+    def tell_household(self, told: TellHousehold) -> None:
+        self.hwdb.write("Events", (told.kind, told.mac, told.message))
+
+    def publish_wifi_keys(self) -> None:  # as the controller does: off the lock, which it takes
+        threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
+
+    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None:
+        self.authenticator.tell(told)
+
+    # This home has no devices' sockets, upstream resolver or interfaces to carry these to.
+
+    def send_frame(self, frame: SendFrame) -> None:
+        pass  # a frame to a device (an ARP or neighbour answer, a router advert): no device's stack to hear it
+
+    def resolve_name(self, name: ResolveName) -> None:
+        pass  # a denied name's addresses looked up ahead: no upstream resolver here
+
+    def change_lan_addresses(self, change: LanAddressChange) -> None:
+        pass  # a gateway address or route on the router's LAN interface: no interface here
 
     def _wifi_keys(self) -> list:
         with self.lock:
