@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from . import apps, downlink, flows, qos
-from .effects import InstallRules, RemoveRules
+from .effects import Effect, InstallRules, RemoveRules
 from .model import Device
 
 # Per device, the addresses its lookups named for an app that are marked ahead; the least recently
@@ -56,9 +56,9 @@ class AheadMarks:
         """Whether the switch holds marks of the device's own (`flows.marks_cookie`)."""
         return mac in self.named or mac in self.sockets or self._demoted(mac)
 
-    def switch_ready(self, devices: list[Device]) -> list:
+    def switch_ready(self, devices: list[Device]) -> list[Effect]:
         """The switch holds nothing: the ports' marks, and the devices' own (those that have any)."""
-        effects: list = [InstallRules(tuple(self.port_marks()))]
+        effects: list[Effect] = [InstallRules(tuple(self.port_marks()))]
         for device in devices:
             effects += self.marks_of(device)
         return effects
@@ -67,7 +67,7 @@ class AheadMarks:
         """Every device's connections on an app's service ports, marked for the household's priority."""
         return flows.port_marks(self.app_table.ports, self._household_priority, qos.mark_actions, self.ipv6)
 
-    def name_answered(self, device: Device, address: str, app: str) -> list:
+    def name_answered(self, device: Device, address: str, app: str) -> list[Effect]:
         """The resolver told the device an address for a name of `app`: its connections with it are
         marked now, before the first one opens."""
         change = _remember(self.named.setdefault(device.mac, OrderedDict()), address, app, MAX_NAMED_PER_DEVICE)
@@ -76,7 +76,7 @@ class AheadMarks:
         mark = qos.mark_actions(self._priority(device, app))
         return [InstallRules(tuple(flows.name_marks(device, address, mark, self._prefixes_of(device.mac))))]
 
-    def socket_named(self, device: Device, proto: int, port: int, app: str) -> list:
+    def socket_named(self, device: Device, proto: int, port: int, app: str) -> list[Effect]:
         """The device's agent named the program behind a socket with no far end (proto, its port): what
         it sends from there and what comes back is marked for that program's app from now on."""
         sockets = self.sockets.setdefault(device.mac, OrderedDict())
@@ -86,7 +86,7 @@ class AheadMarks:
         mark = qos.mark_actions(self._priority(device, app))
         return [InstallRules(tuple(flows.socket_marks(device, proto, port, mark, self._prefixes_of(device.mac))))]
 
-    def marks_of(self, device: Device) -> list:
+    def marks_of(self, device: Device) -> list[Effect]:
         """The device's own marks, made afresh: the addresses its lookups named, the sockets its agent named
         and, while it is over its share of High, its High apps' ports at Medium."""
         prefixes = self._prefixes_of(device.mac)
@@ -99,18 +99,18 @@ class AheadMarks:
             high = {app for app in self.app_table.ports.values() if self._household_priority(app) == qos.HIGH}
             medium = qos.mark_actions(qos.MEDIUM)
             rules += flows.demoted_port_marks(device, self.app_table.ports, high, medium, prefixes)
-        effects: list = [RemoveRules(flows.marks_cookie(device.mac))]
+        effects: list[Effect] = [RemoveRules(flows.marks_cookie(device.mac))]
         if rules:
             effects.append(InstallRules(tuple(rules)))
         return effects
 
     def priorities_changed(
         self, changed: set[str], ports_before: frozenset, device_of: Callable[[str], Device]
-    ) -> list:
+    ) -> list[Effect]:
         """The household changed these apps' priorities: the ports' marks (if they changed: between the two
         a connection on these ports is Normal for a moment, as a miss is), and each device's own that
         name one of them."""
-        effects: list = []
+        effects: list[Effect] = []
         ports_now = self.port_marks()
         if ports_now != ports_before:
             effects += [RemoveRules(flows.PORT_MARKS_COOKIE), InstallRules(tuple(ports_now))]

@@ -124,7 +124,7 @@ def _dispatch(call, verb: str, path: str, query: dict, environ: dict) -> tuple[i
         args = [*args, sent]
     try:
         role = authority.role_of(environ.get("HTTP_X_HOMEWORK_ROLE"))
-        return 200, call(op.call, *args, role=role)
+        return 200, call(op.name, *args, role=role)
     except BadMac as exc:
         return 400, {"error": str(exc)}
     except ApiError as exc:

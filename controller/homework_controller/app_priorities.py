@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from . import apps, flows, qos
 from .ahead_marks import AheadMarks
-from .effects import InstallRules, LogRow, ModifyRules, TellHousehold
+from .effects import Effect, InstallRules, LogRow, ModifyRules, TellHousehold
 from .model import Device
 
 LOG = logging.getLogger(__name__)
@@ -72,12 +72,12 @@ class AppPriorities:
         self.demoted.pop(mac, None)
         self.ahead.forget(mac)
 
-    def switch_ready(self) -> list:
+    def switch_ready(self) -> list[Effect]:
         """The switch holds nothing: the marks decided ahead, all of them."""
         marked = self.ahead.named.keys() | self.ahead.sockets.keys() | self.demoted.keys()
         return self.ahead.switch_ready([self._device_of(mac) for mac in sorted(marked)])
 
-    def name_answered(self, device: Device, client_ip: str, address: str) -> list:
+    def name_answered(self, device: Device, client_ip: str, address: str) -> list[Effect]:
         """The resolver told the device (asking from client_ip) an address for a name: if its names are
         an app's, the device's connections with it are marked now, before the first one is opened."""
         app = self.names.app_of(client_ip, address)
@@ -87,9 +87,9 @@ class AppPriorities:
         """The device's rules left the switch: its learnt flows with them."""
         self.flows_of.pop(mac, None)
 
-    def tick(self, now: float) -> list:
+    def tick(self, now: float) -> list[Effect]:
         """Devices whose demotion ended: their High flows are High again."""
-        effects: list = []
+        effects: list[Effect] = []
         for mac in [m for m, until in self.demoted.items() if until <= now]:
             del self.demoted[mac]
             device = self._device_of(mac)
@@ -128,7 +128,9 @@ class AppPriorities:
         self.flows_of.setdefault(device.mac, {})[flow] = info
         return flows.learnt_flow_rule(device, flow, qos.mark_actions(info.priority))
 
-    def decide_from_records(self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float, may_rule) -> list:
+    def decide_from_records(
+        self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float, may_rule
+    ) -> list[Effect]:
         """The connections in the switch's records this poll that need a rule of their own: named by an
         agent, or judged by their rate (over this poll and the last), where that differs from their mark
         ahead. may_rule(mac, flow): whether the device may have one more (its flow budget)."""
@@ -159,7 +161,7 @@ class AppPriorities:
         for known in self.flows_of.values():
             known.pop(flow, None)
 
-    def poll(self, rows: list[LogRow], may_rule=None) -> list:
+    def poll(self, rows: list[LogRow], may_rule=None) -> list[Effect]:
         """This poll's Flows rows: AppTimeseries rows, flows judged by their rate, High over a device's share.
         may_rule: the rows are the switch's records, and a connection in them may get a rule of its own
         (`decide_from_records`) if the device's budget allows."""
@@ -171,7 +173,7 @@ class AppPriorities:
         # 1,000 directions a device, under the lock).
         moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
         placed = {flow: self._device_and_side(flow) for flow in moved}
-        effects: list = self.app_rows(rows, placed)
+        effects: list[Effect] = [*self.app_rows(rows, placed)]
         if interval > 0:
             effects += self._judge_behaviour(moved, interval) + self._cap_high_per_device(moved, placed, interval)
             if may_rule is not None:
@@ -261,7 +263,7 @@ class AppPriorities:
             classified[key] = self._classify(device, flow, conn=conn)[0]
         return classified[key]
 
-    def remark(self, device: Device, flows_of_device=None) -> list:
+    def remark(self, device: Device, flows_of_device=None) -> list[Effect]:
         """Reclassify the device's learnt flows (or those given) and re-mark those whose priority changed.
 
         The switch keeps each rule's counters (OFPFC_MODIFY_STRICT), so accounting carries on."""
@@ -280,7 +282,7 @@ class AppPriorities:
                 changed.append(flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)))
         return [ModifyRules(tuple(changed))] if changed else []
 
-    def set_priorities(self, priorities: dict[str, str]) -> list:
+    def set_priorities(self, priorities: dict[str, str]) -> list[Effect]:
         """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
         changed = {app for app, priority in priorities.items() if self.chosen.get(app) != priority}
         ports_before = self.ahead.port_marks()
@@ -317,9 +319,9 @@ class AppPriorities:
             for flow, info in known.items()
         ]
 
-    def _judge_behaviour(self, moved: dict[flows.FiveTuple, tuple], interval: float) -> list:
+    def _judge_behaviour(self, moved: dict[flows.FiveTuple, tuple], interval: float) -> list[Effect]:
         """Flows nothing else names are judged by their rate over the last two polls."""
-        effects: list = []
+        effects: list[Effect] = []
         for mac, known in self.flows_of.items():
             device = self._device_of(mac)
             changed = []
@@ -337,7 +339,7 @@ class AppPriorities:
                 effects += self.remark(device, changed)
         return effects
 
-    def _cap_high_per_device(self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float) -> list:
+    def _cap_high_per_device(self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float) -> list[Effect]:
         """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium
         (those with rules of their own and those marked ahead)."""
         high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
@@ -346,7 +348,7 @@ class AppPriorities:
             if device is None or self._mark_of(device, flow, conn) != qos.HIGH:
                 continue
             high.setdefault(device.mac, [0, 0])[0 if conn is flow else 1] += nbytes
-        effects: list = []
+        effects: list[Effect] = []
         for mac, (up, down) in high.items():
             why = qos.over_device_share(self.qos, up, down, interval)
             if why is None or mac in self.demoted:

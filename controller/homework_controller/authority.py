@@ -1,5 +1,5 @@
 """Who may do what, decided in one place (issue 39): every ws.v1 operation, for each role, and the target's
-states in which that role is refused it, as data. Pure: `operations.perform` (and `ofapp.call` for the
+states in which that role is refused it, as data. Pure: `operations.perform` (and `Ws1Service.call` for the
 edge's and the radio's operations) asks `refusal` before anything runs, so no caller can skip it, and a
 refusal (`Forbidden`, 403, with its reason) changes nothing.
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from . import clones, dhcp, dhcp_wire
-from .effects import TellHousehold
+from .effects import Effect, TellHousehold
 from .model import Device, State
 
 LOG = logging.getLogger(__name__)
@@ -46,12 +46,14 @@ class CloneWatch:
 
     # -- events
 
-    def served(self, req: dhcp_wire.DhcpRequest, before: Device | None, outcome: dhcp.Outcome, now: float) -> list:
+    def served(
+        self, req: dhcp_wire.DhcpRequest, before: Device | None, outcome: dhcp.Outcome, now: float
+    ) -> list[Effect]:
         """A DHCP message was served (`dhcp.serve`): from a MAC holding a live lease but not the lease holder's
         client, it is served as the device (refusing would cut off the real one too, and the copier could
         set the address by hand), but the device's name and class stay the holder's, and it is suspected;
         a granted lease's client is the holder from now on. What the household is told."""
-        told: list = []
+        told: list[Effect] = []
         differs = self.differences(before.mac, req) if before is not None and before.lease_active(now) else []
         if differs and before is not None and outcome.device is not None:
             outcome.device = outcome.device.with_(hostname=before.hostname, vendor_class=before.vendor_class)
@@ -84,7 +86,7 @@ class CloneWatch:
         # After a restart the first sender is taken for the holder.
         return clones.differences(self.fingerprints.setdefault(mac, seen), seen)
 
-    def suspect(self, mac: str, differs: list[str], label: str) -> list[TellHousehold]:
+    def suspect(self, mac: str, differs: list[str], label: str) -> list[Effect]:
         """Shown in the device's status until the household decides about it; the household told now (at
         most every few minutes). label: what the household calls the device."""
         now = self.clock()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from . import dnsgate
 from .clone_watch import CloneWatch
 from .dns_gating import DnsGating
-from .effects import AuthenticatorDeny, ResolveName
+from .effects import AuthenticatorDeny, Effect, ResolveName
 from .errors import ApiError, DeviceBlocked, UnknownDevice
 from .household_controls import HouseholdControls
 from .model import Device, State, normalize_mac
@@ -49,20 +49,20 @@ class HouseholdDecisions:
 
     # -- admission
 
-    def permit(self, mac: str) -> list:
+    def permit(self, mac: str) -> list[Effect]:
         return self._decide(self._not_blocked(self.known(mac)), State.PERMITTED)
 
-    def deny(self, mac: str) -> list:
+    def deny(self, mac: str) -> list[Effect]:
         return self._decide(self._not_blocked(self.known(mac)), State.DENIED)
 
-    def whitelist(self, mac: str) -> list:
+    def whitelist(self, mac: str) -> list[Effect]:
         """Admit a device, seen or not yet, without asking; lifts a blacklisting."""
         return self._decide(self._seen_or_not(mac), State.PERMITTED)
 
-    def blacklist(self, mac: str) -> list:
+    def blacklist(self, mac: str) -> list[Effect]:
         return self._decide(self._seen_or_not(mac), State.BLACKLISTED)
 
-    def rename(self, mac: str, name: str) -> list:
+    def rename(self, mac: str, name: str) -> list[Effect]:
         """What the household calls the device ("Grandma's iPad"); empty clears it."""
         device = self.known(mac)
         name = "".join(ch for ch in name if ch.isprintable()).strip()
@@ -84,7 +84,7 @@ class HouseholdDecisions:
         mac = normalize_mac(mac)
         return self.devices.get(mac) or Device(mac=mac, first_seen=self.clock())
 
-    def _decide(self, device: Device, state: State) -> list:
+    def _decide(self, device: Device, state: State) -> list[Effect]:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
         self.clone_watch.household_decided(device.mac)
         self.port_binding.household_decided(device.mac)  # where it was last seen is its own port now
@@ -95,50 +95,50 @@ class HouseholdDecisions:
 
     # -- the household's controls: pauses, bedtimes, allowances
 
-    def pause(self, mac: str) -> list:
+    def pause(self, mac: str) -> list[Effect]:
         return self._change(mac, self.controls.pause)
 
-    def pause_for(self, mac: str, duration: str) -> list:
+    def pause_for(self, mac: str, duration: str) -> list[Effect]:
         return self._change(mac, self.controls.pause_for, duration)
 
-    def resume(self, mac: str, bedtime: bool = True) -> list:
+    def resume(self, mac: str, bedtime: bool = True) -> list[Effect]:
         """bedtime: whether tonight's bedtime is lifted too (only for whoever may change the schedule:
         `authority.KEYWORDS`); without, a pause ends and a running bedtime holds the device still."""
         device = self.known(mac)
         self.controls.resume(device.mac, bedtime)
         return self.rules.reconcile(device)
 
-    def set_schedule(self, mac: str, text: str) -> list:
+    def set_schedule(self, mac: str, text: str) -> list[Effect]:
         return self._change(mac, self.controls.set_schedule, text)
 
-    def set_allowance(self, mac: str, amount: str) -> list:
+    def set_allowance(self, mac: str, amount: str) -> list[Effect]:
         return self._change(mac, self.controls.set_allowance, amount)
 
-    def grant_bonus(self, mac: str, amount: str) -> list:
+    def grant_bonus(self, mac: str, amount: str) -> list[Effect]:
         return self._change(mac, self.controls.grant_bonus, amount)
 
     # -- shared allowances (a person's devices together)
 
-    def set_shared_allowance(self, name: str, amount: str) -> list:
+    def set_shared_allowance(self, name: str, amount: str) -> list[Effect]:
         return self._reconcile_all(self.controls.set_shared_allowance(name, amount))
 
-    def share_allowance(self, name: str, macs: str) -> list:
+    def share_allowance(self, name: str, macs: str) -> list[Effect]:
         """macs: the devices that share it, comma-separated (empty: none). Only devices the router knows
         can share one (the web UI names every device a person owns; those not seen yet are left out)."""
         wanted = {normalize_mac(m) for m in macs.split(",") if m.strip()}
         return self._reconcile_all(self.controls.share_allowance(name, sorted(m for m in wanted if m in self.devices)))
 
-    def grant_shared_bonus(self, name: str, amount: str) -> list:
+    def grant_shared_bonus(self, name: str, amount: str) -> list[Effect]:
         return self._reconcile_all(self.controls.grant_shared_bonus(name, amount))
 
-    def _reconcile_all(self, macs: set[str]) -> list:
-        effects: list = []
+    def _reconcile_all(self, macs: set[str]) -> list[Effect]:
+        effects: list[Effect] = []
         for mac in sorted(macs):
             if (device := self.devices.get(mac)) is not None:
                 effects += self.rules.reconcile(device)
         return effects
 
-    def _change(self, mac: str, change: Callable[..., None], *args: str) -> list:
+    def _change(self, mac: str, change: Callable[..., None], *args: str) -> list[Effect]:
         """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""
         device = self.known(mac)
         change(device.mac, *args)
@@ -146,16 +146,16 @@ class HouseholdDecisions:
 
     # -- DNS rules
 
-    def deny_dns(self, mac: str, domain: str) -> list:
+    def deny_dns(self, mac: str, domain: str) -> list[Effect]:
         return self._set_dns_rule(mac, domain, dnsgate.DENY)
 
-    def permit_dns(self, mac: str, domain: str) -> list:
+    def permit_dns(self, mac: str, domain: str) -> list[Effect]:
         return self._set_dns_rule(mac, domain, dnsgate.ALLOW)
 
     def dns_rules_of(self, mac: str) -> list[dict]:
         return self.dns_gating.rules_of(self.known(mac).mac)
 
-    def _set_dns_rule(self, mac: str, domain: str, action: str) -> list:
+    def _set_dns_rule(self, mac: str, domain: str, action: str) -> list[Effect]:
         device = self.known(mac)
         domain, new = self.dns_gating.set_rule(device.mac, domain, action)
         lifted = self.dns_gating.recompute(device.mac)

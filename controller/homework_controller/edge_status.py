@@ -57,6 +57,3 @@ def counters(app: HomeworkController) -> dict:
         lock_long_holds=[[round(ended, 3), round(held * 1000, 2), by] for ended, held, by in list(app.lock.long_holds)],
         **app.dns.counters,
     )
-
-
-ANSWERS = {"health": health, "counters": counters}  # the operations that answer "edge" (operations.py)

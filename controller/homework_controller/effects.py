@@ -5,7 +5,9 @@ Plain values, so the core and its concerns are tested without a switch, a socket
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import assert_never
 
 from . import flows
 from .model import Subnet
@@ -162,3 +164,88 @@ class RemoveIpv6Route:
     """A device's route withdrawn, run out, or gone with the device's forwarding: off the LAN interface."""
 
     prefix: str
+
+
+# A change to the switch's rules and meters, in the order decided (`held.py` may hold them behind DHCP answers).
+RuleChange = InstallRules | ModifyRules | RemoveRules | InstallMeter | RemoveMeter
+# A change to the router's own addresses and routes on the LAN interface (`lan_addresses.py`'s thread).
+LanAddressChange = (
+    AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway | AddIpv6Route | RemoveIpv6Route | ForgetNeighbours
+)
+# Every effect the core answers with (`DnsVerdict` is an answer to the resolver, not an effect).
+Effect = (
+    RuleChange
+    | SendFrame
+    | AnswerDhcp
+    | LanAddressChange
+    | AuthenticatorDeny
+    | AuthenticatorKick
+    | PublishWifiKeys
+    | ResolveName
+    | TellHousehold
+    | LogRow
+)
+
+
+class EffectSink(ABC):
+    """Where effects are carried out: the os-ken app (`ofapp`), over the real switch and the kernel, and the
+    web UI's test stack, over the fake switch. `carry_out` says once which method each kind of effect goes
+    to; mypy proves every kind has one (`assert_never`), and each sink defines every method (an effect it
+    has nowhere to carry is a no-op there that says why)."""
+
+    def carry_out(self, effect: Effect) -> None:
+        match effect:  # a DHCP storm's effects first: they are carried out for every message of it
+            case AnswerDhcp():
+                self.answer_dhcp(effect)
+            case LogRow():
+                self.log_row(effect)
+            case TellHousehold():
+                self.tell_household(effect)
+            case InstallRules() | ModifyRules() | RemoveRules() | InstallMeter() | RemoveMeter():
+                self.change_rules(effect)
+            case SendFrame():
+                self.send_frame(effect)
+            case AuthenticatorDeny() | AuthenticatorKick():
+                self.tell_authenticator(effect)
+            case (
+                AddGatewayAddress()
+                | AddIpv6Gateway()
+                | RemoveIpv6Gateway()
+                | AddIpv6Route()
+                | RemoveIpv6Route()
+                | ForgetNeighbours()
+            ):
+                self.change_lan_addresses(effect)
+            case ResolveName():
+                self.resolve_name(effect)
+            case PublishWifiKeys():
+                self.publish_wifi_keys()
+            case _:
+                assert_never(effect)
+
+    @abstractmethod
+    def change_rules(self, change: RuleChange) -> None: ...
+
+    @abstractmethod
+    def send_frame(self, frame: SendFrame) -> None: ...
+
+    @abstractmethod
+    def answer_dhcp(self, answer: AnswerDhcp) -> None: ...
+
+    @abstractmethod
+    def change_lan_addresses(self, change: LanAddressChange) -> None: ...
+
+    @abstractmethod
+    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None: ...
+
+    @abstractmethod
+    def publish_wifi_keys(self) -> None: ...
+
+    @abstractmethod
+    def resolve_name(self, name: ResolveName) -> None: ...
+
+    @abstractmethod
+    def tell_household(self, told: TellHousehold) -> None: ...
+
+    @abstractmethod
+    def log_row(self, row: LogRow) -> None: ...

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from . import packets
-from .effects import AnswerDhcp, InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules
+from .effects import AnswerDhcp, Effect, RuleChange
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
 from .router import HomeRouter
@@ -35,16 +35,13 @@ def queue_key(eth_src: str, known: Callable[[str], bool], from_router: bool = Fa
     return eth_src if known(eth_src) else NEWCOMERS
 
 
-RULE_EFFECTS = (InstallRules, ModifyRules, RemoveRules, InstallMeter, RemoveMeter)
-
-
 class FairServing:
     router: HomeRouter
     lock: TimedLock
     from_devices: FairQueue
     from_devices_ready: threading.Event
     held_rules: HeldChanges
-    _carry_out: Callable[[object], None]
+    carry_out: Callable[[Effect], None]  # `effects.EffectSink`'s
 
     def _queue(
         self, frame: packets.Frame, decide, answers_first: bool = False, from_router: bool = False, asked: str = ""
@@ -94,16 +91,18 @@ class FairServing:
                 self._send_held_rules(self.held_rules.per_turn)
             return turn
 
-    def _waits_for_rules(self, mac: str, effects: list) -> bool:
+    def _waits_for_rules(self, mac: str, effects: list[Effect]) -> bool:
         """Whether the answer in `effects` waits for rule changes: an ACK that lets the device use its address
         (its first DNS query must find its rules), if it brings some or some its frames brought are held. Not
         otherwise: a forwarding device's renewal changes none of its rules, and sending every change held behind
         a storm's answers first held the lock 780 ms and delayed its answer as long (issue 39)."""
         if not any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects):
             return False
-        return any(isinstance(e, RULE_EFFECTS) for e in effects) or self.held_rules.holds_from(mac)
+        return any(isinstance(e, RuleChange) for e in effects) or self.held_rules.holds_from(mac)
 
-    def _apply(self, effects: list, *, answers_first: bool = False, at_once: bool = False, source: str = "") -> None:
+    def _apply(
+        self, effects: list[Effect], *, answers_first: bool = False, at_once: bool = False, source: str = ""
+    ) -> None:
         """Carry out the router's effects. Rule and meter changes reach the switch in the order
         they were decided: answers_first (devices are waiting) holds them back behind the answers
         (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
@@ -111,17 +110,17 @@ class FairServing:
         sends everything held and then its own, if it brings any (else nothing held need go first: a
         decision or a DNS answer that changes no rule is not held up by a storm's changes). source: the MAC
         whose frame brought the effects."""
-        if at_once and any(isinstance(e, RULE_EFFECTS) for e in effects):
+        if at_once and any(isinstance(e, RuleChange) for e in effects):
             self._send_held_rules()
         hold = answers_first or bool(self.held_rules)
         for effect in effects:
-            if hold and isinstance(effect, RULE_EFFECTS):
+            if hold and isinstance(effect, RuleChange):
                 self.held_rules.hold(effect, source)
             else:
-                self._carry_out(effect)
+                self.carry_out(effect)
         if self.held_rules and not answers_first:
             self.from_devices_ready.set()  # the worker sends them
 
     def _send_held_rules(self, limit: int | None = None) -> None:
         for effect in self.held_rules.take(limit):
-            self._carry_out(effect)
+            self.carry_out(effect)

@@ -15,7 +15,7 @@ from . import flows, packets, qos
 from .accounting import Accounting, RuleCounters
 from .agent_reports import AgentReport, AgentReportBook
 from .app_priorities import AppPriorities
-from .effects import InstallRules
+from .effects import Effect, InstallRules
 from .household_controls import HouseholdControls
 from .reconciler import Reconciler
 from .registry import DeviceRegistry
@@ -31,7 +31,7 @@ class FlowEvents:
     agent_reports: AgentReportBook
     controls: HouseholdControls
 
-    def on_flow_copy(self, in_port, frame: packets.Frame) -> list:
+    def on_flow_copy(self, in_port, frame: packets.Frame) -> list[Effect]:
         """A packet of a flow with no counting rule yet, copied to the controller while it is
         forwarded: count it here (a connection may end before its rule is in place) and give
         the flow a rule of its own, within the device's budget."""
@@ -50,7 +50,7 @@ class FlowEvents:
         priority = self.priorities.learn_flow(device, flow)
         return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
 
-    def on_flow_counters(self, counted: list[RuleCounters]) -> list:
+    def on_flow_counters(self, counted: list[RuleCounters]) -> list[Effect]:
         """The accounting table's counters at a poll (keyed off the lock: `accounting.rule_counters`) ->
         Flows rows with what each flow did since the last poll, the apps' rows and judgements, and what
         devices used of their allowances."""
@@ -73,7 +73,7 @@ class FlowEvents:
             elif (device := self.registry.device_at(flow.daddr)) is not None:
                 self.accounting.exported(device.mac, flow, False, pkts, nbytes)
 
-    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list:
+    def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list[Effect]:
         """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
         flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
         if flow is not None:
@@ -81,23 +81,23 @@ class FlowEvents:
         used = self.accounting.usage_at_removal(priority, match, pkts, nbytes)
         return rows + self.priorities.app_rows(rows) + self._count_usage(used)
 
-    def agent_reported(self, reports: list[AgentReport]) -> list:
+    def agent_reported(self, reports: list[AgentReport]) -> list[Effect]:
         """End-host agents said which program owns connections (each of its own device's:
         `AgentReportBook.record_all`): the flows of the devices spoken for are marked again."""
         devices, ignored = self.agent_reports.record_all(reports, self.registry.forwarding_at)
         self.counters["agent_reports_ignored"] += ignored
-        effects: list = []
+        effects: list[Effect] = []
         for device in devices:
             effects += self.priorities.remark(device)
         if self.accounting.from_export:
             effects += self._decide_reported(reports)
         return effects
 
-    def _decide_reported(self, reports: list[AgentReport]) -> list:
+    def _decide_reported(self, reports: list[AgentReport]) -> list[Effect]:
         """With the switch's records (nothing copied to the controller): a connection an agent named gets a
         rule of its own now, both ways, if its app's priority is not the mark it has ahead; a socket with no
         far end (an unconnected UDP socket: a call's media) is marked, both ways, whatever it talks to."""
-        effects: list = []
+        effects: list[Effect] = []
         rules = []
         for report in reports:
             device = self.registry.forwarding_at(report.saddr)
@@ -115,7 +115,7 @@ class FlowEvents:
                     rules.append(self.priorities.ruled(device, flow, info))
         return effects + ([InstallRules(tuple(rules))] if rules else [])
 
-    def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list:
+    def _count_usage(self, forwarded: list[tuple[str, str, int]]) -> list[Effect]:
         """What the switch's counters say each device moved ((source, destination, bytes) per rule)
         counts against its allowance; one that runs out is paused now (its rules, not at the next tick)."""
         used: dict[str, int] = {}
@@ -124,11 +124,11 @@ class FlowEvents:
             device = registry.by_ip(saddr) or registry.by_ip(daddr) or registry.forwarding_at_v6(saddr, daddr)
             if device is not None:
                 used[device.mac] = used.get(device.mac, 0) + nbytes
-        effects: list = []
+        effects: list[Effect] = []
         changed = {}
         for mac in self.controls.count(used):
             device = self.registry.devices.get(mac)
             if device is not None:
                 effects += self.rules.reconcile(device)
                 changed[mac] = device.label
-        return effects + self.controls.used_up(changed)
+        return [*effects, *self.controls.used_up(changed)]

@@ -15,6 +15,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .effects import RuleChange
+
 ANSWER, SEND = "answer", "send"
 
 
@@ -34,7 +36,7 @@ class HeldChanges:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.max_age_s, self.quiet_s, self.per_turn, self.clock = max_age_s, quiet_s, per_turn, clock
-        self._held: deque[tuple[float, object, str]] = deque()  # (when decided, change, whose frame brought it)
+        self._held: deque[tuple[float, RuleChange, str]] = deque()  # (when decided, change, whose frame brought it)
         self._from: Counter[str] = Counter()  # how many held changes each device's frames brought
         self._answered_last = False
         self._last_answer_at = float("-inf")
@@ -42,7 +44,7 @@ class HeldChanges:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, change: object, source: str = "") -> None:
+    def hold(self, change: RuleChange, source: str = "") -> None:
         """source: the MAC whose frame brought the change ("": none did)."""
         self._held.append((self.clock(), change, source))
         self._from[source] += 1
@@ -55,7 +57,7 @@ class HeldChanges:
         """A DHCP frame is being answered now: the devices are not quiet."""
         self._last_answer_at = self.clock()
 
-    def take(self, limit: int | None = None) -> list:
+    def take(self, limit: int | None = None) -> list[RuleChange]:
         """The oldest held changes, in the order they were decided (all of them without a limit)."""
         count = len(self._held) if limit is None else min(limit, len(self._held))
         taken = [self._held.popleft() for _ in range(count)]

@@ -53,6 +53,7 @@ from .border_routes import BorderRoutes, Change, refusal
 from .effects import (
     AddIpv6Gateway,
     AddIpv6Route,
+    Effect,
     ForgetNeighbours,
     InstallRules,
     RemoveIpv6Gateway,
@@ -247,7 +248,7 @@ class Ipv6Addresses:
 
     # -- the lifecycle
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list:
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
         self.router_mac = router_mac
         return [InstallRules(tuple(flows_v6.base_rules(access_ports)))]
 
@@ -358,11 +359,11 @@ class Ipv6Addresses:
 
     # -- effects
 
-    def changes(self, device: Device, wanted: flows.DeviceRules | None) -> list:
+    def changes(self, device: Device, wanted: flows.DeviceRules | None) -> list[Effect]:
         """What goes with the device's new IPv4 rule set (installed after its cookie's delete): its IPv6
         rules, gateway addresses for new /64s, and an advert if what it should hear changed."""
         prefixes = self.prefixes_of(device, wanted is not None and wanted.forwarding)
-        effects: list = self._kernel_routes()  # a device that stopped forwarding took its routes with it
+        effects: list[Effect] = self._kernel_routes()  # a device that stopped forwarding took its routes with it
         if wanted is None:
             return effects
         rules = flows_v6.device_rules(device, wanted, prefixes, self.routes.of(device.mac))
@@ -380,7 +381,7 @@ class Ipv6Addresses:
             effects += self._send_advert(device.mac, advert, now, wanted.own_ports)
         return effects
 
-    def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list:
+    def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list[Effect]:
         """A solicitation from a device (device: its record, None if unknown) or from the router's stack
         (in_port LOCAL): the advert it asks for, or the neighbour advert for its target."""
         if in_port == flows.LOCAL:
@@ -398,7 +399,7 @@ class Ipv6Addresses:
         frame = nd.neighbour_advert(self.router_mac, device.mac, sol.target, sol.src, True, self.router_mac)
         return [SendFrame(in_port, frame)]
 
-    def _answer_for_device(self, sol: nd.Solicitation) -> list:
+    def _answer_for_device(self, sol: nd.Solicitation) -> list[Effect]:
         """The router's stack asks where an address in a device's /64 is: at that device (every address of
         the /64 is the device's own), if it forwards. Never for the router's own gateway addresses."""
         if sol.kind != nd.NEIGHBOUR_SOLICITATION or sol.src == nd.UNSPECIFIED:
@@ -417,7 +418,7 @@ class Ipv6Addresses:
         frame = nd.neighbour_advert(mac, sol.eth_src, sol.target, sol.src, False, mac)
         return [SendFrame(flows.LOCAL, frame), *self._answered_for(mac, sol.target, behind_route)]
 
-    def _answered_for(self, mac: str, address: str, behind_route: bool) -> list:
+    def _answered_for(self, mac: str, address: str, behind_route: bool) -> list[Effect]:
         """The stack was told `address` is at the device: the address it may forget now (least recently asked
         for, beyond the device's bound), if any."""
         answered = self.answered.setdefault((mac, behind_route), OrderedDict())
@@ -441,7 +442,7 @@ class Ipv6Addresses:
             del self.deprecated[mac]
         return tuple(sorted(old.items()))
 
-    def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list:
+    def _send_advert(self, mac: str, advert: Advert, now: float, ports: tuple[int, ...]) -> list[Effect]:
         self.advertised[mac] = (advert, now, ports)
         lifetimes = tuple((prefix, *self.plan.lifetimes_of(prefix, now)) for prefix in advert.prefixes)
         deprecated = tuple((prefix, max(0, int(until - now))) for prefix, until in advert.deprecated)
@@ -478,10 +479,10 @@ class Ipv6Addresses:
         """The devices whose offered routes ran out (their rules are to be redone)."""
         return self.routes.expire(now)
 
-    def readvertise(self, now: float) -> list:
+    def readvertise(self, now: float) -> list[Effect]:
         """Each forwarding device whose advert is due (what it would say changed, or it is ADVERT_INTERVAL_S
         old) hears it now, out of the ports its last one went."""
-        effects: list = []
+        effects: list[Effect] = []
         for mac, (advert, _, ports) in list(self.advertised.items()):
             if advert.prefixes:
                 due = self.advert_due(mac, advert.prefixes, now)
@@ -489,21 +490,21 @@ class Ipv6Addresses:
                     effects += self._send_advert(mac, due, now, ports)
         return effects
 
-    def _kernel_routes(self) -> list:
+    def _kernel_routes(self) -> list[Effect]:
         """The router's stack routes each honoured route on the LAN interface (its neighbour solicitations
         there are answered with the offering device's MAC), and no longer one that went."""
         wanted = self.routes.all()
         added, gone = sorted(wanted - self.kernel_routes), sorted(self.kernel_routes - wanted)
         self.kernel_routes = wanted
-        return [AddIpv6Route(prefix) for prefix in added] + [RemoveIpv6Route(prefix) for prefix in gone]
+        return [*(AddIpv6Route(prefix) for prefix in added), *(RemoveIpv6Route(prefix) for prefix in gone)]
 
-    def tick(self, now: float) -> list:
+    def tick(self, now: float) -> list[Effect]:
         """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S, or sooner when what it
         would hear changed (a pending one's lifetime-0 advert is sent only when it asks); the router's ::1s
         in /64s of an earlier delegated prefix go once no device may use them."""
         return self.readvertise(now) + self._remove_old_gateways(now) + self._kernel_routes()
 
-    def _remove_old_gateways(self, now: float) -> list:
+    def _remove_old_gateways(self, now: float) -> list[Effect]:
         """Gateways of /64s outside the prefix plan (a renumbering's old ones) that no device's adverts
         still call valid: devices were told they are gone, so the router's routes for them go too (the
         ISP no longer routes them here). The plan's own /64s keep their ::1s, as IPv4 keeps gateways."""

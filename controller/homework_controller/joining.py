@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import clones, dhcp, dhcp_wire, flows, packets, port_binding
 from .clone_watch import CloneWatch
-from .effects import AuthenticatorDeny, AuthenticatorKick, PublishWifiKeys, SendFrame, TellHousehold
+from .effects import AuthenticatorDeny, AuthenticatorKick, Effect, PublishWifiKeys, SendFrame, TellHousehold
 from .errors import Conflict, UnknownDevice
 from .lifecycle import Concern, Moves
 from .lookalikes import Lookalikes, may_be_merged_into
@@ -48,7 +48,7 @@ class Joining:
     def devices(self) -> dict[str, Device]:
         return self.registry.devices
 
-    def on_dhcp(self, frame: packets.Frame) -> list:
+    def on_dhcp(self, frame: packets.Frame) -> list[Effect]:
         try:
             req = dhcp_wire.decode_request(frame.payload)
         except dhcp_wire.MalformedDhcp as exc:
@@ -62,7 +62,7 @@ class Joining:
             return []
         now = self.clock()
         before = self.devices.get(req.chaddr)
-        effects: list = []
+        effects: list[Effect] = []
         port = flows.port_of_mark(frame.eth_dst)  # the access port it asked on (None: the switch did not say)
         if port is not None and before is not None:
             rebound, moves = self._saw_on_port(before, port, now)
@@ -95,7 +95,7 @@ class Joining:
                 effects.insert(0, answer)
         return effects
 
-    def on_arp(self, in_port, frame: packets.Frame) -> list:
+    def on_arp(self, in_port, frame: packets.Frame) -> list[Effect]:
         """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
         req = frame.arp
         if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
@@ -112,11 +112,11 @@ class Joining:
         router_mac = self.switch.ports()[1]
         return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
 
-    def on_admission_copy(self, in_port, frame: packets.Frame) -> list:
+    def on_admission_copy(self, in_port, frame: packets.Frame) -> list[Effect]:
         """A frame the admission table sent the controller: a device's ARP, or a bound device's MAC on
         another access port (flows' ELSEWHERE)."""
         device = self.devices.get(frame.eth_src)
-        effects: list = []
+        effects: list[Effect] = []
         if in_port != flows.LOCAL and device is not None:
             rebound, effects = self._saw_on_port(device, in_port, self.clock())
             if rebound is None:
@@ -124,7 +124,7 @@ class Joining:
             # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is.
         return effects + (self.on_arp(in_port, frame) if frame.arp is not None else [])
 
-    def station_joined(self, mac: str, keyid: str) -> list:
+    def station_joined(self, mac: str, keyid: str) -> list[Effect]:
         """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
         mac = normalize_mac(mac)
         owner = self.passphrases.device_with(keyid)
@@ -143,7 +143,7 @@ class Joining:
         # Not the device, whose passphrase is its own: off the air, and the household told.
         return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
 
-    def merge(self, mac: str, into: str) -> list:
+    def merge(self, mac: str, into: str) -> list[Effect]:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
         passphrase of its own to say so (offered as its status' `looks_like`): moved as by `_moved`. Only
         a pending newcomer, and only into the device the router offered for it (`lookalikes`: permitted,
@@ -173,13 +173,13 @@ class Joining:
             )
         return self._moved(device, mac, "the household said it is the same device")
 
-    def _moved(self, device: Device, new_mac: str, how: str) -> list:
+    def _moved(self, device: Device, new_mac: str, how: str) -> list[Effect]:
         """The device is back under `new_mac` (a phone's private address): its record, decisions, name,
         rules, passphrase and controls follow it (a newcomer it was taken for under the new MAC goes); the
         old MAC's rules leave the switch. how: what says it is the device, for the household."""
         old_mac = device.mac
         LOG.info("%s is back as %s (%s)", old_mac, new_mac, how)
-        effects: list = []
+        effects: list[Effect] = []
         newcomer = self.devices.get(new_mac)
         if newcomer is not None:
             effects += self.rules.forget(newcomer)
@@ -215,11 +215,11 @@ class Joining:
             LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
         return True, self.rules.reconcile(device)
 
-    def _suspect_clone(self, mac: str, differs: list[str]) -> list:
+    def _suspect_clone(self, mac: str, differs: list[str]) -> list[Effect]:
         device = self.devices.get(mac)
         return self.clone_watch.suspect(mac, differs, device.label if device else mac)
 
-    def _make_room_for_a_newcomer(self) -> list:
+    def _make_room_for_a_newcomer(self) -> list[Effect]:
         """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten
         by every concern, and its meter and rules leave the switch."""
         oldest = self.newcomers.evictee(len(self.devices), self.registry.pending)

@@ -21,6 +21,7 @@ from .effects import (
     AddIpv6Gateway,
     AddIpv6Route,
     ForgetNeighbours,
+    LanAddressChange,
     RemoveIpv6Gateway,
     RemoveIpv6Route,
 )
@@ -38,7 +39,6 @@ ROUTE_PROTO = 9
 
 
 Ipv6Change = AddIpv6Gateway | RemoveIpv6Gateway | AddIpv6Route | RemoveIpv6Route | ForgetNeighbours
-LanAddressChange = AddGatewayAddress | Ipv6Change  # the effects this thread makes
 Job = Subnet | Ipv6Change
 
 

@@ -12,6 +12,7 @@ import gc
 import logging
 import threading
 from collections import Counter
+from typing import assert_never
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -41,22 +42,24 @@ from .effects import (
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
+    EffectSink,
     InstallMeter,
     InstallRules,
+    LanAddressChange,
     LogRow,
     ModifyRules,
-    PublishWifiKeys,
     RemoveMeter,
     RemoveRules,
     ResolveName,
+    RuleChange,
     SendFrame,
     TellHousehold,
 )
-from .fair_serving import NEWCOMERS, RULE_EFFECTS, FairServing
+from .fair_serving import NEWCOMERS, FairServing
 from .fairness import FairQueue
 from .held import HeldChanges
 from .hwdb_log import HwdbLog
-from .lan_addresses import LanAddressChange, LanAddresses
+from .lan_addresses import LanAddresses
 from .nd import ETH_IPV6, MalformedNd, RouterAdvert
 from .nd import parse as parse_neighbour_discovery
 from .periodic import PeriodicJobs
@@ -74,9 +77,10 @@ LOG = logging.getLogger("homework.controller")
 EXPORT_MERGE_CHUNK = 500
 
 
-class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, app_manager.OSKenApp):
+class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, EffectSink, app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    edge_answers = edge_status.ANSWERS  # ws.v1's health and counters: this app's switch, sockets and threads
+    health = edge_status.health  # ws.v1's, of this app's switch, sockets and threads
+    counters = edge_status.counters
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -288,12 +292,12 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
             # until it knows the switch (and the router's MAC), which the client's retry finds.
             self.dhcp_before_switch += 1
             return
-        self._queue(frame, self.router.on_dhcp, answers_first=True)
+        self._queue(frame, self.router.joining.on_dhcp, answers_first=True)
 
     def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
         if table == flows.TABLE_ACCOUNTING:
-            return self.router.on_flow_copy(in_port, frame)
-        return self.router.on_admission_copy(in_port, frame)
+            return self.router.flow_events.on_flow_copy(in_port, frame)
+        return self.router.joining.on_admission_copy(in_port, frame)
 
     # ---- flow accounting
 
@@ -306,7 +310,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
         counted = rule_counters(self.stats_parts)  # thousands of matches parsed before the lock is taken
         self.stats_parts = []
         with self.lock:
-            self._apply(self.router.on_flow_counters(counted))
+            self._apply(self.router.flow_events.on_flow_counters(counted))
 
     def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The collector's thread: a second's records, summed per connection direction in the collector's
@@ -314,14 +318,16 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
         items = list(totals.items())
         for start in range(0, len(items), EXPORT_MERGE_CHUNK):
             with self.lock:
-                self.router.on_flow_export(dict(items[start : start + EXPORT_MERGE_CHUNK]))
+                self.router.flow_events.on_flow_export(dict(items[start : start + EXPORT_MERGE_CHUNK]))
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     def _on_flow_removed(self, ev):
         msg = ev.msg
         with self.lock:
             self._apply(
-                self.router.on_flow_removed(msg.priority, dict(msg.match.items()), msg.packet_count, msg.byte_count)
+                self.router.flow_events.on_flow_removed(
+                    msg.priority, dict(msg.match.items()), msg.packet_count, msg.byte_count
+                )
             )
 
     # ---- DNS (the resolver's threads call in here)
@@ -350,7 +356,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
     def _on_agent_reports(self, reports: list[AgentReport]) -> None:
         for part in hwdb_feed.in_turns(reports):
             with self.lock:
-                self._apply(self.router.agent_reported(part))
+                self._apply(self.router.flow_events.agent_reported(part))
 
     def _learnt_connections(self) -> list:
         """The slice link's snapshot: taken under the lock, turned into rules and sent outside it."""
@@ -367,46 +373,53 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, a
         with self.lock:
             return self.router.ipv6.plan.delegated if self.router.ipv6 is not None else None
 
-    # ---- effects
+    # ---- effects (`EffectSink.carry_out` says which method each kind goes to)
 
-    _SWITCH_EFFECTS = (*RULE_EFFECTS, SendFrame)
-
-    def _carry_out(self, effect) -> None:
+    def change_rules(self, change: RuleChange) -> None:
         dp = self.datapath
-        if dp is None and isinstance(effect, self._SWITCH_EFFECTS):
+        if dp is None:
             return  # the switch gets the whole rule set from the router's state when it reconnects
-        # A DHCP answer's own effects first: they are carried out for every message of a storm.
-        if isinstance(effect, AnswerDhcp):
-            self.dhcp_port.send(effect.data)
-        elif isinstance(effect, LogRow):
-            self.hwdb.write(effect.table, effect.row)
-        elif isinstance(effect, TellHousehold):
-            LOG.info("event %s %s: %s", effect.kind, effect.mac, effect.message)
-            self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
-        elif isinstance(effect, InstallRules):
-            for r in effect.rules:
-                self._send(dp, openflow.flow_mod(r))
-        elif isinstance(effect, ModifyRules):
-            for r in effect.rules:
-                self._send(dp, openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT))
-        elif isinstance(effect, RemoveRules):
-            self._send(dp, openflow.delete_cookie(effect.cookie))
-        elif isinstance(effect, InstallMeter):
-            self._send(dp, openflow.add_meter(effect.band))
-        elif isinstance(effect, RemoveMeter):
-            self._send(dp, openflow.delete_meter(effect.meter_id))
-        elif isinstance(effect, SendFrame):
-            self._send(dp, openflow.packet_out(effect.port, effect.data))
-        elif isinstance(effect, LanAddressChange):
-            self.lan_addresses.change(effect)  # netlink takes milliseconds: off the packet path, in order
-        elif isinstance(effect, ResolveName):
-            self._start_thread(self._resolve, effect.domain)
-        elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-            self.authenticator.tell(effect)
-        elif isinstance(effect, PublishWifiKeys):
-            self._start_thread(self.authenticator.publish_keys)  # it takes the lock for the keys
-        else:
-            raise TypeError(f"unknown effect {effect!r}")
+        match change:
+            case InstallRules():
+                for r in change.rules:
+                    self._send(dp, openflow.flow_mod(r))
+            case ModifyRules():
+                for r in change.rules:
+                    self._send(dp, openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT))
+            case RemoveRules():
+                self._send(dp, openflow.delete_cookie(change.cookie))
+            case InstallMeter():
+                self._send(dp, openflow.add_meter(change.band))
+            case RemoveMeter():
+                self._send(dp, openflow.delete_meter(change.meter_id))
+            case _:
+                assert_never(change)
+
+    def send_frame(self, frame: SendFrame) -> None:
+        if self.datapath is not None:  # a frame for a switch that is not there is lost, as on a wire
+            self._send(self.datapath, openflow.packet_out(frame.port, frame.data))
+
+    def answer_dhcp(self, answer: AnswerDhcp) -> None:
+        self.dhcp_port.send(answer.data)
+
+    def change_lan_addresses(self, change: LanAddressChange) -> None:
+        self.lan_addresses.change(change)  # netlink takes milliseconds: off the packet path, in order
+
+    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None:
+        self.authenticator.tell(told)
+
+    def publish_wifi_keys(self) -> None:
+        self._start_thread(self.authenticator.publish_keys)  # it takes the lock for the keys
+
+    def resolve_name(self, name: ResolveName) -> None:
+        self._start_thread(self._resolve, name.domain)
+
+    def tell_household(self, told: TellHousehold) -> None:
+        LOG.info("event %s %s: %s", told.kind, told.mac, told.message)
+        self.hwdb.write("Events", (told.kind, told.mac, told.message))
+
+    def log_row(self, row: LogRow) -> None:
+        self.hwdb.write(row.table, row.row)
 
     @staticmethod
     def _send(dp, msg) -> None:

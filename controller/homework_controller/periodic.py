@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from . import flow_export, openflow, shaper, stations
 from .config import CONFIG
+from .effects import Effect
 from .hwdb_log import HwdbLog
 from .ipv6 import BadPrefix, read_delegated
 from .router import HomeRouter
@@ -29,7 +30,7 @@ class PeriodicJobs:
     hwdb: HwdbLog
     shapers: dict[str, shaper.Shaper]
     datapath: object | None
-    _apply: Callable[[list], None]
+    _apply: Callable[[list[Effect]], None]
     _send: Callable[[object, object], None]
     _delegated_error = ""  # why the prefix file was last refused, logged once
 

@@ -16,7 +16,7 @@ from . import flows
 from .accounting import Accounting
 from .app_priorities import AppPriorities
 from .dns_gating import DnsGating
-from .effects import ForgetNeighbours, InstallRules, RemoveRules
+from .effects import Effect, ForgetNeighbours, InstallRules, RemoveRules
 from .household_controls import HouseholdControls
 from .ipv6 import Ipv6Addresses
 from .lifecycle import Concern
@@ -41,12 +41,12 @@ class Reconciler:
     ipv6: Ipv6Addresses | None
     concerns: tuple[Concern, ...]  # every one: each forgets a forgotten device
 
-    def update(self, device: Device) -> list:
+    def update(self, device: Device) -> list[Effect]:
         """The device's record changed (a lease, a decision, a name): recorded, and its rules after it."""
         self.registry.record(device)
         return self.reconcile(device)
 
-    def reconcile(self, device: Device, reinstall: bool = False) -> list:
+    def reconcile(self, device: Device, reinstall: bool = False) -> list[Effect]:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
         access_ports, router_mac = self.switch.access_ports, self.switch.router_mac
         if not access_ports or router_mac is None:
@@ -76,7 +76,7 @@ class Reconciler:
             effects += self.install_blocks(device)
         return effects + self.switch.set_forwarding(device.mac, forwards, wanted, self.registry.devices.__getitem__)
 
-    def install_blocks(self, device: Device | None, ips=None) -> list:
+    def install_blocks(self, device: Device | None, ips=None) -> list[Effect]:
         """Drop rules from the device to those of ips (default: all its blocked addresses) the switch
         does not hold yet, if it forwards."""
         if device is None or not self.switch.holds_rules_of(device.mac) or not self.registry.forwarding_now(device):
@@ -85,7 +85,7 @@ class Reconciler:
         rules = self.dns_gating.block_rules(device, ips, prefixes)
         return [InstallRules(tuple(rules))] if rules else []
 
-    def forget(self, device: Device) -> list:
+    def forget(self, device: Device) -> list[Effect]:
         """Every concern forgets the device; its meter and rules leave the switch, and the router's stack
         the MAC it had for its addresses (its /30 goes to the next newcomer)."""
         effects = self.evict(device) + self.forget_neighbours(device)
@@ -93,14 +93,14 @@ class Reconciler:
             concern.forget(device.mac)
         return effects
 
-    def evict(self, device: Device) -> list:
+    def evict(self, device: Device) -> list[Effect]:
         """Its rules and meter off the switch, and its marks (what its lookups and its agent named)."""
         effects = self.switch.evict(device)
         if self.priorities.ahead.has_marks(device.mac):
             effects.append(RemoveRules(flows.marks_cookie(device.mac)))
         return effects
 
-    def forget_neighbours(self, device: Device) -> list:
+    def forget_neighbours(self, device: Device) -> list[Effect]:
         """The router's stack forgets which MAC has the device's addresses (`ForgetNeighbours`)."""
         if device.subnet is None:
             return []

@@ -20,8 +20,6 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import apps, dhcp, dnsgate, flows, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting, rule_counters
@@ -30,7 +28,7 @@ from .app_priorities import AppPriorities
 from .clone_watch import CloneWatch
 from .decisions import HouseholdDecisions
 from .dns_gating import DnsGating, Lookups
-from .effects import AuthenticatorDeny, DnsVerdict, TellHousehold
+from .effects import AuthenticatorDeny, DnsVerdict, Effect, TellHousehold
 from .errors import NotConfigured, UnknownDevice
 from .flow_events import FlowEvents
 from .household_controls import HouseholdControls
@@ -46,11 +44,6 @@ from .reconciler import Reconciler
 from .registry import DeviceRegistry
 from .store import DeviceStore
 from .switch_mirror import SwitchMirror
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-P = TypeVar("P", bound="DataclassInstance")  # a sequencing part
 
 # What the router counts of what it dropped, refused or suspected (ws.v1 `counters`, beside the edge's).
 COUNTERS = (
@@ -71,24 +64,6 @@ COUNTERS = (
 # ships, and a shipped router has its ULA /48 and the /56 its ISP delegated (documentation prefixes here).
 # A running router's plan is made from its data partition (config.Config.ipv6_plan); None: IPv6 off.
 EXAMPLE_IPV6_PLAN = PrefixPlan(ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56"))
-
-
-class Delegated:
-    """A method of `HomeRouter` that one part answers: `permit = Delegated("decisions")` in the class
-    makes `router.permit(mac)` call `router.decisions.permit(mac)`. ws.v1, the I/O edge and the tests
-    call the router; the class body says which part does the work, and that part documents it."""
-
-    def __init__(self, part: str):
-        self.part = part
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, router: object, owner: type | None = None) -> Any:
-        if router is None:
-            return self
-        return getattr(getattr(router, self.part), self.name)
 
 
 class HomeRouter:
@@ -166,23 +141,59 @@ class HomeRouter:
         # What the household said of a device follows it to a new MAC; the rest was of the old MAC.
         self.follow_the_device: tuple[Moves, ...] = (self.registry, self.dns_gating, self.passphrases, self.controls)
 
-        # The events that involve several concerns, each sequenced by one part; a part's fields name
-        # the concerns it is given (`_part`).
-        self.rules = self._part(Reconciler)
-        self.joining = self._part(Joining, lease_policy=lease_policy)
-        self.flow_events = self._part(FlowEvents)
-        self.decisions = self._part(HouseholdDecisions)
-
-    def _part(self, part: type[P], **given: Any) -> P:
-        """A sequencing part, each of its fields this router's attribute of that name (the concern, the
-        clock, the counters), unless given."""
-        return part(**{f.name: given[f.name] if f.name in given else getattr(self, f.name) for f in fields(part)})
+        # The events that involve several concerns, each sequenced by one part given the concerns it needs.
+        # ws.v1, the I/O edge and the tests call a part's methods on it: `router.decisions.permit(mac)`.
+        self.rules = Reconciler(
+            clock=clock,
+            registry=self.registry,
+            switch=self.switch,
+            controls=self.controls,
+            port_binding=self.port_binding,
+            accounting=self.accounting,
+            dns_gating=self.dns_gating,
+            priorities=self.priorities,
+            ipv6=self.ipv6,
+            concerns=self.concerns,
+        )
+        self.joining = Joining(
+            clock=clock,
+            counters=self.counters,
+            lease_policy=lease_policy,
+            rules=self.rules,
+            registry=self.registry,
+            switch=self.switch,
+            newcomers=self.newcomers,
+            clone_watch=self.clone_watch,
+            port_binding=self.port_binding,
+            passphrases=self.passphrases,
+            concerns=self.concerns,
+            follow_the_device=self.follow_the_device,
+        )
+        self.flow_events = FlowEvents(
+            counters=self.counters,
+            rules=self.rules,
+            registry=self.registry,
+            accounting=self.accounting,
+            priorities=self.priorities,
+            agent_reports=self.agent_reports,
+            controls=self.controls,
+        )
+        self.decisions = HouseholdDecisions(
+            clock=clock,
+            rules=self.rules,
+            registry=self.registry,
+            clone_watch=self.clone_watch,
+            port_binding=self.port_binding,
+            controls=self.controls,
+            dns_gating=self.dns_gating,
+            passphrases=self.passphrases,
+        )
 
     # -- switch lifecycle
 
     def switch_ready(
         self, access_ports: int | tuple[int, ...], router_mac: str, without_link: frozenset[int] = frozenset()
-    ) -> list:
+    ) -> list[Effect]:
         """The switch (re)connected: it has no rules; give it the whole rule set. access_ports: where
         devices are (one port: the radio's); without_link: those of them whose link is down."""
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
@@ -197,22 +208,16 @@ class HomeRouter:
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
         return effects
 
-    # -- a device coming onto the network (joining.py)
+    # -- a device coming onto the network: DHCP, ARP and the radio's joins are `self.joining`'s
 
-    on_dhcp = Delegated("joining")
-    on_arp = Delegated("joining")
-    on_admission_copy = Delegated("joining")
-    station_joined = Delegated("joining")
-    merge = Delegated("joining")
-
-    def access_port_link(self, port: int, up: bool) -> list:
+    def access_port_link(self, port: int, up: bool) -> list[Effect]:
         """An access port's link went up or down (a device on a port without link may move elsewhere)."""
         self.port_binding.link(port, up)
         return []
 
     # -- IPv6
 
-    def on_solicitation(self, in_port, solicitation: Solicitation) -> list:
+    def on_solicitation(self, in_port, solicitation: Solicitation) -> list[Effect]:
         """IPv6 neighbour discovery (parsed off the lock): a device's router or neighbour solicitation, or
         the router's stack looking for an address in a device's /64 (in_port LOCAL)."""
         if self.ipv6 is None:
@@ -220,7 +225,7 @@ class HomeRouter:
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
-    def on_router_advert(self, advert: RouterAdvert) -> list:
+    def on_router_advert(self, advert: RouterAdvert) -> list[Effect]:
         """A forwarding device's own router advert (parsed off the lock; the switch passes only those from
         its MAC on its own port): the routes it offers (a Thread border router's mesh, `border_routes`).
         When they change, its rules follow (reinstalled under its cookie) and the other devices hear of
@@ -229,52 +234,46 @@ class HomeRouter:
         if self.ipv6 is None or device is None:
             return []
         change = self.ipv6.offered_routes(device.mac, advert, self.clock())
-        effects: list = [TellHousehold("route", device.mac, message) for message in change.told]
+        effects: list[Effect] = [TellHousehold("route", device.mac, message) for message in change.told]
         if change.routes_changed:
             effects += self.rules.reconcile(device, reinstall=True)
             effects += self.ipv6.readvertise(self.clock())
         return effects
 
-    def give_route(self, mac: str, prefix: str) -> list:
+    def give_route(self, mac: str, prefix: str) -> list[Effect]:
         """The household gives a route's prefix (a Thread mesh's) a new owner, the device at `mac`: another
         device that offered it is refused from now on, and loses it if it holds it now (`border_routes`)."""
         device = self.decisions.known(mac)
         if self.ipv6 is None:
             raise NotConfigured("this router does not run IPv6: no device offers routes")
-        effects: list = []
+        effects: list[Effect] = []
         for other in sorted(self.ipv6.give_route(prefix, device.mac)):
             effects += self.rules.reconcile(self.devices[other], reinstall=True)
         told = f"{device.label} owns the route to {prefix.strip()} now: the household gave it"
         return [*effects, *self.ipv6.readvertise(self.clock()), TellHousehold("route", device.mac, told)]
 
-    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list:
+    def renumber(self, delegated, until: tuple[float, float] | None = None) -> list[Effect]:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
         for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
         the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
         if self.ipv6 is None:
             return []
-        effects: list = []
+        effects: list[Effect] = []
         for mac in self.ipv6.renumber(delegated, self.clock(), until):
             effects += self.rules.reconcile(self.devices[mac], reinstall=True)
             if self.priorities.ahead.has_marks(mac):
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
         return effects
 
-    # -- connections: accounting and application priorities (flow_events.py)
+    # -- connections: accounting and application priorities (copies, counters, records, agents: `self.flow_events`)
 
-    on_flow_copy = Delegated("flow_events")
-    on_flow_counters = Delegated("flow_events")
-    on_flow_export = Delegated("flow_events")
-    on_flow_removed = Delegated("flow_events")
-    agent_reported = Delegated("flow_events")
-
-    def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list:
+    def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list[Effect]:
         """The accounting table's counters, (priority, match, packets, bytes) per rule; a learnt flow is its
         5-tuple, a device's learning rule a row with protocol 0 and the far side 0.0.0.0. The edge keys
         them before it takes the lock and calls `on_flow_counters`."""
         return self.flow_events.on_flow_counters(rule_counters(entries))
 
-    def set_app_priorities(self, priorities: dict[str, str]) -> list:
+    def set_app_priorities(self, priorities: dict[str, str]) -> list[Effect]:
         """The household set apps' priorities (hwdb AppPriority, already checked): re-mark their flows now."""
         return self.priorities.set_priorities(priorities)
 
@@ -291,13 +290,13 @@ class HomeRouter:
         """A query that reached the router's resolver from client_ip, parsed (None: it was malformed)."""
         return self.dns_gating.query(client_ip, query)
 
-    def dns_answer(self, learnt, client_ip: str | None = None) -> list:
+    def dns_answer(self, learnt, client_ip: str | None = None) -> list[Effect]:
         """What an upstream answer taught ((name, address, ttl) each, read outside the lock by
         `dnsgate.inspect_answer`): block new addresses of blocked names at once, and mark the asking
         device's connections with an app's addresses. client_ip: the device that asked (None: the
         router's own lookup), whose connections the names will name.
         """
-        effects: list = []
+        effects: list[Effect] = []
         if client_ip is not None:
             asking = self.registry.device_at(client_ip)
             for name, ip, _ in learnt:
@@ -317,44 +316,18 @@ class HomeRouter:
             raise UnknownDevice(f"no device has the address {ip!r}")
         return portal.view(self._status_of(device))
 
-    # -- the household's decisions (decisions.py)
-
-    permit = Delegated("decisions")
-    deny = Delegated("decisions")
-    whitelist = Delegated("decisions")
-    blacklist = Delegated("decisions")
-    rename = Delegated("decisions")
-    pause = Delegated("decisions")
-    pause_for = Delegated("decisions")
-    resume = Delegated("decisions")
-    set_schedule = Delegated("decisions")
-    set_allowance = Delegated("decisions")
-    grant_bonus = Delegated("decisions")
-    set_shared_allowance = Delegated("decisions")
-    share_allowance = Delegated("decisions")
-    grant_shared_bonus = Delegated("decisions")
-    deny_dns = Delegated("decisions")
-    permit_dns = Delegated("decisions")
-    dns_rules_of = Delegated("decisions")
-    issue_wifi_key = Delegated("decisions")
-    revoke_wifi_key = Delegated("decisions")
-    wifi_key_of = Delegated("decisions")
-    network_named = Delegated("passphrases")
-    household_time = Delegated("controls")
+    # -- the household's decisions: `self.decisions` (and the household's time: `self.controls`)
 
     def shared_allowances(self, name: str | None = None) -> list[dict] | dict:
         """Every shared allowance (or one) with its standing today and the devices sharing it."""
         return self.controls.shared_allowances() if name is None else self.controls.shared_allowance(name)
 
-    set_time_zone = Delegated("controls")
-    set_reset_time = Delegated("controls")
-
     # -- the clock
 
-    def tick(self) -> list:
+    def tick(self) -> list[Effect]:
         """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
         now = self.clock()
-        effects = []
+        effects: list[Effect] = []
         for device in self.registry.tick(now):
             self.port_binding.lease_ended(device.mac)
             effects.append(self.registry.record_lease(device, "expired"))
@@ -398,8 +371,8 @@ class HomeRouter:
             **self.controls.status_of(device.mac),
         }
 
-    def dhcp_status(self) -> list:
+    def dhcp_status(self) -> list[dict]:
         return self.registry.leases_status()
 
-    def blacklist_status(self) -> list:
+    def blacklist_status(self) -> list[str]:
         return self.registry.blacklisted()

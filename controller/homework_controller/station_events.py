@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from . import hostapd_ctrl
 from .config import CONFIG
+from .effects import Effect
 from .model import BadMac
 from .router import HomeRouter
 from .serving import TimedLock
@@ -22,7 +23,7 @@ LOG = logging.getLogger("homework.controller")
 class StationEvents:
     router: HomeRouter
     lock: TimedLock
-    _apply: Callable[[list], None]
+    _apply: Callable[[list[Effect]], None]
 
     def start_station_events(self) -> hostapd_ctrl.Authenticator:
         """The authenticator (what hostapd is told of devices, and the key file, written now as the
@@ -53,7 +54,7 @@ class StationEvents:
     def _station_joined(self, mac: str, keyid: str, source: str) -> None:
         with self.lock:
             try:
-                self._apply(self.router.station_joined(mac, keyid))
+                self._apply(self.router.joining.station_joined(mac, keyid))
             except BadMac:
                 LOG.warning("hostapd named no station address: %r", source)
 
@@ -95,7 +96,7 @@ class StationEvents:
             LOG.warning("the network's name: %s", exc)
             return
         with self.lock:
-            self.router.network_named(ssid)
+            self.router.passphrases.network_named(ssid)
 
     def _wifi_keys(self) -> list:
         """Every device's own passphrase, for hostapd's key file."""

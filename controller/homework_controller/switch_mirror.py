@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import base_flows, flows, flows_v6
-from .effects import AddGatewayAddress, InstallMeter, InstallRules, RemoveMeter, RemoveRules
+from .effects import AddGatewayAddress, Effect, InstallMeter, InstallRules, RemoveMeter, RemoveRules
 from .model import Device
 
 
@@ -26,7 +26,7 @@ class SwitchMirror:
 
     # -- the lifecycle
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list:
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
         """The switch (re)connected and holds nothing: the newcomers' meter and the base rules first."""
         assert access_ports, "a switch without an access port has no devices"
         self.access_ports, self.router_mac = access_ports, router_mac
@@ -66,7 +66,7 @@ class SwitchMirror:
         have = self.installed.get(device.mac)
         if wanted == have and not reinstall:
             return [], False
-        effects: list = []
+        effects: list[Effect] = []
         if forwards and device.subnet and device.subnet.index not in self.gateways:
             # Only a permitted device talks to the router's own stack; a pending one gets DHCP
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
@@ -91,7 +91,7 @@ class SwitchMirror:
 
     def set_forwarding(
         self, mac: str, forwards: bool, rules: flows.DeviceRules | None, device_of: Callable[[str], Device]
-    ) -> list:
+    ) -> list[Effect]:
         """Broadcast reaches exactly the devices that forward, out of their own ports (those of its rule
         set; without one, every access port): rebuilt when that set changes, or a device's port does."""
         own_ports = rules.own_ports if rules is not None else self.access_ports
@@ -107,15 +107,15 @@ class SwitchMirror:
             wanted |= flows_v6.multicast_rules(permitted, self.forwarding.__getitem__)
         if wanted == self.broadcast:
             return []
-        effects: list = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
+        effects: list[Effect] = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
         if wanted:
             effects.append(InstallRules(tuple(wanted)))
         self.broadcast = wanted
         return effects
 
-    def evict(self, device: Device) -> list:
+    def evict(self, device: Device) -> list[Effect]:
         """A forgotten device's rules and meter off the switch."""
-        effects: list = []
+        effects: list[Effect] = []
         if device.subnet:
             meter = flows.device_meter(device).meter_id
             if self.installed.pop(device.mac, None) is not None:

@@ -9,8 +9,7 @@ host's own answers to the "edge" operations (health, counters: its switch, socke
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from . import authority, operations
 from .hostapd_ctrl import Authenticator
@@ -28,21 +27,28 @@ class Ws1Service:
     authenticator: Authenticator
     switch_ready: bool
     _apply: Callable[..., None]
-    edge_answers: Mapping[str, Callable[[Any], dict]]  # "health", "counters": called with the host
 
-    WIFI_KEY_CHANGES = ("issue_wifi_key", "revoke_wifi_key")
+    WIFI_KEY_CHANGES = ("wifi-key", "revoke-wifi-key")
+
+    def health(self) -> dict:
+        """ws.v1 `health`: the host's own state (its switch, sockets and threads) beside the router's."""
+        raise NotImplementedError
+
+    def counters(self) -> dict:
+        """ws.v1 `counters`: the router's, and the host's own (its lock's longest hold)."""
+        raise NotImplementedError
 
     def call(self, name: str, *args, role: str = authority.OWNER):
-        """Run one ws.v1 method for a role (`authority`: a refusal changes nothing); state changes reach the
-        switch (and hostapd), and the disk, before the answer."""
-        op = operations.BY_CALL[name]
+        """Run the ws.v1 operation `name` for a role (`authority`: a refusal changes nothing); state changes
+        reach the switch (and hostapd), and the disk, before the answer."""
+        op = operations.BY_NAME[name]
         if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
             authority.check(None, role, op, list(args))  # it names no device: the router is not read
-            return getattr(self.radio_settings, name)(*args)
+            return op.call(self.radio_settings, *args)
         with self.lock:
             if op.answers == "edge":
                 authority.check(None, role, op, list(args))
-                result = self.edge_answers[name](self)  # the edge's own state beside the router's
+                result = op.call(self)  # the edge's own state beside the router's
             else:
                 result = operations.perform(
                     self.router,
@@ -55,5 +61,6 @@ class Ws1Service:
         if op.decision and not self.router.store.flush():
             LOG.error("%s %s: not on the disk within the time allowed", name, args[0] if args else "")
         if name in self.WIFI_KEY_CHANGES:
+            assert isinstance(result, dict)
             result = dict(result, **self.authenticator.publish_keys())
         return result

@@ -57,9 +57,11 @@ class Clock:
 
 def lease(router, mac, client=()):
     """Join (DISCOVER, REQUEST; client: the DHCP client's own options) and return the device's address."""
-    [offer] = [e for e in router.on_dhcp(frame(mac, "discover", options=list(client))) if isinstance(e, AnswerDhcp)]
+    [offer] = [
+        e for e in router.joining.on_dhcp(frame(mac, "discover", options=list(client))) if isinstance(e, AnswerDhcp)
+    ]
     pkt, opts = reply_of(offer.data)
-    router.on_dhcp(
+    router.joining.on_dhcp(
         frame(
             mac,
             "request",
@@ -72,21 +74,23 @@ def lease(router, mac, client=()):
 def join(router, switch, mac, permit=True, client=()):
     """A device leases its /30 (and renews after a permit, as it would), every effect carried out by the
     switch; returns its address. client: the DHCP client's own options."""
-    [offer] = [e for e in router.on_dhcp(frame(mac, "discover", options=list(client))) if isinstance(e, AnswerDhcp)]
+    [offer] = [
+        e for e in router.joining.on_dhcp(frame(mac, "discover", options=list(client))) if isinstance(e, AnswerDhcp)
+    ]
     pkt, opts = reply_of(offer.data)
     ip = pkt["BOOTP"].yiaddr
     options = [("server_id", opts["server_id"]), ("requested_addr", ip), *client]
-    switch.apply(router.on_dhcp(frame(mac, "request", options=options)))
+    switch.apply(router.joining.on_dhcp(frame(mac, "request", options=options)))
     if permit:
-        switch.apply(router.permit(mac))
-        switch.apply(router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client))))
+        switch.apply(router.decisions.permit(mac))
+        switch.apply(router.joining.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client))))
     return ip
 
 
 def permitted_phone(router):
     ip = lease(router, PHONE)
-    router.permit(PHONE)
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    router.decisions.permit(PHONE)
+    router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
     return ip
 
 
@@ -128,7 +132,7 @@ def deliver(router, switch, packet, size=100):
                 dport=p[f"{prefix}_dst"] if prefix else 0,
                 size=size,
             )
-            switch.apply(router.on_flow_copy(p["in_port"], frame))
+            switch.apply(router.flow_events.on_flow_copy(p["in_port"], frame))
     return [d for d in out if d.port != flows.CONTROLLER]
 
 

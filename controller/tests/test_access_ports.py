@@ -34,16 +34,18 @@ def join_on(router, switch, mac, port, permit=True, client=()):
     """A device takes its lease on `port` (and renews after a permit, as it would); returns its address."""
     [offer] = [
         e
-        for e in router.on_dhcp(on_port(port, frame(mac, "discover", options=list(client))))
+        for e in router.joining.on_dhcp(on_port(port, frame(mac, "discover", options=list(client))))
         if isinstance(e, AnswerDhcp)
     ]
     pkt, opts = reply_of(offer.data)
     ip = pkt["BOOTP"].yiaddr
     request = frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", ip), *client])
-    switch.apply(router.on_dhcp(on_port(port, request)))
+    switch.apply(router.joining.on_dhcp(on_port(port, request)))
     if permit:
-        switch.apply(router.permit(mac))
-        switch.apply(router.on_dhcp(on_port(port, frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client)))))
+        switch.apply(router.decisions.permit(mac))
+        switch.apply(
+            router.joining.on_dhcp(on_port(port, frame(mac, "request", ciaddr=ip, src_ip=ip, options=list(client))))
+        )
     return ip
 
 
@@ -76,8 +78,8 @@ def test_a_wired_device_is_pending_and_gated_as_on_the_air_until_permitted(route
     laptop = join_on(router, switch, LAPTOP, LAN, permit=False)
     assert router.status(LAPTOP)["state"] == "pending" and router.status(LAPTOP)["access_port"] == LAN
     assert not reaches_the_internet(switch, LAN, LAPTOP, laptop)
-    switch.apply(router.permit(LAPTOP))
-    switch.apply(router.on_dhcp(on_port(LAN, frame(LAPTOP, "request", ciaddr=laptop, src_ip=laptop))))
+    switch.apply(router.decisions.permit(LAPTOP))
+    switch.apply(router.joining.on_dhcp(on_port(LAN, frame(LAPTOP, "request", ciaddr=laptop, src_ip=laptop))))
     assert reaches_the_internet(switch, LAN, LAPTOP, laptop)
 
 
@@ -122,7 +124,7 @@ def test_a_devices_mac_on_another_port_is_dropped_and_raised_as_a_clone_while_th
     laptop = join_on(router, switch, LAPTOP, LAN)
     # Positive control: the laptop on its own port.
     assert reaches_the_internet(switch, LAN, LAPTOP, laptop)
-    assert not clone_events(router.on_admission_copy(LAN, arp_request(LAPTOP, laptop, "10.2.0.1")))
+    assert not clone_events(router.joining.on_admission_copy(LAN, arp_request(LAPTOP, laptop, "10.2.0.1")))
     # Its MAC and address from the radio: nothing of it passes, the controller hears of it on the
     # newcomers' budget (not the laptop's own).
     copied = ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET)
@@ -131,13 +133,15 @@ def test_a_devices_mac_on_another_port_is_dropped_and_raised_as_a_clone_while_th
     [elsewhere] = [r for r in switch.hits if r.priority == flows.Admission.ELSEWHERE]
     assert flows.Meter(flows.NEWCOMERS_METER.meter_id) in elsewhere.actions
     before = router.counters["mac_clone_suspected"]
-    [event] = clone_events(router.on_admission_copy(WLAN, packet_in(LAPTOP, laptop)))
+    [event] = clone_events(router.joining.on_admission_copy(WLAN, packet_in(LAPTOP, laptop)))
     assert event.mac == LAPTOP and f"access port {WLAN}" in event.message
     assert router.counters["mac_clone_suspected"] == before + 1
     assert router.status(LAPTOP)["clone_suspected"] is not None
     assert router.status(LAPTOP)["access_port"] == LAN
     # Its DHCP there (were it to reach the socket) is not served, and the laptop keeps its port and works.
-    assert not [e for e in router.on_dhcp(on_port(WLAN, frame(LAPTOP, "discover"))) if isinstance(e, AnswerDhcp)]
+    assert not [
+        e for e in router.joining.on_dhcp(on_port(WLAN, frame(LAPTOP, "discover"))) if isinstance(e, AnswerDhcp)
+    ]
     assert reaches_the_internet(switch, LAN, LAPTOP, laptop)
     assert not reaches_the_internet(switch, WLAN, LAPTOP, laptop)
 
@@ -163,7 +167,7 @@ def test_the_switch_answers_a_devices_arp_for_its_gateway_on_its_own_port_only(r
     router.port_binding.lease_ended(LAPTOP)  # as after a restart: bound to no port
     switch.apply(router.rules.reconcile(router.devices[LAPTOP]))
     assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [flows.CONTROLLER]
-    effects = router.on_admission_copy(LAN, arp_request(LAPTOP, laptop, gateway))
+    effects = router.joining.on_admission_copy(LAN, arp_request(LAPTOP, laptop, gateway))
     assert router.status(LAPTOP)["access_port"] == LAN and any(isinstance(e, SendFrame) for e in effects)
     switch.apply(effects)
     assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [LAN]
@@ -172,7 +176,7 @@ def test_the_switch_answers_a_devices_arp_for_its_gateway_on_its_own_port_only(r
 def test_a_device_whose_port_lost_its_link_moves_at_its_next_frame_elsewhere(router, switch):
     laptop = join_on(router, switch, LAPTOP, LAN)
     router.access_port_link(LAN, up=False)  # the cable was pulled
-    effects = router.on_admission_copy(WLAN, packet_in(LAPTOP, laptop))
+    effects = router.joining.on_admission_copy(WLAN, packet_in(LAPTOP, laptop))
     assert not clone_events(effects)
     switch.apply(effects)
     assert router.status(LAPTOP)["access_port"] == WLAN
@@ -183,9 +187,9 @@ def test_a_device_whose_port_lost_its_link_moves_at_its_next_frame_elsewhere(rou
 def test_a_move_the_household_confirms_binds_the_device_where_it_was_last_seen(router, switch):
     """Wi-Fi to cable while the radio stays up: the alert says where it was seen; permitting it again moves it."""
     laptop = join_on(router, switch, LAPTOP, WLAN)
-    assert clone_events(router.on_admission_copy(LAN, packet_in(LAPTOP, laptop)))
+    assert clone_events(router.joining.on_admission_copy(LAN, packet_in(LAPTOP, laptop)))
     assert router.status(LAPTOP)["seen_on_port"] == LAN
-    switch.apply(router.permit(LAPTOP))
+    switch.apply(router.decisions.permit(LAPTOP))
     assert router.status(LAPTOP)["access_port"] == LAN and router.status(LAPTOP)["clone_suspected"] is None
     assert reaches_the_internet(switch, LAN, LAPTOP, laptop)
     assert not reaches_the_internet(switch, WLAN, LAPTOP, laptop)

@@ -41,7 +41,7 @@ def service(name, *args, role=None):
         raise BadMac("not a MAC address: 'bad'")
     if name == "permit" and args[0] == "02:00:00:00:00:99":
         raise UnknownDevice("no device 02:00:00:00:00:99 has asked to join")
-    return {"called": name, "args": list(args)}
+    return {"called": operations.BY_NAME[name].call.__name__, "args": list(args)}
 
 
 APP = api.make_app(service)
@@ -141,7 +141,7 @@ def performed(router):
     """ws.v1 over the router as the controller serves it: each operation performed for its role."""
 
     def call(name, *args, role):
-        return operations.perform(router, operations.BY_CALL[name], list(args), lambda effects: None, True, role)
+        return operations.perform(router, operations.BY_NAME[name], list(args), lambda effects: None, True, role)
 
     return api.make_app(call)
 
@@ -149,7 +149,7 @@ def performed(router):
 def test_permit_of_a_blacklisted_device_answers_409_with_the_reason_and_whitelist_lifts_it(router):
     app = performed(router)
     lease(router, PHONE)
-    router.blacklist(PHONE)
+    router.decisions.blacklist(PHONE)
     for decision in ("permit", "deny"):
         status, body = request(app, "POST", f"/ws.v1/{decision}/{PHONE}")
         assert status == 409 and "the owner must lift the block (whitelist)" in body["error"]

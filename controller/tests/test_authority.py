@@ -67,15 +67,16 @@ class Home:
         self.switch.apply(self.router.switch_ready(WLAN, ROUTER_MAC))
         # Every effect carried out by the switch (it holds each device's meter before a rule names it).
         join(self.router, self.switch, PHONE, permit=scenario != "pending", client=CLIENT)
-        self.router.set_allowance(PHONE, "2 h")
-        self.router.set_shared_allowance("person-1", "2 h")
-        self.router.share_allowance("person-1", PHONE)
+        self.router.decisions.set_allowance(PHONE, "2 h")
+        self.router.decisions.set_shared_allowance("person-1", "2 h")
+        self.router.decisions.share_allowance("person-1", PHONE)
         if scenario in ("denied", "blacklisted"):
-            self.switch.apply(getattr(self.router, {"denied": "deny", "blacklisted": "blacklist"}[scenario])(PHONE))
+            decide = {"denied": self.router.decisions.deny, "blacklisted": self.router.decisions.blacklist}[scenario]
+            self.switch.apply(decide(PHONE))
         if scenario == "paused":
-            self.switch.apply(self.router.pause(PHONE))
+            self.switch.apply(self.router.decisions.pause(PHONE))
         if scenario == "bedtime":
-            self.switch.apply(self.router.set_schedule(PHONE, "daily 21:00-07:00"))
+            self.switch.apply(self.router.decisions.set_schedule(PHONE, "daily 21:00-07:00"))
         self.now[0] = TEN_PM + (LEASE + 1 if scenario == "offered" else 0)
         self.switch.apply(self.router.tick())
         join(self.router, self.switch, NEW, permit=False, client=CLIENT)
@@ -186,13 +187,13 @@ def test_the_edges_and_the_radios_operations_are_checked_where_ofapp_performs_th
             if why is None:
                 continue  # the owner's, below
             with pytest.raises(authority.Forbidden, match=re.escape(why)):
-                app.call(operations.BY_NAME[name].call, *args, role=role)
+                app.call(name, *args, role=role)
         for name in ("health", "counters"):
             why = authority.refusal(role, name, frozenset())
             if why is not None:
                 with pytest.raises(authority.Forbidden, match=re.escape(why)):
                     app.call(name, role=role)
     assert "channel=6" in settings.read_text()
-    assert app.call("radio_settings", role=authority.OWNER)["ssid"] == "Our house"
-    assert app.call("set_radio_settings", {"channel": 1}, role=authority.OWNER)["channel"] == 1
+    assert app.call("radio-settings", role=authority.OWNER)["ssid"] == "Our house"
+    assert app.call("set-radio-settings", {"channel": 1}, role=authority.OWNER)["channel"] == 1
     assert "channel=1" in settings.read_text()

@@ -46,7 +46,7 @@ def switch(router):
 def home(router, switch, clock):
     """A phone and a laptop, permitted, on a Monday afternoon in Berlin (1 June 2026, 14:00)."""
     clock.now = utc(2026, 6, 1, 12, 0)
-    router.set_time_zone("Europe/Berlin")
+    router.controls.set_time_zone("Europe/Berlin")
     phone, laptop = join(router, switch, PHONE), join(router, switch, LAPTOP)
     return phone, laptop
 
@@ -71,7 +71,7 @@ def moved(router, ip, nbytes, packets=None):
 
 def test_pause_for_30_minutes_ends_by_itself_and_the_status_says_until_when(router, switch, clock, home):
     phone, laptop = home
-    switch.apply(router.pause_for(PHONE, "30"))
+    switch.apply(router.decisions.pause_for(PHONE, "30"))
     status = router.status(PHONE)
     assert status["paused"] and status["paused_why"] == "paused"
     assert status["paused_until"] == "2026-06-01T14:30:00+02:00"
@@ -84,30 +84,30 @@ def test_pause_for_30_minutes_ends_by_itself_and_the_status_says_until_when(rout
 
 
 def test_pause_until_tomorrow_is_the_households_reset_and_until_resumed_has_no_end(router, switch, clock, home):
-    router.set_reset_time("05:00")
-    switch.apply(router.pause_for(PHONE, "tomorrow"))
+    router.controls.set_reset_time("05:00")
+    switch.apply(router.decisions.pause_for(PHONE, "tomorrow"))
     assert router.status(PHONE)["paused_until"] == "2026-06-02T05:00:00+02:00"
-    switch.apply(router.pause_for(PHONE, "1 h"))
+    switch.apply(router.decisions.pause_for(PHONE, "1 h"))
     assert router.status(PHONE)["paused_until"] == "2026-06-01T15:00:00+02:00"
-    switch.apply(router.pause(PHONE))
+    switch.apply(router.decisions.pause(PHONE))
     assert router.status(PHONE)["paused_until"] is None and router.status(PHONE)["paused_why"] == "paused"
-    switch.apply(router.resume(PHONE))
+    switch.apply(router.decisions.resume(PHONE))
     assert not router.status(PHONE)["paused"]
 
 
 def test_a_bad_duration_is_refused_and_changes_nothing(router, switch, home):
     for bad in ("forever", "500 MB", "-5", "", "99999999"):
         with pytest.raises(ApiError):
-            router.pause_for(PHONE, bad)
+            router.decisions.pause_for(PHONE, bad)
     assert not router.status(PHONE)["paused"]
 
 
 def test_a_paused_devices_dns_is_refused(router, switch, home):
     phone, laptop = home
-    switch.apply(router.pause(PHONE))
+    switch.apply(router.decisions.pause(PHONE))
     assert ask(router, phone, "example.com") == "block"
     assert ask(router, laptop, "example.com") == "allow"  # positive control
-    switch.apply(router.resume(PHONE))
+    switch.apply(router.decisions.resume(PHONE))
     assert ask(router, phone, "example.com") == "allow"
 
 
@@ -116,7 +116,7 @@ def test_a_paused_devices_dns_is_refused(router, switch, home):
 
 def test_a_bedtime_pauses_the_device_at_its_minute_and_lets_it_go_at_the_end(router, switch, clock, home):
     phone, laptop = home
-    switch.apply(router.set_schedule(PHONE, "sun-thu 21:30-07:00"))
+    switch.apply(router.decisions.set_schedule(PHONE, "sun-thu 21:30-07:00"))
     assert router.status(PHONE)["schedule"] == "mon,tue,wed,thu,sun 21:30-07:00"
     at(clock, router, switch, utc(2026, 6, 1, 19, 29, 58))  # 21:29:58 in Berlin
     assert online(switch, PHONE, phone)
@@ -130,10 +130,10 @@ def test_a_bedtime_pauses_the_device_at_its_minute_and_lets_it_go_at_the_end(rou
 
 def test_resumed_at_bedtime_it_stays_online_tonight_and_is_paused_again_tomorrow_night(router, switch, clock, home):
     phone, _ = home
-    switch.apply(router.set_schedule(PHONE, "daily 21:30-07:00"))
+    switch.apply(router.decisions.set_schedule(PHONE, "daily 21:30-07:00"))
     at(clock, router, switch, utc(2026, 6, 1, 20, 0))
     assert not online(switch, PHONE, phone)
-    switch.apply(router.resume(PHONE))
+    switch.apply(router.decisions.resume(PHONE))
     at(clock, router, switch, utc(2026, 6, 1, 23, 0))
     assert online(switch, PHONE, phone)
     at(clock, router, switch, utc(2026, 6, 2, 19, 30))
@@ -142,28 +142,28 @@ def test_resumed_at_bedtime_it_stays_online_tonight_and_is_paused_again_tomorrow
 
 def test_changing_the_time_zone_moves_bedtime_at_the_next_tick(router, switch, clock, home):
     phone, _ = home
-    switch.apply(router.set_schedule(PHONE, "daily 21:30-07:00"))
+    switch.apply(router.decisions.set_schedule(PHONE, "daily 21:30-07:00"))
     at(clock, router, switch, utc(2026, 6, 1, 20, 0))  # 22:00 in Berlin
     assert not online(switch, PHONE, phone)
-    router.set_time_zone("America/New_York")  # 16:00 there
+    router.controls.set_time_zone("America/New_York")  # 16:00 there
     at(clock, router, switch, clock.now + 2)
     assert online(switch, PHONE, phone)
     with pytest.raises(ApiError, match="time zone"):
-        router.set_time_zone("Atlantis/Capital")
-    assert router.household_time() == {"time_zone": "America/New_York", "reset_time": "04:00"}
+        router.controls.set_time_zone("Atlantis/Capital")
+    assert router.controls.household_time() == {"time_zone": "America/New_York", "reset_time": "04:00"}
 
 
 def test_a_bad_schedule_is_refused_and_the_old_one_stays(router, switch, home):
-    switch.apply(router.set_schedule(PHONE, "sun-thu 21:30-07:00"))
+    switch.apply(router.decisions.set_schedule(PHONE, "sun-thu 21:30-07:00"))
     with pytest.raises(ApiError, match="not a time of day"):
-        router.set_schedule(PHONE, "sun-thu 21:30-7")
+        router.decisions.set_schedule(PHONE, "sun-thu 21:30-7")
     assert router.status(PHONE)["schedule"] == "mon,tue,wed,thu,sun 21:30-07:00"
 
 
 def test_pauses_schedules_and_allowances_survive_a_restart(router, switch, clock, home, db_path):
-    switch.apply(router.pause_for(PHONE, "30"))
-    switch.apply(router.set_schedule(LAPTOP, "daily 21:30-07:00"))
-    switch.apply(router.set_allowance(LAPTOP, "1 MB"))
+    switch.apply(router.decisions.pause_for(PHONE, "30"))
+    switch.apply(router.decisions.set_schedule(LAPTOP, "daily 21:30-07:00"))
+    switch.apply(router.decisions.set_allowance(LAPTOP, "1 MB"))
     moved(router, home[1], 700_000)
     router.tick()  # today's use is written on the tick
     router.store.flush()
@@ -171,7 +171,7 @@ def test_pauses_schedules_and_allowances_survive_a_restart(router, switch, clock
     assert again.status(PHONE)["paused_until"] == "2026-06-01T14:30:00+02:00"
     assert again.status(LAPTOP)["schedule"] == "daily 21:30-07:00"
     assert again.status(LAPTOP)["allowance"]["used"] == 700_000
-    assert again.household_time()["time_zone"] == "Europe/Berlin"
+    assert again.controls.household_time()["time_zone"] == "Europe/Berlin"
 
 
 # ---- allowances
@@ -179,7 +179,7 @@ def test_pauses_schedules_and_allowances_survive_a_restart(router, switch, clock
 
 def test_a_data_allowance_warns_at_80_percent_pauses_at_100_and_a_bonus_lets_it_go_on(router, switch, clock, home):
     phone, laptop = home
-    switch.apply(router.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "1 MB"))
     switch.apply(moved(router, phone, 700_000))
     allowance = router.status(PHONE)["allowance"]
     assert (allowance["used"], allowance["allowed"], allowance["warning"]) == (700_000, MB, False)
@@ -192,9 +192,9 @@ def test_a_data_allowance_warns_at_80_percent_pauses_at_100_and_a_bonus_lets_it_
     status = router.status(PHONE)
     assert (status["paused_why"], status["paused_until"]) == ("allowance", "2026-06-02T04:00:00+02:00")
     assert not online(switch, PHONE, phone) and online(switch, LAPTOP, laptop)
-    switch.apply(router.resume(PHONE))  # resume does not lift a used-up allowance...
+    switch.apply(router.decisions.resume(PHONE))  # resume does not lift a used-up allowance...
     assert not online(switch, PHONE, phone)
-    switch.apply(router.grant_bonus(PHONE, "500 MB"))  # ...a bonus does
+    switch.apply(router.decisions.grant_bonus(PHONE, "500 MB"))  # ...a bonus does
     assert online(switch, PHONE, phone)
     assert (
         router.status(PHONE)["allowance"] | {"allowed": 501 * MB, "bonus": 500 * MB, "warning": False}
@@ -204,8 +204,8 @@ def test_a_data_allowance_warns_at_80_percent_pauses_at_100_and_a_bonus_lets_it_
 
 def test_the_allowance_starts_again_at_the_reset_and_the_bonus_ends_there(router, switch, clock, home):
     phone, _ = home
-    switch.apply(router.set_allowance(PHONE, "1 MB"))
-    switch.apply(router.grant_bonus(PHONE, "1 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.decisions.grant_bonus(PHONE, "1 MB"))
     switch.apply(moved(router, phone, 2 * MB))
     assert not online(switch, PHONE, phone)
     at(clock, router, switch, utc(2026, 6, 2, 1, 59))  # 03:59 in Berlin
@@ -218,9 +218,9 @@ def test_the_allowance_starts_again_at_the_reset_and_the_bonus_ends_there(router
 
 def test_the_reset_on_the_night_the_clocks_go_forward(router, switch, clock, home):
     phone, _ = home
-    router.set_reset_time("02:30")  # a time the clocks skip on 29 March: the day begins at the jump
+    router.controls.set_reset_time("02:30")  # a time the clocks skip on 29 March: the day begins at the jump
     clock.now = utc(2026, 3, 28, 20, 0)
-    switch.apply(router.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "1 MB"))
     switch.apply(moved(router, phone, 2 * MB))
     assert router.status(PHONE)["paused_until"] == "2026-03-29T03:00:00+02:00"
     at(clock, router, switch, utc(2026, 3, 29, 0, 59, 59))
@@ -231,7 +231,7 @@ def test_the_reset_on_the_night_the_clocks_go_forward(router, switch, clock, hom
 
 def test_counters_that_restart_count_only_what_is_new(router, switch, home):
     phone, _ = home
-    switch.apply(router.set_allowance(PHONE, "10 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "10 MB"))
     moved(router, phone, 600_000, packets=100)
     moved(router, phone, 900_000, packets=150)
     moved(router, phone, 50_000, packets=10)  # the rule was replaced: its counter began again
@@ -240,7 +240,7 @@ def test_counters_that_restart_count_only_what_is_new(router, switch, home):
 
 def test_time_online_counts_minutes_with_traffic_not_background_chatter(router, switch, clock, home):
     phone, laptop = home
-    switch.apply(router.set_allowance(PHONE, "30 min"))
+    switch.apply(router.decisions.set_allowance(PHONE, "30 min"))
     total = 0
     for _ in range(60):  # an hour of keep-alives: 500 bytes a minute
         clock.now += 60
@@ -257,21 +257,21 @@ def test_time_online_counts_minutes_with_traffic_not_background_chatter(router, 
         total += 200_000
         switch.apply(moved(router, phone, total))
     assert router.status(PHONE)["paused_why"] == "allowance" and not online(switch, PHONE, phone)
-    switch.apply(router.grant_bonus(PHONE, "30 min"))
+    switch.apply(router.decisions.grant_bonus(PHONE, "30 min"))
     assert online(switch, PHONE, phone)
     with pytest.raises(ApiError, match="minutes"):
-        router.grant_bonus(PHONE, "500 MB")  # a bonus in the allowance's own kind
+        router.decisions.grant_bonus(PHONE, "500 MB")  # a bonus in the allowance's own kind
 
 
 def test_bad_allowances_and_bonuses_are_refused(router, switch, home):
     for bad in ("lots", "0 min", "-1 MB", "3 days"):
         with pytest.raises(ApiError):
-            router.set_allowance(PHONE, bad)
+            router.decisions.set_allowance(PHONE, bad)
     with pytest.raises(ApiError, match="no allowance"):
-        router.grant_bonus(PHONE, "30 min")
-    switch.apply(router.set_allowance(PHONE, "2 h"))
+        router.decisions.grant_bonus(PHONE, "30 min")
+    switch.apply(router.decisions.set_allowance(PHONE, "2 h"))
     assert router.status(PHONE)["allowance"]["text"] == "120 min"
-    switch.apply(router.set_allowance(PHONE, ""))
+    switch.apply(router.decisions.set_allowance(PHONE, ""))
     assert router.status(PHONE)["allowance"] is None
 
 
@@ -284,10 +284,10 @@ def test_an_allowance_counts_the_switchs_counters_even_when_the_flow_records_are
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     clock.now = utc(2026, 6, 1, 12, 0)
     phone, laptop = join(router, switch, PHONE), join(router, switch, LAPTOP)
-    switch.apply(router.set_allowance(PHONE, "1 MB"))
-    switch.apply(router.set_allowance(LAPTOP, "1 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.decisions.set_allowance(LAPTOP, "1 MB"))
     flow = flows.FiveTuple(flows.PROTO_TCP, laptop, 40000, INTERNET, 443)
-    router.on_flow_export({flow: [5000, 600_000]})  # the laptop's records arrived...
+    router.flow_events.on_flow_export({flow: [5000, 600_000]})  # the laptop's records arrived...
     switch.apply(moved(router, laptop, 600_000))  # ...and its rules counted the same bytes
     assert router.status(LAPTOP)["allowance"]["used"] == 600_000 and online(switch, LAPTOP, laptop)
     switch.apply(moved(router, phone, 2 * MB))  # the phone's records were all dropped
@@ -302,8 +302,8 @@ def test_an_allowance_counts_the_switchs_counters_even_when_the_flow_records_are
 def shared(router, switch, home, clock):
     """Anna's phone and laptop share 1 MB a day; the tablet, someone else's, is online beside them."""
     tablet = join(router, switch, TABLET)
-    switch.apply(router.set_shared_allowance("person-1", "1 MB"))
-    switch.apply(router.share_allowance("person-1", f"{PHONE},{LAPTOP.upper()}"))
+    switch.apply(router.decisions.set_shared_allowance("person-1", "1 MB"))
+    switch.apply(router.decisions.share_allowance("person-1", f"{PHONE},{LAPTOP.upper()}"))
     return (*home, tablet)
 
 
@@ -328,22 +328,22 @@ def test_a_shared_allowance_counts_every_device_sharing_it_and_holds_them_all(ro
         assert (status["paused_why"], status["paused_until"]) == ("allowance", "2026-06-02T04:00:00+02:00")
         assert not online(switch, mac, ip)
     assert online(switch, TABLET, tablet)  # the positive control: another person's device goes on
-    switch.apply(router.grant_shared_bonus("person-1", "500 MB"))
+    switch.apply(router.decisions.grant_shared_bonus("person-1", "500 MB"))
     assert online(switch, PHONE, phone) and online(switch, LAPTOP, laptop)
     assert router.shared_allowances("person-1")["allowed"] == 501 * MB
 
 
 def test_a_device_leaving_a_shared_allowance_is_let_go_and_its_own_allowance_still_holds(router, switch, shared):
     phone, laptop, _ = shared
-    switch.apply(router.set_allowance(PHONE, "200 kB"))  # its own, besides the shared one
+    switch.apply(router.decisions.set_allowance(PHONE, "200 kB"))  # its own, besides the shared one
     switch.apply(moved(router, laptop, 2 * MB))
     assert not online(switch, PHONE, phone) and not online(switch, LAPTOP, laptop)
-    switch.apply(router.share_allowance("person-1", LAPTOP))  # the phone is given to someone else...
+    switch.apply(router.decisions.share_allowance("person-1", LAPTOP))  # the phone is given to someone else...
     assert router.status(PHONE)["shared_allowance"] is None
     assert online(switch, PHONE, phone) and not online(switch, LAPTOP, laptop)
     switch.apply(moved(router, phone, 300_000))  # ...and its own allowance still counts
     assert router.status(PHONE)["paused_why"] == "allowance" and not online(switch, PHONE, phone)
-    switch.apply(router.set_shared_allowance("person-1", ""))  # removed: every device sharing it goes
+    switch.apply(router.decisions.set_shared_allowance("person-1", ""))  # removed: every device sharing it goes
     assert online(switch, LAPTOP, laptop) and router.shared_allowances() == []
     assert router.status(LAPTOP)["shared_allowance"] is None
 
@@ -365,18 +365,18 @@ def test_a_shared_allowance_and_who_shares_it_survive_a_restart_and_follow_a_mov
 def test_bad_shared_allowances_are_refused_and_unknown_devices_are_left_out(router, switch, home):
     for name in ("Person 1", "", "x" * 41, "02:00:00:00:00:aa"):
         with pytest.raises(ApiError):
-            router.set_shared_allowance(name, "1 MB")
+            router.decisions.set_shared_allowance(name, "1 MB")
     with pytest.raises(ApiError, match="set its amount first") as refused:
-        router.share_allowance("person-2", PHONE)
+        router.decisions.share_allowance("person-2", PHONE)
     assert refused.value.status == 404
     with pytest.raises(ApiError):
-        router.set_shared_allowance("person-2", "lots")
+        router.decisions.set_shared_allowance("person-2", "lots")
     assert router.shared_allowances() == []
-    switch.apply(router.set_shared_allowance("person-2", "2 h"))
-    switch.apply(router.share_allowance("person-2", f"{PHONE},02:00:00:00:00:99"))  # never seen: left out
+    switch.apply(router.decisions.set_shared_allowance("person-2", "2 h"))
+    switch.apply(router.decisions.share_allowance("person-2", f"{PHONE},02:00:00:00:00:99"))  # never seen: left out
     assert router.shared_allowances("person-2")["devices"] == [PHONE]
     with pytest.raises(ApiError, match="minutes"):
-        router.grant_shared_bonus("person-2", "500 MB")
+        router.decisions.grant_shared_bonus("person-2", "500 MB")
 
 
 def perform_as(router, switch, role, name, *args):
@@ -390,7 +390,7 @@ def test_the_wall_panels_resume_never_lifts_a_bedtime(router, switch, clock, hom
     resuming the device. Now it is refused with the reason and nothing changes; positive controls: the
     panel resumes a pause (and a pause at bedtime leaves the bedtime holding), the owner lifts the bedtime."""
     phone, _ = home
-    switch.apply(router.set_schedule(PHONE, "daily 21:30-07:00"))
+    switch.apply(router.decisions.set_schedule(PHONE, "daily 21:30-07:00"))
     at(clock, router, switch, utc(2026, 6, 1, 20, 0))
     before = router.status(PHONE)
     with pytest.raises(authority.Forbidden, match="the wall panel may not lift a bedtime"):

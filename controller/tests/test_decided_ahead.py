@@ -47,7 +47,7 @@ def first_packet(switch, packet):
 
 def records(router, clock, totals, seconds=5.0):
     """The switch's records of `totals` ({flow: [packets, bytes]}) reach the collector, then a poll."""
-    router.on_flow_export(totals)
+    router.flow_events.on_flow_export(totals)
     clock.now += seconds
     return router.on_flow_stats([])
 
@@ -96,12 +96,12 @@ def test_an_agents_report_gives_its_connection_a_rule_of_its_own_at_once(router,
     phone = join(router, switch, PHONE)
     named = up(phone, SITE, flows.PROTO_TCP, 40000, 443)
     assert first_packet(switch, named) == (0, LOCAL)
-    switch.apply(router.agent_reported([AgentReport(6, phone, 40000, SITE, 443, "zoom")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(6, phone, 40000, SITE, 443, "zoom")]))
     assert first_packet(switch, named) == (EF, LOCAL)
     assert first_packet(switch, down(phone, SITE, flows.PROTO_TCP, 443, 40000)) == (EF, WLAN)
     # The positive control: a program whose app is Normal anyway needs no rule of its own.
     before = len(switch.rules)
-    switch.apply(router.agent_reported([AgentReport(6, phone, 40001, SITE, 443, "firefox")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(6, phone, 40001, SITE, 443, "firefox")]))
     assert len(switch.rules) == before
 
 
@@ -216,7 +216,7 @@ def test_a_socket_an_agent_named_without_a_far_end_is_marked_whatever_it_talks_t
     on, both ways, to any server; the device's other sockets are not."""
     phone = join(router, switch, PHONE)
     assert first_packet(switch, up(phone, SITE, flows.PROTO_UDP, 5004, 9999)) == (0, LOCAL)
-    switch.apply(router.agent_reported([AgentReport(flows.PROTO_UDP, phone, 5004, "*", 0, "linphone")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(flows.PROTO_UDP, phone, 5004, "*", 0, "linphone")]))
     for server in (SITE, CALL_SERVER, ZOOM):
         assert first_packet(switch, up(phone, server, flows.PROTO_UDP, 5004, 9999)) == (EF, LOCAL)
         assert first_packet(switch, down(phone, server, flows.PROTO_UDP, 9999, 5004)) == (EF, WLAN)

@@ -25,9 +25,9 @@ def answers(effects):
 
 def join(router, mac, hostname=b"phone"):
     """DISCOVER + REQUEST, as dhclient does; returns the ACK's (packet, options)."""
-    [(offer, opts)] = answers(router.on_dhcp(frame(mac, "discover", options=[("hostname", hostname)])))
+    [(offer, opts)] = answers(router.joining.on_dhcp(frame(mac, "discover", options=[("hostname", hostname)])))
     [(ack, ack_opts)] = answers(
-        router.on_dhcp(
+        router.joining.on_dhcp(
             frame(
                 mac,
                 "request",
@@ -60,10 +60,12 @@ def test_two_devices_get_different_subnets_and_the_same_mac_gets_the_same_one_ba
 
 def test_permitted_device_renews_for_an_hour(router):
     ack, _ = join(router, PHONE)
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     ip = ack["BOOTP"].yiaddr
     # RENEWING: unicast, ciaddr set, no server id / requested address.
-    [(renew, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip, dst_ip=opts_gateway(ip))))
+    [(renew, opts)] = answers(
+        router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip, dst_ip=opts_gateway(ip)))
+    )
     assert opts["message-type"] == 5 and opts["lease_time"] == 3600
     assert renew[IP].dst == ip and renew[Ether].dst == PHONE  # unicast back to the renewing client
     assert router.status(PHONE)["lease_seconds_left"] == 3600
@@ -75,34 +77,34 @@ def opts_gateway(ip):
 
 
 def test_offer_goes_to_broadcast_when_client_asks(router):
-    [(offer, _)] = answers(router.on_dhcp(frame(PHONE, "discover", flags=0x8000)))
+    [(offer, _)] = answers(router.joining.on_dhcp(frame(PHONE, "discover", flags=0x8000)))
     assert offer[IP].dst == "255.255.255.255" and offer[Ether].dst == "ff:ff:ff:ff:ff:ff"
 
 
 def test_init_reboot_for_a_wrong_address_is_nakked(router):
     join(router, PHONE)
-    [(nak, opts)] = answers(router.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.99.2")])))
+    [(nak, opts)] = answers(router.joining.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.99.2")])))
     assert opts["message-type"] == 6
     assert nak[IP].dst == "255.255.255.255"
 
 
 def test_unknown_device_rebooting_with_an_old_address_is_nakked(router):
-    [(_, opts)] = answers(router.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.0.6")])))
+    [(_, opts)] = answers(router.joining.on_dhcp(frame(PHONE, "request", options=[("requested_addr", "10.2.0.6")])))
     assert opts["message-type"] == 6
 
 
 def test_denied_device_gets_no_offer_and_a_nak(router):
     ack, _ = join(router, PHONE)
-    router.deny(PHONE)
-    assert answers(router.on_dhcp(frame(PHONE, "discover"))) == []
-    [(_, opts)] = answers(router.on_dhcp(frame(PHONE, "request", ciaddr=ack["BOOTP"].yiaddr)))
+    router.decisions.deny(PHONE)
+    assert answers(router.joining.on_dhcp(frame(PHONE, "discover"))) == []
+    [(_, opts)] = answers(router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ack["BOOTP"].yiaddr)))
     assert opts["message-type"] == 6
 
 
 def test_release_ends_the_lease_but_keeps_the_subnet(router):
     ack, _ = join(router, PHONE)
     ip = ack["BOOTP"].yiaddr
-    router.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
+    router.joining.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
     assert router.dhcp_status() == []
     again, _ = join(router, PHONE)
     assert again["BOOTP"].yiaddr == ip
@@ -111,20 +113,20 @@ def test_release_ends_the_lease_but_keeps_the_subnet(router):
 def test_inform_gets_configuration_without_a_lease(router):
     ack, _ = join(router, PHONE)
     ip = ack["BOOTP"].yiaddr
-    [(reply, opts)] = answers(router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip)))
+    [(reply, opts)] = answers(router.joining.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip)))
     assert opts["message-type"] == 5 and "lease_time" not in opts
     assert reply["BOOTP"].yiaddr == "0.0.0.0" and reply[IP].dst == ip
 
 
 def test_decline_tells_the_household_and_keeps_the_subnet(router):
     ack, _ = join(router, PHONE)
-    effects = router.on_dhcp(frame(PHONE, "decline", options=[("requested_addr", ack["BOOTP"].yiaddr)]))
+    effects = router.joining.on_dhcp(frame(PHONE, "decline", options=[("requested_addr", ack["BOOTP"].yiaddr)]))
     assert any(getattr(e, "kind", "") == "address-conflict" for e in effects)
     assert router.status(PHONE)["ip"] == ack["BOOTP"].yiaddr
 
 
 def test_hostname_and_vendor_class_are_recorded_and_sanitised(router):
-    router.on_dhcp(
+    router.joining.on_dhcp(
         frame(
             PHONE, "discover", options=[("hostname", b"Tom's\x00\x07 tablet"), ("vendor_class_id", b"android-dhcp-14")]
         )
@@ -135,7 +137,7 @@ def test_hostname_and_vendor_class_are_recorded_and_sanitised(router):
 
 
 def test_new_device_is_announced_to_the_household(router):
-    effects = router.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"grandmas-ipad")]))
+    effects = router.joining.on_dhcp(frame(PHONE, "discover", options=[("hostname", b"grandmas-ipad")]))
     assert [e.message for e in effects if getattr(e, "kind", "") == "new-device"] == [
         f"grandmas-ipad ({PHONE}) asks to join"
     ]
@@ -144,7 +146,7 @@ def test_new_device_is_announced_to_the_household(router):
 def test_a_device_cannot_ask_for_another_devices_lease(router):
     join(router, PHONE)
     # TABLET's frame carries PHONE's chaddr: it would be handed PHONE's address.
-    effects = router.on_dhcp(frame(TABLET, "discover", chaddr=PHONE))
+    effects = router.joining.on_dhcp(frame(TABLET, "discover", chaddr=PHONE))
     assert effects == []
     assert router.counters["dhcp_spoofed_chaddr"] == 1
 
@@ -166,7 +168,7 @@ def test_malformed_requests_are_dropped_and_counted(router, mangle):
     wire = bytes(
         Ether(good[:14]) / IP(src="0.0.0.0", dst="255.255.255.255") / UDP(sport=68, dport=67) / Raw(mangle(good[42:]))
     )
-    assert router.on_dhcp(packets.parse(wire)) == []
+    assert router.joining.on_dhcp(packets.parse(wire)) == []
     assert router.counters["dhcp_malformed"] == 1
     assert PHONE not in router.devices  # nothing was allocated for it
     # ...and the next good client is served as usual, as is the same device with a good message.
@@ -196,7 +198,7 @@ def test_random_garbage_never_raises():
 
 
 def test_an_answer_carries_the_checksums_a_client_that_checks_them_verifies(router):
-    [offer] = [e.data for e in router.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
+    [offer] = [e.data for e in router.joining.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
 
     def sums(data):
         pkt = Ether(data)

@@ -83,7 +83,7 @@ def test_the_resolver_survives_a_few_seconds_of_mutated_queries(router, monkeypa
 
 
 def fuzz_for_a_few_seconds(router, resolver):
-    router.deny_dns("02:00:00:00:00:aa", "games.example.test")
+    router.decisions.deny_dns("02:00:00:00:00:aa", "games.example.test")
     rng = random.Random(10)
     deadline = time.monotonic() + 3.0
     sent = 0

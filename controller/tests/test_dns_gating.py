@@ -54,7 +54,7 @@ def blocked_rules(effects):
 
 def test_a_denied_name_and_its_subdomains_get_nxdomain_and_the_rest_resolves(router):
     ip = permitted_phone(router)
-    effects = router.deny_dns(PHONE, "Games.Example.TEST.")
+    effects = router.decisions.deny_dns(PHONE, "Games.Example.TEST.")
     assert ResolveName("games.example.test") in effects  # its addresses are looked up at once
     for name in ("games.example.test", "www.games.example.test", "GAMES.example.test"):
         assert ask(router, ip, name) == "block"
@@ -74,29 +74,29 @@ def test_a_denied_name_and_its_subdomains_get_nxdomain_and_the_rest_resolves(rou
 
 def test_an_exception_under_a_blocked_domain_and_lifting_the_block(router):
     ip = permitted_phone(router)
-    router.deny_dns(PHONE, "example.test")
-    router.permit_dns(PHONE, "www.example.test")
+    router.decisions.deny_dns(PHONE, "example.test")
+    router.decisions.permit_dns(PHONE, "www.example.test")
     assert ask(router, ip, "games.example.test") == "block"
     assert ask(router, ip, "www.example.test") == "allow"
-    router.permit_dns(PHONE, "example.test")
+    router.decisions.permit_dns(PHONE, "example.test")
     assert ask(router, ip, "games.example.test") == "allow"
-    assert router.dns_rules_of(PHONE) == []  # the exception went with the block it excepted
+    assert router.decisions.dns_rules_of(PHONE) == []  # the exception went with the block it excepted
 
 
 def test_internationalised_names_match_in_either_form(router):
     ip = permitted_phone(router)
-    router.deny_dns(PHONE, "bücher.example")
-    assert router.dns_rules_of(PHONE) == [
+    router.decisions.deny_dns(PHONE, "bücher.example")
+    assert router.decisions.dns_rules_of(PHONE) == [
         {"domain": "xn--bcher-kva.example", "display": "bücher.example", "action": "deny"}
     ]
     assert ask(router, ip, "shop.xn--bcher-kva.example") == "block"
     with pytest.raises(ApiError):
-        router.deny_dns(PHONE, "bad..name")
+        router.decisions.deny_dns(PHONE, "bad..name")
 
 
 def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(router):
     ip = permitted_phone(router)
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     effects = teach(router, "games.example.test", "198.51.100.81")
     assert blocked_rules(effects) == {"198.51.100.81"}
     assert {
@@ -116,7 +116,7 @@ def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(rou
 
 def test_blocks_expire_with_the_answers_ttl_and_are_lifted_within_a_minute(router, clock):
     permitted_phone(router)
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     teach(router, "games.example.test", "198.51.100.81", ttl=60)
     teach(router, "games.example.test", "198.51.100.82", ttl=3600)
     clock.now += 30
@@ -142,10 +142,10 @@ def test_dns_rules_survive_a_restart(db_path, clock):
     first = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
     first.switch_ready(WLAN, ROUTER_MAC)
     permitted_phone(first)
-    first.deny_dns(PHONE, "games.example.test")
+    first.decisions.deny_dns(PHONE, "games.example.test")
     first.store.close()
     second = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
-    assert second.dns_rules_of(PHONE)[0]["domain"] == "games.example.test"
+    assert second.decisions.dns_rules_of(PHONE)[0]["domain"] == "games.example.test"
 
 
 def test_normalisation_rejects_non_names():
@@ -157,17 +157,17 @@ def test_normalisation_rejects_non_names():
 
 def test_lifting_a_block_lifts_its_addresses_at_once(router):
     permitted_phone(router)
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     teach(router, "games.example.test", "198.51.100.81")
-    effects = router.permit_dns(PHONE, "games.example.test")
+    effects = router.decisions.permit_dns(PHONE, "games.example.test")
     assert any(isinstance(e, RemoveRules) for e in effects) and not blocked_rules(effects)
     # Blocking it again puts the learnt address back without waiting for a lookup.
-    assert blocked_rules(router.deny_dns(PHONE, "games.example.test")) == {"198.51.100.81"}
+    assert blocked_rules(router.decisions.deny_dns(PHONE, "games.example.test")) == {"198.51.100.81"}
 
 
 def test_new_addresses_of_a_blocked_name_add_one_rule_each_and_never_reinstall_the_device(router):
     permitted_phone(router)
-    router.deny_dns(PHONE, "cdn.test")
+    router.decisions.deny_dns(PHONE, "cdn.test")
     for i in range(50):
         effects = teach(router, f"n{i}.cdn.test", f"203.0.113.{i}")
         assert [len(e.rules) for e in effects] == [1] and not any(isinstance(e, RemoveRules) for e in effects)
@@ -175,8 +175,8 @@ def test_new_addresses_of_a_blocked_name_add_one_rule_each_and_never_reinstall_t
 
 def permitted(router, mac):
     ip = lease(router, mac)
-    router.permit(mac)
-    router.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip))
+    router.decisions.permit(mac)
+    router.joining.on_dhcp(frame(mac, "request", ciaddr=ip, src_ip=ip))
     return ip
 
 
@@ -185,7 +185,7 @@ def test_answers_and_ticks_cost_the_same_however_much_the_router_has_learnt(rout
     for mac in (PHONE, "02:00:00:00:00:b1", "02:00:00:00:00:b2"):
         permitted(router, mac)
         for i in range(10):
-            router.deny_dns(mac, f"blocked{i}.test")
+            router.decisions.deny_dns(mac, f"blocked{i}.test")
 
     def median_s(action, times=21):
         samples = []
@@ -200,7 +200,7 @@ def test_answers_and_ticks_cost_the_same_however_much_the_router_has_learnt(rout
     assert len(router.dns_gating.addresses) == 20000
     answer_s = median_s(lambda: teach(router, f"b{next(counter)}.blocked1.test", "198.51.100.8"))
     tick_s = median_s(router.tick)
-    rule_s = median_s(lambda: router.deny_dns(PHONE, f"c{next(counter)}.test"))
+    rule_s = median_s(lambda: router.decisions.deny_dns(PHONE, f"c{next(counter)}.test"))
     assert answer_s < 0.005 and tick_s < 0.005, (answer_s, tick_s)  # they were ~340 ms and ~367 ms
     assert rule_s < 0.01, rule_s  # a pass over the book took ~170 ms
     # Positive control: the blocks themselves still work at that size.
@@ -227,7 +227,7 @@ def test_the_address_book_is_bounded_by_entries_and_by_bytes(clock):
 
 def test_a_device_resolving_random_names_cannot_push_a_block_out_of_the_book(router):
     permitted_phone(router)
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     teach(router, "games.example.test", "198.51.100.81")
     router.dns_answer([(f"r{i}.wildcard.test", "203.0.113.7", 300) for i in range(30000)])
     assert len(router.dns_gating.addresses) == 20000
@@ -235,9 +235,9 @@ def test_a_device_resolving_random_names_cannot_push_a_block_out_of_the_book(rou
     assert router.dns_gating.blocked[PHONE] == {"198.51.100.81": 1}
     # A pair learnt before its name was blocked is kept once it is: blocking it again finds it.
     teach(router, "video.example.test", "198.51.100.82")
-    assert blocked_rules(router.deny_dns(PHONE, "video.example.test")) == {"198.51.100.82"}
+    assert blocked_rules(router.decisions.deny_dns(PHONE, "video.example.test")) == {"198.51.100.82"}
     router.dns_answer([(f"s{i}.wildcard.test", "203.0.113.7", 300) for i in range(30000)])
-    assert blocked_rules(router.permit_dns(PHONE, "games.example.test")) == {"198.51.100.82"}
+    assert blocked_rules(router.decisions.permit_dns(PHONE, "games.example.test")) == {"198.51.100.82"}
 
 
 def test_the_pairs_under_a_domain_are_found_by_suffix_not_by_substring(clock):

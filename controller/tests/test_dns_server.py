@@ -37,8 +37,8 @@ def resolver(router, upstream):
 
 def test_a_name_over_255_octets_costs_only_that_query(router, resolver):
     """Issue 9 item 1: this datagram used to kill the UDP thread, and every device's DNS with it."""
-    router.deny_dns(PHONE, "example.test")
-    router.permit_dns(PHONE, WWW)
+    router.decisions.deny_dns(PHONE, "example.test")
+    router.decisions.permit_dns(PHONE, WWW)
     too_long = ".".join(["a" * 60] * 5) + ".example.test"
     reply = resolver.udp(raw_query(too_long))
     assert reply is not None and dnslib.DNSRecord.parse(reply).header.rcode == dnslib.RCODE.FORMERR
@@ -195,7 +195,7 @@ def test_an_upstream_answer_the_router_cannot_read_is_not_passed_on(router, upst
 
 
 def test_a_blocked_name_over_tcp_and_the_routers_own_lookup(router, resolver):
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     assert resolver.lookup("games.example.test", over_tcp=True) == ("NXDOMAIN", [])
     assert resolver.lookup(WWW, over_tcp=True) == ("NOERROR", [WWW_IP])
     assert resolver.server.resolve("games.example.test").learnt == (("games.example.test", "198.51.100.81", 300),)
@@ -238,7 +238,7 @@ def test_over_ipv6_a_device_is_answered_and_gated_as_over_ipv4(router, upstream)
     """The resolver's IPv6 sockets (each device's /64's ::1 on the router; loopback here): a blocked name
     is refused over UDP and TCP, an allowed one relayed, and the verdict is asked with the IPv6 source."""
     phone = permitted_phone(router)
-    router.deny_dns(PHONE, "games.example.test")
+    router.decisions.deny_dns(PHONE, "games.example.test")
     asked = []
 
     def verdict(client_ip, query):

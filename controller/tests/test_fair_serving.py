@@ -8,8 +8,8 @@ from fakeoftable import FakeSwitch
 from support import PHONE, ROUTER_MAC, WLAN, Clock, join, lease
 
 from homework_controller import dhcp
-from homework_controller.effects import AnswerDhcp
-from homework_controller.fair_serving import RULE_EFFECTS, FairServing
+from homework_controller.effects import AnswerDhcp, RuleChange
+from homework_controller.fair_serving import FairServing
 from homework_controller.fairness import FairQueue
 from homework_controller.held import HeldChanges
 from homework_controller.router import HomeRouter
@@ -26,12 +26,12 @@ class Serving(FairServing):
         self.held_rules = HeldChanges(clock=clock)
         self.turns: list[list] = []
 
-    def _carry_out(self, effect) -> None:
+    def carry_out(self, effect) -> None:
         self.turns[-1].append(effect)
 
     def serve_all(self, frames) -> None:
         for each in frames:
-            self._queue(each, self.router.on_dhcp, answers_first=True)
+            self._queue(each, self.router.joining.on_dhcp, answers_first=True)
         while self.from_devices:
             self.turns.append([])
             self._serve_one_turn()
@@ -60,7 +60,7 @@ def test_a_permitted_devices_renewal_does_not_wait_for_a_storms_held_rules(db_pa
     serving.serve_all([frame(PHONE, "request", ciaddr=ip, src_ip=ip)])
     [renewal] = serving.turns[-1:]
     # Answered at once (and its Leases row written), no rule change sent under the lock for it.
-    assert any(isinstance(e, AnswerDhcp) for e in renewal) and not [e for e in renewal if isinstance(e, RULE_EFFECTS)]
+    assert any(isinstance(e, AnswerDhcp) for e in renewal) and not [e for e in renewal if isinstance(e, RuleChange)]
     assert len(serving.held_rules) > 100
 
 
@@ -81,7 +81,7 @@ def test_an_answer_that_lets_a_device_use_its_address_again_still_follows_its_ru
     serving.serve_all([frame(PHONE, "request", ciaddr=ip, src_ip=ip)])
     [back] = serving.turns[-1:]
     assert isinstance(back[-1], AnswerDhcp) and back[-1].after_rules
-    assert len([e for e in back if isinstance(e, RULE_EFFECTS)]) > held
+    assert len([e for e in back if isinstance(e, RuleChange)]) > held
     assert len(serving.held_rules) == 0
 
 
@@ -100,11 +100,11 @@ def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_a
     held = serving.storm(30)
     assert held > 30
     serving.turns.append([])
-    serving._apply(router.rename(PHONE, "Anna's phone"), at_once=True)
-    assert not [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)] and len(serving.held_rules) == held
+    serving._apply(router.decisions.rename(PHONE, "Anna's phone"), at_once=True)
+    assert not [e for e in serving.turns[-1] if isinstance(e, RuleChange)] and len(serving.held_rules) == held
     serving.turns.append([])
-    permitted = router.permit(PHONE)
+    permitted = router.decisions.permit(PHONE)
     serving._apply(permitted, at_once=True)
-    own = [e for e in permitted if isinstance(e, RULE_EFFECTS)]
-    sent = [e for e in serving.turns[-1] if isinstance(e, RULE_EFFECTS)]
+    own = [e for e in permitted if isinstance(e, RuleChange)]
+    sent = [e for e in serving.turns[-1] if isinstance(e, RuleChange)]
     assert own and len(sent) == held + len(own) and sent[held:] == own and len(serving.held_rules) == 0

@@ -149,7 +149,7 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
 
     def on_reports(reports):
         with lock:
-            switch.apply(router.agent_reported(reports))
+            switch.apply(router.flow_events.agent_reported(reports))
 
     feed = hwdb_feed.AppFeed(f"127.0.0.1:{hwdb.port}", on_priorities, on_reports, check_s=0.5)
     feed.start()

@@ -111,7 +111,7 @@ def test_a_pending_device_hears_no_prefix_and_reaches_nothing(router, switch):
 
 def test_permitted_it_is_advertised_its_own_64s_and_its_ipv6_goes_out(router, switch):
     join(router, switch, PHONE, permit=False)
-    effects = router.permit(PHONE)
+    effects = router.decisions.permit(PHONE)
     switch.apply(effects)
     [(prefixes, lifetime)] = adverts(effects, PHONE)
     assert lifetime == nd.ROUTER_LIFETIME_S
@@ -193,8 +193,8 @@ def test_link_scope_multicast_reaches_the_other_forwarding_devices_and_no_one_el
         sent = multicast(PHONE, "fe80::aa", group, nd.PROTO_ICMPV6, icmpv6_type=kind)
         assert heard(router, switch, sent) == (set(), []), kind
     # Who hears it follows the household's decisions.
-    switch.apply(router.permit(TABLET))
-    switch.apply(router.deny(LAPTOP))
+    switch.apply(router.decisions.permit(TABLET))
+    switch.apply(router.decisions.deny(LAPTOP))
     assert heard(router, switch, multicast(PHONE, "fe80::aa")) == ({TABLET}, ["ff02::fb"])
     assert heard(router, switch, multicast(LAPTOP, "fe80::cc")) == (set(), [])
 
@@ -225,13 +225,13 @@ def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
     join(router, switch, PHONE)
     own = in_prefix(router.ipv6.current[PHONE][0])
     assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
-    effects = router.deny(PHONE)
+    effects = router.decisions.deny(PHONE)
     switch.apply(effects)
     assert adverts(effects, PHONE) == [([], 0)]
     assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
     assert deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
     # Permitted again, it is told its prefixes again.
-    effects = router.permit(PHONE)
+    effects = router.decisions.permit(PHONE)
     assert adverts(effects, PHONE)[0][1] == nd.ROUTER_LIFETIME_S
 
 
@@ -266,7 +266,7 @@ def test_the_routers_stack_finds_a_device_by_any_address_in_its_64(router, switc
     assert (port, na.dst, na.src, na[ICMPv6ND_NA].tgt, na[ICMPv6ND_NA].R) == (LOCAL, ROUTER_MAC, PHONE, target, 0)
     assert ask(gateway) == []  # the router's own address: its stack's DAD finds no one
     assert ask(in_prefix(router.ipv6.plan.global_of(100))) == []  # no device's /64
-    switch.apply(router.deny(PHONE))
+    switch.apply(router.decisions.deny(PHONE))
     assert ask(target) == []
 
 
@@ -333,7 +333,7 @@ def aaaa_answer(name, *ips):
 def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_device_only(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
-    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     games, www = "2001:db8:5133::81", INTERNET
     learnt = dnsgate.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
     assert learnt == (("games.example.test", games, 300),)
@@ -352,7 +352,7 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
 def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
-    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     dot = ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, "2001:db8:5133::853")
     dot.update(tcp_dst=flows.DNS_OVER_TLS_PORT)
@@ -376,8 +376,8 @@ def poll(router, switch, frame_size):
 
 def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
     phone_v4, laptop_v4 = join(router, switch, PHONE), join(router, switch, LAPTOP)
-    switch.apply(router.set_allowance(PHONE, "1 MB"))
-    switch.apply(router.set_allowance(LAPTOP, "1 MB"))
+    switch.apply(router.decisions.set_allowance(PHONE, "1 MB"))
+    switch.apply(router.decisions.set_allowance(LAPTOP, "1 MB"))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     # 2 MB over IPv6 in one poll (a download: up and back): the phone is paused at once.
     deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
@@ -403,7 +403,7 @@ def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
 
 def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_server(router, switch):
     join(router, switch, PHONE, permit=False)
-    effects = router.permit(PHONE)
+    effects = router.decisions.permit(PHONE)
     switch.apply(effects)
     [frame] = [Ether(e.data) for e in effects if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
     global64, ula64 = router.ipv6.current[PHONE]
@@ -415,14 +415,16 @@ def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_serve
     del query["tcp_src"], query["tcp_dst"]
     assert [d.port for d in deliver(router, switch, query)] == [LOCAL]
     # Denied: no prefix, so no DNS server either.
-    [frame] = [Ether(e.data) for e in router.deny(PHONE) if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
+    [frame] = [
+        Ether(e.data) for e in router.decisions.deny(PHONE) if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)
+    ]
     assert ICMPv6NDOptRDNSS not in frame
 
 
 def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
-    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     query = dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
     for prefix in router.ipv6.current[PHONE]:  # from any address of either of its /64s
         assert router.dns_query(in_prefix(prefix, 0x1234), query).action == "block"
@@ -433,7 +435,7 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
     assert router.dns_query("fe80::aa%br-lan", query).action == "drop"
     # Denied, its /64s are no one's: its queries are not answered.
     phone = in_prefix(router.ipv6.current[PHONE][0])
-    switch.apply(router.deny(PHONE))
+    switch.apply(router.decisions.deny(PHONE))
     assert router.dns_query(phone, query).action == "drop"
 
 
@@ -481,11 +483,11 @@ def test_a_device_back_under_a_new_mac_has_the_stack_forget_its_ipv6_neighbours_
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     join(router, switch, PHONE)
     prefixes = router.ipv6.current[PHONE]
-    keyid = router.issue_wifi_key(PHONE)["keyid"]
+    keyid = router.decisions.issue_wifi_key(PHONE)["keyid"]
     newcomer = "06:11:22:33:44:55"
     join(router, switch, newcomer, permit=False)
     assert router.ipv6.current.get(newcomer, ()) == ()
-    forgotten = [e for e in router.station_joined(newcomer, keyid) if isinstance(e, ForgetNeighbours)]
+    forgotten = [e for e in router.joining.station_joined(newcomer, keyid) if isinstance(e, ForgetNeighbours)]
     assert sorted(e.prefixes for e in forgotten) == [(), prefixes]
 
 
@@ -605,11 +607,11 @@ def test_a_route_goes_when_it_is_withdrawn_runs_out_or_its_device_is_denied(rout
     switch.apply(effects)
     assert RemoveIpv6Route(MESH) in effects and not reached()
     offer(router, switch, TABLET, (MESH, 1800))
-    effects = router.deny(TABLET)
+    effects = router.decisions.deny(TABLET)
     switch.apply(effects)
     assert RemoveIpv6Route(MESH) in effects and not reached()
     # Permitted again, it is honoured once it advertises again.
-    switch.apply(router.permit(TABLET))
+    switch.apply(router.decisions.permit(TABLET))
     assert not reached()
     offer(router, switch, TABLET, (MESH, 1800))
     assert reached()
@@ -683,13 +685,13 @@ def test_a_border_routers_route_keeps_its_owner_while_it_is_paused_and_across_a_
 
     offer(router, switch, TABLET, (MESH, 1800))
     assert next_hop() == [TABLET]
-    switch.apply(router.pause(TABLET))  # a bedtime, the panel: it stops forwarding and its route goes
+    switch.apply(router.decisions.pause(TABLET))  # a bedtime, the panel: it stops forwarding and its route goes
     clock.now += border_routes.CHANGE_HOLD_S
     _, effects = offer(router, switch, PHONE, (MESH, 1800))
     assert not any(isinstance(e, AddIpv6Route) for e in effects)
     assert any(isinstance(e, TellHousehold) and "another device's route" in e.message for e in effects)
     assert next_hop() != [PHONE]
-    switch.apply(router.resume(TABLET))
+    switch.apply(router.decisions.resume(TABLET))
     offer(router, switch, TABLET, (MESH, 1800))
     assert next_hop() == [TABLET]
 

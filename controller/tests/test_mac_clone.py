@@ -12,7 +12,7 @@ from homework_controller.store import DeviceStore
 
 
 def ask(router, mac, client, msg_type="discover", **kw):
-    return router.on_dhcp(frame(mac, msg_type, options=client, **kw))
+    return router.joining.on_dhcp(frame(mac, msg_type, options=client, **kw))
 
 
 def clone_events(effects):
@@ -48,7 +48,7 @@ def test_dhcp_decodes_what_the_fingerprint_needs():
 
 def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until_the_household_looks(router, clock):
     assert not clone_events(lease(router, PHONE, PHONE_CLIENT))
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     # Positive control: the phone itself renewing, and re-joining after a reboot, raises nothing.
     lease(router, PHONE, PHONE_CLIENT)
     assert not clone_events(ask(router, PHONE, PHONE_CLIENT))
@@ -70,7 +70,7 @@ def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until
     clock.now += clones.CLONE_EVENT_INTERVAL_S
     assert len(clone_events(ask(router, PHONE, OTHER_CLIENT))) == 1
 
-    router.permit(PHONE)  # the household has looked at it
+    router.decisions.permit(PHONE)  # the household has looked at it
     assert router.status(PHONE)["clone_suspected"] is None
     # ... and the next DHCP client is the device's own (as after an OS update): no longer reported.
     counted = router.counters["mac_clone_suspected"]
@@ -92,7 +92,7 @@ def test_after_a_restart_the_first_client_is_taken_for_the_lease_holder(db_path,
     first = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
     first.switch_ready(WLAN, ROUTER_MAC)
     lease(first, PHONE, PHONE_CLIENT)
-    first.permit(PHONE)
+    first.decisions.permit(PHONE)
     lease(first, PHONE, PHONE_CLIENT)  # the hour-long lease, written to the disk
     first.store.close()
     second = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
@@ -105,12 +105,12 @@ def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_
     router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
     router.switch_ready(WLAN, ROUTER_MAC)
     lease(router, PHONE, PHONE_CLIENT)
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     # Without a passphrase of its own, any passphrase is the device's.
-    assert router.station_joined(PHONE, "guest") == []
-    keyid = router.issue_wifi_key(PHONE)["keyid"]
-    assert router.station_joined(PHONE, keyid) == []  # positive control: the phone with its own
-    effects = router.station_joined(PHONE, "guest")
+    assert router.joining.station_joined(PHONE, "guest") == []
+    keyid = router.decisions.issue_wifi_key(PHONE)["keyid"]
+    assert router.joining.station_joined(PHONE, keyid) == []  # positive control: the phone with its own
+    effects = router.joining.station_joined(PHONE, "guest")
     assert AuthenticatorKick(PHONE) in effects
     [event] = clone_events(effects)
     assert "joined the Wi-Fi with passphrase 'guest', not its own" in event.message

@@ -40,7 +40,7 @@ def permitted(router, switch, mac, client, name=""):
     """Joins, is permitted (and named), renews to a permitted device's lease: its address."""
     ip = join(router, switch, mac, client=client)
     if name:
-        switch.apply(router.rename(mac, name))
+        switch.apply(router.decisions.rename(mac, name))
     return ip
 
 
@@ -54,14 +54,14 @@ def reaches(switch, mac, ip) -> bool:
 
 def test_a_newcomer_that_looks_like_an_away_device_is_offered_and_merged_into_it(router, switch, clock, db_path):
     ip = permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
-    router.set_schedule(PHONE, "sun-thu 21:30-07:00")
+    router.decisions.set_schedule(PHONE, "sun-thu 21:30-07:00")
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
     assert router.status(NEW)["looks_like"] == OFFERED
     assert router.status(NEW)["state"] == "pending" and not reaches(switch, NEW, router.status(NEW)["ip"])
 
     pending_ip = router.status(NEW)["ip"]
-    effects = router.merge(NEW, PHONE)
+    effects = router.joining.merge(NEW, PHONE)
     switch.apply(effects)
     assert RemoveRules(cookie_of(PHONE)) in effects
     # The router's stack forgets both MACs it had: the phone's address is behind its new MAC now, and the
@@ -89,7 +89,7 @@ def test_no_offer_while_the_device_is_online_for_another_client_or_between_two_l
     lease(router, NEW, ANNAS_PHONE)
     assert router.status(NEW)["looks_like"] is None  # the phone is online: the newcomer is another device
     with pytest.raises(Conflict):
-        router.merge(NEW, PHONE)
+        router.joining.merge(NEW, PHONE)
     away(clock)
     assert router.status(NEW)["looks_like"] == OFFERED  # positive control
     other = "06:11:22:33:44:66"
@@ -107,12 +107,12 @@ def test_only_a_newcomer_is_merged_and_only_into_a_decided_device(router, switch
     join(router, switch, NEW, permit=False, client=ANNAS_PHONE)
     lease(router, LAPTOP, ANNAS_PHONE)
     with pytest.raises(Conflict):
-        router.merge(NEW, LAPTOP)  # into another newcomer
+        router.joining.merge(NEW, LAPTOP)  # into another newcomer
     with pytest.raises(UnknownDevice):
-        router.merge(NEW, "06:00:00:00:00:99")
-    switch.apply(router.permit(NEW))
+        router.joining.merge(NEW, "06:00:00:00:00:99")
+    switch.apply(router.decisions.permit(NEW))
     with pytest.raises(Conflict):
-        router.merge(NEW, PHONE)  # the household decided about it already
+        router.joining.merge(NEW, PHONE)  # the household decided about it already
     assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "permitted"
 
 
@@ -126,7 +126,7 @@ def test_a_device_with_its_own_passphrase_is_not_offered_on_its_looks(db_path, c
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
     permitted(router, switch, LAPTOP, ANOTHER_CLIENT)
-    router.issue_wifi_key(PHONE)
+    router.decisions.issue_wifi_key(PHONE)
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
     other = "06:11:22:33:44:66"
@@ -134,7 +134,7 @@ def test_a_device_with_its_own_passphrase_is_not_offered_on_its_looks(db_path, c
     assert router.status(other)["looks_like"]["mac"] == LAPTOP  # positive control: no passphrase of its own
     assert router.status(NEW)["looks_like"] is None
     with pytest.raises(Conflict, match="its own passphrase"):
-        router.merge(NEW, PHONE)
+        router.joining.merge(NEW, PHONE)
     assert router.status(PHONE)["state"] == "permitted" and router.status(NEW)["state"] == "pending"
 
 
@@ -146,9 +146,9 @@ def test_a_merged_devices_marks_under_its_old_mac_leave_the_switch(router, switc
     assert [r for r in switch.rules if r.cookie == flows.marks_cookie(PHONE)]
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
-    switch.apply(router.merge(NEW, PHONE))
+    switch.apply(router.joining.merge(NEW, PHONE))
     assert not [r for r in switch.rules if r.cookie == flows.marks_cookie(PHONE)]
-    new_ip = router.on_dhcp(frame(NEW, "request", ciaddr=ip, src_ip=ip, options=list(ANNAS_PHONE)))
+    new_ip = router.joining.on_dhcp(frame(NEW, "request", ciaddr=ip, src_ip=ip, options=list(ANNAS_PHONE)))
     switch.apply(new_ip)
     switch.apply(router.dns_answer([("us04web.zoom.us", WWW, 300)], ip))
     assert [r for r in switch.rules if r.cookie == flows.marks_cookie(NEW)]
@@ -173,7 +173,7 @@ def test_a_newcomer_sending_only_the_host_name_is_not_offered_and_is_told_what_d
         "differs": ["requested options left out this time"],
     }
     with pytest.raises(Conflict, match="not offered"):
-        router.merge(stranger, PHONE)
+        router.joining.merge(stranger, PHONE)
     assert router.status(PHONE)["state"] == "permitted" and router.status(stranger)["state"] == "pending"
     lease(router, NEW, ANNAS_PHONE)
     assert router.status(NEW)["looks_like"] == OFFERED and router.status(NEW)["resembles"] is None
@@ -201,18 +201,18 @@ def test_a_newcomer_is_never_merged_into_a_blocked_or_denied_device(router, swit
     the block onto the newcomer's MAC, freeing the blocked MAC. Positive control: a permitted one is."""
     permitted(router, switch, PHONE, ANNAS_PHONE, name="Anna's phone")
     permitted(router, switch, LAPTOP, ANOTHER_CLIENT, name="Dad's laptop")
-    state = router.status(getattr(router, decision)(PHONE) and PHONE)["state"]
+    state = router.status(getattr(router.decisions, decision)(PHONE) and PHONE)["state"]
     assert state in ("blacklisted", "denied")
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
     assert router.status(NEW)["looks_like"] is None
     with pytest.raises(Conflict, match="never merged"):
-        router.merge(NEW, PHONE)
+        router.joining.merge(NEW, PHONE)
     assert router.status(PHONE)["state"] == state and router.status(NEW)["state"] == "pending"
     other = "06:11:22:33:44:66"
     lease(router, other, ANOTHER_CLIENT)  # the permitted laptop's client: offered, merged
     assert router.status(other)["looks_like"]["mac"] == LAPTOP
-    switch.apply(router.merge(other, LAPTOP))
+    switch.apply(router.joining.merge(other, LAPTOP))
     assert router.status(other)["state"] == "permitted"
 
 
@@ -224,9 +224,9 @@ def test_a_newcomer_is_merged_only_into_the_device_it_was_offered_as(router, swi
     away(clock)
     lease(router, NEW, ANNAS_PHONE)
     with pytest.raises(Conflict, match="not offered"):
-        router.merge(NEW, LAPTOP)
+        router.joining.merge(NEW, LAPTOP)
     assert router.status(LAPTOP)["state"] == "permitted" and router.status(NEW)["state"] == "pending"
-    switch.apply(router.merge(NEW, PHONE))
+    switch.apply(router.joining.merge(NEW, PHONE))
     assert router.status(NEW)["name"] == "Anna's phone"
 
 

@@ -36,7 +36,7 @@ def home(db_path, clock):
 
 
 def own_key(router, mac) -> str:
-    return router.issue_wifi_key(mac)["keyid"]
+    return router.decisions.issue_wifi_key(mac)["keyid"]
 
 
 def reaches(switch, mac, ip) -> bool:
@@ -48,16 +48,16 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
 ):
     router, switch = home
     ip = join(router, switch, PHONE)
-    router.rename(PHONE, "Anna's phone")
-    router.deny_dns(PHONE, "games.example.test")
-    router.set_schedule(PHONE, "sun-thu 21:30-07:00")
-    router.set_allowance(PHONE, "2 h")
+    router.decisions.rename(PHONE, "Anna's phone")
+    router.decisions.deny_dns(PHONE, "games.example.test")
+    router.decisions.set_schedule(PHONE, "sun-thu 21:30-07:00")
+    router.decisions.set_allowance(PHONE, "2 h")
     keyid = own_key(router, PHONE)
     assert reaches(switch, PHONE, ip)
     before = router.status(PHONE)
     assert "Ipv6Addresses" in {type(c).__name__ for c in router.concerns if c.knows(PHONE)}  # its /64s too
 
-    effects = router.station_joined(NEW, keyid)
+    effects = router.joining.station_joined(NEW, keyid)
     switch.apply(effects)
     assert RemoveRules(cookie_of(PHONE)) in effects  # the old MAC's rules leave the switch
     assert PublishWifiKeys() in effects  # the key file names the new MAC
@@ -68,7 +68,7 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
         router.status(PHONE)
     assert [type(c).__name__ for c in router.concerns if c.knows(PHONE)] == []
     # It joins again before hostapd has read the file written since: hostapd still names its old key id.
-    assert router.station_joined(NEW, keyid) == []
+    assert router.joining.station_joined(NEW, keyid) == []
 
     status = router.status(NEW)
     assert (status["state"], status["name"], status["ip"]) == ("permitted", "Anna's phone", ip)
@@ -76,10 +76,10 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
     assert status["wifi_key"]["keyid"] == wifi_keys.device_keyid(NEW)
     assert status["schedule"] == before["schedule"] and before["schedule"].endswith("21:30-07:00")
     assert status["allowance"] == before["allowance"] and status["allowance"]["amount"] == 120
-    assert [r["domain"] for r in router.dns_rules_of(NEW)] == ["games.example.test"]
+    assert [r["domain"] for r in router.decisions.dns_rules_of(NEW)] == ["games.example.test"]
     # Its DHCP under the new MAC gets its own /30 back, with a permitted device's lease, and it is online.
     assert join(router, switch, NEW, permit=False) == ip
-    switch.apply(router.on_dhcp(frame(NEW, "request", ciaddr=ip, src_ip=ip)))
+    switch.apply(router.joining.on_dhcp(frame(NEW, "request", ciaddr=ip, src_ip=ip)))
     assert router.status(NEW)["lease_seconds_left"] > 30
     assert reaches(switch, NEW, ip)
 
@@ -92,9 +92,9 @@ def test_the_phone_back_under_a_new_mac_with_its_own_passphrase_keeps_everything
     assert store.load_earlier_macs() == {NEW: (PHONE,)}
     store.close()
     # Its next private address: both earlier MACs are remembered, in order; back to one it had, that one is not.
-    switch.apply(router.station_joined(OTHER, wifi_keys.device_keyid(NEW)))
+    switch.apply(router.joining.station_joined(OTHER, wifi_keys.device_keyid(NEW)))
     assert router.status(OTHER)["earlier_macs"] == [PHONE, NEW]
-    switch.apply(router.station_joined(PHONE, wifi_keys.device_keyid(OTHER)))
+    switch.apply(router.joining.station_joined(PHONE, wifi_keys.device_keyid(OTHER)))
     assert router.status(PHONE)["earlier_macs"] == [NEW, OTHER]
     assert router.store.flush()
     store = DeviceStore(db_path)
@@ -106,7 +106,7 @@ def test_a_new_mac_with_the_guest_passphrase_is_a_newcomer_and_the_device_stays_
     router, switch = home
     ip = join(router, switch, PHONE)
     own_key(router, PHONE)
-    assert router.station_joined(NEW, wifi_keys.GUEST_KEYID) == []
+    assert router.joining.station_joined(NEW, wifi_keys.GUEST_KEYID) == []
     assert router.status(PHONE)["state"] == "permitted"
     newcomer_ip = join(router, switch, NEW, permit=False)
     assert newcomer_ip != ip and router.status(NEW)["state"] == "pending"
@@ -118,7 +118,7 @@ def test_the_newcomer_the_phone_was_taken_for_under_its_new_mac_makes_way(home):
     ip = join(router, switch, PHONE)
     keyid = own_key(router, PHONE)
     newcomer_ip = join(router, switch, NEW, permit=False)  # its DHCP came before hostapd's event
-    switch.apply(router.station_joined(NEW, keyid))
+    switch.apply(router.joining.station_joined(NEW, keyid))
     assert router.status(NEW)["state"] == "permitted" and router.status(NEW)["name"] == ""
     assert join(router, switch, NEW, permit=False) == ip
     # The newcomer's /30 is free again: the next newcomer gets it.
@@ -130,7 +130,7 @@ def test_another_decided_devices_mac_with_the_phones_passphrase_is_neither_devic
     join(router, switch, PHONE)
     laptop_ip = join(router, switch, LAPTOP)
     keyid = own_key(router, PHONE)
-    effects = router.station_joined(LAPTOP, keyid)
+    effects = router.joining.station_joined(LAPTOP, keyid)
     assert AuthenticatorKick(LAPTOP) in effects
     assert any(isinstance(e, TellHousehold) and e.kind == "mac-clone" and e.mac == LAPTOP for e in effects)
     switch.apply(effects)
@@ -138,15 +138,15 @@ def test_another_decided_devices_mac_with_the_phones_passphrase_is_neither_devic
     assert router.status(PHONE)["wifi_key"]["keyid"] == keyid
     assert router.status(LAPTOP)["state"] == "permitted" and reaches(switch, LAPTOP, laptop_ip)
     # Positive control: the phone itself joining with its passphrase is no news.
-    assert router.station_joined(PHONE, keyid) == []
+    assert router.joining.station_joined(PHONE, keyid) == []
 
 
 def test_a_blacklisted_device_back_under_a_new_mac_is_still_refused(home):
     router, switch = home
     join(router, switch, PHONE)
     keyid = own_key(router, PHONE)
-    switch.apply(router.blacklist(PHONE))
-    effects = router.station_joined(OTHER, keyid)
+    switch.apply(router.decisions.blacklist(PHONE))
+    effects = router.joining.station_joined(OTHER, keyid)
     assert AuthenticatorDeny(OTHER, True) in effects and AuthenticatorDeny(PHONE, False) in effects
     assert router.status(OTHER)["state"] == State.BLACKLISTED.value
     assert router.blacklist_status() == [OTHER]

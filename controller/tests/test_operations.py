@@ -1,15 +1,15 @@
 """ws.v1's operations are declared once (operations.py): the routes, what a decision does before it
 answers, and openapi.yaml all come from that declaration."""
 
+import inspect
 import json
 from pathlib import Path
 
 from dhcp_frames import frame
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease, permitted_phone
 
-from homework_controller import api, operations
+from homework_controller import api, authority, operations
 from homework_controller.effects import InstallRules
-from homework_controller.radio_settings import RadioSettingsFile
 from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
@@ -22,14 +22,18 @@ def test_openapi_yaml_is_what_the_declarations_say():
     ), "controller/openapi.yaml is stale: python -m homework_controller.operations > controller/openapi.yaml"
 
 
-def test_every_declared_operation_is_routed_to_a_method_of_the_router(db_path):
-    router = HomeRouter(DeviceStore(db_path))
+def test_every_declared_operation_takes_the_arguments_it_declares_by_their_names():
+    """ws.v1 passes a request's arguments in the declared order: the function performing the operation takes
+    what it acts on, then those (an optional one with a default), then the role's keywords (`authority`)."""
     assert set(api.ROUTES) == {op.name for op in operations.OPERATIONS}
     for op in operations.OPERATIONS:
         assert not op.decision or op.verb == "POST", op.name  # a query writes nothing
-        # The edge's and the radio's own are answered off the router (ofapp.call).
-        owner = {"edge": None, "radio": RadioSettingsFile("")}.get(op.answers, router)
-        assert owner is None or callable(getattr(owner, op.call, None)), op.name
+        target, *taken = inspect.signature(op.call).parameters.values()
+        declared = [*op.path, *([op.query] if op.query else []), *(["settings"] if op.body else [])]
+        assert target.name == {"edge": "host", "radio": "radio"}.get(op.answers, "router"), op.name
+        assert [p.name for p in taken] == [*declared, *authority.KEYWORDS.get(op.name, {})], op.name
+        defaults = [p.name for p in taken if p.default is not inspect.Parameter.empty]
+        assert defaults == [*op.path[-1:] * op.optional, *authority.KEYWORDS.get(op.name, {})], op.name
 
 
 def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
@@ -59,8 +63,8 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
             assert any(isinstance(e, InstallRules) for e in carried_out[0]), name
     # merge takes a newcomer for a device that is away: its own scene, the same checks. The phone is let in
     # again (the operations above blocked it), renews with its DHCP client, leaves, and is back as LAPTOP.
-    router.whitelist(PHONE)
-    router.on_dhcp(frame(PHONE, "request", ciaddr=phone_ip, src_ip=phone_ip, options=PHONE_CLIENT))
+    router.decisions.whitelist(PHONE)
+    router.joining.on_dhcp(frame(PHONE, "request", ciaddr=phone_ip, src_ip=phone_ip, options=PHONE_CLIENT))
     clock.now += 3601  # the phone's lease ran out
     lease(router, LAPTOP, PHONE_CLIENT)
     carried_out = []
@@ -70,7 +74,9 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
 
 
 def test_an_operation_that_would_answer_effects_is_refused(router):
-    undeclared = operations.Operation("permit", "POST", "permit", "permit, declared without its answer", ("mac",))
+    undeclared = operations.Operation(
+        "permit", "POST", "permit, declared without its answer", operations.permit, ("mac",)
+    )
     permitted_phone(router)
     try:
         operations.perform(router, undeclared, [PHONE], lambda effects: None, applied=True)

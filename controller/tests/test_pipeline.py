@@ -98,7 +98,7 @@ def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_onl
     assert ports(first) == sorted([flows.CONTROLLER, LOCAL])  # no waiting for the controller
     [copy] = [d for d in first if d.port == flows.CONTROLLER]
     switch.apply(
-        router.on_flow_copy(
+        router.flow_events.on_flow_copy(
             WLAN,
             packets.Frame(
                 PHONE,
@@ -125,7 +125,7 @@ def test_deny_cuts_the_device_off_at_once(router, switch):
     fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)
     switch.send(fetch)
     assert ports(forwarded(switch.send(fetch))) == [LOCAL]
-    switch.apply(router.deny(PHONE))
+    switch.apply(router.decisions.deny(PHONE))
     assert switch.send(fetch) == []
     assert switch.send(ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, sport=80, dport=40000)) == []
     assert not [
@@ -138,7 +138,7 @@ def test_deny_cuts_the_device_off_at_once(router, switch):
 def test_a_blacklisted_device_gets_not_even_eapol_through_while_others_do(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
-    switch.apply(router.blacklist(PHONE))
+    switch.apply(router.decisions.blacklist(PHONE))
     eapol = {"eth_type": flows.ETH_EAPOL, "eth_dst": "01:80:c2:00:00:03"}
     assert switch.send({"in_port": WLAN, "eth_src": PHONE, **eapol}) == []
     assert ports(switch.send({"in_port": WLAN, "eth_src": LAPTOP, **eapol})) == [LOCAL]
@@ -150,7 +150,7 @@ def test_an_address_learnt_for_a_blocked_name_is_dropped_for_that_device_only(ro
 
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
-    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     answer = dnslib.DNSRecord.question("games.example.test").reply()
     answer.add_answer(dnslib.RR("games.example.test", rdata=dnslib.A("198.51.100.81"), ttl=300))
     switch.apply(router.dns_answer(dnsgate.inspect_answer(answer.pack(), "games.example.test").learnt))
@@ -170,8 +170,8 @@ def test_broadcast_reaches_the_other_permitted_devices_and_the_router_and_no_one
         [to_router] = [d for d in out if d.port == LOCAL]
         assert to_router.packet["ipv4_dst"] == ("224.0.0.251" if dst.startswith("224") else "255.255.255.255")
     # Who hears it follows the household's decisions.
-    switch.apply(router.permit(TABLET))
-    switch.apply(router.deny(LAPTOP))
+    switch.apply(router.decisions.permit(TABLET))
+    switch.apply(router.decisions.deny(LAPTOP))
     out = forwarded(switch.send(ipv4(WLAN, PHONE, BROADCAST_MAC, phone, "224.0.0.251", flows.PROTO_UDP, 5353, 5353)))
     assert {d.packet["eth_dst"] for d in out if d.port == WLAN} == {TABLET}
 
@@ -186,7 +186,7 @@ def test_vlan_tagged_frames_from_the_air_are_dropped_and_untagged_ones_pass(rout
 def test_a_device_with_blocked_names_cannot_use_encrypted_dns_and_others_can(router, switch):
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
-    switch.apply(router.deny_dns(PHONE, "games.example.test"))
+    switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     for proto in (flows.PROTO_TCP, flows.PROTO_UDP):
         assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "9.9.9.9", proto, 40000, 853)) == []
         assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "9.9.9.9", proto, 40000, 853)))) == [
@@ -256,7 +256,7 @@ def test_each_dhcp_clients_release_reaches_the_router_and_ends_its_lease_and_no_
         options = [("server_id", gateway), *RELEASE_SHAPES[client](mac)]
         for port_mark in reached:
             switch.apply(
-                router.on_dhcp(
+                router.joining.on_dhcp(
                     frame(
                         mac,
                         "release",
@@ -329,7 +329,7 @@ def test_a_forwarding_devices_arp_for_its_gateway_is_answered_by_the_switch_at_o
 
 def test_the_gateway_address_is_added_once_a_device_may_talk_to_the_router(router, switch):
     lease(router, PHONE)
-    effects = router.permit(PHONE)
+    effects = router.decisions.permit(PHONE)
     assert AddGatewayAddress(router.devices[PHONE].subnet) in effects
 
 
@@ -339,7 +339,7 @@ def test_a_paused_devices_connections_stop_and_flow_again_when_it_is_resumed(rou
     to_internet = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, flows.PROTO_TCP, 40000, 443)
     from_internet = ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, flows.PROTO_TCP, 443, 40000)
     assert forwarded(switch.send(to_internet)) and forwarded(switch.send(from_internet))
-    switch.apply(router.pause(PHONE))
+    switch.apply(router.decisions.pause(PHONE))
     assert router.status(PHONE)["paused"] is True and router.status(PHONE)["state"] == "permitted"
     assert switch.send(to_internet) == [] and switch.send(from_internet) == []  # its connection stopped
     # It keeps its lease: its DHCP still reaches the router, so it is back at once when resumed.
@@ -347,6 +347,6 @@ def test_a_paused_devices_connections_stop_and_flow_again_when_it_is_resumed(rou
     assert ports(switch.send(renewal)) == [LOCAL]
     # Positive control: another device is not paused with it.
     assert forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET, flows.PROTO_TCP, 40000, 443)))
-    switch.apply(router.resume(PHONE))
+    switch.apply(router.decisions.resume(PHONE))
     assert router.status(PHONE)["paused"] is False
     assert forwarded(switch.send(to_internet)) and forwarded(switch.send(from_internet))

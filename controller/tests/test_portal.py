@@ -61,20 +61,20 @@ def test_a_waiting_device_keeps_its_code_when_the_router_restarts_and_another_ro
     first = HomeRouter(DeviceStore(db_path), clock=clock)
     first.switch_ready(WLAN, ROUTER_MAC)
     for mac in (PHONE, LAPTOP):
-        first.on_dhcp(frame(mac, "discover"))
+        first.joining.on_dhcp(frame(mac, "discover"))
     codes = {mac: first.status(mac)["portal_code"] for mac in (PHONE, LAPTOP)}
     assert first.store.flush()
     first.store.close()
     again = HomeRouter(DeviceStore(db_path), clock=clock)
     again.switch_ready(WLAN, ROUTER_MAC)
     for mac in (PHONE, LAPTOP):
-        again.on_dhcp(frame(mac, "discover"))
+        again.joining.on_dhcp(frame(mac, "discover"))
         assert again.status(mac)["portal_code"] == codes[mac]
     again.store.close()
     # Positive control: the code is the router's own (its key), not a function of the MAC anyone can work out.
     other = HomeRouter(DeviceStore(db_path.replace("controller.sqlite", "other.sqlite")), clock=clock)
     other.switch_ready(WLAN, ROUTER_MAC)
-    other.on_dhcp(frame(PHONE, "discover"))
+    other.joining.on_dhcp(frame(PHONE, "discover"))
     assert other.status(PHONE)["portal_code"] != codes[PHONE]
 
 
@@ -132,21 +132,23 @@ def test_a_device_held_by_the_allowance_it_shares_is_told_of_that_one_not_its_ow
 
 
 def test_every_dhcp_answer_names_the_portals_api(router):
-    [offer] = [e for e in router.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
+    [offer] = [e for e in router.joining.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
     assert opts["captive-portal"] == portal.API_URL.encode() == b"http://10.2.0.1/captive-portal/api"
     [ack] = [
         e
-        for e in router.on_dhcp(
+        for e in router.joining.on_dhcp(
             frame(PHONE, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
         )
         if isinstance(e, AnswerDhcp)
     ]
     assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
     # A permitted device's too: its API then says captive: false.
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     ip = pkt["BOOTP"].yiaddr
-    [ack] = [e for e in router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, AnswerDhcp)]
+    [ack] = [
+        e for e in router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, AnswerDhcp)
+    ]
     assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
 
 
@@ -198,11 +200,11 @@ def test_a_paused_device_gets_the_portal_and_once_resumed_everything_again(route
     phone = join(router, switch, PHONE)
     to_portal = ipv4(WLAN, PHONE, ROUTER_MAC, phone, ROUTER, flows.PROTO_TCP, 40000, 80)
     to_internet = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, flows.PROTO_TCP, 40000, 443)
-    switch.apply(router.pause(PHONE))
+    switch.apply(router.decisions.pause(PHONE))
     assert [d.port for d in switch.send(to_portal)] == [LOCAL]
     assert switch.send(to_internet) == []
     assert router.portal_of(phone)["captive"] is True
-    switch.apply(router.resume(PHONE))
+    switch.apply(router.decisions.resume(PHONE))
     assert not [r for r in switch.rules if r.priority == flows.Admission.PORTAL]
     assert [d.port for d in switch.send(to_internet) if d.port != flows.CONTROLLER] == [LOCAL]
     assert router.portal_of(phone)["captive"] is False
@@ -210,7 +212,7 @@ def test_a_paused_device_gets_the_portal_and_once_resumed_everything_again(route
 
 def test_a_denied_device_and_a_lapsed_lease_get_no_portal(router, switch, clock):
     laptop = join(router, switch, LAPTOP, permit=False)
-    switch.apply(router.deny(LAPTOP))
+    switch.apply(router.decisions.deny(LAPTOP))
     assert switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, ROUTER, flows.PROTO_TCP, 40000, 80)) == []
     phone = join(router, switch, PHONE, permit=False)
     clock.now += 31
@@ -229,7 +231,7 @@ def test_a_held_back_device_gets_the_router_for_the_os_probes_and_a_refusal_for_
     assert ask(router, laptop, "www.example.test").action == "block"
     # Positive control: a permitted device's probe goes to the real internet.
     assert ask(router, phone, PROBE).action == "allow"
-    switch.apply(router.pause(PHONE))
+    switch.apply(router.decisions.pause(PHONE))
     assert ask(router, phone, PROBE).action == "portal"
     assert ask(router, phone, "www.example.test").action == "block"
     assert router.counters["dns_portal"] == 5
@@ -252,7 +254,7 @@ def test_the_probe_answer_is_the_routers_address_for_a_second():
 def test_the_portal_answers_about_the_device_at_the_address_only(router):
     phone = lease(router, PHONE)
     laptop = lease(router, LAPTOP)
-    router.permit(LAPTOP)
+    router.decisions.permit(LAPTOP)
     said = router.portal_of(phone)
     assert said["captive"] is True and said["reason"] == "pending"
     assert said["code"] == router.status(PHONE)["portal_code"] != router.status(LAPTOP)["portal_code"]

@@ -87,12 +87,12 @@ def test_an_agent_labels_only_its_own_devices_connections(router, switch):
         AgentReport(17, laptop, 50000, ZOOM, 40001, "zoom"),
         AgentReport(17, "10.2.0.1", 50000, ZOOM, 40001, "zoom"),
     ]
-    switch.apply(router.agent_reported(forged))
+    switch.apply(router.flow_events.agent_reported(forged))
     [out] = deliver(router, switch, call)
     assert out.packet["ip_dscp"] == 0
     assert router.counters["agent_reports_ignored"] == 1  # the router's own address is no device's
     # The same report for the phone's own address labels its connection, both ways, at once.
-    switch.apply(router.agent_reported([AgentReport(17, phone, 50000, ZOOM, 40001, "zoom")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(17, phone, 50000, ZOOM, 40001, "zoom")]))
     [out] = deliver(router, switch, call)
     assert out.packet["ip_dscp"] == EF
     assert mark_of(router, switch, down(phone, ZOOM, flows.PROTO_UDP, 40001, 50000)) == (EF, 1, WLAN)
@@ -100,7 +100,7 @@ def test_an_agent_labels_only_its_own_devices_connections(router, switch):
 
 def test_an_unconnected_udp_socket_report_labels_every_destination_of_that_port(router, switch):
     phone = join(router, switch, PHONE)
-    switch.apply(router.agent_reported([AgentReport(17, phone, 5004, "*", 0, "linphone")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(17, phone, 5004, "*", 0, "linphone")]))
     assert mark_of(router, switch, up(phone, ZOOM, flows.PROTO_UDP, 5004, 40002))[0] == EF
     assert mark_of(router, switch, up(phone, ZOOM, flows.PROTO_UDP, 5005, 40002))[0] == 0  # another socket
 
@@ -283,12 +283,14 @@ def test_one_devices_flood_of_agent_reports_leaves_another_devices_reports_and_t
     phone = join(router, switch, PHONE)
     laptop = join(router, switch, LAPTOP)
     tablet = join(router, switch, TABLET)
-    switch.apply(router.agent_reported([AgentReport(17, laptop, 5004, "*", 0, "linphone")]))
+    switch.apply(router.flow_events.agent_reported([AgentReport(17, laptop, 5004, "*", 0, "linphone")]))
     # The phone and the tablet flood: each many times the whole book's size, in batches as hwdb sends them.
     for batch in range(20):
         for ip in (phone, tablet):
             switch.apply(
-                router.agent_reported([AgentReport(6, ip, 1024 + batch * 50 + i, WEB, 443, "flood") for i in range(50)])
+                router.flow_events.agent_reported(
+                    [AgentReport(6, ip, 1024 + batch * 50 + i, WEB, 443, "flood") for i in range(50)]
+                )
             )
     assert router.agent_reports.reports_of(PHONE) == router.agent_reports.reports_of(TABLET) == 100
     assert router.agent_reports.reports_of(LAPTOP) == 1
@@ -303,6 +305,6 @@ def test_a_device_under_its_cap_keeps_every_report(small_book):
     router, switch = small_book
     laptop = join(router, switch, LAPTOP)
     reports = [AgentReport(6, laptop, 2000 + i, WEB, 443, f"app{i}") for i in range(100)]
-    switch.apply(router.agent_reported(reports))
+    switch.apply(router.flow_events.agent_reported(reports))
     assert router.agent_reports.reports_of(LAPTOP) == 100
     assert all(router.agent_reports.process_of(LAPTOP, r.connection) == r.process for r in reports)

@@ -10,7 +10,7 @@ import threading
 import pytest
 from test_api import request
 
-from homework_controller import api, ofapp, radio_settings
+from homework_controller import api, ofapp, operations, radio_settings
 from homework_controller.errors import NotConfigured
 from homework_controller.radio_settings import BadSettings, RadioSettings, RadioSettingsFile
 from homework_controller.serving import TimedLock
@@ -156,7 +156,7 @@ def post_json(app, path, body: bytes):
 
 def test_ws_v1_reads_and_changes_the_settings_with_a_json_body_and_names_the_fields_it_refuses(settings_file):
     radio = RadioSettingsFile(str(settings_file))
-    app = api.make_app(lambda name, *args, role: getattr(radio, name)(*args))
+    app = api.make_app(lambda name, *args, role: operations.BY_NAME[name].call(radio, *args))
     status, shown = request(app, "GET", "/ws.v1/radio-settings")
     assert status == 200 and shown["ssid"] == "Our house"
 
@@ -182,7 +182,7 @@ def test_ws_v1_reads_and_changes_the_settings_with_a_json_body_and_names_the_fie
     assert request(app, "GET", "/ws.v1/set-radio-settings")[0] == 405
     assert radio_settings.parse(settings_file.read_text())[0].channel == 1
 
-    without = api.make_app(lambda name, *args, role: getattr(RadioSettingsFile(""), name)(*args))
+    without = api.make_app(lambda name, *args, role: operations.BY_NAME[name].call(RadioSettingsFile(""), *args))
     status, answer = request(without, "GET", "/ws.v1/radio-settings")
     assert status == 501 and "no radio of its own" in answer["error"]
 
@@ -194,7 +194,7 @@ def test_the_settings_are_read_and_written_without_the_controllers_lock(settings
     answers = []
     with app.lock:  # a device's DHCP being decided
         worker = threading.Thread(
-            target=lambda: answers.append((app.call("radio_settings"), app.call("set_radio_settings", {"channel": 3})))
+            target=lambda: answers.append((app.call("radio-settings"), app.call("set-radio-settings", {"channel": 3})))
         )
         worker.start()
         worker.join(5)

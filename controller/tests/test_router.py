@@ -33,12 +33,12 @@ def installed(effects):
 
 def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(router):
     # A DISCOVER alone (all a forged MAC ever sends) costs the switch nothing...
-    effects = router.on_dhcp(frame(PHONE, "discover"))
+    effects = router.joining.on_dhcp(frame(PHONE, "discover"))
     assert effects and not [e for e in effects if isinstance(e, (InstallRules, InstallMeter, AddGatewayAddress))]
     # ...a lease brings the device its own budget.
     [offer] = [e for e in effects if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    effects = router.on_dhcp(
+    effects = router.joining.on_dhcp(
         frame(PHONE, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
     )
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
@@ -50,7 +50,7 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
     ip = lease(router, PHONE)
-    permitted = router.permit(PHONE)
+    permitted = router.decisions.permit(PHONE)
     rules = installed(permitted)
     assert AddGatewayAddress(router.devices[PHONE].subnet) in permitted  # its gateway, on the router's stack
     admit = [
@@ -65,7 +65,7 @@ def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
         if r.table == flows.TABLE_ROUTING and r.match_dict.get("ipv4_dst") == ip and r.match_dict.get("in_port") == WLAN
     ]
     assert flows.DecTtl() in to_phone[0].actions and flows.Output(flows.IN_PORT) in to_phone[0].actions
-    removed = router.deny(PHONE)
+    removed = router.decisions.deny(PHONE)
     assert removed[0] == RemoveRules(flows.device_cookie(router.devices[PHONE]))
     # What stays is its own packet-in budget for DHCP and ARP, nothing that forwards.
     assert {r.priority for r in installed(removed)} == {1001, 901}
@@ -73,13 +73,13 @@ def test_permit_installs_source_checked_rules_and_deny_removes_them(router):
 
 def test_permit_of_an_unknown_device_is_a_clear_error(router):
     with pytest.raises(UnknownDevice, match="no device 02:00:00:00:00:99"):
-        router.permit("02:00:00:00:00:99")
+        router.decisions.permit("02:00:00:00:00:99")
     with pytest.raises(BadMac):
-        router.permit("not-a-mac")
+        router.decisions.permit("not-a-mac")
 
 
 def test_whitelisted_device_is_admitted_when_it_first_appears(router):
-    router.whitelist(LAPTOP)
+    router.decisions.whitelist(LAPTOP)
     ip = lease(router, LAPTOP)
     assert router.status(LAPTOP)["state"] == "permitted" and router.status(LAPTOP)["lease_seconds_left"] == 3600
     assert ip.startswith("10.2.")
@@ -87,20 +87,20 @@ def test_whitelisted_device_is_admitted_when_it_first_appears(router):
 
 def test_blacklisted_device_is_dropped_at_the_door(router):
     lease(router, PHONE)
-    router.permit(PHONE)
-    effects = router.blacklist(PHONE)
+    router.decisions.permit(PHONE)
+    effects = router.decisions.blacklist(PHONE)
     drops = installed(effects)
     assert all(d.priority > 1000 and d.actions == () for d in drops)
     assert {(d.match_dict.get("eth_src"), d.match_dict.get("eth_dst")) for d in drops} == {(PHONE, None), (None, PHONE)}
     assert router.blacklist_status() == [PHONE]
     assert AuthenticatorDeny(PHONE, True) in effects  # the radio's authenticator is told too
-    assert AuthenticatorDeny(PHONE, False) in router.whitelist(PHONE)
-    assert not [e for e in router.permit(PHONE) if isinstance(e, AuthenticatorDeny)]
+    assert AuthenticatorDeny(PHONE, False) in router.decisions.whitelist(PHONE)
+    assert not [e for e in router.decisions.permit(PHONE) if isinstance(e, AuthenticatorDeny)]
 
 
 def test_rules_go_when_the_lease_runs_out(router, clock):
     lease(router, PHONE)
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     clock.now += 31  # the pending lease it holds has run out and it never renewed
     effects = router.tick()
     assert effects[:2] == [
@@ -166,13 +166,13 @@ def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(rou
     dot = {(flows.TABLE_ACCOUNTING, flows.Accounting.BLOCKED, 853)}
     assert forwarding in on_switch() and not on_switch() & dot
     assert ticked() == []
-    switch.apply(router.deny_dns(PHONE, "example.test"))  # its DNS over TLS is refused from now on
+    switch.apply(router.decisions.deny_dns(PHONE, "example.test"))  # its DNS over TLS is refused from now on
     assert on_switch() >= dot and ticked() == []
-    switch.apply(router.permit_dns(PHONE, "example.test"))
+    switch.apply(router.decisions.permit_dns(PHONE, "example.test"))
     assert not on_switch() & dot and ticked() == []
-    switch.apply(router.deny(PHONE))
+    switch.apply(router.decisions.deny(PHONE))
     assert forwarding not in on_switch() and on_switch() and ticked() == []
-    switch.apply(router.permit(PHONE))
+    switch.apply(router.decisions.permit(PHONE))
     assert forwarding in on_switch() and ticked() == []
     clock.now += 3601  # its lease runs out: the tick takes its forwarding away
     assert ticked() and forwarding not in on_switch() and on_switch()
@@ -183,9 +183,9 @@ def test_decisions_and_subnets_survive_a_restart(db_path, clock):
     first = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
     first.switch_ready(WLAN, ROUTER_MAC)
     ip = lease(first, PHONE)
-    first.permit(PHONE)
+    first.decisions.permit(PHONE)
     lease(first, LAPTOP)
-    first.deny(LAPTOP)
+    first.decisions.deny(LAPTOP)
     first.store.close()
 
     second = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
@@ -204,11 +204,11 @@ def arp_request(src_mac, src_ip, target_ip):
 def test_proxy_arp_answers_a_device_for_its_own_gateway_only(router):
     ip = lease(router, PHONE)
     gateway = ip[: ip.rfind(".")] + "." + str(int(ip.rsplit(".", 1)[1]) - 1)
-    [answer] = router.on_arp(WLAN, arp_request(PHONE, ip, gateway))
+    [answer] = router.joining.on_arp(WLAN, arp_request(PHONE, ip, gateway))
     reply = Ether(answer.data)
     assert reply[ARP].op == 2 and reply[ARP].hwsrc == ROUTER_MAC and reply[ARP].psrc == gateway
-    assert router.on_arp(WLAN, arp_request(PHONE, ip, "10.2.0.10")) == []  # another device's gateway
-    assert router.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
+    assert router.joining.on_arp(WLAN, arp_request(PHONE, ip, "10.2.0.10")) == []  # another device's gateway
+    assert router.joining.on_arp(WLAN, arp_request(PHONE, "10.2.0.50", gateway)) == []  # a forged sender address
 
 
 def test_router_stack_learns_only_devices_with_a_live_lease(router, clock):
@@ -216,14 +216,14 @@ def test_router_stack_learns_only_devices_with_a_live_lease(router, clock):
     resolver and the captive portal answer it: test_portal.py); not a stranger's, nor a lapsed lease's."""
     ip = lease(router, PHONE)
     ask = arp_request(ROUTER_MAC, "10.2.0.5", ip)
-    [answer] = router.on_arp(flows.LOCAL, ask)
+    [answer] = router.joining.on_arp(flows.LOCAL, ask)
     assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
-    assert router.on_arp(flows.LOCAL, arp_request(ROUTER_MAC, "10.2.0.5", "10.2.0.10")) == []  # no one's
+    assert router.joining.on_arp(flows.LOCAL, arp_request(ROUTER_MAC, "10.2.0.5", "10.2.0.10")) == []  # no one's
     clock.now += 31  # its pending lease ran out
-    assert router.on_arp(flows.LOCAL, ask) == []
-    router.permit(PHONE)
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
-    [answer] = router.on_arp(flows.LOCAL, ask)
+    assert router.joining.on_arp(flows.LOCAL, ask) == []
+    router.decisions.permit(PHONE)
+    router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    [answer] = router.joining.on_arp(flows.LOCAL, ask)
     assert Ether(answer.data)[ARP].hwsrc == PHONE and answer.port == flows.LOCAL
 
 
@@ -235,19 +235,19 @@ def test_mac_addresses_are_normalised():
 
 def test_household_names_are_kept_clean_and_bounded(router):
     lease(router, PHONE)
-    router.rename(PHONE, "Grandma's\x00 iPad ")
+    router.decisions.rename(PHONE, "Grandma's\x00 iPad ")
     assert router.status(PHONE)["name"] == "Grandma's iPad"
     with pytest.raises(Exception, match="64 characters"):
-        router.rename(PHONE, "x" * 65)
+        router.decisions.rename(PHONE, "x" * 65)
 
 
 def test_every_dhcp_decision_is_logged_to_leases(router):
-    effects = router.on_dhcp(frame(PHONE, "discover"))
+    effects = router.joining.on_dhcp(frame(PHONE, "discover"))
     assert not [e for e in effects if isinstance(e, LogRow)]  # an offer is not a lease
     ip = lease(router, PHONE)
-    router.permit(PHONE)
-    renewal = router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
-    released = router.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
+    router.decisions.permit(PHONE)
+    renewal = router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    released = router.joining.on_dhcp(frame(PHONE, "release", ciaddr=ip, src_ip=ip))
     rows = [e.row for e in renewal + released if isinstance(e, LogRow)]
     assert rows == [(PHONE, ip, "", "renewed", "permitted"), (PHONE, ip, "", "released", "permitted")]
 
@@ -260,12 +260,12 @@ def with_max_pending(db_path, clock, max_pending):
 
 def test_a_storm_of_forged_macs_cannot_take_more_than_the_pending_cap(db_path, clock):
     router = with_max_pending(db_path, clock, 3)
-    router.whitelist(LAPTOP)
+    router.decisions.whitelist(LAPTOP)
     lease(router, LAPTOP)
     macs = [f"02:00:00:00:01:{i:02x}" for i in range(6)]
     for mac in macs:
         clock.now += 1
-        router.on_dhcp(frame(mac, "discover"))
+        router.joining.on_dhcp(frame(mac, "discover"))
     pending = sorted(d["mac"] for d in router.status() if d["state"] == "pending")
     assert pending == macs[-3:]  # the three silent longest made way
     assert router.status(LAPTOP)["state"] == "permitted"  # decided devices are never evicted
@@ -278,7 +278,7 @@ def test_an_evicted_devices_meter_and_rules_go_with_it(db_path, clock):
     meter = flows.device_meter(router.devices[PHONE]).meter_id
     assert meter in router.switch.meters
     clock.now += 1
-    effects = router.on_dhcp(frame(LAPTOP, "discover"))
+    effects = router.joining.on_dhcp(frame(LAPTOP, "discover"))
     assert RemoveMeter(meter) in effects and RemoveRules(flows.device_cookie(Device(PHONE))) in effects
 
 
@@ -287,21 +287,21 @@ def test_a_newcomer_takes_the_lowest_free_slash30_even_one_an_evicted_device_lef
     first, second, third, fourth = (f"02:00:00:00:02:{i:02x}" for i in range(4))
     for mac in (first, second):
         clock.now += 1
-        router.on_dhcp(frame(mac, "discover"))
+        router.joining.on_dhcp(frame(mac, "discover"))
     left_by_first = router.devices[first].subnet.index
     clock.now += 1
-    router.on_dhcp(frame(third, "discover"))  # the first, silent longest, makes way
+    router.joining.on_dhcp(frame(third, "discover"))  # the first, silent longest, makes way
     assert first not in router.devices
     assert router.devices[third].subnet.index == left_by_first  # not a /30 never used before
     clock.now += 1
-    router.on_dhcp(frame(fourth, "discover"))  # the second makes way; its /30 is the lowest free now
+    router.joining.on_dhcp(frame(fourth, "discover"))  # the second makes way; its /30 is the lowest free now
     assert router.devices[fourth].subnet.index == router.devices[third].subnet.index + 1
 
 
 def forged_discovers(router, count, every_s, start=0):
     events = []
     for n in range(start, start + count):
-        events += router.on_dhcp(forged(f"02:ff:00:00:{n // 256:02x}:{n % 256:02x}"))
+        events += router.joining.on_dhcp(forged(f"02:ff:00:00:{n // 256:02x}:{n % 256:02x}"))
         router.clock.now += every_s
     return events
 
@@ -323,19 +323,21 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     assert router.store.load() == {}  # no newcomer touched the disk
     # A real device asking during the storm is announced once it comes back for its lease (forged MACs that
     # complete DISCOVER..ACK never do), not as it takes it.
-    [offer] = [e for e in router.on_dhcp(frame(TABLET, "discover")) if isinstance(e, AnswerDhcp)]
+    [offer] = [e for e in router.joining.on_dhcp(frame(TABLET, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    granted = router.on_dhcp(
+    granted = router.joining.on_dhcp(
         frame(TABLET, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
     )
     assert [e.kind for e in granted if isinstance(e, TellHousehold)] == []
     router.clock.now += 15  # its renewal, half its pending lease on
-    renewed = router.on_dhcp(frame(TABLET, "request", ciaddr=pkt["BOOTP"].yiaddr, src_ip=pkt["BOOTP"].yiaddr))
+    renewed = router.joining.on_dhcp(frame(TABLET, "request", ciaddr=pkt["BOOTP"].yiaddr, src_ip=pkt["BOOTP"].yiaddr))
     assert [e.kind for e in renewed if isinstance(e, TellHousehold)] == ["new-device"]
     # Once things calm down, a new device is news again.
     router.clock.now += 120
-    router.on_dhcp(frame(PHONE, "discover"))
-    assert [e.kind for e in router.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == ["new-device"]
+    router.joining.on_dhcp(frame(PHONE, "discover"))
+    assert [e.kind for e in router.joining.on_dhcp(frame(LAPTOP, "discover")) if isinstance(e, TellHousehold)] == [
+        "new-device"
+    ]
 
 
 def forged_leases(router, count, start=0, every_s=1.0):
@@ -353,10 +355,10 @@ def forged_leases(router, count, start=0, every_s=1.0):
 
 def lease_effects(router, mac):
     """A device's DISCOVER and REQUEST: the effects of both."""
-    effects = router.on_dhcp(frame(mac, "discover"))
+    effects = router.joining.on_dhcp(frame(mac, "discover"))
     [offer] = [e for e in effects if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    return effects + router.on_dhcp(
+    return effects + router.joining.on_dhcp(
         frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
     )
 
@@ -374,7 +376,7 @@ def test_a_storm_of_forged_macs_completing_their_leases_is_told_once_and_a_real_
     told += forged_leases(router, 14, start=40)
     clock.now += 1
     told += [
-        e for e in router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, TellHousehold)
+        e for e in router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, TellHousehold)
     ]  # its renewal, 15 s on
     told += forged_leases(router, 300, start=54)  # the storm goes on: the cap is churned 15 times over
     kinds = [e.kind for e in told]
@@ -410,10 +412,10 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
         for _ in range(int(seconds * 100)):
             n = next(storm)
             mac = f"02:fe:00:00:{n // 256:02x}:{n % 256:02x}"
-            effects = router.on_dhcp(forged(mac))
+            effects = router.joining.on_dhcp(forged(mac))
             clock.now += 0.002
             subnet = router.devices[mac].subnet  # what its offer says
-            effects += router.on_dhcp(forged(mac, subnet.gateway, subnet.device_ip))
+            effects += router.joining.on_dhcp(forged(mac, subnet.gateway, subnet.device_ip))
             assert any(isinstance(e, AnswerDhcp) for e in effects)
             told.extend(e for e in effects if isinstance(e, TellHousehold))
             clock.now += 0.008
@@ -422,13 +424,13 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
         [offer] = [e for e in offer_effects if isinstance(e, AnswerDhcp)]
         pkt, opts = reply_of(offer.data)
         options = [("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)]
-        effects = router.on_dhcp(frame(mac, "request", options=options))
+        effects = router.joining.on_dhcp(frame(mac, "request", options=options))
         switch.apply(effects)
         return effects
 
     def newcomer_leases(mac):
         """A real client: its REQUEST 10 ms after its DISCOVER, a forged DISCOVER handled in between."""
-        offer = router.on_dhcp(frame(mac, "discover"))
+        offer = router.joining.on_dhcp(frame(mac, "discover"))
         switch.apply(offer)
         clock.now += 0.005
         forged_for(0.01)
@@ -443,10 +445,10 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
     gateway = router.devices[PHONE].subnet.gateway
     arp = {"in_port": WLAN, "eth_src": PHONE, "eth_dst": "ff:ff:ff:ff:ff:ff", "eth_type": flows.ETH_ARP}
     assert [d.port for d in switch.send(arp)] == [flows.CONTROLLER]
-    assert router.on_admission_copy(WLAN, arp_request(PHONE, ip, gateway))
+    assert router.joining.on_admission_copy(WLAN, arp_request(PHONE, ip, gateway))
     tablet = newcomer_leases(TABLET)  # another newcomer gets its lease too, and never uses it
     forged_for(15)  # its renewal is due half its 30 s lease on: 1,500 forged MACs later
-    renewal = router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    renewal = router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
     [ack] = [e for e in renewal if isinstance(e, AnswerDhcp)]
     assert reply_of(ack.data)[1]["message-type"] == 5
     told += [e for e in renewal if isinstance(e, TellHousehold)]
@@ -463,13 +465,13 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
 
 def test_decisions_are_written_and_sightings_batched(router):
     ip = lease(router, PHONE)
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     router.store.flush()
     assert router.store.load()[PHONE].state.value == "permitted"
     saved_at = router.store.load()[PHONE].last_seen
     router.clock.now += 20
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))  # a renewal: the lease is worth writing
-    router.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip))  # a sighting only
+    router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))  # a renewal: the lease is worth writing
+    router.joining.on_dhcp(frame(PHONE, "inform", ciaddr=ip, src_ip=ip))  # a sighting only
     router.store.flush()
     assert router.store.load()[PHONE].lease_expires == router.devices[PHONE].lease_expires
     router.clock.now += 400
@@ -480,10 +482,10 @@ def test_decisions_are_written_and_sightings_batched(router):
 
 def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_forward_it(router):
     def handshake(mac):
-        [offer] = [e for e in router.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
+        [offer] = [e for e in router.joining.on_dhcp(frame(mac, "discover")) if isinstance(e, AnswerDhcp)]
         assert not offer.after_rules  # an offer lets it use nothing
         pkt, opts = reply_of(offer.data)
-        return router.on_dhcp(
+        return router.joining.on_dhcp(
             frame(mac, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
         )
 
@@ -492,7 +494,7 @@ def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_fo
     assert isinstance(effects[0], AnswerDhcp) and not effects[0].after_rules and installed(effects)
     # Let in ahead of time (whitelisted): its ACK follows the rules that forward it, since its first
     # DNS query follows the ACK within milliseconds.
-    router.whitelist(TABLET)
+    router.decisions.whitelist(TABLET)
     effects = handshake(TABLET)
     answer = effects[-1]
     assert isinstance(answer, AnswerDhcp) and answer.after_rules
@@ -503,18 +505,18 @@ def test_permit_or_deny_of_a_blacklisted_device_is_refused_and_it_stays_blacklis
     """The wall panel may permit and deny, but only the owner lifts a blacklist (`whitelist`): a
     permit or deny of a blacklisted device must not lift it, whoever sends it."""
     lease(router, PHONE)
-    router.blacklist(PHONE)
-    for decide in (router.permit, router.deny):
+    router.decisions.blacklist(PHONE)
+    for decide in (router.decisions.permit, router.decisions.deny):
         with pytest.raises(DeviceBlocked, match="blocked; the owner must lift the block") as refused:
             decide(PHONE)
         assert refused.value.status == 409
         assert router.status(PHONE)["state"] == "blacklisted"
         assert router.blacklist_status() == [PHONE]
     # Positive control: lifted by whitelist, the device is permitted and hostapd lets it authenticate...
-    assert AuthenticatorDeny(PHONE, False) in router.whitelist(PHONE)
+    assert AuthenticatorDeny(PHONE, False) in router.decisions.whitelist(PHONE)
     assert router.status(PHONE)["state"] == "permitted"
     # ...and permit and deny work on it again.
-    router.deny(PHONE)
+    router.decisions.deny(PHONE)
     assert router.status(PHONE)["state"] == "denied"
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     assert router.status(PHONE)["state"] == "permitted"

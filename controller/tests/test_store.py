@@ -23,11 +23,11 @@ def test_a_failing_disk_loses_the_write_not_the_network(db_path, clock):
     router.switch_ready(WLAN, ROUTER_MAC)
     ip = lease(router, PHONE)
     router.store.db.execute("PRAGMA query_only=1")  # every write fails from now on, as on a full disk
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     assert router.store.flush()
     assert router.store.errors >= 1
     # The router goes on from memory: the permitted phone renews into its hour and a newcomer joins.
-    router.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
+    router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
     assert router.status(PHONE)["state"] == "permitted" and router.status(PHONE)["lease_seconds_left"] > 3500
     assert lease(router, LAPTOP).startswith("10.2.")
 

@@ -55,9 +55,9 @@ def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_s
     router.switch_ready(WLAN, ROUTER_MAC)
     lease(router, PHONE, PHONE_CLIENT)
     with pytest.raises(ApiError, match="only a permitted device"):
-        router.issue_wifi_key(PHONE)  # a pending device: the household has not said yes
-    router.permit(PHONE)
-    assert router.issue_wifi_key(PHONE) == {
+        router.decisions.issue_wifi_key(PHONE)  # a pending device: the household has not said yes
+    router.decisions.permit(PHONE)
+    assert router.decisions.issue_wifi_key(PHONE) == {
         "mac": PHONE,
         "keyid": "dev-0200000000aa",
         "ssid": "home",
@@ -65,28 +65,28 @@ def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_s
         "qr": "WIFI:T:WPA;S:home;P:aaaa-bbbb-cccc-dddd-eeee;;",
         "created": clock.now,
     }
-    assert router.issue_wifi_key(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"  # replaced
+    assert router.decisions.issue_wifi_key(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"  # replaced
     # The status shows that it has one, never the passphrase itself.
     assert router.status(PHONE)["wifi_key"] == {"keyid": "dev-0200000000aa", "created": clock.now}
     router.store.close()
 
     again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
-    assert again.wifi_key_of(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"
-    assert again.revoke_wifi_key(PHONE) == {"mac": PHONE, "revoked": True}
+    assert again.decisions.wifi_key_of(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"
+    assert again.decisions.revoke_wifi_key(PHONE) == {"mac": PHONE, "revoked": True}
     assert again.status(PHONE)["wifi_key"] is None
     with pytest.raises(UnknownDevice, match="no passphrase of its own"):
-        again.revoke_wifi_key(PHONE)
+        again.decisions.revoke_wifi_key(PHONE)
     again.store.close()
     assert not HomeRouter(DeviceStore(db_path), clock=clock).passphrases.knows(PHONE)
 
 
 def test_without_a_wifi_network_a_passphrase_is_a_clear_501(router):
     lease(router, PHONE, PHONE_CLIENT)
-    router.permit(PHONE)
+    router.decisions.permit(PHONE)
     with pytest.raises(NotConfigured, match="--wifi-ssid"):
-        router.issue_wifi_key(PHONE)
+        router.decisions.issue_wifi_key(PHONE)
     with pytest.raises(UnknownDevice):
-        router.issue_wifi_key("02:00:00:00:00:99")
+        router.decisions.issue_wifi_key("02:00:00:00:00:99")
 
 
 def test_publishing_unchanged_keys_leaves_the_key_file_alone_and_a_new_key_rewrites_it(tmp_path):

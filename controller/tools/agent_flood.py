@@ -88,7 +88,7 @@ def home(db: str, devices: int, learnt: int) -> HomeRouter:
     for i in range(devices):
         ip = Subnet(i + 1).device_ip
         for port in range(learnt):
-            router.on_flow_copy(
+            router.flow_events.on_flow_copy(
                 WLAN,
                 packets.Frame(
                     mac_of(i + 1),
@@ -127,7 +127,7 @@ def run(args, flood: bool) -> dict:
                 parse_s.append(time.perf_counter() - started)
             for part in hwdb_feed.in_turns(reports):
                 with lock:
-                    router.agent_reported(part)
+                    router.flow_events.agent_reported(part)
 
         def agents() -> None:
             """Every device but the flooder reports its learnt connections, one device per 20 ms; the flooder floods."""
@@ -150,7 +150,7 @@ def run(args, flood: bool) -> dict:
         while time.monotonic() < deadline:
             started = time.perf_counter()
             with lock:
-                router.on_dhcp(renew)
+                router.joining.on_dhcp(renew)
             dhcp_s.append(time.perf_counter() - started)
             time.sleep(0.01)
         stop.set()

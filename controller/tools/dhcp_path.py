@@ -1,7 +1,7 @@
 """The controller's per-message DHCP cost, measured in-process: a DHCP storm without the network.
 
 Drives the path a frame takes from the packet socket to the answer (`DhcpPort._serve`'s per-frame
-work -> ofapp's `_on_dhcp` -> the fair queue -> `_serve_one_turn`: `router.on_dhcp` under the lock,
+work -> ofapp's `_on_dhcp` -> the fair queue -> `_serve_one_turn`: `router.joining.on_dhcp` under the lock,
 its effects carried out -> the answer handed to the socket's `send`) for COUNT fresh MACs: a burst
 of DISCOVERs, then a REQUEST for each OFFER, built as bench/dhcp_storm_client.py builds them (scapy).
 Only the socket (a stand-in that hands out the frames and keeps the answers) and the switch

@@ -61,7 +61,7 @@ def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[Ho
         for n in range(per_device):
             far = f"198.51.100.{n % 250 + 1}"
             copy = packets.Frame(mac, ROUTER_MAC, 0x0800, ip_src=ip, ip_dst=far, ip_proto=6, sport=30000 + n, dport=443)
-            for effect in router.on_flow_copy(WLAN, copy):
+            for effect in router.flow_events.on_flow_copy(WLAN, copy):
                 if isinstance(effect, InstallRules):
                     entries += [
                         (r.priority, dict(r.match), 0, 0)
@@ -96,11 +96,11 @@ def main_records(args) -> None:
         merged, polled = [], []
         for _ in range(args.rounds):
             started = time.perf_counter()
-            router.on_flow_export(totals)
+            router.flow_events.on_flow_export(totals)
             merged.append(time.perf_counter() - started)
             router.clock.now += 5
             started = time.perf_counter()
-            router.on_flow_counters([])
+            router.flow_events.on_flow_counters([])
             polled.append(time.perf_counter() - started)
         print(summary("records merged", merged))
         print(summary("poll under the lock", polled))
@@ -136,7 +136,7 @@ def main() -> None:
             counted = rule_counters(grown(entries, 2 * poll))
             keyed.append(time.perf_counter() - started)
             started = time.perf_counter()
-            router.on_flow_counters(counted)
+            router.flow_events.on_flow_counters(counted)
             under.append(time.perf_counter() - started)
             started = time.perf_counter()
             router.on_flow_stats(grown(entries, 2 * poll + 1))

@@ -44,14 +44,19 @@ from homework_controller.effects import (
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
+    Effect,
+    EffectSink,
+    LanAddressChange,
     LogRow,
-    PublishWifiKeys,
+    ResolveName,
+    RuleChange,
+    SendFrame,
     TellHousehold,
 )
 from homework_controller.errors import ApiError
 from homework_controller.hostapd_ctrl import Authenticator
 from homework_controller.hwdb_log import HwdbLog
-from homework_controller.operations import BY_CALL
+from homework_controller.operations import BY_NAME
 from homework_controller.radio_settings import RadioSettings, RadioSettingsFile, render
 from homework_controller.router import HomeRouter
 from homework_controller.serving import TimedLock
@@ -272,7 +277,7 @@ WLAN, ROUTER_MAC = 1, "02:48:57:00:00:01"
 DECIDED = {"permitted": "permit", "denied": "deny", "blacklisted": "blacklist"}  # a state, and the decision making it
 
 
-class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
+class HomeOnFakeSwitch(Ws1Service, EffectSink, _ServedByAThread):
     """The controller's core (`HomeRouter`) on the controller's fake switch, serving ws.v1 by the
     controller's own path; hooks (a device joins, leaves, is copied, moves data; time passes) feed it
     events. Also reachable over HTTP under /home/ (the browser tests' hooks)."""
@@ -300,7 +305,6 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         with self.lock:
             self._apply(self.router.switch_ready(WLAN, ROUTER_MAC))
         self.switch_ready = True
-        self.edge_answers = {"health": HomeOnFakeSwitch.health, "counters": HomeOnFakeSwitch.counters}
         self.ws_v1 = make_app(self._called_over_http)
         self._serve(make_server("127.0.0.1", 0, self.app, server_class=_Threading, handler_class=_Quiet))
 
@@ -311,21 +315,38 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
 
     # ---- the edge: effects carried out, and its own answers
 
-    def _apply(self, effects: list, *, at_once: bool = False) -> None:
-        self.switch.apply(effects)  # rules and meters; the switch refuses what OVS would
+    def _apply(self, effects: list[Effect], *, at_once: bool = False) -> None:
         for effect in effects:
-            if isinstance(effect, AnswerDhcp):
-                self.dhcp_answers.append(effect.data)
-            elif isinstance(effect, LogRow):
-                self.hwdb.write(effect.table, effect.row)
-            elif isinstance(effect, TellHousehold):
-                self.hwdb.write("Events", (effect.kind, effect.mac, effect.message))
-            elif isinstance(effect, PublishWifiKeys):  # as the controller does: off the lock, which it takes
-                threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
-            elif isinstance(effect, (AuthenticatorDeny, AuthenticatorKick)):
-                self.authenticator.tell(effect)
-            # A frame to a device (SendFrame), a name to resolve, an address for the LAN interface: this
-            # home has no devices' sockets, upstream resolver or interfaces to carry them to.
+            self.carry_out(effect)
+
+    def change_rules(self, change: RuleChange) -> None:
+        self.switch.apply([change])  # rules and meters; the switch refuses what OVS would
+
+    def answer_dhcp(self, answer: AnswerDhcp) -> None:
+        self.dhcp_answers.append(answer.data)
+
+    def log_row(self, row: LogRow) -> None:
+        self.hwdb.write(row.table, row.row)
+
+    def tell_household(self, told: TellHousehold) -> None:
+        self.hwdb.write("Events", (told.kind, told.mac, told.message))
+
+    def publish_wifi_keys(self) -> None:  # as the controller does: off the lock, which it takes
+        threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
+
+    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None:
+        self.authenticator.tell(told)
+
+    # This home has no devices' sockets, upstream resolver or interfaces to carry these to.
+
+    def send_frame(self, frame: SendFrame) -> None:
+        pass  # a frame to a device (an ARP or neighbour answer, a router advert): no device's stack to hear it
+
+    def resolve_name(self, name: ResolveName) -> None:
+        pass  # a denied name's addresses looked up ahead: no upstream resolver here
+
+    def change_lan_addresses(self, change: LanAddressChange) -> None:
+        pass  # a gateway address or route on the router's LAN interface: no interface here
 
     def _wifi_keys(self) -> list:
         with self.lock:
@@ -344,7 +365,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
 
     def _called_over_http(self, name: str, *args, role: str = authority.OWNER):
         result = self.call(name, *args, role=role)
-        op = BY_CALL[name]
+        op = BY_NAME[name]
         self.calls.append((op.name, "/".join(map(str, args[: len(op.path)]))))
         return result
 
@@ -354,7 +375,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         """A DHCP client's message into the router, as the controller's DHCP port hands it over."""
         with self.lock:
             self.dhcp_answers = []
-            self._apply(self.router.on_dhcp(frame(mac, msg_type, **fields)))
+            self._apply(self.router.joining.on_dhcp(frame(mac, msg_type, **fields)))
             return self.dhcp_answers
 
     def join(self, mac: str, hostname: str = "", options: list | None = None) -> dict:
@@ -379,7 +400,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
         if state == "permitted":
             self.renew(mac)
         if name:
-            self.call("rename", mac, name)
+            self.call("name", mac, name)
         return self.status(mac)
 
     def renew(self, mac: str) -> dict:
@@ -425,12 +446,12 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
     def station_joined(self, mac: str, keyid: str = "") -> None:
         """hostapd says a station joined, with the device passphrase named keyid ("": the shared one)."""
         with self.lock:
-            self._apply(self.router.station_joined(mac, keyid))
+            self._apply(self.router.joining.station_joined(mac, keyid))
 
     def back_under(self, mac: str, new_mac: str) -> dict:
         """The device, given a passphrase of its own, comes back under a new private MAC: it joins the radio
         with that passphrase, then asks DHCP for an address (the router knows it by its key)."""
-        keyid = self.call("issue_wifi_key", mac)["keyid"]
+        keyid = self.call("wifi-key", mac)["keyid"]
         self.station_joined(new_mac, keyid)
         return self.join(new_mac, self.status(new_mac)["hostname"])
 
@@ -446,7 +467,7 @@ class HomeOnFakeSwitch(Ws1Service, _ServedByAThread):
     def radio_named(self, ssid: str) -> None:
         """hostapd's network name as the controller reads it at each attach ("": no Wi-Fi network)."""
         with self.lock:
-            self.router.network_named(ssid)
+            self.router.passphrases.network_named(ssid)
 
     # ---- over HTTP: ws.v1, and the hooks under /home/
 

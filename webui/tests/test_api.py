@@ -65,10 +65,10 @@ def test_a_devices_dns_blocks_are_the_controllers_and_a_bad_name_is_refused(app,
     detail = owner.get("/api/devices/02:00:00:00:00:51").json["device"]
     assert detail["dns"] == {"available": True, "rules": []}
     r = owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "example.com"})
-    assert r.status_code == 200 and r.json["dns"]["rules"] == controller.call("dns_rules_of", "02:00:00:00:00:51")
+    assert r.status_code == 200 and r.json["dns"]["rules"] == controller.call("dns-rules", "02:00:00:00:00:51")
     assert r.json["dns"]["rules"], "the block is the router's"
     assert owner.post("/api/devices/02:00:00:00:00:51/dns-blocks", {"domain": "bad domain!"}).status_code == 400
-    assert controller.call("dns_rules_of", "02:00:00:00:00:51") == r.json["dns"]["rules"]
+    assert controller.call("dns-rules", "02:00:00:00:00:51") == r.json["dns"]["rules"]
 
 
 def test_apps_usage_and_priorities_persist(app, owner, hwdb):
@@ -90,7 +90,7 @@ def test_apps_usage_and_priorities_persist(app, owner, hwdb):
 
 
 def test_apps_show_the_routers_own_priorities_until_the_household_chooses(owner, controller):
-    table = {a["app"]: a["priority"] for a in controller.call("app_priorities")}  # the router's app table
+    table = {a["app"]: a["priority"] for a in controller.call("apps")}  # the router's app table
     assert table["video-call"] == "high" and table["games"] == "medium"
     shown = {a["app"]: a["priority"] for a in owner.get("/api/apps").json["apps"]}
     assert shown["video-call"] == "high" and shown["games"] == "medium"  # before any traffic

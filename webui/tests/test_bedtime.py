@@ -167,7 +167,7 @@ def test_a_persons_allowance_is_shared_by_their_devices_and_follows_a_device_giv
     assert not any(d["shared_allowance"] for d in controller.call("status"))
     owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "1 GB"})
     assert owner.delete(f"/api/accounts/{kid_id}").status_code == 200
-    assert controller.call("shared_allowances") == []
+    assert controller.call("shared-allowances") == []
     assert owner.post("/api/accounts/9999/allowance", {"amount": "1 h"}).status_code == 404
 
 
@@ -182,7 +182,7 @@ def test_only_the_owner_sets_a_persons_allowance(app, owner, controller):
         for what, sent in (("allowance", {"amount": "9 h"}), ("bonus", {"amount": "9 h"})):
             assert who.post(f"/api/accounts/{kid_id}/{what}", sent).status_code == 403, what
         assert who.get(f"/api/accounts/{kid_id}/allowance").status_code == 403
-    assert controller.call("shared_allowances") == []
+    assert controller.call("shared-allowances") == []
     assert owner.post(f"/api/accounts/{kid_id}/allowance", {"amount": "9 h"}).json["allowance"]["devices"] == [PHONE]
 
 

@@ -106,7 +106,7 @@ def test_a_paused_device_is_told_until_when(home, controller):
     page = home[PERMITTED].get(captive.PORTAL_PATH).get_data(as_text=True)
     assert "Paused until someone at home resumes it." in page
     assert home[PERMITTED].get(captive.API_PATH).json == {"captive": True, "user-portal-url": PORTAL_URL}
-    until = datetime.fromisoformat(controller.call("pause_for", PERMITTED, "5")["paused_until"]).astimezone()
+    until = datetime.fromisoformat(controller.call("pause-for", PERMITTED, "5")["paused_until"]).astimezone()
     now = datetime.now().astimezone()
     # An end on another day than today is named with its day (the controller's clock is the test's).
     said = f"{until:%H:%M}" if until.date() == now.date() else f"{until:%a %H:%M}"

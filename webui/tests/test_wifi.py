@@ -38,7 +38,7 @@ def test_owner_makes_shows_and_revokes_a_devices_own_passphrase(app, owner, cont
     assert passphrase not in owner.get(f"/api/devices/{PHONE}").get_data(as_text=True)
     # A new one replaces it.
     again = owner.post(f"/api/devices/{PHONE}/wifi-key").json["wifi_key"]["passphrase"]
-    assert again != passphrase and controller.call("wifi_key_of", PHONE)["passphrase"] == again
+    assert again != passphrase and controller.call("show-wifi-key", PHONE)["passphrase"] == again
 
     r = owner.post(f"/api/devices/{PHONE}/wifi-key/revoke")
     assert r.status_code == 200
@@ -74,7 +74,8 @@ def test_a_wall_panel_never_gets_a_passphrase_a_member_gets_their_own_devices(ap
     assert member.post("/api/login", {"username": "kid", "password": "kid password"}).status_code == 200
     r = member.post(f"/api/devices/{PHONE}/wifi-key")
     assert (
-        r.status_code == 200 and r.json["wifi_key"]["passphrase"] == controller.call("wifi_key_of", PHONE)["passphrase"]
+        r.status_code == 200
+        and r.json["wifi_key"]["passphrase"] == controller.call("show-wifi-key", PHONE)["passphrase"]
     )
     assert member.get(f"/api/devices/{PHONE}/wifi-key").status_code == 200
     for method, url in (("POST", f"/api/devices/{LAPTOP}/wifi-key"), ("GET", f"/api/devices/{LAPTOP}/wifi-key")):
