@@ -66,7 +66,7 @@ def hwdb_rows(r: dict) -> dict:
     )
     return {
         "benchmark": "hwdb",
-        "what": "hwdb's own bench (`hwdb bench`): server and client on loopback. "
+        "what": "hwdb's own bench (`hwdb-bench`): server and client on loopback. "
         "Its baseline is the raw size of the rows held; throughput and latency are against the issue's goals.",
         "rows": rows,
     }

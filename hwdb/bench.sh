@@ -6,4 +6,4 @@ out=${1:-bench.json}
 case $out in /*) ;; *) out="$PWD/$out" ;; esac
 cd "$(dirname "$0")"
 cargo build --release --locked
-./target/release/hwdb bench --out "$out"
+./target/release/hwdb-bench --out "$out"

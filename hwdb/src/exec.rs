@@ -6,6 +6,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::ops::Range;
 
 use crate::parse::{AggFn, CmpOp, ColRef, Error, Expr, ItemKind, Lit, Operand, Select};
 use crate::table::{Table, WordHashBuild};
@@ -519,8 +520,35 @@ fn shown_arg(k: &ItemKind) -> String {
     }
 }
 
+/// What a select asks of its tables, resolved before any row is read: the names in scope, the
+/// windows' row ranges and the output columns.
+struct Plan<'t> {
+    scope: Scope<'t>,
+    ranges: Vec<Range<usize>>,
+    outs: Vec<(String, Out)>,
+    /// Grouped, or with an aggregate in the select list: one output row per group.
+    aggregate: bool,
+    /// The limit when the scan may stop at it (no aggregate, no order by).
+    early_limit: Option<u64>,
+}
+
 /// Run a select against the locked tables. `tables[1]` is ignored unless the query joins.
+/// Plan, scan the windows, then aggregate or sort; the limits hold at every step.
 pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) -> Result<QueryResult, Error> {
+    let plan = plan(sel, tables, now, limits)?;
+    let rows = scan(sel, &plan, limits)?;
+    let rows = if plan.aggregate {
+        let mut groups = aggregate(sel, &plan, &rows, limits)?;
+        sort_groups(sel, &plan, &mut groups)?;
+        limited(groups, sel.limit, limits)?
+    } else {
+        let rows = limited(sort(sel, &plan, rows)?, sel.limit, limits)?;
+        project(&plan, &rows)
+    };
+    Ok(QueryResult { columns: plan.columns(), rows, message: None })
+}
+
+fn plan<'t>(sel: &Select<'t>, tables: [&'t Table; 2], now: u64, limits: &Limits) -> Result<Plan<'t>, Error> {
     let nsrc = sel.sources.len();
     let scope = Scope {
         tables,
@@ -541,7 +569,6 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
         )));
     }
 
-    // Output columns.
     let mut outs: Vec<(String, Out)> = Vec::new();
     let grouped = !sel.group_by.is_empty();
     match &sel.items {
@@ -572,11 +599,13 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
     }
     let aggregate = grouped || outs.iter().any(|(_, o)| matches!(o, Out::Agg(..)));
     let early_limit = if !aggregate && sel.order_by.is_empty() { sel.limit } else { None };
+    Ok(Plan { scope, ranges, outs, aggregate, early_limit })
+}
 
-    let rows = matching_rows(sel, &scope, &ranges, early_limit, limits)?;
-
-    let mut result = QueryResult {
-        columns: outs
+impl Plan<'_> {
+    /// The result's columns: names and types.
+    fn columns(&self) -> Vec<(String, ColType)> {
+        self.outs
             .iter()
             .map(|(name, o)| {
                 let ty = match o {
@@ -585,64 +614,78 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
                 };
                 (name.clone(), ty)
             })
-            .collect(),
-        rows: Vec::new(),
-        message: None,
-    };
-
-    if !aggregate {
-        let mut rows = rows;
-        if !sel.order_by.is_empty() {
-            let mut keys = Vec::new();
-            for k in &sel.order_by {
-                let ItemKind::Col(c) = &k.key else {
-                    return Err(Error::at(k.pos, "order by an aggregate needs an aggregate query"));
-                };
-                let by_alias = match (c.qual, &sel.items) {
-                    (None, Some(items)) => items.iter().zip(&outs).find_map(|(it, (_, o))| match (it.alias, o) {
-                        (Some(a), Out::Col(id)) if a.eq_ignore_ascii_case(c.name) => Some(*id),
-                        _ => None,
-                    }),
-                    _ => None,
-                };
-                let id = match by_alias {
-                    Some(id) => id,
-                    None => scope.resolve(c)?,
-                };
-                keys.push((id, k.desc));
-            }
-            let time_order = nsrc == 1 && keys.len() == 1 && keys[0].0.col == 0;
-            if time_order {
-                // A single table's rows are already in tstamp order.
-                if keys[0].1 {
-                    rows.reverse();
-                }
-            } else {
-                rows = sort_rows(rows, &keys, sel.limit, &tables);
-            }
-        }
-        if let Some(l) = sel.limit {
-            rows.truncate(l.min(usize::MAX as u64) as usize);
-        }
-        check_rows(rows.len(), limits)?;
-        result.rows = rows
-            .iter()
-            .map(|r| {
-                outs.iter()
-                    .map(|(_, o)| match o {
-                        Out::Col(c) => tables[c.side].value(r[c.side] as usize, c.col),
-                        Out::Agg(..) => Value::Null,
-                    })
-                    .collect()
-            })
-            .collect();
-        return Ok(result);
+            .collect()
     }
+}
 
-    // Aggregation.
-    let group_cols: Vec<ColId> = sel.group_by.iter().map(|c| scope.resolve(c)).collect::<Result<_, _>>()?;
+/// The first `limit` rows, if the result may hold them.
+fn limited<T>(mut rows: Vec<T>, limit: Option<u64>, limits: &Limits) -> Result<Vec<T>, Error> {
+    if let Some(l) = limit {
+        rows.truncate(l.min(usize::MAX as u64) as usize);
+    }
+    check_rows(rows.len(), limits)?;
+    Ok(rows)
+}
+
+/// A query without aggregates: its matching rows in `order by`'s order (a select-list alias or
+/// a column of the tables), else in time order.
+fn sort(sel: &Select, plan: &Plan, mut rows: Vec<Row>) -> Result<Vec<Row>, Error> {
+    if sel.order_by.is_empty() {
+        return Ok(rows);
+    }
+    let mut keys = Vec::new();
+    for k in &sel.order_by {
+        let ItemKind::Col(c) = &k.key else {
+            return Err(Error::at(k.pos, "order by an aggregate needs an aggregate query"));
+        };
+        let by_alias = match (c.qual, &sel.items) {
+            (None, Some(items)) => items.iter().zip(&plan.outs).find_map(|(it, (_, o))| match (it.alias, o) {
+                (Some(a), Out::Col(id)) if a.eq_ignore_ascii_case(c.name) => Some(*id),
+                _ => None,
+            }),
+            _ => None,
+        };
+        let id = match by_alias {
+            Some(id) => id,
+            None => plan.scope.resolve(c)?,
+        };
+        keys.push((id, k.desc));
+    }
+    let time_order = sel.sources.len() == 1 && keys.len() == 1 && keys[0].0.col == 0;
+    if time_order {
+        // A single table's rows are already in tstamp order.
+        if keys[0].1 {
+            rows.reverse();
+        }
+        return Ok(rows);
+    }
+    Ok(sort_rows(rows, &keys, sel.limit, &plan.scope.tables))
+}
+
+/// The output columns' values of each row.
+fn project(plan: &Plan, rows: &[Row]) -> Vec<Vec<Value>> {
+    let tables = plan.scope.tables;
+    rows.iter()
+        .map(|r| {
+            plan.outs
+                .iter()
+                .map(|(_, o)| match o {
+                    Out::Col(c) => tables[c.side].value(r[c.side] as usize, c.col),
+                    Out::Agg(..) => Value::Null,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// An aggregate query's output rows: one per group (of `group by`'s columns; one group without),
+/// its columns from the group's first row, its aggregates over all of them; in the groups' order
+/// of appearance.
+fn aggregate(sel: &Select, plan: &Plan, rows: &[Row], limits: &Limits) -> Result<Vec<Vec<Value>>, Error> {
+    let (tables, outs) = (plan.scope.tables, &plan.outs);
+    let group_cols: Vec<ColId> = sel.group_by.iter().map(|c| plan.scope.resolve(c)).collect::<Result<_, _>>()?;
     if let Some(items) = &sel.items {
-        for (it, (_, o)) in items.iter().zip(&outs) {
+        for (it, (_, o)) in items.iter().zip(outs) {
             if let Out::Col(c) = o {
                 if !group_cols.contains(c) {
                     return Err(Error::at(
@@ -671,7 +714,7 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
         groups.push(new_group([0, 0]));
     }
     let mut key = Vec::with_capacity(group_cols.len());
-    for &r in &rows {
+    for &r in rows {
         let g = if group_cols.is_empty() {
             0
         } else {
@@ -708,7 +751,7 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
             });
         }
     }
-    let mut out_rows: Vec<Vec<Value>> = groups
+    Ok(groups
         .iter()
         .map(|g| {
             let mut accs = g.accs.iter();
@@ -722,44 +765,45 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
                 })
                 .collect()
         })
-        .collect();
+        .collect())
+}
 
-    if !sel.order_by.is_empty() {
-        let mut keys = Vec::new();
-        for k in &sel.order_by {
-            let idx = match &k.key {
-                ItemKind::Col(c) if c.qual.is_none() && outs.iter().any(|(n, _)| n.eq_ignore_ascii_case(c.name)) => {
-                    outs.iter().position(|(n, _)| n.eq_ignore_ascii_case(c.name))
-                }
-                ItemKind::Col(c) => {
-                    let id = scope.resolve(c)?;
-                    outs.iter().position(|(_, o)| *o == Out::Col(id))
-                }
-                ItemKind::Agg(f, arg) => {
-                    let arg = arg.as_ref().map(|c| scope.resolve(c)).transpose()?;
-                    outs.iter().position(|(_, o)| *o == Out::Agg(*f, arg))
-                }
-            };
-            let idx = idx
-                .ok_or_else(|| Error::at(k.pos, format!("order by {} must name a column of the select list", k.key)))?;
-            keys.push((idx, k.desc));
-        }
-        out_rows.sort_by(|a, b| {
-            for (i, desc) in &keys {
-                let o = compare_values(&a[*i], &b[*i]);
-                if o != Ordering::Equal {
-                    return if *desc { o.reverse() } else { o };
-                }
+/// An aggregate query's output rows in `order by`'s order: each key names a column of the select
+/// list (by its name, its column or its aggregate).
+fn sort_groups(sel: &Select, plan: &Plan, out_rows: &mut [Vec<Value>]) -> Result<(), Error> {
+    if sel.order_by.is_empty() {
+        return Ok(());
+    }
+    let outs = &plan.outs;
+    let mut keys = Vec::new();
+    for k in &sel.order_by {
+        let idx = match &k.key {
+            ItemKind::Col(c) if c.qual.is_none() && outs.iter().any(|(n, _)| n.eq_ignore_ascii_case(c.name)) => {
+                outs.iter().position(|(n, _)| n.eq_ignore_ascii_case(c.name))
             }
-            Ordering::Equal
-        });
+            ItemKind::Col(c) => {
+                let id = plan.scope.resolve(c)?;
+                outs.iter().position(|(_, o)| *o == Out::Col(id))
+            }
+            ItemKind::Agg(f, arg) => {
+                let arg = arg.as_ref().map(|c| plan.scope.resolve(c)).transpose()?;
+                outs.iter().position(|(_, o)| *o == Out::Agg(*f, arg))
+            }
+        };
+        let idx =
+            idx.ok_or_else(|| Error::at(k.pos, format!("order by {} must name a column of the select list", k.key)))?;
+        keys.push((idx, k.desc));
     }
-    if let Some(l) = sel.limit {
-        out_rows.truncate(l.min(usize::MAX as u64) as usize);
-    }
-    check_rows(out_rows.len(), limits)?;
-    result.rows = out_rows;
-    Ok(result)
+    out_rows.sort_by(|a, b| {
+        for (i, desc) in &keys {
+            let o = compare_values(&a[*i], &b[*i]);
+            if o != Ordering::Equal {
+                return if *desc { o.reverse() } else { o };
+            }
+        }
+        Ordering::Equal
+    });
+    Ok(())
 }
 
 /// Order rows by the keys, stable with respect to their current (time) order. With a
@@ -804,13 +848,11 @@ fn check_rows(n: usize, limits: &Limits) -> Result<(), Error> {
     Ok(())
 }
 
-fn matching_rows(
-    sel: &Select,
-    scope: &Scope,
-    ranges: &[std::ops::Range<usize>],
-    early_limit: Option<u64>,
-    limits: &Limits,
-) -> Result<Vec<Row>, Error> {
+/// The rows (pairs, for a join) of the windows that match the filter, in time order: a single
+/// table's scanned with the filter's conjuncts; a join's sides each filtered by their own
+/// conjuncts, then hash-joined on the equalities between them.
+fn scan(sel: &Select, plan: &Plan, limits: &Limits) -> Result<Vec<Row>, Error> {
+    let (scope, ranges, early_limit) = (&plan.scope, &plan.ranges, plan.early_limit);
     let tables = scope.tables;
     let mut conjuncts = Vec::new();
     if let Some(f) = &sel.filter {

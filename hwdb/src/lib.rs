@@ -2,7 +2,6 @@
 //! PROTOCOL.md for the UDP RPC.
 
 pub mod access;
-pub mod bench;
 pub mod client;
 pub mod conns;
 pub mod db;

@@ -80,18 +80,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Measure ingest rate, query latency and memory; prints JSON (see README.md).
-    Bench {
-        /// Also write the JSON here.
-        #[arg(long)]
-        out: Option<String>,
-        /// Smaller, faster run (for smoke tests).
-        #[arg(long)]
-        quick: bool,
-        /// Measure instead a loopback client's latency while LAN peers hold half-sent requests.
-        #[arg(long)]
-        abuse: bool,
-    },
 }
 
 fn render(v: &serde_json::Value) -> String {
@@ -246,25 +234,6 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("hwdb: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Cmd::Bench { out, quick, abuse } => {
-            match if abuse { hwdb::bench::abuse(quick) } else { hwdb::bench::run(quick) } {
-                Ok(json) => {
-                    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
-                    println!("{text}");
-                    if let Some(path) = out {
-                        if let Err(e) = std::fs::write(&path, text + "\n") {
-                            eprintln!("hwdb: cannot write {path}: {e}");
-                            return ExitCode::FAILURE;
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("hwdb: bench failed: {e}");
                     ExitCode::FAILURE
                 }
             }

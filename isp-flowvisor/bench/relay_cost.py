@@ -147,7 +147,7 @@ def stages(frames: list[bytes]) -> dict[str, float]:
         t0 = clock()
         msg = codec.decode_request(frame)
         t1 = clock()
-        translated = slice_.flow_mod(msg)
+        translated = slice_.requests.flow_mod(msg)
         t2 = clock()
         policy.rule_key(translated.table_id, translated.priority, translated.match)
         t3 = clock()

@@ -7,10 +7,10 @@ Decoding such a message into os-ken's objects, checking it and encoding its tran
 about 80 us of CPU; most of it is os-ken's object model, not the decision.
 
 `flow_mod(slice_, frame)` either returns the translated message, whose bytes are exactly those the
-os-ken path (`codec.decode_request`, `policy.Slice.flow_mod`, `codec.encode`) would write, or None:
+os-ken path (`codec.decode_request`, `policy.Requests.flow_mod`, `codec.encode`) would write, or None:
 the message is then handed to the os-ken path, which decides it. It accepts only what it can see
 the policy would accept unchanged (every field it passes is checked with the policy's own
-functions and constants: ownership by `Slice._owns`, ids by `Slice.cookie`/`Slice.queue`, the rule
+functions and constants: ownership by `Ids.owns`, ids by `Ids.cookie`/`Ids.queue`, the rule
 key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: IPv6, masks,
 other fields or actions, duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal
 or an error always comes from the one policy. Every byte it writes comes from os-ken's serialisers,

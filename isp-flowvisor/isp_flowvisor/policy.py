@@ -347,9 +347,10 @@ class _Context:
 
 
 class Ids:
-    """What a slice's translations of the household's ids and addresses read: its household (its slot, its
-    addresses), and nothing of the slice's own state (its learnt MACs, its caches). The fast path's caches are
-    keyed on it (by identity: a new slice, a new one), so they keep no replaced slice alive."""
+    """How a household's ids and addresses map onto the switch's, both ways: its cookies, queues, meters
+    and groups, and which addresses are its own. It reads the household (its slot, its addresses) and
+    nothing of the slice's state (its learnt MACs, its caches). The fast path's caches are keyed on it
+    (by identity: a new slice, a new one), so they keep no replaced slice alive."""
 
     __slots__ = ("household", "slot")
 
@@ -364,48 +365,16 @@ class Ids:
     def cookie(self, cookie: int) -> int:
         return (self.slot << COOKIE_BITS) | (cookie & COOKIE_LOW)
 
+    def owns_cookie(self, cookie: int) -> bool:
+        return slot_of_cookie(cookie) == self.slot
+
     def queue(self, queue_id: int) -> int:
         if queue_id not in QUEUE_NAMES:
             raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE, f"queue {queue_id}: only 0, 1, 2")
         return (self.slot << QUEUE_SHIFT) | queue_id
 
-
-class Slice:
-    """One household's view of the switch: checks and translations both ways."""
-
-    def __init__(self, household: Household, shared_ports: frozenset[int]):
-        self.household = household
-        self.slot = household.slot
-        self.ids = Ids(household)
-        self.view = frozenset(shared_ports) | frozenset(household.ports)
-        self._owns = functools.lru_cache(maxsize=1024)(self.ids.owns)
-        # MACs seen as the source of packets that came in on the household's private ports, most
-        # recent last: its devices. The relay carries them over when the record changes.
-        self.learnt_macs: dict[str, None] = {}
-
-    def owns_mac(self, mac: str) -> bool:
-        """At layer 2 a household owns its CPE's MACs (the registry's) and those of its devices."""
-        mac = mac.lower()
-        return mac in self.household.macs or mac in self.learnt_macs
-
-    def _learn_mac(self, in_port: int | None, data: bytes) -> None:
-        if in_port not in self.household.ports or len(data) < 12:
-            return
-        mac = data[6:12].hex(":")
-        if data[6] & 1:
-            return  # a group address is never a device's own
-        self.learnt_macs.pop(mac, None)
-        self.learnt_macs[mac] = None
-        if len(self.learnt_macs) > LEARNT_MACS:
-            del self.learnt_macs[next(iter(self.learnt_macs))]
-
-    # --- ids --------------------------------------------------------------------------------
-
-    def cookie(self, cookie: int) -> int:
-        return self.ids.cookie(cookie)
-
-    def owns_cookie(self, cookie: int) -> bool:
-        return slot_of_cookie(cookie) == self.slot
+    def owns_queue(self, physical_queue: int) -> bool:
+        return physical_queue >> QUEUE_SHIFT == self.slot and physical_queue & 3 in QUEUE_NAMES
 
     def _scoped(self, count: int, value: int, what: str, err: tuple[int, int]) -> int:
         if not 1 <= value <= count:
@@ -423,21 +392,51 @@ class Slice:
         )
 
     def owns_scoped(self, physical_id: int) -> bool:
+        """Is this meter or group id on the switch one of the household's?"""
         return physical_id >> ID_SHIFT == self.slot
 
     @staticmethod
     def unscoped(physical_id: int) -> int:
         return (physical_id & ((1 << ID_SHIFT) - 1)) + 1
 
-    def queue(self, queue_id: int) -> int:
-        return self.ids.queue(queue_id)
 
-    def owns_queue(self, physical_queue: int) -> bool:
-        return physical_queue >> QUEUE_SHIFT == self.slot and physical_queue & 3 in QUEUE_NAMES
+class Devices:
+    """The MACs a household owns at layer 2: its CPE's (the registry's) and its devices', learnt as the
+    source of packets that came in on its private ports, most recent last. The relay carries the learnt
+    ones over when the record changes and the ports stay."""
+
+    def __init__(self, household: Household):
+        self.household = household
+        self.learnt: dict[str, None] = {}
+
+    def owns(self, mac: str) -> bool:
+        mac = mac.lower()
+        return mac in self.household.macs or mac in self.learnt
+
+    def learn(self, in_port: int | None, data: bytes) -> None:
+        if in_port not in self.household.ports or len(data) < 12:
+            return
+        mac = data[6:12].hex(":")
+        if data[6] & 1:
+            return  # a group address is never a device's own
+        self.learnt.pop(mac, None)
+        self.learnt[mac] = None
+        if len(self.learnt) > LEARNT_MACS:
+            del self.learnt[next(iter(self.learnt))]
+
+
+class Contents:
+    """What a household's rules, groups and packet-outs may contain (matches, actions, instructions,
+    buckets, the packet itself), checked against its addresses, ports and MACs, and translated into the
+    switch's ids and tables."""
+
+    def __init__(self, ids: Ids, view: frozenset[int], devices: Devices):
+        self.ids, self.view, self.devices = ids, view, devices
+        self.owns = functools.lru_cache(maxsize=1024)(ids.owns)
 
     # --- matches ----------------------------------------------------------------------------
 
-    def _check_match(self, match: Any) -> _Context:
+    def check_match(self, match: Any) -> _Context:
         """Every household rule also matches metadata == its slot, so it sees only traffic the
         dispatch rules gave the household (to or from its addresses): a match without addresses
         (a stock controller's table-miss rule, its MAC-learning rules) stays inside the slice. A match
@@ -459,7 +458,7 @@ class Slice:
         named = [
             name for name, eth_type in _ADDRESS_FIELDS.items() if fields.get("eth_type") == eth_type and name in fields
         ]
-        own_fields = {name for name in named if self._owns(fields[name])}
+        own_fields = {name for name in named if self.owns(fields[name])}
         if named and not own_fields:
             raise Refused(
                 ofp.OFPET_BAD_MATCH,
@@ -469,11 +468,11 @@ class Slice:
             )
         return _Context(in_port=in_port, to_own_address=any(f in own_fields for f in _DESTINATION_FIELDS))
 
-    def _scoped_match(self, match: Any) -> Any:
+    def scoped_match(self, match: Any) -> Any:
         # Building an OFPMatch costs about a third of a relayed flow-mod (os-ken converts every
         # field), so the freshly decoded match gets the slot prepended to its field list instead.
         scoped = copy.copy(match)
-        scoped._fields2 = [("metadata", self.slot), *match._fields2]
+        scoped._fields2 = [("metadata", self.ids.slot), *match._fields2]
         return scoped
 
     # --- actions and instructions -------------------------------------------------------------
@@ -486,7 +485,7 @@ class Slice:
         if port not in self.view:
             raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT, f"port {port:#x} is not in the slice")
 
-    def _actions(self, actions: list, ctx: _Context, packet_out: bool = False) -> list:
+    def actions(self, actions: list, ctx: _Context, packet_out: bool = False) -> list:
         out: list = []
         for action in actions:
             if isinstance(action, parser.OFPActionOutput) and action.port in _OUTPUT_TO_VIEW:
@@ -506,7 +505,7 @@ class Slice:
                         ofp.OFPBAC_BAD_QUEUE,
                         "set_queue needs a rule pinning ipv4_dst or ipv6_dst inside the household's addresses",
                     )
-                physical = self.queue(action.queue_id)
+                physical = self.ids.queue(action.queue_id)
                 out += [
                     parser.OFPActionSetField(ip_dscp=DSCP_OF_QUEUE[action.queue_id]),
                     parser.OFPActionSetQueue(physical),
@@ -518,13 +517,13 @@ class Slice:
                         ofp.OFPBAC_BAD_SET_TYPE if action.key != "ip_dscp" else ofp.OFPBAC_EPERM,
                         f"set_field {action.key} is not allowed (queues: use set_queue)",
                     )
-                if action.key in _ADDRESS_FIELDS and not self._owns(action.value):
+                if action.key in _ADDRESS_FIELDS and not self.owns(action.value):
                     raise Refused(
                         ofp.OFPET_BAD_ACTION,
                         ofp.OFPBAC_EPERM,
                         f"set_field {action.key}={action.value} leaves the household's addresses",
                     )
-                if action.key in _MAC_FIELDS and not self.owns_mac(action.value):
+                if action.key in _MAC_FIELDS and not self.devices.owns(action.value):
                     # The switch's NORMAL learns a rewritten source MAC on the packet's in_port.
                     raise Refused(
                         ofp.OFPET_BAD_ACTION,
@@ -535,7 +534,7 @@ class Slice:
             elif isinstance(action, parser.OFPActionGroup):
                 if ctx.in_group:
                     raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_CHAINING_UNSUPPORTED, "no group chaining")
-                out.append(parser.OFPActionGroup(self.group(action.group_id)))
+                out.append(parser.OFPActionGroup(self.ids.group(action.group_id)))
             elif isinstance(action, _HARMLESS_ACTIONS):
                 out.append(action)
             elif isinstance(action, (parser.OFPActionPushVlan, parser.OFPActionPopVlan)):
@@ -545,7 +544,7 @@ class Slice:
         return out
 
     @staticmethod
-    def _check_copies(action_lists: list[list], limit: int) -> None:
+    def check_copies(action_lists: list[list], limit: int) -> None:
         """Refuse actions that would copy one packet more than `limit` times (a group as its most)."""
         copies = sum(
             MAX_GROUP_COPIES if isinstance(a, parser.OFPActionGroup) else 1
@@ -556,14 +555,14 @@ class Slice:
         if copies > limit:
             raise Refused(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY, f"{copies} copies of a packet; at most {limit}")
 
-    def _instructions(self, instructions: list, table: int, ctx: _Context) -> list:
+    def instructions(self, instructions: list, table: int, ctx: _Context) -> list:
         out: list = []
         for inst in instructions:
             if isinstance(inst, parser.OFPInstructionActions):
                 if inst.type == ofp.OFPIT_CLEAR_ACTIONS:
                     out.append(inst)
                 else:
-                    out.append(parser.OFPInstructionActions(inst.type, self._actions(inst.actions, ctx)))
+                    out.append(parser.OFPInstructionActions(inst.type, self.actions(inst.actions, ctx)))
             elif isinstance(inst, parser.OFPInstructionGotoTable):
                 if not table < inst.table_id < HOUSEHOLD_TABLES:
                     raise Refused(
@@ -573,98 +572,39 @@ class Slice:
                     )
                 out.append(parser.OFPInstructionGotoTable(inst.table_id + FIRST_HOUSEHOLD_TABLE))
             elif isinstance(inst, parser.OFPInstructionMeter):
-                out.append(parser.OFPInstructionMeter(self.meter(inst.meter_id), ofp.OFPIT_METER))
+                out.append(parser.OFPInstructionMeter(self.ids.meter(inst.meter_id), ofp.OFPIT_METER))
             elif isinstance(inst, parser.OFPInstructionWriteMetadata):
                 raise Refused(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_EPERM, "metadata belongs to the slicer")
             else:
                 raise Refused(
                     ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_UNKNOWN_INST, f"instruction {type(inst).__name__} not offered"
                 )
-        self._check_copies([i.actions for i in out if isinstance(i, parser.OFPInstructionActions)], MAX_COPIES)
+        self.check_copies([i.actions for i in out if isinstance(i, parser.OFPInstructionActions)], MAX_COPIES)
         return out
 
-    # --- household -> switch ----------------------------------------------------------------
-
-    def _table(self, table_id: int, allow_all: bool) -> int:
-        if allow_all and table_id == ofp.OFPTT_ALL:
-            return ofp.OFPTT_ALL
-        if not 0 <= table_id < HOUSEHOLD_TABLES:
-            raise Refused(
-                ofp.OFPET_FLOW_MOD_FAILED,
-                ofp.OFPFMFC_BAD_TABLE_ID,
-                f"table {table_id}: the slice has tables 0..{HOUSEHOLD_TABLES - 1}",
+    def buckets(self, group_type: int, buckets: list) -> list:
+        ctx = _Context(in_port=None, to_own_address=False, in_group=True)
+        out: list = []
+        for bucket in buckets:
+            if bucket.watch_port != ofp.OFPP_ANY and bucket.watch_port not in self.view:
+                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_port outside the slice")
+            if bucket.watch_group != ofp.OFPG_ANY:
+                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_group is not offered")
+            out.append(
+                parser.OFPBucket(
+                    bucket.weight, bucket.watch_port, bucket.watch_group, self.actions(bucket.actions, ctx)
+                )
             )
-        return table_id + FIRST_HOUSEHOLD_TABLE
+        # An ALL group sends a copy through every bucket; the others through one.
+        if group_type == ofp.OFPGT_ALL:
+            self.check_copies([b.actions for b in out], MAX_GROUP_COPIES)
+        for bucket in out:
+            self.check_copies([bucket.actions], MAX_GROUP_COPIES)
+        return out
 
-    def _out_filters(self, out_port: int, out_group: int) -> tuple[int, int]:
-        if out_port != ofp.OFPP_ANY and out_port not in self.view and out_port not in _OUTPUT_RESERVED_OK:
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"out_port {out_port} is not in the slice")
-        return out_port, out_group if out_group == ofp.OFPG_ANY else self.group(out_group)
+    # --- a packet-out's packet ----------------------------------------------------------------
 
-    def _cookie_filter(self, cookie: int, mask: int) -> tuple[int, int]:
-        mask &= COOKIE_LOW
-        return self.cookie(cookie & mask), COOKIE_SLOT_MASK | mask
-
-    def flow_mod(self, msg: Any) -> Any:
-        command = msg.command
-        if command not in _FLOW_MOD_COMMANDS:
-            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND, f"command {command}")
-        if msg.buffer_id != ofp.OFP_NO_BUFFER:
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
-        if msg.priority > MAX_PRIORITY:
-            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"priority above {MAX_PRIORITY}")
-        deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
-        table = self._table(msg.table_id, allow_all=command == ofp.OFPFC_DELETE)
-        # However wide a household's rule or delete, metadata and cookie confine it to its own.
-        ctx = self._check_match(msg.match)
-        ctx.table_miss = msg.priority == 0 and not msg.match._fields2
-        if command == ofp.OFPFC_ADD:
-            if msg.cookie > COOKIE_LOW:
-                raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"cookie above {COOKIE_LOW:#x}")
-            cookie, cookie_mask = self.cookie(msg.cookie), 0
-        else:
-            cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
-        out_port, out_group = ofp.OFPP_ANY, ofp.OFPG_ANY
-        if deleting:
-            out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
-            instructions: list = []
-        else:
-            instructions = self._instructions(msg.instructions, msg.table_id, ctx)
-        return parser.OFPFlowMod(
-            CODEC,
-            cookie=cookie,
-            cookie_mask=cookie_mask,
-            table_id=table,
-            command=command,
-            idle_timeout=msg.idle_timeout,
-            hard_timeout=msg.hard_timeout,
-            priority=msg.priority + 1,
-            buffer_id=ofp.OFP_NO_BUFFER,
-            out_port=out_port,
-            out_group=out_group,
-            flags=msg.flags,
-            match=self._scoped_match(msg.match),
-            instructions=instructions,
-        )
-
-    def packet_out(self, msg: Any) -> Any:
-        if msg.buffer_id != ofp.OFP_NO_BUFFER:
-            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
-        # The switch's NORMAL learns the packet's source MAC on its in_port: both must be the
-        # household's (a shared uplink, or a neighbour's MAC, would move the neighbour's traffic).
-        if msg.in_port != ofp.OFPP_CONTROLLER and msg.in_port not in self.household.ports:
-            raise Refused(
-                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"in_port {msg.in_port} is not a port of the household's"
-            )
-        ctx = self._packet_context(msg.data or b"")
-        ctx.in_port = None if msg.in_port == ofp.OFPP_CONTROLLER else msg.in_port
-        actions = self._actions(msg.actions, ctx, packet_out=True)
-        self._check_copies([actions], MAX_COPIES)
-        return parser.OFPPacketOut(
-            CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions, data=msg.data
-        )
-
-    def _packet_context(self, data: bytes) -> _Context:
+    def packet_context(self, data: bytes) -> _Context:
         """A packet-out may only carry a packet to or from the household's own addresses."""
         try:
             pkt = packet.Packet(data)
@@ -673,7 +613,7 @@ class Slice:
         ip = (pkt.get_protocol(ipv4.ipv4) or pkt.get_protocol(ipv6.ipv6)) if pkt else None
         arp_pkt = pkt.get_protocol(arp.arp) if pkt else None
         eth_src = data[6:12].hex(":") if len(data) >= 12 else ""
-        if not self.owns_mac(eth_src):
+        if not self.devices.owns(eth_src):
             raise Refused(
                 ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"source MAC {eth_src or '(none)'} is not the household's"
             )
@@ -684,14 +624,14 @@ class Slice:
             src, dst = arp_pkt.src_ip, arp_pkt.dst_ip
             # An ARP packet's sender is what every host that reads it learns: only the household's
             # own addresses may be announced (not "the gateway is at my MAC").
-            if not self._owns(src) or not self.owns_mac(arp_pkt.src_mac):
+            if not self.owns(src) or not self.devices.owns(arp_pkt.src_mac):
                 raise Refused(
                     ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"ARP for {src} at {arp_pkt.src_mac}: not the household's"
                 )
         else:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, "packet-out data must be IPv4, IPv6 or ARP")
-        to_own = self._owns(dst)
-        if not to_own and not self._owns(src):
+        to_own = self.owns(dst)
+        if not to_own and not self.owns(src):
             raise Refused(
                 ofp.OFPET_BAD_REQUEST,
                 ofp.OFPBRC_EPERM,
@@ -709,7 +649,7 @@ class Slice:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"ICMPv6 type {message.type_} speaks for a router")
         if message.type_ not in (icmpv6.ND_NEIGHBOR_SOLICIT, icmpv6.ND_NEIGHBOR_ADVERT):
             return
-        if message.type_ == icmpv6.ND_NEIGHBOR_ADVERT and not self._owns(message.data.dst):
+        if message.type_ == icmpv6.ND_NEIGHBOR_ADVERT and not self.owns(message.data.dst):
             raise Refused(
                 ofp.OFPET_BAD_REQUEST,
                 ofp.OFPBRC_EPERM,
@@ -718,39 +658,107 @@ class Slice:
         # os-ken decodes only the first option, and stacks differ in which of two link-layer options
         # they believe: every one is read here.
         for mac in _link_layer_options(data):
-            if not self.owns_mac(mac):
+            if not self.devices.owns(mac):
                 raise Refused(
                     ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"neighbour discovery names {mac}: not the household's"
                 )
 
-    def _buckets(self, group_type: int, buckets: list) -> list:
-        ctx = _Context(in_port=None, to_own_address=False, in_group=True)
-        out: list = []
-        for bucket in buckets:
-            if bucket.watch_port != ofp.OFPP_ANY and bucket.watch_port not in self.view:
-                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_port outside the slice")
-            if bucket.watch_group != ofp.OFPG_ANY:
-                raise Refused(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_BAD_WATCH, "watch_group is not offered")
-            out.append(
-                parser.OFPBucket(
-                    bucket.weight, bucket.watch_port, bucket.watch_group, self._actions(bucket.actions, ctx)
-                )
+
+class Requests:
+    """Household -> switch: what each message the slicer relays (flow, group and meter mods,
+    packet-outs, statistics requests) may ask, and what it becomes on the switch; its contents are
+    `Contents`' to check."""
+
+    def __init__(self, contents: Contents):
+        self.contents, self.ids, self.view = contents, contents.ids, contents.view
+
+    def _table(self, table_id: int, allow_all: bool) -> int:
+        if allow_all and table_id == ofp.OFPTT_ALL:
+            return ofp.OFPTT_ALL
+        if not 0 <= table_id < HOUSEHOLD_TABLES:
+            raise Refused(
+                ofp.OFPET_FLOW_MOD_FAILED,
+                ofp.OFPFMFC_BAD_TABLE_ID,
+                f"table {table_id}: the slice has tables 0..{HOUSEHOLD_TABLES - 1}",
             )
-        # An ALL group sends a copy through every bucket; the others through one.
-        if group_type == ofp.OFPGT_ALL:
-            self._check_copies([b.actions for b in out], MAX_GROUP_COPIES)
-        for bucket in out:
-            self._check_copies([bucket.actions], MAX_GROUP_COPIES)
-        return out
+        return table_id + FIRST_HOUSEHOLD_TABLE
+
+    def _out_filters(self, out_port: int, out_group: int) -> tuple[int, int]:
+        if out_port != ofp.OFPP_ANY and out_port not in self.view and out_port not in _OUTPUT_RESERVED_OK:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, f"out_port {out_port} is not in the slice")
+        return out_port, out_group if out_group == ofp.OFPG_ANY else self.ids.group(out_group)
+
+    def _cookie_filter(self, cookie: int, mask: int) -> tuple[int, int]:
+        mask &= COOKIE_LOW
+        return self.ids.cookie(cookie & mask), COOKIE_SLOT_MASK | mask
+
+    def flow_mod(self, msg: Any) -> Any:
+        command = msg.command
+        if command not in _FLOW_MOD_COMMANDS:
+            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND, f"command {command}")
+        if msg.buffer_id != ofp.OFP_NO_BUFFER:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
+        if msg.priority > MAX_PRIORITY:
+            raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"priority above {MAX_PRIORITY}")
+        deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
+        table = self._table(msg.table_id, allow_all=command == ofp.OFPFC_DELETE)
+        # However wide a household's rule or delete, metadata and cookie confine it to its own.
+        ctx = self.contents.check_match(msg.match)
+        ctx.table_miss = msg.priority == 0 and not msg.match._fields2
+        if command == ofp.OFPFC_ADD:
+            if msg.cookie > COOKIE_LOW:
+                raise Refused(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_EPERM, f"cookie above {COOKIE_LOW:#x}")
+            cookie, cookie_mask = self.ids.cookie(msg.cookie), 0
+        else:
+            cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
+        out_port, out_group = ofp.OFPP_ANY, ofp.OFPG_ANY
+        if deleting:
+            out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
+            instructions: list = []
+        else:
+            instructions = self.contents.instructions(msg.instructions, msg.table_id, ctx)
+        return parser.OFPFlowMod(
+            CODEC,
+            cookie=cookie,
+            cookie_mask=cookie_mask,
+            table_id=table,
+            command=command,
+            idle_timeout=msg.idle_timeout,
+            hard_timeout=msg.hard_timeout,
+            priority=msg.priority + 1,
+            buffer_id=ofp.OFP_NO_BUFFER,
+            out_port=out_port,
+            out_group=out_group,
+            flags=msg.flags,
+            match=self.contents.scoped_match(msg.match),
+            instructions=instructions,
+        )
+
+    def packet_out(self, msg: Any) -> Any:
+        if msg.buffer_id != ofp.OFP_NO_BUFFER:
+            raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BUFFER_UNKNOWN, "the slicer keeps no buffers")
+        # The switch's NORMAL learns the packet's source MAC on its in_port: both must be the
+        # household's (a shared uplink, or a neighbour's MAC, would move the neighbour's traffic).
+        if msg.in_port != ofp.OFPP_CONTROLLER and msg.in_port not in self.ids.household.ports:
+            raise Refused(
+                ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"in_port {msg.in_port} is not a port of the household's"
+            )
+        ctx = self.contents.packet_context(msg.data or b"")
+        ctx.in_port = None if msg.in_port == ofp.OFPP_CONTROLLER else msg.in_port
+        actions = self.contents.actions(msg.actions, ctx, packet_out=True)
+        self.contents.check_copies([actions], MAX_COPIES)
+        return parser.OFPPacketOut(
+            CODEC, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port, actions=actions, data=msg.data
+        )
 
     def group_mod(self, msg: Any) -> list[Any]:
         if msg.command == ofp.OFPGC_DELETE and msg.group_id == ofp.OFPG_ALL:
             ids = range(1, GROUPS_PER_HOUSEHOLD + 1)
         else:
             ids = range(msg.group_id, msg.group_id + 1)
-        buckets = self._buckets(msg.type, msg.buckets)
+        buckets = self.contents.buckets(msg.type, msg.buckets)
         return [
-            parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.group(g), buckets=buckets)
+            parser.OFPGroupMod(CODEC, command=msg.command, type_=msg.type, group_id=self.ids.group(g), buckets=buckets)
             for g in ids
         ]
 
@@ -765,26 +773,26 @@ class Slice:
         else:
             ids = range(msg.meter_id, msg.meter_id + 1)
         return [
-            parser.OFPMeterMod(CODEC, command=msg.command, flags=msg.flags, meter_id=self.meter(m), bands=msg.bands)
+            parser.OFPMeterMod(CODEC, command=msg.command, flags=msg.flags, meter_id=self.ids.meter(m), bands=msg.bands)
             for m in ids
         ]
 
     def flow_stats_request(self, msg: Any) -> Any:
         """FLOW or AGGREGATE request, confined to the household's rules."""
         table = self._table(msg.table_id, allow_all=True)
-        self._check_match(msg.match)
+        self.contents.check_match(msg.match)
         out_port, out_group = self._out_filters(msg.out_port, msg.out_group)
         cookie, cookie_mask = self._cookie_filter(msg.cookie, msg.cookie_mask)
         return type(msg)(
-            CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask, self._scoped_match(msg.match)
+            CODEC, msg.flags, table, out_port, out_group, cookie, cookie_mask, self.contents.scoped_match(msg.match)
         )
 
     def group_stats_request(self, msg: Any) -> Any:
         """GROUP or METER / METER_CONFIG statistics: one of its ids, or all (the reply is filtered)."""
         if isinstance(msg, parser.OFPGroupStatsRequest):
-            group = msg.group_id if msg.group_id == ofp.OFPG_ALL else self.group(msg.group_id)
+            group = msg.group_id if msg.group_id == ofp.OFPG_ALL else self.ids.group(msg.group_id)
             return parser.OFPGroupStatsRequest(CODEC, msg.flags, group)
-        meter = msg.meter_id if msg.meter_id == ofp.OFPM_ALL else self.meter(msg.meter_id)
+        meter = msg.meter_id if msg.meter_id == ofp.OFPM_ALL else self.ids.meter(msg.meter_id)
         return type(msg)(CODEC, msg.flags, meter)
 
     def port_stats_request(self, msg: Any) -> Any:
@@ -795,64 +803,19 @@ class Slice:
     def queue_stats_request(self, msg: Any) -> Any:
         if msg.port_no != ofp.OFPP_ANY and msg.port_no not in self.view:
             raise Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT, f"port {msg.port_no} is not in the slice")
-        queue = msg.queue_id if msg.queue_id == ofp.OFPQ_ALL else self.queue(msg.queue_id)
+        queue = msg.queue_id if msg.queue_id == ofp.OFPQ_ALL else self.ids.queue(msg.queue_id)
         return parser.OFPQueueStatsRequest(CODEC, msg.flags, msg.port_no, queue)
 
-    # --- the household's virtual switch, as it describes itself ----------------------------------
 
-    def table_features(self) -> list[Any]:
-        """Its four tables: what each matches and does under the slice's rules."""
-        oxm = [parser.OFPOxmId(name, hasmask=mask) for name, mask in _MATCHABLE.items()]
-        settable = [parser.OFPOxmId(name) for name in sorted(_SETTABLE)]
-        actions = [parser.OFPActionId(a) for a in _ACTIONS]
-        tables = []
-        for table in range(HOUSEHOLD_TABLES):
-            goto = [ofp.OFPIT_GOTO_TABLE] if table < HOUSEHOLD_TABLES - 1 else []
-            properties = [
-                parser.OFPTableFeaturePropInstructions(
-                    ofp.OFPTFPT_INSTRUCTIONS,
-                    instruction_ids=[parser.OFPInstructionId(i) for i in goto + list(_INSTRUCTIONS)],
-                ),
-                parser.OFPTableFeaturePropNextTables(
-                    ofp.OFPTFPT_NEXT_TABLES, table_ids=list(range(table + 1, HOUSEHOLD_TABLES))
-                ),
-                parser.OFPTableFeaturePropActions(ofp.OFPTFPT_WRITE_ACTIONS, action_ids=actions),
-                parser.OFPTableFeaturePropActions(ofp.OFPTFPT_APPLY_ACTIONS, action_ids=actions),
-                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_MATCH, oxm_ids=oxm),
-                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WILDCARDS, oxm_ids=oxm),
-                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WRITE_SETFIELD, oxm_ids=settable),
-                parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_APPLY_SETFIELD, oxm_ids=settable),
-            ]
-            tables.append(
-                parser.OFPTableFeaturesStats(
-                    table_id=table,
-                    name=f"slice table {table}",
-                    metadata_match=0,
-                    metadata_write=0,
-                    config=0,
-                    max_entries=self.household.flow_quota,
-                    properties=properties,
-                )
-            )
-        return tables
+class Reports:
+    """Switch -> household: what the switch says (packet-ins, flow-removeds, statistics) as the
+    household sees it, its ids and tables its own, or None when it is not the household's."""
+
+    def __init__(self, ids: Ids, view: frozenset[int], devices: Devices):
+        self.ids, self.view, self.devices = ids, view, devices
 
     @staticmethod
-    def group_features() -> tuple[int, int, list[int], list[int]]:
-        """(types, capabilities, max groups per type, actions per type) of its 16 groups."""
-        types = sum(1 << t for t in _GROUP_TYPES)
-        capabilities = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS  # no chaining
-        actions = sum(1 << a for a in _ACTIONS if a != ofp.OFPAT_GROUP)
-        return types, capabilities, [GROUPS_PER_HOUSEHOLD] * 4, [actions] * 4
-
-    @staticmethod
-    def meter_features() -> tuple[int, int, int, int, int]:
-        """(max meter, band types, capabilities, max bands, max colour) of its 16 meters."""
-        capabilities = ofp.OFPMF_KBPS | ofp.OFPMF_PKTPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS
-        return METERS_PER_HOUSEHOLD, 1 << ofp.OFPMBT_DROP, capabilities, 1, 0
-
-    # --- switch -> household ----------------------------------------------------------------
-
-    def _own_match(self, match: Any) -> Any:
+    def _own_match(match: Any) -> Any:
         return parser.OFPMatch(**{k: v for k, v in match.items() if k != "metadata"})
 
     def _back_actions(self, actions: list) -> list:
@@ -863,7 +826,7 @@ class Slice:
                     out.pop()  # the slicer's own mark for this queue
                 out.append(parser.OFPActionSetQueue(action.queue_id & 3))
             elif isinstance(action, parser.OFPActionGroup):
-                out.append(parser.OFPActionGroup(self.unscoped(action.group_id)))
+                out.append(parser.OFPActionGroup(self.ids.unscoped(action.group_id)))
             elif isinstance(action, parser.NXActionController):  # its table-miss entry's
                 out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, action.max_len))
             else:
@@ -876,21 +839,21 @@ class Slice:
             if isinstance(inst, parser.OFPInstructionGotoTable):
                 out.append(parser.OFPInstructionGotoTable(inst.table_id - FIRST_HOUSEHOLD_TABLE))
             elif isinstance(inst, parser.OFPInstructionMeter):
-                out.append(parser.OFPInstructionMeter(self.unscoped(inst.meter_id), ofp.OFPIT_METER))
+                out.append(parser.OFPInstructionMeter(self.ids.unscoped(inst.meter_id), ofp.OFPIT_METER))
             elif isinstance(inst, parser.OFPInstructionActions) and inst.type != ofp.OFPIT_CLEAR_ACTIONS:
                 out.append(parser.OFPInstructionActions(inst.type, self._back_actions(inst.actions)))
             else:
                 out.append(inst)
         return out
 
-    def _is_household_table(self, table_id: int) -> bool:
-        return FIRST_HOUSEHOLD_TABLE <= table_id < TABLE_FORWARD
+    def _owns_rule(self, table_id: int, cookie: int) -> bool:
+        return FIRST_HOUSEHOLD_TABLE <= table_id < TABLE_FORWARD and self.ids.owns_cookie(cookie)
 
     def packet_in(self, msg: Any) -> Any | None:
-        """The packet-in as this household sees it, or None when it is not this household's."""
-        if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
+        """The packet-in as this household sees it (its devices learnt from it)."""
+        if not self._owns_rule(msg.table_id, msg.cookie):
             return None
-        self._learn_mac(msg.match.get("in_port"), msg.data or b"")
+        self.devices.learn(msg.match.get("in_port"), msg.data or b"")
         return SimpleNamespace(
             buffer_id=ofp.OFP_NO_BUFFER,
             total_len=msg.total_len,
@@ -902,7 +865,7 @@ class Slice:
         )
 
     def flow_removed(self, msg: Any) -> Any | None:
-        if not (self._is_household_table(msg.table_id) and self.owns_cookie(msg.cookie)):
+        if not self._owns_rule(msg.table_id, msg.cookie):
             return None
         return SimpleNamespace(
             cookie=msg.cookie & COOKIE_LOW,
@@ -919,7 +882,7 @@ class Slice:
         )
 
     def flow_stats(self, stats: Any) -> Any | None:
-        if not (self._is_household_table(stats.table_id) and self.owns_cookie(stats.cookie)):
+        if not self._owns_rule(stats.table_id, stats.cookie):
             return None
         return SimpleNamespace(
             table_id=stats.table_id - FIRST_HOUSEHOLD_TABLE,
@@ -937,31 +900,31 @@ class Slice:
         )
 
     def group_stats(self, stats: Any) -> Any | None:
-        if not self.owns_scoped(stats.group_id):
+        if not self.ids.owns_scoped(stats.group_id):
             return None
-        return SimpleNamespace(**{**vars(stats), "group_id": self.unscoped(stats.group_id)})
+        return SimpleNamespace(**{**vars(stats), "group_id": self.ids.unscoped(stats.group_id)})
 
     def group_desc(self, desc: Any) -> tuple[int, int, list] | None:
         """(type, its group id, buckets in its own terms), or None when the group is not its own."""
-        if not self.owns_scoped(desc.group_id):
+        if not self.ids.owns_scoped(desc.group_id):
             return None
         buckets = [
             parser.OFPBucket(b.weight, b.watch_port, b.watch_group, self._back_actions(b.actions)) for b in desc.buckets
         ]
-        return desc.type, self.unscoped(desc.group_id), buckets
+        return desc.type, self.ids.unscoped(desc.group_id), buckets
 
     def meter_stats(self, stats: Any) -> Any | None:
-        if not self.owns_scoped(stats.meter_id):
+        if not self.ids.owns_scoped(stats.meter_id):
             return None
-        return SimpleNamespace(**{**vars(stats), "meter_id": self.unscoped(stats.meter_id)})
+        return SimpleNamespace(**{**vars(stats), "meter_id": self.ids.unscoped(stats.meter_id)})
 
     def meter_config(self, config: Any) -> tuple[int, int, list] | None:
-        if not self.owns_scoped(config.meter_id):
+        if not self.ids.owns_scoped(config.meter_id):
             return None
-        return config.flags, self.unscoped(config.meter_id), config.bands
+        return config.flags, self.ids.unscoped(config.meter_id), config.bands
 
     def queue_stats(self, stats: Any) -> tuple | None:
-        if stats.port_no not in self.view or not self.owns_queue(stats.queue_id):
+        if stats.port_no not in self.view or not self.ids.owns_queue(stats.queue_id):
             return None
         return (
             stats.port_no,
@@ -972,3 +935,72 @@ class Slice:
             stats.duration_sec,
             stats.duration_nsec,
         )
+
+
+class Slice:
+    """One household's view of the switch: its ids, its ports (the shared ones and its own), its
+    devices, and the checks and translations both ways: `requests` (household -> switch) and
+    `reports` (switch -> household)."""
+
+    def __init__(self, household: Household, shared_ports: frozenset[int]):
+        self.household = household
+        self.ids = Ids(household)
+        self.view = frozenset(shared_ports) | frozenset(household.ports)
+        self.devices = Devices(household)
+        self.contents = Contents(self.ids, self.view, self.devices)
+        self.requests = Requests(self.contents)
+        self.reports = Reports(self.ids, self.view, self.devices)
+
+
+# --- the household's virtual switch, as it describes itself ------------------------------------
+
+
+def table_features(household: Household) -> list[Any]:
+    """Its four tables: what each matches and does under the slice's rules."""
+    oxm = [parser.OFPOxmId(name, hasmask=mask) for name, mask in _MATCHABLE.items()]
+    settable = [parser.OFPOxmId(name) for name in sorted(_SETTABLE)]
+    actions = [parser.OFPActionId(a) for a in _ACTIONS]
+    tables = []
+    for table in range(HOUSEHOLD_TABLES):
+        goto = [ofp.OFPIT_GOTO_TABLE] if table < HOUSEHOLD_TABLES - 1 else []
+        properties = [
+            parser.OFPTableFeaturePropInstructions(
+                ofp.OFPTFPT_INSTRUCTIONS,
+                instruction_ids=[parser.OFPInstructionId(i) for i in goto + list(_INSTRUCTIONS)],
+            ),
+            parser.OFPTableFeaturePropNextTables(
+                ofp.OFPTFPT_NEXT_TABLES, table_ids=list(range(table + 1, HOUSEHOLD_TABLES))
+            ),
+            parser.OFPTableFeaturePropActions(ofp.OFPTFPT_WRITE_ACTIONS, action_ids=actions),
+            parser.OFPTableFeaturePropActions(ofp.OFPTFPT_APPLY_ACTIONS, action_ids=actions),
+            parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_MATCH, oxm_ids=oxm),
+            parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WILDCARDS, oxm_ids=oxm),
+            parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_WRITE_SETFIELD, oxm_ids=settable),
+            parser.OFPTableFeaturePropOxm(ofp.OFPTFPT_APPLY_SETFIELD, oxm_ids=settable),
+        ]
+        tables.append(
+            parser.OFPTableFeaturesStats(
+                table_id=table,
+                name=f"slice table {table}",
+                metadata_match=0,
+                metadata_write=0,
+                config=0,
+                max_entries=household.flow_quota,
+                properties=properties,
+            )
+        )
+    return tables
+
+
+def group_features() -> tuple[int, int, list[int], list[int]]:
+    """(types, capabilities, max groups per type, actions per type) of its 16 groups."""
+    types = sum(1 << t for t in _GROUP_TYPES)
+    capabilities = ofp.OFPGFC_SELECT_WEIGHT | ofp.OFPGFC_SELECT_LIVENESS  # no chaining
+    actions = sum(1 << a for a in _ACTIONS if a != ofp.OFPAT_GROUP)
+    return types, capabilities, [GROUPS_PER_HOUSEHOLD] * 4, [actions] * 4
+
+
+def meter_features() -> tuple[int, int, int, int, int]:
+    """(max meter, band types, capabilities, max bands, max colour) of its 16 meters."""
+    capabilities = ofp.OFPMF_KBPS | ofp.OFPMF_PKTPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS
+    return METERS_PER_HOUSEHOLD, 1 << ofp.OFPMBT_DROP, capabilities, 1, 0

@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
@@ -37,20 +37,53 @@ HELLO_TIMEOUT = 10.0
 # order. They are kept in a ring by xid, so forgetting the oldest costs nothing (an OrderedDict's
 # rebuilds cost about 0.6 us per relayed message at this size).
 _RECENT_LIMIT = 1 << 14
-_REPLY_KINDS = {
-    "own",
-    "barrier",
-    "flow",
-    "aggregate",
-    "port_stats",
-    "queue",
-    "group",
-    "group_desc",
-    "meter",
-    "meter_config",
+
+
+class _Statistics(NamedTuple):
+    """A statistics request the switch answers for a household: the request as the switch gets it, and
+    the entries of the switch's reply (one part's body) that are the household's, in its terms."""
+
+    request: Callable[[policy.Requests, Any], Any]
+    entries: Callable[[policy.Slice, Any], list[bytes]]
+
+
+# The statistics the slicer relays, by kind (admission.request's names); their replies are filtered.
+_RELAYED_STATISTICS: dict[str, _Statistics] = {
+    "flow": _Statistics(
+        policy.Requests.flow_stats_request,
+        lambda slice_, body: [switchside.flow_stats_entry(s) for s in map(slice_.reports.flow_stats, body) if s],
+    ),
+    "aggregate": _Statistics(
+        policy.Requests.flow_stats_request,
+        lambda _, body: [switchside.aggregate_entry(body.packet_count, body.byte_count, body.flow_count)],
+    ),
+    "port_stats": _Statistics(
+        policy.Requests.port_stats_request,
+        lambda slice_, body: [switchside.port_stats_entry(s) for s in body if s.port_no in slice_.view],
+    ),
+    "queue": _Statistics(
+        policy.Requests.queue_stats_request,
+        lambda slice_, body: [switchside.queue_stats_entry(s) for s in map(slice_.reports.queue_stats, body) if s],
+    ),
+    "group": _Statistics(
+        policy.Requests.group_stats_request,
+        lambda slice_, body: [switchside.group_stats_entry(g) for g in map(slice_.reports.group_stats, body) if g],
+    ),
+    "group_desc": _Statistics(
+        lambda _, msg: parser.OFPGroupDescStatsRequest(codec.CODEC, msg.flags),
+        lambda slice_, body: [switchside.group_desc_entry(*g) for g in map(slice_.reports.group_desc, body) if g],
+    ),
+    "meter": _Statistics(
+        policy.Requests.group_stats_request,
+        lambda slice_, body: [switchside.meter_stats_entry(m) for m in map(slice_.reports.meter_stats, body) if m],
+    ),
+    "meter_config": _Statistics(
+        policy.Requests.group_stats_request,
+        lambda slice_, body: [switchside.meter_config_entry(*m) for m in map(slice_.reports.meter_config, body) if m],
+    ),
 }
-# Statistics the switch answers for a household, filtered to its own.
-_RELAYED_STATISTICS = _REPLY_KINDS - {"own", "barrier"}
+# Kinds of the relayed requests that the switch answers: the slicer's own, barriers and statistics.
+_REPLY_KINDS = {"own", "barrier", *_RELAYED_STATISTICS}
 _READ_SIZE = 1 << 16
 # How long the relay serves turns before it lets replies and new messages in: each pause costs a
 # send to the switch and one to every household answered, so not after every turn; short enough
@@ -143,6 +176,22 @@ class Slicer:
         self._tasks: list[asyncio.Task] = []
         self._rotation: RoundRobin[str] = RoundRobin(config.batch)
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
+        # The messages the slicer answers itself, by kind (admission.request's names): each answer's frames.
+        self._answers: dict[str, Callable[[HouseholdSession, Any], list[bytes]]] = {
+            "barrier": self._barrier,
+            "ignore": lambda session, msg: [],
+            "echo": lambda session, msg: [codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid)],
+            "features": self._features,
+            "get_config": lambda session, msg: [switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER)],
+            "get_async": lambda session, msg: [switchside.get_async_reply(msg.xid, *_ASYNC_MASKS)],
+            "queue_config": self._queue_config,
+            "desc": self._desc,
+            "port_desc": self._port_desc,
+            "table": self._table_stats,
+            "table_features": self._table_features,
+            "group_features": self._group_features,
+            "meter_features": self._meter_features,
+        }
 
     # Views by name, built on each call: for fvctl, the registry's callbacks and tests, never per message.
     @property
@@ -250,7 +299,7 @@ class Slicer:
         slice_ = session.slice
         wide_delete = parser.OFPFlowMod(
             codec.CODEC,
-            cookie=slice_.cookie(0),
+            cookie=slice_.ids.cookie(0),
             cookie_mask=policy.COOKIE_SLOT_MASK,
             table_id=ofp.OFPTT_ALL,
             command=ofp.OFPFC_DELETE,
@@ -259,9 +308,13 @@ class Slicer:
             match=parser.OFPMatch(),
         )
         self._to_switch(codec.encode(wide_delete))
-        for msg in slice_.meter_mod(parser.OFPMeterMod(codec.CODEC, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL)):
+        for msg in slice_.requests.meter_mod(
+            parser.OFPMeterMod(codec.CODEC, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL)
+        ):
             self._to_switch(codec.encode(msg))
-        for msg in slice_.group_mod(parser.OFPGroupMod(codec.CODEC, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)):
+        for msg in slice_.requests.group_mod(
+            parser.OFPGroupMod(codec.CODEC, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)
+        ):
             self._to_switch(codec.encode(msg))
         session.book.replace([])
 
@@ -387,7 +440,7 @@ class Slicer:
             ofp.OFPTT_ALL,
             ofp.OFPP_ANY,
             ofp.OFPG_ANY,
-            session.slice.cookie(0),
+            session.slice.ids.cookie(0),
             policy.COOKIE_SLOT_MASK,
             parser.OFPMatch(),
         )
@@ -454,7 +507,7 @@ class Slicer:
     def _from_switch(self, msg: Any, out: BatchedWriter) -> None:
         if isinstance(msg, parser.OFPPacketIn):
             session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
-            seen = session.slice.packet_in(msg) if session and session.connected else None
+            seen = session.slice.reports.packet_in(msg) if session and session.connected else None
             if session and seen is not None:
                 session.counters.packet_ins += 1
                 session.send(switchside.packet_in(0, seen))
@@ -472,7 +525,7 @@ class Slicer:
         if session is None:
             return
         session.book.remove(policy.rule_key(msg.table_id, msg.priority, msg.match))
-        seen = session.slice.flow_removed(msg) if session.connected else None
+        seen = session.slice.reports.flow_removed(msg) if session.connected else None
         if seen is not None:
             session.send(switchside.flow_removed(0, seen))
 
@@ -513,24 +566,7 @@ class Slicer:
                 connection.send(frame)
 
     def _multipart_for(self, session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
-        slice_ = session.slice
-        entries: list
-        if pending.kind == "flow":
-            entries = [switchside.flow_stats_entry(s) for s in (slice_.flow_stats(x) for x in msg.body) if s]
-        elif pending.kind == "aggregate":
-            entries = [switchside.aggregate_entry(msg.body.packet_count, msg.body.byte_count, msg.body.flow_count)]
-        elif pending.kind == "port_stats":
-            entries = [switchside.port_stats_entry(s) for s in msg.body if s.port_no in slice_.view]
-        elif pending.kind == "group":
-            entries = [switchside.group_stats_entry(g) for g in map(slice_.group_stats, msg.body) if g]
-        elif pending.kind == "group_desc":
-            entries = [switchside.group_desc_entry(*g) for g in map(slice_.group_desc, msg.body) if g]
-        elif pending.kind == "meter":
-            entries = [switchside.meter_stats_entry(m) for m in map(slice_.meter_stats, msg.body) if m]
-        elif pending.kind == "meter_config":
-            entries = [switchside.meter_config_entry(*m) for m in map(slice_.meter_config, msg.body) if m]
-        else:  # queue
-            entries = [switchside.queue_stats_entry(s) for s in (slice_.queue_stats(x) for x in msg.body) if s]
+        entries = _RELAYED_STATISTICS[pending.kind].entries(session.slice, msg.body)
         frames = switchside.multipart_reply(pending.xid, msg.type, entries)
         if more:  # the switch's own part boundary: keep REPLY_MORE on our last part too
             last = bytearray(frames[-1])
@@ -677,18 +713,19 @@ class Slicer:
 
     def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
         kind = admission.request(msg)
-        slice_, head = session.slice, frame[:64]
+        requests, head = session.slice.requests, frame[:64]
         if kind == "flow_mod":
-            translated = slice_.flow_mod(msg)
+            translated = requests.flow_mod(msg)
             key = policy.rule_key(translated.table_id, translated.priority, translated.match)
             self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
         elif kind == "packet_out":
-            self._relay(slice_.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
+            self._relay(requests.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
         elif kind in ("group_mod", "meter_mod"):
-            for mod in slice_.group_mod(msg) if kind == "group_mod" else slice_.meter_mod(msg):
+            for mod in requests.group_mod(msg) if kind == "group_mod" else requests.meter_mod(msg):
                 self._relay(mod, self._pending(session, msg.xid, "mod", head))
         elif kind in _RELAYED_STATISTICS:
-            self._relay(self._stats_request(slice_, kind, msg), self._pending(session, msg.xid, kind, head))
+            request = _RELAYED_STATISTICS[kind].request(requests, msg)
+            self._relay(request, self._pending(session, msg.xid, kind, head))
             return
         else:
             self._answer(session, kind, msg)
@@ -727,64 +764,60 @@ class Slicer:
             book.changed_widely()
             asyncio.get_running_loop().create_task(self._refresh_book(session))
 
-    @staticmethod
-    def _stats_request(slice_: policy.Slice, kind: str, msg: Any) -> Any:
-        """The household's statistics request as the switch gets it."""
-        if kind in ("flow", "aggregate"):
-            return slice_.flow_stats_request(msg)
-        if kind == "port_stats":
-            return slice_.port_stats_request(msg)
-        if kind == "queue":
-            return slice_.queue_stats_request(msg)
-        if kind == "group_desc":
-            return parser.OFPGroupDescStatsRequest(codec.CODEC, msg.flags)
-        return slice_.group_stats_request(msg)  # group, meter, meter_config
-
     def _answer(self, session: HouseholdSession, kind: str, msg: Any) -> None:
         """Messages the slicer answers itself, from the household's view (or takes without effect)."""
-        slice_, xid = session.slice, msg.xid
-        if kind == "barrier":
-            pending = self._pending(session, xid, "barrier", codec.renumbered(_BARRIER_REQUEST, xid))
-            self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
-            return
-        if kind == "ignore":
-            return
-        frames: list[bytes]
-        if kind == "echo":
-            frames = [codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), xid)]
-        elif kind == "features":
-            dpid = admission.datapath_id(self.switch_dpid, session.household.slot)
-            frames = [switchside.features_reply(xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES)]
-        elif kind == "get_config":
-            frames = [switchside.get_config_reply(xid, 0, ofp.OFPCML_NO_BUFFER)]
-        elif kind == "get_async":
-            frames = [switchside.get_async_reply(xid, *_ASYNC_MASKS)]
-        elif kind == "queue_config":
-            shares = admission.queue_shares(slice_, msg.port, float(self.config.queues.get("link_mbit", 1000)))
-            frames = [switchside.queue_get_config_reply(xid, msg.port, shares)]
-        elif kind == "desc":
-            entry = switchside.desc_entry(
-                "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
-            )
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_DESC, [entry])
-        elif kind == "port_desc":
-            ports = [self.ports[p] for p in sorted(slice_.view) if p in self.ports]
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
-        elif kind == "table":
-            counts = admission.rules_per_table(session.book.rules)
-            entries = [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_TABLE, entries)
-        elif kind == "table_features":
-            entries = [switchside.table_features_entry(t) for t in slice_.table_features()]
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_TABLE_FEATURES, entries)
-        elif kind == "group_features":
-            entry = switchside.group_features_entry(*slice_.group_features())
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_GROUP_FEATURES, [entry])
-        else:  # meter_features
-            entry = switchside.meter_features_entry(*slice_.meter_features())
-            frames = switchside.multipart_reply(xid, ofp.OFPMP_METER_FEATURES, [entry])
-        for frame in frames:
+        answer = self._answers.get(kind)
+        if answer is None:  # a kind admission offers that neither the relay nor the answers know
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"{kind} is not offered to slices")
+        for frame in answer(session, msg):
             session.send(frame)
+
+    def _barrier(self, session: HouseholdSession, msg: Any) -> list[bytes]:
+        """Relayed, so that the switch has done all that came before it; its reply is the answer."""
+        pending = self._pending(session, msg.xid, "barrier", codec.renumbered(_BARRIER_REQUEST, msg.xid))
+        self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
+        return []
+
+    def _features(self, session: HouseholdSession, msg: Any) -> list[bytes]:
+        dpid = admission.datapath_id(self.switch_dpid, session.household.slot)
+        return [switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES)]
+
+    def _queue_config(self, session: HouseholdSession, msg: Any) -> list[bytes]:
+        link_mbit = float(self.config.queues.get("link_mbit", 1000))
+        shares = admission.queue_shares(session.slice, msg.port, link_mbit)
+        return [switchside.queue_get_config_reply(msg.xid, msg.port, shares)]
+
+    @staticmethod
+    def _desc(session: HouseholdSession, msg: Any) -> list[bytes]:
+        entry = switchside.desc_entry(
+            "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
+        )
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
+
+    def _port_desc(self, session: HouseholdSession, msg: Any) -> list[bytes]:
+        ports = [self.ports[p] for p in sorted(session.slice.view) if p in self.ports]
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
+
+    @staticmethod
+    def _table_stats(session: HouseholdSession, msg: Any) -> list[bytes]:
+        counts = admission.rules_per_table(session.book.rules)
+        entries = [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE, entries)
+
+    @staticmethod
+    def _table_features(session: HouseholdSession, msg: Any) -> list[bytes]:
+        entries = [switchside.table_features_entry(t) for t in policy.table_features(session.household)]
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE_FEATURES, entries)
+
+    @staticmethod
+    def _group_features(session: HouseholdSession, msg: Any) -> list[bytes]:
+        entry = switchside.group_features_entry(*policy.group_features())
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_GROUP_FEATURES, [entry])
+
+    @staticmethod
+    def _meter_features(session: HouseholdSession, msg: Any) -> list[bytes]:
+        entry = switchside.meter_features_entry(*policy.meter_features())
+        return switchside.multipart_reply(msg.xid, ofp.OFPMP_METER_FEATURES, [entry])
 
 
 def _log_crash(task: asyncio.Task) -> None:

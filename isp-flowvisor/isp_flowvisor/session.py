@@ -109,7 +109,7 @@ class HouseholdSession:
         previous, self.household = self.slice, household
         self.slice = policy.Slice(household, self.shared_ports)
         if previous.household.ports == household.ports:  # its devices are still behind the same ports
-            self.slice.learnt_macs = previous.learnt_macs
+            self.slice.devices.learnt = previous.devices.learnt
         self.bucket.reconfigure(household.msg_rate, household.msg_burst)
 
     def send(self, frame: bytes) -> None:

@@ -132,3 +132,33 @@ def test_forgetting_a_household_drops_everything_the_slicer_held_for_it():
         assert len(session.book) == 0  # its rules were deleted from the switch with it
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("msg", "reply_type"),
+    [
+        (parser.OFPEchoRequest(C, data=b"ping"), ofp.OFPT_ECHO_REPLY),
+        (parser.OFPFeaturesRequest(C), ofp.OFPT_FEATURES_REPLY),
+        (parser.OFPGetConfigRequest(C), ofp.OFPT_GET_CONFIG_REPLY),
+        (parser.OFPGetAsyncRequest(C), ofp.OFPT_GET_ASYNC_REPLY),
+        (parser.OFPQueueGetConfigRequest(C, port=2), ofp.OFPT_QUEUE_GET_CONFIG_REPLY),
+        (parser.OFPDescStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPPortDescStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPTableStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPTableFeaturesStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPGroupFeaturesStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPMeterFeaturesStatsRequest(C, 0), ofp.OFPT_MULTIPART_REPLY),
+        (parser.OFPSetConfig(C), None),  # taken without effect: no answer
+    ],
+)
+def test_the_slicer_answers_what_it_answers_itself_without_asking_the_switch(msg, reply_type):
+    async def run() -> None:
+        slicer, session, household_end, switch = socketless_slicer(ALICE)
+        slicer._serve(session, codec.encode(msg, 77))
+        await asyncio.sleep(0)
+        assert switch.frames == []
+        answers = [codec.header(f)[1:4:2] for f in household_end.frames]
+        assert answers == ([] if reply_type is None else [(reply_type, 77)])
+        assert session.counters.refused == session.counters.malformed == 0
+
+    asyncio.run(run())

@@ -115,7 +115,7 @@ def test_matches_decode_and_encode_exactly_as_os_ken_does():
         fields, _ = _outcome(_wire, reference)
         assert fields is not None and _wire(cached) == fields, frame.hex()
         # ... and as the slicer sends them on: with its metadata field in front.
-        scoped = slice_of(BOB)._scoped_match(cached)
+        scoped = slice_of(BOB).contents.scoped_match(cached)
         plain = parser.OFPMatch(_ordered_fields=[("metadata", BOB.slot), *reference.items()])
         assert _wire(scoped) == _wire(plain), frame.hex()
     assert both_decoded > 1000 and both_refused > 100  # the corpus exercises both outcomes
@@ -137,7 +137,7 @@ def test_flow_mods_reach_the_switch_as_os_kens_full_decode_would_send_them():
             continue
         outputs = []
         for msg in (fast, reference):
-            out, error = _outcome(bob.flow_mod, msg)
+            out, error = _outcome(bob.requests.flow_mod, msg)
             outputs.append(codec.encode(out, 9) if out is not None else (type(error), getattr(error, "err_code", 0)))
         assert outputs[0] == outputs[1], frame.hex()
         if isinstance(outputs[0], bytes):
@@ -175,8 +175,8 @@ def test_rule_keys_and_address_checks_are_the_same_through_their_caches():
         == (1, 2, (("eth_type", "2048"), ("ip_proto", "6"), ("ipv4_dst", "100.64.2.0/24"), ("tcp_src", "443")))
     )
     bob = slice_of(BOB)
-    assert bob._owns("100.64.2.9") and bob._owns("100.64.2.9")
-    assert not bob._owns("100.64.1.9") and not bob._owns(("100.64.0.0", "255.255.0.0"))
+    assert bob.contents.owns("100.64.2.9") and bob.contents.owns("100.64.2.9")
+    assert not bob.contents.owns("100.64.1.9") and not bob.contents.owns(("100.64.0.0", "255.255.0.0"))
 
 
 class _Hung(BaseException):

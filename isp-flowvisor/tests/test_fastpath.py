@@ -230,7 +230,7 @@ def _reference(slice_: policy.Slice, frame: bytes) -> tuple[bytes, tuple] | None
         msg = codec.decode_request(frame)
         if not isinstance(msg, parser.OFPFlowMod):
             return None
-        out = slice_.flow_mod(msg)
+        out = slice_.requests.flow_mod(msg)
     except Exception:  # Malformed, Refused, or a bug: the relay answers each with an error
         return None
     return codec.encode(out, 99), policy.rule_key(out.table_id, out.priority, out.match)
@@ -312,7 +312,7 @@ def test_a_router_rule_for_a_neighbours_address_is_left_to_the_policy_which_refu
     # ... and the same rule in the neighbour's slice is declined, and refused by the policy.
     assert fastpath.flow_mod(policy.Slice(BOB, frozenset({1})), frame) is None
     with pytest.raises(policy.Refused):
-        policy.Slice(BOB, frozenset({1})).flow_mod(codec.decode_request(frame))
+        policy.Slice(BOB, frozenset({1})).requests.flow_mod(codec.decode_request(frame))
 
 
 def test_the_fast_paths_caches_keep_no_replaced_slice_alive():

@@ -55,7 +55,7 @@ def downlink(dst, src=REMOTE) -> dict:
 
 def refusal(household: Household, match: dict, actions: list) -> tuple[int, int]:
     with pytest.raises(policy.Refused) as refused:
-        slice_of(household).flow_mod(rule(match, actions))
+        slice_of(household).requests.flow_mod(rule(match, actions))
     return refused.value.err_type, refused.value.err_code
 
 
@@ -104,14 +104,16 @@ BAD_MASK = (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_NW_ADDR_MASK)
 )
 def test_bob_names_only_his_own_ipv6_prefix(what, attack, refused, own):
     assert refusal(BOB, attack, HIGH if "ipv6_dst" in attack else [NORMAL]) == refused, what
-    slice_of(BOB).flow_mod(rule(own, HIGH if "ipv6_dst" in own else [NORMAL]))  # his own: accepted
+    slice_of(BOB).requests.flow_mod(rule(own, HIGH if "ipv6_dst" in own else [NORMAL]))  # his own: accepted
 
 
 def test_actions_keep_to_the_households_own_ipv6_prefix():
     # Rewriting his packets into a neighbour's prefix (FlowVisor's hole), over IPv6.
     into_alice = [parser.OFPActionSetField(ipv6_dst=ALICE_HOST), NORMAL]
     assert refusal(BOB, downlink(BOB_HOST), into_alice) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_EPERM)
-    slice_of(BOB).flow_mod(rule(downlink(BOB_HOST), [parser.OFPActionSetField(ipv6_dst="2001:db8:200:6::1"), NORMAL]))
+    slice_of(BOB).requests.flow_mod(
+        rule(downlink(BOB_HOST), [parser.OFPActionSetField(ipv6_dst="2001:db8:200:6::1"), NORMAL])
+    )
     # A queue only for traffic to his own: his device as the source (his upload) chooses none.
     upload = {"eth_type": 0x86DD, "ipv6_src": BOB_HOST}
     assert refusal(BOB, upload, HIGH) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_QUEUE)
@@ -121,7 +123,7 @@ def test_actions_keep_to_the_households_own_ipv6_prefix():
 
 
 def test_an_ipv6_queue_rule_becomes_the_households_dscp_and_queue():
-    out = slice_of(ALICE).flow_mod(rule(downlink(ALICE_HOST), HIGH))
+    out = slice_of(ALICE).requests.flow_mod(rule(downlink(ALICE_HOST), HIGH))
     fields = dict(out.match.items())
     assert fields["metadata"] == 1 and fields["ipv6_dst"] == ALICE_HOST
     set_dscp, set_queue, output = out.instructions[0].actions
@@ -131,7 +133,7 @@ def test_an_ipv6_queue_rule_becomes_the_households_dscp_and_queue():
 
 def test_ipv6_rules_are_counted_as_the_switch_stores_them():
     def key(dst) -> tuple:
-        out = slice_of(ALICE).flow_mod(rule(downlink(dst), HIGH))
+        out = slice_of(ALICE).requests.flow_mod(rule(downlink(dst), HIGH))
         return policy.rule_key(out.table_id, out.priority, out.match)
 
     # value & mask: one rule on the switch, one in the quota.
@@ -156,11 +158,11 @@ def test_dispatch_rules_hand_the_delegated_prefix_to_the_household_and_clear_its
 
 
 def test_table_features_offer_the_ipv6_fields():
-    (match_ids,) = [p.oxm_ids for p in slice_of(ALICE).table_features()[0].properties if p.type == ofp.OFPTFPT_MATCH]
+    (match_ids,) = [p.oxm_ids for p in policy.table_features(ALICE)[0].properties if p.type == ofp.OFPTFPT_MATCH]
     offered = {oxm.type: oxm.hasmask for oxm in match_ids}
     assert offered["ipv6_src"] and offered["ipv6_dst"]  # with masks (prefixes)
     (settable,) = [
-        p.oxm_ids for p in slice_of(ALICE).table_features()[0].properties if p.type == ofp.OFPTFPT_APPLY_SETFIELD
+        p.oxm_ids for p in policy.table_features(ALICE)[0].properties if p.type == ofp.OFPTFPT_APPLY_SETFIELD
     ]
     assert {"ipv6_src", "ipv6_dst"} <= {oxm.type for oxm in settable}
 
@@ -193,7 +195,7 @@ def advert(target: str, mac: str) -> icmpv6.icmpv6:
 
 def packet_refusal(data: bytes) -> tuple[int, int]:
     with pytest.raises(policy.Refused) as refused:
-        slice_of(BOB).packet_out(packet_out(data))
+        slice_of(BOB).requests.packet_out(packet_out(data))
     return refused.value.err_type, refused.value.err_code
 
 
@@ -202,12 +204,12 @@ def test_an_ipv6_packet_out_is_to_or_from_the_households_prefix_and_speaks_only_
     eperm = (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM)
     # Neither end his: a packet from the internet into alice's device.
     assert packet_refusal(frame(REMOTE, ALICE_HOST)) == eperm
-    bob.packet_out(packet_out(frame(BOB_HOST, REMOTE)))  # his device's: accepted
-    bob.packet_out(packet_out(frame(REMOTE, BOB_HOST)))
+    bob.requests.packet_out(packet_out(frame(BOB_HOST, REMOTE)))  # his device's: accepted
+    bob.requests.packet_out(packet_out(frame(REMOTE, BOB_HOST)))
     # Neighbour discovery teaches its readers an address at a MAC: "the gateway is at my MAC" is not his.
     assert packet_refusal(frame(BOB_HOST, REMOTE, icmp=advert("2001:db8:ffff::1", BOB_MAC))) == eperm
     assert packet_refusal(frame(BOB_HOST, REMOTE, icmp=advert(BOB_HOST, ALICE_MAC))) == eperm
-    bob.packet_out(packet_out(frame(BOB_HOST, REMOTE, icmp=advert(BOB_HOST, BOB_MAC))))
+    bob.requests.packet_out(packet_out(frame(BOB_HOST, REMOTE, icmp=advert(BOB_HOST, BOB_MAC))))
     # A second link-layer option (os-ken decodes only the first) naming alice's MAC.
     second = bytes([icmpv6.ND_OPTION_TLA, 1]) + bytes.fromhex(ALICE_MAC.replace(":", ""))
     assert packet_refusal(frame(BOB_HOST, REMOTE, icmp=advert(BOB_HOST, BOB_MAC), options=second)) == eperm

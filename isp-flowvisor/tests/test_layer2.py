@@ -67,16 +67,16 @@ def packet_out(in_port: int, data: bytes, actions: list | None = None):
     ],
 )
 def test_ethernet_addresses_and_vlans_are_rewritten_only_into_the_households_own(action):
-    assert refusal(alice().flow_mod, rule(OWN, [action, NORMAL]))[0] == ofp.OFPET_BAD_ACTION
+    assert refusal(alice().requests.flow_mod, rule(OWN, [action, NORMAL]))[0] == ofp.OFPET_BAD_ACTION
     # Inside a group's bucket too.
     group = parser.OFPGroupMod(
         C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, [parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY, [action, NORMAL])]
     )
-    assert refusal(alice().group_mod, group)[0] == ofp.OFPET_BAD_ACTION
+    assert refusal(alice().requests.group_mod, group)[0] == ofp.OFPET_BAD_ACTION
 
 
 def test_the_households_own_ethernet_rewrites_are_accepted():
-    out = alice().flow_mod(
+    out = alice().requests.flow_mod(
         rule(OWN, [parser.OFPActionSetField(eth_src=ALICE_MAC), parser.OFPActionSetField(eth_dst=ALICE_MAC), NORMAL])
     )
     assert [a.value for a in out.instructions[0].actions[:2]] == [ALICE_MAC, ALICE_MAC]
@@ -85,7 +85,7 @@ def test_the_households_own_ethernet_rewrites_are_accepted():
 def test_a_mac_the_slicer_saw_on_the_households_private_port_is_its_own():
     slice_ = alice()
     device = "02:00:00:00:01:99"
-    assert refusal(slice_.packet_out, packet_out(2, frame(device)))[0] == ofp.OFPET_BAD_REQUEST
+    assert refusal(slice_.requests.packet_out, packet_out(2, frame(device)))[0] == ofp.OFPET_BAD_REQUEST
     # A packet-in from her own downlink port (2) teaches the slicer that the device is hers ...
     seen = parser.OFPPacketIn(
         C,
@@ -93,27 +93,35 @@ def test_a_mac_the_slicer_saw_on_the_households_private_port_is_its_own():
         60,
         ofp.OFPR_ACTION,
         policy.FIRST_HOUSEHOLD_TABLE,
-        slice_.cookie(0),
+        slice_.ids.cookie(0),
         parser.OFPMatch(in_port=2, metadata=1),
         frame(device),
     )
-    assert slice_.packet_in(seen) is not None
-    slice_.packet_out(packet_out(2, frame(device)))
+    assert slice_.reports.packet_in(seen) is not None
+    slice_.requests.packet_out(packet_out(2, frame(device)))
     # ... but not one that came in on the shared uplink (1).
     stranger = "02:00:00:00:01:98"
     seen.match, seen.data = parser.OFPMatch(in_port=1, metadata=1), frame(stranger)
-    slice_.packet_in(seen)
-    assert refusal(slice_.packet_out, packet_out(2, frame(stranger)))[0] == ofp.OFPET_BAD_REQUEST
+    slice_.reports.packet_in(seen)
+    assert refusal(slice_.requests.packet_out, packet_out(2, frame(stranger)))[0] == ofp.OFPET_BAD_REQUEST
 
 
 def test_a_packet_out_comes_only_from_the_households_port_and_mac():
     slice_ = alice()
     # The probe's attack: the uplink as in_port, a neighbour's MAC, NORMAL.
-    assert refusal(slice_.packet_out, packet_out(1, frame(BOB_MAC))) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_PORT)
-    assert refusal(slice_.packet_out, packet_out(2, frame(BOB_MAC))) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM)
-    assert refusal(slice_.packet_out, packet_out(ofp.OFPP_CONTROLLER, frame(BOB_MAC)))[0] == ofp.OFPET_BAD_REQUEST
-    slice_.packet_out(packet_out(2, frame(ALICE_MAC)))
-    slice_.packet_out(packet_out(ofp.OFPP_CONTROLLER, frame(ALICE_MAC)))
+    assert refusal(slice_.requests.packet_out, packet_out(1, frame(BOB_MAC))) == (
+        ofp.OFPET_BAD_REQUEST,
+        ofp.OFPBRC_BAD_PORT,
+    )
+    assert refusal(slice_.requests.packet_out, packet_out(2, frame(BOB_MAC))) == (
+        ofp.OFPET_BAD_REQUEST,
+        ofp.OFPBRC_EPERM,
+    )
+    assert (
+        refusal(slice_.requests.packet_out, packet_out(ofp.OFPP_CONTROLLER, frame(BOB_MAC)))[0] == ofp.OFPET_BAD_REQUEST
+    )
+    slice_.requests.packet_out(packet_out(2, frame(ALICE_MAC)))
+    slice_.requests.packet_out(packet_out(ofp.OFPP_CONTROLLER, frame(ALICE_MAC)))
 
 
 def test_an_action_list_replicates_a_packet_only_a_few_times():
@@ -125,28 +133,28 @@ def test_an_action_list_replicates_a_packet_only_a_few_times():
         ([NORMAL] * limit, [parser.OFPActionOutput(2)]),  # apply and write together
         ([parser.OFPActionOutput(2)] * limit, [parser.OFPActionGroup(1)]),  # a group counts as its most
     ):
-        code = refusal(slice_.flow_mod, rule(OWN, apply_, write))
+        code = refusal(slice_.requests.flow_mod, rule(OWN, apply_, write))
         assert code == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY), (len(apply_), write)
     big_group = [parser.OFPBucket(0, ofp.OFPP_ANY, ofp.OFPG_ANY, [NORMAL])] * (policy.MAX_GROUP_COPIES + 1)
     group = parser.OFPGroupMod(C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, big_group)
-    assert refusal(slice_.group_mod, group) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY)
-    assert refusal(slice_.packet_out, packet_out(2, frame(ALICE_MAC), [NORMAL] * (limit + 1)))[0] == (
+    assert refusal(slice_.requests.group_mod, group) == (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_TOO_MANY)
+    assert refusal(slice_.requests.packet_out, packet_out(2, frame(ALICE_MAC), [NORMAL] * (limit + 1)))[0] == (
         ofp.OFPET_BAD_ACTION
     )
     # What a household really sends: a copy to its controller beside NORMAL, a group of a few.
-    slice_.flow_mod(rule(OWN, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER), NORMAL]))
-    slice_.flow_mod(
+    slice_.requests.flow_mod(rule(OWN, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER), NORMAL]))
+    slice_.requests.flow_mod(
         rule(OWN, [parser.OFPActionOutput(2)] * (limit - policy.MAX_GROUP_COPIES), [parser.OFPActionGroup(1)])
     )
-    slice_.group_mod(parser.OFPGroupMod(C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, big_group[1:]))
+    slice_.requests.group_mod(parser.OFPGroupMod(C, ofp.OFPGC_ADD, ofp.OFPGT_ALL, 1, big_group[1:]))
 
 
 def test_flood_and_all_become_the_ports_of_the_households_view():
     slice_ = alice()
     for reserved in (ofp.OFPP_FLOOD, ofp.OFPP_ALL):
-        out = slice_.packet_out(packet_out(2, frame(ALICE_MAC), [parser.OFPActionOutput(reserved)]))
+        out = slice_.requests.packet_out(packet_out(2, frame(ALICE_MAC), [parser.OFPActionOutput(reserved)]))
         assert [a.port for a in out.actions] == [1]  # the view but the in_port; never bob's 3
-        out = slice_.flow_mod(rule(OWN, [parser.OFPActionOutput(reserved)]))
+        out = slice_.requests.flow_mod(rule(OWN, [parser.OFPActionOutput(reserved)]))
         assert sorted(a.port for a in out.instructions[0].actions) == [1, 2]
 
 
@@ -165,15 +173,15 @@ def test_macs_are_validated_and_never_shared():
 
 def test_a_mask_the_switch_reads_bit_by_bit_is_not_taken_for_a_prefix():
     host_mask = rule({"eth_type": 0x800, "ipv4_dst": ("100.64.1.5", "0.0.0.255")}, [NORMAL])
-    assert refusal(alice().flow_mod, host_mask) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_NW_ADDR_MASK)
+    assert refusal(alice().requests.flow_mod, host_mask) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_NW_ADDR_MASK)
     odd = rule({"eth_type": 0x800, "ipv4_src": ("100.64.1.5", "255.255.0.255")}, [NORMAL])
-    assert refusal(alice().flow_mod, odd) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_NW_ADDR_MASK)
-    alice().flow_mod(rule({"eth_type": 0x800, "ipv4_dst": ("100.64.1.5", "255.255.255.0")}, [NORMAL]))
+    assert refusal(alice().requests.flow_mod, odd) == (ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_NW_ADDR_MASK)
+    alice().requests.flow_mod(rule({"eth_type": 0x800, "ipv4_dst": ("100.64.1.5", "255.255.255.0")}, [NORMAL]))
 
 
 def test_rules_are_counted_as_the_switch_stores_them():
     def key(match: dict) -> tuple:
-        out = alice().flow_mod(rule(match, [NORMAL]))
+        out = alice().requests.flow_mod(rule(match, [NORMAL]))
         return policy.rule_key(out.table_id, out.priority, out.match)
 
     # The switch keeps value & mask: these are one rule there, and one in the quota.
@@ -282,10 +290,10 @@ def test_a_packet_out_arp_speaks_only_for_the_households_addresses():
     slice_ = alice()
     # "The gateway (100.64.0.1) is at alice's MAC", sent to bob: it would move bob's traffic to her.
     poison = _arp(2, ALICE_MAC, "100.64.0.1", BOB_MAC, "100.64.1.10")
-    assert refusal(slice_.packet_out, packet_out(2, poison)) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM)
+    assert refusal(slice_.requests.packet_out, packet_out(2, poison)) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM)
     # Her own ARP, a question and an answer for her addresses, go out.
-    slice_.packet_out(packet_out(2, _arp(1, ALICE_MAC, "100.64.1.10", "ff:ff:ff:ff:ff:ff", "100.64.0.1")))
-    slice_.packet_out(packet_out(2, _arp(2, ALICE_MAC, "100.64.1.10", GATEWAY_MAC, "100.64.0.1")))
+    slice_.requests.packet_out(packet_out(2, _arp(1, ALICE_MAC, "100.64.1.10", "ff:ff:ff:ff:ff:ff", "100.64.0.1")))
+    slice_.requests.packet_out(packet_out(2, _arp(2, ALICE_MAC, "100.64.1.10", GATEWAY_MAC, "100.64.0.1")))
 
 
 def test_reserved_ports_filter_deletes_and_statistics_as_on_a_switch():
@@ -294,6 +302,6 @@ def test_reserved_ports_filter_deletes_and_statistics_as_on_a_switch():
         delete = parser.OFPFlowMod(
             C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=port, out_group=ofp.OFPG_ANY
         )
-        assert slice_.flow_mod(delete).out_port == port
+        assert slice_.requests.flow_mod(delete).out_port == port
     foreign = parser.OFPFlowMod(C, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=3, out_group=ofp.OFPG_ANY)
-    assert refusal(slice_.flow_mod, foreign)[0] == ofp.OFPET_BAD_REQUEST  # bob's port
+    assert refusal(slice_.requests.flow_mod, foreign)[0] == ofp.OFPET_BAD_REQUEST  # bob's port

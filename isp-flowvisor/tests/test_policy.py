@@ -27,7 +27,7 @@ def add(match: dict, actions: list, **kwargs):
 
 
 def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
-    out = slice_of(ALICE).flow_mod(
+    out = slice_of(ALICE).requests.flow_mod(
         add(
             {"eth_type": 0x800, "ipv4_dst": ("100.64.1.0", "255.255.255.128")},
             [parser.OFPActionSetQueue(1)],
@@ -78,19 +78,21 @@ def test_own_rule_is_scoped_to_the_household_and_queue_becomes_dscp():
 )
 def test_anything_outside_the_slice_is_refused(match, actions, error):
     with pytest.raises(policy.Refused) as refused:
-        slice_of(ALICE).flow_mod(add(match, actions))
+        slice_of(ALICE).requests.flow_mod(add(match, actions))
     assert refused.value.err_type == error
 
 
 def test_the_same_rules_are_fine_for_the_household_that_owns_the_addresses():
     bob = slice_of(BOB)
-    bob.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [parser.OFPActionOutput(3)]))
-    bob.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [parser.OFPActionSetField(ipv4_dst="100.64.2.6")]))
-    bob.flow_mod(add({"eth_type": 0x806, "arp_tpa": "100.64.2.5"}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]))
+    bob.requests.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [parser.OFPActionOutput(3)]))
+    bob.requests.flow_mod(
+        add({"eth_type": 0x800, "ipv4_dst": "100.64.2.5"}, [parser.OFPActionSetField(ipv4_dst="100.64.2.6")])
+    )
+    bob.requests.flow_mod(add({"eth_type": 0x806, "arp_tpa": "100.64.2.5"}, [parser.OFPActionOutput(ofp.OFPP_NORMAL)]))
 
 
 def test_wide_delete_needs_no_address_but_stays_in_the_slice():
-    out = slice_of(BOB).flow_mod(
+    out = slice_of(BOB).requests.flow_mod(
         parser.OFPFlowMod(
             C,
             command=ofp.OFPFC_DELETE,
@@ -113,15 +115,17 @@ def test_ids_beyond_the_households_range_are_refused():
         add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [], table_id=2, extra=[parser.OFPInstructionGotoTable(1)]),
     ):
         with pytest.raises(policy.Refused):
-            alice.flow_mod(msg)
+            alice.requests.flow_mod(msg)
     with pytest.raises(policy.Refused):
-        alice.meter_mod(parser.OFPMeterMod(C, command=ofp.OFPMC_ADD, meter_id=policy.METERS_PER_HOUSEHOLD + 1))
-    assert [m.meter_id for m in alice.meter_mod(parser.OFPMeterMod(C, command=ofp.OFPMC_ADD, meter_id=1))] == [16]
+        alice.requests.meter_mod(parser.OFPMeterMod(C, command=ofp.OFPMC_ADD, meter_id=policy.METERS_PER_HOUSEHOLD + 1))
+    assert [m.meter_id for m in alice.requests.meter_mod(parser.OFPMeterMod(C, command=ofp.OFPMC_ADD, meter_id=1))] == [
+        16
+    ]
 
 
 def test_replies_are_translated_back_and_others_are_hidden():
     alice, bob = slice_of(ALICE), slice_of(BOB)
-    physical = alice.flow_mod(
+    physical = alice.requests.flow_mod(
         add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, [parser.OFPActionSetQueue(2)], cookie=3, priority=5)
     )
     stats = parser.OFPFlowStats(
@@ -138,11 +142,11 @@ def test_replies_are_translated_back_and_others_are_hidden():
         match=physical.match,
         instructions=physical.instructions,
     )
-    seen = alice.flow_stats(stats)
+    seen = alice.reports.flow_stats(stats)
     assert (seen.cookie, seen.priority, seen.table_id) == (3, 5, 0)
     assert [type(a).__name__ for a in seen.instructions[0].actions] == ["OFPActionSetQueue"]
     assert seen.instructions[0].actions[0].queue_id == 2
-    assert bob.flow_stats(stats) is None
+    assert bob.reports.flow_stats(stats) is None
 
 
 def test_households_may_not_overlap():
@@ -183,7 +187,7 @@ def test_dispatch_rules_send_a_households_traffic_to_its_tables_and_clear_dscp_d
 def test_a_table_miss_entry_says_no_match_in_its_packet_ins_and_reads_back_as_written():
     alice = slice_of(ALICE)
     to_controller = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, 128)]
-    physical = alice.flow_mod(add({}, to_controller, priority=0))
+    physical = alice.requests.flow_mod(add({}, to_controller, priority=0))
     (action,) = physical.instructions[0].actions
     assert isinstance(action, parser.NXActionController) and action.reason == ofp.OFPR_NO_MATCH
     assert dict(physical.match.items()) == {"metadata": 1}  # still only her traffic
@@ -201,10 +205,10 @@ def test_a_table_miss_entry_says_no_match_in_its_packet_ins_and_reads_back_as_wr
         match=physical.match,
         instructions=physical.instructions,
     )
-    (seen,) = alice.flow_stats(stats).instructions[0].actions
+    (seen,) = alice.reports.flow_stats(stats).instructions[0].actions
     assert (type(seen), seen.port, seen.max_len) == (parser.OFPActionOutput, ofp.OFPP_CONTROLLER, 128)
     # Any other rule's output to the controller is passed as it is.
-    other = alice.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, to_controller, priority=0))
+    other = alice.requests.flow_mod(add({"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}, to_controller, priority=0))
     assert isinstance(other.instructions[0].actions[0], parser.OFPActionOutput)
 
 
@@ -212,7 +216,7 @@ def test_a_meter_may_drop_but_not_remark_dscp_which_is_the_queue_choice():
     alice = slice_of(ALICE)
     remark = parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDscpRemark(1000, 100, 1)])
     with pytest.raises(policy.Refused) as refused:
-        alice.meter_mod(remark)
+        alice.requests.meter_mod(remark)
     assert (refused.value.err_type, refused.value.err_code) == (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_BAD_BAND)
     drop = parser.OFPMeterMod(C, ofp.OFPMC_ADD, ofp.OFPMF_KBPS, 1, [parser.OFPMeterBandDrop(1000, 100)])
-    assert [m.meter_id for m in alice.meter_mod(drop)] == [16]
+    assert [m.meter_id for m in alice.requests.meter_mod(drop)] == [16]

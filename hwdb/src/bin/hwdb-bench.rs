@@ -1,23 +1,61 @@
-//! `hwdb bench`: runs the server binary as a child process on loopback and measures
-//! ingest rate, window-query latency and resident memory against the project's goals.
-//! `hwdb bench --abuse`: a loopback client's query latency while LAN peers hold all the
-//! half-sent requests they may, against the same client's latency to an unattacked server;
-//! then another LAN address's report latency and the loopback query's while one LAN address
-//! floods AppTuples reports, against the same to an unflooded server.
+//! `hwdb-bench`: runs the `hwdb` binary beside it (cargo builds both into one target directory)
+//! as a child server on loopback and measures ingest rate, window-query latency and resident
+//! memory against the project's goals. `hwdb-bench --abuse`: a loopback client's query latency
+//! while LAN peers hold all the half-sent requests they may, against the same client's latency to
+//! an unattacked server; then another LAN address's report latency and the loopback query's while
+//! one LAN address floods AppTuples reports, against the same to an unflooded server. A program of
+//! its own, so that neither the library nor the server binary carries it.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use serde_json::{json, Value};
 
-use crate::client::{parse_reply, Client, ClientError};
-use crate::conns::LAN;
-use crate::proto::{self, Header, Kind};
-use crate::rate::LAN_ROWS;
+use hwdb::client::{parse_reply, Client, ClientError};
+use hwdb::conns::LAN;
+use hwdb::proto::{self, Header, Kind};
+use hwdb::rate::LAN_ROWS;
+
+/// Measure hwdb's ingest rate, query latency and memory; prints JSON (see README.md, Bench).
+#[derive(Parser)]
+#[command(name = "hwdb-bench")]
+struct Args {
+    /// Also write the JSON here.
+    #[arg(long)]
+    out: Option<String>,
+    /// Smaller, faster run (for smoke tests).
+    #[arg(long)]
+    quick: bool,
+    /// Measure instead a loopback client's latency while LAN peers hold half-sent requests.
+    #[arg(long)]
+    abuse: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match if args.abuse { abuse(args.quick) } else { run(args.quick) } {
+        Ok(json) => {
+            let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+            println!("{text}");
+            if let Some(path) = args.out {
+                if let Err(e) = std::fs::write(&path, text + "\n") {
+                    eprintln!("hwdb-bench: cannot write {path}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hwdb-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 struct ServerProcess {
     child: Child,
@@ -32,7 +70,7 @@ impl Drop for ServerProcess {
 }
 
 fn spawn_server(ring_rows: usize, extra: &[String]) -> Result<ServerProcess, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("hwdb");
     let port = UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map_err(|e| e.to_string())?.port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let child = Command::new(exe)
@@ -145,7 +183,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 const SCHEMA: &str =
     "(proto integer, saddr varchar, sport integer, daddr varchar, dport integer, packets integer, bytes integer)";
 
-pub fn run(quick: bool) -> Result<Value, String> {
+fn run(quick: bool) -> Result<Value, String> {
     let secs = if quick { 0.5 } else { 3.0 };
     let mut gen = Gen(0x2545F4914F6CDD1D);
 
@@ -420,7 +458,7 @@ fn ratio(a: &Value, q: &Value, k: &str) -> f64 {
     (r * 100.0).round() / 100.0
 }
 
-pub fn abuse(quick: bool) -> Result<Value, String> {
+fn abuse(quick: bool) -> Result<Value, String> {
     let n = if quick { 200 } else { 1000 };
     // 127.0.0.2 .. : as many LAN peers as it takes to fill the whole LAN's allowance.
     let peers: Vec<String> = (0..LAN.conns / LAN.conns_per_owner).map(|i| format!("127.0.1.{}", i + 2)).collect();
