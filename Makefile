@@ -42,8 +42,9 @@ unit:
 	$(MAKE) -C image test-unit PYTHON=$(CURDIR)/$(PY)
 
 # The end-to-end tests bring the emulated home up and down themselves: first `make demo` and
-# `make down` as a newcomer runs them (tests/demo), then the web UI's own browser tests, against its
-# fake controller, then tests/e2e (one home for the whole session).
+# `make down` as a newcomer runs them (tests/demo), then the web UI's own browser tests against its
+# test stack (the controller's core on the fake switch), then tests/e2e (one home for the whole
+# session), which runs the same browser flows again against the real home.
 e2e:
 	$(PY) -m pytest -q tests/demo
 	$(MAKE) -C webui test-e2e PYTHON=$(CURDIR)/$(PY)
