@@ -16,7 +16,7 @@
 //                      writes: the household's agent key, its radio's settings, the updates spool
 //   CHROMIUM           browser binary (default /usr/bin/chromium)
 import { execFile, spawn } from 'node:child_process'
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -61,11 +61,12 @@ export async function startStack() {
       const out = (await sh(`${process.env.E2E_DEVICE_CMD} ${action}`, env)).trim().split('\n')
       return JSON.parse(out[out.length - 1])
     }
+    const tmp = mkdtempSync(join(tmpdir(), 'webui-e2e-')) // the test's own files (an update bundle)
     return {
       url: process.env.WEBUI_URL,
       fake: false,
       info: { agent_key_file: process.env.E2E_AGENT_KEY_FILE, radio_settings: process.env.E2E_RADIO_SETTINGS,
-        update_dir: process.env.E2E_UPDATE_DIR, tmp: tmpdir() },
+        update_dir: process.env.E2E_UPDATE_DIR, tmp },
       ctl: controllerAt(process.env.E2E_CONTROLLER_URL),
       // A device that joins for real: its DHCP client (host name: extra.hostname, else its name; extra.vendorClass:
       // option 60); extra: { state, name } as the owner decides and names it over ws.v1.
@@ -80,7 +81,9 @@ export async function startStack() {
       use: (mac, bytes) => device('use', { E2E_MAC: mac, E2E_BYTES: String(bytes) }),
       hwdb: process.env.E2E_HWDB_QUERY_CMD ? async (q) => JSON.parse(await sh(process.env.E2E_HWDB_QUERY_CMD, { E2E_QUERY: q })) : null,
       restartHwdb: process.env.E2E_HWDB_RESTART_CMD ? () => sh(process.env.E2E_HWDB_RESTART_CMD) : null,
-      async stop() {},
+      async stop() {
+        rmSync(tmp, { recursive: true, force: true })
+      },
     }
   }
   const python = process.env.PYTHON || join(webuiDir, '..', '.venv', 'bin', 'python')
