@@ -139,6 +139,7 @@ export async function startStack() {
       proc.kill('SIGTERM')
       await new Promise((r) => proc.once('exit', r))
       rmSync(ready, { force: true })
+      rmSync(ready + '.restarted', { force: true })
     },
   }
 }
