@@ -107,10 +107,11 @@ class Joining:
             return []
         if not self.registry.asks_for_its_gateway(frame.eth_src, req.src_mac, req.src_ip, req.dst_ip):
             return []
-        if self.devices[frame.eth_src].state is State.PENDING:
-            self.newcomers.used(frame.eth_src)  # it is here and using its address: it keeps its place
         router_mac = self.switch.ports()[1]
-        return [SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))]
+        answer = SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))
+        if self.devices[frame.eth_src].state is State.PENDING:
+            return [answer, *self.newcomers.used(frame.eth_src)]  # here and using its address: it keeps its place
+        return [answer]
 
     def on_admission_copy(self, in_port, frame: packets.Frame) -> list[Effect]:
         """A frame the admission table sent the controller: a device's ARP, or a bound device's MAC on

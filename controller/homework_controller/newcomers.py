@@ -3,8 +3,8 @@ next, and telling the household of each new device but of a storm of them (forge
 
 A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is use
 their address (ask for their gateway, as any device does before its first packet leaves) or come back
-(renew their lease, half way through it). So during a storm a newcomer is announced when it comes back,
-not when it takes its lease, and when the pending places are full the one that makes way is the least
+(renew their lease, half way through it). So during a storm a newcomer is announced when it uses its
+address or comes back, whichever is first, not when it takes its lease, and when the pending places are full the one that makes way is the least
 recently seen of (`standing`):
 
 1. those whose DISCOVER went unanswered by its REQUEST (all a DISCOVER-only storm sends), else
@@ -69,9 +69,12 @@ class Newcomers:
 
     # -- what a pending device does
 
-    def used(self, mac: str) -> None:
-        """The pending device at `mac` used its address (asked for its gateway): it is here, and in use."""
+    def used(self, mac: str) -> list[TellHousehold]:
+        """The pending device at `mac` used its address (asked for its gateway): it is here, and in use. A
+        newcomer of a storm is news now (a real one asks for its gateway before its first packet leaves)."""
         self._used[mac] = self.clock()
+        message = self._unannounced.pop(mac, None)
+        return [] if message is None else [TellHousehold("new-device", mac, message)]
 
     # -- which device makes way
 
@@ -134,7 +137,7 @@ class Newcomers:
                 "",
                 f"{arrivals} devices asked to join within "
                 f"{NEWCOMER_STORM_WINDOW_S} seconds, probably made up by one device; each one "
-                "that comes back for its address is announced, the rest are forgotten",
+                "that uses its address or comes back for it is announced, the rest are forgotten",
             )
         ]
 

@@ -19,6 +19,7 @@ from homework_controller.effects import (
     LogRow,
     RemoveMeter,
     RemoveRules,
+    SendFrame,
     TellHousehold,
 )
 from homework_controller.errors import DeviceBlocked, UnknownDevice
@@ -332,6 +333,15 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     router.clock.now += 15  # its renewal, half its pending lease on
     renewed = router.joining.on_dhcp(frame(TABLET, "request", ciaddr=pkt["BOOTP"].yiaddr, src_ip=pkt["BOOTP"].yiaddr))
     assert [e.kind for e in renewed if isinstance(e, TellHousehold)] == ["new-device"]
+    # One that uses its address (asks for its gateway, before its first packet leaves) is news at once.
+    speaker = "02:00:00:00:5e:01"
+    assert [e for e in lease_effects(router, speaker) if isinstance(e, TellHousehold)] == []
+    ip = str(router.devices[speaker].subnet.device_ip)
+    assert router.joining.on_arp(WLAN, arp_request(speaker, ip, "10.2.0.99")) == []  # not its gateway: not its use
+    gateway = str(router.devices[speaker].subnet.gateway)
+    used = router.joining.on_arp(WLAN, arp_request(speaker, ip, gateway))
+    assert [e.kind for e in used if isinstance(e, TellHousehold)] == ["new-device"]
+    assert [e for e in router.joining.on_arp(WLAN, arp_request(speaker, ip, gateway)) if isinstance(e, TellHousehold)] == []
     # Once things calm down, a new device is news again.
     router.clock.now += 120
     router.joining.on_dhcp(frame(PHONE, "discover"))
@@ -445,7 +455,9 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
     gateway = router.devices[PHONE].subnet.gateway
     arp = {"in_port": WLAN, "eth_src": PHONE, "eth_dst": "ff:ff:ff:ff:ff:ff", "eth_type": flows.ETH_ARP}
     assert [d.port for d in switch.send(arp)] == [flows.CONTROLLER]
-    assert router.joining.on_admission_copy(WLAN, arp_request(PHONE, ip, gateway))
+    used = router.joining.on_admission_copy(WLAN, arp_request(PHONE, ip, gateway))
+    assert any(isinstance(e, SendFrame) for e in used)
+    told += [e for e in used if isinstance(e, TellHousehold)]
     tablet = newcomer_leases(TABLET)  # another newcomer gets its lease too, and never uses it
     forged_for(15)  # its renewal is due half its 30 s lease on: 1,500 forged MACs later
     renewal = router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip))
@@ -453,9 +465,11 @@ def test_a_real_newcomer_gets_its_lease_and_keeps_its_place_in_a_lease_completin
     assert reply_of(ack.data)[1]["message-type"] == 5
     told += [e for e in renewal if isinstance(e, TellHousehold)]
     assert router.status(PHONE)["state"] == "pending" and router.status(PHONE)["ip"] == ip
-    # The household heard of the storm once, and of the phone once it came back: not of 2,000 forged MACs.
+    # The household heard of the storm once, and of the phone once, as it used its address: not of 2,000
+    # forged MACs, and not again as it came back.
     assert [e.kind for e in told].count("newcomer-storm") == 1
-    assert len([e for e in told if e.kind == "new-device"]) < 40 and told[-1].mac == PHONE
+    new_devices = [e.mac for e in told if e.kind == "new-device"]
+    assert len(new_devices) < 40 and new_devices.count(PHONE) == 1 and TABLET not in new_devices
     # Bounded: the storm holds at most the cap; positive control: it does churn it, and the newcomer that never
     # used its lease made way as the forged ones do.
     assert len(router.registry.pending()) == 256
