@@ -4,8 +4,8 @@ next, and telling the household of each new device but of a storm of them (forge
 A storm's forged MACs may complete DISCOVER..ACK, as a real device does; what they do not do is use
 their address (ask for their gateway, as any device does before its first packet leaves) or come back
 (renew their lease, half way through it). So during a storm a newcomer is announced when it uses its
-address or comes back, whichever is first, not when it takes its lease, and when the pending places are full the one that makes way is the least
-recently seen of (`standing`):
+address or comes back, whichever is first, not when it takes its lease; and when the pending places are
+full the one that makes way is the least recently seen of (`standing`):
 
 1. those whose DISCOVER went unanswered by its REQUEST (all a DISCOVER-only storm sends), else
 2. of those answering their offer now and those holding a lease they never used, whichever are more: a

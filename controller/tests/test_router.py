@@ -341,7 +341,8 @@ def test_a_storm_of_forged_macs_writes_nothing_and_is_told_once_and_a_real_newco
     gateway = str(router.devices[speaker].subnet.gateway)
     used = router.joining.on_arp(WLAN, arp_request(speaker, ip, gateway))
     assert [e.kind for e in used if isinstance(e, TellHousehold)] == ["new-device"]
-    assert [e for e in router.joining.on_arp(WLAN, arp_request(speaker, ip, gateway)) if isinstance(e, TellHousehold)] == []
+    again = router.joining.on_arp(WLAN, arp_request(speaker, ip, gateway))
+    assert [e for e in again if isinstance(e, TellHousehold)] == []  # once
     # Once things calm down, a new device is news again.
     router.clock.now += 120
     router.joining.on_dhcp(frame(PHONE, "discover"))
