@@ -18,8 +18,8 @@ names), tried before the guest one: for a device's MAC hostapd takes the device'
 a copy of that MAC cannot join with the guest password over SAE either. hostapd reports no key id
 for an SAE join; the controller reads which password the configuration binds to the station's
 MAC (`sae_bindings`, its --hostapd-conf). A device key added later, or a device back under a new
-MAC, reaches SAE when the configuration is rendered again and hostapd restarted (on the image, a
-path unit on the key file does both). Until then such a device joins with its own passphrase over
+MAC, reaches SAE when the configuration is rendered again and its passwords given to the running
+hostapd (on the image, a path unit on the key file does both: `homework_image.radio`). Until then such a device joins with its own passphrase over
 WPA2 only: SAE cannot try several passwords on one handshake, and phones send no SAE password
 identifier.
 

@@ -203,6 +203,10 @@ def render(settings: RadioSettings, current: str = "") -> str:
 
 NO_RADIO = "this router has no radio of its own"
 RESTARTS = "the radio restarts with these settings: every device joins again within a few seconds"
+NEW_GUEST_PASSPHRASE = (
+    "the new guest passphrase works now: devices that joined with the old one are off the air until they"
+    " join with the new one; devices with a passphrase of their own stay on (or reconnect by themselves)"
+)
 
 
 class RadioSettingsFile:
@@ -240,10 +244,8 @@ class RadioSettingsFile:
             if text != current:
                 private_files.write(self.path, text)  # it holds the guest passphrase: 0600
             _, problems = parse(text, self.path)
-        restarting = after != before
-        return {
-            **after.as_dict(),
-            "problems": problems,
-            "restarting": restarting,
-            "message": RESTARTS if restarting else "nothing changed",
-        }
+        # The radio takes a new guest passphrase while it runs (homework_image.radio.refresh); any other
+        # setting restarts it.
+        restarting = replace(after, passphrase=before.passphrase) != before
+        message = RESTARTS if restarting else NEW_GUEST_PASSPHRASE if after != before else "nothing changed"
+        return {**after.as_dict(), "problems": problems, "restarting": restarting, "message": message}

@@ -119,6 +119,16 @@ def test_a_change_is_written_whole_readable_by_root_only_and_says_the_radio_rest
     assert os.stat(settings_file).st_mtime_ns == before
 
 
+def test_a_new_guest_passphrase_is_taken_without_a_restart_and_says_who_must_join_again(settings_file):
+    radio = RadioSettingsFile(str(settings_file))
+    answer = radio.set_radio_settings({"passphrase": "a new guest passphrase"})
+    assert answer["restarting"] is False and answer["message"] == radio_settings.NEW_GUEST_PASSPHRASE
+    assert "passphrase=a new guest passphrase" in settings_file.read_text()
+    # Positive control: the passphrase with any other setting restarts the radio.
+    answer = radio.set_radio_settings({"passphrase": "yet another passphrase", "channel": 1})
+    assert answer["restarting"] and answer["message"] == radio_settings.RESTARTS
+
+
 def test_refused_settings_change_nothing(settings_file):
     radio = RadioSettingsFile(str(settings_file))
     before = settings_file.read_text()

@@ -17,11 +17,12 @@ find hostapd's control socket under the bridge's name (`RUN/hostapd/br-lan`, as 
 radio): with a radio that name is a link to the radio's socket.
 
 `python -m homework_image.radio refresh` (homework-radio-refresh.service, started by its path unit
-when the key file or the settings change) renders hostapd's configuration again and restarts only
-hostapd when it differs: a device's own passphrase reaches WPA3 (SAE), whose passwords hostapd
-reads only at its start, and a new network name or channel takes effect. Every station joins
-again after such a restart (a few seconds); WPA2 devices' keys need no restart (the controller
-has hostapd reload the key file).
+when the key file or the settings change) renders hostapd's configuration again. When only its
+passwords changed (a device's own passphrase issued, moved or revoked, or the guest passphrase),
+the running hostapd is given them and nobody is dropped for it (`give_passwords`); anything else
+(a network name, band, channel or country) restarts hostapd alone, and every station joins again
+(a few seconds). WPA2 keys are in the key file, which the controller has hostapd reload when it
+writes a device's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from homework_controller import private_files, radio_settings, wifi_keys
+from homework_controller import hostapd_ctrl, private_files, radio_settings, wifi_keys
 from homework_controller.radio_settings import RadioSettings
 
 from . import BRIDGE, RUN, STATE, VENV
@@ -172,17 +173,68 @@ def write_hostapd_conf(conf: str) -> None:
         f.write(conf)
 
 
-def refresh() -> bool:
-    """hostapd's configuration rendered again from the key file and the settings; when it differs
-    from the one hostapd runs with, hostapd is stopped, given it and started (never running with a
-    configuration other than the file's, which the controller reads). True when it restarted."""
+SAE_PASSWORD = "sae_password="
+
+
+def passwords_only(ran: str, conf: str) -> bool:
+    """The two configurations differ in their SAE passwords alone: what hostapd takes while it runs."""
+
+    def rest(conf_text: str) -> list[str]:
+        return [line for line in conf_text.splitlines() if not line.startswith(SAE_PASSWORD)]
+
+    return rest(ran) == rest(conf)
+
+
+def give_passwords(conf: str, guest_changed: bool) -> None:
+    """The running hostapd given `conf`'s SAE passwords, and the key file's guest line when it changed.
+
+    hostapd 2.10 puts each `SET sae_password` at the head of its list, as it does each line of a file it
+    reads, and takes the first entry that fits a station: set again in the file's order, they are tried
+    as the file's are, before every earlier one. An earlier password bound to a MAC that no new line
+    binds is behind the new guest line, which fits every MAC: it no longer joins anyone (revoked). The
+    list grows by a few entries per change until hostapd next starts.
+
+    A station is not touched by either: one already on keeps its connection until it joins again. But
+    hostapd's RELOAD_WPA_PSK (the key file read again, as the controller has it done for every device
+    key it writes) puts off the air every station whose key is not in the file, and to hostapd 2.10 that
+    is every WPA3 station too (its key came from SAE, not from a passphrase in the file): those rejoin
+    by themselves, in about a second. So the key file is read again here only when its guest line changed."""
+    ctrl = str(HOSTAPD_CTRL / BRIDGE)
+    for line in conf.splitlines():
+        if line.startswith(SAE_PASSWORD):
+            hostapd_ctrl.command(ctrl, "set", "sae_password", line.removeprefix(SAE_PASSWORD))
+    if guest_changed:
+        hostapd_ctrl.command(ctrl, "reload_wpa_psk")
+
+
+def guest_line() -> str:
+    """The key file's guest line (its WPA2 passphrase), "" without one."""
+    lines = private_files.read_text(str(PSK_FILE)).splitlines()
+    return next((line for line in lines if line.startswith(f"keyid={wifi_keys.GUEST_KEYID} ")), "")
+
+
+def refresh() -> str:
+    """hostapd's configuration rendered again from the key file and the settings, and what was done:
+    "unchanged"; "passwords", given to the running hostapd when only passwords changed; "restarted",
+    when anything else did: hostapd stopped, given it and started (never running with a configuration
+    other than the file's, which the controller reads)."""
     if not (HOSTAPD_CTRL / BRIDGE).is_symlink():
-        return False  # no radio: the wired setup's configuration has no keys or settings to follow
-    conf = render_hostapd_conf(wifi_settings())
+        return "unchanged"  # no radio: the wired setup's configuration has no keys or settings to follow
+    guest_before = guest_line()
+    conf = render_hostapd_conf(wifi_settings())  # the key file's guest line follows the settings' passphrase
+    guest_changed = guest_line() != guest_before
     current = RUN / "hostapd.conf"
     ran = current.read_text() if current.exists() else ""
-    if ran == conf:
-        return False
+    if ran == conf and not guest_changed:
+        return "unchanged"
+    if ran and passwords_only(ran, conf):
+        try:
+            give_passwords(conf, guest_changed)
+        except hostapd_ctrl.HostapdError as exc:
+            raise RadioError(f"{exc}; hostapd runs with the passwords it had") from None
+        write_hostapd_conf(conf)  # after: the controller never reads a password hostapd does not have yet
+        print("homework-network: hostapd took the passwords changed without a restart")
+        return "passwords"
     run("systemctl", "stop", HOSTAPD_UNIT)
     write_hostapd_conf(conf)
     try:
@@ -196,7 +248,7 @@ def refresh() -> bool:
         run("systemctl", "start", HOSTAPD_UNIT)
         raise RadioError("hostapd did not start with the new settings; it runs with the earlier ones") from None
     print(f"homework-network: hostapd restarted with its configuration rendered again ({current})")
-    return True
+    return "restarted"
 
 
 def main(argv: list[str]) -> int:

@@ -100,45 +100,108 @@ def test_a_name_or_passphrase_starting_with_a_dash_is_rendered_as_it_is(tmp_path
 
 @pytest.fixture
 def served_radio(tmp_path, monkeypatch):
-    """A radio being served (hostapd's socket alias in place) and the commands refresh would run."""
+    """A radio being served (hostapd's socket alias in place), and what refresh would do: the commands
+    it runs (each with the configuration file as it is then) and what it tells the running hostapd."""
     monkeypatch.setattr(radio, "RUN", tmp_path)
     monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "hostapd")
     monkeypatch.setattr(radio, "WIFI_CONFIG", tmp_path / "wifi.conf")
+    monkeypatch.setattr(radio, "PSK_FILE", tmp_path / "hostapd.wpa_psk")
     (tmp_path / "wifi.conf").write_text("passphrase=correct horse battery\n")
     (tmp_path / "hostapd").mkdir()
     (tmp_path / "hostapd" / radio.BRIDGE).symlink_to(radio.RADIO_PORT)
     ran: list[tuple[str, ...]] = []
 
+    def conf() -> str:
+        return (tmp_path / "hostapd.conf").read_text() if (tmp_path / "hostapd.conf").exists() else ""
+
     def run(*cmd: str) -> str:
-        ran.append((*cmd, (tmp_path / "hostapd.conf").read_text() if (tmp_path / "hostapd.conf").exists() else ""))
+        ran.append((*cmd, conf()))
         return ""
 
+    def command(ctrl: str, *words: str) -> str:
+        assert ctrl == str(tmp_path / "hostapd" / radio.BRIDGE)
+        ran.append(("hostapd", *words, conf()))
+        return "OK"
+
     monkeypatch.setattr(radio, "run", run)
+    monkeypatch.setattr(radio.hostapd_ctrl, "command", command)
     return tmp_path, ran
 
 
-def test_a_key_or_setting_that_changes_hostapds_configuration_restarts_only_hostapd_with_it(served_radio, monkeypatch):
+RUNNING = "ssid=Home\nchannel=6\nsae_password=guest pass\nsae_password=old|mac=02:00:00:00:00:01\n"
+
+
+def test_a_changed_password_is_given_to_the_running_hostapd_in_the_files_order_and_nothing_restarts(
+    served_radio, monkeypatch
+):
+    """A device's key issued, one moved to a new MAC: hostapd is given the configuration's SAE passwords
+    while it runs (no station dropped for it), in the file's order, and only then is the file written."""
     run_dir, ran = served_radio
-    (run_dir / "hostapd.conf").write_text("sae_password=guest\n")
-    monkeypatch.setattr(
-        radio, "render_hostapd_conf", lambda settings: "sae_password=guest\nsae_password=own|mac=02:..\n"
-    )
-    assert radio.refresh()
+    (run_dir / "hostapd.conf").write_text(RUNNING)
+    issued = "ssid=Home\nchannel=6\nsae_password=guest pass\nsae_password=new|mac=06:00:00:00:00:01\n"
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: issued)
+    assert radio.refresh() == "passwords"
+    assert ran == [
+        ("hostapd", "set", "sae_password", "guest pass", RUNNING),
+        ("hostapd", "set", "sae_password", "new|mac=06:00:00:00:00:01", RUNNING),
+    ]  # the key file is the controller's to have read again: the guest's line did not change
+    assert (run_dir / "hostapd.conf").read_text() == issued
+    # Rendered again to the same: nothing at all (the key file rewritten as it was wakes it too).
+    ran.clear()
+    assert radio.refresh() == "unchanged" and ran == []
+
+
+def test_a_new_guest_passphrase_is_given_to_the_running_hostapd_and_its_key_file_read_again(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd.conf").write_text(RUNNING)
+    (run_dir / "hostapd.wpa_psk").write_text("keyid=guest 00:00:00:00:00:00 guest pass\n")
+    changed = RUNNING.replace("guest pass", "new guest pass")
+
+    def render(settings):
+        (run_dir / "hostapd.wpa_psk").write_text("keyid=guest 00:00:00:00:00:00 new guest pass\n")
+        return changed
+
+    monkeypatch.setattr(radio, "render_hostapd_conf", render)
+    assert radio.refresh() == "passwords"
+    assert [cmd[:-1] for cmd in ran] == [
+        ("hostapd", "set", "sae_password", "new guest pass"),
+        ("hostapd", "set", "sae_password", "old|mac=02:00:00:00:00:01"),  # ahead of the new guest line again
+        ("hostapd", "reload_wpa_psk"),
+    ]
+
+
+def test_a_changed_setting_restarts_only_hostapd_with_it(served_radio, monkeypatch):
+    run_dir, ran = served_radio
+    (run_dir / "hostapd.conf").write_text(RUNNING)
+    moved = RUNNING.replace("channel=6", "channel=11")
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: moved)
+    assert radio.refresh() == "restarted"
     # Stopped with the old configuration, started with the new one: never running with another than the file's.
     assert ran == [
-        ("systemctl", "stop", "homework-hostapd.service", "sae_password=guest\n"),
-        ("systemctl", "start", "homework-hostapd.service", "sae_password=guest\nsae_password=own|mac=02:..\n"),
+        ("systemctl", "stop", "homework-hostapd.service", RUNNING),
+        ("systemctl", "start", "homework-hostapd.service", moved),
     ]
-    # Rendered again to the same: nothing restarts (the key file rewritten as it was wakes it too).
-    ran.clear()
-    assert not radio.refresh() and ran == []
+
+
+def test_a_password_hostapd_refuses_leaves_the_file_as_hostapd_runs_it(served_radio, monkeypatch):
+    run_dir, _ = served_radio
+    (run_dir / "hostapd.conf").write_text(RUNNING)
+    monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: RUNNING.replace("old|", "new|"))
+
+    def refuse(ctrl, *words):
+        raise radio.hostapd_ctrl.HostapdError("hostapd did not take `set sae_password`: FAIL")
+
+    monkeypatch.setattr(radio.hostapd_ctrl, "command", refuse)
+    with pytest.raises(radio.RadioError, match="runs with the passwords it had"):
+        radio.refresh()
+    assert (run_dir / "hostapd.conf").read_text() == RUNNING
 
 
 def test_without_a_radio_there_is_nothing_to_refresh(served_radio, monkeypatch):
     run_dir, ran = served_radio
     (run_dir / "hostapd" / radio.BRIDGE).unlink()
     monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: pytest.fail("rendered for the wired setup"))
-    assert not radio.refresh() and ran == []
+    assert radio.refresh() == "unchanged" and ran == []
 
 
 def test_settings_hostapd_cannot_start_with_leave_the_radio_on_with_the_ones_that_ran(served_radio, monkeypatch):

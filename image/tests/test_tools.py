@@ -731,11 +731,15 @@ def test_hwdb_and_the_web_ui_run_as_their_own_users_and_the_web_ui_reads_hwdbs_a
     assert named - {"root"} <= set(made) and all(n.isdigit() for n in made.values())
 
 
-def test_the_controller_shares_hostapds_private_tmp_where_hostapd_answers_it():
+def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_hostapd_answers_them():
     units = image_units()
     controller, hostapd = units["homework-controller.service"], units["homework-hostapd.service"]
-    assert unit_lines(controller, "JoinsNamespaceOf") == ["homework-hostapd.service"]
-    assert unit_lines(controller, "PrivateTmp") == unit_lines(hostapd, "PrivateTmp") == ["yes"]
+    # Hand-written (not from services.toml): it gives the running hostapd changed passwords.
+    refresh = (build.IMAGE_DIR / "rootfs/usr/lib/systemd/system/homework-radio-refresh.service").read_text()
+    for talks_to_hostapd in (controller, refresh):
+        assert unit_lines(talks_to_hostapd, "JoinsNamespaceOf") == ["homework-hostapd.service"]
+        assert unit_lines(talks_to_hostapd, "PrivateTmp") == ["yes"]
+    assert unit_lines(hostapd, "PrivateTmp") == ["yes"]
     assert not unit_lines(units["homework-webui.service"], "JoinsNamespaceOf")
 
 
