@@ -179,7 +179,7 @@ def agent_rows(r: dict) -> dict:
             ],
             [f"{n}: agent CPU", f"{run['agent_cpu_percent_of_one_core']:.1f}% of a core", "", "", "report"],
         ]
-    return {"benchmark": "agent", "what": r["what"], "cpus": r.get("cores"), "rows": rows}
+    return {"benchmark": "agent", "what": r["what"], "rows": rows}
 
 
 def slicer_rows(r: dict) -> dict:
@@ -290,9 +290,7 @@ def slicer_rows(r: dict) -> dict:
         ]
     )
     rows += throughput_rows(sink, "floor of framing (null-sink switch, installs nothing)", "straight to it", "")
-    load = r["machine"]["load_average_at_start"][0]
-    what = f"{r['method']}. The machine's load average at the start: {load:.1f} (other jobs)"
-    return {"benchmark": "slicer", "what": what, "cpus": r["machine"]["cores"], "rows": rows}
+    return {"benchmark": "slicer", "what": r["method"], "rows": rows}
 
 
 def boot_rows(r: dict) -> dict:
@@ -321,14 +319,28 @@ ADAPTERS = {
 }
 
 
-def load_of(result: dict) -> str:
-    load = result.get("load_average")
-    return f", load average {load[0]:g} at the start" if load else ""
+def stamp_of(result: dict) -> dict:
+    """A result's stamp (bench/common.py `provenance`). Results written before the stamp was one object carry
+    only their commit, loose as "git", and their date."""
+    return result.get("stamp") or {"commit": result.get("git", "?"), "date": result.get("date", "?")}
+
+
+def measured_on(stamp: dict) -> str:
+    """When, at which commit and on what, in words: the line under each section's title."""
+    machine, load = stamp.get("machine"), stamp.get("load_average_at_start")
+    where = (
+        f"{machine['hostname']} ({machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB)"
+        if machine
+        else "a machine not in its stamp (written before results were stamped alike: see the raw file)"
+    )
+    return f"Measured {stamp['date']} at commit `{stamp['commit']}` on {where}" + (
+        f", load average {load[0]:g} at the start" if load else ""
+    )
 
 
 def one_run_or_not(results: list[dict]) -> str:
     """The page's first line: whether its results are one run at one commit, as they should be."""
-    commits = sorted({r.get("git", "?") for r in results})
+    commits = sorted({stamp_of(r)["commit"] for r in results})
     if len(commits) == 1:
         return f"Every result below is from one `make bench` at commit `{commits[0]}`.\n"
     return (
@@ -342,14 +354,10 @@ def main():
     out = [one_run_or_not([json.loads(p.read_text()) for p in paths]), HEADER]
     for path in paths:
         result = json.loads(path.read_text())
-        if path.name in ADAPTERS:  # a component's own format; bench/run.py stamped date and commit
+        if path.name in ADAPTERS:  # a component's own format; bench/run.py stamped it
             result = {**result, **ADAPTERS[path.name](result)}
         out.append(f"## {result.get('benchmark', path.stem)}\n")
-        out.append(
-            f"{result.get('what', '')}  \nMeasured {result.get('date', '?')} at commit "
-            f"`{result.get('git', '?')}` on {result.get('machine') or str(result.get('cpus', '?')) + ' CPUs'}"
-            f"{load_of(result)}. Raw: `bench/results/{path.name}`.\n"
-        )
+        out.append(f"{result.get('what', '')}  \n{measured_on(stamp_of(result))}. Raw: `bench/results/{path.name}`.\n")
         rows = result.get("rows")
         if rows:
             out.append("| metric | Homework router | baseline, same run | ratio | goal |")

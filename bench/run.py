@@ -4,6 +4,7 @@ and regenerate docs/PERFORMANCE.md.
 
     bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]
                  [agent_flood] [qos] [ipv6_permit] [boot] [flow_export] [flow_export_flood]
+                 [agent] [slicer]
                  [--quick]   (default: all)
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -36,8 +38,8 @@ from common import (
     in_client,
     page_times,
     ratio,
+    run_stamped,
     sh,
-    stamp,
     summary,
     write_result,
 )
@@ -374,7 +376,6 @@ def flood(samples: int) -> None:
 def hwdb(_args) -> None:
     """hwdb's own benchmark (ingest, query latency, memory); it writes bench/results/hwdb.json."""
     sh("make", "-C", REPO / "hwdb", "bench", f"BENCH_OUT={RESULTS / 'hwdb.json'}", timeout=900)
-    stamp(RESULTS / "hwdb.json")
 
 
 def webui(_args) -> None:
@@ -398,7 +399,6 @@ def webui(_args) -> None:
             check=True,
             timeout=1800,
         )
-        stamp(RESULTS / "webui.json")
     finally:
         home.down()
 
@@ -417,14 +417,12 @@ def hwdb_abuse(_args) -> None:
     """A loopback client's queries while LAN peers hold the most half-sent requests they may."""
     out = RESULTS / "hwdb_abuse.json"
     sh("make", "-C", REPO / "hwdb", "bench-abuse", f"BENCH_OUT={out}", timeout=300)
-    stamp(out)
 
 
 def ui_load(_args) -> None:
     """The web UI under load (100 live streams, a guest's sign-in flood) beside the same quiet."""
     out = RESULTS / "ui_load.json"
     sh("make", "-C", REPO / "webui", "bench-load", f"LOAD_OUT={out}", f"PYTHON={PY}", timeout=1800)
-    stamp(out)
 
 
 def flow_export(args) -> None:
@@ -432,12 +430,23 @@ def flow_export(args) -> None:
     out = RESULTS / "flow_export.json"
     tool = REPO / "controller/tools/export_burst.py"
     sh("nice", "-n", "19", PY, tool, "--runs", 1 if args.quick else 3, "--json", out, timeout=3600)
-    stamp(out)
 
 
 def flow_export_flood(args) -> None:
     """The `flood` bench with the switch's flow export on and off, in one run (bench/flow_export_flood.py)."""
     sh(PY, BENCH / "flow_export_flood.py", "--samples", args.samples, timeout=3600)
+
+
+def agent(args) -> None:
+    """The end-host agent's scan against gopsutil's /proc walk (endhost-agent/cmd/agent-bench)."""
+    sizes = ["SIZES=1000"] if args.quick else []
+    sh("make", "-C", REPO / "endhost-agent", "bench", f"BENCH_OUT={RESULTS / 'agent.json'}", *sizes, timeout=1800)
+
+
+def slicer(args) -> None:
+    """The ISP slicer beside OVS taking the same households' rules directly (isp-flowvisor/bench)."""
+    small = ["SOAK=30", "SECONDS_PER_RUN=2"] if args.quick else []
+    sh("make", "-C", REPO / "isp-flowvisor", "bench", f"PY={PY}", *small, timeout=3600)
 
 
 BENCHMARKS = {
@@ -455,6 +464,8 @@ BENCHMARKS = {
     "boot": boot.measure,
     "flow_export": flow_export,
     "flow_export_flood": flow_export_flood,
+    "agent": agent,
+    "slicer": slicer,
 }
 # make bench QUICK=1: the same set, small enough to run before a change is submitted (~15 minutes).
 QUICK = {"rounds": 2, "devices": 50, "connections": 100, "samples": 20, "seconds": 3.0, "qos_seconds": 20.0}
@@ -483,7 +494,7 @@ def main():
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHMARKS)}")
     for name in args.names or BENCHMARKS:
         print(f"== {name}")
-        BENCHMARKS[name](args)
+        run_stamped(functools.partial(BENCHMARKS[name], args))
     sh(PY, BENCH / "report.py")
 
 
