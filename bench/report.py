@@ -319,52 +319,93 @@ ADAPTERS = {
 }
 
 
+UNRECORDED = "?"  # a result's commit when it has none
+
+
 def stamp_of(result: dict) -> dict:
     """A result's stamp (bench/common.py `provenance`). Results written before the stamp was one object carry
-    only their commit, loose as "git", and their date."""
-    return result.get("stamp") or {"commit": result.get("git", "?"), "date": result.get("date", "?")}
+    their commit loose, as "git", and their date; the last of them the machine in words and the load too."""
+    if "stamp" in result:
+        return result["stamp"]
+    machine = result.get("machine")
+    return {
+        "commit": result.get("git", UNRECORDED),
+        "date": result.get("date", "?"),
+        "machine": machine if isinstance(machine, str) else None,
+        "load_average_at_start": result.get("load_average"),
+    }
+
+
+def machine_words(machine: dict | str | None) -> str:
+    if isinstance(machine, str):  # an older result's, in words
+        return machine
+    if not machine:
+        return "a machine not in its stamp (written before results were stamped alike: see the raw file)"
+    return f"{machine['hostname']} ({machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB)"
 
 
 def measured_on(stamp: dict) -> str:
     """When, at which commit and on what, in words: the line under each section's title."""
-    machine, load = stamp.get("machine"), stamp.get("load_average_at_start")
-    where = (
-        f"{machine['hostname']} ({machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB)"
-        if machine
-        else "a machine not in its stamp (written before results were stamped alike: see the raw file)"
-    )
-    return f"Measured {stamp['date']} at commit `{stamp['commit']}` on {where}" + (
+    load = stamp.get("load_average_at_start")
+    return f"Measured {stamp['date']} at commit `{stamp['commit']}` on {machine_words(stamp.get('machine'))}" + (
         f", load average {load[0]:g} at the start" if load else ""
     )
 
 
-def one_run_or_not(results: list[dict]) -> str:
-    """The page's first line: whether its results are one run at one commit, as they should be."""
-    commits = sorted({stamp_of(r)["commit"] for r in results})
-    if len(commits) == 1:
-        return f"Every result below is from one `make bench` at commit `{commits[0]}`.\n"
-    return (
-        f"**These results are not one run: they come from {len(commits)} commits ({', '.join(commits)}).** "
-        "Compare ratios within a section, not numbers across sections.\n"
-    )
+def plural(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+def first_line(stamps: dict[str, dict]) -> str:
+    """The page's first line, from each result file's stamp (by file name): the one commit, the dates and
+    the machine of one run; or, when the results are stitched together from several commits or machines (or
+    carry no commit), which files come from which."""
+
+    def files_by(words, among: dict[str, dict]) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for name, stamp in sorted(among.items()):
+            groups.setdefault(words(stamp), []).append(name)
+        return groups
+
+    commits = files_by(lambda stamp: stamp["commit"], stamps)
+    # A result whose stamp names no machine is not counted as another one: nobody knows which it was.
+    recorded = {name: stamp for name, stamp in stamps.items() if stamp.get("machine")}
+    machines = files_by(lambda stamp: machine_words(stamp["machine"]), recorded)
+    if len(commits) == 1 and UNRECORDED not in commits and len(machines) == 1 and len(recorded) == len(stamps):
+        dates = sorted(stamp["date"] for stamp in stamps.values())
+        return (
+            f"Every result below is from one `make bench` at commit `{next(iter(commits))}`, measured "
+            f"{dates[0]} to {dates[-1]} on {next(iter(machines))}."
+        )
+
+    def listed(groups: dict[str, list[str]], quote: str) -> str:
+        return "; ".join(
+            f"{'no commit recorded' if key == UNRECORDED else quote + key + quote}: {', '.join(files)}"
+            for key, files in groups.items()
+        )
+
+    line = f"**These results are not one run: they are stitched together from {plural(len(commits), 'commit')}**"
+    line += f" ({listed(commits, '`')})"
+    if len(machines) > 1:
+        line += f", measured on {plural(len(machines), 'machine')} ({listed(machines, '')})"
+    return line + ". Compare ratios within a section, not numbers across sections."
 
 
 def main():
-    paths = sorted((REPO / "bench" / "results").glob("*.json"))
-    out = [one_run_or_not([json.loads(p.read_text()) for p in paths]), HEADER]
-    for path in paths:
-        result = json.loads(path.read_text())
-        if path.name in ADAPTERS:  # a component's own format; bench/run.py stamped it
-            result = {**result, **ADAPTERS[path.name](result)}
-        out.append(f"## {result.get('benchmark', path.stem)}\n")
-        out.append(f"{result.get('what', '')}  \n{measured_on(stamp_of(result))}. Raw: `bench/results/{path.name}`.\n")
+    results = {path.name: json.loads(path.read_text()) for path in sorted((REPO / "bench" / "results").glob("*.json"))}
+    out = [first_line({name: stamp_of(result) for name, result in results.items()}) + "\n", HEADER]
+    for name, result in results.items():
+        if name in ADAPTERS:  # a component's own format; bench/run.py stamped it
+            result = {**result, **ADAPTERS[name](result)}
+        out.append(f"## {result.get('benchmark', Path(name).stem)}\n")
+        out.append(f"{result.get('what', '')}  \n{measured_on(stamp_of(result))}. Raw: `bench/results/{name}`.\n")
         rows = result.get("rows")
         if rows:
             out.append("| metric | Homework router | baseline, same run | ratio | goal |")
             out.append("|---|---|---|---|---|")
             out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
         if result.get("figure"):  # a plot the benchmark drew, beside this file in docs/
-            out.append(f"\n![{result.get('benchmark', path.stem)}]({result['figure']})")
+            out.append(f"\n![{result.get('benchmark', Path(name).stem)}]({result['figure']})")
         out.append("")
     (REPO / "docs" / "PERFORMANCE.md").write_text("\n".join(out))
 
