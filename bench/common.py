@@ -10,8 +10,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,48 +92,25 @@ def run_stamped(benchmark: Callable[[], None]) -> list[Path]:
     return paths
 
 
-def lock_longest_hold_ms(home: Home, since: float) -> float:
-    """The controller lock's longest hold in a phase that began at `since` (time.monotonic(): the machine's
-    clock, the controller's too), from the long holds ws.v1 `counters` remembers; 0 if none was long."""
-    return longest_hold_since(home, since)[0]
-
-
-def longest_hold_since(home: Home, since: float) -> tuple[float, str]:
-    """The same, with the function that held it ("" if none was long)."""
-    holds = home.api("GET", "counters")[1].get("lock_long_holds", [])
-    return max(((ms, by) for ended, ms, by in holds if ended >= since), default=(0.0, ""))
-
-
 @dataclass
 class LockHold:
     ms: float = 0.0
-    by: str = ""  # the function that held it
+    by: str = ""  # the thread and the function that held it
 
 
 @contextlib.contextmanager
-def longest_lock_hold(home: Home, every_s: float = 0.5) -> Iterator[LockHold]:
-    """The controller lock's longest hold while the block runs (`hold.ms`, `hold.by` once it ends). ws.v1
-    `counters` remembers the last 512 long holds only, which a storm can make in a few seconds: they are read
-    every `every_s` while the block runs, and once more at its end."""
-    hold, started, done = LockHold(), time.monotonic(), threading.Event()
-
-    def read() -> None:
-        ms, by = longest_hold_since(home, started)
-        if ms > hold.ms:
-            hold.ms, hold.by = ms, by
-
-    def poll() -> None:
-        while not done.wait(every_s):
-            read()
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
-        yield hold
-    finally:
-        done.set()
-        poller.join()
-        read()
+def longest_lock_hold(home: Home) -> Iterator[LockHold]:
+    """The controller lock's longest hold while the block runs (`hold.ms`, `hold.by` once it ends): the block
+    is a phase of its own, started afresh (ws.v1 `counters-phase`), every hold in it counted."""
+    status, started = home.api("POST", "counters-phase")
+    if status != 200:
+        raise RuntimeError(f"counters-phase: {status} {started}")
+    hold = LockHold()
+    yield hold
+    counters = home.api("GET", "counters")[1]
+    if counters["lock_phase_started"] != started["lock_phase_started"]:
+        raise RuntimeError("another phase was started while this one ran: its longest hold is not this phase's")
+    hold.ms, hold.by = counters["lock_phase_max_hold_ms"], counters["lock_phase_max_hold_by"]
 
 
 def write_result(name: str, result: dict) -> None:
