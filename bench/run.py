@@ -7,6 +7,10 @@ and regenerate docs/PERFORMANCE.md.
                  [agent] [slicer]
                  [--quick]   (default: all)
 
+Every result a benchmark writes is stamped with the commit, date, machine and load average as it began
+(`common.run_stamped`), so the code measured must be this checkout's: the venv's packages installed from it
+(a clone's `make deps`), or, from another worktree, PYTHONPATH=controller:tests/homenet:webui.
+
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
 p99s over many samples, and comparisons are ratios within one run.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -192,12 +197,11 @@ def dhcp_storm(rounds: int, devices: int, path_rounds: int) -> None:
 
 def controller_cpu_per_message(devices: int, rounds: int) -> dict:
     """The serving thread's CPU per DHCP message, the socket to the answer, measured in-process (no network,
-    no other process in the way): controller/tools/dhcp_path.py, on this checkout's controller."""
+    no other process in the way): controller/tools/dhcp_path.py."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run(
             ["nice", "-n", "19", PY, REPO / "controller/tools/dhcp_path.py"]
             + ["--devices", str(devices), "--rounds", str(rounds), "--json", out.name],
-            env={**os.environ, "PYTHONPATH": str(REPO / "controller")},
             check=True,
             capture_output=True,
             timeout=1800,
@@ -499,9 +503,23 @@ QUICK = {"rounds": 2, "devices": 50, "connections": 100, "samples": 20, "seconds
 QUICK |= {"ipv6_devices": 5, "path_rounds": 5}
 
 
+def not_this_checkouts() -> list[str]:
+    """The packages the benchmarks run (the emulated home, the controller) that the venv does not take from
+    this checkout: the stamp names this checkout's commit, so the code measured must be its own."""
+    return [
+        f"{name} (from {Path(spec.origin).parent})"
+        for name in ("homenet", "homework_controller", "homework_webui")
+        if (spec := importlib.util.find_spec(name)) is None
+        or spec.origin is None
+        or REPO not in Path(spec.origin).resolve().parents
+    ]
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench needs root (network namespaces, OVS)")
+    if elsewhere := not_this_checkouts():
+        sys.exit(f"the venv runs another checkout's {', '.join(elsewhere)}, not {REPO}'s: its stamp would lie")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help=f"any of: {', '.join(BENCHMARKS)}")
     p.add_argument("--rounds", type=int, default=5)
