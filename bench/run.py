@@ -199,13 +199,8 @@ def controller_cpu_per_message(devices: int, rounds: int) -> dict:
     """The serving thread's CPU per DHCP message, the socket to the answer, measured in-process (no network,
     no other process in the way): controller/tools/dhcp_path.py."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run(
-            ["nice", "-n", "19", PY, REPO / "controller/tools/dhcp_path.py"]
-            + ["--devices", str(devices), "--rounds", str(rounds), "--json", out.name],
-            check=True,
-            capture_output=True,
-            timeout=1800,
-        )
+        tool = REPO / "controller/tools/dhcp_path.py"
+        sh("nice", "-n", "19", PY, tool, "--devices", devices, "--rounds", rounds, "--json", out.name, timeout=1800)
         return json.loads(Path(out.name).read_text())
 
 
