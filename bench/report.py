@@ -374,8 +374,8 @@ def first_line(stamps: dict[str, dict]) -> str:
     if len(commits) == 1 and UNRECORDED not in commits and len(machines) == 1 and len(recorded) == len(stamps):
         dates = sorted(stamp["date"] for stamp in stamps.values())
         return (
-            f"Every result below is from one `make bench` at commit `{next(iter(commits))}`, measured "
-            f"{dates[0]} to {dates[-1]} on {next(iter(machines))}."
+            f"Every result below is from one `make bench` at commit `{next(iter(commits))}`, its benchmarks begun "
+            f"between {dates[0]} and {dates[-1]}, on {next(iter(machines))}."
         )
 
     def listed(groups: dict[str, list[str]], quote: str) -> str:

@@ -21,8 +21,8 @@ def test_one_run_names_its_commit_dates_and_machine():
         }
     )
     assert line == (
-        "Every result below is from one `make bench` at commit `c0ffee`, measured 2026-11-29T10:00:00+00:00 "
-        "to 2026-11-29T11:30:00+00:00 on laptop (AMD EPYC, 2 cores, 23.5 GiB)."
+        "Every result below is from one `make bench` at commit `c0ffee`, its benchmarks begun between "
+        "2026-11-29T10:00:00+00:00 and 2026-11-29T11:30:00+00:00, on laptop (AMD EPYC, 2 cores, 23.5 GiB)."
     )
 
 
