@@ -34,6 +34,7 @@ lint:
 
 unit:
 	$(PY) -m pytest -q controller/tests
+	$(PY) -m pytest -q bench
 	$(MAKE) -C hwdb test PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C webui test-py test-js PYTHON=$(CURDIR)/$(PY)
 	$(MAKE) -C endhost-agent test HWDB_BIN=$(CURDIR)/hwdb/target/release/hwdb
@@ -56,12 +57,10 @@ test-repeat:
 	scripts/test-repeat.sh $(N)
 
 # make bench QUICK=1: the same benchmarks, small (a check before submitting a change, ~15 minutes).
+# bench/run.py runs every benchmark (the components' own too), stamps each result it wrote with the
+# commit, date, machine and load average, and regenerates docs/PERFORMANCE.md.
 bench: deps
 	$(PY) bench/run.py $(if $(QUICK),--quick)
-	$(MAKE) -C endhost-agent bench
-	$(MAKE) -C isp-flowvisor bench PY=$(CURDIR)/$(PY) $(if $(QUICK),SOAK=30 SECONDS_PER_RUN=2)
-	cd bench && $(CURDIR)/$(PY) -c "from common import RESULTS, stamp; stamp(RESULTS / 'slicer.json')"
-	$(PY) bench/report.py
 
 # The firmware image (build/homework-router-x86_64.img, its update bundle), compressed small.
 image: deps

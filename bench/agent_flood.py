@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import dpkt
-from common import BENCH, PY, add_client, homenet_up, in_client, lock_longest_hold_ms, sh, summary, write_result
+from common import BENCH, PY, add_client, homenet_up, in_client, longest_lock_hold, sh, summary, write_result
 
 from hwdb_client import MAX_PAYLOAD, REQUEST, Header, encode
 
@@ -241,17 +241,20 @@ def measure_home(seconds: float = 10.0, renew_samples: int = 50, rows_per_s: int
         }
 
         def quiet_device() -> dict:
-            started = time.monotonic()
-            dns = json.loads(in_client(home, "quiet", PY, BENCH / "hostile.py", "lookups", gateways["quiet"], seconds))
-            dhcp = json.loads(
-                in_client(home, "quiet", PY, __file__, "renewals", "wlan0", gateways["quiet"], renew_samples)
-            )
+            with longest_lock_hold(home) as hold:
+                dns = json.loads(
+                    in_client(home, "quiet", PY, BENCH / "hostile.py", "lookups", gateways["quiet"], seconds)
+                )
+                dhcp = json.loads(
+                    in_client(home, "quiet", PY, __file__, "renewals", "wlan0", gateways["quiet"], renew_samples)
+                )
             return {
                 "dns_lookup": summary(dns["latencies_s"]),
                 "dns_lost": dns["lost"],
                 "dhcp_renewal": summary(dhcp["ack_s"]),
                 "dhcp_lost": dhcp["lost"],
-                "lock_max_hold_ms": lock_longest_hold_ms(home, started),
+                "lock_max_hold_ms": hold.ms,
+                "lock_max_hold_by": hold.by,
                 "counters": {k: v for k, v in home.api("GET", "counters")[1].items() if k.startswith(COUNTERS)},
                 "switch_drops": switch_drops(),
                 "kernel_backlog_drops": backlog_drops(),

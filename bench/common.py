@@ -6,18 +6,18 @@ import contextlib
 import datetime
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from homenet import REPO, Home
+from homenet import Home
 
-BENCH = REPO / "bench"
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent  # the checkout measured (and stamped): this one, wherever the venv's homenet comes from
 RESULTS = BENCH / "results"
 PY = sys.executable
 
@@ -43,81 +43,78 @@ def summary(samples_s: list[float]) -> dict:
     }
 
 
-def git_rev() -> str:
-    return sh("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).strip() or "unknown"
+def commit() -> str:
+    """HEAD's commit, with "-dirty" if a tracked file differs from it (the results and the page a run writes
+    do not count: they are what it makes, not what it measures)."""
+    head = sh("git", "-C", REPO, "rev-parse", "HEAD", check=False).strip() or "unknown"
+    measured = [".", ":(exclude)bench/results", ":(exclude)docs/PERFORMANCE.md"]
+    changed = subprocess.run(["git", "-C", REPO, "diff", "--quiet", "HEAD", "--", *measured]).returncode
+    return f"{head}-dirty" if changed else head
 
 
 def provenance() -> dict:
-    """When, at which commit and on what a result was measured: the machine and how busy it was."""
+    """The stamp every result carries: the commit measured, when, on what machine, and how busy the machine
+    was as the benchmark began (the load average over 1, 5 and 15 minutes)."""
     return {
+        "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "git": git_rev(),
-        "cpus": os.cpu_count(),
         "machine": machine(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
-def machine() -> str:
-    """The processor's model and the memory, e.g. 'AMD EPYC 7B13, 2 CPUs, 23.5 GiB'."""
+def machine() -> dict:
+    """The host's name, the processor's model, its cores and the memory."""
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "a processor")
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown")
     meminfo = Path("/proc/meminfo").read_text().splitlines()
     kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
-    return f"{model}, {os.cpu_count()} CPUs, {kib / 2**20:.1f} GiB"
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(kib / 2**20, 1),
+    }
 
 
-def stamp(path: Path) -> None:
-    """Add when and at which commit to a result a component's own bench wrote."""
-    path.write_text(json.dumps({**json.loads(path.read_text()), **provenance()}, indent=2) + "\n")
+def run_stamped(benchmark: Callable[[], None]) -> list[Path]:
+    """Run a benchmark and stamp every result file it wrote (itself, or a component's own bench it ran) with
+    the provenance taken as it began, under the key "stamp": the one place results are stamped. Returns them."""
 
+    def written() -> dict[Path, int]:
+        return {path: path.stat().st_mtime_ns for path in RESULTS.glob("*.json")}
 
-def lock_longest_hold_ms(home: Home, since: float) -> float:
-    """The controller lock's longest hold in a phase that began at `since` (time.monotonic(): the machine's
-    clock, the controller's too), from the long holds ws.v1 `counters` remembers; 0 if none was long."""
-    return longest_hold_since(home, since)[0]
-
-
-def longest_hold_since(home: Home, since: float) -> tuple[float, str]:
-    """The same, with the function that held it ("" if none was long)."""
-    holds = home.api("GET", "counters")[1].get("lock_long_holds", [])
-    return max(((ms, by) for ended, ms, by in holds if ended >= since), default=(0.0, ""))
+    began, before = provenance(), written()
+    benchmark()
+    paths = sorted(path for path, mtime in written().items() if before.get(path) != mtime)
+    for path in paths:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "stamp": began}, indent=2) + "\n")
+    return paths
 
 
 @dataclass
 class LockHold:
     ms: float = 0.0
-    by: str = ""  # the function that held it
+    by: str = ""  # the thread and the function that held it
 
 
 @contextlib.contextmanager
-def longest_lock_hold(home: Home, every_s: float = 0.5) -> Iterator[LockHold]:
-    """The controller lock's longest hold while the block runs (`hold.ms`, `hold.by` once it ends). ws.v1
-    `counters` remembers the last 512 long holds only, which a storm can make in a few seconds: they are read
-    every `every_s` while the block runs, and once more at its end."""
-    hold, started, done = LockHold(), time.monotonic(), threading.Event()
-
-    def read() -> None:
-        ms, by = longest_hold_since(home, started)
-        if ms > hold.ms:
-            hold.ms, hold.by = ms, by
-
-    def poll() -> None:
-        while not done.wait(every_s):
-            read()
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
-        yield hold
-    finally:
-        done.set()
-        poller.join()
-        read()
+def longest_lock_hold(home: Home) -> Iterator[LockHold]:
+    """The controller lock's longest hold while the block runs (`hold.ms`, `hold.by` once it ends): the block
+    is a phase of its own, started afresh (ws.v1 `counters-phase`), every hold in it counted."""
+    status, started = home.api("POST", "counters-phase")
+    if status != 200:
+        raise RuntimeError(f"counters-phase: {status} {started}")
+    hold = LockHold()
+    yield hold
+    counters = home.api("GET", "counters")[1]
+    if counters["lock_phase_started"] != started["lock_phase_started"]:
+        raise RuntimeError("another phase was started while this one ran: its longest hold is not this phase's")
+    hold.ms, hold.by = counters["lock_phase_max_hold_ms"], counters["lock_phase_max_hold_by"]
 
 
 def write_result(name: str, result: dict) -> None:
-    result = {"benchmark": name, **provenance(), **result}
+    result = {"benchmark": name, **result}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["rows"], indent=1))

@@ -4,7 +4,12 @@ and regenerate docs/PERFORMANCE.md.
 
     bench/run.py [dhcp_storm] [first_packet] [flood] [hwdb] [webui] [ui_load] [hwdb_abuse] [hostile]
                  [agent_flood] [qos] [ipv6_permit] [boot] [flow_export] [flow_export_flood]
+                 [agent] [slicer]
                  [--quick]   (default: all)
+
+Every result a benchmark writes is stamped with the commit, date, machine and load average as it began
+(`common.run_stamped`), so the code measured must be this checkout's: the venv's packages installed from it
+(a clone's `make deps`), or, from another worktree, PYTHONPATH=controller:tests/homenet:webui.
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and
@@ -15,11 +20,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import agent_flood
 import boot
@@ -36,8 +45,8 @@ from common import (
     in_client,
     page_times,
     ratio,
+    run_stamped,
     sh,
-    stamp,
     summary,
     write_result,
 )
@@ -96,8 +105,9 @@ class PlainBridge:
 # ---- benchmarks -----------------------------------------------------------------------------------
 
 
-def dhcp_storm(rounds: int, devices: int) -> None:
-    """100 devices (10 people x 10 devices) DISCOVER at once; each device's time to its ACK."""
+def dhcp_storm(rounds: int, devices: int, path_rounds: int) -> None:
+    """100 devices (10 people x 10 devices) DISCOVER at once; each device's time to its ACK. Then where a
+    message's time goes: the controller's CPU per DISCOVER and REQUEST, in-process (controller/tools/dhcp_path.py)."""
     storm = [PY, BENCH / "dhcp_storm_client.py"]
     baseline_acks, homework_acks, unanswered = [], [], {"baseline": 0, "homework": 0}
     home = homenet_up()  # also starts Open vSwitch, which the baseline bridge needs too
@@ -139,6 +149,7 @@ def dhcp_storm(rounds: int, devices: int) -> None:
     finally:
         home.down()
     hw, base = summary(homework_acks), summary(baseline_acks)
+    cpu = controller_cpu_per_message(devices, path_rounds)
     write_result(
         "dhcp_storm",
         {
@@ -147,6 +158,7 @@ def dhcp_storm(rounds: int, devices: int) -> None:
             "homework": hw,
             "baseline_dnsmasq_plain_ovs": base,
             "unanswered": unanswered,
+            "controller_cpu_per_message": cpu,
             "rows": [
                 [
                     "DHCP storm: DISCOVER to ACK, median",
@@ -171,9 +183,25 @@ def dhcp_storm(rounds: int, devices: int) -> None:
                     "",
                     "0",
                 ],
+                [
+                    f"controller CPU per answer, DISCOVER / REQUEST, median of {cpu['rounds']} in-process storms",
+                    f"{cpu['discover']['median_us']} / {cpu['request']['median_us']} us",
+                    "",
+                    "",
+                    "",
+                ],
             ],
         },
     )
+
+
+def controller_cpu_per_message(devices: int, rounds: int) -> dict:
+    """The serving thread's CPU per DHCP message, the socket to the answer, measured in-process (no network,
+    no other process in the way): controller/tools/dhcp_path.py."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        tool = REPO / "controller/tools/dhcp_path.py"
+        sh("nice", "-n", "19", PY, tool, "--devices", devices, "--rounds", rounds, "--json", out.name, timeout=1800)
+        return json.loads(Path(out.name).read_text())
 
 
 def forget_devices(home) -> None:
@@ -374,7 +402,6 @@ def flood(samples: int) -> None:
 def hwdb(_args) -> None:
     """hwdb's own benchmark (ingest, query latency, memory); it writes bench/results/hwdb.json."""
     sh("make", "-C", REPO / "hwdb", "bench", f"BENCH_OUT={RESULTS / 'hwdb.json'}", timeout=900)
-    stamp(RESULTS / "hwdb.json")
 
 
 def webui(_args) -> None:
@@ -398,7 +425,6 @@ def webui(_args) -> None:
             check=True,
             timeout=1800,
         )
-        stamp(RESULTS / "webui.json")
     finally:
         home.down()
 
@@ -417,14 +443,12 @@ def hwdb_abuse(_args) -> None:
     """A loopback client's queries while LAN peers hold the most half-sent requests they may."""
     out = RESULTS / "hwdb_abuse.json"
     sh("make", "-C", REPO / "hwdb", "bench-abuse", f"BENCH_OUT={out}", timeout=300)
-    stamp(out)
 
 
 def ui_load(_args) -> None:
     """The web UI under load (100 live streams, a guest's sign-in flood) beside the same quiet."""
     out = RESULTS / "ui_load.json"
     sh("make", "-C", REPO / "webui", "bench-load", f"LOAD_OUT={out}", f"PYTHON={PY}", timeout=1800)
-    stamp(out)
 
 
 def flow_export(args) -> None:
@@ -432,7 +456,6 @@ def flow_export(args) -> None:
     out = RESULTS / "flow_export.json"
     tool = REPO / "controller/tools/export_burst.py"
     sh("nice", "-n", "19", PY, tool, "--runs", 1 if args.quick else 3, "--json", out, timeout=3600)
-    stamp(out)
 
 
 def flow_export_flood(args) -> None:
@@ -440,8 +463,20 @@ def flow_export_flood(args) -> None:
     sh(PY, BENCH / "flow_export_flood.py", "--samples", args.samples, timeout=3600)
 
 
+def agent(args) -> None:
+    """The end-host agent's scan against gopsutil's /proc walk (endhost-agent/cmd/agent-bench)."""
+    sizes = ["SIZES=1000"] if args.quick else []
+    sh("make", "-C", REPO / "endhost-agent", "bench", f"BENCH_OUT={RESULTS / 'agent.json'}", *sizes, timeout=1800)
+
+
+def slicer(args) -> None:
+    """The ISP slicer beside OVS taking the same households' rules directly (isp-flowvisor/bench)."""
+    small = ["SOAK=30", "SECONDS_PER_RUN=2"] if args.quick else []
+    sh("make", "-C", REPO / "isp-flowvisor", "bench", f"PY={PY}", *small, timeout=3600)
+
+
 BENCHMARKS = {
-    "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices),
+    "dhcp_storm": lambda a: dhcp_storm(a.rounds, a.devices, a.path_rounds),
     "first_packet": lambda a: first_packet(a.connections),
     "flood": lambda a: flood(a.samples),
     "hwdb": hwdb,
@@ -455,15 +490,31 @@ BENCHMARKS = {
     "boot": boot.measure,
     "flow_export": flow_export,
     "flow_export_flood": flow_export_flood,
+    "agent": agent,
+    "slicer": slicer,
 }
 # make bench QUICK=1: the same set, small enough to run before a change is submitted (~15 minutes).
 QUICK = {"rounds": 2, "devices": 50, "connections": 100, "samples": 20, "seconds": 3.0, "qos_seconds": 20.0}
-QUICK |= {"ipv6_devices": 5}
+QUICK |= {"ipv6_devices": 5, "path_rounds": 5}
+
+
+def not_this_checkouts() -> list[str]:
+    """The packages the benchmarks run (the emulated home, the controller) that the venv does not take from
+    this checkout: the stamp names this checkout's commit, so the code measured must be its own."""
+    return [
+        f"{name} (from {Path(spec.origin).parent})"
+        for name in ("homenet", "homework_controller", "homework_webui")
+        if (spec := importlib.util.find_spec(name)) is None
+        or spec.origin is None
+        or REPO not in Path(spec.origin).resolve().parents
+    ]
 
 
 def main():
     if os.geteuid() != 0:
         sys.exit("bench needs root (network namespaces, OVS)")
+    if elsewhere := not_this_checkouts():
+        sys.exit(f"the venv runs another checkout's {', '.join(elsewhere)}, not {REPO}'s: its stamp would lie")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help=f"any of: {', '.join(BENCHMARKS)}")
     p.add_argument("--rounds", type=int, default=5)
@@ -472,6 +523,7 @@ def main():
     p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
     p.add_argument("--seconds", type=float, default=10.0, help="hostile, agent_flood: seconds of lookups per phase")
     p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
+    p.add_argument("--path-rounds", type=int, default=30, help="dhcp_storm: in-process storms for the CPU per message")
     p.add_argument("--ipv6-devices", type=int, default=20, help="ipv6_permit: devices permitted one after another")
     p.add_argument("--quick", action="store_true", help="every benchmark, small: a check before submitting")
     args = p.parse_args()
@@ -483,7 +535,7 @@ def main():
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHMARKS)}")
     for name in args.names or BENCHMARKS:
         print(f"== {name}")
-        BENCHMARKS[name](args)
+        run_stamped(functools.partial(BENCHMARKS[name], args))
     sh(PY, BENCH / "report.py")
 
 

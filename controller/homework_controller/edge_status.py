@@ -53,7 +53,9 @@ def counters(app: HomeworkController) -> dict:
         **{f"flow_export_{name}": value for name, value in flow_export.items()},
         lock_max_hold_ms=round(app.lock.max_hold_s * 1000, 1),
         lock_max_hold_by=app.lock.max_hold_by,
-        # [when it ended (time.monotonic(), the machine's), ms, the function] of the last long holds: a phase's longest.
-        lock_long_holds=[[round(ended, 3), round(held * 1000, 2), by] for ended, held, by in list(app.lock.long_holds)],
+        # The same since the phase started (ws.v1 `counters-phase`; time.monotonic(), the machine's clock).
+        lock_phase_started=round(app.lock.phase_started, 3),
+        lock_phase_max_hold_ms=round(app.lock.phase_max_hold_s * 1000, 2),
+        lock_phase_max_hold_by=app.lock.phase_max_hold_by,
         **app.dns.counters,
     )

@@ -86,6 +86,16 @@ def counters(host: Ws1Service) -> dict:
     return host.counters()
 
 
+@operation(
+    "counters-phase",
+    "POST",
+    "start a measuring phase: the lock's longest hold in `counters` (lock_phase_*) counts afresh from now",
+    answers="edge",
+)
+def counters_phase(host: Ws1Service) -> dict:
+    return host.start_counters_phase()
+
+
 @operation("health", "GET", "the switch, the store, hwdb, the resolver, DHCP, QoS and the slice", answers="edge")
 def health(host: Ws1Service) -> dict:
     return host.health()

@@ -1,5 +1,5 @@
 """What the I/O edge serves with: ws.v1's threaded WSGI server on loopback, and the controller's lock,
-which remembers its longest hold and when each long one was (ws.v1 `counters`)."""
+which remembers its longest hold since start and in the current phase (ws.v1 `counters`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import socketserver
 import sys
 import threading
 import time
-from collections import deque
 from wsgiref import simple_server
 
 LOG = logging.getLogger("homework.controller")
@@ -30,23 +29,20 @@ def api_server(host: str, port: int, app) -> simple_server.WSGIServer:
 
 
 class TimedLock:
-    """The controller's lock, remembering its longest hold and who held it (ws.v1 `counters`).
+    """The controller's lock, remembering its longest hold and who held it (ws.v1 `counters`): since the
+    controller started, and since the current phase started (ws.v1 `counters-phase`), so a measurement reads
+    the longest hold of its own phase, every hold counted, however many there were.
 
     Everything under it delays every device's DHCP, ARP and DNS, so its longest hold is the
     number that says whether one device can stall the others.
     """
 
-    # A hold this long is remembered with when it ended (the last LONG_HOLDS of them), so a measurement
-    # reads the longest hold of its own phase rather than the longest since the controller started.
-    LONG_HOLD_S = 0.001
-    LONG_HOLDS = 512
-
     def __init__(self):
         self._lock = threading.Lock()
         self._since = 0.0
         self.max_hold_s, self.max_hold_by = 0.0, ""
-        # (ended, monotonic; held, s; the function whose `with` block it was)
-        self.long_holds: deque[tuple[float, float, str]] = deque(maxlen=self.LONG_HOLDS)
+        self.phase_started = time.monotonic()
+        self.phase_max_hold_s, self.phase_max_hold_by = 0.0, ""
 
     def __enter__(self):
         self._lock.acquire()
@@ -54,13 +50,18 @@ class TimedLock:
         return self
 
     def __exit__(self, *exc):
-        ended = time.monotonic()
-        held = ended - self._since
-        if held >= self.LONG_HOLD_S or held > self.max_hold_s:
-            # Which handler held it: the function whose `with` block this is (looked up only for a long hold).
-            where = sys._getframe(1).f_code.co_name
-            if held >= self.LONG_HOLD_S:
-                self.long_holds.append((ended, held, where))
+        held = time.monotonic() - self._since
+        if held > self.phase_max_hold_s:  # never above the longest since start
+            # Which handler held it: the function whose `with` block this is (looked up only for a new longest).
+            by = f"{threading.current_thread().name} in {sys._getframe(1).f_code.co_name}"
+            self.phase_max_hold_s, self.phase_max_hold_by = held, by
             if held > self.max_hold_s:
-                self.max_hold_s, self.max_hold_by = held, f"{threading.current_thread().name} in {where}"
+                self.max_hold_s, self.max_hold_by = held, by
         self._lock.release()
+
+    def start_phase(self) -> float:
+        """From now on the phase's longest hold counts afresh (called while holding the lock, as ws.v1's
+        operations are: the hold that calls it is the phase's first). Returns when the phase started."""
+        self.phase_started = time.monotonic()
+        self.phase_max_hold_s, self.phase_max_hold_by = 0.0, ""
+        return self.phase_started

@@ -38,6 +38,10 @@ class Ws1Service:
         """ws.v1 `counters`: the router's, and the host's own (its lock's longest hold)."""
         raise NotImplementedError
 
+    def start_counters_phase(self) -> dict:
+        """ws.v1 `counters-phase` (under the lock, as every edge operation): a benchmark's phase starts afresh."""
+        return {"lock_phase_started": round(self.lock.start_phase(), 3)}
+
     def call(self, name: str, *args, role: str = authority.OWNER):
         """Run the ws.v1 operation `name` for a role (`authority`: a refusal changes nothing); state changes
         reach the switch (and hostapd), and the disk, before the answer."""

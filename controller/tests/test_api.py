@@ -3,6 +3,7 @@
 import io
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from wsgiref import simple_server
@@ -10,9 +11,10 @@ from wsgiref import simple_server
 import pytest
 from support import PHONE, lease
 
-from homework_controller import api, authority, operations
+from homework_controller import api, authority, ofapp, operations
 from homework_controller.errors import NotConfigured, UnknownDevice
 from homework_controller.model import BadMac
+from homework_controller.serving import TimedLock
 
 
 def request(app, verb, path, query="", host="127.0.0.1:8081", **headers):
@@ -199,3 +201,21 @@ def test_each_request_acts_for_the_role_its_header_names_and_a_refusal_changes_n
     assert status == 400 and authority.HEADER in body["error"]
     assert request(app, "GET", "/ws.v1/status", x_homework_role="device")[0] == 403  # a device sees only itself
     assert request(app, "POST", f"/ws.v1/whitelist/{PHONE}")[1]["state"] == "permitted"
+
+
+def test_a_benchmark_starts_a_counters_phase_over_ws_v1_and_only_the_owner_may():
+    """`POST counters-phase`, as make bench calls it, through the I/O edge's own `call` (the lock's phase
+    counts afresh); a member or the wall panel is refused and the phase goes on (positive control: the owner)."""
+    edge = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
+    edge.lock = TimedLock()
+    with edge.lock:
+        time.sleep(0.01)  # a long hold before the phase
+    app, started = api.make_app(edge.call), edge.lock.phase_started
+    for role in ("member", "panel"):
+        status, body = request(app, "POST", "/ws.v1/counters-phase", x_homework_role=role)
+        assert status == 403 and "may not start a measuring phase" in body["error"]
+    assert edge.lock.phase_started == started and edge.lock.phase_max_hold_s >= 0.01
+    assert request(app, "GET", "/ws.v1/counters-phase")[0] == 405  # a change: POST only
+    status, body = request(app, "POST", "/ws.v1/counters-phase")
+    assert status == 200 and body["lock_phase_started"] == round(edge.lock.phase_started, 3)
+    assert edge.lock.phase_started > started and edge.lock.phase_max_hold_s < 0.01  # the long hold is not this phase's

@@ -174,13 +174,14 @@ def test_what_the_device_state_refuses_everyone_is_refused_the_owner_too(tmp_pat
 
 
 def test_the_edges_and_the_radios_operations_are_checked_where_ofapp_performs_them(tmp_path):
-    """The operations `ofapp.call` answers off the router (health, counters, the radio's settings) name no
-    device: each role is refused or served as the table says, before the radio's file is read or written
-    or the edge's state looked at (this stub has none)."""
+    """The operations `ofapp.call` answers off the router (health, counters and their phase, the radio's
+    settings) name no device: each role is refused or served as the table says, before the radio's file is
+    read or written or the edge's state looked at (this stub has none)."""
     app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
     settings = tmp_path / "wifi.conf"
     settings.write_text("ssid=Our house\npassphrase=correct horse battery\ncountry=GB\nband=2.4\nchannel=6\n")
     app.lock, app.radio_settings = TimedLock(), RadioSettingsFile(str(settings))
+    phase_started = app.lock.phase_started
     for role in authority.ROLES:
         for name, args in (("radio-settings", ()), ("set-radio-settings", ({"channel": 1},))):
             why = authority.refusal(role, name, frozenset())
@@ -188,12 +189,15 @@ def test_the_edges_and_the_radios_operations_are_checked_where_ofapp_performs_th
                 continue  # the owner's, below
             with pytest.raises(authority.Forbidden, match=re.escape(why)):
                 app.call(name, *args, role=role)
-        for name in ("health", "counters"):
+        for name in (op.name for op in operations.OPERATIONS if op.answers == "edge"):
             why = authority.refusal(role, name, frozenset())
             if why is not None:
                 with pytest.raises(authority.Forbidden, match=re.escape(why)):
                     app.call(name, role=role)
     assert "channel=6" in settings.read_text()
+    assert app.lock.phase_started == phase_started  # a refused `counters-phase` started none
+    started = app.call("counters-phase", role=authority.OWNER)["lock_phase_started"]  # the owner's (make bench's)
+    assert app.lock.phase_started > phase_started and started == round(app.lock.phase_started, 3)
     assert app.call("radio-settings", role=authority.OWNER)["ssid"] == "Our house"
     assert app.call("set-radio-settings", {"channel": 1}, role=authority.OWNER)["channel"] == 1
     assert "channel=1" in settings.read_text()

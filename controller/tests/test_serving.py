@@ -1,4 +1,5 @@
-"""The controller's lock remembers its long holds with when they ended, so a phase's longest can be read."""
+"""The controller's lock remembers its longest hold since start and since the current phase started, so a
+benchmark's quiet and loaded phases each read their own longest hold (ws.v1 `counters-phase`, `counters`)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,35 @@ import time
 from homework_controller.serving import TimedLock
 
 
-def test_a_long_hold_is_remembered_with_when_it_ended_and_a_short_one_is_not():
-    lock = TimedLock()
+def hold(lock: TimedLock, seconds: float) -> None:
     with lock:
-        pass  # a short hold: well under a millisecond
-    assert list(lock.long_holds) == []
+        time.sleep(seconds)
+
+
+def phase(lock: TimedLock, seconds: float) -> tuple[float, str]:
+    """A phase that holds the lock a few times, the longest for `seconds`: its longest hold and who held it."""
+    with lock:
+        lock.start_phase()
+    for s in (seconds / 4, seconds, seconds / 2):
+        hold(lock, s)
+    return lock.phase_max_hold_s, lock.phase_max_hold_by
+
+
+def test_each_phase_reads_its_own_longest_hold_not_the_longest_so_far():
+    lock = TimedLock()
+    quiet, loaded, quiet_again = phase(lock, 0.002), phase(lock, 0.03), phase(lock, 0.002)
+    assert 0.002 <= quiet[0] < loaded[0] and 0.03 <= loaded[0] < 1
+    assert 0.002 <= quiet_again[0] < loaded[0]  # the loaded phase's hold does not leak into the next phase
+    assert quiet_again[1] == "MainThread in hold"  # which thread, and the function whose `with` block held it
+    assert lock.max_hold_s == loaded[0]  # the longest since start is the loaded one
+
+
+def test_a_phase_starts_when_it_is_asked_to_and_counts_every_hold_even_short_ones():
+    lock = TimedLock()
+    hold(lock, 0.01)
     before = time.monotonic()
     with lock:
-        time.sleep(0.005)
-    [(ended, held, by)] = list(lock.long_holds)
-    assert ended >= before and 0.005 <= held < 1
-    assert by == "test_a_long_hold_is_remembered_with_when_it_ended_and_a_short_one_is_not"  # who held it
-    assert lock.max_hold_s == held  # the longest since start too
-
-
-def test_only_the_last_long_holds_are_kept():
-    lock = TimedLock()
-    lock.LONG_HOLD_S = 0.0  # every hold counts as long here
-    for _ in range(TimedLock.LONG_HOLDS + 10):
-        with lock:
-            pass
-    assert len(lock.long_holds) == TimedLock.LONG_HOLDS
-    ends = [ended for ended, _, _ in lock.long_holds]
-    assert ends == sorted(ends)
+        started = lock.start_phase()
+    assert before <= started == lock.phase_started <= time.monotonic()
+    hold(lock, 0.0)  # a hold of microseconds: counted, not left out as too short to remember
+    assert 0 < lock.phase_max_hold_s < 0.01 <= lock.max_hold_s

@@ -23,7 +23,7 @@ fed through the fair queue): wall time from a burst's first frame to its last an
 thread's CPU time over the two bursts. --profile: a cProfile breakdown of the serving thread.
 
 Usage (from the repository root):
-  .venv/bin/python controller/tools/dhcp_path.py [--devices 100] [--rounds 30] [--threads] [--profile]
+  .venv/bin/python controller/tools/dhcp_path.py [--devices 100] [--rounds 30] [--threads] [--profile] [--json F]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import json
 import logging
 import os
 import pstats
@@ -42,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import dpkt
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
@@ -292,11 +294,15 @@ def threaded_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog) -> 
     return {"discover": wall["discover"] / devices, "request": wall["request"] / devices, "cpu": cpu / (2 * devices)}
 
 
-def report(title: str, results: list[dict[str, float]], labels: dict[str, str]) -> None:
+def report(title: str, results: list[dict[str, float]], labels: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Prints each figure's median (and minimum) over the rounds, in us; returns them by key."""
     print(f"{title}; per message, median (min) over rounds:")
+    figures = {}
     for key, label in labels.items():
         values = [r[key] * 1e6 for r in results]
-        print(f"  {label:32} {statistics.median(values):8.1f} us  ({min(values):.1f})")
+        figures[key] = {"median_us": round(statistics.median(values), 1), "min_us": round(min(values), 1)}
+        print(f"  {label:32} {figures[key]['median_us']:8.1f} us  ({figures[key]['min_us']:.1f})")
+    return figures
 
 
 def main() -> None:
@@ -309,6 +315,7 @@ def main() -> None:
         action="store_true",
         help="also with the controller's threads: wall time per burst (noisy on a shared machine)",
     )
+    p.add_argument("--json", type=Path, help="also write the serving thread's figures here (make bench's dhcp_storm)")
     args = p.parse_args()
     # As the controller runs (__main__): INFO through its log writer, and its GIL switch interval.
     log_writer.configure(logging.INFO, open(os.devnull, "w"))  # noqa: SIM115 (open as long as the run)
@@ -317,7 +324,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dhcp-path-") as workdir:
         storm_round(args.devices, workdir, 0, hwdb)  # warm-up: imports, caches
         results = [storm_round(args.devices, workdir, n, hwdb) for n in range(1, args.rounds + 1)]
-        report(
+        serving = report(
             f"{args.devices} devices, {args.rounds} rounds, serving thread",
             results,
             {
@@ -327,6 +334,8 @@ def main() -> None:
                 "cpu": "cpu, all threads",
             },
         )
+        if args.json:
+            args.json.write_text(json.dumps({"devices": args.devices, "rounds": args.rounds, **serving}, indent=2))
         if args.threads:
             report(
                 "with the controller's threads",
