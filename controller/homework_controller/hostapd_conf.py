@@ -19,9 +19,9 @@ a copy of that MAC cannot join with the guest password over SAE either. hostapd 
 for an SAE join; the controller reads which password the configuration binds to the station's
 MAC (`sae_bindings`, its --hostapd-conf). A device key added later, or a device back under a new
 MAC, reaches SAE when the configuration is rendered again and its passwords given to the running
-hostapd (on the image, a path unit on the key file does both: `homework_image.radio`). Until then such a device joins with its own passphrase over
-WPA2 only: SAE cannot try several passwords on one handshake, and phones send no SAE password
-identifier.
+hostapd (on the image, a path unit on the key file does both: `homework_image.radio`). Until then
+such a device joins with its own passphrase over WPA2 only: SAE cannot try several passwords on one
+handshake, and phones send no SAE password identifier.
 
 `--country` is the regulatory domain: `00` (the world domain, the kernel's default until the
 household chooses) is not advertised; a country is, with 802.11d. 5 GHz, and channels 12 and 13,
