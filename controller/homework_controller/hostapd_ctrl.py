@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from . import hostapd_conf, private_files, wifi_keys
 from .effects import AuthenticatorDeny, AuthenticatorKick
@@ -37,6 +37,40 @@ def command(ctrl: str, *words: str, timeout: float = 5) -> str:
     if proc.returncode != 0 or "FAIL" in proc.stdout or answer.startswith("Failed to connect"):
         raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {answer or proc.returncode}")
     return proc.stdout.strip()
+
+
+@contextlib.contextmanager
+def _client_socket(name: str) -> Iterator[socket.socket]:
+    """A datagram socket bound to a path of its own: hostapd answers a named socket only (not an abstract
+    one), as hostapd_cli's in /tmp (a service talking to hostapd shares its private /tmp)."""
+    local = os.path.join(tempfile.gettempdir(), f"homework-hostapd-{name}-{os.getpid()}-{threading.get_ident()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(local)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(local)
+        try:
+            yield sock
+        finally:
+            os.unlink(local)
+
+
+def request(ctrl: str, message: str, timeout: float = 5) -> str:
+    """One request on hostapd's control socket `ctrl` from this process itself, not through hostapd_cli:
+    for one that carries a secret, which a command line shows every process of the box (/proc/PID/cmdline).
+    Its answer, or HostapdError (hostapd answered FAIL, or is not there), which names the request's first
+    two words only."""
+    what = " ".join(message.split(" ", 2)[:2])
+    try:
+        with _client_socket("request") as sock:
+            sock.settimeout(timeout)
+            sock.connect(ctrl)
+            sock.send(message.encode())
+            answer = sock.recv(4096).decode("utf-8", "replace").strip()
+    except OSError as exc:
+        raise HostapdError(f"hostapd did not take `{what}`: {exc}") from None
+    if answer.startswith("FAIL"):
+        raise HostapdError(f"hostapd did not take `{what}`: {answer}")
+    return answer
 
 
 def station_joined(event: str) -> tuple[str, str] | None:
@@ -122,16 +156,8 @@ class Events:
         self.stopped.set()
 
     def _listen(self) -> None:
-        # hostapd answers a named socket only (not an abstract one), as hostapd_cli's in /tmp.
-        local = os.path.join(tempfile.gettempdir(), f"homework-hostapd-events-{os.getpid()}-{id(self)}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(local)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.bind(local)
-            try:
-                self._attached_to(sock)
-            finally:
-                os.unlink(local)
+        with _client_socket("events") as sock:
+            self._attached_to(sock)
 
     def _attached_to(self, sock: socket.socket) -> None:
         sock.connect(self.ctrl)

@@ -373,3 +373,14 @@ def test_the_stations_already_on_the_air_are_read_with_the_key_each_used():
         ("02:00:00:00:00:02", "", True),
     ]
     assert hostapd_ctrl.stations_present("") == []
+
+
+def test_real_hostapd_takes_an_sae_password_set_while_it_runs_and_a_refusal_names_no_secret(wired_hostapd):
+    """How the image gives hostapd a device's SAE password without a restart (`homework_image.radio`): one
+    request straight on the socket, so the password is on no process's command line."""
+    ctrl = wired_hostapd("")
+    assert hostapd_ctrl.request(ctrl, "SET sae_password own secret|mac=02:00:00:00:00:01") == "OK"
+    with pytest.raises(hostapd_ctrl.HostapdError, match="SET sae_password") as refused:
+        hostapd_ctrl.request(ctrl, "SET sae_password own secret|mac=not-a-mac")
+    assert "secret" not in str(refused.value)
+    assert hostapd_ctrl.request(ctrl, "PING") == "PONG"  # still serving

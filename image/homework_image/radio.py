@@ -201,10 +201,10 @@ def give_passwords(conf: str, guest_changed: bool) -> None:
     by themselves, in about a second. So the key file is read again here only when its guest line changed."""
     ctrl = str(HOSTAPD_CTRL / BRIDGE)
     for line in conf.splitlines():
-        if line.startswith(SAE_PASSWORD):
-            hostapd_ctrl.command(ctrl, "set", "sae_password", line.removeprefix(SAE_PASSWORD))
+        if line.startswith(SAE_PASSWORD):  # straight to the socket: a password on no command line
+            hostapd_ctrl.request(ctrl, f"SET sae_password {line.removeprefix(SAE_PASSWORD)}")
     if guest_changed:
-        hostapd_ctrl.command(ctrl, "reload_wpa_psk")
+        hostapd_ctrl.request(ctrl, "RELOAD_WPA_PSK")
 
 
 def guest_line() -> str:

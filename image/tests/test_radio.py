@@ -118,13 +118,13 @@ def served_radio(tmp_path, monkeypatch):
         ran.append((*cmd, conf()))
         return ""
 
-    def command(ctrl: str, *words: str) -> str:
+    def request(ctrl: str, message: str) -> str:
         assert ctrl == str(tmp_path / "hostapd" / radio.BRIDGE)
-        ran.append(("hostapd", *words, conf()))
+        ran.append(("hostapd", message, conf()))
         return "OK"
 
     monkeypatch.setattr(radio, "run", run)
-    monkeypatch.setattr(radio.hostapd_ctrl, "command", command)
+    monkeypatch.setattr(radio.hostapd_ctrl, "request", request)
     return tmp_path, ran
 
 
@@ -142,8 +142,8 @@ def test_a_changed_password_is_given_to_the_running_hostapd_in_the_files_order_a
     monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: issued)
     assert radio.refresh() == "passwords"
     assert ran == [
-        ("hostapd", "set", "sae_password", "guest pass", RUNNING),
-        ("hostapd", "set", "sae_password", "new|mac=06:00:00:00:00:01", RUNNING),
+        ("hostapd", "SET sae_password guest pass", RUNNING),
+        ("hostapd", "SET sae_password new|mac=06:00:00:00:00:01", RUNNING),
     ]  # the key file is the controller's to have read again: the guest's line did not change
     assert (run_dir / "hostapd.conf").read_text() == issued
     # Rendered again to the same: nothing at all (the key file rewritten as it was wakes it too).
@@ -164,9 +164,9 @@ def test_a_new_guest_passphrase_is_given_to_the_running_hostapd_and_its_key_file
     monkeypatch.setattr(radio, "render_hostapd_conf", render)
     assert radio.refresh() == "passwords"
     assert [cmd[:-1] for cmd in ran] == [
-        ("hostapd", "set", "sae_password", "new guest pass"),
-        ("hostapd", "set", "sae_password", "old|mac=02:00:00:00:00:01"),  # ahead of the new guest line again
-        ("hostapd", "reload_wpa_psk"),
+        ("hostapd", "SET sae_password new guest pass"),
+        ("hostapd", "SET sae_password old|mac=02:00:00:00:00:01"),  # ahead of the new guest line again
+        ("hostapd", "RELOAD_WPA_PSK"),
     ]
 
 
@@ -188,10 +188,10 @@ def test_a_password_hostapd_refuses_leaves_the_file_as_hostapd_runs_it(served_ra
     (run_dir / "hostapd.conf").write_text(RUNNING)
     monkeypatch.setattr(radio, "render_hostapd_conf", lambda settings: RUNNING.replace("old|", "new|"))
 
-    def refuse(ctrl, *words):
-        raise radio.hostapd_ctrl.HostapdError("hostapd did not take `set sae_password`: FAIL")
+    def refuse(ctrl, message):
+        raise radio.hostapd_ctrl.HostapdError("hostapd did not take `SET sae_password`: FAIL")
 
-    monkeypatch.setattr(radio.hostapd_ctrl, "command", refuse)
+    monkeypatch.setattr(radio.hostapd_ctrl, "request", refuse)
     with pytest.raises(radio.RadioError, match="runs with the passwords it had"):
         radio.refresh()
     assert (run_dir / "hostapd.conf").read_text() == RUNNING
