@@ -51,6 +51,8 @@ from common import (
     write_result,
 )
 
+from homenet.browser import harness_env
+
 # ---- the baseline: a plain OVS bridge with the NORMAL action ------------------------------------
 
 
@@ -408,17 +410,7 @@ def webui(_args) -> None:
     """The web UI's numbers against the live emulated home: join to label visible, drop to connected, size."""
     home = homenet_up()
     try:
-        hooks = REPO / "tests" / "e2e" / "hooks"
-        env = dict(
-            os.environ,
-            WEBUI_URL="http://127.0.0.1:8080",
-            E2E_USER="owner",
-            E2E_PASSWORD="a long household passphrase",
-            E2E_SETUP_CODE=home.setup_code(),
-            E2E_JOIN_CMD=f"{PY} {hooks / 'join.py'}",
-            E2E_CHECK_CMD=f"{PY} {hooks / 'check.py'}",
-            PYTHON=PY,
-        )
+        env = harness_env(home, Path(tempfile.mkdtemp(prefix="bench-webui-screenshots-")))
         subprocess.run(
             ["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
             env=env,
