@@ -43,11 +43,16 @@ def summary(samples_s: list[float]) -> dict:
     }
 
 
+# What a run writes, relative to the repository (a stamp's "-dirty" is about anything else).
+QOS_PLOT = "docs/qos-call-delay.png"
+WRITTEN = ("bench/results", "docs/PERFORMANCE.md", QOS_PLOT)
+
+
 def commit() -> str:
     """HEAD's commit, with "-dirty" if a tracked file differs from it (the results and the page a run writes
     do not count: they are what it makes, not what it measures)."""
     head = sh("git", "-C", REPO, "rev-parse", "HEAD", check=False).strip() or "unknown"
-    measured = [".", ":(exclude)bench/results", ":(exclude)docs/PERFORMANCE.md"]
+    measured = [".", *(f":(exclude){path}" for path in WRITTEN)]
     changed = subprocess.run(["git", "-C", REPO, "diff", "--quiet", "HEAD", "--", *measured]).returncode
     return f"{head}-dirty" if changed else head
 

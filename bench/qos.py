@@ -9,12 +9,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: render straight to PNG
 import matplotlib.pyplot as plt
-from common import REPO, add_client, homenet_up, write_result
+from common import QOS_PLOT, REPO, add_client, homenet_up, write_result
 
 from homenet.load import DOWN, UP, CallUnderLoad, call_under_load
 
 APP = "video-call"
-PLOT = REPO / "docs" / "qos-call-delay.png"
+PLOT = REPO / QOS_PLOT
 # The original router's fig. 4.11 (thesis chapter 4, section 4.4.3): game packets waited
 # 200-500 ms behind HTTP on a 4 Mbit/s link before prioritisation, "significantly" less after.
 ORIGINAL = "200-500 ms before prioritisation (fig. 4.11a)"

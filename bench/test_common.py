@@ -18,7 +18,7 @@ def a_checkout(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "bench" / "results").mkdir(parents=True)
     (repo / "docs").mkdir()
-    for name in ("controller.py", "bench/results/old.json", "docs/PERFORMANCE.md"):
+    for name in ("controller.py", "bench/results/old.json", "docs/PERFORMANCE.md", common.QOS_PLOT):
         (repo / name).write_text("{}\n")
     git(repo, "init", "-q")
     git(repo, "add", ".")
@@ -32,6 +32,7 @@ def test_the_commit_is_dirty_when_measured_code_differs_but_not_when_only_result
     head = git(repo, "rev-parse", "HEAD")
     (repo / "bench/results/old.json").write_text('{"new": 1}\n')
     (repo / "docs/PERFORMANCE.md").write_text("a new page\n")
+    (repo / common.QOS_PLOT).write_text("a new plot\n")  # the qos benchmark's, written before later ones begin
     assert common.commit() == head  # what a run writes is not what it measures
     (repo / "controller.py").write_text("changed = True\n")
     assert common.commit() == f"{head}-dirty"
