@@ -410,13 +410,13 @@ def webui(_args) -> None:
     """The web UI's numbers against the live emulated home: join to label visible, drop to connected, size."""
     home = homenet_up()
     try:
-        env = harness_env(home, Path(tempfile.mkdtemp(prefix="bench-webui-screenshots-")))
-        subprocess.run(
-            ["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
-            env=env,
-            check=True,
-            timeout=1800,
-        )
+        with tempfile.TemporaryDirectory(prefix="bench-webui-screenshots-") as screenshots:
+            subprocess.run(
+                ["make", "-C", REPO / "webui", "bench", f"BENCH_OUT={RESULTS / 'webui.json'}", f"PYTHON={PY}"],
+                env=harness_env(home, Path(screenshots)),
+                check=True,
+                timeout=1800,
+            )
     finally:
         home.down()
 
