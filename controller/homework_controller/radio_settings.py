@@ -55,6 +55,10 @@ class RadioSettings:
 
 
 FIELDS = tuple(f.name for f in fields(RadioSettings))
+# What the radio cannot take while it runs: a change of any of these restarts it (every device joins again).
+# The guest passphrase it takes at run time (homework_image.radio.refresh). The web UI reads this list to
+# say, before the owner saves, which it will be.
+RESTARTING_FIELDS = tuple(f for f in FIELDS if f != "passphrase")
 
 
 class BadSettings(ApiError):
@@ -229,10 +233,17 @@ class RadioSettingsFile:
 
     def radio_settings(self) -> dict:
         """The settings (the guest passphrase too: only the owner's page reads them), the lines left out,
-        and the channels each band has (`world_channels`: all the world domain allows), for a form to offer."""
+        the channels each band has (`world_channels`: all the world domain allows), for a form to offer, and
+        which settings restart the radio when changed (`restarts`)."""
         with self._lock:
             settings, problems = parse(self._read(), self.path)
-        return {**settings.as_dict(), "problems": problems, "channels": CHANNELS, "world_channels": WORLD_CHANNELS}
+        return {
+            **settings.as_dict(),
+            "problems": problems,
+            "channels": CHANNELS,
+            "world_channels": WORLD_CHANNELS,
+            "restarts": RESTARTING_FIELDS,
+        }
 
     def set_radio_settings(self, changes: object) -> dict:
         """The settings changed as asked, written (the radio restarts with them when they differ)."""
@@ -244,8 +255,6 @@ class RadioSettingsFile:
             if text != current:
                 private_files.write(self.path, text)  # it holds the guest passphrase: 0600
             _, problems = parse(text, self.path)
-        # The radio takes a new guest passphrase while it runs (homework_image.radio.refresh); any other
-        # setting restarts it.
-        restarting = replace(after, passphrase=before.passphrase) != before
+        restarting = any(getattr(after, f) != getattr(before, f) for f in RESTARTING_FIELDS)
         message = RESTARTS if restarting else NEW_GUEST_PASSPHRASE if after != before else "nothing changed"
         return {**after.as_dict(), "problems": problems, "restarting": restarting, "message": message}

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from homework_controller.radio_settings import RadioSettings
+from homework_controller import radio_settings
+from homework_controller.radio_settings import RESTARTING_FIELDS, RadioSettings
 from homework_image import radio
 from homework_image.radio import Radio
 
@@ -181,6 +182,39 @@ def test_a_changed_setting_restarts_only_hostapd_with_it(served_radio, monkeypat
         ("systemctl", "stop", "homework-hostapd.service", RUNNING),
         ("systemctl", "start", "homework-hostapd.service", moved),
     ]
+
+
+# A change of each setting (a band with a channel it has).
+CHANGES = {
+    "ssid": {"ssid": "Our house 2"},
+    "passphrase": {"passphrase": "a new guest passphrase"},
+    "country": {"country": "FR"},
+    "band": {"band": "5", "channel": 36},
+    "channel": {"channel": 11},
+}
+
+
+@pytest.mark.parametrize("field", [*RESTARTING_FIELDS, "passphrase"])
+def test_the_radio_restarts_for_the_settings_the_controller_says_restart_it_and_for_no_other(
+    served_radio, monkeypatch, field
+):
+    """The web UI tells the owner before saving whether the Wi-Fi restarts, from the controller's list
+    (`RESTARTING_FIELDS`): the refresh, rendering with the real renderer, does what that list says."""
+    run_dir, ran = served_radio
+
+    def render(settings: RadioSettings) -> str:
+        argv = [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    monkeypatch.setattr(radio, "render_hostapd_conf", render)
+    before = RadioSettings("Our house", "correct horse battery", "GB", "2.4", 6)
+    (run_dir / "wifi.conf").write_text(radio_settings.render(before, ""))
+    assert radio.refresh() == "restarted"  # the first configuration: hostapd starts with it
+    after = radio_settings.changed(before, CHANGES[field])
+    assert getattr(after, field) != getattr(before, field)
+    (run_dir / "wifi.conf").write_text(radio_settings.render(after, ""))
+    ran.clear()
+    assert radio.refresh() == ("restarted" if field in RESTARTING_FIELDS else "passwords"), ran
 
 
 def test_a_password_hostapd_refuses_leaves_the_file_as_hostapd_runs_it(served_radio, monkeypatch):

@@ -361,6 +361,8 @@ test('owner: the Wi-Fi channel is changed on the Household page and the saved va
   assert.deepEqual(await offered('[data-test=radio-band]'), ['2.4'])
   assert.deepEqual(await offered('[data-test=radio-channel]'), ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'])
   await page.selectOption('[data-test=radio-channel]', '11')
+  // Before saving, the page says what saving does to the radio (the controller names what restarts it).
+  assert.match(await page.textContent('[data-test=radio-on-save]'), /Saving restarts the Wi-Fi/)
   await page.click('[data-test=radio-save]')
   await page.waitForSelector('[data-test=radio-saved]')
   assert.match(await page.textContent('[data-test=radio-saved]'), /every device joins again within a few seconds/)
@@ -369,6 +371,14 @@ test('owner: the Wi-Fi channel is changed on the Household page and the saved va
   await page.reload()
   await page.waitForSelector('[data-test=radio-channel]')
   assert.equal(await page.inputValue('[data-test=radio-channel]'), '11')
+  // Nothing changed: nothing to save. A new guest passphrase alone: no restart, said before and after saving.
+  assert.equal(await page.isDisabled('[data-test=radio-save]'), true)
+  await page.fill('[data-test=radio-passphrase]', 'a new guest passphrase')
+  assert.match(await page.textContent('[data-test=radio-on-save]'), /does not restart the Wi-Fi/)
+  await page.click('[data-test=radio-save]')
+  await page.waitForSelector('[data-test=radio-saved]')
+  assert.match(await page.textContent('[data-test=radio-saved]'), /the new guest passphrase works now/)
+  assert.match(settingsFile(), /^passphrase=a new guest passphrase$/m)
   // A passphrase the controller refuses is explained beside its field, and nothing is written.
   const before = settingsFile()
   await page.fill('[data-test=radio-passphrase]', 'pass|word here')

@@ -38,6 +38,7 @@ def test_the_owner_reads_and_changes_the_radio_and_is_told_every_device_rejoins(
         "problems": [],
     }
     assert r.json["channels"]["2.4"] == list(range(1, 14)) and r.json["world_channels"] == list(range(1, 12))
+    assert r.json["restarts"] == ["ssid", "country", "band", "channel"]  # not the guest passphrase
     r = owner.put("/api/radio", {"channel": 11, "country": "gb", "ssid": "Our house"})
     assert r.status_code == 200, r.json
     assert r.json["radio"]["channel"] == 11 and r.json["radio"]["country"] == "GB"

@@ -24,13 +24,16 @@ NO_RADIO = {
     )
 }
 SETTINGS = ("ssid", "passphrase", "country", "band", "channel", "problems")
-CHOICES = ("channels", "world_channels")  # what the controller takes, for the form to offer no other
+# What the controller takes, for the form to offer no other, and the settings whose change restarts the
+# radio (the controller's word), for the form to say so before the owner saves.
+CHOICES = ("channels", "world_channels", "restarts")
 
 
 @bp.get("/api/radio")
 @access(*SIGNED_IN)
 def radio_object():
-    """{"radio": {ssid, passphrase, country, band, channel, problems}, "channels": {band: [...]}, "world_channels"}"""
+    """{"radio": {ssid, passphrase, country, band, channel, problems}, "channels": {band: [...]},
+    "world_channels": [...], "restarts": [the settings whose change restarts the radio]}"""
     shown = _object(ask_controller(services().controller.radio_settings, meaning=NO_RADIO))
     return no_store({"radio": {f: shown.get(f) for f in SETTINGS}, **{c: shown.get(c) for c in CHOICES}})
 

@@ -15,7 +15,7 @@ export const COUNTRY_CODES = (
   'TN TO TR TT TV TW TZ UA UG UM US UY UZ VA VC VE VG VI VN VU WF WS YE YT ZA ZM ZW'
 ).split(' ')
 
-export interface Choices { channels: Record<string, number[]>; world_channels: number[] }
+export interface Choices { channels: Record<string, number[]>; world_channels: number[]; restarts: string[] }
 
 /** The countries by name in the page's language (the code where the browser has no name for it). */
 export function countries(locale?: string): { code: string; name: string }[] {
@@ -46,4 +46,14 @@ export function keptChannel(choices: Choices, country: string, band: string, cha
   const offered = channels(choices, country, band)
   if (offered.includes(channel)) return channel
   return offered.includes(6) ? 6 : offered[0]
+}
+
+/** What saving the form will do to the radio, said before the owner saves: the controller names the
+ * settings whose change restarts it (`restarts`); a new guest passphrase alone it takes while it runs. */
+export type OnSave = 'nothing' | 'restart' | 'new-guest-passphrase'
+
+export function onSave(choices: Choices, saved: Record<string, unknown>, form: Record<string, unknown>): OnSave {
+  const differs = (field: string) => saved[field] !== form[field]
+  if (choices.restarts.some(differs)) return 'restart'
+  return differs('passphrase') ? 'new-guest-passphrase' : 'nothing'
 }
