@@ -311,8 +311,8 @@ def set_reset_time(router: HomeRouter, at: str) -> dict:
 @operation(
     "radio-settings",
     "GET",
-    "the router's own radio's settings (network name, guest passphrase, country, band, channel) and the "
-    "lines of its file left out",
+    "the router's own radio's settings (network name, guest passphrase, country, band, channel), the lines of "
+    "its file left out, each band's channels, and which settings restart the radio when changed (restarts)",
     answers="radio",
 )
 def radio_settings(radio: RadioSettingsFile) -> dict:
@@ -323,7 +323,8 @@ def radio_settings(radio: RadioSettingsFile) -> dict:
     "set-radio-settings",
     "POST",
     "change the radio's settings (a JSON object of any of ssid, passphrase, country, band, channel, checked "
-    "together): written to its file, and the radio restarts with them (every device joins again)",
+    "together): written to its file; the radio takes a new guest passphrase while it runs and restarts for any "
+    "other change (every device joins again), as restarting and message say",
     body=True,
     answers="radio",
 )
