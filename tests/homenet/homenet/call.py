@@ -8,8 +8,10 @@ through the router's NAT).
 
 Both sides run in namespaces of one machine, so they share one clock: a packet carries its sequence
 number, when it left the device and when the reflector sent it back, and one-way delay is simply
-arrival minus departure. Each side prints one JSON document when it ends (after --duration, or on
-SIGTERM for the reflector): per packet (seq, sent_ns, delay_ms), and its loss.
+arrival minus departure. Arrival is when the kernel took the packet in (its receive timestamp), not when
+this program got round to reading it: on a loaded machine a measuring process waits for a core for tens
+of milliseconds, which is no delay of the network's. Each side prints one JSON document when it ends
+(after --duration, or on SIGTERM for the reflector): per packet (seq, sent_ns, delay_ms), and its loss.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ import sys
 import time
 
 PACKET = struct.Struct("!IQQ")  # sequence number, left the device (ns), left the reflector (ns)
+# Linux's SO_TIMESTAMPNS (the Python socket module does not name it): each datagram comes with the
+# CLOCK_REALTIME it arrived at, a struct timespec.
+SO_TIMESTAMPNS = 35
+TIMESPEC = struct.Struct("@qq")
 SIZE = 160
 RATE = 50
 PORT = 3478  # STUN/TURN: the port a video call's media uses, so the router's port table names it
@@ -43,9 +49,24 @@ def _udp(port: int, ipv6: bool, address: str = "") -> socket.socket:
     return sock
 
 
+def _timestamped(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return sock
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, tuple, int]:
+    """A datagram, where it came from, and when it arrived (ns, the kernel's timestamp)."""
+    data, ancillary, _, peer = sock.recvmsg(2048, socket.CMSG_SPACE(TIMESPEC.size))
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+            seconds, nanoseconds = TIMESPEC.unpack_from(value)
+            return data, peer, seconds * 1_000_000_000 + nanoseconds
+    return data, peer, time.time_ns()  # no timestamp came with it: when it was read
+
+
 def call(to: str, port: int, duration: float, local_port: int = PORT) -> dict:
     """Sends at a steady rate (never in bursts) for `duration` s; returns the downlink's delays."""
-    sock = _udp(local_port, ":" in to)  # a call's media keeps one local port; the router sees one flow
+    sock = _timestamped(_udp(local_port, ":" in to))  # a call's media keeps one local port: one flow
     padding = bytes(SIZE - PACKET.size)
     start = time.monotonic()
     seq = 0
@@ -64,8 +85,7 @@ def call(to: str, port: int, duration: float, local_port: int = PORT) -> dict:
             continue
         wait = (due - now) if due < start + duration else (start + duration + LINGER_S - now)
         if select.select([sock], [], [], max(0.0, wait))[0]:
-            data = sock.recv(2048)
-            arrived = time.time_ns()
+            data, _, arrived = _receive(sock)
             if len(data) >= PACKET.size:
                 got, _, reflected = PACKET.unpack_from(data)
                 down.setdefault(got, (reflected, (arrived - reflected) / 1e6))
@@ -77,7 +97,7 @@ def reflect(port: int, duration: float, address: str = "") -> dict:
     call is made to. The internet has several IPv6 addresses on one link, and a reply from an unbound
     socket leaves from whichever the kernel picks: from another than the call's, the router's firewall
     takes it for a new connection from the WAN, and drops it."""
-    sock = _udp(port, ipv6=":" in address or not address, address=address)
+    sock = _timestamped(_udp(port, ipv6=":" in address or not address, address=address))
     sock.settimeout(0.2)
     up: dict[int, tuple[int, float]] = {}
     stopping = False
@@ -91,10 +111,9 @@ def reflect(port: int, duration: float, address: str = "") -> dict:
     stop = time.monotonic() + duration
     while not stopping and time.monotonic() < stop:
         try:
-            data, peer = sock.recvfrom(2048)
+            data, peer, arrived = _receive(sock)
         except TimeoutError:
             continue
-        arrived = time.time_ns()
         if len(data) < PACKET.size:
             continue
         seq, sent, _ = PACKET.unpack_from(data)
