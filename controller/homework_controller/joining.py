@@ -130,15 +130,20 @@ class Joining:
         mac = normalize_mac(mac)
         owner = self.passphrases.device_with(keyid)
         if owner == mac:
+            self.passphrases.joined_with_own(mac)
             return []  # the device, with its own passphrase
         device = self.devices.get(owner) if owner is not None else None
         if device is not None:
             there = self.devices.get(mac)
             if there is None or there.state is State.PENDING:
-                return self._moved(device, mac, "it joined with its own passphrase")
+                moved = self._moved(device, mac, "it joined with its own passphrase")
+                self.passphrases.joined_with_own(mac)
+                return moved
             # Another decided device's address with this device's passphrase: neither device.
             return [AuthenticatorKick(mac), *self._suspect_clone(mac, [f"joined with {device.label}'s passphrase"])]
-        differs = clones.wrong_key(self.passphrases.keyid_of(mac), keyid)
+        # Given its own passphrase, a device keeps the connection it has until it switches: another
+        # passphrase with its MAC is a copy's only once it has joined with its own.
+        differs = clones.wrong_key(self.passphrases.keyid_in_use(mac), keyid)
         if not differs:
             return []
         # Not the device, whose passphrase is its own: off the air, and the household told.

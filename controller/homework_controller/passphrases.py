@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from . import wifi_keys
 from .errors import ApiError, NotConfigured, UnknownDevice
@@ -49,7 +50,7 @@ class Passphrases:
         written again: `HomeRouter` says so)."""
         key = self._keys.pop(old_mac, None)
         if key is not None:
-            self._keys[new_mac] = wifi_keys.WifiKey(new_mac, key.passphrase, key.created)
+            self._keys[new_mac] = replace(key, mac=new_mac)
             for keyid, mac in self._earlier_keyids.items():
                 if mac == old_mac:
                     self._earlier_keyids[keyid] = new_mac
@@ -58,7 +59,7 @@ class Passphrases:
     def status_of(self, mac: str) -> dict:
         """That it has one, and since when; never the passphrase."""
         key = self._keys.get(mac)
-        return {"wifi_key": {"keyid": key.keyid, "created": key.created} if key else None}
+        return {"wifi_key": {"keyid": key.keyid, "created": key.created, "used": key.used} if key else None}
 
     # -- the household's requests
 
@@ -106,9 +107,18 @@ class Passphrases:
     def has_own(self, mac: str) -> bool:
         return mac in self._keys
 
-    def keyid_of(self, mac: str) -> str | None:
+    def keyid_in_use(self, mac: str) -> str | None:
+        """The key id of the device's own passphrase once the device has joined with it (None before: until
+        it switches, the passphrase it was on stays its own too)."""
         key = self._keys.get(mac)
-        return key.keyid if key else None
+        return key.keyid if key and key.used else None
+
+    def joined_with_own(self, mac: str) -> None:
+        """hostapd: the device joined with its own passphrase; the first time, it is in use from now."""
+        key = self._keys.get(mac)
+        if key is not None and not key.used:
+            self._keys[mac] = replace(key, used=self.clock())
+            self._save(mac, self._keys[mac])
 
     def all(self) -> list[wifi_keys.WifiKey]:
         """Every device's passphrase, for hostapd's key file."""

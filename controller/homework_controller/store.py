@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS wifi_keys (
     passphrase TEXT NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS wifi_key_uses (
+    mac TEXT PRIMARY KEY,
+    first REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS pauses (
     mac TEXT PRIMARY KEY,
     paused INTEGER NOT NULL,
@@ -117,6 +121,7 @@ DEVICE_TABLES = (
     "devices",
     "dns_rules",
     "wifi_keys",
+    "wifi_key_uses",
     "pauses",
     "schedules",
     "allowances",
@@ -224,10 +229,11 @@ class DeviceStore:
         return rules
 
     def load_wifi_keys(self) -> dict[str, WifiKey]:
-        return {
-            mac: WifiKey(mac, passphrase, created)
-            for mac, passphrase, created in self.db.execute("SELECT mac, passphrase, created FROM wifi_keys")
-        }
+        rows = self.db.execute(
+            "SELECT k.mac, k.passphrase, k.created, COALESCE(u.first, 0) FROM wifi_keys k "
+            "LEFT JOIN wifi_key_uses u ON u.mac = k.mac"
+        )
+        return {mac: WifiKey(mac, passphrase, created, used) for mac, passphrase, created, used in rows}
 
     def load_pauses(self) -> dict[str, tuple[bool, float | None, float]]:
         """mac -> (paused, until when (None: until resumed), excused from its schedule until when)."""
@@ -309,15 +315,21 @@ class DeviceStore:
             )
 
     def save_wifi_key(self, mac: str, key: WifiKey | None) -> None:
-        """Set (or, with None, revoke) a device's own Wi-Fi passphrase."""
+        """Set (or, with None, revoke) a device's own Wi-Fi passphrase, and when it was first used."""
+        statements: list[tuple[str, tuple]] = [("DELETE FROM wifi_key_uses WHERE mac = ?", (mac,))]
         if key is None:
-            self._submit("DELETE FROM wifi_keys WHERE mac = ?", (mac,))
+            statements.append(("DELETE FROM wifi_keys WHERE mac = ?", (mac,)))
         else:
-            self._submit(
-                "INSERT INTO wifi_keys (mac, passphrase, created) VALUES (?,?,?) ON CONFLICT(mac) "
-                "DO UPDATE SET passphrase=excluded.passphrase, created=excluded.created",
-                (mac, key.passphrase, key.created),
+            statements.append(
+                (
+                    "INSERT INTO wifi_keys (mac, passphrase, created) VALUES (?,?,?) ON CONFLICT(mac) "
+                    "DO UPDATE SET passphrase=excluded.passphrase, created=excluded.created",
+                    (mac, key.passphrase, key.created),
+                )
             )
+            if key.used:
+                statements.append(("INSERT INTO wifi_key_uses (mac, first) VALUES (?,?)", (mac, key.used)))
+        self._submit_together(statements)
 
     def save_pause(self, mac: str, paused: bool, until: float | None, excused_until: float) -> None:
         if not paused and not excused_until:

@@ -42,6 +42,9 @@ class WifiKey:
     mac: str
     passphrase: str
     created: float
+    # When the device first joined with it (0: not yet). Until then the device is on the guest passphrase
+    # (or its earlier one) by right: it keeps that connection until it switches, and is no copy for it.
+    used: float = 0.0
 
     @property
     def keyid(self) -> str:

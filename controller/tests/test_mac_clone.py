@@ -101,6 +101,31 @@ def test_after_a_restart_the_first_client_is_taken_for_the_lease_holder(db_path,
     assert len(clone_events(ask(second, PHONE, OTHER_CLIENT))) == 1
 
 
+def test_a_device_given_its_own_passphrase_keeps_the_guest_one_until_it_switches_even_across_a_restart(db_path, clock):
+    """Issue 37: a device on the guest passphrase that is given its own keeps its connection (it rejoins on
+    the guest passphrase, say after a radio restart) and is no copy of itself, until it has joined with its
+    own once; from then on, the guest passphrase with its MAC is a copy's. Which is when survives a restart."""
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    router.switch_ready(WLAN, ROUTER_MAC)
+    lease(router, PHONE, PHONE_CLIENT)
+    router.decisions.permit(PHONE)
+    keyid = router.decisions.issue_wifi_key(PHONE)["keyid"]
+    assert router.joining.station_joined(PHONE, "guest") == []  # still on the guest passphrase: no alarm
+    assert router.status(PHONE)["clone_suspected"] is None
+    clock.now += 60
+    assert router.joining.station_joined(PHONE, keyid) == []  # switched
+    assert router.status(PHONE)["wifi_key"]["used"] == clock.now
+    router.store.close()
+
+    again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
+    again.switch_ready(WLAN, ROUTER_MAC)
+    effects = again.joining.station_joined(PHONE, "guest")
+    assert AuthenticatorKick(PHONE) in effects and len(clone_events(effects)) == 1
+    # A new passphrase (the old one shown to someone): the device is on the old one until it switches again.
+    again.decisions.issue_wifi_key(PHONE)
+    assert again.status(PHONE)["wifi_key"]["used"] == 0.0
+
+
 def test_a_station_using_a_devices_mac_with_another_passphrase_is_taken_off_the_air(db_path, clock):
     router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
     router.switch_ready(WLAN, ROUTER_MAC)

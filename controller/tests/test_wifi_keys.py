@@ -67,7 +67,7 @@ def test_a_permitted_device_gets_its_own_passphrase_replaced_or_revoked_and_it_s
     }
     assert router.decisions.issue_wifi_key(PHONE)["passphrase"] == "ffff-gggg-hhhh-jjjj-kkkk"  # replaced
     # The status shows that it has one, never the passphrase itself.
-    assert router.status(PHONE)["wifi_key"] == {"keyid": "dev-0200000000aa", "created": clock.now}
+    assert router.status(PHONE)["wifi_key"] == {"keyid": "dev-0200000000aa", "created": clock.now, "used": 0.0}
     router.store.close()
 
     again = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, wifi_ssid="home")
