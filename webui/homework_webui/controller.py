@@ -20,6 +20,22 @@ CONTROLLER_ROLES = {"owner": "owner", "member": "member", "kiosk": "panel"}
 PANEL, DEVICE = "panel", "device"
 
 
+def seen_by(devices: list[dict], role: str, account_id: int) -> list[dict]:
+    """The devices (with their owners, `owner_id`) as a session of the web UI's `role` sees them: each one's
+    `may` (the controller's, for every role: what its table lets each do to the device now) is that role's
+    alone. A member's is only for the devices they own: the controller grants a member what it grants for
+    their own devices (authority.py's MEMBER), and the web UI alone knows which those are (`own_device`).
+    A device the controller has not described (a joiner just heard of, one only heard over the air) offers
+    nothing yet."""
+    shown = []
+    for device in devices:
+        may = (device.get("may") or {}).get(CONTROLLER_ROLES[role], [])
+        if role == "member" and device.get("owner_id") != account_id:
+            may = []
+        shown.append(dict(device, may=may))
+    return shown
+
+
 def request_role() -> str:
     """Whom a ws.v1 call made while serving a request acts for: the signed-in account, or else the device
     the request comes from (the captive portal's); outside a request, a device too (the least)."""
