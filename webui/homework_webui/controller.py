@@ -30,10 +30,14 @@ def seen_by(devices: list[dict], role: str, account_id: int) -> list[dict]:
     shown = []
     for device in devices:
         may = (device.get("may") or {}).get(CONTROLLER_ROLES[role], [])
-        if role == "member" and device.get("owner_id") != account_id:
-            may = []
-        shown.append(dict(device, may=may))
+        shown.append(dict(device, may=may if acts_on(role, device.get("owner_id"), account_id) else []))
     return shown
+
+
+def acts_on(role: str, owner_id: int | None, account_id: int) -> bool:
+    """Whether a session of the web UI's `role` (account `account_id`) may act on a device owned by `owner_id`
+    at all: a member on their own devices alone, anyone else on any."""
+    return role != "member" or owner_id == account_id
 
 
 def request_role() -> str:

@@ -8,7 +8,7 @@ import re
 from flask import abort, g, jsonify, request
 
 from ..accounts import AccountError
-from ..controller import ControllerDownError, ControllerError, seen_by
+from ..controller import ControllerDownError, ControllerError, acts_on, seen_by
 from ..errors import ApiError, ask_controller
 from ..services import services
 
@@ -70,7 +70,7 @@ def own_device(mac: str, what: str) -> str:
     """The device's MAC, if the signed-in owner or member may `what` for it: an owner for
     any device, a member only for the devices they signed in from or were given."""
     mac = mac_of(mac)
-    if g.user["role"] == "member" and _owner_of(mac) != g.user["id"]:
+    if not acts_on(g.user["role"], _owner_of(mac), g.user["id"]):
         raise ApiError(403, f"members may {what} only their own devices", code="role")
     return mac
 
