@@ -454,9 +454,11 @@ class LiveHub:
     def broadcast_devices(self) -> None:
         """Every page the devices as its session sees them (`seen_by`: what its role may do to each, a
         member only to their own): made once per role (per member), and every page of it sent that."""
-        devices = self.with_owners(self.devices())
         with self._lock:
             clients = list(self._clients)
+        if not clients:
+            return
+        devices = self.with_owners(self.devices())
         messages: dict[tuple[str, int | None], str] = {}
         for c in clients:
             view = (c.role, c.account_id if c.role == "member" else None)
