@@ -25,6 +25,7 @@ device's own rule, kept where that state is decided (409, `decisions.py`, `joini
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 
 from .errors import ApiError
 from .model import normalize_mac
@@ -37,6 +38,7 @@ HEADER = "X-Homework-Role"
 PENDING, PERMITTED, DENIED, BLACKLISTED = "pending", "permitted", "denied", "blacklisted"
 PAUSED, BEDTIME, ALLOWANCE, OFFERED = "paused", "bedtime", "allowance", "offered"
 STATES = (PENDING, PERMITTED, DENIED, BLACKLISTED, PAUSED, BEDTIME, ALLOWANCE, OFFERED)
+MERGE = "merge"
 
 
 class Forbidden(ApiError):
@@ -188,7 +190,7 @@ def target_states(router, op, args: list) -> frozenset[str]:
         device = router.registry.by_ip(str(args[0]))
         return device_states(router, device.mac) if device is not None else frozenset()
     mac = normalize_mac(str(args[0]))
-    if op.name != "merge":
+    if op.name != MERGE:
         return device_states(router, mac)
     into = normalize_mac(str(args[1]))
     offered = (router.status(mac).get("looks_like") or {}).get("mac") if mac in router.devices else None
@@ -199,5 +201,34 @@ def device_states(router, mac: str) -> frozenset[str]:
     device = router.devices.get(mac)
     if device is None:
         return frozenset()
-    hold = router.controls.status_of(mac)["paused_why"]
-    return frozenset({device.state.value, *([hold] if hold else [])})
+    return states_of(device.state.value, router.controls.status_of(mac)["paused_why"])
+
+
+def states_of(state: str, hold: str | None) -> frozenset[str]:
+    """A device's states: its state and what holds it now (its status' `state` and `paused_why`)."""
+    return frozenset({state, *([hold] if hold else [])})
+
+
+@cache
+def allowed(role: str, states: frozenset[str], verbs: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of `verbs` the role may perform on a target in `states`: those `refusal` lets through, so what
+    a status offers and what `check` lets through cannot disagree."""
+    return tuple(verb for verb in verbs if refusal(role, verb, states) is None)
+
+
+def may(router, status: dict, verbs: tuple[str, ...]) -> dict[str, list[str]]:
+    """What each signed-in role may do to the device of `status` now, of the operations on a device (`verbs`):
+    ws.v1's status carries it, so the web UI shows the buttons the table allows instead of restating it.
+    A merge needs the device merged into: a newcomer may be merged into the device offered for it
+    (`looks_like`), as that device's states allow, and into nothing else. The device's own rules (a
+    blacklisted device is permitted by nobody; only a permitted one gets a passphrase) are its state's, for
+    every role alike: they are not in `may`."""
+    states = states_of(status["state"], status.get("paused_why"))
+    offered = (status.get("looks_like") or {}).get("mac")
+    into = device_states(router, offered) | {OFFERED} if offered else None
+    answer = {}
+    for role in SIGNED_IN:
+        answer[role] = [verb for verb in allowed(role, states, verbs) if verb != MERGE]
+        if into is not None and MERGE in allowed(role, into, verbs):
+            answer[role].append(MERGE)
+    return answer

@@ -66,9 +66,17 @@ def operation(name: str, verb: str, summary: str, **declared) -> Callable[[F], F
     return declare
 
 
-@operation("status", "GET", "every device (or one) with its state, lease and flags", path=("mac",), optional=True)
-def status(router: HomeRouter, mac: str | None = None) -> dict:
-    return router.status(mac)
+@operation(
+    "status",
+    "GET",
+    "every device (or one) with its state, lease and flags, and what each signed-in role may do to it now (may)",
+    path=("mac",),
+    optional=True,
+)
+def status(router: HomeRouter, mac: str | None = None) -> dict | list[dict]:
+    if mac is not None:
+        return with_may(router, router.status(mac))
+    return [with_may(router, device) for device in router.status()]
 
 
 @operation("dhcp-status", "GET", "the live leases")
@@ -409,6 +417,13 @@ def revoke_wifi_key(router: HomeRouter, mac: str) -> dict:
 
 OPERATIONS = tuple(_DECLARED)
 BY_NAME = {op.name: op for op in OPERATIONS}
+# The operations on one device (named by its MAC), which its status' `may` lists; not `status` itself.
+DEVICE_VERBS = tuple(op.name for op in OPERATIONS if op.path[:1] == ("mac",) and op.name != "status")
+
+
+def with_may(router: HomeRouter, device: dict) -> dict:
+    """The device's status with what each signed-in role may do to it now (`authority.may`)."""
+    return dict(device, may=authority.may(router, device, DEVICE_VERBS))
 
 
 def perform(
@@ -430,7 +445,7 @@ def perform(
         apply(result)
     if op.answers == "device":
         # Said plainly when it has not reached the switch yet: it will, when the switch reconnects.
-        return dict(router.status(args[0]), applied=applied)
+        return dict(with_may(router, router.status(args[0])), applied=applied)
     if op.answers == "shared-allowance":
         return router.shared_allowances(args[0]) if op.name != "shared-allowance" or args[1].strip() else None
     if op.answers == "dns-rules":

@@ -147,6 +147,18 @@ def test_every_operation_as_every_role_against_the_device_in_this_state(tmp_path
             done.append((op.name, role))
             if op.verb == "POST":
                 home = fresh()  # changed: the next operation starts from the scenario again
+    # What the device's status offers each signed-in role (`may`) is what the calls above showed: every
+    # verb on a device it lists was not refused by the table (done, or refused everyone alike by the
+    # device's own rule), every one it leaves out was refused (403). A merge, on the newcomer's status, is
+    # listed when it was done: into the device offered for it, and only then (there is nothing else to
+    # merge into).
+    statuses = {device["mac"]: device for device in operations.status(home.router)}
+    for role in authority.SIGNED_IN:
+        for verb in operations.DEVICE_VERBS:
+            listed = verb in statuses[NEW if verb == "merge" else PHONE]["may"][role]
+            succeeds = (verb, role) in done if verb == "merge" else (verb, role) not in refused
+            assert listed == succeeds, f"a {scenario} device's status lists {verb} for {role}: {listed}"
+    assert statuses[PHONE] == operations.status(home.router, PHONE)  # the single-device form says the same
     # The owner does everything on the router but what the device's state refuses everyone.
     assert {name for name, role in done if role == authority.OWNER} | {
         name for name, role in refused_by_the_device if role == authority.OWNER

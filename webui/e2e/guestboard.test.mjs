@@ -30,6 +30,24 @@ async function wallPanel(opts = {}) {
   return wall
 }
 
+/** A wall panel on a page of `context` (a browser of its own), paired with a code the owner's `ownerPage` makes. */
+async function pairPanel(ownerPage, context) {
+  const code = await ownerPage.evaluate(async () => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    return (await (await fetch('/api/pairing-codes', { method: 'POST', headers: { 'X-CSRF-Token': csrf } })).json()).code
+  })
+  const board = await context.newPage()
+  await board.goto(stack.url + '/')
+  await board.evaluate(async (code) => {
+    const csrf = (await (await fetch('/api/session')).json()).csrf_token
+    await fetch('/api/pair', { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf },
+      body: JSON.stringify({ code, name: 'Hall panel' }) })
+  }, code)
+  await board.reload()
+  await board.waitForSelector('.topbar:has-text("Wall panel")')
+  return board
+}
+
 /** Make the test home look lived-in, so the screenshots show what the labels mean. */
 async function furnish() {
   if (!stack.fake) return
@@ -132,6 +150,25 @@ test('wall panel: a device is paused now and resumed; its label says so meanwhil
   await page.waitForSelector('.overlay', { state: 'detached', timeout: 3000 })
   await page.waitForSelector(`${label('inside', mac)} [data-test=paused-badge]`, { state: 'detached', timeout: 3000 })
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, false, 'the router has it resumed')
+})
+
+test('a device at bedtime: the paired wall panel offers no Resume (the controller\'s table), the owner\'s page does', async () => {
+  const { page } = await wallPanel()
+  const mac = await stack.join('kids-tablet', { state: 'permitted' })
+  const allDay = encodeURIComponent('daily 00:00-12:00; daily 12:00-00:00')
+  await stack.ctl('POST', `/ws.v1/schedule/${mac}?windows=${allDay}`)
+  assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused_why, 'bedtime')
+  const panel = await browser.newContext({ viewport: WALL })
+  const board = await pairPanel(page, panel)
+  await board.click(label('inside', mac), { timeout: 10000 })
+  await board.waitForSelector('.panel [data-test=paused-note]')
+  assert.equal(await board.$('.panel [data-test=resume]'), null, 'the wall panel may not lift a bedtime')
+  assert.equal(await board.$('.panel [data-test=pause]'), null, 'it is held already')
+  await page.click(label('inside', mac), { timeout: 10000 })
+  await page.waitForSelector('.panel [data-test=resume]') // the owner's may
+  await page.keyboard.press('Escape')
+  await panel.close()
+  await stack.ctl('POST', `/ws.v1/schedule/${mac}?windows=`)
 })
 
 test('wall panel: priorities view', async () => {
@@ -580,22 +617,10 @@ test('phone: told when something joins, once, after pressing the button; the wal
   await cdp.detach()
 
   // The wall panel, paired with a code, in a browser that would allow notifications too.
-  const code = await page.evaluate(async () => {
-    const csrf = (await (await fetch('/api/session')).json()).csrf_token
-    return (await (await fetch('/api/pairing-codes', { method: 'POST', headers: { 'X-CSRF-Token': csrf } })).json()).code
-  })
   const panel = await browser.newContext({ viewport: WALL })
   await panel.grantPermissions(['notifications'], { origin: stack.url })
   await panel.addInitScript(recordNotifications)
-  const board = await panel.newPage()
-  await board.goto(stack.url + '/')
-  await board.evaluate(async (code) => {
-    const csrf = (await (await fetch('/api/session')).json()).csrf_token
-    await fetch('/api/pair', { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': csrf },
-      body: JSON.stringify({ code, name: 'Hall panel' }) })
-  }, code)
-  await board.reload()
-  await board.waitForSelector('.topbar:has-text("Wall panel")')
+  const board = await pairPanel(page, panel)
   assert.equal(await board.$('[data-test=notify-me]'), null, 'the panel offers no notifications')
 
   const mac = await stack.join('annas-pixel')

@@ -330,5 +330,17 @@ class AccountStore:
                     return row["account_id"]
         return None
 
+    def with_owners(self, devices: list[dict]) -> list[dict]:
+        """Each device with its owner's account (`owner_id`). A device the router knows under a new MAC
+        (it joined with its own passphrase: `earlier_macs`) keeps the owner it had, moved to its MAC now."""
+        owners = self.device_owners()
+        for d in devices:
+            owner = owners.get(d["mac"])
+            if owner is None and any(m in owners for m in d.get("earlier_macs", ())):
+                # Moved on the disk in a transaction of its own; one that nobody owned before costs no write.
+                owner = self.follow_device(d["mac"], d["earlier_macs"])
+            d["owner_id"] = owner
+        return devices
+
     def device_owners(self) -> dict[str, int]:
         return {r["mac"]: r["account_id"] for r in self._read("select mac, account_id from device_owners")}

@@ -64,8 +64,9 @@ def create_app(
     setup_code.issue() if accounts.needs_setup() else setup_code.spend()
     controller, hwdb = ControllerClient(controller_url), Hwdb(*hwdb_addr)
     # The live board shows every signed-in role the devices, and the gate asks it about any LAN device
-    # before anyone signs in: it reads the controller as the wall panel, the least role that sees them.
-    hub = LiveHub(controller.acting_as(PANEL), hwdb, limits=stream_limits)
+    # before anyone signs in: it reads the controller as the wall panel, the least role that sees them;
+    # each device's status says what every role may do to it, and each page is given its own (`seen_by`).
+    hub = LiveHub(controller.acting_as(PANEL), hwdb, limits=stream_limits, with_owners=accounts.with_owners)
     svc = Services(
         accounts, controller, hwdb, hub, setup_code, SignInGuard(), RateLimiter(5), RateLimiter(5),
         RateLimiter(LATENCY_CHECKS_PER_ACCOUNT, 600), latency_check, update_spool, agent_key_file, dist_dir,

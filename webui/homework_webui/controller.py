@@ -20,6 +20,26 @@ CONTROLLER_ROLES = {"owner": "owner", "member": "member", "kiosk": "panel"}
 PANEL, DEVICE = "panel", "device"
 
 
+def seen_by(devices: list[dict], role: str, account_id: int) -> list[dict]:
+    """The devices (with their owners, `owner_id`) as a session of the web UI's `role` sees them: each one's
+    `may` (the controller's, for every role: what its table lets each do to the device now) is that role's
+    alone. A member's is only for the devices they own: the controller grants a member what it grants for
+    their own devices (authority.py's MEMBER), and the web UI alone knows which those are (`own_device`).
+    A device the controller has not described (a joiner just heard of, one only heard over the air) offers
+    nothing yet."""
+    shown = []
+    for device in devices:
+        may = (device.get("may") or {}).get(CONTROLLER_ROLES[role], [])
+        shown.append(dict(device, may=may if acts_on(role, device.get("owner_id"), account_id) else []))
+    return shown
+
+
+def acts_on(role: str, owner_id: int | None, account_id: int) -> bool:
+    """Whether a session of the web UI's `role` (account `account_id`) may act on a device owned by `owner_id`
+    at all: a member on their own devices alone, anyone else on any."""
+    return role != "member" or owner_id == account_id
+
+
 def request_role() -> str:
     """Whom a ws.v1 call made while serving a request acts for: the signed-in account, or else the device
     the request comes from (the captive portal's); outside a request, a device too (the least)."""

@@ -18,9 +18,10 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .controller import DEVICE, ControllerClient, ControllerDownError, ControllerError
+from .controller import DEVICE, ControllerClient, ControllerDownError, ControllerError, seen_by
 from .hwdb import Hwdb, HwdbClient, HwdbError
 
 LOG = logging.getLogger(__name__)
@@ -81,8 +82,12 @@ class LiveHub:
         hwdb: Hwdb,
         watchdog_interval: float = 1.0,
         limits: StreamLimits = StreamLimits(),
+        with_owners: Callable[[list[dict]], list[dict]] = lambda devices: devices,
     ):
+        """with_owners: the devices with their owners' accounts (`AccountStore.with_owners`), which decide
+        what a member's page may do to each (`broadcast_devices`)."""
         self.controller, self.hwdb = controller, hwdb
+        self.with_owners = with_owners
         self.limits = limits
         self.interval = watchdog_interval
         self._lock = threading.RLock()
@@ -127,7 +132,7 @@ class LiveHub:
                     next_probe = now + 5.0
                 if self._dirty:
                     self._dirty = False
-                    self.broadcast("devices", self.devices())
+                    self.broadcast_devices()
                 if self._apps_dirty:
                     self._apps_dirty = False
                     self.broadcast("apps", {"changed": True}, APP_ROLES)
@@ -164,7 +169,7 @@ class LiveHub:
             self._seed()
             self._set_health("hwdb", True)
             self.refresh_devices()
-            self.broadcast("devices", self.devices())
+            self.broadcast_devices()
         except (HwdbError, OSError) as exc:
             LOG.debug("hwdb check failed: %s", exc)
             self._drop_subscriptions(unsubscribe=False)
@@ -263,13 +268,13 @@ class LiveHub:
                     "alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"], "message": r["message"]}
                 )
         # Show what the event says at once, then what the controller says.
-        self.broadcast("devices", self.devices())
+        self.broadcast_devices()
         self.refresh_devices()
-        self.broadcast("devices", self.devices())
+        self.broadcast_devices()
 
     def _on_leases(self, rows) -> None:
         self.refresh_devices()
-        self.broadcast("devices", self.devices())
+        self.broadcast_devices()
 
     def _on_links(self, rows) -> None:
         now = time.time()
@@ -350,7 +355,7 @@ class LiveHub:
                 self._devices.pop(instead_of, None)
             self._devices[device["mac"]] = device
             self._provisional.pop(device["mac"], None)
-        self.broadcast("devices", self.devices())
+        self.broadcast_devices()
 
     def devices(self) -> list[dict]:
         """Controller devices + provisional joiners + devices only heard over the air,
@@ -439,14 +444,36 @@ class LiveHub:
             c.end()
 
     def broadcast(self, event: str, data, roles=None) -> None:
-        message = f"event: {event}\ndata: {json.dumps(data)}\n\n"
+        message = _message(event, data)
         with self._lock:
             clients = list(self._clients)
         for c in clients:
             if roles is None or c.role in roles:
-                try:
-                    c.queue.put_nowait(message)
-                except queue.Full:
-                    # A browser that stopped reading: let its stream end; EventSource reconnects.
-                    self.unregister(c)
-                    c.end()
+                self._send(c, message)
+
+    def broadcast_devices(self) -> None:
+        """Every page the devices as its session sees them (`seen_by`: what its role may do to each, a
+        member only to their own): made once per role (per member), and every page of it sent that."""
+        with self._lock:
+            clients = list(self._clients)
+        if not clients:
+            return
+        devices = self.with_owners(self.devices())
+        messages: dict[tuple[str, int | None], str] = {}
+        for c in clients:
+            view = (c.role, c.account_id if c.role == "member" else None)
+            if view not in messages:
+                messages[view] = _message("devices", seen_by(devices, c.role, c.account_id))
+            self._send(c, messages[view])
+
+    def _send(self, c: Client, message: str) -> None:
+        try:
+            c.queue.put_nowait(message)
+        except queue.Full:
+            # A browser that stopped reading: let its stream end; EventSource reconnects.
+            self.unregister(c)
+            c.end()
+
+
+def _message(event: str, data) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"

@@ -26,7 +26,7 @@ from ..controller import ControllerDownError, ControllerError
 from ..errors import ApiError, ask_controller
 from ..security import SIGNED_IN, access
 from ..services import services
-from .common import body, mac_of, with_owners
+from .common import body, changed, mac_of, seen
 
 LOG = logging.getLogger(__name__)
 
@@ -42,38 +42,32 @@ def _text(field: str, limit: int = 400) -> str:
     return value
 
 
-def _changed(call, *args) -> dict:
-    device = ask_controller(call, *args, meaning=UNAVAILABLE)
-    services().hub.update_device(device)
-    return {"device": device}
-
-
 @bp.post("/api/devices/<mac>/pause-for")
 @access(*SIGNED_IN)
 def pause_for(mac):
     """{"for": "30" | "60" | "1 h" | "tomorrow"}"""
-    return _changed(services().controller.pause_for, mac_of(mac), _text("for", 20))
+    return changed(services().controller.pause_for, mac_of(mac), _text("for", 20), meaning=UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/schedule")
 @access(*SIGNED_IN)
 def set_schedule(mac):
     """{"windows": "sun-thu 21:30-07:00; fri,sat 23:00-08:00"} (empty clears it)"""
-    return _changed(services().controller.set_schedule, mac_of(mac), _text("windows"))
+    return changed(services().controller.set_schedule, mac_of(mac), _text("windows"), meaning=UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/allowance")
 @access(*SIGNED_IN)
 def set_allowance(mac):
     """{"amount": "2 h" | "500 MB"} (empty removes it)"""
-    return _changed(services().controller.set_allowance, mac_of(mac), _text("amount", 40))
+    return changed(services().controller.set_allowance, mac_of(mac), _text("amount", 40), meaning=UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/bonus")
 @access(*SIGNED_IN)
 def grant_bonus(mac):
     """{"amount": "30 min" | "500 MB"}: more for today, until the household's reset."""
-    return _changed(services().controller.grant_bonus, mac_of(mac), _text("amount", 40))
+    return changed(services().controller.grant_bonus, mac_of(mac), _text("amount", 40), meaning=UNAVAILABLE)
 
 
 @bp.post("/api/accounts/<int:account_id>/schedule")
@@ -96,7 +90,7 @@ def set_person_schedule(account_id):
             not_seen.append(mac)  # owned, but the router has not seen it (yet)
     for device in devices:
         svc.hub.update_device(device)
-    return {"devices": devices, "not_seen": not_seen}
+    return {"devices": seen(devices), "not_seen": not_seen}
 
 
 def person_allowance_name(account_id: int) -> str:
@@ -111,7 +105,7 @@ def _account(account_id: int) -> None:
 def _devices_of(account_id: int) -> list[str]:
     """The devices the account owns (a device back under a new MAC is still theirs, under that MAC)."""
     svc = services()
-    with_owners(svc.hub.devices())
+    svc.accounts.with_owners(svc.hub.devices())
     return sorted(mac for mac, owner in svc.accounts.device_owners().items() if owner == account_id)
 
 

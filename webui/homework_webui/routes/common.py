@@ -8,8 +8,8 @@ import re
 from flask import abort, g, jsonify, request
 
 from ..accounts import AccountError
-from ..controller import ControllerDownError, ControllerError
-from ..errors import ApiError
+from ..controller import ControllerDownError, ControllerError, acts_on, seen_by
+from ..errors import ApiError, ask_controller
 from ..services import services
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -53,32 +53,31 @@ def no_store(answer: dict, status: int = 200):
     return resp
 
 
-def with_owners(devices: list[dict]) -> list[dict]:
-    """Each device with its owner's account (`owner_id`). A device the router knows under a new MAC
-    (it joined with its own passphrase: `earlier_macs`) keeps the owner it had, moved to its MAC now."""
-    accounts = services().accounts
-    owners = accounts.device_owners()
-    for d in devices:
-        owner = owners.get(d["mac"])
-        if owner is None and any(m in owners for m in d.get("earlier_macs", ())):
-            # Moved on the disk in a transaction of its own; one that nobody owned before costs no write.
-            owner = accounts.follow_device(d["mac"], d["earlier_macs"])
-        d["owner_id"] = owner
-    return devices
+def seen(devices: list[dict]) -> list[dict]:
+    """The devices as the signed-in session sees them (`controller.seen_by`), with their owners."""
+    return seen_by(services().accounts.with_owners(devices), g.user["role"], g.user["id"])
+
+
+def changed(call, *args, meaning=None, instead_of: str | None = None) -> dict:
+    """A change the controller answers with the device's new status, which every page learns (instead_of:
+    the MAC it had, which leaves the board); answered as the session sees it."""
+    device = ask_controller(call, *args, meaning=meaning)
+    services().hub.update_device(device, instead_of=instead_of)
+    return {"device": seen([dict(device)])[0]}
 
 
 def own_device(mac: str, what: str) -> str:
     """The device's MAC, if the signed-in owner or member may `what` for it: an owner for
     any device, a member only for the devices they signed in from or were given."""
     mac = mac_of(mac)
-    if g.user["role"] == "member" and _owner_of(mac) != g.user["id"]:
+    if not acts_on(g.user["role"], _owner_of(mac), g.user["id"]):
         raise ApiError(403, f"members may {what} only their own devices", code="role")
     return mac
 
 
 def _owner_of(mac: str) -> int | None:
-    known = [d for d in services().hub.devices() if d["mac"] == mac]
-    return with_owners(known)[0]["owner_id"] if known else services().accounts.device_owners().get(mac)
+    accounts, known = services().accounts, [d for d in services().hub.devices() if d["mac"] == mac]
+    return accounts.with_owners(known)[0]["owner_id"] if known else accounts.device_owners().get(mac)
 
 
 def refresh_device(mac: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from flask import Blueprint, g
+from flask import Blueprint
 
 from ..accounts import printable_name
 from ..controller import ControllerDownError
@@ -19,7 +19,7 @@ from ..errors import ApiError, ask_controller
 from ..security import SIGNED_IN, access
 from ..services import services
 from .bedtime import reshare
-from .common import account_call, body, mac_of, own_device, with_owners
+from .common import account_call, body, changed, mac_of, own_device, seen
 
 bp = Blueprint("devices", __name__)
 
@@ -38,7 +38,7 @@ def list_devices():
     hub = services().hub
     if hub.refresh_devices() is None:
         raise ControllerDownError("status")
-    return {"devices": with_owners(hub.devices()), "health": hub.health}
+    return {"devices": seen(hub.devices()), "health": hub.health}
 
 
 @bp.get("/api/devices/<mac>")
@@ -46,41 +46,34 @@ def list_devices():
 def device_detail(mac):
     svc, mac = services(), mac_of(mac)
     svc.hub.update_device(svc.controller.device(mac))
-    device = next(d for d in with_owners(svc.hub.devices()) if d["mac"] == mac)
-    if g.user["role"] != "kiosk":
+    device = next(d for d in seen(svc.hub.devices()) if d["mac"] == mac)
+    if "dns-rules" in device["may"]:
         device["dns"] = _dns_rules(mac)
-    return {"device": device}
-
-
-def _changed(call, *args, meaning=None) -> dict:
-    """A change the controller answers with the device's new status, which every page learns."""
-    device = ask_controller(call, *args, meaning=meaning)
-    services().hub.update_device(device)
     return {"device": device}
 
 
 @bp.post("/api/devices/<mac>/permit")
 @access(*SIGNED_IN)
 def device_permit(mac):
-    return _changed(services().controller.decide, "permit", mac_of(mac), meaning=BLACKLISTED)
+    return changed(services().controller.decide, "permit", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/deny")
 @access(*SIGNED_IN)
 def device_deny(mac):
-    return _changed(services().controller.decide, "deny", mac_of(mac), meaning=BLACKLISTED)
+    return changed(services().controller.decide, "deny", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/blacklist")
 @access(*SIGNED_IN)
 def device_blacklist(mac):
-    return _changed(services().controller.decide, "blacklist", mac_of(mac), meaning=BLACKLISTED)
+    return changed(services().controller.decide, "blacklist", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/whitelist")
 @access(*SIGNED_IN)
 def device_whitelist(mac):
-    return _changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
+    return changed(services().controller.decide, "whitelist", mac_of(mac), meaning=BLACKLISTED)
 
 
 @bp.post("/api/devices/<mac>/merge")
@@ -90,9 +83,7 @@ def device_merge(mac):
     it is let in as that device. Whoever may let a newcomer in may say so (owner and wall panel), and
     only into the device offered (the controller refuses any other, and a denied or blocked one)."""
     into = mac_of(str(body().get("into", "")))
-    device = ask_controller(services().controller.merge, mac_of(mac), into, meaning=CANNOT_MERGE)
-    services().hub.update_device(device, instead_of=into)
-    return {"device": device}
+    return changed(services().controller.merge, mac_of(mac), into, meaning=CANNOT_MERGE, instead_of=into)
 
 
 # Pausing is refusing for now: whoever may deny a device may pause it (owner and wall panel); the
@@ -102,13 +93,13 @@ def device_merge(mac):
 @bp.post("/api/devices/<mac>/pause")
 @access(*SIGNED_IN)
 def device_pause(mac):
-    return _changed(services().controller.pause, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
+    return changed(services().controller.pause, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/resume")
 @access(*SIGNED_IN)
 def device_resume(mac):
-    return _changed(services().controller.resume, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
+    return changed(services().controller.resume, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/name")
@@ -116,7 +107,7 @@ def device_resume(mac):
 def rename_device(mac):
     mac = own_device(mac, "name")
     name = account_call(printable_name, str(body().get("name", "")), 64, "a device name", True)
-    return _changed(services().controller.rename, mac, name)
+    return changed(services().controller.rename, mac, name)
 
 
 @bp.post("/api/devices/<mac>/route-owner")
@@ -128,7 +119,7 @@ def give_route(mac):
     prefix = body().get("prefix", "")
     if not isinstance(prefix, str) or not 0 < len(prefix) <= 64:
         raise ApiError(400, "prefix must be an IPv6 prefix (text of at most 64 characters)")
-    return _changed(services().controller.give_route, mac_of(mac), prefix, meaning=ROUTES_UNAVAILABLE)
+    return changed(services().controller.give_route, mac_of(mac), prefix, meaning=ROUTES_UNAVAILABLE)
 
 
 @bp.post("/api/devices/<mac>/owner")

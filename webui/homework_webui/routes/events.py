@@ -11,7 +11,7 @@ from flask import Blueprint, Response, g, request, session
 from ..errors import ApiError
 from ..security import SIGNED_IN, access
 from ..services import services
-from .common import with_owners
+from .common import seen
 
 bp = Blueprint("events", __name__)
 
@@ -27,7 +27,7 @@ def events():
     client = hub.register(role, sid, g.user["id"])
     if client is None:
         raise ApiError(429, "too many live pages are open; close some and this one will reconnect", retry_after=5)
-    first = [("health", hub.health), ("devices", with_owners(hub.devices()))]
+    first = [("health", hub.health), ("devices", seen(hub.devices()))]
     # waitress reads ahead on the connection, so it knows when the page has gone: the
     # stream's slot is given back within a second rather than at the next write.
     disconnected = request.environ.get("waitress.client_disconnected", lambda: False)

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, mayManageWifiKey, mayPause, showsCode, zoneOf, type Device } from './board'
+import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, showsCode, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
-  first_seen: 0, last_seen: 0, lease_seconds_left: 0, rssi: null, retry_ratio: 0, bytes_per_s: 0, share: 0, ...over,
+  first_seen: 0, last_seen: 0, lease_seconds_left: 0, rssi: null, retry_ratio: 0, bytes_per_s: 0, share: 0,
+  may: ['permit', 'deny'], ...over,
 })
 
 describe('zones', () => {
@@ -79,33 +80,21 @@ describe('words', () => {
   })
 })
 
-describe('own Wi-Fi passphrase', () => {
-  const owner = { id: 1, role: 'owner' }
-  const member = { id: 2, role: 'member' }
-  const panel = { id: 3, role: 'kiosk' }
-  it('is for the owner, and a member on their own device', () => {
-    expect(mayManageWifiKey(owner, dev({ state: 'permitted' }))).toBe(true)
-    expect(mayManageWifiKey(member, dev({ state: 'permitted', owner_id: 2 }))).toBe(true)
-    expect(mayManageWifiKey(member, dev({ state: 'permitted', owner_id: 1 }))).toBe(false)
-    expect(mayManageWifiKey(member, dev({ state: 'permitted' }))).toBe(false)
+describe('what a session may do', () => {
+  it('offers a drag or a key only for what the device offers this session (its may)', () => {
+    const members = dev({ state: 'pending', may: [] }) // a member: the owner or the wall panel decides
+    for (const to of ['inside', 'outside'] as const) expect(dropAction(members, to)).toBeNull()
+    expect(draggable(members)).toBe(false)
+    expect(keyAction(members, 'ArrowRight')).toBeNull()
+    const letInOnly = dev({ state: 'denied', may: ['permit'] })
+    expect(dropAction(letInOnly, 'inside')).toBe('permit')
+    expect(dropAction(dev({ state: 'permitted', may: ['permit'] }), 'outside')).toBeNull()
+    expect(keyAction(dev({ state: 'pending', may: ['deny'] }), 'ArrowLeft')).toBe('deny')
+    expect(keyAction(dev({ state: 'pending', may: ['deny'] }), 'ArrowRight')).toBeNull()
   })
-  it('is never for a wall panel, nor for a device that is not let in', () => {
-    expect(mayManageWifiKey(panel, dev({ state: 'permitted', owner_id: 3 }))).toBe(false)
-    for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayManageWifiKey(owner, dev({ state }))).toBe(false)
-  })
-})
-
-describe('who may pause a device', () => {
-  const owner = { role: 'owner' }
-  const member = { role: 'member' }
-  const panel = { role: 'kiosk' }
-  it('is whoever may refuse it: the owner and the wall panel', () => {
-    expect(mayPause(owner, dev({ state: 'permitted' }))).toBe(true)
-    expect(mayPause(panel, dev({ state: 'permitted' }))).toBe(true)
-  })
-  it('is never a member, nor for a device that is not let in', () => {
-    expect(mayPause(member, dev({ state: 'permitted' }))).toBe(false)
-    for (const state of ['pending', 'denied', 'blacklisted', 'nearby'] as const) expect(mayPause(owner, dev({ state }))).toBe(false)
+  it('offers no drop of a blocked device even to a session that may permit: the router refuses everyone', () => {
+    const owners = dev({ state: 'blacklisted', may: ['permit', 'deny', 'whitelist'] })
+    expect(draggable(owners)).toBe(false)
   })
 })
 

@@ -4,6 +4,10 @@ import type { Allowance, PausedWhy, SharedAllowance } from './bedtime'
 export type State = 'pending' | 'permitted' | 'denied' | 'blacklisted' | 'nearby'
 export type Zone = 'outside' | 'asking' | 'inside'
 export type Action = 'permit' | 'deny'
+/** What may be done to one device: the controller's operations on a device (operations.DEVICE_VERBS). */
+export type Verb =
+  | Action | 'whitelist' | 'blacklist' | 'merge' | 'name' | 'pause' | 'pause-for' | 'resume' | 'schedule' | 'allowance'
+  | 'bonus' | 'permit-dns' | 'deny-dns' | 'dns-rules' | 'route-owner' | 'wifi-key' | 'show-wifi-key' | 'revoke-wifi-key'
 
 export interface Device {
   mac: string
@@ -20,6 +24,9 @@ export interface Device {
   bytes_per_s: number
   share: number
   owner_id?: number | null
+  /** What this session may do to the device now: the controller's table for the session's role (a member's only
+   * on their own devices), as the web UI's backend gives it. The page offers these and no others. */
+  may: Verb[]
   dns?: { available: boolean; rules: unknown }
   /** The router saw a second device under this one's MAC (until the household decides again). */
   clone_suspected?: { at: number; differs: string[] } | null
@@ -46,23 +53,6 @@ export interface Device {
   shared_allowance?: SharedAllowance | null
 }
 
-/**
- * Who may pause a device now and resume it: whoever may refuse it (the owner and the wall
- * panel, not a member), and only a device that is let in (there is nothing else to pause).
- */
-export function mayPause(user: { role: string }, d: Pick<Device, 'state'>): boolean {
-  return d.state === 'permitted' && (user.role === 'owner' || user.role === 'kiosk')
-}
-
-/**
- * Who may make, show and revoke a device's own Wi-Fi passphrase: the owner for any permitted
- * device, a member for their own; never a wall panel, where every guest in the room can read it.
- */
-export function mayManageWifiKey(user: { id: number; role: string }, d: Pick<Device, 'state' | 'owner_id'>): boolean {
-  if (d.state !== 'permitted') return false
-  return user.role === 'owner' || (user.role === 'member' && d.owner_id === user.id)
-}
-
 // `hint` suits the wall panel's side-by-side zones, `narrowHint` a phone's stacked ones.
 export const ZONES: { id: Zone; title: string; hint: string; narrowHint: string }[] = [
   { id: 'outside', title: 'Not connected', hint: 'Nearby, refused or blocked. Drag here to refuse.', narrowHint: 'Nearby, refused or blocked.' },
@@ -76,24 +66,24 @@ export function zoneOf(d: Pick<Device, 'state'>): Zone {
   return 'outside'
 }
 
-/** What dropping a device into a zone asks the router to do (null: nothing to do). */
-export function dropAction(d: Pick<Device, 'state'>, to: Zone): Action | null {
+/** What dropping a device into a zone asks the router to do (null: nothing to do, or nothing this session may). */
+export function dropAction(d: Pick<Device, 'state' | 'may'>, to: Zone): Action | null {
   const from = zoneOf(d)
   if (from === to || d.state === 'nearby') return null // a device that never asked has nothing to admit
-  // Only the owner lifts a blacklist (Unblock, in the device's details); the router refuses a drag's permit.
+  // A blacklist is lifted only by Unblock (whitelist, in the device's details): the router refuses everyone a
+  // permit or deny of a blacklisted device.
   if (d.state === 'blacklisted') return null
-  if (to === 'inside') return 'permit'
-  if (to === 'outside') return 'deny'
-  return null // there is no way back to "asking": the router only asks once
+  const action = to === 'inside' ? 'permit' : to === 'outside' ? 'deny' : null // no way back to "asking": the router only asks once
+  return action && d.may.includes(action) ? action : null
 }
 
 /** Whether a label can be dragged at all: some zone would take it. */
-export function draggable(d: Pick<Device, 'state'>): boolean {
+export function draggable(d: Pick<Device, 'state' | 'may'>): boolean {
   return ZONES.some((z) => dropAction(d, z.id) !== null)
 }
 
 /** The keyboard alternative to dragging: → lets in, ← refuses. */
-export function keyAction(d: Pick<Device, 'state'>, key: string): Action | null {
+export function keyAction(d: Pick<Device, 'state' | 'may'>, key: string): Action | null {
   if (key === 'ArrowRight') return dropAction(d, 'inside')
   if (key === 'ArrowLeft') return dropAction(d, 'outside')
   return null
