@@ -22,6 +22,8 @@ from .serving import TimedLock
 LOG = logging.getLogger("homework.controller")
 
 NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+# How long held changes wait before they are offered again to a switch whose connection is behind.
+SWITCH_BEHIND_S = 0.005
 ROUTER = "router"  # its key for the router's own stack (its ARP and neighbour solicitations for devices)
 
 
@@ -47,6 +49,7 @@ class FairServing:
     # the lock), and that sent (under the lock, so changes leave in the order decided).
     encode_rules: Callable[[RuleChange], Any]
     send_encoded: Callable[[Any], None]
+    switch_room: Callable[[], int]  # how many encoded changes the switch's connection takes now without waiting
 
     def _queue(
         self, frame: packets.Frame, decide, answers_first: bool = False, from_router: bool = False, asked: str = ""
@@ -101,22 +104,27 @@ class FairServing:
                     LOG.exception("frame from %s failed", frame.eth_src)
             elif turn == SEND:
                 to_send = self.held_rules.oldest(self.held_rules.per_turn)
-        if to_send:
-            self._send_encoded_off_the_lock(to_send)
+        if to_send and not self._send_encoded_off_the_lock(to_send):
+            return Wait(SWITCH_BEHIND_S)
         return turn
 
-    def _send_encoded_off_the_lock(self, changes: list[RuleChange]) -> None:
+    def _send_encoded_off_the_lock(self, changes: list[RuleChange]) -> bool:
         """Send the oldest held changes, encoded without the lock: a storm's newcomers bring ten rules each, and
         encoding them under it (a quarter of a millisecond a rule, more on a loaded box) was the lock's longest
         hold in a lease-completing storm, 64-88 ms, which every other device's DHCP and DNS waited for (issue
         39). Under the lock only what is encoded is sent, if the changes are still the oldest held: meanwhile a
         decision, or an answer that waits for its rules, may have sent everything held (in order: these too),
-        or the switch came back and gets the whole rule set."""
+        or the switch came back and gets the whole rule set. Nor does the lock wait for the switch: when its
+        connection is behind (OVS reads slowly while it forwards a storm), the changes stay held, and False says
+        to try again shortly."""
         encoded = [self.encode_rules(change) for change in changes]
         with self.lock:
+            if self.switch_room() < len(encoded):
+                return False
             if self.held_rules.take_oldest(changes):
                 for each in encoded:
                     self.send_encoded(each)
+        return True
 
     def _waits_for_rules(self, mac: str, effects: list[Effect]) -> bool:
         """Whether the answer in `effects` waits for rule changes: an ACK that lets the device use its address

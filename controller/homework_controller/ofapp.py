@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import sys
 import threading
 from collections import Counter
 from typing import assert_never
@@ -412,6 +413,13 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         dp, data = encoded
         if dp is not None and dp is self.datapath and data:
             dp.send(data)
+
+    def switch_room(self) -> int:
+        """How many buffers os-ken's send queue to the switch takes now before a sender waits for its thread to
+        write (to a switch that reads them slowly); none connected: any number (they are dropped)."""
+        dp = self.datapath
+        queue = dp.send_q if dp is not None else None
+        return queue.maxsize - queue.qsize() if queue is not None else sys.maxsize
 
     def send_frame(self, frame: SendFrame) -> None:
         if self.datapath is not None:  # a frame for a switch that is not there is lost, as on a wire
