@@ -10,6 +10,7 @@ reused when a device is forgotten, so the order matters).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -56,6 +57,20 @@ class HeldChanges:
     def answering(self) -> None:
         """A DHCP frame is being answered now: the devices are not quiet."""
         self._last_answer_at = self.clock()
+
+    def oldest(self, limit: int) -> list[RuleChange]:
+        """The oldest `limit` held changes, left held (`take_oldest` takes them once they are encoded)."""
+        return [change for _, change, _ in itertools.islice(self._held, limit)]
+
+    def take_oldest(self, changes: list[RuleChange]) -> bool:
+        """Take `changes` if they are still the oldest held (what `oldest` gave), else nothing: meanwhile the
+        held changes may have been sent, or cleared for the switch's whole rule set."""
+        if len(changes) > len(self._held) or any(
+            change is not held for change, (_, held, _) in zip(changes, self._held, strict=False)
+        ):
+            return False
+        self.take(len(changes))
+        return True
 
     def take(self, limit: int | None = None) -> list[RuleChange]:
         """The oldest held changes, in the order they were decided (all of them without a limit)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import apps, dhcp, dnsgate, flows, port_binding, portal, qos, wifi_keys
 from .accounting import Accounting, rule_counters
@@ -348,7 +348,17 @@ class HomeRouter:
     # -- queries
 
     def status(self, mac: str | None = None):
-        devices = [self.decisions.known(mac)] if mac is not None else sorted(self.devices.values(), key=lambda d: d.mac)
+        if mac is not None:
+            [status] = self._statuses([self.decisions.known(mac)])
+            return status
+        return self.statuses(sorted(self.devices))
+
+    def statuses(self, macs: Iterable[str]) -> list[dict]:
+        """The status of each device at `macs` that the router knows (ws.v1 `status` of every device is assembled
+        a few devices per hold of the lock: `Ws1Service.call`)."""
+        return self._statuses([self.devices[mac] for mac in macs if mac in self.devices])
+
+    def _statuses(self, devices: list[Device]) -> list[dict]:
         # Only a newcomer may look like another device: a decided one's status (every decision's answer)
         # does not walk every device for it.
         lookalikes = (
@@ -356,8 +366,7 @@ class HomeRouter:
             if any(d.state is State.PENDING for d in devices)
             else None
         )
-        statuses = [self._status_of(d, lookalikes) for d in devices]
-        return statuses[0] if mac is not None else statuses
+        return [self._status_of(d, lookalikes) for d in devices]
 
     def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
         return {

@@ -9,9 +9,10 @@ import urllib.request
 from wsgiref import simple_server
 
 import pytest
+from dhcp_frames import forged
 from support import PHONE, lease
 
-from homework_controller import api, authority, ofapp, operations
+from homework_controller import api, authority, ofapp, operations, ws_service
 from homework_controller.errors import NotConfigured, UnknownDevice
 from homework_controller.model import BadMac
 from homework_controller.serving import TimedLock
@@ -220,3 +221,39 @@ def test_a_benchmark_starts_a_counters_phase_over_ws_v1_and_only_the_owner_may()
     status, body = request(app, "POST", "/ws.v1/counters-phase")
     assert status == 200 and body["lock_phase_started"] == round(edge.lock.phase_started, 3)
     assert edge.lock.phase_started > started and edge.lock.phase_max_hold_s < 0.01  # the long hold is not this phase's
+
+
+class HoldsCounted(TimedLock):
+    """The controller's lock, counting the device statuses each hold of it assembles."""
+
+    def __init__(self):
+        super().__init__()
+        self.statuses_per_hold: list[int] = []
+
+    def __enter__(self):
+        super().__enter__()
+        self.statuses_per_hold.append(0)
+        return self
+
+
+def test_the_listing_of_a_storms_devices_takes_the_lock_a_few_devices_at_a_time_and_lists_every_one(router):
+    """Issue 39, measured in `make bench` (hostile.json): during a lease-completing storm ws.v1 `status` of every
+    device, which the web UI asks for on each batch of Leases rows, held the lock 110 ms: a storm's pending
+    devices' statuses at once, while every other device's DHCP and DNS waited. Now the listing takes the lock a
+    few devices at a time; positive control: every device is listed, as the router has it, in order."""
+    edge = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
+    edge.router, edge.lock, edge.switch_ready = router, HoldsCounted(), True
+    lease(router, PHONE)
+    for n in range(200):
+        router.joining.on_dhcp(forged(f"02:fe:00:00:00:{n:02x}"))
+    status_of = router._status_of
+
+    def counted(*args):
+        edge.lock.statuses_per_hold[-1] += 1
+        return status_of(*args)
+
+    router._status_of = counted
+    listed = edge.call("status")
+    assert 0 < max(edge.lock.statuses_per_hold) <= ws_service.STATUS_PER_HOLD
+    del router._status_of
+    assert listed == router.status() and len(listed) == 201 and listed[0]["mac"] == PHONE

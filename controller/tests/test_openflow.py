@@ -4,7 +4,8 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
-from homework_controller import apps, base_flows, flows, openflow, qos
+from homework_controller import apps, base_flows, flows, ofapp, openflow, qos
+from homework_controller.effects import InstallRules, RemoveRules
 from homework_controller.model import Device, State, Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
@@ -106,3 +107,42 @@ def test_device_and_meter_deletes_name_exactly_what_they_delete():
     assert (delete.cookie, delete.cookie_mask) == (flows.device_cookie(PHONE), flows.DEVICE_COOKIE_MASK)
     meter = serialised(openflow.add_meter(flows.device_meter(PHONE)))
     assert meter.meter_id == flows.device_meter(PHONE).meter_id and meter.bands[0].rate == flows.DEVICE_METER_PPS
+
+
+class RecordingDatapath:
+    """os-ken's datapath as far as sending goes (its own `set_xid` and `send_msg`), writing into a list."""
+
+    ofproto, ofproto_parser = ofp, ofp_parser
+    set_xid, send_msg = ofapp.Datapath.set_xid, ofapp.Datapath.send_msg
+
+    def __init__(self):
+        self.xid, self.written = 0, []
+
+    def send(self, buf, close_socket=False):
+        self.written.append(bytes(buf))
+        return True
+
+
+def test_a_devices_rules_reach_the_switch_as_one_write_of_the_bytes_os_ken_sends_one_by_one():
+    """The app encodes a rule change off the lock and queues it as one buffer (`ofapp.encode_rules`,
+    `send_encoded`): os-ken's send queue holds 16 messages, and a newcomer's ten queued one by one under the lock
+    waited on os-ken's sender thread (issue 39). The bytes are those `send_msg` writes message by message; a change
+    encoded for a switch that has since reconnected goes to neither (the new one gets the whole rule set)."""
+    app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
+    app.datapath = RecordingDatapath()
+    change = InstallRules(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01"))
+    app.change_rules(change)
+    by_os_ken = RecordingDatapath()
+    for rule in change.rules:
+        msg = openflow.flow_mod(rule)
+        msg.datapath = by_os_ken
+        by_os_ken.send_msg(msg)
+    assert len(by_os_ken.written) == len(list(change.rules)) > 5
+    assert app.datapath.written == [b"".join(by_os_ken.written)]
+    encoded = app.encode_rules(RemoveRules(flows.device_cookie(PHONE)))
+    before, app.datapath = app.datapath, RecordingDatapath()  # the switch reconnected meanwhile
+    app.send_encoded(encoded)
+    assert len(before.written) == 1 and app.datapath.written == []
+    # Positive control: encoded for the switch connected now, it goes.
+    app.send_encoded(app.encode_rules(RemoveRules(flows.device_cookie(PHONE))))
+    assert len(app.datapath.written) == 1
