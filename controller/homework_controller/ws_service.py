@@ -38,14 +38,17 @@ class Ws1Service:
     def _every_status(self, op: operations.Operation, role: str) -> list[dict]:
         """ws.v1 `status` of every device, `STATUS_PER_HOLD` devices per hold of the lock, so that other devices'
         DHCP and DNS are served in between: each device's status as it is when its turn comes (one forgotten
-        meanwhile is left out, one new meanwhile is in the next listing)."""
+        meanwhile is left out, one new meanwhile is in the next listing), with what each role may do to it, as
+        `operations.status` answers."""
         with self.lock:
             authority.check(self.router, role, op, [])
             macs = sorted(self.router.devices)
         statuses: list[dict] = []
         for at in range(0, len(macs), STATUS_PER_HOLD):
             with self.lock:
-                statuses += self.router.statuses(macs[at : at + STATUS_PER_HOLD])
+                statuses += [
+                    operations.with_may(self.router, s) for s in self.router.statuses(macs[at : at + STATUS_PER_HOLD])
+                ]
         return statuses
 
     def health(self) -> dict:

@@ -240,7 +240,8 @@ def test_the_listing_of_a_storms_devices_takes_the_lock_a_few_devices_at_a_time_
     """Issue 39, measured in `make bench` (hostile.json): during a lease-completing storm ws.v1 `status` of every
     device, which the web UI asks for on each batch of Leases rows, held the lock 110 ms: a storm's pending
     devices' statuses at once, while every other device's DHCP and DNS waited. Now the listing takes the lock a
-    few devices at a time; positive control: every device is listed, as the router has it, in order."""
+    few devices at a time; positive control: every device is listed, as `status` of every device answers at once
+    (with its `may`), in order."""
     edge = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
     edge.router, edge.lock, edge.switch_ready = router, HoldsCounted(), True
     lease(router, PHONE)
@@ -256,4 +257,6 @@ def test_the_listing_of_a_storms_devices_takes_the_lock_a_few_devices_at_a_time_
     listed = edge.call("status")
     assert 0 < max(edge.lock.statuses_per_hold) <= ws_service.STATUS_PER_HOLD
     del router._status_of
-    assert listed == router.status() and len(listed) == 201 and listed[0]["mac"] == PHONE
+    # As the operation answers it at once: each with what every role may do to it (the web UI's buttons).
+    assert listed == operations.status(router) and len(listed) == 201 and listed[0]["mac"] == PHONE
+    assert listed[0]["may"]["owner"]
