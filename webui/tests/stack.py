@@ -19,6 +19,7 @@ as webui/pytest.ini gives pytest, e2e/harness.mjs and the Makefile give the scri
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import secrets
@@ -73,23 +74,34 @@ def free_port(kind=socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
+class ChildExited(RuntimeError):
+    """The server ended before it answered (its last words in the message)."""
+
+
 class _ChildServer:
     """A real server run as a child process: started, asked until it answers, and stopped."""
 
     proc: subprocess.Popen | None = None
 
     def _spawn(self, argv: list[str], answers, what: str) -> None:
-        """Start `argv` and return once `answers()` does without raising `OSError` (its kinds of "not yet")."""
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                answers()
-                return
-            except OSError:  # not listening yet
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"{what} did not start")
+        """Start `argv` and return once `answers()` does without raising `OSError` (its kinds of "not yet");
+        `ChildExited`, with what it said, if it ends first."""
+        with tempfile.TemporaryFile() as said:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=said)
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                if (code := self.proc.poll()) is not None:
+                    self.proc = None
+                    said.seek(0)
+                    raise ChildExited(f"{what} exited ({code}) before it answered: {said.read()[-600:].decode()}")
+                try:
+                    answers()
+                    return
+                except OSError:  # not listening yet
+                    time.sleep(0.05)
+            self.stop()
+            said.seek(0)
+            raise RuntimeError(f"{what} did not answer in 10 s: {said.read()[-600:].decode()}")
 
     def stop(self):
         if self.proc:
@@ -106,11 +118,24 @@ class HwdbServer(_ChildServer):
         if not self.binary:
             raise RuntimeError("no hwdb binary: run make -C hwdb build (or set HWDB_BIN)")
         self.db_path, self.port, self.proc = db_path, free_port(socket.SOCK_DGRAM), None
+        self.answered = False  # once it has, clients know its port: a restart keeps it
 
     def start(self):
-        self._spawn(
-            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path], self._answers, "hwdb"
-        )
+        for attempt in itertools.count(1):
+            try:
+                self._spawn(
+                    [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db_path],
+                    self._answers,
+                    "hwdb",
+                )
+                break
+            except ChildExited as exc:
+                # free_port's port can be taken by another socket before hwdb binds it (a fresh clone's CI run
+                # once had hwdb not start): at the first start nobody knows the port yet, so take another.
+                if self.answered or attempt == 3 or "Address already in use" not in str(exc):
+                    raise
+                self.port = free_port(socket.SOCK_DGRAM)
+        self.answered = True
         return self
 
     def _answers(self) -> None:
