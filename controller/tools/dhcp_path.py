@@ -137,18 +137,29 @@ class ThreadedPacketSocket(PacketSocket):
 
 
 class Datapath:
-    """The switch connection: each message serialised by os-ken's codec (as os-ken's Datapath.send_msg
-    does before writing it to the socket), and counted."""
+    """The switch connection as ofapp uses os-ken's: messages are serialised by os-ken's codec before they
+    reach it, and each buffer written to it is counted in OpenFlow messages (a change's messages come as one
+    buffer)."""
 
     ofproto, ofproto_parser, id = ofproto_v1_3, ofproto_v1_3_parser, 1
+    send_q = None  # no socket writer to wait for
 
     def __init__(self):
         self.sent = 0
 
+    def set_xid(self, msg) -> None:
+        msg.set_xid(0)
+
     def send_msg(self, msg) -> None:
-        msg.xid = 0
+        self.set_xid(msg)
         msg.serialize()
-        self.sent += 1
+        self.send(msg.buf)
+
+    def send(self, data: bytes) -> None:
+        at = 0
+        while at < len(data):  # an OpenFlow header's length field says where the next message begins
+            at += int.from_bytes(data[at + 2 : at + 4], "big")
+            self.sent += 1
 
 
 class QuietHwdb:
