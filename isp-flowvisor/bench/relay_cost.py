@@ -10,12 +10,15 @@ wall time, so a busy machine changes the numbers less. The loads:
 - `distinct`: the router's queue rules (controller/homework_controller/slice_link.py), each for
   another remote address and port, as a household installs them when calls and downloads start:
   only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches;
+- `repeated6`, `distinct6`: the same for the router's IPv6 queue rules (remote address to a device's
+  global address inside the household's delegated prefix);
 - `windows` (`--windows`): `slicer_bench.py`'s load, 100 households, each with a window of 20
   flow-mods (its own rule, repeated) and a barrier queued, served in round-robin turns as the relay
   serves them (`Slicer._turn`), the switch's barrier replies fed back (`Slicer._from_switch`). What
   the running slicer spends beyond it is its sockets and asyncio's.
 
-`--profile N` prints cProfile's top N functions by own time for the distinct load; `--stages` the
+`--runs N` prints the median of N runs of each load; `--profile N` prints cProfile's top N functions
+by own time for the distinct load (`--profile-load` another); `--stages` the
 CPU per flow-mod of each step, on os-ken's path (decode, the policy's check and translation, the rule
 key, encode) and on the fast path (its check and translation, the rule key, the frame);
 `--os-ken-only` relays without the fast path (`isp_flowvisor.fastpath`), as before it.
@@ -28,6 +31,7 @@ import asyncio
 import cProfile
 import ipaddress
 import pstats
+import statistics
 import sys
 import time
 
@@ -39,13 +43,20 @@ from isp_flowvisor.model import Household
 from isp_flowvisor.session import BatchedWriter
 from isp_flowvisor.testing import socketless_slicer
 
-HOUSEHOLD = Household("bench", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), flow_quota=10**9)
+HOUSEHOLD = Household(
+    "bench", 1, (ipaddress.IPv4Network("100.64.1.0/24"), ipaddress.IPv6Network("2001:db8:100::/56")), flow_quota=10**9
+)
 PUBLIC_ADDRESS = "100.64.1.7"
+DEVICE_ADDRESS = "2001:db8:100:1::7"  # a device's global address in the household's delegated prefix
 
 
 def queue_rule(remote: str, port: int, queue: int, xid: int) -> bytes:
-    """The router's downlink queue rule for one flow (what slice_link.py installs)."""
-    match = parser.OFPMatch(eth_type=0x0800, ip_proto=6, ipv4_src=remote, tcp_src=port, ipv4_dst=PUBLIC_ADDRESS)
+    """The router's downlink queue rule for one flow (what slice_link.py installs), IPv4 or IPv6 as
+    the remote address is."""
+    if ":" in remote:
+        match = parser.OFPMatch(eth_type=0x86DD, ipv6_dst=DEVICE_ADDRESS, ip_proto=6, tcp_src=port, ipv6_src=remote)
+    else:
+        match = parser.OFPMatch(eth_type=0x0800, ip_proto=6, ipv4_src=remote, tcp_src=port, ipv4_dst=PUBLIC_ADDRESS)
     actions = [parser.OFPActionSetQueue(queue), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
     rule = parser.OFPFlowMod(
         codec.CODEC,
@@ -62,7 +73,16 @@ def loads(count: int) -> dict[str, list[bytes]]:
     distinct = [
         queue_rule(str(ipaddress.IPv4Address(0x0A000000 + i)), 1024 + i % 60000, 1 + i % 2, i) for i in range(count)
     ]
-    return {"repeated": [repeated] * count, "distinct": distinct}
+    distinct6 = [
+        queue_rule(str(ipaddress.IPv6Address((0x2A00 << 112) + i * 0x10001)), 1024 + i % 60000, 1 + i % 2, i)
+        for i in range(count)
+    ]
+    return {
+        "repeated": [repeated] * count,
+        "distinct": distinct,
+        "repeated6": [queue_rule("2a00:1450::1", 443, 2, 1)] * count,
+        "distinct6": distinct6,
+    }
 
 
 async def relay_all(frames: list[bytes]) -> float:
@@ -178,7 +198,9 @@ def fast_stages(frames: list[bytes]) -> dict[str, float]:
 def main() -> int:
     args = argparse.ArgumentParser(prog="relay_cost", description=__doc__.split("\n")[0])
     args.add_argument("--count", type=int, default=20000)
+    args.add_argument("--runs", type=int, default=1, help="the median of this many runs of each load")
     args.add_argument("--profile", type=int, default=0, metavar="N")
+    args.add_argument("--profile-load", default="distinct", choices=("repeated", "distinct", "repeated6", "distinct6"))
     args.add_argument("--stages", action="store_true")
     args.add_argument("--os-ken-only", action="store_true", help="relay without the fast path")
     args.add_argument("--windows", action="store_true", help="also slicer_bench.py's load, served in turns")
@@ -187,7 +209,7 @@ def main() -> int:
         relay.fastpath.flow_mod = lambda *_: None
     for name, frames in loads(options.count).items():
         asyncio.run(relay_all(frames[:1000]))  # warm the caches os-ken and the slicer keep
-        spent = asyncio.run(relay_all(frames))
+        spent = statistics.median(asyncio.run(relay_all(frames)) for _ in range(options.runs))
         print(f"{name:9} {spent / len(frames) * 1e6:6.1f} us CPU per flow-mod  ({len(frames) / spent:,.0f}/s)")
     if options.windows:
         asyncio.run(serve_windows(5))  # warm the caches
@@ -206,7 +228,7 @@ def main() -> int:
                 print(f"{name:9}", "  ".join(f"{step} {us:5.1f} us" for step, us in steps.items()))
     if options.profile:
         profile = cProfile.Profile()
-        frames = loads(options.count)["distinct"]
+        frames = loads(options.count)[options.profile_load]
         profile.runcall(asyncio.run, relay_all(frames))
         pstats.Stats(profile).sort_stats("tottime").print_stats(options.profile)
     return 0

@@ -2,20 +2,23 @@
 
 The router's downlink rules (controller/homework_controller/downlink.py, sent by slice_link.py) are
 all of one shape: ADD, MODIFY_STRICT or DELETE_STRICT of `match(eth_type=0x800, ip_proto,
-ipv4_src, ipv4_dst, tcp_src|udp_src)` with, but for deletes, `apply(set_queue(q), output(NORMAL))`.
-Decoding such a message into os-ken's objects, checking it and encoding its translation costs
-about 80 us of CPU; most of it is os-ken's object model, not the decision.
+ipv4_src, ipv4_dst, tcp_src|udp_src)`, or its IPv6 twin `match(eth_type=0x86dd, ipv6_dst (a device's
+global address, or the delegated prefix masked), ip_proto, tcp_src|udp_src, ipv6_src)`, with, but for
+deletes, `apply(set_queue(q), output(NORMAL))`. Decoding such a message into os-ken's objects,
+checking it and encoding its translation costs about 80 us of CPU; most of it is os-ken's object
+model, not the decision.
 
 `flow_mod(slice_, frame)` either returns the translated message, whose bytes are exactly those the
 os-ken path (`codec.decode_request`, `policy.Requests.flow_mod`, `codec.encode`) would write, or None:
 the message is then handed to the os-ken path, which decides it. It accepts only what it can see
 the policy would accept unchanged (every field it passes is checked with the policy's own
 functions and constants: ownership by `Ids.owns`, ids by `Ids.cookie`/`Ids.queue`, the rule
-key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: IPv6, masks,
-other fields or actions, duplicates, odd lengths, out_port/out_group filters, buffers. So a refusal
-or an error always comes from the one policy. Every byte it writes comes from os-ken's serialisers,
-but the flow-mod's fixed part, match header and instruction header, which are packed here with
-os-ken's layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated
+key by `policy.match_key`, as `policy.rule_key` has it) and declines anything unusual: masks (but on
+the household's own IPv6 prefix), the other family's addresses, other fields or actions, duplicates,
+odd lengths, out_port/out_group filters, buffers. So a refusal or an error always comes from the one
+policy. Every byte it writes comes from os-ken's serialisers (or is the household's own match field,
+as os-ken writes it), but the flow-mod's fixed part, match header and instruction header, which are
+packed here with os-ken's layouts. `tests/test_fastpath.py` feeds both paths thousands of generated and mutated
 messages and fails on any difference in what the slicer writes or books.
 
 What it makes of each part of a flow-mod (the fixed part, the match, the instructions) depends on
@@ -58,10 +61,20 @@ def _wire(name: str, value: Any) -> bytes:
     return bytes(buf)
 
 
-# The fields the router's rules use, exact (no mask), by their OXM header (os-ken's), with how
-# os-ken's user value is read from the value bytes.
+# The fields the router's rules use, by their OXM header (os-ken's), with how os-ken's user value is
+# read from the value bytes: exact, but for the IPv6 addresses, which the router also masks (the
+# delegated prefix its rules for a port or a remote name). `socket.inet_ntop` writes IPv6 as os-ken's
+# netaddr does (the differential test compares every rule key, special forms included).
 def _integer(value: bytes) -> int:
     return int.from_bytes(value, "big")
+
+
+def _ipv6(value: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET6, value)
+
+
+def _masked_ipv6(value: bytes) -> tuple[str, str]:
+    return _ipv6(value[:16]), _ipv6(value[16:])
 
 
 _FIELDS = {
@@ -71,12 +84,19 @@ _FIELDS = {
         ("ip_proto", 6, _integer),
         ("ipv4_src", "0.0.0.0", socket.inet_ntoa),
         ("ipv4_dst", "0.0.0.0", socket.inet_ntoa),
+        ("ipv6_src", "::", _ipv6),
+        ("ipv6_dst", "::", _ipv6),
+        ("ipv6_src", ("::", "::"), _masked_ipv6),
+        ("ipv6_dst", ("::", "::"), _masked_ipv6),
         ("tcp_src", 1, _integer),
         ("tcp_dst", 1, _integer),
         ("udp_src", 1, _integer),
         ("udp_dst", 1, _integer),
     )
 }
+# Per eth_type, its (source, destination) address fields; a match naming the other family's is declined.
+_ADDRESSES = {policy.ETH_IPV4: ("ipv4_src", "ipv4_dst"), policy.ETH_IPV6: ("ipv6_src", "ipv6_dst")}
+_ADDRESS_NAMES = frozenset(name for pair in _ADDRESSES.values() for name in pair)
 
 
 def _action_bytes(action: Any) -> bytes:
@@ -169,11 +189,24 @@ def _fixed_part(ids: policy.Ids, fixed: bytes) -> tuple[bytes, int, int, int] | 
     return translated, command, table_id, priority
 
 
+# A new remote address misses `_match`: what the rest of the match holds (the household's own
+# address, its slot's metadata field) is kept apart, so a miss costs reading the fields and the rule key.
+@functools.lru_cache(maxsize=_KEPT)
+def _owns(ids: policy.Ids, value: Any) -> bool:
+    return ids.owns(value)
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _metadata(slot: int) -> bytes:
+    return _wire("metadata", slot)
+
+
 @functools.lru_cache(maxsize=_KEPT)
 def _match(ids: policy.Ids, match: bytes) -> tuple[bytes, tuple, bool] | None:
     """The household's match (with its padding) as the switch gets it, its rule key's fields and
     whether it is traffic to the household's own address; None if it is not the router's kind:
-    OXM, only the router's fields, each exact and once, filling it to the byte."""
+    OXM, IPv4 or IPv6, only the router's fields (each exact but the IPv6 addresses, and once), its
+    family's addresses only, filling it to the byte."""
     match_type, match_len = _MATCH_HEADER.unpack_from(match)
     if match_type != ofp.OFPMT_OXM:
         return None
@@ -189,12 +222,16 @@ def _match(ids: policy.Ids, match: bytes) -> tuple[bytes, tuple, bool] | None:
             return None
         fields[name] = read(match[at + 4 : field_end])
         at = field_end
-    if fields.get("eth_type") != policy.ETH_IPV4:
+    family = _ADDRESSES.get(fields.get("eth_type", -1))
+    if family is None or not _ADDRESS_NAMES.intersection(fields).issubset(family):
         return None
-    to_own = "ipv4_dst" in fields and ids.owns(fields["ipv4_dst"])
-    if not to_own and not ("ipv4_src" in fields and ids.owns(fields["ipv4_src"])):
+    source, destination = family
+    if any(isinstance(value, tuple) and not _owns(ids, value) for value in fields.values()):
+        return None  # a mask only on the household's own prefix (the policy checks any other's)
+    to_own = destination in fields and _owns(ids, fields[destination])
+    if not to_own and not (source in fields and _owns(ids, fields[source])):
         return None
-    translated = _wire("metadata", ids.slot) + match[4:match_len]
+    translated = _metadata(ids.slot) + match[4:match_len]
     out_match_len = 4 + len(translated)
     return (
         _MATCH_HEADER.pack(ofp.OFPMT_OXM, out_match_len) + translated + bytes(-out_match_len % 8),

@@ -26,9 +26,12 @@ from isp_flowvisor.model import Household
 from isp_flowvisor.testing import socketless_slicer
 
 C = codec.CODEC
-ALICE = Household("alice", 1, (ipaddress.IPv4Network("100.64.1.0/24"),), ports=(2,), flow_quota=40)
-BOB = Household("bob", 2, (ipaddress.IPv4Network("100.64.2.0/24"),), ports=(3,))
+DELEGATED = ipaddress.IPv6Network("2001:db8:100::/56")  # alice's delegated prefix (DHCPv6-PD)
+NEIGHBOURS_DELEGATED = ipaddress.IPv6Network("2001:db8:200::/56")
+ALICE = Household("alice", 1, (ipaddress.IPv4Network("100.64.1.0/24"), DELEGATED), ports=(2,), flow_quota=40)
+BOB = Household("bob", 2, (ipaddress.IPv4Network("100.64.2.0/24"), NEIGHBOURS_DELEGATED), ports=(3,))
 PUBLIC, NEIGHBOUR = "100.64.1.7", "100.64.2.7"
+DEVICE, NEIGHBOURS_DEVICE = "2001:db8:100:1::7", "2001:db8:200:1::7"  # devices' global addresses
 SEED = 20261125
 BUDGET_S = 60  # the whole corpus takes a few seconds; a slow machine must not hang CI
 
@@ -37,10 +40,37 @@ def _remote(rng: random.Random) -> str:
     return str(ipaddress.IPv4Address(rng.randrange(0x01000000, 0xDF000000)))
 
 
+def _remote6(rng: random.Random) -> str:
+    """An address on the internet, its groups often zero (so its text takes each compressed form), now
+    and then one of IPv6's special forms (IPv4-mapped and -compatible: written with dots)."""
+    if rng.random() < 0.05:
+        return rng.choice(["::ffff:", "::", "64:ff9b::"]) + _remote(rng)
+    groups = [0x2A00 + rng.randrange(0x100)] + [rng.choice([0, 0, rng.randrange(1 << 16)]) for _ in range(7)]
+    return str(ipaddress.IPv6Address(b"".join(g.to_bytes(2, "big") for g in groups)))
+
+
+def _device(rng: random.Random, delegated: ipaddress.IPv6Network) -> str:
+    return str(delegated[rng.randrange(1, 1 << 72)])
+
+
+def _flow_mods(rules) -> list:
+    return [
+        message
+        for rule in rules
+        for message in (
+            openflow.flow_mod(rule),
+            openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT),
+            openflow.delete_strict(rule),
+        )
+    ]
+
+
 def router_messages(rng: random.Random, count: int) -> list[bytes]:
     """What the router's slice link sends (controller/homework_controller/slice_link.py): its queue
-    rules for High and Medium flows as ADD, MODIFY_STRICT and DELETE_STRICT, its wide delete by
-    cookie on connect, barriers and echoes; some for a public address that is not the household's."""
+    rules for High and Medium flows as ADD, MODIFY_STRICT and DELETE_STRICT, over IPv4 (to its public
+    address) and IPv6 (to a device's global address, and to its delegated prefix for what it marks
+    ahead), its wide delete by cookie on connect, barriers and echoes; some for a public address or
+    prefix that is not the household's."""
     connections = [
         (
             flows.FiveTuple(
@@ -56,13 +86,27 @@ def router_messages(rng: random.Random, count: int) -> list[bytes]:
     ]
     out = []
     for public in (PUBLIC, PUBLIC, PUBLIC, NEIGHBOUR):
-        for rule in downlink.wanted_rules(connections[: count // 4], [public]):
-            out += [
-                openflow.flow_mod(rule),
-                openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT),
-                openflow.delete_strict(rule),
-            ]
+        out += _flow_mods(downlink.wanted_rules(connections[: count // 4], [public]))
         connections = connections[count // 4 :]
+    for delegated in (DELEGATED, DELEGATED, DELEGATED, NEIGHBOURS_DELEGATED):
+        connections6 = [
+            (
+                flows.FiveTuple(
+                    rng.choice([6, 17]),
+                    _device(rng, delegated),
+                    rng.randrange(1024, 65536),
+                    _remote6(rng),
+                    rng.choice([443, 80, 3478, rng.randrange(1, 65536)]),
+                ),
+                rng.choice([qos.HIGH, qos.MEDIUM]),
+            )
+            for _ in range(count // 4)
+        ]
+        ahead = [
+            downlink.Ahead(rng.choice([6, 17]), None, rng.choice([3478, 5060]), qos.HIGH),
+            downlink.Ahead(None, _remote6(rng), None, qos.MEDIUM),
+        ]
+        out += _flow_mods(downlink.wanted_rules(connections6, [], ahead, delegated))
     out += [openflow.delete_cookie(downlink.SLICE_COOKIE), parser.OFPBarrierRequest(C), parser.OFPEchoRequest(C, b"")]
     return [codec.encode(msg, rng.randrange(1 << 32)) for msg in out]
 
@@ -89,6 +133,20 @@ def _address(rng: random.Random) -> object:
     host = rng.choice([PUBLIC, NEIGHBOUR, "100.64.1.0", _remote(rng)])
     if rng.random() < 0.3:
         return (host, rng.choice(["255.255.255.0", "255.255.255.255", "0.0.0.255", "255.0.255.0", "255.255.0.0"]))
+    return host
+
+
+def _address6(rng: random.Random) -> object:
+    """An IPv6 address field: a device's of the household's or the neighbour's, the household's prefix,
+    a remote one; masked, the mask now and then wider than the household's /56 (its prefix inside a
+    neighbour's), or no prefix at all."""
+    host = rng.choice([DEVICE, NEIGHBOURS_DEVICE, str(DELEGATED.network_address), _remote6(rng)])
+    if rng.random() < 0.3:
+        length = rng.choice([0, 32, 48, 55, 56, 57, 64, 128])
+        mask = rng.choice(
+            [str(ipaddress.IPv6Network(f"::/{length}").netmask), "::ffff:ffff:ffff:ffff", "ffff:0:ffff::"]
+        )
+        return (host, mask)
     return host
 
 
@@ -133,11 +191,16 @@ def varied_flow_mods(rng: random.Random, count: int) -> list[bytes]:
     wide = (1 << 64) - 1
 
     def field(fields: dict, _: dict) -> None:
-        name = rng.choice(["ip_proto", "ipv4_src", "ipv4_dst", "tcp_src", "udp_src", "tcp_dst", "eth_type", "in_port"])
+        name = rng.choice(
+            ["ip_proto", "ipv4_src", "ipv4_dst", "ipv6_src", "ipv6_dst", "tcp_src", "udp_src", "tcp_dst", "eth_type"]
+            + ["in_port"]
+        )
         if rng.random() < 0.3:
             fields.pop(name, None)
         elif name.startswith("ipv4"):
             fields[name] = _address(rng)
+        elif name.startswith("ipv6"):
+            fields[name] = _address6(rng)
         else:
             fields[name] = {
                 "ip_proto": rng.choice([6, 17, 1]),
@@ -188,13 +251,14 @@ def varied_flow_mods(rng: random.Random, count: int) -> list[bytes]:
     out = []
     for _ in range(count):
         proto = rng.choice([6, 17])
-        fields: dict = {
-            "eth_type": 0x800,
-            "ip_proto": proto,
-            "ipv4_src": _remote(rng),
-            "ipv4_dst": PUBLIC,
-            ("tcp_src" if proto == 6 else "udp_src"): rng.randrange(65536),
-        }
+        port = ("tcp_src" if proto == 6 else "udp_src", rng.randrange(65536))
+        if rng.random() < 0.4:  # the router's IPv6 rule: to a device's address, or to its prefix
+            to = rng.choice([DEVICE, (str(DELEGATED.network_address), str(DELEGATED.netmask))])
+            fields: dict = {"eth_type": 0x86DD, "ipv6_dst": to, "ip_proto": proto, port[0]: port[1]}
+            fields["ipv6_src"] = _remote6(rng)
+        else:
+            fields = {"eth_type": 0x800, "ip_proto": proto, "ipv4_src": _remote(rng), "ipv4_dst": PUBLIC}
+            fields[port[0]] = port[1]
         kwargs: dict = {
             "cookie": downlink.SLICE_COOKIE,
             "priority": downlink.RULE_PRIORITY,
@@ -210,17 +274,30 @@ def varied_flow_mods(rng: random.Random, count: int) -> list[bytes]:
         if rng.random() < 0.05:  # a field twice (os-ken keeps both; the switch refuses such a match)
             twice = rng.choice(list(fields.items()))
             match = parser.OFPMatch(
-                _ordered_fields=[*match.items(), (twice[0], PUBLIC if twice[0] == "ipv4_dst" else twice[1])]
+                _ordered_fields=[
+                    *match.items(),
+                    (twice[0], {"ipv4_dst": PUBLIC, "ipv6_dst": DEVICE}.get(twice[0], twice[1])),
+                ]
             )
         msg = parser.OFPFlowMod(C, match=match, **kwargs)
         out.append(codec.encode(msg, rng.randrange(1 << 32)))
     return out
 
 
+def _ipv6_destination(frame: bytes) -> object:
+    msg = codec.decode_request(frame)
+    return msg.match.get("ipv6_dst") if isinstance(msg, parser.OFPFlowMod) else None
+
+
 def differential_corpus() -> list[bytes]:
     rng = random.Random(SEED)
     router = router_messages(rng, 400)
-    mutated_router = single_byte_mutations([router[0], router[2], router[-6]])
+    # Malformed lengths and fields: an IPv4 ADD and DELETE_STRICT, the neighbour's last IPv4 ADD, an
+    # IPv6 ADD to a device and one to the delegated prefix (masked).
+    to_device = next(frame for frame in router if isinstance(_ipv6_destination(frame), str))
+    to_prefix = next(frame for frame in router if isinstance(_ipv6_destination(frame), tuple))
+    neighbours = router[router.index(to_device) - 3]
+    mutated_router = single_byte_mutations([router[0], router[2], neighbours, to_device, to_prefix])
     return router + mutated_router + varied_flow_mods(rng, 3000) + corpus()
 
 
@@ -247,6 +324,7 @@ def test_the_fast_path_writes_exactly_what_os_ken_would_or_declines():
         "alice renumbered": policy.Slice(replace(ALICE, addresses=BOB.addresses), frozenset({1})),
     }
     taken = dict.fromkeys(slices, 0)
+    taken_ipv6 = dict.fromkeys(slices, 0)
     declined_but_accepted = 0
     deadline = time.monotonic() + BUDGET_S
     frames = differential_corpus()
@@ -262,11 +340,13 @@ def test_the_fast_path_writes_exactly_what_os_ken_would_or_declines():
             # What the fast path takes, the policy takes, and the bytes and the rule key are os-ken's.
             assert reference is not None, f"the policy refuses what the fast path took for {name}: {frame.hex()}"
             taken[name] += 1
+            taken_ipv6[name] += any(field.startswith("ipv6") for field, _ in fast.rule_key[2])
             assert fast.frame(99) == reference[0], (name, frame.hex())
             assert fast.rule_key == reference[1], (name, frame.hex())
     # Positive control: the router's own shapes do take the fast path (thousands of them).
     assert taken["alice"] > 1500 and taken["bob"] > 300 and taken["alice renumbered"] > 300, taken
-    print(f"fast path took {taken}; left to os-ken and accepted there: {declined_but_accepted}")
+    assert taken_ipv6["alice"] > 1000 and taken_ipv6["bob"] > 300 and taken_ipv6["alice renumbered"] > 300, taken_ipv6
+    print(f"fast path took {taken}, IPv6 {taken_ipv6}; left to os-ken and accepted there: {declined_but_accepted}")
 
 
 def _serve_all(frames: list[bytes]) -> tuple[list[bytes], list[bytes], dict]:
@@ -313,6 +393,34 @@ def test_a_router_rule_for_a_neighbours_address_is_left_to_the_policy_which_refu
     assert fastpath.flow_mod(policy.Slice(BOB, frozenset({1})), frame) is None
     with pytest.raises(policy.Refused):
         policy.Slice(BOB, frozenset({1})).requests.flow_mod(codec.decode_request(frame))
+
+
+def _ipv6_queue_rule(destination: object) -> bytes:
+    """The router's IPv6 queue rule (downlink.py's shape) from a remote address to `destination`."""
+    match = parser.OFPMatch(eth_type=0x86DD, ipv6_dst=destination, ip_proto=6, tcp_src=443, ipv6_src="2a00:1450::1")
+    actions = [parser.OFPActionSetQueue(2), parser.OFPActionOutput(ofp.OFPP_NORMAL)]
+    instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    return codec.encode(parser.OFPFlowMod(C, cookie=downlink.SLICE_COOKIE, match=match, instructions=instructions), 7)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        NEIGHBOURS_DEVICE,  # a device of the neighbour's
+        (str(NEIGHBOURS_DELEGATED.network_address), str(NEIGHBOURS_DELEGATED.netmask)),  # the neighbour's prefix
+        ("2001:db8:100::", "ffff:ffff:ffff::"),  # a /48 around alice's /56: her neighbours' traffic too
+        ("2001:db8:100::", "ffff:ffff:ffff:ff00:ffff::"),  # no prefix: the switch compares it bit by bit
+    ],
+)
+def test_an_ipv6_rule_outside_the_households_prefix_is_left_to_the_policy_which_refuses_it(hostile):
+    alice = policy.Slice(ALICE, frozenset({1}))
+    # Positive control: her rules to her device and to her whole prefix take the fast path, as os-ken's bytes.
+    for own in (DEVICE, (str(DELEGATED.network_address), str(DELEGATED.netmask))):
+        fast = fastpath.flow_mod(alice, _ipv6_queue_rule(own))
+        assert fast is not None and fast.frame(99) == _reference(alice, _ipv6_queue_rule(own))[0]
+    assert fastpath.flow_mod(alice, _ipv6_queue_rule(hostile)) is None
+    with pytest.raises(policy.Refused):
+        alice.requests.flow_mod(codec.decode_request(_ipv6_queue_rule(hostile)))
 
 
 def test_the_fast_paths_caches_keep_no_replaced_slice_alive():
