@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import struct
 import subprocess
@@ -406,6 +407,41 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# A sample of the Prometheus text format: name, labels, value.
+_SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})? (\S+)$", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _fast_path_counts(slicer: SlicerProcess) -> dict[str, float]:
+    """The slicer's fast-path counters so far, from its /metrics: flow-mods served and taken by the fast
+    path (summed over households), and each of its caches' hits and misses ("match hit", ...)."""
+    counts: dict[str, float] = {}
+    for name, labels, value in _SAMPLE.findall(slicer.metrics()):
+        if name in ("isp_flowvisor_household_flow_mods_total", "isp_flowvisor_household_fast_path_total"):
+            key = name.removeprefix("isp_flowvisor_household_").removesuffix("_total")
+        elif name == "isp_flowvisor_fast_path_cache_lookups_total":
+            label = dict(_LABEL.findall(labels))
+            key = f"{label['part']} {label['result']}"
+        else:
+            continue
+        counts[key] = counts.get(key, 0) + float(value)
+    return counts
+
+
+def _fast_path_rates(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Between two readings: the fast path's share of the flow-mods, and each cache's hit rate."""
+    spent = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    rates: dict[str, float | None] = {"fast_path_share": _share(spent["fast_path"], spent["flow_mods"])}
+    for part in sorted({key.rsplit(" ", 1)[0] for key in spent if key.endswith((" hit", " miss"))}):
+        hits, misses = spent[f"{part} hit"], spent[f"{part} miss"]
+        rates[f"{part.replace(' ', '_')}_cache_hit_rate"] = _share(hits, hits + misses)
+    return rates
+
+
+def _share(part: float, whole: float) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
 def _fds_and_rss(pid: int) -> tuple[int, int]:
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -428,6 +464,10 @@ async def measure(
     }
     if switch is not None:
         out["rules_on_switch"] = {}
+    if setup.slicer is not None:
+        # Whether the bench's flow-mods took the fast path, and its caches hit: the CPU per flow-mod
+        # beside them says why a run on another machine differs.
+        out["fast_path"] = {}
     # CPU per flow-mod of what relays them (the slicer or the header-only relay; the switch itself
     # when direct) and of the switch: less sensitive than messages/s to what else the machine runs.
     relay_pid: int | None
@@ -447,15 +487,19 @@ async def measure(
             if n > connected:
                 await connect_all(households[connected:n], setup.target)
                 connected = n
+            counted = _fast_path_counts(setup.slicer) if setup.slicer is not None else {}
             relay_cpu, switch_cpu = _cpu_seconds(relay_pid), _cpu_seconds(setup.switch_pid)
             households_cpu = time.process_time()
             out["throughput_msgs_per_s"][str(n)] = round(await throughput(households[:n], seconds, 20))
             messages = sum(h.acked for h in households[:n])
+            relay_spent = _cpu_seconds(relay_pid) - relay_cpu
             out["households_cpu_us_per_msg"][str(n)] = round((time.process_time() - households_cpu) / messages * 1e6, 1)
-            out["relay_cpu_us_per_msg"][str(n)] = round((_cpu_seconds(relay_pid) - relay_cpu) / messages * 1e6, 1)
+            out["relay_cpu_us_per_msg"][str(n)] = round(relay_spent / messages * 1e6, 1)
             out["switch_cpu_us_per_msg"][str(n)] = round(
                 (_cpu_seconds(setup.switch_pid) - switch_cpu) / messages * 1e6, 1
             )
+            if setup.slicer is not None:
+                out["fast_path"][str(n)] = _fast_path_rates(counted, _fast_path_counts(setup.slicer))
             if switch is not None:
                 out["rules_on_switch"][str(n)] = setup.rules_on_switch()
         samples = await latency(households[0], 2000)
@@ -581,6 +625,7 @@ def main() -> int:
                 f"  households CPU us/flow-mod {json.dumps(runs[mode]['households_cpu_us_per_msg'])}"
             )
         print(json.dumps({k: v for k, v in runs.items() if k not in ("direct", "floor", "slicer")}))
+        print("fast path (slicer):", json.dumps(runs["slicer"]["fast_path"]))
         if "fairness" in runs["slicer"]:
             print(
                 "fairness (slicer):",
@@ -610,6 +655,10 @@ def _compared(runs: dict) -> dict:
     return {
         "throughput_ratio_slicer_over_direct": ratio_to_direct(runs["slicer"]),
         "throughput_ratio_floor_over_direct": ratio_to_direct(runs["floor"]),
+        # Beside the ratios, what they hardly depend on: each relay's own CPU per flow-mod (and the
+        # fast path's share and cache hit rates, in the slicer's run), so machines can be compared.
+        "slicer_cpu_us_per_msg": runs["slicer"]["relay_cpu_us_per_msg"],
+        "floor_cpu_us_per_msg": runs["floor"]["relay_cpu_us_per_msg"],
         "added_latency_ms": {
             n: {p: round(runs["slicer"]["latency_ms"][n][p] - direct["latency_ms"][n][p], 3) for p in ("p50", "p99")}
             for n in direct["latency_ms"]

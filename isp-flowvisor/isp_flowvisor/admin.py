@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from . import fastpath
 from .model import Household, InvalidHousehold
 from .registry import RegistryError
 from .relay import Slicer
@@ -242,8 +243,20 @@ class Admin:
             ("malformed", "undecodable or unknown messages answered with an error"),
             ("throttled", "scheduler rounds the household waited on its message-rate limit"),
             ("packet_ins", "packet-ins delivered to the household"),
+            ("flow_mods", "flow-mods served (checked by the fast path or by os-ken's path)"),
+            ("fast_path", "flow-mods checked and translated by the fast path, without os-ken's decoding"),
         ):
             family(f"isp_flowvisor_household_{field}_total", "counter", text, per_household(counter(field)))
+        family(
+            "isp_flowvisor_fast_path_cache_lookups_total",
+            "counter",
+            "the fast path's lookups of a flow-mod's parts it made before (a miss works the part out)",
+            [
+                (f'{{part="{part}",result="{result}"}}', count)
+                for part, lookups in fastpath.cache_lookups().items()
+                for result, count in lookups.items()
+            ],
+        )
         usage = [
             (f'{{household="{name}",direction="{d}"}}', v)
             for name, dirs in sorted(self.usage.items())

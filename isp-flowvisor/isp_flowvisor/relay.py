@@ -688,6 +688,8 @@ class Slicer:
             fast = fastpath.flow_mod(session.slice, frame)
             if fast is not None:
                 xid, command, rule_key, _ = fast
+                counters.flow_mods += 1
+                counters.fast_path += 1
                 self._flow_mod(session, xid, command, rule_key, frame, fast.frame)
                 counters.relayed += 1
                 return
@@ -715,6 +717,7 @@ class Slicer:
         kind = admission.request(msg)
         requests, head = session.slice.requests, frame[:64]
         if kind == "flow_mod":
+            session.counters.flow_mods += 1
             translated = requests.flow_mod(msg)
             key = policy.rule_key(translated.table_id, translated.priority, translated.match)
             self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))

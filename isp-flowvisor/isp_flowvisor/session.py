@@ -41,6 +41,8 @@ class Counters:
     throttled: int = 0
     packet_ins: int = 0
     sessions: int = 0
+    flow_mods: int = 0  # served, by either path
+    fast_path: int = 0  # of those, checked and translated by the fast path (fastpath.py)
 
 
 class Connection:

@@ -51,6 +51,10 @@ def test_stats_and_metrics_show_per_household_usage(slicer, households):
     assert 'isp_flowvisor_household_refused_total{household="alice"} 0' in metrics
     assert 'isp_flowvisor_household_rules{household="bob"} 1' in metrics
     assert "# TYPE isp_flowvisor_household_queue_drops_total counter" in metrics
+    # Whether a household's rules take the fast path: bob's own rule did, the refused one went to os-ken's.
+    assert 'isp_flowvisor_household_flow_mods_total{household="bob"} 2' in metrics
+    assert 'isp_flowvisor_household_fast_path_total{household="bob"} 1' in metrics
+    assert 'isp_flowvisor_fast_path_cache_lookups_total{part="match",result="miss"}' in metrics
 
 
 def test_registry_file_changes_are_followed_without_dropping_sessions(slicer, households, tmp_path):

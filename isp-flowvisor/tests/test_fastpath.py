@@ -54,9 +54,11 @@ def _device(rng: random.Random, delegated: ipaddress.IPv6Network) -> str:
 
 
 def _flow_mods(rules) -> list:
+    """Each rule's ADD, MODIFY_STRICT and DELETE_STRICT, the rules in a fixed order (a set's order
+    changes with the process's string hashing: the corpus must not)."""
     return [
         message
-        for rule in rules
+        for rule in sorted(rules, key=repr)
         for message in (
             openflow.flow_mod(rule),
             openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT),
@@ -345,7 +347,7 @@ def test_the_fast_path_writes_exactly_what_os_ken_would_or_declines():
             assert fast.rule_key == reference[1], (name, frame.hex())
     # Positive control: the router's own shapes do take the fast path (thousands of them).
     assert taken["alice"] > 1500 and taken["bob"] > 300 and taken["alice renumbered"] > 300, taken
-    assert taken_ipv6["alice"] > 1000 and taken_ipv6["bob"] > 300 and taken_ipv6["alice renumbered"] > 300, taken_ipv6
+    assert taken_ipv6["alice"] > 1500 and taken_ipv6["bob"] > 200 and taken_ipv6["alice renumbered"] > 200, taken_ipv6
     print(f"fast path took {taken}, IPv6 {taken_ipv6}; left to os-ken and accepted there: {declined_but_accepted}")
 
 
