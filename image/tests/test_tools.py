@@ -21,9 +21,10 @@ import pytest
 import build
 import homework_deploy
 from homenet.wait import wait_until
-from homework_deploy import systemd
+from homework_deploy import prefix_delegation, procd, systemd
 from homework_image import boot, bundle, console, grub, health, network, state, update
 from homework_image.bundle import BundleError
+from homework_image.radio import PSK_FILE, WIFI_CONFIG
 
 SLOT_BYTES = 1 << 20
 
@@ -210,6 +211,8 @@ def test_new_data_partition_gets_the_current_format(tmp_path):
     assert "new data partition" in state.migrate(tmp_path, current=1, migrations={})
     assert (tmp_path / "FORMAT").read_text() == "1\n"
     assert (tmp_path / "webui").is_dir() and (tmp_path / "config").is_dir()
+    # Where the prefix-delegation client writes: made for it, since it may write nothing beside it.
+    assert (tmp_path / prefix_delegation.DELEGATED_FILE).parent.is_dir()
 
 
 def test_migrations_run_once_in_order(tmp_path):
@@ -649,13 +652,14 @@ def unit_lines(text: str, key: str) -> list[str]:
 
 
 def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependencies():
-    services = homework_deploy.load(SETTINGS)
+    services = homework_deploy.load(SETTINGS, platform="image")
     units = systemd.render_all(services, str(SETTINGS["PYTHON"]), requires=["homework-network.service"])
-    assert set(units) == {f"homework-{name}.service" for name in services}
+    assert set(units) == {f"homework-{name}.service" for name in services} | {"homework-radio-refresh.path"}
     for name, service in services.items():
         text = units[systemd.unit_name(name)]
         assert shlex.split(unit_lines(text, "ExecStart")[0]) == list(service.command)
-        assert unit_lines(text, "Restart") == ["on-failure"]
+        # A oneshot that fails waits for the next change (its path unit starts it again).
+        assert unit_lines(text, "Restart") == ([] if service.oneshot else ["on-failure"])
         assert unit_lines(text, "NoNewPrivileges") == ["yes"]
         assert unit_lines(text, "ProtectSystem") == ["strict"]
         after = unit_lines(text, "After")[0].split()
@@ -685,7 +689,145 @@ def may_write(text: str, path: str) -> bool:
 
 
 def image_units() -> dict[str, str]:
-    return systemd.render_all(homework_deploy.load(SETTINGS), str(SETTINGS["PYTHON"]))
+    """The image's rendered service units (the .path units start services; they run nothing themselves)."""
+    units = systemd.render_all(homework_deploy.load(SETTINGS, platform="image"), str(SETTINGS["PYTHON"]))
+    return {name: text for name, text in units.items() if name.endswith(".service")}
+
+
+def test_every_root_service_of_the_image_is_rendered_and_none_is_hand_written_beside_it():
+    """The units the build renders and enables are services.toml's; image/rootfs holds none of them (a
+    hand-written unit of the same name would be overwritten, or worse, be the one that ships)."""
+    services = homework_deploy.load(SETTINGS, platform="image")
+    assert {"wan-pd", "radio-refresh"} <= set(services)
+    rendered = systemd.render_all(services, str(SETTINGS["PYTHON"]))
+    hand_written = {p.name for p in (build.IMAGE_DIR / "rootfs/usr/lib/systemd/system").iterdir()}
+    assert hand_written and not hand_written & set(rendered)
+    assert not set(rendered) & set(build.SYSTEM_UNITS)  # the build enables those it rendered by themselves
+    # The prefix client runs from boot; the refresh is started by its path unit alone.
+    enabled = systemd.enabled_units(services)
+    assert "homework-wan-pd.service" in enabled and "homework-radio-refresh.path" in enabled
+    assert "homework-radio-refresh.service" not in enabled
+
+
+def test_the_wan_prefix_client_may_write_only_its_own_state_with_only_dhcpcds_capabilities(tmp_path):
+    """dhcpcd parses what the ISP sends, as root: a flaw in it must not reach the controller's database,
+    the web UI's accounts or the update spool, nor keep any capability dhcpcd does not use."""
+    units = image_units()
+    pd = units["homework-wan-pd.service"]
+    assert unit_lines(pd, "ProtectSystem") == ["strict"] and unit_lines(pd, "NoNewPrivileges") == ["yes"]
+    assert unit_lines(pd, "PrivateDevices") == ["yes"] and unit_lines(pd, "ProtectKernelModules") == ["yes"]
+    # Its network work, and its privilege separation (chroot, then setgroups/setgid/setuid to `dhcpcd`).
+    assert set(unit_lines(pd, "CapabilityBoundingSet")[0].split()) == {
+        "CAP_NET_ADMIN",
+        "CAP_NET_RAW",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SETUID",
+        "CAP_SETGID",
+        "CAP_SYS_CHROOT",
+    }
+    assert unit_lines(pd, "AmbientCapabilities") == unit_lines(pd, "CapabilityBoundingSet")
+    assert set(unit_lines(pd, "RestrictAddressFamilies")[0].split()) == {
+        "AF_UNIX",
+        "AF_INET",
+        "AF_INET6",
+        "AF_NETLINK",
+        "AF_PACKET",
+    }
+    prefix = f"{build.STATE}/{prefix_delegation.DELEGATED_FILE}"
+    wan_setting = f"/proc/sys/net/ipv4/conf/{build.WAN_IFACE}/promote_secondaries"  # dhcpcd's if_init sets it
+    for own in (prefix, f"{prefix}.tmp", "/var/lib/dhcpcd/wan.lease6", "/run/dhcpcd/wan-6.pid", wan_setting):
+        assert may_write(pd, own), own
+    assert unit_lines(pd, "ProtectKernelTunables") == ["yes"]  # every other kernel setting read-only
+    for others in (
+        f"{build.STATE}/controller.sqlite",
+        f"{build.STATE}/hwdb/agent.key",
+        f"{build.STATE}/webui/accounts.sqlite",
+        f"{SETTINGS['UPDATES']}/bundle",
+        str(PSK_FILE),
+        "/etc/resolv.conf",
+        "/proc/sys/net/ipv6/conf/all/forwarding",
+        f"/proc/sys/net/ipv4/conf/{build.LAN_PORT}/promote_secondaries",
+        "/efi/loader/entries/x.conf",
+    ):
+        assert not may_write(pd, others), others
+    # Its file is the controller's to read, not to write; it is the only writer of it.
+    assert [name for name, text in units.items() if may_write(text, prefix)] == ["homework-wan-pd.service"]
+    # No ready check: the router serves without IPv6, so no start waits for an ISP that may never answer.
+    assert unit_lines(pd, "Type") == ["exec"] and not unit_lines(pd, "ExecStartPost")
+    # The command reads the configuration and hook that write_files renders, under the names it gives them.
+    argv = shlex.split(unit_lines(pd, "ExecStart")[0])
+    files = Path(str(SETTINGS["SERVICE_FILES"]))
+    assert argv[0] == "dhcpcd" and argv[-1] == build.WAN_IFACE
+    assert argv[argv.index("--config") + 1] == str(files / prefix_delegation.CONF_NAME)
+    assert argv[argv.index("--script") + 1] == str(files / prefix_delegation.HOOK_NAME)
+    prefix_delegation.write_files(tmp_path, build.WAN_IFACE, build.STATE)
+    assert f"allowinterfaces {build.WAN_IFACE}" in (tmp_path / prefix_delegation.CONF_NAME).read_text()
+    assert prefix in (tmp_path / prefix_delegation.HOOK_NAME).read_text()
+    assert (tmp_path / prefix_delegation.HOOK_NAME).stat().st_mode & 0o111
+
+
+def test_the_radio_refresh_runs_at_each_change_of_the_keys_or_settings_with_no_capability():
+    units = systemd.render_all(homework_deploy.load(SETTINGS, platform="image"), str(SETTINGS["PYTHON"]))
+    refresh, path = units["homework-radio-refresh.service"], units["homework-radio-refresh.path"]
+    # What the controller writes (the key file, the radio settings) is what the path unit watches.
+    assert unit_lines(path, "PathChanged") == [str(PSK_FILE), str(WIFI_CONFIG)]
+    assert unit_lines(path, "Unit") == ["homework-radio-refresh.service"]
+    assert unit_lines(path, "WantedBy") == ["paths.target"]
+    assert unit_lines(refresh, "Type") == ["oneshot"] and not unit_lines(refresh, "WantedBy")
+    # A start limit of our own would stop the path unit after a burst of key changes: systemd's own.
+    assert not unit_lines(refresh, "StartLimitBurst")
+    assert shlex.split(unit_lines(refresh, "ExecStart")[0])[1:] == ["-m", "homework_image.radio", "refresh"]
+    # Sockets (hostapd's control socket, systemd's) and files root owns: no capability, AF_UNIX only.
+    assert unit_lines(refresh, "CapabilityBoundingSet") == [""] and unit_lines(refresh, "AmbientCapabilities") == [""]
+    assert unit_lines(refresh, "RestrictAddressFamilies") == ["AF_UNIX"]
+    assert unit_lines(refresh, "ProtectSystem") == ["strict"] and unit_lines(refresh, "PrivateDevices") == ["yes"]
+    # It writes hostapd's configuration and the two files it follows (each replaced atomically beside itself)...
+    for own in ("/run/homework/hostapd.conf", str(PSK_FILE), str(WIFI_CONFIG)):
+        assert may_write(refresh, own), own
+    # ... and no other service's: the spool, hwdb's and the web UI's state, hostapd's sockets, the prefix.
+    for others in (
+        f"{SETTINGS['UPDATES']}/bundle",
+        f"{build.STATE}/hwdb/hwdb.sqlite",
+        f"{build.STATE}/webui/accounts.sqlite",
+        "/run/homework/hostapd/br-lan",
+        f"{build.STATE}/{prefix_delegation.DELEGATED_FILE}",
+        "/efi/loader/entries/x.conf",
+    ):
+        assert not may_write(refresh, others), others
+
+
+def test_each_platform_starts_only_the_services_services_toml_gives_it():
+    image = homework_deploy.load(SETTINGS, platform="image")
+    home = homework_deploy.load(SETTINGS, platform="homenet")
+    everything = homework_deploy.load(SETTINGS)
+    assert set(image) == set(everything)
+    # The emulated home asks its ISP for a prefix as the router does; it has no radio to refresh.
+    assert "wan-pd" in home and "radio-refresh" not in home
+    assert set(home) == set(everything) - {"radio-refresh"}
+    # OpenWrt's netifd asks for the prefix and serves the radio: the feed ships neither script, the others yes.
+    scripts = procd.render()
+    assert "homework-controller.init" in scripts and "homework-webui.init" in scripts
+    assert not {"homework-wan-pd.init", "homework-radio-refresh.init"} & set(scripts)
+
+
+@pytest.mark.parametrize(
+    "declaration, error",
+    [
+        ('platforms = ["image", "router"]', "platforms"),
+        ("platforms = []", "platforms"),
+        ("oneshot = true", "triggered_by"),
+        ('triggered_by = ["/x"]', "triggered_by"),
+    ],
+)
+def test_a_service_declared_for_no_known_platform_or_a_half_declared_oneshot_is_refused(tmp_path, declaration, error):
+    base = '[settings]\n\n[services.job]\ncommand = ["true"]\n'
+    good = tmp_path / "good.toml"
+    good.write_text(base + 'platforms = ["image"]\noneshot = true\ntriggered_by = ["/x"]\n')
+    assert homework_deploy.load({}, good)["job"].triggered_by == ("/x",)  # the whole declaration loads
+    bad = tmp_path / "bad.toml"
+    bad.write_text(base + declaration + "\n")
+    with pytest.raises(homework_deploy.ServicesError, match=error):
+        homework_deploy.load({}, bad)
 
 
 def test_only_the_web_ui_may_write_the_update_spool():
@@ -734,8 +876,7 @@ def test_hwdb_and_the_web_ui_run_as_their_own_users_and_the_web_ui_reads_hwdbs_a
 def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_hostapd_answers_them():
     units = image_units()
     controller, hostapd = units["homework-controller.service"], units["homework-hostapd.service"]
-    # Hand-written (not from services.toml): it gives the running hostapd changed passwords.
-    refresh = (build.IMAGE_DIR / "rootfs/usr/lib/systemd/system/homework-radio-refresh.service").read_text()
+    refresh = units["homework-radio-refresh.service"]  # it gives the running hostapd changed passwords
     for talks_to_hostapd in (controller, refresh):
         assert unit_lines(talks_to_hostapd, "JoinsNamespaceOf") == ["homework-hostapd.service"]
         assert unit_lines(talks_to_hostapd, "PrivateTmp") == ["yes"]
@@ -745,7 +886,7 @@ def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_h
 
 def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
     """`writes` is for starters that confine; the service's command and readiness are the same."""
-    services = homework_deploy.load(SETTINGS)
+    services = homework_deploy.load(SETTINGS, platform="homenet")
     assert services["webui"].writes == ("/var/lib/homework/webui", "/run/homework/update")
     no_updates = homework_deploy.load({**SETTINGS, "UPDATES": ""})
     assert no_updates["webui"].writes == ("/var/lib/homework/webui",)  # an empty setting is no path
