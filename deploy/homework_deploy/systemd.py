@@ -43,7 +43,8 @@ UNIT_PREFIX = "homework-"
 # PRIVSEP and always uses it when its user `dhcpcd` exists, no option turns it off): every process
 # but the root "privileged actioneer" (which runs the hook) chroots to that user's home and
 # setgroups/setgid/setuid to it, so it keeps CAP_SYS_CHROOT, CAP_SETGID and CAP_SETUID (the
-# processes that drop to `dhcpcd` lose every capability by it).
+# processes that drop to `dhcpcd` lose every capability by it). Without them dhcpcd still works, but
+# says "failed to drop privileges" and parses what the ISP sends as root.
 # The radio refresh needs none: it talks to hostapd's socket and to systemd's as root, and writes
 # files root owns.
 CAPABILITIES: dict[str, tuple[str, ...]] = {

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -20,6 +23,7 @@ import pytest
 
 import build
 import homework_deploy
+from homenet.ipv6 import kea_config
 from homenet.wait import wait_until
 from homework_deploy import prefix_delegation, procd, systemd
 from homework_image import boot, bundle, console, grub, health, network, state, update
@@ -764,6 +768,87 @@ def test_the_wan_prefix_client_may_write_only_its_own_state_with_only_dhcpcds_ca
     assert f"allowinterfaces {build.WAN_IFACE}" in (tmp_path / prefix_delegation.CONF_NAME).read_text()
     assert prefix in (tmp_path / prefix_delegation.HOOK_NAME).read_text()
     assert (tmp_path / prefix_delegation.HOOK_NAME).stat().st_mode & 0o111
+
+
+# dhcpcd as the rendered unit confines it, without systemd: in a network and mount namespace of its own (a
+# veth named as the router's WAN, Kea delegating on its other end), everything read-only but the unit's
+# ReadWritePaths= (dhcpcd's own directories on fresh tmpfs, as on the router), with the unit's bounding set.
+SANDBOXED_DHCPCD = r"""
+set -e
+ip link set lo up
+ip link add "$WAN" type veth peer name isp
+ip link set "$WAN" up
+ip link set isp up
+for ro in /etc /usr /var /tmp /run /root /home /proc/sys; do
+  [ -d "$ro" ] && mount --bind "$ro" "$ro" && mount -o remount,bind,ro "$ro"
+done
+mount -t tmpfs tmpfs /run/dhcpcd
+mount -t tmpfs tmpfs /var/lib/dhcpcd
+for rw in $WRITABLE; do mount --bind "$rw" "$rw" && mount -o remount,bind,rw "$rw"; done
+mount -t tmpfs tmpfs "$WORK/kea"
+sleep 2  # Kea binds isp's link-local address, which is unusable until duplicate-address detection ends
+KEA_PIDFILE_DIR="$WORK/kea" KEA_LOCKFILE_DIR="$WORK/kea" kea-dhcp6 -c "$WORK/kea.json" >"$WORK/log/kea.log" 2>&1 &
+exec setpriv --bounding-set="-all,$CAPS" --no-new-privs "$@"
+"""
+
+
+def sandboxed_dhcpcd(unit: str, work: Path, state: Path, caps: list[str]) -> tuple[str, str]:
+    """Run the unit's dhcpcd as sandboxed above until it writes the prefix (or 20 s); its prefix file and log."""
+    files = work / "files"
+    prefix_delegation.write_files(files, build.WAN_IFACE, state)
+    (state / prefix_delegation.DELEGATED_FILE).parent.mkdir(parents=True)
+    (work / "kea").mkdir()
+    (work / "log").mkdir()
+    (work / "kea.json").write_text(kea_config("2001:db8:100::/56", "isp"))
+    writable = [p.lstrip("-") for p in unit_lines(unit, "ReadWritePaths")]
+    ours = str(build.STATE / Path(prefix_delegation.DELEGATED_FILE).parent)
+    writable = [str(state / Path(prefix_delegation.DELEGATED_FILE).parent) if p == ours else p for p in writable]
+    argv = [
+        a.replace(str(SETTINGS["SERVICE_FILES"]), str(files)) for a in shlex.split(unit_lines(unit, "ExecStart")[0])
+    ]
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "WAN": build.WAN_IFACE,
+        "WORK": str(work),
+        "WRITABLE": " ".join([*writable, str(work / "log")]),
+        "CAPS": ",".join("+" + c.removeprefix("CAP_").lower() for c in caps),
+    }
+    script = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", SANDBOXED_DHCPCD, "sandbox"]
+    with open(work / "log" / "dhcpcd.log", "w") as log:
+        proc = subprocess.Popen([*script, *argv], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    prefix_file = state / prefix_delegation.DELEGATED_FILE
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None and not prefix_file.exists():
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # dhcpcd and Kea, the namespace's only processes
+        proc.wait(10)
+    prefix = prefix_file.read_text() if prefix_file.exists() else ""
+    return prefix, (work / "log" / "dhcpcd.log").read_text()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("dhcpcd", "kea-dhcp6", "unshare", "setpriv")),
+    reason="needs root, dhcpcd, kea-dhcp6, unshare and setpriv",
+)
+def test_the_wan_prefix_clients_sandbox_leaves_dhcpcd_what_it_needs_to_take_the_isps_prefix(tmp_path):
+    """The unit's capabilities and writable paths are enough for the image's dhcpcd to take a delegated /56
+    and write it, with the ISP's messages parsed by processes that dropped to user `dhcpcd` in a chroot."""
+    pd = image_units()["homework-wan-pd.service"]
+    caps = unit_lines(pd, "CapabilityBoundingSet")[0].split()
+    prefix, log = sandboxed_dhcpcd(pd, tmp_path / "unit", tmp_path / "unit-state", caps)
+    assert prefix.split()[:1] == ["2001:db8:100::/56"], log
+    assert "failed to drop privileges" not in log, log
+    # Without the three its privilege separation uses, dhcpcd still takes the prefix, but every process of
+    # it, the parsers of what the ISP sends among them, stays root outside the chroot.
+    separation = {"CAP_SETUID", "CAP_SETGID", "CAP_SYS_CHROOT"}
+    prefix, log = sandboxed_dhcpcd(pd, tmp_path / "less", tmp_path / "less-state", sorted(set(caps) - separation))
+    assert "failed to drop privileges" in log and "chroot: /usr/lib/dhcpcd: Operation not permitted" in log, log
+    # Without the WAN's kernel settings writable, dhcpcd does not even start on it.
+    pd_without_proc = "\n".join(line for line in pd.splitlines() if "/proc/sys" not in line)
+    prefix, log = sandboxed_dhcpcd(pd_without_proc, tmp_path / "ro", tmp_path / "ro-state", caps)
+    assert not prefix and "Read-only file system" in log, log
 
 
 def test_the_radio_refresh_runs_at_each_change_of_the_keys_or_settings_with_no_capability():
