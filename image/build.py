@@ -113,6 +113,8 @@ SETTINGS = {
     "SLICE_KEY": "",
     "SLICE_CA": "",
     "PUBLIC_ADDRESS": "",
+    # dhcpcd's configuration and hook for homework-wan-pd.service (homework_deploy.prefix_delegation).
+    "SERVICE_FILES": Path("/usr/lib/homework"),
 }
 # A router box (an APU's 1 GHz cores) or a VM without KVM starts the services several times
 # slower than the machines services.toml's ready timeouts were measured on.
@@ -123,8 +125,6 @@ SYSTEM_UNITS = (
     "homework-health.service",
     "homework-console.service",
     "homework-update-spool.path",
-    "homework-radio-refresh.path",
-    "homework-wan-pd.service",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",
     "nftables.service",
@@ -499,7 +499,7 @@ def configure(root: Path, version: str) -> None:
     # The services' own users and groups (usr/lib/sysusers.d/homework.conf), made now: /etc is
     # read-only on the router.
     sh("chroot", root, "systemd-sysusers")
-    services = homework_deploy.load(SETTINGS)
+    services = homework_deploy.load(SETTINGS, platform="image")
     units = root / "usr/lib/systemd/system"
     for name, text in systemd.render_all(
         services,
@@ -512,18 +512,17 @@ def configure(root: Path, version: str) -> None:
     launcher.write_text(state.launcher(str(SETTINGS["PYTHON"])))
     launcher.chmod(0o755)
     # homework-wan-pd.service's dhcpcd: the delegated prefix goes beside the controller's database.
-    lib = root / "usr/lib/homework"
-    lib.mkdir(parents=True, exist_ok=True)
-    (lib / "dhcpcd-wan.conf").write_text(prefix_delegation.dhcpcd_conf(WAN_IFACE))
-    (lib / "dhcpcd-pd-hook").write_text(prefix_delegation.hook(STATE))
-    (lib / "dhcpcd-pd-hook").chmod(0o755)
+    prefix_delegation.write_files(root / str(SETTINGS["SERVICE_FILES"]).lstrip("/"), WAN_IFACE, STATE)
     share = root / str(SHARE).lstrip("/")
     share.mkdir(parents=True, exist_ok=True)
-    (share / "services.json").write_text(json.dumps({n: s.ready for n, s in services.items()}, indent=1) + "\n")
+    # What the boot's health check waits for and watches: the services that run, not a oneshot that a
+    # change starts (a refresh the household's settings made fail is not the update's).
+    running = {n: s.ready for n, s in services.items() if not s.oneshot}
+    (share / "services.json").write_text(json.dumps(running, indent=1) + "\n")
     (share / "version").write_text(version + "\n")
     shutil.copy2(PUBKEY, share / "update-key.pem")
     shutil.copy2(LOCK_FILE, share / "packages.lock")
-    enable = [*SYSTEM_UNITS, *(systemd.unit_name(n) for n in services)]
+    enable = [*SYSTEM_UNITS, *systemd.enabled_units(services)]
     sh("systemctl", f"--root={root}", "enable", "--quiet", *enable)
     sh("systemctl", f"--root={root}", "mask", "--quiet", *MASKED_UNITS)
     (root / "etc/machine-id").write_text("")  # a new one each boot (the root is read-only)

@@ -64,8 +64,10 @@ from .errors import ApiError
 from .model import Device
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
-# Beside it too: the prefix the ISP delegated, one line (written by the prefix-delegation client; the emulated home's).
-DELEGATED_FILE = "ipv6-delegated-prefix"
+# Beside it too, in a directory of its own (the only one the prefix-delegation client may write): the prefix
+# the ISP delegated, one line (homework_deploy.prefix_delegation.DELEGATED_FILE: the image's client and the
+# emulated home's).
+DELEGATED_FILE = "wan-pd/ipv6-delegated-prefix"
 GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
 GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
 ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)

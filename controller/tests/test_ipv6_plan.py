@@ -54,6 +54,7 @@ def test_a_delegated_prefix_is_read():
 def test_the_delegated_prefix_is_read_from_beside_the_database(tmp_path):
     assert ipv6.read_delegated(tmp_path) is None
     path = tmp_path / ipv6.DELEGATED_FILE
+    path.parent.mkdir()
     path.write_text("2001:db8:100::/56\n")  # the one-line format: no lifetimes
     assert ipv6.read_delegated(tmp_path) == ipv6.Delegation(ipaddress.IPv6Network("2001:db8:100::/56"))
     # With the ISP's preferred and valid lifetimes: until then, counted from when the client wrote the file.

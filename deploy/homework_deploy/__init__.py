@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVICES_FILE = Path(__file__).resolve().parents[1] / "services.toml"
+# Who starts the services: the firmware image (systemd), the emulated home, the OpenWrt feed (procd).
+PLATFORMS = ("image", "homenet", "openwrt")
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
 
 
@@ -34,6 +36,11 @@ class Service:
     # It tells a service manager that listens (systemd's sd_notify) `READY=1` at the moment its
     # `ready` check first holds, so that starter need not poll.
     notifies: bool = False
+    # Who runs it (of PLATFORMS).
+    platforms: frozenset[str] = frozenset(PLATFORMS)
+    # It does one job and ends, started again whenever one of `triggered_by` changes (not at boot).
+    oneshot: bool = False
+    triggered_by: tuple[str, ...] = ()
 
 
 def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
@@ -41,8 +48,9 @@ def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
     return dict(tomllib.loads(path.read_text())["settings"])
 
 
-def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Service]:
-    """Every service with its placeholders filled from `values` (all settings must be given)."""
+def load(values: dict[str, object], path: Path = SERVICES_FILE, platform: str | None = None) -> dict[str, Service]:
+    """Every service with its placeholders filled from `values` (all settings must be given); with
+    `platform`, only the services that platform runs."""
     spec = tomllib.loads(path.read_text())
     missing = set(spec["settings"]) - set(values)
     if missing:
@@ -67,11 +75,28 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE) -> dict[str, Ser
             float(s.get("ready_timeout_s", 30)),
             tuple(path for path in fill(s.get("writes", [])) if path),
             bool(s.get("notifies", False)),
+            _platforms(name, s),
+            bool(s.get("oneshot", False)),
+            tuple(path for path in fill(s.get("triggered_by", [])) if path),
         )
         for name, s in spec["services"].items()
     }
+    for name, s in spec["services"].items():
+        if bool(s.get("oneshot", False)) != bool(s.get("triggered_by")):
+            raise ServicesError(f"{name}: a oneshot service needs `triggered_by` paths, and only it has them")
+    if platform is not None:
+        if platform not in PLATFORMS:
+            raise ServicesError(f"no such platform {platform!r}: one of {', '.join(PLATFORMS)}")
+        services = {name: s for name, s in services.items() if platform in s.platforms}
     start_order(services)  # refuses unknown names and circles now, not when something starts
     return services
+
+
+def _platforms(name: str, spec: dict) -> frozenset[str]:
+    platforms = frozenset(spec.get("platforms", PLATFORMS))
+    if not platforms or platforms - set(PLATFORMS):
+        raise ServicesError(f"{name}: `platforms` must name some of {', '.join(PLATFORMS)}, not {sorted(platforms)}")
+    return platforms
 
 
 def start_order(services: dict[str, Service]) -> list[str]:

@@ -66,6 +66,8 @@ SETTINGS: dict[str, Value] = {
     "SLICE_KEY": (Uci("slice", "key", required=False),),
     "SLICE_CA": (Uci("slice", "ca", required=False),),
     "PUBLIC_ADDRESS": (Uci("slice", "public_address", required=False),),
+    # Only services OpenWrt does not run read it (wan-pd: netifd's odhcp6c asks for the prefix there).
+    "SERVICE_FILES": ("",),
 }
 
 # Services OpenWrt already runs: netifd starts hostapd (package wpad) for each wifi-iface of
@@ -208,6 +210,8 @@ def render(path: Path = SERVICES_FILE) -> dict[str, str]:
     services = _services(path)
     scripts = {}
     for index, name in enumerate(start_order(services)):
-        if name not in PROVIDED_BY_OPENWRT:
+        # The feed ships no script for what OpenWrt runs itself, nor for what services.toml's `platforms`
+        # leaves out (a oneshot of the image's, the image's prefix-delegation client).
+        if name not in PROVIDED_BY_OPENWRT and "openwrt" in services[name].platforms:
             scripts[f"homework-{name}.init"] = render_service(services[name], START_BASE + START_STEP * index)
     return scripts

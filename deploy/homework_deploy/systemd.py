@@ -1,7 +1,8 @@
 """systemd units for the router's services, rendered from `deploy/services.toml` (via `load`).
 
 One unit per service: `ExecStart=` is the service's command, `After=`/`Wants=` its `after`,
-it restarts when it fails, and it runs hardened with only the capabilities it needs.
+it restarts when it fails, and it runs hardened with only the capabilities it needs. A `oneshot`
+service runs once per change of its `triggered_by` paths: a .path unit (the one enabled) starts it.
 Readiness: systemd counts a service as started only once it really serves, and a unit ordered
 after it starts only then (the same moment the emulated home waits for). How it learns that
 depends on the service, cheapest first, because on a slow router every Python start on the
@@ -37,15 +38,32 @@ UNIT_PREFIX = "homework-"
 # hwdb binds a port below 1024; the controller changes addresses, nftables and qdiscs, and
 # serves DHCP on a packet socket (holding port 67); hostapd speaks EAPOL on a packet socket (its
 # wired driver also binds a privileged port); the web UI needs nothing.
+# dhcpcd (wan-pd) binds DHCPv6's client port 546, opens raw ICMPv6 and packet sockets and adds its
+# unreachable route for the prefix; and it separates its privileges (Debian's 9.4.1 is built with
+# PRIVSEP and always uses it when its user `dhcpcd` exists, no option turns it off): every process
+# but the root "privileged actioneer" (which runs the hook) chroots to that user's home and
+# setgroups/setgid/setuid to it, so it keeps CAP_SYS_CHROOT, CAP_SETGID and CAP_SETUID (the
+# processes that drop to `dhcpcd` lose every capability by it). Without them dhcpcd still works, but
+# says "failed to drop privileges" and parses what the ISP sends as root.
+# The radio refresh needs none: it talks to hostapd's socket and to systemd's as root, and writes
+# files root owns.
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "hwdb": ("CAP_NET_BIND_SERVICE",),
     "hostapd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
     "controller": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
     "webui": (),
+    "wan-pd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_CHROOT"),
+    "radio-refresh": (),
 }
+# dhcpcd opens an AF_INET socket even IPv6-only (if_opensockets: interface ioctls "without INET"),
+# netlink for routes and links (and udev's events), AF_PACKET for its link-layer sockets, AF_UNIX for
+# its privilege separation's socket pairs and control sockets. The refresh speaks only AF_UNIX
+# (hostapd's control socket, systemd's).
 ADDRESS_FAMILIES: dict[str, str] = {
     "hostapd": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
     "controller": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
+    "wan-pd": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
+    "radio-refresh": "AF_UNIX",
 }
 DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
 # Services that change network settings under /proc/sys keep it writable.
@@ -74,14 +92,24 @@ ACCOUNTS: dict[str, Account] = {
 DEVICES: dict[str, tuple[str, ...]] = {"hostapd": ("/dev/rfkill rw",)}
 STATE_ROOT = "/var/lib/"
 # Services that share one private /tmp: hostapd answers a control client (the controller's
-# hostapd_cli and event listener) at the client's socket path in /tmp, which it must see.
-SHARES_TMP_WITH: dict[str, str] = {"controller": "hostapd"}
+# hostapd_cli and event listener, the radio refresh's passwords) at the client's socket path in
+# /tmp, which it must see.
+SHARES_TMP_WITH: dict[str, str] = {"controller": "hostapd", "radio-refresh": "hostapd"}
 # Five failures within two minutes and systemd stops trying: the unit is then "failed".
 START_LIMIT_BURST, START_LIMIT_INTERVAL_S = 5, 120
 
 
 def unit_name(service: str) -> str:
     return f"{UNIT_PREFIX}{service}.service"
+
+
+def path_unit_name(service: str) -> str:
+    return f"{UNIT_PREFIX}{service}.path"
+
+
+def enabled_units(services: dict[str, Service]) -> list[str]:
+    """The units to enable: each service's, or for a oneshot the .path unit that starts it."""
+    return [path_unit_name(n) if s.oneshot else unit_name(n) for n, s in services.items()]
 
 
 def _quote(arg: str) -> str:
@@ -123,17 +151,22 @@ def render(
         lines += [f"After={' '.join(deps)}", f"Wants={' '.join(deps)}"]
     if service.name in SHARES_TMP_WITH:
         lines.append(f"JoinsNamespaceOf={unit_name(SHARES_TMP_WITH[service.name])}")
+    if not service.oneshot:
+        lines += [
+            # The router's health check reports a failed unit at once (and counts slower failures).
+            # A oneshot keeps systemd's own limit: its path unit starts it at every change, and a
+            # start limit reached there would stop the path unit watching.
+            f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",
+            f"StartLimitBurst={START_LIMIT_BURST}",
+        ]
     lines += [
-        # The router's health check reports a failed unit at once (and counts slower failures).
-        f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",
-        f"StartLimitBurst={START_LIMIT_BURST}",
         "",
         "[Service]",
         *_readiness(service, python, slowness),
         f"TimeoutStartSec={service.ready_timeout_s * slowness + 10:g}",
-        "Restart=on-failure",
-        "RestartSec=2",
     ]
+    if not service.oneshot:  # a failed refresh waits for the next change
+        lines += ["Restart=on-failure", "RestartSec=2"]
     if account.user != "root":
         lines.append(f"User={account.user}")
     if account.group != "root":
@@ -169,14 +202,40 @@ def render(
     ]
     if service.name not in TOUCHES_KERNEL_TUNABLES:
         lines.append("ProtectKernelTunables=yes")
-    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
+    if not service.oneshot:  # a oneshot is started by its .path unit (render_path), not at boot
+        lines += ["", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join([*lines, ""])
+
+
+def render_path(service: Service) -> str:
+    """The .path unit that starts a oneshot service whenever one of its `triggered_by` paths changes
+    (systemd watches the directories of those that do not exist yet)."""
+    return "\n".join(
+        [
+            "# Rendered from deploy/services.toml by homework_deploy.systemd: edit that file, not this one.",
+            "[Unit]",
+            f"Description=Homework {service.name}: watch {' '.join(service.triggered_by)}",
+            f"RequiresMountsFor={' '.join(service.triggered_by)}",
+            "",
+            "[Path]",
+            *(f"PathChanged={path}" for path in service.triggered_by),
+            f"Unit={unit_name(service.name)}",
+            "",
+            "[Install]",
+            "WantedBy=paths.target",
+            "",
+        ]
+    )
 
 
 def _readiness(service: Service, python: str, slowness: float) -> list[str]:
     """The lines by which systemd learns that the service serves (see the module's docstring)."""
+    if service.oneshot:  # started when it has ended
+        return ["Type=oneshot", f"ExecStart={_command(service.command)}"]
     if service.notifies:
         return ["Type=notify", "NotifyAccess=main", f"ExecStart={_command(service.command)}"]
+    if not service.ready:  # started once it runs: the router serves without it
+        return ["Type=exec", f"ExecStart={_command(service.command)}"]
     timeout = service.ready_timeout_s * slowness
     if set(service.ready) == {"path"}:
         wait = [
@@ -221,10 +280,11 @@ def render_all(
     requires: Sequence[str] = (),
     slowness: float = 1,
 ) -> dict[str, str]:
-    """{unit file name: text} for every service. What one service writes stays read-only to
-    the others, also where it lies inside another's (the web UI's state inside the data
-    directory the controller writes, the update spool inside the runtime directory)."""
-    return {
+    """{unit file name: text} for every service (and the .path unit of each oneshot). What one
+    service writes stays read-only to the others, also where it lies inside another's (the web
+    UI's state inside the data directory the controller writes, the update spool inside the
+    runtime directory, the delegated prefix's directory inside the data directory)."""
+    units = {
         unit_name(name): render(
             service,
             python,
@@ -240,6 +300,8 @@ def render_all(
         )
         for name, service in services.items()
     }
+    units |= {path_unit_name(name): render_path(service) for name, service in services.items() if service.oneshot}
+    return units
 
 
 def process_alive(pid: int) -> bool:

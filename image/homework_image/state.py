@@ -13,12 +13,16 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
+
+from homework_deploy.prefix_delegation import DELEGATED_FILE
 
 from . import STATE
 
 CURRENT = 2
-DIRECTORIES = ("config", "webui")
+# The delegated prefix's directory is made here, not by its writer: homework-wan-pd.service's dhcpcd may
+# write inside it but not beside it (the controller's database).
+DIRECTORIES = ("config", "webui", str(PurePath(DELEGATED_FILE).parent))
 # hwdb's directory (format 2 on), and what hwdb kept in the partition's top directory before
 # (format 1): its SQLite file with the write-ahead log, which may hold committed rows, and the
 # household's agent key.

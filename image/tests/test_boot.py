@@ -39,6 +39,7 @@ from homenet.routervm import (
     sh,
 )
 from homenet.wait import wait_until
+from homework_deploy.prefix_delegation import DELEGATED_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -394,12 +395,12 @@ def test_boots_and_every_service_comes_up(router, net):
     # The prefix file's line: the prefix, then the preferred and valid lifetimes the ISP gave it.
     wait_until(
         "the delegated prefix",
-        lambda: router.run(f"cat {DATA}/ipv6-delegated-prefix", check=False).split()[:1] == [DELEGATED_PREFIX],
+        lambda: router.run(f"cat {DATA}/{DELEGATED_FILE}", check=False).split()[:1] == [DELEGATED_PREFIX],
         router.paced(120),
         2,
         hint=lambda: router.run("journalctl -b --no-pager -n 40 -u homework-wan-pd", check=False),
     )
-    _, preferred, valid = router.run(f"cat {DATA}/ipv6-delegated-prefix").split()
+    _, preferred, valid = router.run(f"cat {DATA}/{DELEGATED_FILE}").split()
     assert 0 < int(preferred) <= int(valid)
     TIMINGS["boot_to_delegated_prefix_s"] = round(time.monotonic() - powered_on, 1)
     # Each service writes only its own paths: the update spool, which the root installer reads,

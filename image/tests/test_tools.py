@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -20,10 +23,12 @@ import pytest
 
 import build
 import homework_deploy
+from homenet.ipv6 import kea_config
 from homenet.wait import wait_until
-from homework_deploy import systemd
+from homework_deploy import prefix_delegation, procd, systemd
 from homework_image import boot, bundle, console, grub, health, network, state, update
 from homework_image.bundle import BundleError
+from homework_image.radio import PSK_FILE, WIFI_CONFIG
 
 SLOT_BYTES = 1 << 20
 
@@ -210,6 +215,8 @@ def test_new_data_partition_gets_the_current_format(tmp_path):
     assert "new data partition" in state.migrate(tmp_path, current=1, migrations={})
     assert (tmp_path / "FORMAT").read_text() == "1\n"
     assert (tmp_path / "webui").is_dir() and (tmp_path / "config").is_dir()
+    # Where the prefix-delegation client writes: made for it, since it may write nothing beside it.
+    assert (tmp_path / prefix_delegation.DELEGATED_FILE).parent.is_dir()
 
 
 def test_migrations_run_once_in_order(tmp_path):
@@ -649,13 +656,14 @@ def unit_lines(text: str, key: str) -> list[str]:
 
 
 def test_each_service_becomes_a_unit_that_starts_its_command_after_its_dependencies():
-    services = homework_deploy.load(SETTINGS)
+    services = homework_deploy.load(SETTINGS, platform="image")
     units = systemd.render_all(services, str(SETTINGS["PYTHON"]), requires=["homework-network.service"])
-    assert set(units) == {f"homework-{name}.service" for name in services}
+    assert set(units) == {f"homework-{name}.service" for name in services} | {"homework-radio-refresh.path"}
     for name, service in services.items():
         text = units[systemd.unit_name(name)]
         assert shlex.split(unit_lines(text, "ExecStart")[0]) == list(service.command)
-        assert unit_lines(text, "Restart") == ["on-failure"]
+        # A oneshot that fails waits for the next change (its path unit starts it again).
+        assert unit_lines(text, "Restart") == ([] if service.oneshot else ["on-failure"])
         assert unit_lines(text, "NoNewPrivileges") == ["yes"]
         assert unit_lines(text, "ProtectSystem") == ["strict"]
         after = unit_lines(text, "After")[0].split()
@@ -685,7 +693,226 @@ def may_write(text: str, path: str) -> bool:
 
 
 def image_units() -> dict[str, str]:
-    return systemd.render_all(homework_deploy.load(SETTINGS), str(SETTINGS["PYTHON"]))
+    """The image's rendered service units (the .path units start services; they run nothing themselves)."""
+    units = systemd.render_all(homework_deploy.load(SETTINGS, platform="image"), str(SETTINGS["PYTHON"]))
+    return {name: text for name, text in units.items() if name.endswith(".service")}
+
+
+def test_every_root_service_of_the_image_is_rendered_and_none_is_hand_written_beside_it():
+    """The units the build renders and enables are services.toml's; image/rootfs holds none of them (a
+    hand-written unit of the same name would be overwritten, or worse, be the one that ships)."""
+    services = homework_deploy.load(SETTINGS, platform="image")
+    assert {"wan-pd", "radio-refresh"} <= set(services)
+    rendered = systemd.render_all(services, str(SETTINGS["PYTHON"]))
+    hand_written = {p.name for p in (build.IMAGE_DIR / "rootfs/usr/lib/systemd/system").iterdir()}
+    assert hand_written and not hand_written & set(rendered)
+    assert not set(rendered) & set(build.SYSTEM_UNITS)  # the build enables those it rendered by themselves
+    # The prefix client runs from boot; the refresh is started by its path unit alone.
+    enabled = systemd.enabled_units(services)
+    assert "homework-wan-pd.service" in enabled and "homework-radio-refresh.path" in enabled
+    assert "homework-radio-refresh.service" not in enabled
+
+
+def test_the_wan_prefix_client_may_write_only_its_own_state_with_only_dhcpcds_capabilities(tmp_path):
+    """dhcpcd parses what the ISP sends, as root: a flaw in it must not reach the controller's database,
+    the web UI's accounts or the update spool, nor keep any capability dhcpcd does not use."""
+    units = image_units()
+    pd = units["homework-wan-pd.service"]
+    assert unit_lines(pd, "ProtectSystem") == ["strict"] and unit_lines(pd, "NoNewPrivileges") == ["yes"]
+    assert unit_lines(pd, "PrivateDevices") == ["yes"] and unit_lines(pd, "ProtectKernelModules") == ["yes"]
+    # Its network work, and its privilege separation (chroot, then setgroups/setgid/setuid to `dhcpcd`).
+    assert set(unit_lines(pd, "CapabilityBoundingSet")[0].split()) == {
+        "CAP_NET_ADMIN",
+        "CAP_NET_RAW",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SETUID",
+        "CAP_SETGID",
+        "CAP_SYS_CHROOT",
+    }
+    assert unit_lines(pd, "AmbientCapabilities") == unit_lines(pd, "CapabilityBoundingSet")
+    assert set(unit_lines(pd, "RestrictAddressFamilies")[0].split()) == {
+        "AF_UNIX",
+        "AF_INET",
+        "AF_INET6",
+        "AF_NETLINK",
+        "AF_PACKET",
+    }
+    prefix = f"{build.STATE}/{prefix_delegation.DELEGATED_FILE}"
+    wan_setting = f"/proc/sys/net/ipv4/conf/{build.WAN_IFACE}/promote_secondaries"  # dhcpcd's if_init sets it
+    for own in (prefix, f"{prefix}.tmp", "/var/lib/dhcpcd/wan.lease6", "/run/dhcpcd/wan-6.pid", wan_setting):
+        assert may_write(pd, own), own
+    assert unit_lines(pd, "ProtectKernelTunables") == ["yes"]  # every other kernel setting read-only
+    for others in (
+        f"{build.STATE}/controller.sqlite",
+        f"{build.STATE}/hwdb/agent.key",
+        f"{build.STATE}/webui/accounts.sqlite",
+        f"{SETTINGS['UPDATES']}/bundle",
+        str(PSK_FILE),
+        "/etc/resolv.conf",
+        "/proc/sys/net/ipv6/conf/all/forwarding",
+        f"/proc/sys/net/ipv4/conf/{build.LAN_PORT}/promote_secondaries",
+        "/efi/loader/entries/x.conf",
+    ):
+        assert not may_write(pd, others), others
+    # Its file is the controller's to read, not to write; it is the only writer of it.
+    assert [name for name, text in units.items() if may_write(text, prefix)] == ["homework-wan-pd.service"]
+    # No ready check: the router serves without IPv6, so no start waits for an ISP that may never answer.
+    assert unit_lines(pd, "Type") == ["exec"] and not unit_lines(pd, "ExecStartPost")
+    # The command reads the configuration and hook that write_files renders, under the names it gives them.
+    argv = shlex.split(unit_lines(pd, "ExecStart")[0])
+    files = Path(str(SETTINGS["SERVICE_FILES"]))
+    assert argv[0] == "dhcpcd" and argv[-1] == build.WAN_IFACE
+    assert argv[argv.index("--config") + 1] == str(files / prefix_delegation.CONF_NAME)
+    assert argv[argv.index("--script") + 1] == str(files / prefix_delegation.HOOK_NAME)
+    prefix_delegation.write_files(tmp_path, build.WAN_IFACE, build.STATE)
+    assert f"allowinterfaces {build.WAN_IFACE}" in (tmp_path / prefix_delegation.CONF_NAME).read_text()
+    assert prefix in (tmp_path / prefix_delegation.HOOK_NAME).read_text()
+    assert (tmp_path / prefix_delegation.HOOK_NAME).stat().st_mode & 0o111
+
+
+# dhcpcd as the rendered unit confines it, without systemd: in a network and mount namespace of its own (a
+# veth named as the router's WAN, Kea delegating on its other end), everything read-only but the unit's
+# ReadWritePaths= (dhcpcd's own directories on fresh tmpfs, as on the router), with the unit's bounding set.
+SANDBOXED_DHCPCD = r"""
+set -e
+ip link set lo up
+ip link add "$WAN" type veth peer name isp
+ip link set "$WAN" up
+ip link set isp up
+for ro in /etc /usr /var /tmp /run /root /home /proc/sys; do
+  [ -d "$ro" ] && mount --bind "$ro" "$ro" && mount -o remount,bind,ro "$ro"
+done
+mount -t tmpfs tmpfs /run/dhcpcd
+mount -t tmpfs tmpfs /var/lib/dhcpcd
+for rw in $WRITABLE; do mount --bind "$rw" "$rw" && mount -o remount,bind,rw "$rw"; done
+mount -t tmpfs tmpfs "$WORK/kea"
+sleep 2  # Kea binds isp's link-local address, which is unusable until duplicate-address detection ends
+KEA_PIDFILE_DIR="$WORK/kea" KEA_LOCKFILE_DIR="$WORK/kea" kea-dhcp6 -c "$WORK/kea.json" >"$WORK/log/kea.log" 2>&1 &
+exec setpriv --bounding-set="-all,$CAPS" --no-new-privs "$@"
+"""
+
+
+def sandboxed_dhcpcd(unit: str, work: Path, state: Path, caps: list[str]) -> tuple[str, str]:
+    """Run the unit's dhcpcd as sandboxed above until it writes the prefix (or 20 s); its prefix file and log."""
+    files = work / "files"
+    prefix_delegation.write_files(files, build.WAN_IFACE, state)
+    (state / prefix_delegation.DELEGATED_FILE).parent.mkdir(parents=True)
+    (work / "kea").mkdir()
+    (work / "log").mkdir()
+    (work / "kea.json").write_text(kea_config("2001:db8:100::/56", "isp"))
+    writable = [p.lstrip("-") for p in unit_lines(unit, "ReadWritePaths")]
+    ours = str(build.STATE / Path(prefix_delegation.DELEGATED_FILE).parent)
+    writable = [str(state / Path(prefix_delegation.DELEGATED_FILE).parent) if p == ours else p for p in writable]
+    argv = [
+        a.replace(str(SETTINGS["SERVICE_FILES"]), str(files)) for a in shlex.split(unit_lines(unit, "ExecStart")[0])
+    ]
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "WAN": build.WAN_IFACE,
+        "WORK": str(work),
+        "WRITABLE": " ".join([*writable, str(work / "log")]),
+        "CAPS": ",".join("+" + c.removeprefix("CAP_").lower() for c in caps),
+    }
+    script = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", SANDBOXED_DHCPCD, "sandbox"]
+    with open(work / "log" / "dhcpcd.log", "w") as log:
+        proc = subprocess.Popen([*script, *argv], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    prefix_file = state / prefix_delegation.DELEGATED_FILE
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None and not prefix_file.exists():
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # dhcpcd and Kea, the namespace's only processes
+        proc.wait(10)
+    prefix = prefix_file.read_text() if prefix_file.exists() else ""
+    return prefix, (work / "log" / "dhcpcd.log").read_text()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("dhcpcd", "kea-dhcp6", "unshare", "setpriv")),
+    reason="needs root, dhcpcd, kea-dhcp6, unshare and setpriv",
+)
+def test_the_wan_prefix_clients_sandbox_leaves_dhcpcd_what_it_needs_to_take_the_isps_prefix(tmp_path):
+    """The unit's capabilities and writable paths are enough for the image's dhcpcd to take a delegated /56
+    and write it, with the ISP's messages parsed by processes that dropped to user `dhcpcd` in a chroot."""
+    pd = image_units()["homework-wan-pd.service"]
+    caps = unit_lines(pd, "CapabilityBoundingSet")[0].split()
+    prefix, log = sandboxed_dhcpcd(pd, tmp_path / "unit", tmp_path / "unit-state", caps)
+    assert prefix.split()[:1] == ["2001:db8:100::/56"], log
+    assert "failed to drop privileges" not in log, log
+    # Without the three its privilege separation uses, dhcpcd still takes the prefix, but every process of
+    # it, the parsers of what the ISP sends among them, stays root outside the chroot.
+    separation = {"CAP_SETUID", "CAP_SETGID", "CAP_SYS_CHROOT"}
+    prefix, log = sandboxed_dhcpcd(pd, tmp_path / "less", tmp_path / "less-state", sorted(set(caps) - separation))
+    assert "failed to drop privileges" in log and "chroot: /usr/lib/dhcpcd: Operation not permitted" in log, log
+    # Without the WAN's kernel settings writable, dhcpcd does not even start on it.
+    pd_without_proc = "\n".join(line for line in pd.splitlines() if "/proc/sys" not in line)
+    prefix, log = sandboxed_dhcpcd(pd_without_proc, tmp_path / "ro", tmp_path / "ro-state", caps)
+    assert not prefix and "Read-only file system" in log, log
+
+
+def test_the_radio_refresh_runs_at_each_change_of_the_keys_or_settings_with_no_capability():
+    units = systemd.render_all(homework_deploy.load(SETTINGS, platform="image"), str(SETTINGS["PYTHON"]))
+    refresh, path = units["homework-radio-refresh.service"], units["homework-radio-refresh.path"]
+    # What the controller writes (the key file, the radio settings) is what the path unit watches.
+    assert unit_lines(path, "PathChanged") == [str(PSK_FILE), str(WIFI_CONFIG)]
+    assert unit_lines(path, "Unit") == ["homework-radio-refresh.service"]
+    assert unit_lines(path, "WantedBy") == ["paths.target"]
+    assert unit_lines(refresh, "Type") == ["oneshot"] and not unit_lines(refresh, "WantedBy")
+    # A start limit of our own would stop the path unit after a burst of key changes: systemd's own.
+    assert not unit_lines(refresh, "StartLimitBurst")
+    assert shlex.split(unit_lines(refresh, "ExecStart")[0])[1:] == ["-m", "homework_image.radio", "refresh"]
+    # Sockets (hostapd's control socket, systemd's) and files root owns: no capability, AF_UNIX only.
+    assert unit_lines(refresh, "CapabilityBoundingSet") == [""] and unit_lines(refresh, "AmbientCapabilities") == [""]
+    assert unit_lines(refresh, "RestrictAddressFamilies") == ["AF_UNIX"]
+    assert unit_lines(refresh, "ProtectSystem") == ["strict"] and unit_lines(refresh, "PrivateDevices") == ["yes"]
+    # It writes hostapd's configuration and the two files it follows (each replaced atomically beside itself)...
+    for own in ("/run/homework/hostapd.conf", str(PSK_FILE), str(WIFI_CONFIG)):
+        assert may_write(refresh, own), own
+    # ... and no other service's: the spool, hwdb's and the web UI's state, hostapd's sockets, the prefix.
+    for others in (
+        f"{SETTINGS['UPDATES']}/bundle",
+        f"{build.STATE}/hwdb/hwdb.sqlite",
+        f"{build.STATE}/webui/accounts.sqlite",
+        "/run/homework/hostapd/br-lan",
+        f"{build.STATE}/{prefix_delegation.DELEGATED_FILE}",
+        "/efi/loader/entries/x.conf",
+    ):
+        assert not may_write(refresh, others), others
+
+
+def test_each_platform_starts_only_the_services_services_toml_gives_it():
+    image = homework_deploy.load(SETTINGS, platform="image")
+    home = homework_deploy.load(SETTINGS, platform="homenet")
+    everything = homework_deploy.load(SETTINGS)
+    assert set(image) == set(everything)
+    # The emulated home asks its ISP for a prefix as the router does; it has no radio to refresh.
+    assert "wan-pd" in home and "radio-refresh" not in home
+    assert set(home) == set(everything) - {"radio-refresh"}
+    # OpenWrt's netifd asks for the prefix and serves the radio: the feed ships neither script, the others yes.
+    scripts = procd.render()
+    assert "homework-controller.init" in scripts and "homework-webui.init" in scripts
+    assert not {"homework-wan-pd.init", "homework-radio-refresh.init"} & set(scripts)
+
+
+@pytest.mark.parametrize(
+    "declaration, error",
+    [
+        ('platforms = ["image", "router"]', "platforms"),
+        ("platforms = []", "platforms"),
+        ("oneshot = true", "triggered_by"),
+        ('triggered_by = ["/x"]', "triggered_by"),
+    ],
+)
+def test_a_service_declared_for_no_known_platform_or_a_half_declared_oneshot_is_refused(tmp_path, declaration, error):
+    base = '[settings]\n\n[services.job]\ncommand = ["true"]\n'
+    good = tmp_path / "good.toml"
+    good.write_text(base + 'platforms = ["image"]\noneshot = true\ntriggered_by = ["/x"]\n')
+    assert homework_deploy.load({}, good)["job"].triggered_by == ("/x",)  # the whole declaration loads
+    bad = tmp_path / "bad.toml"
+    bad.write_text(base + declaration + "\n")
+    with pytest.raises(homework_deploy.ServicesError, match=error):
+        homework_deploy.load({}, bad)
 
 
 def test_only_the_web_ui_may_write_the_update_spool():
@@ -734,8 +961,7 @@ def test_hwdb_and_the_web_ui_run_as_their_own_users_and_the_web_ui_reads_hwdbs_a
 def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_hostapd_answers_them():
     units = image_units()
     controller, hostapd = units["homework-controller.service"], units["homework-hostapd.service"]
-    # Hand-written (not from services.toml): it gives the running hostapd changed passwords.
-    refresh = (build.IMAGE_DIR / "rootfs/usr/lib/systemd/system/homework-radio-refresh.service").read_text()
+    refresh = units["homework-radio-refresh.service"]  # it gives the running hostapd changed passwords
     for talks_to_hostapd in (controller, refresh):
         assert unit_lines(talks_to_hostapd, "JoinsNamespaceOf") == ["homework-hostapd.service"]
         assert unit_lines(talks_to_hostapd, "PrivateTmp") == ["yes"]
@@ -745,7 +971,7 @@ def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_h
 
 def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
     """`writes` is for starters that confine; the service's command and readiness are the same."""
-    services = homework_deploy.load(SETTINGS)
+    services = homework_deploy.load(SETTINGS, platform="homenet")
     assert services["webui"].writes == ("/var/lib/homework/webui", "/run/homework/update")
     no_updates = homework_deploy.load({**SETTINGS, "UPDATES": ""})
     assert no_updates["webui"].writes == ("/var/lib/homework/webui",)  # an empty setting is no path

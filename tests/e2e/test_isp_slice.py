@@ -215,6 +215,7 @@ def _b_health() -> dict:
 def _b_delegated(home, prefix: str) -> None:
     """B's router's prefix-delegation client writes what it was delegated (atomically, as dhcpcd's hook)."""
     path = home.isp.dir / "b" / DELEGATED_FILE
+    path.parent.mkdir(exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(f"{prefix}\n")
     tmp.replace(path)

@@ -89,7 +89,6 @@ EMULATED_PARTS = (
     "isp-b-router",
     "isp-b-hwdb",
     "isp-slicer",
-    "wan-dhcp6-pd",
     "isp-dhcp6",
 )
 # iperf3 servers run one test at a time: household B's downloads have a server of their own, and
@@ -150,6 +149,7 @@ class Home:
                 # installer to read them (image/tests boots the real one).
                 "UPDATES": run_dir / "updates",
                 "SETUP_CODE_FILE": "",
+                "SERVICE_FILES": run_dir,  # dhcpcd's configuration and hook, as the image's /usr/lib/homework
                 **self.isp.slice_settings(),
             }
         )
@@ -167,7 +167,9 @@ class Home:
         self._build_internet()
         self._build_router()
         ipv6.build_router(self.run_dir, BRIDGE, WAN, self.run_dir)
-        ipv6.start_prefix_delegation(self.processes, self.run_dir, WAN, self.run_dir)
+        # The router's prefix-delegation client is services.toml's wan-pd, started before the others: the ISP
+        # registers what it delegated before the controller dials the slice.
+        ipv6.start_prefix_delegation(self.processes, self.run_dir, WAN, self.run_dir, lambda: self.start("wan-pd"))
         self.processes.start("radio", [PYTHON, "-m", "homenet", "radio-loop"])
         self._render_hostapd_conf()
         self._first_radio_settings()

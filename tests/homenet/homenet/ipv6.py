@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from homework_deploy import prefix_delegation
@@ -39,7 +40,7 @@ DELEGATED_PREFIX = "2001:db8:100::/56"
 # What the ISP may delegate to this household, routed to it: another /56 (a renumbering), a single /64 (the
 # least RFC 7084 lets a router accept).
 ISP_POOLS = (DELEGATED_PREFIX, "2001:db8:200::/56", "2001:db8:300::/64")
-KEA_CONF, PD_HOOK, DHCPCD_CONF = "kea-dhcp6.json", "dhcpcd-pd-hook.sh", "dhcpcd-wan.conf"
+KEA_CONF = "kea-dhcp6.json"
 # Lease times kept short so a renumbering reaches the router within seconds (a real ISP's are hours).
 PD_RENEW_S, PD_REBIND_S, PD_PREFERRED_S, PD_VALID_S = 3, 5, 300, 600
 DELEGATED_FILE = prefix_delegation.DELEGATED_FILE
@@ -93,8 +94,11 @@ def kea_config(prefix: str, interface: str = DIST, renew_s: int = PD_RENEW_S, re
     )
 
 
-def start_prefix_delegation(processes: Processes, run_dir: Path, wan: str, state_dir: Path) -> None:
-    """Kea at the ISP's edge delegating the first pool, dhcpcd on the router's WAN asking for it; returns when
+def start_prefix_delegation(
+    processes: Processes, run_dir: Path, wan: str, state_dir: Path, start_client: Callable[[], None]
+) -> None:
+    """Kea at the ISP's edge delegating the first pool, dhcpcd on the router's WAN asking for it (start_client:
+    services.toml's wan-pd, reading its configuration and hook from run_dir, its SERVICE_FILES); returns when
     the prefix is in the file the controller reads."""
     (run_dir / KEA_CONF).write_text(kea_config(DELEGATED_PREFIX))
     # Kea binds the link-local address, which cannot be bound while in duplicate-address detection; and
@@ -102,14 +106,11 @@ def start_prefix_delegation(processes: Processes, run_dir: Path, wan: str, state
     wait_until("the ISP's link-local address", lambda: link_local_ready(NS_DIST, DIST), 10, 0.1)
     kea_env = [f"KEA_PIDFILE_DIR={run_dir}", f"KEA_LOCKFILE_DIR={run_dir}"]
     processes.start("isp-dhcp6", ["env", *kea_env, "kea-dhcp6", "-c", run_dir / KEA_CONF], ns=NS_DIST)
-    hook = run_dir / PD_HOOK
-    hook.write_text(prefix_delegation.hook(state_dir))
-    hook.chmod(0o755)
     # No router adverts to wait for (the WAN link has none): DHCPv6 at once.
-    (run_dir / DHCPCD_CONF).write_text(prefix_delegation.dhcpcd_conf(wan))
+    prefix_delegation.write_files(run_dir, wan, state_dir)
     # A fresh lease: one from an earlier run (perhaps of the other pool) would be rebound first.
     Path(f"/var/lib/dhcpcd/{wan}.lease6").unlink(missing_ok=True)
-    processes.start("wan-dhcp6-pd", ["dhcpcd", "-B", "-f", run_dir / DHCPCD_CONF, "-c", hook, wan])
+    start_client()
     wait_until("the delegated prefix", lambda: delegated_now(state_dir), 30, 0.2)
 
 
@@ -147,7 +148,9 @@ def build_router(run_dir: Path, lan: str, wan: str, state_dir: Path) -> None:
         orig.write_text(FORWARDING.read_text())
     FORWARDING.write_text("1\n")
     Path(f"/proc/sys/net/ipv6/conf/{lan}/disable_ipv6").write_text("0\n")
-    (state_dir / DELEGATED_FILE).unlink(missing_ok=True)  # the prefix-delegation client writes it
+    # The prefix-delegation client writes it, in a directory of its own (made for it: on the image it may not).
+    (state_dir / DELEGATED_FILE).parent.mkdir(exist_ok=True)
+    (state_dir / DELEGATED_FILE).unlink(missing_ok=True)
     if run("nft", "list", "table", "ip6", NFT6_TABLE, check=False):
         return
     run(

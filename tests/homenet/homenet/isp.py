@@ -329,7 +329,9 @@ link_mbit = {LINK_MBIT}
                 "SLICE_KEY": b.key,
                 "SLICE_CA": self.ca,
                 "PUBLIC_ADDRESS": b.address,
-            }
+                "SERVICE_FILES": "",  # no prefix-delegation client: the tests write B's prefix
+            },
+            platform="homenet",
         )
 
     def _issue_certificates(self) -> None:

@@ -18,9 +18,10 @@ class HomenetError(RuntimeError):
     pass
 
 
-def load(settings: dict[str, object]) -> dict[str, Service]:
+def load(settings: dict[str, object], platform: str = "homenet") -> dict[str, Service]:
+    """The services the emulated home runs (services.toml's `platforms`)."""
     try:
-        return homework_deploy.load(settings)
+        return homework_deploy.load(settings, platform=platform)
     except homework_deploy.ServicesError as exc:
         raise HomenetError(str(exc)) from exc
 
