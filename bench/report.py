@@ -14,8 +14,10 @@ same run as the router (these machines are noisy: read the ratios and medians, n
 A ratio above 1 means the router is slower than the baseline.
 
 What the baselines are: `dhcp_storm` runs the same storm client against dnsmasq (what most home
-routers run, ping-before-offer off) on a plain OVS bridge; `first_packet` against a plain OVS
-bridge with the NORMAL action between two namespaces; `flood` against the same device's numbers
+routers run, ping-before-offer off) on a plain OVS bridge; `first_packet`, device to device, against a
+plain OVS bridge with the NORMAL action between two namespaces, and device to internet against a plain
+router of the same parts (OVS NORMAL to a namespace that routes and NATs with the kernel, as an OpenWrt
+box forwards), in three runs whose medians are each given; `flood` against the same device's numbers
 with nobody flooding; `boot` against a minimal Debian image built and booted the same way. hwdb's
 throughput and latency are against the issue's goals and its memory against the raw size of the
 rows it holds. Each storm round meets a controller that has not seen its devices (it is restarted
