@@ -35,7 +35,8 @@ import dnslib
 from common import BENCH, PY, add_client, homenet_up, in_client, longest_lock_hold, summary, write_result
 
 from homenet.attacks import pointer_chain, raw_query
-from homework_controller import dns_server, portal
+from homework_controller.concerns import portal
+from homework_controller.edge import dns_server
 
 WWW, WWW_IP = "www.example.test", "198.51.100.80"
 INTERVAL_S = 0.02

@@ -24,7 +24,7 @@ import threading
 import time
 
 from .model import Device, State, Subnet
-from .wifi_keys import WifiKey
+from .policy.wifi_keys import WifiKey
 
 LOG = logging.getLogger(__name__)
 

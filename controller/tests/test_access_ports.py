@@ -8,9 +8,10 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
-from homework_controller import flows, packets
+from homework_controller import flows
 from homework_controller.__main__ import parse_args
 from homework_controller.effects import AnswerDhcp, SendFrame, TellHousehold
+from homework_controller.wire import packets
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
 LOCAL = flows.LOCAL

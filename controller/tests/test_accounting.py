@@ -6,10 +6,12 @@ import ipaddress
 from fakeoftable import FakeSwitch
 from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
 
-from homework_controller import dhcp, flows, packets
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import packets
 
 INTERNET = "198.51.100.80"
 
@@ -181,7 +183,7 @@ def test_records_of_no_devices_traffic_are_not_rows(router):
 
 
 def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(router, monkeypatch):
-    from homework_controller import accounting
+    from homework_controller.concerns import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_FLOWS", 10)
     ip = permitted_phone(router)
@@ -222,7 +224,7 @@ def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_b
 
 
 def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_others_keep_theirs(router, monkeypatch):
-    from homework_controller import accounting
+    from homework_controller.concerns import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_PER_DEVICE", 10)
     flooder = permitted_phone(router)

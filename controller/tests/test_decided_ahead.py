@@ -9,10 +9,12 @@ import pytest
 from fakeoftable import FakeSwitch
 from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, down, join, up
 
-from homework_controller import ahead_marks, dhcp, downlink, flows, qos
-from homework_controller.agent_reports import AgentReport
+from homework_controller import flows
+from homework_controller.concerns import ahead_marks
+from homework_controller.concerns.agent_reports import AgentReport
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, downlink, qos
 from homework_controller.store import DeviceStore
 
 UPLINK = qos.LinkShape("wan0", 10_000)

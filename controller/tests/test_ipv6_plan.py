@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from homework_controller import ipv6
+from homework_controller.concerns import ipv6
 from homework_controller.model import Device, State, Subnet
 
 ULA = ipv6.ula_prefix(0x12_3456_789A)

@@ -10,10 +10,13 @@ from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join, solicit_router
 
-from homework_controller import dhcp, flows, ipv6, nd
+from homework_controller import flows
+from homework_controller.concerns import ipv6
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway, SendFrame
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import nd
 
 ULA = ipv6.ula_prefix(0x12_3456_789A)
 OLD = ipaddress.IPv6Network("2001:db8:100::/56")

@@ -34,7 +34,9 @@ from support import (
     up,
 )
 
-from homework_controller import border_routes, dhcp, dnsgate, downlink, flows, ipv6, nd
+from homework_controller import flows
+from homework_controller.concerns import border_routes, ipv6
+from homework_controller.core.router import EXAMPLE_IPV6_PLAN, HomeRouter
 from homework_controller.effects import (
     AddIpv6Gateway,
     AddIpv6Route,
@@ -44,8 +46,9 @@ from homework_controller.effects import (
     TellHousehold,
 )
 from homework_controller.errors import ApiError
-from homework_controller.router import EXAMPLE_IPV6_PLAN, HomeRouter
+from homework_controller.policy import dhcp, dns_rules, downlink
 from homework_controller.store import DeviceStore
+from homework_controller.wire import nd
 
 # The prefixes of the shipped router's fixture (conftest's `router`): its ULA /48, its delegated /56.
 ULA, DELEGATED = EXAMPLE_IPV6_PLAN.ula, EXAMPLE_IPV6_PLAN.delegated
@@ -335,7 +338,7 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
     join(router, switch, LAPTOP)
     switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     games, www = "2001:db8:5133::81", INTERNET
-    learnt = dnsgate.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
+    learnt = dns_rules.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
     assert learnt == (("games.example.test", games, 300),)
     switch.apply(router.dns_answer(learnt))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
@@ -425,7 +428,7 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
     switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
-    query = dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
+    query = dns_rules.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
     for prefix in router.ipv6.current[PHONE]:  # from any address of either of its /64s
         assert router.dns_query(in_prefix(prefix, 0x1234), query).action == "block"
     # Positive control: the laptop asks the same, from its /64.

@@ -4,9 +4,12 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
-from homework_controller import apps, base_flows, flows, ofapp, openflow, qos
+from homework_controller import flows
+from homework_controller.edge import ofapp
 from homework_controller.effects import InstallRules, RemoveRules
+from homework_controller.flows import base_flows, openflow
 from homework_controller.model import Device, State, Subnet
+from homework_controller.policy import apps, qos
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
 TABLE = apps.load_table()

@@ -9,10 +9,13 @@ from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 
-from homework_controller import dnsgate, flows, lan_side, portal
+from homework_controller import flows
+from homework_controller.concerns import portal
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import lan_side
 from homework_controller.effects import AnswerDhcp
 from homework_controller.errors import UnknownDevice
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dns_rules
 from homework_controller.store import DeviceStore
 
 LOCAL = flows.LOCAL
@@ -33,7 +36,7 @@ def gateway_of(router, mac):
 
 
 def ask(router, ip, name, qtype="A"):
-    return router.dns_query(ip, dnsgate.parse_query(dnslib.DNSRecord.question(name, qtype).pack()))
+    return router.dns_query(ip, dns_rules.parse_query(dnslib.DNSRecord.question(name, qtype).pack()))
 
 
 # ---- the code and what the portal says (pure)
@@ -238,7 +241,7 @@ def test_a_held_back_device_gets_the_router_for_the_os_probes_and_a_refusal_for_
 
 
 def test_the_probe_answer_is_the_routers_address_for_a_second():
-    query = dnsgate.parse_query(dnslib.DNSRecord.question(PROBE, "A").pack())
+    query = dns_rules.parse_query(dnslib.DNSRecord.question(PROBE, "A").pack())
     answer = dnslib.DNSRecord.parse(portal.probe_answer(query.record))
     assert answer.header.id == query.record.header.id and answer.header.rcode == dnslib.RCODE.NOERROR
     [rr] = answer.rr

@@ -9,7 +9,8 @@ from fakeoftable import FakeSwitch
 from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
-from homework_controller import dhcp, flows, packets
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import (
     AddGatewayAddress,
     AnswerDhcp,
@@ -24,8 +25,9 @@ from homework_controller.effects import (
 )
 from homework_controller.errors import DeviceBlocked, UnknownDevice
 from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import packets
 
 
 def installed(effects):

@@ -1,6 +1,6 @@
 """A byte-level fast path for the flow-mods households actually send; os-ken stays the reference.
 
-The router's downlink rules (controller/homework_controller/downlink.py, sent by slice_link.py) are
+The router's downlink rules (controller/homework_controller/policy/downlink.py, sent by slice_link.py) are
 all of one shape: ADD, MODIFY_STRICT or DELETE_STRICT of `match(eth_type=0x800, ip_proto,
 ipv4_src, ipv4_dst, tcp_src|udp_src)` with, but for deletes, `apply(set_queue(q), output(NORMAL))`.
 Decoding such a message into os-ken's objects, checking it and encoding its translation costs

@@ -62,15 +62,8 @@ device's way to the portal). The rules the
 switch holds whatever devices there are, and broadcast, are `base_flows.py`; IPv6's are `flows_v6.py`.
 """
 
-from .captive import (
-    portal_rules,
-)
-from .device import (
-    DeviceRules,
-    device_rules,
-    dns_block_rule,
-    learnt_flow_rule,
-)
+from .captive import portal_rules
+from .device import DeviceRules, device_rules, dns_block_rule, learnt_flow_rule
 from .marks import (
     PORT_MARKS_COOKIE,
     demoted_port_marks,
@@ -80,15 +73,7 @@ from .marks import (
     port_matches,
     socket_marks,
 )
-from .shapes import (
-    IPV4,
-    Family,
-    address_blocked,
-    admitted,
-    counted,
-    encrypted_dns_refused,
-    routed_to,
-)
+from .shapes import IPV4, Family, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
 from .values import (
     ALL_HOSTS,
     ANY_PORT_MARK,

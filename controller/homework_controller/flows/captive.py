@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import portal
+from ..concerns import portal
 from ..model import Subnet
 from .values import DNS_PORT, ETH_IPV4, LOCAL, PROTO_TCP, PROTO_UDP, TABLE_ADMISSION, Admission, FlowRule, Output, rule
 

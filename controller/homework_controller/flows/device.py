@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..model import Device, State, Subnet
-from ..packets import ARP_REPLY, ARP_REQUEST
+from ..wire.packets import ARP_REPLY, ARP_REQUEST
 from .captive import portal_rules
 from .shapes import IPV4, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
 from .values import (

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..model import Device
-from ..nd import ETH_IPV6
+from ..wire.nd import ETH_IPV6
 from .values import (
     DEVICE_COOKIE_BASE,
     ETH_IPV4,

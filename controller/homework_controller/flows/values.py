@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..model import Device, Subnet
-from ..nd import ETH_IPV6
+from ..wire.nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
