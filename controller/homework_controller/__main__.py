@@ -12,7 +12,7 @@ from .policy import dns_rules
 
 
 def _delegated_prefix(text: str) -> str:
-    from .concerns.ipv6 import BadPrefix, parse_delegated
+    from .wire.prefixes import BadPrefix, parse_delegated
 
     try:
         parse_delegated(text)

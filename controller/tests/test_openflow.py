@@ -8,8 +8,9 @@ from homework_controller import flows
 from homework_controller.edge import ofapp
 from homework_controller.effects import InstallRules, RemoveRules
 from homework_controller.flows import base_flows, openflow
-from homework_controller.model import Device, State, Subnet
+from homework_controller.model import Device, State
 from homework_controller.policy import apps, qos
+from homework_controller.wire.lan import Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
 TABLE = apps.load_table()

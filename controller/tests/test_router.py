@@ -24,10 +24,11 @@ from homework_controller.effects import (
     TellHousehold,
 )
 from homework_controller.errors import DeviceBlocked, UnknownDevice
-from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
+from homework_controller.model import BadMac, Device, State, normalize_mac
 from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 from homework_controller.wire import packets
+from homework_controller.wire.lan import Subnet
 
 
 def installed(effects):

@@ -1,6 +1,6 @@
 """The router's DHCPv6 prefix-delegation client (RFC 8415, RFC 7084 WPD-2): dhcpcd on the WAN, IPv6 only, asking
 for a /56 and taking what the ISP gives (/56, /60, /64), its hook writing the prefix and its lifetimes where the
-controller reads it (`homework_controller.concerns.ipv6.DELEGATED_FILE`, beside its database). One definition for the
+controller reads it (`homework_controller.edge.ipv6_files.DELEGATED_FILE`, beside its database). One definition for the
 image (a systemd unit) and the emulated home (a process).
 
 dhcpcd, not systemd-networkd's DHCPv6 client: bookworm's networkd (252) assigns a delegated prefix to
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DELEGATED_FILE = "ipv6-delegated-prefix"  # homework_controller.concerns.ipv6.DELEGATED_FILE
+DELEGATED_FILE = "ipv6-delegated-prefix"  # homework_controller.edge.ipv6_files.DELEGATED_FILE
 
 # The hook: the first delegated prefix still valid (a renumbering's reply also lists the old one with valid
 # lifetime 0), with the preferred and valid lifetimes the ISP gave it (dhcpcd's IA_PD prefix option's pltime
 # and vltime), which the controller counts from the file's modification time
-# (homework_controller.concerns.ipv6.parse_delegation); written atomically (the controller reads it at every tick);
+# (homework_controller.wire.prefixes.parse_delegation); written atomically (the controller reads it at every tick);
 # empty once the lease is gone.
 _HOOK = """#!/bin/sh
 out={out}

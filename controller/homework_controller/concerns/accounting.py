@@ -21,6 +21,7 @@ from typing import NamedTuple
 from .. import flows
 from ..effects import LogRow, TellHousehold
 from ..flows import flows_v6
+from ..flows.values import unspecified
 
 # Connection directions kept between two polls from the switch's records; beyond, a device's new
 # ones are counted as its whole (a row like its learning rule's), so a flood cannot grow memory.
@@ -238,11 +239,6 @@ class Accounting:
         if delta_p <= 0:
             return None
         return LogRow("Flows", _flow_row(key, delta_p, delta_b))
-
-
-def unspecified(address: str) -> str:
-    """The far side of a device's whole-device row, in the address's family."""
-    return "::" if ":" in address else "0.0.0.0"
 
 
 class RuleCounters(NamedTuple):

@@ -41,12 +41,9 @@ well as for those the device sends from, which no rule on its traffic would boun
 from __future__ import annotations
 
 import ipaddress
-import os
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import flows
 from ..effects import (
@@ -63,13 +60,9 @@ from ..errors import ApiError
 from ..flows import flows_v6
 from ..model import Device
 from ..wire import nd
+from ..wire.prefixes import GATEWAY_HOST, PrefixPlan, gateway_of, resolver_of
 from .border_routes import BorderRoutes, Change, refusal
 
-ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
-# Beside it too: the prefix the ISP delegated, one line (written by the prefix-delegation client; the emulated home's).
-DELEGATED_FILE = "ipv6-delegated-prefix"
-GATEWAY_HOST = 1  # a device's /64's ::1 is the router's gateway address in it
-GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # what ISPs delegate (RFC 4291), documentation's 2001:db8:: too
 ADVERT_INTERVAL_S = 60.0  # a device hears its prefixes at least this often (RFC 4861's MaxRtrAdvInterval <= 1800)
 # The addresses of one device the router's stack holds a neighbour entry for at once (the docstring says why).
 MAX_NEIGHBOURS_PER_DEVICE = 16
@@ -80,137 +73,6 @@ MAX_NEIGHBOURS_BEHIND_ROUTES = 256  # a Thread network's nodes behind its border
 # Short: the ISP no longer routes it. (Hosts keep an address at least min(its remaining lifetime, 2 h):
 # RFC 4862 5.5.3e, so the device's own address may outlive this; it is never chosen for new connections.)
 DEPRECATED_VALID_S = 600.0
-
-
-class BadPrefix(ValueError):
-    pass
-
-
-def ula_prefix(global_id: int) -> ipaddress.IPv6Network:
-    """RFC 4193: fd00::/8 with the locally assigned bit, a 40-bit global ID, a /48."""
-    if not 0 <= global_id < 1 << 40:
-        raise ValueError("a ULA global ID has 40 bits")
-    return ipaddress.IPv6Network(((0xFD << 120) | (global_id << 80), 48))
-
-
-def load_or_make_ula(directory: str | Path, random_id: Callable[[], int] = lambda: secrets.randbits(40)):
-    """The home's ULA /48: its global ID read from the data partition, or made (once) and written there
-    atomically (temporary file, fsync, rename), so it survives reboots and updates."""
-    path = Path(directory) / ULA_ID_FILE
-    try:
-        return ula_prefix(int(path.read_text().strip(), 16))
-    except FileNotFoundError:
-        pass
-    except ValueError as exc:
-        raise BadPrefix(f"{path}: not a 40-bit ULA global ID ({exc}); remove it to make a new one") from None
-    global_id = random_id()
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as out:
-        out.write(f"{global_id:010x}\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    return ula_prefix(global_id)
-
-
-def parse_delegated(text: str) -> ipaddress.IPv6Network | None:
-    """A delegated prefix as the command line gives it ("" for none): a global /48../64."""
-    if not text:
-        return None
-    try:
-        net = ipaddress.IPv6Network(text)
-    except ValueError as exc:
-        raise BadPrefix(f"not an IPv6 prefix: {text!r} ({exc})") from None
-    if not 48 <= net.prefixlen <= 64 or not net.subnet_of(GLOBAL_UNICAST):
-        raise BadPrefix(f"{net}: a delegated prefix is a global unicast (2000::/3) /48 to /64")
-    return net
-
-
-@dataclass(frozen=True)
-class Delegation:
-    """What the prefix-delegation client last wrote: the prefix, and until when (the router's clock, seconds
-    since the epoch) the ISP said it is preferred and valid; None when the file does not say."""
-
-    prefix: ipaddress.IPv6Network
-    until: tuple[float, float] | None = None  # (preferred, valid)
-
-
-def parse_delegation(text: str, written_at: float) -> Delegation | None:
-    """The prefix file's line: "PREFIX", or "PREFIX PREFERRED VALID" with the lifetimes (seconds) the ISP gave
-    it, counted from written_at (when the client wrote the file); empty: no prefix."""
-    fields = text.split()
-    prefix = parse_delegated(fields[0]) if fields else None
-    if prefix is None or len(fields) == 1:
-        return Delegation(prefix) if prefix else None
-    if len(fields) != 3 or not (fields[1].isdecimal() and fields[2].isdecimal()) or int(fields[1]) > int(fields[2]):
-        raise BadPrefix(f"not PREFIX PREFERRED VALID (seconds, preferred <= valid): {text!r}")
-    return Delegation(prefix, (written_at + int(fields[1]), written_at + int(fields[2])))
-
-
-def read_delegated(directory: str | Path) -> Delegation | None:
-    """The delegated prefix the data partition holds (DELEGATED_FILE), if any, and its lifetimes from when
-    the file was written (its modification time: the client replaces it whenever the ISP renews)."""
-    path = Path(directory) / DELEGATED_FILE
-    try:
-        with path.open() as f:
-            text, written_at = f.read(), os.fstat(f.fileno()).st_mtime
-    except FileNotFoundError:
-        return None
-    try:
-        return parse_delegation(text, written_at)
-    except BadPrefix as exc:
-        raise BadPrefix(f"{path}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class PrefixPlan:
-    ula: ipaddress.IPv6Network  # /48
-    delegated: ipaddress.IPv6Network | None = None
-    # Until when (preferred, valid; the router's clock) the ISP keeps the delegated prefix; None: not known.
-    delegated_until: tuple[float, float] | None = None
-
-    def ula_of(self, subnet_index: int) -> str:
-        """The device's ULA /64, numbered as its /30 (indexes fit: 16,384 /30s, 65,536 /64s)."""
-        return str(_nth_64(self.ula, subnet_index))
-
-    @property
-    def global_slots(self) -> int:
-        """How many /64s of the delegated prefix devices may have (its first is the router's own)."""
-        if self.delegated is None:
-            return 0
-        return (1 << (64 - self.delegated.prefixlen)) - 1
-
-    def global_of(self, slot: int) -> str:
-        assert self.delegated is not None and 1 <= slot <= self.global_slots
-        return str(_nth_64(self.delegated, slot))
-
-    def lifetimes_of(self, prefix: str, now: float) -> tuple[int, int]:
-        """(valid, preferred) seconds a /64 of the plan is advertised with: the router's own, but a delegated
-        /64's never more than the ISP's delegation has left (RFC 9096, updating RFC 7084: a LAN prefix must
-        not outlive the WAN's), so a device stops using an address the ISP will no longer route."""
-        valid, preferred = nd.PREFIX_VALID_S, nd.PREFIX_PREFERRED_S
-        delegated, until = self.delegated, self.delegated_until
-        if delegated is None or until is None or not ipaddress.IPv6Network(prefix).subnet_of(delegated):
-            return valid, preferred
-        preferred_until, valid_until = until
-        return min(valid, max(0, int(valid_until - now))), min(preferred, max(0, int(preferred_until - now)))
-
-
-def _nth_64(net: ipaddress.IPv6Network, n: int) -> ipaddress.IPv6Network:
-    return ipaddress.IPv6Network((int(net.network_address) + (n << 64), 64))
-
-
-def gateway_of(prefix: str) -> str:
-    """The router's address in a device's /64."""
-    return str(ipaddress.IPv6Network(prefix).network_address + GATEWAY_HOST)
-
-
-def resolver_of(prefixes: tuple[str, ...]) -> str | None:
-    """The DNS server a device's adverts name (RDNSS): the router's address in its ULA /64 (the last of its
-    /64s), which the router's resolver answers on. The ULA one, not the global: it stays the same when the
-    ISP renumbers, and every forwarding device has one; not fe80::1, which a stub resolver must pair with
-    an interface (several do not)."""
-    return gateway_of(prefixes[-1]) if prefixes else None
 
 
 @dataclass(frozen=True)

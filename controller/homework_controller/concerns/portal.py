@@ -1,10 +1,10 @@
 """The captive portal, the concern: a device held back (waiting for the household, paused, out of
 its allowance) is told why, the way phones and laptops look for a captive portal.
 
-- DHCP option 114 (RFC 8910) in every answer names the portal's API (RFC 8908), `API_URL`;
+- DHCP option 114 (RFC 8910) in every answer names the portal's API (RFC 8908), `wire.lan.API_URL`;
 - while held back, the device reaches the router's resolver and the portal and nothing else
   (`flows.portal_rules`); the resolver answers the names the operating systems probe
-  (`PROBE_NAMES`) with the router's address, so their probe gets the portal, not 204/"Success";
+  (`dns_rules.PROBE_NAMES`) with the router's address, so their probe gets the portal, not 204/"Success";
 - the portal itself (the API and the page) is the web UI's, on the LAN side; it asks ws.v1
   `portal/<ip>` about the device at the request's source address (`view`).
 
@@ -22,42 +22,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 
-import dnslib
-
-from ..model import ROUTER_FALLBACK_IP
-
-# The router's own LAN address (10.2.0.1: its /30 is kept for the router), where the web UI listens.
-ROUTER_ADDRESS = ROUTER_FALLBACK_IP
-# Plain HTTP on port 80: the probes are plain HTTP to port 80, and no publicly trusted certificate can
-# name a home router's LAN address (docs/captive-portal.md says what each OS makes of it). Port 80 is
-# sent on to the web UI's port by the router's own nftables rule (`redirect_port_80`).
-PORTAL_URL = f"http://{ROUTER_ADDRESS}/captive-portal"
-API_URL = f"{PORTAL_URL}/api"
-HTTP_PORT = 80
-
-# The names operating systems look up to tell whether they are behind a captive portal.
-PROBE_NAMES = frozenset(
-    {
-        # Android (and ChromeOS): http://connectivitycheck.gstatic.com/generate_204 and older names.
-        "connectivitycheck.gstatic.com",
-        "connectivitycheck.android.com",
-        "clients1.google.com",
-        "clients3.google.com",
-        "www.google.com",
-        # iOS, iPadOS, macOS: http://captive.apple.com/hotspot-detect.html
-        "captive.apple.com",
-        "www.apple.com",
-        "www.appleiphonecell.com",
-        # Windows: http://www.msftconnecttest.com/connecttest.txt (and the older NCSI name).
-        "www.msftconnecttest.com",
-        "www.msftncsi.com",
-        # Firefox's own check.
-        "detectportal.firefox.com",
-    }
-)
-# How long a device may keep the router's address for a probe name: once it may go online, its next
-# probe must find the real one.
-PROBE_TTL_S = 1
+from ..wire.lan import PORTAL_URL
 
 # Four characters, shown as "K7-Q2": letters and digits no one confuses (no 0/O/D, 1/I/L, 2/Z, 5/S, 8/B,
 # U/V): 22^4 = 234,256 codes.
@@ -117,22 +82,6 @@ class Portal:
 
     def status_of(self, mac: str) -> dict:
         return {"portal_code": self.code_of(mac)}
-
-
-def is_probe(qname: str) -> bool:
-    """Whether a (normalised, lower-case) question name is one an OS probes for a captive portal."""
-    return qname.rstrip(".") in PROBE_NAMES
-
-
-def probe_answer(record: dnslib.DNSRecord) -> bytes:
-    """The resolver's answer to a held-back device's query for a probe name: the router's address
-    (A), or no address of that type (NOERROR, empty: an NXDOMAIN would tell the device that the name
-    does not exist at all), good for PROBE_TTL_S."""
-    reply = record.reply()
-    reply.header.aa = 0
-    if record.q.qtype == dnslib.QTYPE.A:
-        reply.add_answer(dnslib.RR(record.q.qname, dnslib.QTYPE.A, rdata=dnslib.A(ROUTER_ADDRESS), ttl=PROBE_TTL_S))
-    return reply.pack()
 
 
 def waiting_reason(status: dict) -> str | None:

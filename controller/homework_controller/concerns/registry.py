@@ -13,9 +13,10 @@ import logging
 from collections.abc import Callable
 
 from ..effects import LogRow
-from ..model import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Device, State, Subnet
+from ..model import Device, State
 from ..store import DeviceStore, StoreError
 from ..wire.dhcp_wire import ZERO_IP
+from ..wire.lan import FIRST_DEVICE_SUBNET, SUBNET_COUNT, Subnet
 
 LOG = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from ..concerns.app_priorities import AppPriorities
 from ..concerns.clone_watch import CloneWatch
 from ..concerns.dns_gating import DnsGating, Lookups
 from ..concerns.household_controls import HouseholdControls
-from ..concerns.ipv6 import Ipv6Addresses, PrefixPlan, ula_prefix
+from ..concerns.ipv6 import Ipv6Addresses
 from ..concerns.lookalikes import Lookalikes
 from ..concerns.newcomers import Newcomers
 from ..concerns.passphrases import Passphrases
@@ -42,6 +42,7 @@ from ..model import Device, State
 from ..policy import apps, dhcp, dns_rules, qos, wifi_keys
 from ..store import DeviceStore
 from ..wire.nd import RouterAdvert, Solicitation
+from ..wire.prefixes import PrefixPlan, ula_prefix
 from .decisions import HouseholdDecisions
 from .flow_events import FlowEvents
 from .joining import Joining
@@ -115,7 +116,7 @@ class HomeRouter:
                 forwarding_at=lambda ip: self.registry.forwarding_at(ip) or self.registry.forwarding_at_v6(ip),
                 answerable_at=self.registry.answerable_at,
                 held=lambda mac: not self.controls.may_forward(mac),
-                is_portal_probe=portal.is_probe,
+                is_portal_probe=dns_rules.is_probe,
             ),
         )
         self.clone_watch = CloneWatch(store, clock, self.counters)

@@ -28,7 +28,6 @@ from collections import Counter
 
 import dnslib
 
-from ..concerns import portal
 from ..policy import dns_rules
 from .supervised import SocketService, Supervisor
 
@@ -222,7 +221,7 @@ class DnsServer:
             return dns_rules.refusal(query)
         if verdict.action == "portal":
             assert query is not None, "only a parsed query names a probe"
-            return portal.probe_answer(query.record)
+            return dns_rules.probe_answer(query.record)
         return None
 
     def _read_upstream(self, answer: bytes | None, query: dns_rules.Query, wire: bytes, client_ip: str) -> bytes | None:

@@ -32,8 +32,8 @@ from typing import Any
 
 from netflume import TemplateStore, parse_message
 
-from ..concerns.accounting import unspecified
 from ..flows import FiveTuple
+from ..flows.values import unspecified
 
 log = logging.getLogger(__name__)
 

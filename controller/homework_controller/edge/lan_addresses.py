@@ -16,7 +16,6 @@ import socket
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ..concerns.ipv6 import gateway_of
 from ..effects import (
     AddGatewayAddress,
     AddIpv6Gateway,
@@ -26,8 +25,9 @@ from ..effects import (
     RemoveIpv6Gateway,
     RemoveIpv6Route,
 )
-from ..model import Subnet
+from ..wire.lan import Subnet
 from ..wire.nd import ROUTER_LINK_LOCAL
+from ..wire.prefixes import gateway_of
 
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h

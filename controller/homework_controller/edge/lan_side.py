@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..concerns.portal import HTTP_PORT, ROUTER_ADDRESS
-from ..model import LAN_NETWORK
+from ..wire.lan import HTTP_PORT, LAN_NETWORK, ROUTER_ADDRESS
 
 DNS_TABLE = "homework_dns"
 PORTAL_TABLE = "homework_portal"

@@ -14,14 +14,15 @@ import time
 from collections.abc import Callable
 
 from ..api.server import TimedLock
-from ..concerns.ipv6 import BadPrefix, read_delegated
 from ..config import CONFIG
 from ..core.router import HomeRouter
 from ..effects import Effect
 from ..flows import openflow
 from ..radio import stations
+from ..wire.prefixes import BadPrefix
 from . import flow_export, shaper
 from .hwdb_log import HwdbLog
+from .ipv6_files import read_delegated
 
 LOG = logging.getLogger("homework.controller")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..concerns import portal
-from ..model import Subnet
+from ..wire import lan
+from ..wire.lan import Subnet
 from .values import DNS_PORT, ETH_IPV4, LOCAL, PROTO_TCP, PROTO_UDP, TABLE_ADMISSION, Admission, FlowRule, Output, rule
 
 
@@ -18,7 +18,7 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
     services = (
         (gateway, PROTO_UDP, "udp", DNS_PORT),
         (gateway, PROTO_TCP, "tcp", DNS_PORT),
-        (portal.ROUTER_ADDRESS, PROTO_TCP, "tcp", portal.HTTP_PORT),
+        (lan.ROUTER_ADDRESS, PROTO_TCP, "tcp", lan.HTTP_PORT),
     )
     to_device = tuple(Output(p) for p in ports)
     rules = set()

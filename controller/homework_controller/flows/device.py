@@ -8,7 +8,8 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..model import Device, State, Subnet
+from ..model import Device, State
+from ..wire.lan import Subnet
 from ..wire.packets import ARP_REPLY, ARP_REQUEST
 from .captive import portal_rules
 from .shapes import IPV4, address_blocked, admitted, counted, encrypted_dns_refused, routed_to

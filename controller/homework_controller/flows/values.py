@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..model import Device, Subnet
+from ..model import Device
+from ..wire.lan import Subnet
 from ..wire.nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
@@ -240,3 +241,8 @@ def outputs_to(targets: Sequence[int], in_port: int | str) -> tuple[Output, ...]
     """Out of each target port; the port the packet came in on only as IN_PORT (OpenFlow sends nothing
     back out of its in_port otherwise)."""
     return tuple(Output(IN_PORT if t == in_port else t) for t in targets)
+
+
+def unspecified(address: str) -> str:
+    """The far side of a device's whole-device row, in the address's family."""
+    return "::" if ":" in address else "0.0.0.0"

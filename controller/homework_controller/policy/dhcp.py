@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..effects import AnswerDhcp
 from ..flows import DHCP_CLIENT_PORT, DHCP_SERVER_PORT
-from ..model import ROUTER_FALLBACK_IP, Device, State, Subnet
+from ..model import Device, State
 from ..wire import packets
 from ..wire.dhcp_wire import (
     ACK,
@@ -31,6 +31,7 @@ from ..wire.dhcp_wire import (
     DhcpRequest,
     encode_reply,
 )
+from ..wire.lan import ROUTER_FALLBACK_IP, Subnet
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import dnslib
 import idna
 
+from ..wire.lan import ROUTER_ADDRESS
+
 DENY, ALLOW = "deny", "allow"
 EDE_OPTION = 15  # RFC 8914 Extended DNS Error
 EDE_BLOCKED = 15  # "Blocked": the household blocked the name for this device
@@ -379,3 +381,44 @@ class AddressBook:
 def _reversed(name: str) -> str:
     """'www.example.test' -> 'test.example.www': the names under a domain sort together."""
     return ".".join(reversed(name.split(".")))
+
+
+# The names operating systems look up to tell whether they are behind a captive portal.
+PROBE_NAMES = frozenset(
+    {
+        # Android (and ChromeOS): http://connectivitycheck.gstatic.com/generate_204 and older names.
+        "connectivitycheck.gstatic.com",
+        "connectivitycheck.android.com",
+        "clients1.google.com",
+        "clients3.google.com",
+        "www.google.com",
+        # iOS, iPadOS, macOS: http://captive.apple.com/hotspot-detect.html
+        "captive.apple.com",
+        "www.apple.com",
+        "www.appleiphonecell.com",
+        # Windows: http://www.msftconnecttest.com/connecttest.txt (and the older NCSI name).
+        "www.msftconnecttest.com",
+        "www.msftncsi.com",
+        # Firefox's own check.
+        "detectportal.firefox.com",
+    }
+)
+# How long a device may keep the router's address for a probe name: once it may go online, its next
+# probe must find the real one.
+PROBE_TTL_S = 1
+
+
+def is_probe(qname: str) -> bool:
+    """Whether a (normalised, lower-case) question name is one an OS probes for a captive portal."""
+    return qname.rstrip(".") in PROBE_NAMES
+
+
+def probe_answer(record: dnslib.DNSRecord) -> bytes:
+    """The resolver's answer to a held-back device's query for a probe name: the router's address
+    (A), or no address of that type (NOERROR, empty: an NXDOMAIN would tell the device that the name
+    does not exist at all), good for PROBE_TTL_S."""
+    reply = record.reply()
+    reply.header.aa = 0
+    if record.q.qtype == dnslib.QTYPE.A:
+        reply.add_answer(dnslib.RR(record.q.qname, dnslib.QTYPE.A, rdata=dnslib.A(ROUTER_ADDRESS), ttl=PROBE_TTL_S))
+    return reply.pack()

@@ -19,7 +19,7 @@ to the same remote address and port (two devices on one video-call server, two t
 They share one rule, which carries the highest priority among them.
 
 IPv6 has no NAT: a device's global address is inside the prefix the ISP delegated to the household
-(`ipv6.PrefixPlan.delegated`), which is the household's IPv6 flowspace on the slice (the ISP engineer
+(`prefixes.PrefixPlan.delegated`), which is the household's IPv6 flowspace on the slice (the ISP engineer
 registers it beside the public IPv4 address). So an IPv6 connection's rule names the device's own
 address, and what is marked ahead (ports, named addresses) names the whole delegated prefix. Without
 a delegated prefix, devices have ULA addresses only, which never reach the ISP: no IPv6 rules.
@@ -37,9 +37,9 @@ from typing import Any, NamedTuple
 from os_ken.ofproto.ofproto_v1_3 import OFPP_NORMAL
 
 from .. import flows
-from ..concerns.ipv6 import GLOBAL_UNICAST
-from ..model import LAN_NETWORK
+from ..wire.lan import LAN_NETWORK
 from ..wire.nd import ETH_IPV6
+from ..wire.prefixes import GLOBAL_UNICAST
 from . import qos
 
 # One cookie on every rule of ours in the slice (the slicer allows 40 bits): one non-strict

@@ -10,8 +10,8 @@ import socket
 import struct
 from typing import NamedTuple
 
-from ..concerns import portal
-from ..model import Subnet
+from . import lan
+from .lan import Subnet
 
 DISCOVER, OFFER, REQUEST, DECLINE, ACK, NAK, RELEASE, INFORM = 1, 2, 3, 4, 5, 6, 7, 8
 MESSAGE_NAMES = {1: "DISCOVER", 2: "OFFER", 3: "REQUEST", 4: "DECLINE", 5: "ACK", 6: "NAK", 7: "RELEASE", 8: "INFORM"}
@@ -170,7 +170,7 @@ _LEASE_TIMES = struct.Struct("!BBI BBI BBI")
 _ADDRESSES = struct.Struct("!BB4s BB4s BB4s BB4s")
 _SUBNET_MASK = socket.inet_aton(Subnet.mask)
 _END = b"\xff"
-_CAPTIVE_PORTAL = bytes((OPT_CAPTIVE_PORTAL, len(portal.API_URL))) + portal.API_URL.encode()
+_CAPTIVE_PORTAL = bytes((OPT_CAPTIVE_PORTAL, len(lan.API_URL))) + lan.API_URL.encode()
 
 
 def encode_reply(reply: DhcpReply) -> bytes:
