@@ -64,7 +64,7 @@ def moved(router, ip, nbytes, packets=None):
     """The stats poll finds the device's own rule has counted nbytes so far (cumulative, as OVS counts)."""
     packets = nbytes // 100 + 1 if packets is None else packets
     return router.on_flow_stats(
-        [(flows.Accounting.DEVICE_SOURCE, {"eth_type": 0x0800, "ipv4_src": ip}, packets, nbytes)]
+        [(flows.AccountingPriority.DEVICE_SOURCE, {"eth_type": 0x0800, "ipv4_src": ip}, packets, nbytes)]
     )
 
 

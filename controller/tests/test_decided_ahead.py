@@ -194,7 +194,7 @@ def test_a_forgotten_devices_marks_leave_the_switch_and_a_reconnected_switch_get
     assert first_packet(again, up(phone, ZOOM, flows.PROTO_TCP, 40000, 443)) == (EF, LOCAL)
     assert first_packet(again, up(phone, CALL_SERVER, flows.PROTO_UDP, 40000, 3478)) == (EF, LOCAL)
     cookies = (flows.marks_cookie(PHONE), flows.device_cookie(router.devices[PHONE]))
-    again.apply(router.rules.forget(router.devices[PHONE]))
+    again.apply(router.reconciler.forget(router.devices[PHONE]))
     assert not [r for r in again.rules if r.cookie in cookies]
     assert [r for r in again.rules if r.cookie == flows.device_cookie(router.devices[LAPTOP])]  # the control
 

@@ -49,7 +49,9 @@ def blocked_rules(effects):
         for e in effects
         if isinstance(e, InstallRules)
         for r in e.rules
-        if r.table == flows.TABLE_ACCOUNTING and r.priority == flows.Accounting.BLOCKED and "ipv4_dst" in r.match_dict
+        if r.table == flows.TABLE_ACCOUNTING
+        and r.priority == flows.AccountingPriority.BLOCKED
+        and "ipv4_dst" in r.match_dict
     }  # an address, not the encrypted-DNS port
 
 
@@ -105,7 +107,7 @@ def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(rou
         for e in effects
         if isinstance(e, InstallRules)
         for r in e.rules
-        if r.priority == flows.Accounting.BLOCKED
+        if r.priority == flows.AccountingPriority.BLOCKED
     } == {ip}  # from this device only
     # A CNAME chain teaches the final address under the denied name too.
     effects = teach(router, "cdn.games.example.test", "203.0.113.9", cname="edge.cdn.net")

@@ -96,7 +96,7 @@ def test_a_marked_flow_sets_its_dscp_and_queue_and_a_re_mark_modifies_the_rule_i
     assert goto.table_id == flows.TABLE_ROUTING and added.command == ofp.OFPFC_ADD
     modified = wire(openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT))
     assert modified.command == ofp.OFPFC_MODIFY_STRICT and not modified.flags & ofp.OFPFF_RESET_COUNTS
-    assert dict(modified.match.items()) == flow.match() and modified.priority == flows.Accounting.LEARNT_FLOW
+    assert dict(modified.match.items()) == flow.match() and modified.priority == flows.AccountingPriority.LEARNT_FLOW
 
 
 def test_symbolic_ports_become_openflow_ports():

@@ -116,7 +116,7 @@ def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_onl
         )
     )
     assert ports(switch.send(fetch)) == [LOCAL]  # its own counting rule now, no more copies
-    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.Accounting.LEARNT_FLOW]
+    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.AccountingPriority.LEARNT_FLOW]
     assert switch.hits[counter] == 1
     # Another flow of the same device is copied again.
     assert flows.CONTROLLER in ports(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40002)))

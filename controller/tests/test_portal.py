@@ -209,7 +209,7 @@ def test_a_paused_device_gets_the_portal_and_once_resumed_everything_again(route
     assert switch.send(to_internet) == []
     assert router.portal_of(phone)["captive"] is True
     switch.apply(router.decisions.resume(PHONE))
-    assert not [r for r in switch.rules if r.priority == flows.Admission.PORTAL]
+    assert not [r for r in switch.rules if r.priority == flows.AdmissionPriority.PORTAL]
     assert [d.port for d in switch.send(to_internet) if d.port != flows.CONTROLLER] == [LOCAL]
     assert router.portal_of(phone)["captive"] is False
 

@@ -107,7 +107,7 @@ def test_an_unconnected_udp_socket_report_labels_every_destination_of_that_port(
 
 
 def flow_stats(flow_tuples, pkts, nbytes):
-    return [(flows.Accounting.LEARNT_FLOW, f.match(), pkts, nbytes) for f in flow_tuples]
+    return [(flows.AccountingPriority.LEARNT_FLOW, f.match(), pkts, nbytes) for f in flow_tuples]
 
 
 @pytest.fixture

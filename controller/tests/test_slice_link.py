@@ -189,7 +189,7 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
 
     with lock:  # the connection ends: its rule idled out of the router's switch
         router.flow_events.on_flow_removed(
-            flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500
+            flows.AccountingPriority.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500
         )
     wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED, 30, "the rule to go")
     assert link.health()["rules_installed"] == 0 and link.health()["errors"] == 0

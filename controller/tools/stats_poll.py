@@ -67,7 +67,7 @@ def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[Ho
                     entries += [
                         (r.priority, dict(r.match), 0, 0)
                         for r in effect.rules
-                        if r.priority == flows.Accounting.LEARNT_FLOW
+                        if r.priority == flows.AccountingPriority.LEARNT_FLOW
                     ]
     return router, entries
 

@@ -458,7 +458,7 @@ class HomeOnFakeSwitch(Ws1Service, EffectSink, _ServedByAThread):
         """The device sent nbytes more: the switch's counter of its own rule grows, and the stats poll reads it."""
         self.counted_bytes[mac] = counted = self.counted_bytes.get(mac, 0) + nbytes
         own_rule = {"eth_type": flows.ETH_IPV4, "ipv4_src": self.status(mac)["ip"]}
-        polled = [(flows.Accounting.DEVICE_SOURCE, own_rule, counted // 100 + 1, counted)]
+        polled = [(flows.AccountingPriority.DEVICE_SOURCE, own_rule, counted // 100 + 1, counted)]
         with self.lock:
             self._apply(self.router.on_flow_stats(polled))
         return self.status(mac)

@@ -263,9 +263,9 @@ def rule_counters(entries: Iterable[tuple[int, dict, int, int]]) -> list[RuleCou
 
 
 def _counter_key(priority: int, match: dict):
-    if priority == flows.Accounting.LEARNT_FLOW:
+    if priority == flows.AccountingPriority.LEARNT_FLOW:
         return ("flow", flows.FiveTuple.from_match(match))
-    if priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST):
+    if priority in (flows.AccountingPriority.DEVICE_SOURCE, flows.AccountingPriority.DEVICE_DEST):
         return ("device", match.get("ipv4_src", "0.0.0.0"), match.get("ipv4_dst", "0.0.0.0"))
     return None
 

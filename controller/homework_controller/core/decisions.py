@@ -27,7 +27,7 @@ LOG = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class HouseholdDecisions:
     clock: Callable[[], float]
-    rules: Reconciler
+    reconciler: Reconciler
     registry: DeviceRegistry
     clone_watch: CloneWatch
     port_binding: PortBinding
@@ -68,7 +68,7 @@ class HouseholdDecisions:
         name = "".join(ch for ch in name if ch.isprintable()).strip()
         if len(name) > 64:
             raise ApiError("a device name has at most 64 characters")
-        return self.rules.update(device.with_(name=name))
+        return self.reconciler.update(device.with_(name=name))
 
     @staticmethod
     def _not_blocked(device: Device) -> Device:
@@ -88,7 +88,7 @@ class HouseholdDecisions:
         LOG.info("household: %s %s -> %s", device.mac, device.state.value, state.value)
         self.clone_watch.household_decided(device.mac)
         self.port_binding.household_decided(device.mac)  # where it was last seen is its own port now
-        effects = self.rules.update(device.with_(state=state))
+        effects = self.reconciler.update(device.with_(state=state))
         if (device.state is State.BLACKLISTED) != (state is State.BLACKLISTED):
             effects.append(AuthenticatorDeny(device.mac, state is State.BLACKLISTED))
         return effects
@@ -106,7 +106,7 @@ class HouseholdDecisions:
         `authority.KEYWORDS`); without, a pause ends and a running bedtime holds the device still."""
         device = self.known(mac)
         self.controls.resume(device.mac, bedtime)
-        return self.rules.reconcile(device)
+        return self.reconciler.reconcile(device)
 
     def set_schedule(self, mac: str, text: str) -> list[Effect]:
         return self._change(mac, self.controls.set_schedule, text)
@@ -135,14 +135,14 @@ class HouseholdDecisions:
         effects: list[Effect] = []
         for mac in sorted(macs):
             if (device := self.devices.get(mac)) is not None:
-                effects += self.rules.reconcile(device)
+                effects += self.reconciler.reconcile(device)
         return effects
 
     def _change(self, mac: str, change: Callable[..., None], *args: str) -> list[Effect]:
         """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""
         device = self.known(mac)
         change(device.mac, *args)
-        return self.rules.reconcile(device)
+        return self.reconciler.reconcile(device)
 
     # -- DNS rules
 
@@ -159,7 +159,7 @@ class HouseholdDecisions:
         device = self.known(mac)
         domain, new = self.dns_gating.set_rule(device.mac, domain, action)
         lifted = self.dns_gating.recompute(device.mac)
-        effects = self.rules.reconcile(device, reinstall=lifted) + self.rules.install_blocks(device)
+        effects = self.reconciler.reconcile(device, reinstall=lifted) + self.reconciler.install_blocks(device)
         if new == dns_rules.DENY:
             effects.append(ResolveName(domain))  # learn its addresses now, not when someone asks
         return effects

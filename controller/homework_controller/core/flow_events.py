@@ -26,7 +26,7 @@ from .reconciler import Reconciler
 @dataclass(frozen=True)
 class FlowEvents:
     counters: dict[str, int]
-    rules: Reconciler
+    reconciler: Reconciler
     registry: DeviceRegistry
     accounting: Accounting
     priorities: AppPriorities
@@ -48,7 +48,7 @@ class FlowEvents:
         if verdict == "wait":
             return []  # its rule is on its way
         if verdict == "over":
-            return self.rules.reconcile(device) + [self.accounting.over_budget(device.mac, device.label)]
+            return self.reconciler.reconcile(device) + [self.accounting.over_budget(device.mac, device.label)]
         priority = self.priorities.learn_flow(device, flow)
         return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
 
@@ -131,6 +131,6 @@ class FlowEvents:
         for mac in self.controls.count(used):
             device = self.registry.devices.get(mac)
             if device is not None:
-                effects += self.rules.reconcile(device)
+                effects += self.reconciler.reconcile(device)
                 changed[mac] = device.label
         return [*effects, *self.controls.used_up(changed)]

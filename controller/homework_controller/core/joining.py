@@ -37,7 +37,7 @@ class Joining:
     clock: Callable[[], float]
     counters: dict[str, int]
     lease_policy: dhcp.LeasePolicy
-    rules: Reconciler
+    reconciler: Reconciler
     registry: DeviceRegistry
     switch: SwitchMirror
     newcomers: Newcomers
@@ -80,7 +80,7 @@ class Joining:
         if port is not None and before is None and outcome.device is not None:
             self.port_binding.saw(req.chaddr, port)  # a newcomer: the port it first asks on is its own
         if outcome.device is not None and outcome.device != before:
-            effects += self.rules.update(outcome.device)
+            effects += self.reconciler.update(outcome.device)
         for kind, msg in outcome.events:
             effects += (
                 self.newcomers.announce(req.chaddr, msg)
@@ -191,10 +191,10 @@ class Joining:
         effects: list[Effect] = []
         newcomer = self.devices.get(new_mac)
         if newcomer is not None:
-            effects += self.rules.forget(newcomer)
+            effects += self.reconciler.forget(newcomer)
         if device.lease_active(self.clock()):
             effects.append(self.registry.record_lease(device, "released"))
-        effects += self.rules.evict(device) + self.rules.forget_neighbours(device)  # its addresses, a new MAC
+        effects += self.reconciler.evict(device) + self.reconciler.forget_neighbours(device)  # its addresses, a new MAC
         effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
         for concern in self.concerns:
             if concern not in self.follow_the_device:
@@ -208,7 +208,7 @@ class Joining:
             *effects,
             PublishWifiKeys(),  # its key id names its new MAC
             TellHousehold("new-address", new_mac, message),
-            *self.rules.reconcile(self.devices[new_mac]),
+            *self.reconciler.reconcile(self.devices[new_mac]),
         ]
 
     def _saw_on_port(self, device: Device, port: int, now: float) -> tuple[bool | None, list]:
@@ -222,7 +222,7 @@ class Joining:
             return None, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
         if seen == port_binding.MOVED:
             LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
-        return True, self.rules.reconcile(device)
+        return True, self.reconciler.reconcile(device)
 
     def _suspect_clone(self, mac: str, differs: list[str]) -> list[Effect]:
         device = self.devices.get(mac)
@@ -235,4 +235,4 @@ class Joining:
         if oldest is None:
             return []
         self.counters["pending_evicted"] += 1
-        return self.rules.forget(oldest)
+        return self.reconciler.forget(oldest)

@@ -146,7 +146,7 @@ class HomeRouter:
 
         # The events that involve several concerns, each sequenced by one part given the concerns it needs.
         # ws.v1, the I/O edge and the tests call a part's methods on it: `router.decisions.permit(mac)`.
-        self.rules = Reconciler(
+        self.reconciler = Reconciler(
             clock=clock,
             registry=self.registry,
             switch=self.switch,
@@ -162,7 +162,7 @@ class HomeRouter:
             clock=clock,
             counters=self.counters,
             lease_policy=lease_policy,
-            rules=self.rules,
+            reconciler=self.reconciler,
             registry=self.registry,
             switch=self.switch,
             newcomers=self.newcomers,
@@ -174,7 +174,7 @@ class HomeRouter:
         )
         self.flow_events = FlowEvents(
             counters=self.counters,
-            rules=self.rules,
+            reconciler=self.reconciler,
             registry=self.registry,
             accounting=self.accounting,
             priorities=self.priorities,
@@ -183,7 +183,7 @@ class HomeRouter:
         )
         self.decisions = HouseholdDecisions(
             clock=clock,
-            rules=self.rules,
+            reconciler=self.reconciler,
             registry=self.registry,
             clone_watch=self.clone_watch,
             port_binding=self.port_binding,
@@ -207,7 +207,7 @@ class HomeRouter:
         self.dns_gating.switch_ready()
         effects += self.priorities.switch_ready()
         for device in self.devices.values():
-            effects += self.rules.reconcile(device)
+            effects += self.reconciler.reconcile(device)
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
         return effects
 
@@ -239,7 +239,7 @@ class HomeRouter:
         change = self.ipv6.offered_routes(device.mac, advert, self.clock())
         effects: list[Effect] = [TellHousehold("route", device.mac, message) for message in change.told]
         if change.routes_changed:
-            effects += self.rules.reconcile(device, reinstall=True)
+            effects += self.reconciler.reconcile(device, reinstall=True)
             effects += self.ipv6.readvertise(self.clock())
         return effects
 
@@ -251,7 +251,7 @@ class HomeRouter:
             raise NotConfigured("this router does not run IPv6: no device offers routes")
         effects: list[Effect] = []
         for other in sorted(self.ipv6.give_route(prefix, device.mac)):
-            effects += self.rules.reconcile(self.devices[other], reinstall=True)
+            effects += self.reconciler.reconcile(self.devices[other], reinstall=True)
         told = f"{device.label} owns the route to {prefix.strip()} now: the household gave it"
         return [*effects, *self.ipv6.readvertise(self.clock()), TellHousehold("route", device.mac, told)]
 
@@ -263,7 +263,7 @@ class HomeRouter:
             return []
         effects: list[Effect] = []
         for mac in self.ipv6.renumber(delegated, self.clock(), until):
-            effects += self.rules.reconcile(self.devices[mac], reinstall=True)
+            effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
             if self.priorities.ahead.has_marks(mac):
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
         return effects
@@ -307,7 +307,7 @@ class HomeRouter:
                 if asking is not None and asking.forwards:  # its connections with ip are marked before they open
                     effects += self.priorities.name_answered(asking, client_ip, ip)
         for mac, ips in self.dns_gating.learn(learnt).items():
-            effects += self.rules.install_blocks(self.devices.get(mac), ips)
+            effects += self.reconciler.install_blocks(self.devices.get(mac), ips)
         return effects
 
     def portal_of(self, ip: str) -> dict:
@@ -338,14 +338,14 @@ class HomeRouter:
         effects += self.priorities.tick(now)
         self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
         for mac in self.switch.devices_with_rules():
-            effects += self.rules.reconcile(self.devices[mac])
+            effects += self.reconciler.reconcile(self.devices[mac])
         if self.ipv6 is not None:
             for mac in self.ipv6.expire_routes(now):  # a border router stopped offering its mesh
-                effects += self.rules.reconcile(self.devices[mac], reinstall=True)
+                effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
             effects += self.ipv6.tick(now)
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:
-                effects += self.rules.reconcile(self.devices[mac], reinstall=True)
+                effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
         return effects
 
     # -- queries

@@ -2,7 +2,7 @@
 
 Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
 them into FlowMods. Four tables keep rule counts additive. Rule priorities are named bands
-per table (`Admission`, `Accounting`, `Marking`, `Routing`), highest first:
+per table (`AdmissionPriority`, `AccountingPriority`, `MarkingPriority`, `RoutingPriority`), highest first:
 
 Every access port (the radio's, and wired ports where devices plug in) is "wlan" below: a device is
 bound to one of them, its own (where it was first seen), and its rules accept its frames there only.
@@ -103,17 +103,17 @@ from .values import (
     TABLE_MARKING,
     TABLE_ROUTING,
     VLAN_PRESENT,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     DecTtl,
     FiveTuple,
     FlowRule,
     GotoTable,
-    Marking,
+    MarkingPriority,
     Meter,
     MeterBand,
     Output,
-    Routing,
+    RoutingPriority,
     SetField,
     SetQueue,
     device_cookie,
@@ -136,9 +136,9 @@ __all__ = [
     "masked",
     "ALL_HOSTS",
     "ANY_PORT_MARK",
-    "Accounting",
-    "Marking",
-    "Admission",
+    "AccountingPriority",
+    "MarkingPriority",
+    "AdmissionPriority",
     "BASE_COOKIE",
     "BROADCAST_COOKIE",
     "CONTROLLER",
@@ -170,7 +170,7 @@ __all__ = [
     "PORT_MARK_PREFIX",
     "PROTO_TCP",
     "PROTO_UDP",
-    "Routing",
+    "RoutingPriority",
     "SetField",
     "SetQueue",
     "TABLE_ACCOUNTING",

@@ -28,14 +28,14 @@ from . import (
     TABLE_MARKING,
     TABLE_ROUTING,
     VLAN_PRESENT,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     FlowRule,
     GotoTable,
-    Marking,
+    MarkingPriority,
     Meter,
     Output,
-    Routing,
+    RoutingPriority,
     SetField,
     outputs_to,
     port_mark,
@@ -52,15 +52,15 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
     for port in access_ports:
         rules += [
             # OVS matches an untagged frame's fields whatever tag it carries: refuse tags outright.
-            rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
+            rule(TABLE_ADMISSION, AdmissionPriority.TAGGED, (), in_port=port, vlan_vid=(VLAN_PRESENT, VLAN_PRESENT)),
             # A port mark from a device would tell the DHCP socket it is on another port.
-            rule(TABLE_ADMISSION, Admission.TAGGED, (), in_port=port, eth_dst=ANY_PORT_MARK),
+            rule(TABLE_ADMISSION, AdmissionPriority.TAGGED, (), in_port=port, eth_dst=ANY_PORT_MARK),
             # DHCP goes to the controller's socket on the router's LAN interface, not as packet-ins:
             # no OpenFlow round trip on the path a hundred devices take at once after a power cut.
             # Only to a DHCP server's addresses: the router's stack would route anything else onwards.
             rule(
                 TABLE_ADMISSION,
-                Admission.CONTROL,
+                AdmissionPriority.CONTROL,
                 (newcomers_meter, SetField("eth_dst", port_mark(port)), Output(LOCAL)),
                 in_port=port,
                 eth_type=ETH_IPV4,
@@ -71,15 +71,19 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
             # EAPOL between devices and the authenticator (hostapd) on the router's side, metered:
             # a flood of forged EAPOL-Starts uses up the newcomers' budget, not hostapd.
             rule(
-                TABLE_ADMISSION, Admission.CONTROL, (newcomers_meter, Output(LOCAL)), in_port=port, eth_type=ETH_EAPOL
+                TABLE_ADMISSION,
+                AdmissionPriority.CONTROL,
+                (newcomers_meter, Output(LOCAL)),
+                in_port=port,
+                eth_type=ETH_EAPOL,
             ),
-            rule(TABLE_ADMISSION, Admission.ARP, newcomer, in_port=port, eth_type=ETH_ARP),
+            rule(TABLE_ADMISSION, AdmissionPriority.ARP, newcomer, in_port=port, eth_type=ETH_ARP),
         ]
     return rules + [
         # To a device not bound to a port yet (a newcomer's offer): every access port.
         rule(
             TABLE_ADMISSION,
-            Admission.CONTROL,
+            AdmissionPriority.CONTROL,
             to_every_access_port,
             in_port=LOCAL,
             eth_type=ETH_IPV4,
@@ -87,12 +91,12 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
             udp_src=DHCP_SERVER_PORT,
             udp_dst=DHCP_CLIENT_PORT,
         ),
-        rule(TABLE_ADMISSION, Admission.CONTROL, to_every_access_port, in_port=LOCAL, eth_type=ETH_EAPOL),
-        rule(TABLE_ADMISSION, Admission.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
-        rule(TABLE_ADMISSION, Admission.MISS, ()),
-        rule(TABLE_ACCOUNTING, Accounting.MISS, (GotoTable(TABLE_MARKING),)),
-        rule(TABLE_MARKING, Marking.MISS, (GotoTable(TABLE_ROUTING),)),
-        rule(TABLE_ROUTING, Routing.MISS, (Output(LOCAL),)),
+        rule(TABLE_ADMISSION, AdmissionPriority.CONTROL, to_every_access_port, in_port=LOCAL, eth_type=ETH_EAPOL),
+        rule(TABLE_ADMISSION, AdmissionPriority.ARP, to_controller, in_port=LOCAL, eth_type=ETH_ARP),
+        rule(TABLE_ADMISSION, AdmissionPriority.MISS, ()),
+        rule(TABLE_ACCOUNTING, AccountingPriority.MISS, (GotoTable(TABLE_MARKING),)),
+        rule(TABLE_MARKING, MarkingPriority.MISS, (GotoTable(TABLE_ROUTING),)),
+        rule(TABLE_ROUTING, RoutingPriority.MISS, (Output(LOCAL),)),
     ]
 
 
@@ -115,7 +119,7 @@ def broadcast_rules(
                 rules.add(
                     rule(
                         TABLE_ROUTING,
-                        Routing.BROADCAST,
+                        RoutingPriority.BROADCAST,
                         others + (Output(LOCAL),),
                         BROADCAST_COOKIE,
                         in_port=port,
@@ -128,7 +132,7 @@ def broadcast_rules(
             rules.add(
                 rule(
                     TABLE_ROUTING,
-                    Routing.BROADCAST,
+                    RoutingPriority.BROADCAST,
                     (SetField("ipv4_dst", ALL_HOSTS), Output(LOCAL)) + others,
                     BROADCAST_COOKIE,
                     in_port=port,

@@ -6,7 +6,18 @@ from typing import Any
 
 from ..wire import lan
 from ..wire.lan import Subnet
-from .values import DNS_PORT, ETH_IPV4, LOCAL, PROTO_TCP, PROTO_UDP, TABLE_ADMISSION, Admission, FlowRule, Output, rule
+from .values import (
+    DNS_PORT,
+    ETH_IPV4,
+    LOCAL,
+    PROTO_TCP,
+    PROTO_UDP,
+    TABLE_ADMISSION,
+    AdmissionPriority,
+    FlowRule,
+    Output,
+    rule,
+)
 
 
 def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) -> set[FlowRule]:
@@ -30,7 +41,7 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
         rules |= {
             rule(
                 TABLE_ADMISSION,
-                Admission.PORTAL,
+                AdmissionPriority.PORTAL,
                 (Output(LOCAL),),
                 cookie,
                 in_port=p,
@@ -40,6 +51,8 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
             )
             for p in ports
         }
-        back_rule = rule(TABLE_ADMISSION, Admission.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back)
+        back_rule = rule(
+            TABLE_ADMISSION, AdmissionPriority.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back
+        )
         rules.add(back_rule)
     return rules

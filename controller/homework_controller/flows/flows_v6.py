@@ -55,15 +55,15 @@ from . import (
     TABLE_ADMISSION,
     TABLE_MARKING,
     TABLE_ROUTING,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     DeviceRules,
     Family,
     FlowRule,
     GotoTable,
     Meter,
     Output,
-    Routing,
+    RoutingPriority,
     SetField,
     address_blocked,
     admitted,
@@ -79,10 +79,10 @@ from .base_flows import copies_to
 
 ETH_IPV6 = nd.ETH_IPV6
 IPV6 = Family(ETH_IPV6, "ipv6_src", "ipv6_dst")
-TO_ROUTER = Routing.TO_DEVICE + 10  # table 2: the router's own address in a device's /64, above the /64 itself
+TO_ROUTER = RoutingPriority.TO_DEVICE + 10  # table 2: the router's own address in a device's /64, above the /64 itself
 # Table 1: a device's IPv6 counted (the IPv4 DEVICE_* rules' twins; their own priorities, so the IPv4 Flows
 # rows never read them). Between devices both match: the sender's wins, as for IPv4.
-COUNTED_SOURCE, COUNTED_DEST = Accounting.DEVICE_SOURCE - 5, Accounting.DEVICE_DEST - 5
+COUNTED_SOURCE, COUNTED_DEST = AccountingPriority.DEVICE_SOURCE - 5, AccountingPriority.DEVICE_DEST - 5
 _SOLICITATIONS = (nd.ROUTER_SOLICITATION, nd.NEIGHBOUR_SOLICITATION)
 _ADVERTS = (nd.ROUTER_ADVERTISEMENT, nd.NEIGHBOUR_ADVERTISEMENT, nd.REDIRECT)
 LINK_LOCAL = masked("fe80::/10")
@@ -103,14 +103,17 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
         rule(
             TABLE_ADMISSION, band, actions, in_port=port, eth_type=ETH_IPV6, ip_proto=nd.PROTO_ICMPV6, icmpv6_type=kind
         )
-        for kinds, band, actions in ((_SOLICITATIONS, Admission.ARP, newcomer), (_ADVERTS, Admission.ADVERTS, ()))
+        for kinds, band, actions in (
+            (_SOLICITATIONS, AdmissionPriority.ARP, newcomer),
+            (_ADVERTS, AdmissionPriority.ADVERTS, ()),
+        )
         for kind in kinds
         for port in access_ports
     ]
     rules.append(
         rule(
             TABLE_ADMISSION,
-            Admission.ARP,
+            AdmissionPriority.ARP,
             (Output(CONTROLLER),),
             in_port=LOCAL,
             icmpv6_type=nd.NEIGHBOUR_SOLICITATION,
@@ -140,7 +143,7 @@ def device_rules(
     rules = {
         rule(
             TABLE_ADMISSION,
-            Admission.DEVICE_ARP,
+            AdmissionPriority.DEVICE_ARP,
             (meter, Output(CONTROLLER)),
             cookie,
             in_port=port,
@@ -205,7 +208,7 @@ def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence
             rules.add(
                 rule(
                     TABLE_ADMISSION,
-                    Admission.SOURCE_CHECKED,
+                    AdmissionPriority.SOURCE_CHECKED,
                     (GotoTable(TABLE_ACCOUNTING),),
                     BROADCAST_COOKIE,
                     ipv6_src=LINK_LOCAL,
@@ -215,7 +218,7 @@ def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence
             rules.add(
                 rule(
                     TABLE_ROUTING,
-                    Routing.BROADCAST,
+                    RoutingPriority.BROADCAST,
                     copies_to(permitted, sender, port, own_ports) + (Output(LOCAL),),
                     BROADCAST_COOKIE,
                     **sent,

@@ -19,7 +19,7 @@ TABLE_MARKING = 2
 TABLE_ROUTING = 3
 
 
-class Admission:
+class AdmissionPriority:
     TAGGED = 1200
     BLACKLISTED = 1100
     ELSEWHERE = 1050
@@ -34,7 +34,7 @@ class Admission:
     MISS = 0
 
 
-class Accounting:
+class AccountingPriority:
     BLOCKED = 900
     LEARNT_FLOW = 300
     # Device-to-device traffic matches both; the sender's rule wins, so the flow is the sender's.
@@ -43,7 +43,7 @@ class Accounting:
     MISS = 0
 
 
-class Marking:
+class MarkingPriority:
     BY_AGENT = 500  # a device's socket (its protocol and port, any far end) its agent named a program for
     BY_NAME = 400  # a device and an address its lookups named for an app
     DEMOTED_PORT = 300  # a device over its share of High: its High apps' ports, at Medium
@@ -51,7 +51,7 @@ class Marking:
     MISS = 0
 
 
-class Routing:
+class RoutingPriority:
     TO_DEVICE = 600
     BROADCAST = 550
     MISS = 0
