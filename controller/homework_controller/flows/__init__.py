@@ -1,4 +1,5 @@
-"""The switch's rule set, compiled from state by pure functions.
+"""The switch's rule set, compiled from state by pure functions (the rules layer: imports wire and the root's
+`model`, never a concern).
 
 Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
 them into FlowMods. Four tables keep rule counts additive. Rule priorities are named bands
