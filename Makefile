@@ -34,8 +34,8 @@ lint:
 	$(MAKE) -C webui lint PYTHON=$(abspath $(PY))
 	$(MAKE) -C endhost-agent lint
 	$(MAKE) -C openwrt-feed lint PYTHON=$(abspath $(PY))
-	$(MAKE) -C isp-flowvisor lint
-	$(MAKE) -C image lint
+	$(MAKE) -C isp-flowvisor lint PY=$(abspath $(PY))
+	$(MAKE) -C image lint PYTHON=$(abspath $(PY))
 
 unit:
 	$(PY) -m pytest -q controller/tests
