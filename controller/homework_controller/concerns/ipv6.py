@@ -1,9 +1,9 @@
 """IPv6 for every device, each in its own /64 (RFC 8273, "Unique IPv6 Prefix per Host"): the /30 idea
 carried over, so every packet between devices still passes the router.
 
-The prefix plan is pure: a ULA /48 (RFC 4193) that always exists, made once from a random 40-bit global
-ID kept beside the controller's SQLite file (`load_or_make_ula`, the one piece of I/O here), and the
-prefix the ISP delegates when one is known (/56, /60 or /64).
+The prefix plan is pure (`wire/prefixes.py`): a ULA /48 (RFC 4193) that always exists, made once from a
+random 40-bit global ID kept beside the controller's SQLite file (`edge/ipv6_files.py`), and the prefix the
+ISP delegates when one is known (/56, /60 or /64).
 
 - A device's ULA /64 is the /48's subnet numbered as its /30 (the device record's subnet index, which
   the store keeps): the same device has the same ULA /64 after a restart.
