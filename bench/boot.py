@@ -84,7 +84,7 @@ def host_controller_start() -> dict:
         [
             str(REPO / ".venv/bin/python"),
             "-c",
-            "import os, homework_controller.ofapp; t = os.times(); print(t.user + t.system)",
+            "import os, homework_controller.edge.ofapp; t = os.times(); print(t.user + t.system)",
         ],
         capture_output=True,
         text=True,

@@ -35,7 +35,8 @@ import dnslib
 from common import BENCH, PY, add_client, homenet_up, in_client, longest_lock_hold, summary, write_result
 
 from homenet.attacks import pointer_chain, raw_query
-from homework_controller import dns_server, portal
+from homework_controller.edge import dns_server
+from homework_controller.wire import lan
 
 WWW, WWW_IP = "www.example.test", "198.51.100.80"
 INTERVAL_S = 0.02
@@ -128,7 +129,7 @@ def page_requests(seconds: float, connections: int = 8) -> int:
     answered = [0] * connections
 
     def asker(n: int) -> None:
-        conn = http.client.HTTPConnection(portal.ROUTER_ADDRESS, 80, timeout=2)
+        conn = http.client.HTTPConnection(lan.ROUTER_ADDRESS, 80, timeout=2)
         while time.monotonic() < deadline:
             try:
                 conn.request("GET", "/", headers={"Host": "www.example.test"})
@@ -136,7 +137,7 @@ def page_requests(seconds: float, connections: int = 8) -> int:
                 answered[n] += 1
             except (OSError, http.client.HTTPException):
                 conn.close()
-                conn = http.client.HTTPConnection(portal.ROUTER_ADDRESS, 80, timeout=2)
+                conn = http.client.HTTPConnection(lan.ROUTER_ADDRESS, 80, timeout=2)
                 time.sleep(0.01)
 
     threads = [threading.Thread(target=asker, args=(n,), daemon=True) for n in range(connections)]

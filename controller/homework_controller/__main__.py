@@ -6,12 +6,13 @@ import argparse
 import ipaddress
 import sys
 
-from . import dnsgate, log_writer, startup
 from .config import CONFIG, Config
+from .edge import log_writer, startup
+from .policy import dns_rules
 
 
 def _delegated_prefix(text: str) -> str:
-    from .ipv6 import BadPrefix, parse_delegated
+    from .wire.prefixes import BadPrefix, parse_delegated
 
     try:
         parse_delegated(text)
@@ -173,8 +174,8 @@ def parse_args(argv):
     except ValueError:
         p.error(f"--upstream-dns must be an IPv4 address, not {args.upstream_dns!r}")
     try:
-        args.rebind_allow = tuple(dnsgate.normalize_domain(d) for d in args.rebind_allow)
-    except dnsgate.BadDomain as exc:
+        args.rebind_allow = tuple(dns_rules.normalize_domain(d) for d in args.rebind_allow)
+    except dns_rules.BadDomain as exc:
         p.error(f"--rebind-allow: {exc}")
     if len(args.wifi_ssid.encode()) > 32 or "\n" in args.wifi_ssid:
         p.error("--wifi-ssid is at most 32 bytes on one line")
@@ -201,7 +202,7 @@ def parse_args(argv):
     if not 0 < args.high_device_share <= args.high_share <= 0.9:
         p.error("need 0 < --high-device-share <= --high-share <= 0.9 (High must leave room for the rest)")
     if args.apps:
-        from . import apps
+        from .policy import apps
 
         try:
             apps.load_table(args.apps)
@@ -233,7 +234,7 @@ def _check_slice(p, args) -> None:
         return
     if not (args.slice_cert and args.slice_key and args.slice_ca):
         p.error("--slice needs --slice-cert, --slice-key and --slice-ca (or --slice-plain-tcp, for tests)")
-    from . import slice_link
+    from .edge import slice_link
 
     try:
         slice_link.tls_context(args.slice_cert, args.slice_key, args.slice_ca)
@@ -284,7 +285,7 @@ def main(argv=None):
     startup.phase("os-ken imported")
 
     cfg.CONF(args=["--ofp-listen-host", CONFIG.of_host, "--ofp-tcp-listen-port", str(CONFIG.of_port)], project="os_ken")
-    AppManager.run_apps(["homework_controller.ofapp"])
+    AppManager.run_apps(["homework_controller.edge.ofapp"])
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import apps, dhcp, qos
-from .ipv6 import PrefixPlan, load_or_make_ula, parse_delegated, read_delegated
+from .edge.ipv6_files import load_or_make_ula, read_delegated
+from .policy import apps, dhcp, qos
+from .wire.prefixes import PrefixPlan, parse_delegated
 
 
 @dataclass

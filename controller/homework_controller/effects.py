@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from . import flows
-from .model import Subnet
+from .wire.lan import Subnet
 
 
 @dataclass(frozen=True)

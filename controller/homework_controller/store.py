@@ -23,8 +23,9 @@ import sqlite3
 import threading
 import time
 
-from .model import Device, State, Subnet
-from .wifi_keys import WifiKey
+from .model import Device, State
+from .policy.wifi_keys import WifiKey
+from .wire.lan import Subnet
 
 LOG = logging.getLogger(__name__)
 

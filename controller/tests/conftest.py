@@ -1,7 +1,7 @@
 import pytest
 from support import ROUTER_MAC, WLAN, Clock
 
-from homework_controller.router import HomeRouter
+from homework_controller.core.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 

@@ -6,7 +6,7 @@ from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from homework_controller import packets
+from homework_controller.wire import packets
 
 
 def client_frame(

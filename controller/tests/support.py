@@ -18,9 +18,11 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from scapy.layers.inet6 import ICMPv6ND_RS, IPv6
 from scapy.layers.l2 import Ether
 
-from homework_controller import dns_server, flows, nd, packets
+from homework_controller import flows
+from homework_controller.api.server import TimedLock
+from homework_controller.edge import dns_server
 from homework_controller.effects import AnswerDhcp
-from homework_controller.serving import TimedLock
+from homework_controller.wire import nd, packets
 
 WLAN = 1
 ROUTER_MAC = "02:48:57:00:00:01"

@@ -8,9 +8,10 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
-from homework_controller import flows, packets
+from homework_controller import flows
 from homework_controller.__main__ import parse_args
 from homework_controller.effects import AnswerDhcp, SendFrame, TellHousehold
+from homework_controller.wire import packets
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
 LOCAL = flows.LOCAL
@@ -130,7 +131,7 @@ def test_a_devices_mac_on_another_port_is_dropped_and_raised_as_a_clone_while_th
     copied = ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET)
     [to_controller] = switch.send(copied)
     assert to_controller.port == flows.CONTROLLER
-    [elsewhere] = [r for r in switch.hits if r.priority == flows.Admission.ELSEWHERE]
+    [elsewhere] = [r for r in switch.hits if r.priority == flows.AdmissionPriority.ELSEWHERE]
     assert flows.Meter(flows.NEWCOMERS_METER.meter_id) in elsewhere.actions
     before = router.counters["mac_clone_suspected"]
     [event] = clone_events(router.joining.on_admission_copy(WLAN, packet_in(LAPTOP, laptop)))
@@ -165,7 +166,7 @@ def test_the_switch_answers_a_devices_arp_for_its_gateway_on_its_own_port_only(r
     assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [LAN]  # the answer, out of its port
     assert [d.port for d in switch.send({**asked, "in_port": WLAN})] == [flows.CONTROLLER]  # not its port
     router.port_binding.lease_ended(LAPTOP)  # as after a restart: bound to no port
-    switch.apply(router.rules.reconcile(router.devices[LAPTOP]))
+    switch.apply(router.reconciler.reconcile(router.devices[LAPTOP]))
     assert [d.port for d in switch.send({**asked, "in_port": LAN})] == [flows.CONTROLLER]
     effects = router.joining.on_admission_copy(LAN, arp_request(LAPTOP, laptop, gateway))
     assert router.status(LAPTOP)["access_port"] == LAN and any(isinstance(e, SendFrame) for e in effects)
@@ -209,7 +210,7 @@ def test_with_one_access_port_nothing_is_bound(router):
     sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
     phone = join_on(router, sw, PHONE, WLAN)
     assert router.status(PHONE)["access_port"] is None
-    assert not [r for r in sw.rules if r.priority == flows.Admission.ELSEWHERE]
+    assert not [r for r in sw.rules if r.priority == flows.AdmissionPriority.ELSEWHERE]
     assert reaches_the_internet(sw, WLAN, PHONE, phone)
 
 

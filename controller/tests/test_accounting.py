@@ -6,10 +6,12 @@ import ipaddress
 from fakeoftable import FakeSwitch
 from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
 
-from homework_controller import dhcp, flows, packets
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import packets
 
 INTERNET = "198.51.100.80"
 
@@ -57,8 +59,8 @@ def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_
     # The rule came too late to see anything; the device's learning rule counted the 4 copies.
     rows = router.on_flow_stats(
         [
-            (flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, ip, 40001, INTERNET, 80).match(), 0, 0),
-            (flows.Accounting.DEVICE_SOURCE, device_up, 4, 406),
+            (flows.AccountingPriority.LEARNT_FLOW, flows.FiveTuple(6, ip, 40001, INTERNET, 80).match(), 0, 0),
+            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 4, 406),
         ]
     )
     assert [(e.table, e.row) for e in rows] == [
@@ -82,7 +84,11 @@ def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_t
     assert RemoveRules(flows.device_cookie(router.devices[PHONE])) in effects  # its per-flow rules go
     # Its rule set again (and its marks decided ahead, which went with its cookie), learning no more.
     new_rules = [r for e in effects if isinstance(e, InstallRules) for r in e.rules]
-    learning = [r for r in new_rules if r.priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST)]
+    learning = [
+        r
+        for r in new_rules
+        if r.priority in (flows.AccountingPriority.DEVICE_SOURCE, flows.AccountingPriority.DEVICE_DEST)
+    ]
     assert learning and all(flows.Output(flows.CONTROLLER) not in r.actions for r in learning)
     [told] = [e for e in effects if isinstance(e, TellHousehold)]
     assert told.kind == "flow-budget" and "more than 10 connections" in told.message
@@ -94,7 +100,7 @@ def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_t
         for e in router.tick()
         if isinstance(e, InstallRules)
         for r in e.rules
-        if r.priority in (flows.Accounting.DEVICE_SOURCE, flows.Accounting.DEVICE_DEST)
+        if r.priority in (flows.AccountingPriority.DEVICE_SOURCE, flows.AccountingPriority.DEVICE_DEST)
     ]
     assert resumed and all(flows.Output(flows.CONTROLLER) in r.actions for r in resumed)
 
@@ -105,7 +111,10 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
     flow = flows.FiveTuple(6, ip, 40000, INTERNET, 80).match()
     device_up = {"eth_type": 0x0800, "ipv4_src": ip}
     first = router.on_flow_stats(
-        [(flows.Accounting.LEARNT_FLOW, flow, 10, 1500), (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)]
+        [
+            (flows.AccountingPriority.LEARNT_FLOW, flow, 10, 1500),
+            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 2, 120),
+        ]
     )
     assert [(e.table, e.row) for e in first] == [
         ("Flows", (6, ip, 40000, INTERNET, 80, 10, 1500)),
@@ -113,11 +122,16 @@ def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(
         ("AppTimeseries", ("web", 1500, 10)),
     ]
     second = router.on_flow_stats(
-        [(flows.Accounting.LEARNT_FLOW, flow, 15, 2000), (flows.Accounting.DEVICE_SOURCE, device_up, 2, 120)]
+        [
+            (flows.AccountingPriority.LEARNT_FLOW, flow, 15, 2000),
+            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 2, 120),
+        ]
     )
     assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500), ("web", 500, 5)]  # idle rules add nothing
     # It idles out with 3 more packets since that poll: those are counted, once.
-    assert [e.row for e in router.flow_events.on_flow_removed(flows.Accounting.LEARNT_FLOW, flow, 18, 2300)] == [
+    assert [
+        e.row for e in router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, flow, 18, 2300)
+    ] == [
         (6, ip, 40000, INTERNET, 80, 3, 300),
         ("web", 300, 3),
     ]
@@ -136,14 +150,14 @@ def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_pol
     router.flow_events.on_flow_export({up: [1, 40]})
     # What the accounting rules counted is not counted again (the same packets). The records count IP
     # bytes; Flows counts frames (14 bytes of Ethernet header each), as the rules' counters do.
-    rows = router.on_flow_stats([(flows.Accounting.LEARNT_FLOW, up.match(), 6, 440)])
+    rows = router.on_flow_stats([(flows.AccountingPriority.LEARNT_FLOW, up.match(), 6, 440)])
     assert [(e.table, e.row) for e in rows] == [
         ("Flows", (6, ip, 40000, INTERNET, 80, 6, 440 + 6 * 14)),
         ("Flows", (6, INTERNET, 80, ip, 40000, 4, 24000 + 4 * 14)),
         ("AppTimeseries", ("web", 24440 + 10 * 14, 10)),
     ]
     assert router.on_flow_stats([]) == []  # nothing since
-    assert router.flow_events.on_flow_removed(flows.Accounting.LEARNT_FLOW, up.match(), 9, 900) == []
+    assert router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, up.match(), 9, 900) == []
 
 
 def test_with_the_switchs_records_nothing_of_a_devices_traffic_is_copied_and_each_connection_is_a_row(db_path, clock):
@@ -181,7 +195,7 @@ def test_records_of_no_devices_traffic_are_not_rows(router):
 
 
 def test_a_flood_of_connections_between_polls_is_bounded_and_still_counted(router, monkeypatch):
-    from homework_controller import accounting
+    from homework_controller.concerns import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_FLOWS", 10)
     ip = permitted_phone(router)
@@ -222,7 +236,7 @@ def test_a_devices_ipv6_connections_are_flows_rows_with_its_ipv6_address_found_b
 
 
 def test_a_device_flooding_connections_has_its_excess_as_whole_device_rows_and_others_keep_theirs(router, monkeypatch):
-    from homework_controller import accounting
+    from homework_controller.concerns import accounting
 
     monkeypatch.setattr(accounting, "MAX_EXPORTED_PER_DEVICE", 10)
     flooder = permitted_phone(router)

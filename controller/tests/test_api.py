@@ -12,10 +12,11 @@ import pytest
 from dhcp_frames import forged
 from support import PHONE, lease
 
-from homework_controller import api, authority, ofapp, operations, ws_service
+from homework_controller.api import api, authority, operations, ws_service
+from homework_controller.api.server import TimedLock
+from homework_controller.edge import ofapp
 from homework_controller.errors import NotConfigured, UnknownDevice
 from homework_controller.model import BadMac
-from homework_controller.serving import TimedLock
 
 
 def request(app, verb, path, query="", host="127.0.0.1:8081", **headers):

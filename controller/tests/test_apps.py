@@ -2,7 +2,8 @@
 
 import pytest
 
-from homework_controller import apps, flows
+from homework_controller import flows
+from homework_controller.policy import apps
 
 TABLE = apps.load_table()
 PHONE_IP, ZOOM_IP, WEB_IP = "10.2.0.6", "198.51.100.7", "198.51.100.80"

@@ -19,11 +19,13 @@ import pytest
 from fakeoftable import FakeSwitch
 from support import PHONE, ROUTER_MAC, WLAN, join
 
-from homework_controller import authority, dhcp, ofapp, operations
+from homework_controller.api import authority, operations
+from homework_controller.api.server import TimedLock
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import ofapp
 from homework_controller.errors import ApiError
-from homework_controller.radio_settings import RadioSettingsFile
-from homework_controller.router import HomeRouter
-from homework_controller.serving import TimedLock
+from homework_controller.policy import dhcp
+from homework_controller.radio.radio_settings import RadioSettingsFile
 from homework_controller.store import DeviceStore
 
 NEW = "06:11:22:33:44:55"  # a newcomer with the phone's DHCP client

@@ -8,10 +8,12 @@ from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join
 from test_dns_gating import ask
 
-from homework_controller import authority, dhcp, flows, operations, schedules
+from homework_controller import flows
+from homework_controller.api import authority, operations
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import TellHousehold
 from homework_controller.errors import ApiError
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, schedules
 from homework_controller.store import DeviceStore
 
 INTERNET = "198.51.100.80"
@@ -62,7 +64,7 @@ def moved(router, ip, nbytes, packets=None):
     """The stats poll finds the device's own rule has counted nbytes so far (cumulative, as OVS counts)."""
     packets = nbytes // 100 + 1 if packets is None else packets
     return router.on_flow_stats(
-        [(flows.Accounting.DEVICE_SOURCE, {"eth_type": 0x0800, "ipv4_src": ip}, packets, nbytes)]
+        [(flows.AccountingPriority.DEVICE_SOURCE, {"eth_type": 0x0800, "ipv4_src": ip}, packets, nbytes)]
     )
 
 

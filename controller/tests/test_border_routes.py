@@ -5,7 +5,7 @@ import ipaddress
 
 import pytest
 
-from homework_controller.border_routes import (
+from homework_controller.concerns.border_routes import (
     CHANGE_HOLD_S,
     MAX_LIFETIME_S,
     MAX_PER_DEVICE,
@@ -13,7 +13,7 @@ from homework_controller.border_routes import (
     BorderRoutes,
     refusal,
 )
-from homework_controller.nd import RouteOffer
+from homework_controller.wire.nd import RouteOffer
 
 HOME = (ipaddress.IPv6Network("fd12:3456:789a::/48"), ipaddress.IPv6Network("2001:db8:100::/56"))
 MESH = "fd11:2233:4455:1::/64"

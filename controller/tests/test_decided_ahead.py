@@ -9,10 +9,12 @@ import pytest
 from fakeoftable import FakeSwitch
 from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, down, join, up
 
-from homework_controller import ahead_marks, dhcp, downlink, flows, qos
-from homework_controller.agent_reports import AgentReport
+from homework_controller import flows
+from homework_controller.concerns import ahead_marks
+from homework_controller.concerns.agent_reports import AgentReport
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, downlink, qos
 from homework_controller.store import DeviceStore
 
 UPLINK = qos.LinkShape("wan0", 10_000)
@@ -192,7 +194,7 @@ def test_a_forgotten_devices_marks_leave_the_switch_and_a_reconnected_switch_get
     assert first_packet(again, up(phone, ZOOM, flows.PROTO_TCP, 40000, 443)) == (EF, LOCAL)
     assert first_packet(again, up(phone, CALL_SERVER, flows.PROTO_UDP, 40000, 3478)) == (EF, LOCAL)
     cookies = (flows.marks_cookie(PHONE), flows.device_cookie(router.devices[PHONE]))
-    again.apply(router.rules.forget(router.devices[PHONE]))
+    again.apply(router.reconciler.forget(router.devices[PHONE]))
     assert not [r for r in again.rules if r.cookie in cookies]
     assert [r for r in again.rules if r.cookie == flows.device_cookie(router.devices[LAPTOP])]  # the control
 

@@ -11,9 +11,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from homework_controller import dhcp_wire, packets
 from homework_controller.effects import AnswerDhcp
-from homework_controller.model import Subnet
+from homework_controller.wire import dhcp_wire, packets
+from homework_controller.wire.lan import Subnet
 
 PHONE = "02:00:00:00:00:aa"
 TABLET = "02:00:00:00:00:bb"

@@ -8,8 +8,8 @@ import pytest
 from dhcp_frames import client_frame
 
 from homenet.wait import wait_until
-from homework_controller import packets
-from homework_controller.dhcp_port import DhcpPort
+from homework_controller.edge.dhcp_port import DhcpPort
+from homework_controller.wire import packets
 
 PHONE = "02:00:00:00:00:aa"
 

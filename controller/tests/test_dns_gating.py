@@ -9,11 +9,12 @@ import pytest
 from dhcp_frames import frame
 from support import PHONE, ROUTER_MAC, WLAN, lease, permitted_phone
 
-from homework_controller import dhcp, dnsgate, flows
-from homework_controller.dns_gating import BLOCK_CLEANUP_S
+from homework_controller import flows
+from homework_controller.concerns.dns_gating import BLOCK_CLEANUP_S
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import InstallRules, RemoveRules, ResolveName
 from homework_controller.errors import ApiError
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, dns_rules
 from homework_controller.store import DeviceStore
 
 
@@ -34,12 +35,12 @@ def answer(name, *ips, cname=None, ttl=300):
 
 def ask(router, ip, name):
     """The router core's verdict on a query for name from ip, parsed as the resolver does."""
-    return router.dns_query(ip, dnsgate.parse_query(query(name))).action
+    return router.dns_query(ip, dns_rules.parse_query(query(name))).action
 
 
 def teach(router, name, *ips, **kw):
     """An upstream answer for name reaching the router core, read as the resolver does."""
-    return router.dns_answer(dnsgate.inspect_answer(answer(name, *ips, **kw), name).learnt)
+    return router.dns_answer(dns_rules.inspect_answer(answer(name, *ips, **kw), name).learnt)
 
 
 def blocked_rules(effects):
@@ -48,7 +49,9 @@ def blocked_rules(effects):
         for e in effects
         if isinstance(e, InstallRules)
         for r in e.rules
-        if r.table == flows.TABLE_ACCOUNTING and r.priority == flows.Accounting.BLOCKED and "ipv4_dst" in r.match_dict
+        if r.table == flows.TABLE_ACCOUNTING
+        and r.priority == flows.AccountingPriority.BLOCKED
+        and "ipv4_dst" in r.match_dict
     }  # an address, not the encrypted-DNS port
 
 
@@ -62,14 +65,14 @@ def test_a_denied_name_and_its_subdomains_get_nxdomain_and_the_rest_resolves(rou
     assert ask(router, ip, "notgames.example.test") == "allow"
     # What the device gets: NXDOMAIN, saying why when it speaks EDNS.
     refused = dnslib.DNSRecord.parse(
-        dnsgate.refusal(dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test").pack()))
+        dns_rules.refusal(dns_rules.parse_query(dnslib.DNSRecord.question("games.example.test").pack()))
     )
     assert refused.header.rcode == dnslib.RCODE.NXDOMAIN and refused.q.qname == "games.example.test"
     with_edns = dnslib.DNSRecord.question("games.example.test")
     with_edns.add_ar(dnslib.EDNS0(udp_len=1232))
-    refused = dnslib.DNSRecord.parse(dnsgate.refusal(dnsgate.parse_query(with_edns.pack())))
+    refused = dnslib.DNSRecord.parse(dns_rules.refusal(dns_rules.parse_query(with_edns.pack())))
     [ede] = refused.ar[0].rdata
-    assert ede.code == dnsgate.EDE_OPTION and ede.data.endswith(b"blocked by the household")
+    assert ede.code == dns_rules.EDE_OPTION and ede.data.endswith(b"blocked by the household")
 
 
 def test_an_exception_under_a_blocked_domain_and_lifting_the_block(router):
@@ -104,7 +107,7 @@ def test_addresses_learnt_for_a_denied_name_are_blocked_for_that_device_only(rou
         for e in effects
         if isinstance(e, InstallRules)
         for r in e.rules
-        if r.priority == flows.Accounting.BLOCKED
+        if r.priority == flows.AccountingPriority.BLOCKED
     } == {ip}  # from this device only
     # A CNAME chain teaches the final address under the denied name too.
     effects = teach(router, "cdn.games.example.test", "203.0.113.9", cname="edge.cdn.net")
@@ -121,7 +124,7 @@ def test_blocks_expire_with_the_answers_ttl_and_are_lifted_within_a_minute(route
     teach(router, "games.example.test", "198.51.100.82", ttl=3600)
     clock.now += 30
     assert router.tick() == []  # nothing expired yet
-    clock.now += 31 + dnsgate.AddressBook.BUCKET_S + BLOCK_CLEANUP_S
+    clock.now += 31 + dns_rules.AddressBook.BUCKET_S + BLOCK_CLEANUP_S
     effects = router.tick()
     # The device's rules are reinstalled without the expired address; the live one stays.
     assert any(isinstance(e, RemoveRules) for e in effects)
@@ -149,10 +152,10 @@ def test_dns_rules_survive_a_restart(db_path, clock):
 
 
 def test_normalisation_rejects_non_names():
-    assert dnsgate.normalize_domain("WWW.Example.Test.") == "www.example.test"
+    assert dns_rules.normalize_domain("WWW.Example.Test.") == "www.example.test"
     for bad in ("", ".", "a" * 64 + ".test", "spaces in.name"):
-        with pytest.raises(dnsgate.BadDomain):
-            dnsgate.normalize_domain(bad)
+        with pytest.raises(dns_rules.BadDomain):
+            dns_rules.normalize_domain(bad)
 
 
 def test_lifting_a_block_lifts_its_addresses_at_once(router):
@@ -209,7 +212,7 @@ def test_answers_and_ticks_cost_the_same_however_much_the_router_has_learnt(rout
 
 def test_the_address_book_is_bounded_by_entries_and_by_bytes(clock):
     """200,000 names on one address used 26 MiB."""
-    book = dnsgate.AddressBook(max_entries=20000, max_bytes=16 << 20, clock=clock)
+    book = dns_rules.AddressBook(max_entries=20000, max_bytes=16 << 20, clock=clock)
     tracemalloc.start()
     forgotten = 0
     for i in range(200000):
@@ -219,7 +222,7 @@ def test_the_address_book_is_bounded_by_entries_and_by_bytes(clock):
     assert len(book) == 20000 and forgotten == 180000
     assert used < 1.5 * book.bytes and book.bytes < 12 << 20, (used, book.bytes)  # the estimate is honest
     assert ("n199999.example.test", "203.0.113.1") in set(book)  # the newest stay, the oldest went
-    long_names = dnsgate.AddressBook(max_entries=20000, max_bytes=1 << 20, clock=clock)
+    long_names = dns_rules.AddressBook(max_entries=20000, max_bytes=1 << 20, clock=clock)
     for i in range(20000):
         long_names.learn(f"{i}." + "x" * 200 + ".test", "203.0.113.1", 300)
     assert long_names.bytes <= 1 << 20 and len(long_names) < 20000
@@ -241,10 +244,10 @@ def test_a_device_resolving_random_names_cannot_push_a_block_out_of_the_book(rou
 
 
 def test_the_pairs_under_a_domain_are_found_by_suffix_not_by_substring(clock):
-    book = dnsgate.AddressBook(clock=clock)
+    book = dns_rules.AddressBook(clock=clock)
     for name in ("example.test", "www.example.test", "a.b.example.test", "example-x.test", "notexample.test", "test"):
         book.learn(name, "198.51.100.1", 300)
     assert sorted(n for n, _ in book.under("example.test")) == ["a.b.example.test", "example.test", "www.example.test"]
     assert len(list(book.under("test"))) == 6 and list(book.under("other.test")) == []
-    clock.now += dnsgate.MAX_TTL_S + 2 * dnsgate.AddressBook.BUCKET_S
+    clock.now += dns_rules.MAX_TTL_S + 2 * dns_rules.AddressBook.BUCKET_S
     assert len(book.expire()) == 6 and list(book.under("test")) == []  # the index forgets with the book

@@ -17,7 +17,8 @@ from support import PHONE, WWW, WWW_IP, Resolver, free_port, permitted_phone
 
 from homenet.attacks import pointer_chain, raw_query
 from homenet.wait import wait_until
-from homework_controller import dns_server, dnsgate
+from homework_controller.edge import dns_server
+from homework_controller.policy import dns_rules
 
 
 @pytest.fixture
@@ -89,13 +90,13 @@ def test_hostile_messages_are_refused_before_parsing_and_never_hold_the_lock(rou
 def test_parsing_a_hostile_message_takes_time_linear_in_its_size():
     for message in (pointer_chain(), pointer_chain(4096)):
         started = time.monotonic()
-        with pytest.raises(dnsgate.MalformedQuery):
-            dnsgate.parse_query(message, over_tcp=True)
+        with pytest.raises(dns_rules.MalformedQuery):
+            dns_rules.parse_query(message, over_tcp=True)
         assert time.monotonic() - started < 0.01
     # An upstream answer of chained pointers, within the record cap, is read in bounded time.
     started = time.monotonic()
-    assert not dnsgate.inspect_answer(pointer_chain(256 * 16, qr=True), "a").readable
-    assert not dnsgate.inspect_answer(pointer_chain(qr=True), "a").readable
+    assert not dns_rules.inspect_answer(pointer_chain(256 * 16, qr=True), "a").readable
+    assert not dns_rules.inspect_answer(pointer_chain(qr=True), "a").readable
     assert time.monotonic() - started < 0.2
 
 
@@ -172,7 +173,7 @@ def test_rebind_protection_refuses_public_names_answering_private_addresses(rout
             query.add_ar(dnslib.EDNS0(udp_len=1232))
             reply = dnslib.DNSRecord.parse(resolver.udp(query.pack()))
             assert reply.header.rcode == dnslib.RCODE.NXDOMAIN and not reply.rr, name
-            assert reply.ar[0].rdata[0].data[:2] == dnsgate.EDE_FILTERED.to_bytes(2, "big")
+            assert reply.ar[0].rdata[0].data[:2] == dns_rules.EDE_FILTERED.to_bytes(2, "big")
             assert dnslib.RCODE.get(dnslib.DNSRecord.parse(resolver.tcp(query.pack())).header.rcode) == "NXDOMAIN"
         # The household's own names pass, and so do public ones (TEST-NET-2 is the emulated internet).
         assert resolver.lookup("nas.home.lan") == ("NOERROR", ["192.168.1.10"])
@@ -319,8 +320,8 @@ def test_a_hostile_answer_teaches_a_bounded_number_of_pairs_a_few_at_a_time(rout
                 rcode, addresses = resolver.lookup(name, over_tcp)
                 assert (rcode, len(addresses)) == ("NOERROR", 255), over_tcp  # the device gets the answer as it was
         print(f"\nlongest hold of the lock, hostile answers: {resolver.lock.max_hold_s * 1000:.2f} ms")
-        assert len(resolver.learnt) <= 4 * dnsgate.MAX_LEARNT_PER_ANSWER
-        assert max(resolver.holds) <= dnsgate.LEARNT_PER_HOLD
+        assert len(resolver.learnt) <= 4 * dns_rules.MAX_LEARNT_PER_ANSWER
+        assert max(resolver.holds) <= dns_rules.LEARNT_PER_HOLD
         # What the router learns starts from the name asked: the addresses under the chain's first names.
         assert ("ftp.evil.test", "198.18.0.1", 300) in resolver.learnt
         resolver.learnt.clear()

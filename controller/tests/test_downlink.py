@@ -5,8 +5,9 @@ import ipaddress
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from support import serialised, wire
 
-from homework_controller import downlink, flows, openflow, qos
-from homework_controller.flows import FiveTuple
+from homework_controller import flows
+from homework_controller.flows import FiveTuple, openflow
+from homework_controller.policy import downlink, qos
 
 PUBLIC = "100.64.1.1"
 PHONE, LAPTOP = "10.2.0.6", "10.2.0.10"

@@ -7,13 +7,14 @@ from dhcp_frames import forged, frame, reply_of
 from fakeoftable import FakeSwitch
 from support import PHONE, ROUTER_MAC, WLAN, Clock, join, lease
 
-from homework_controller import dhcp, fair_serving
+from homework_controller.api.server import TimedLock
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import fair_serving
+from homework_controller.edge.fair_serving import FairServing
+from homework_controller.edge.fairness import FairQueue
+from homework_controller.edge.held import SEND, HeldChanges, Wait
 from homework_controller.effects import AnswerDhcp, RuleChange
-from homework_controller.fair_serving import FairServing
-from homework_controller.fairness import FairQueue
-from homework_controller.held import SEND, HeldChanges, Wait
-from homework_controller.router import HomeRouter
-from homework_controller.serving import TimedLock
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 
 

@@ -4,9 +4,9 @@ not in memory, not on the disk, and a device asking again under its MAC starts a
 from dhcp_frames import frame
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET, WLAN, lease, solicit_router
 
-from homework_controller import dhcp
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import ForgetNeighbours
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 
 

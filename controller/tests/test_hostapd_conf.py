@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from homework_controller import hostapd_conf, hostapd_ctrl, private_files, wifi_keys
-from homework_controller.wifi_keys import WifiKey
+from homework_controller.policy import wifi_keys
+from homework_controller.policy.wifi_keys import WifiKey
+from homework_controller.radio import hostapd_conf, hostapd_ctrl, private_files
 
 needs_hostapd = pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

@@ -10,12 +10,15 @@ from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join, solicit_router
 
-from homework_controller import dhcp, flows, ipv6, nd
+from homework_controller import flows
+from homework_controller.concerns import ipv6
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway, SendFrame
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import nd, prefixes
 
-ULA = ipv6.ula_prefix(0x12_3456_789A)
+ULA = prefixes.ula_prefix(0x12_3456_789A)
 OLD = ipaddress.IPv6Network("2001:db8:100::/56")
 NEW = ipaddress.IPv6Network("2001:db8:200::/56")
 INTERNET = "2001:db8:5133::80"
@@ -24,7 +27,7 @@ INTERNET = "2001:db8:5133::80"
 @pytest.fixture
 def router(db_path, clock):
     return HomeRouter(
-        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, OLD)
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=prefixes.PrefixPlan(ULA, OLD)
     )
 
 

@@ -34,7 +34,9 @@ from support import (
     up,
 )
 
-from homework_controller import border_routes, dhcp, dnsgate, downlink, flows, ipv6, nd
+from homework_controller import flows
+from homework_controller.concerns import border_routes, ipv6
+from homework_controller.core.router import EXAMPLE_IPV6_PLAN, HomeRouter
 from homework_controller.effects import (
     AddIpv6Gateway,
     AddIpv6Route,
@@ -44,8 +46,10 @@ from homework_controller.effects import (
     TellHousehold,
 )
 from homework_controller.errors import ApiError
-from homework_controller.router import EXAMPLE_IPV6_PLAN, HomeRouter
+from homework_controller.policy import dhcp, dns_rules, downlink
 from homework_controller.store import DeviceStore
+from homework_controller.wire import nd
+from homework_controller.wire.prefixes import PrefixPlan, gateway_of
 
 # The prefixes of the shipped router's fixture (conftest's `router`): its ULA /48, its delegated /56.
 ULA, DELEGATED = EXAMPLE_IPV6_PLAN.ula, EXAMPLE_IPV6_PLAN.delegated
@@ -214,10 +218,10 @@ def test_without_ipv6_no_ipv6_multicast_is_copied(db_path, clock):
 def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]
-    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), ipv6.gateway_of(prefix)))
+    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), gateway_of(prefix)))
     assert hop.port == LOCAL
     # In the switch's records too: a connection from the router's ::1 comes in to the phone, not out of it.
-    assert router.registry.device_at(ipv6.gateway_of(prefix)) is None
+    assert router.registry.device_at(gateway_of(prefix)) is None
     assert router.registry.device_at(in_prefix(prefix)).mac == PHONE
 
 
@@ -238,7 +242,7 @@ def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
 def test_the_router_answers_for_its_gateways_but_not_a_devices_own_address(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]
-    gateway = ipv6.gateway_of(prefix)
+    gateway = gateway_of(prefix)
 
     def ask(target, src="fe80::aa"):
         ns = Ether(src=PHONE, dst="33:33:ff:00:00:01") / IPv6(src=src, dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt=target)
@@ -255,7 +259,7 @@ def test_the_router_answers_for_its_gateways_but_not_a_devices_own_address(route
 def test_the_routers_stack_finds_a_device_by_any_address_in_its_64(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]
-    gateway = ipv6.gateway_of(prefix)
+    gateway = gateway_of(prefix)
     target = in_prefix(prefix, 0x1234_5678)
 
     def ask(target, src=gateway):
@@ -281,7 +285,7 @@ def test_a_device_cycling_addresses_in_its_64_holds_at_most_16_of_the_routers_ne
     table = {}  # the router's stack's neighbour entries: address -> MAC
 
     def stack_asks(target):
-        src = ipv6.gateway_of(str(ipaddress.IPv6Network((target, 64), strict=False)))
+        src = gateway_of(str(ipaddress.IPv6Network((target, 64), strict=False)))
         ns = Ether(src=ROUTER_MAC) / IPv6(src=src, dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt=target)
         for effect in router.on_solicitation(LOCAL, nd.parse(bytes(ns))):
             if isinstance(effect, SendFrame):
@@ -335,7 +339,7 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
     join(router, switch, LAPTOP)
     switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     games, www = "2001:db8:5133::81", INTERNET
-    learnt = dnsgate.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
+    learnt = dns_rules.inspect_answer(aaaa_answer("games.example.test", games), "games.example.test").learnt
     assert learnt == (("games.example.test", games, 300),)
     switch.apply(router.dns_answer(learnt))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
@@ -407,7 +411,7 @@ def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_serve
     switch.apply(effects)
     [frame] = [Ether(e.data) for e in effects if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)]
     global64, ula64 = router.ipv6.current[PHONE]
-    resolver = ipv6.gateway_of(ula64)
+    resolver = gateway_of(ula64)
     assert frame[ICMPv6NDOptRDNSS].dns == [resolver]
     # The device reaches it: the router's own address in its /64, not hairpinned back.
     query = ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(ula64), resolver)
@@ -425,7 +429,7 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
     switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
-    query = dnsgate.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
+    query = dns_rules.parse_query(dnslib.DNSRecord.question("games.example.test", "AAAA").pack(), False)
     for prefix in router.ipv6.current[PHONE]:  # from any address of either of its /64s
         assert router.dns_query(in_prefix(prefix, 0x1234), query).action == "block"
     # Positive control: the laptop asks the same, from its /64.
@@ -476,7 +480,7 @@ def test_a_device_back_under_a_new_mac_has_the_stack_forget_its_ipv6_neighbours_
         DeviceStore(db_path),
         dhcp.LeasePolicy(30, 3600),
         clock=clock,
-        ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED),
+        ipv6_plan=PrefixPlan(ULA, DELEGATED),
         wifi_ssid="home",
     )
     switch = FakeSwitch()
@@ -635,7 +639,7 @@ def test_a_devices_neighbour_advert_for_another_devices_address_reaches_nothing(
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
     laptop64 = router.ipv6.current[LAPTOP][0]
-    laptop, gateway = in_prefix(laptop64), ipv6.gateway_of(laptop64)
+    laptop, gateway = in_prefix(laptop64), gateway_of(laptop64)
     for kind in (nd.NEIGHBOUR_ADVERTISEMENT, nd.REDIRECT, nd.ROUTER_ADVERTISEMENT):
         for dst in (gateway, nd.ALL_NODES):
             for src in (laptop, "fe80::cc"):
@@ -698,7 +702,7 @@ def test_a_border_routers_route_keeps_its_owner_while_it_is_paused_and_across_a_
     # A restart: the owner is on the disk, and the guest, first to advertise after it, is refused still.
     assert router.store.flush()
     again = HomeRouter(
-        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=ipv6.PrefixPlan(ULA, DELEGATED)
+        DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=PrefixPlan(ULA, DELEGATED)
     )
     switch2 = FakeSwitch()
     switch2.apply(again.switch_ready(WLAN, ROUTER_MAC))

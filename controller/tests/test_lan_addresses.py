@@ -23,7 +23,7 @@ OLD, NEW = "2001:db8:100:1::/64", "2001:db8:200:1::/64"
 SCRIPT = f"""
 import threading, time, subprocess, json
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway
-from homework_controller.lan_addresses import LanAddresses
+from homework_controller.edge.lan_addresses import LanAddresses
 
 def state():
     addrs = json.loads(subprocess.run(["ip", "-j", "-6", "addr", "show", "dev", "lan0"], capture_output=True).stdout)
@@ -87,7 +87,7 @@ def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_cu
 FORGET = """
 import threading, time, subprocess, json
 from homework_controller.effects import ForgetNeighbours
-from homework_controller.lan_addresses import LanAddresses
+from homework_controller.edge.lan_addresses import LanAddresses
 
 lan = LanAddresses("lan0", ipv6=False)
 threading.Thread(target=lan.run_forever, daemon=True).start()
@@ -127,7 +127,7 @@ def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespa
 ROUTES = """
 import threading, time, subprocess, json
 from homework_controller.effects import AddIpv6Route, RemoveIpv6Route
-from homework_controller.lan_addresses import LanAddresses
+from homework_controller.edge.lan_addresses import LanAddresses
 
 def routes():
     out = subprocess.run(["ip", "-j", "-6", "route", "show", "dev", "lan0"], capture_output=True).stdout
@@ -153,7 +153,7 @@ print(json.dumps(routes()))
 
 AGAIN = """
 import threading, time, subprocess, json
-from homework_controller.lan_addresses import LanAddresses
+from homework_controller.edge.lan_addresses import LanAddresses
 
 lan = LanAddresses("lan0", ipv6=True)
 threading.Thread(target=lan.run_forever, daemon=True).start()

@@ -4,11 +4,12 @@ tells the household once per few minutes, and shows it in the device's status.""
 from dhcp_frames import frame
 from support import OTHER_CLIENT, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
-from homework_controller import clones, dhcp, dhcp_wire
-from homework_controller.dhcp_wire import DhcpRequest
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import AuthenticatorKick, TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, fingerprints
 from homework_controller.store import DeviceStore
+from homework_controller.wire import dhcp_wire
+from homework_controller.wire.dhcp_wire import DhcpRequest
 
 
 def ask(router, mac, client, msg_type="discover", **kw):
@@ -26,18 +27,19 @@ def request(**fields):
 
 
 def test_fingerprints_differ_only_in_fields_both_messages_carry():
-    phone = clones.Fingerprint.of(request(hostname="phone", parameter_list="011c0306"))
-    assert clones.differences(phone, phone) == []
+    phone = fingerprints.Fingerprint.of(request(hostname="phone", parameter_list="011c0306"))
+    assert fingerprints.differences(phone, phone) == []
     # A message that leaves an option out is no evidence (clients do, e.g. in some REQUESTs).
-    assert clones.differences(phone, clones.Fingerprint.of(request(parameter_list="011c0306"))) == []
-    assert clones.differences(
-        phone, clones.Fingerprint.of(request(hostname="intruder", parameter_list="011c0306"))
+    assert fingerprints.differences(phone, fingerprints.Fingerprint.of(request(parameter_list="011c0306"))) == []
+    assert fingerprints.differences(
+        phone, fingerprints.Fingerprint.of(request(hostname="intruder", parameter_list="011c0306"))
     ) == ["host name 'phone' -> 'intruder'"]
-    assert clones.differences(phone, clones.Fingerprint.of(request(hostname="phone", parameter_list="0103061c"))) == [
-        "requested options differ"
-    ]
-    assert clones.differences(
-        clones.Fingerprint.of(request(client_id="01020000")), clones.Fingerprint.of(request(client_id="01020001"))
+    assert fingerprints.differences(
+        phone, fingerprints.Fingerprint.of(request(hostname="phone", parameter_list="0103061c"))
+    ) == ["requested options differ"]
+    assert fingerprints.differences(
+        fingerprints.Fingerprint.of(request(client_id="01020000")),
+        fingerprints.Fingerprint.of(request(client_id="01020001")),
     ) == ["client identifier differ"]
 
 
@@ -67,7 +69,7 @@ def test_a_second_client_on_a_permitted_devices_mac_is_told_once_and_shown_until
     clock.now += 60
     assert not clone_events(ask(router, PHONE, OTHER_CLIENT) + ask(router, PHONE, OTHER_CLIENT))
     assert router.counters["mac_clone_suspected"] == 3
-    clock.now += clones.CLONE_EVENT_INTERVAL_S
+    clock.now += fingerprints.CLONE_EVENT_INTERVAL_S
     assert len(clone_events(ask(router, PHONE, OTHER_CLIENT))) == 1
 
     router.decisions.permit(PHONE)  # the household has looked at it

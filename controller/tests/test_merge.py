@@ -9,11 +9,12 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease, up
 
-from homework_controller import dhcp, flows
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import ForgetNeighbours, RemoveRules, TellHousehold
 from homework_controller.errors import Conflict, UnknownDevice
 from homework_controller.flows.values import cookie_of
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 
 NEW = "06:11:22:33:44:55"  # the phone's next private address

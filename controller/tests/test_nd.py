@@ -21,7 +21,7 @@ from scapy.layers.inet6 import (
 )
 from scapy.layers.l2 import Ether
 
-from homework_controller import nd, packets
+from homework_controller.wire import nd, packets
 
 DEV = "02:00:00:00:00:aa"
 ROUTER = "02:48:57:00:00:01"

@@ -8,7 +8,8 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, up
 
-from homework_controller import flows, wifi_keys
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import (
     AuthenticatorDeny,
     AuthenticatorKick,
@@ -19,7 +20,7 @@ from homework_controller.effects import (
 from homework_controller.errors import UnknownDevice
 from homework_controller.flows.values import cookie_of
 from homework_controller.model import State
-from homework_controller.router import HomeRouter
+from homework_controller.policy import wifi_keys
 from homework_controller.store import DeviceStore
 
 NEW = "06:11:22:33:44:55"  # the phone's next private address (locally administered)

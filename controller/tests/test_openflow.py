@@ -4,9 +4,13 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
-from homework_controller import apps, base_flows, flows, ofapp, openflow, qos
+from homework_controller import flows
+from homework_controller.edge import ofapp
 from homework_controller.effects import InstallRules, RemoveRules
-from homework_controller.model import Device, State, Subnet
+from homework_controller.flows import base_flows, openflow
+from homework_controller.model import Device, State
+from homework_controller.policy import apps, qos
+from homework_controller.wire.lan import Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
 TABLE = apps.load_table()
@@ -92,7 +96,7 @@ def test_a_marked_flow_sets_its_dscp_and_queue_and_a_re_mark_modifies_the_rule_i
     assert goto.table_id == flows.TABLE_ROUTING and added.command == ofp.OFPFC_ADD
     modified = wire(openflow.flow_mod(rule, ofp.OFPFC_MODIFY_STRICT))
     assert modified.command == ofp.OFPFC_MODIFY_STRICT and not modified.flags & ofp.OFPFF_RESET_COUNTS
-    assert dict(modified.match.items()) == flow.match() and modified.priority == flows.Accounting.LEARNT_FLOW
+    assert dict(modified.match.items()) == flow.match() and modified.priority == flows.AccountingPriority.LEARNT_FLOW
 
 
 def test_symbolic_ports_become_openflow_ports():

@@ -8,9 +8,9 @@ from pathlib import Path
 from dhcp_frames import frame
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease, permitted_phone
 
-from homework_controller import api, authority, operations
+from homework_controller.api import api, authority, operations
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import InstallRules
-from homework_controller.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 OPENAPI = Path(__file__).resolve().parents[1] / "openapi.yaml"
@@ -19,7 +19,7 @@ OPENAPI = Path(__file__).resolve().parents[1] / "openapi.yaml"
 def test_openapi_yaml_is_what_the_declarations_say():
     assert (
         OPENAPI.read_text() == operations.openapi_yaml()
-    ), "controller/openapi.yaml is stale: python -m homework_controller.operations > controller/openapi.yaml"
+    ), "controller/openapi.yaml is stale: python -m homework_controller.api.operations > controller/openapi.yaml"
 
 
 def test_every_declared_operation_takes_the_arguments_it_declares_by_their_names():

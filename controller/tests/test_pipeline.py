@@ -5,8 +5,10 @@ from dhcp_frames import frame
 from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
-from homework_controller import dnsgate, flows, packets
+from homework_controller import flows
 from homework_controller.effects import AddGatewayAddress
+from homework_controller.policy import dns_rules
+from homework_controller.wire import packets
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL
@@ -114,7 +116,7 @@ def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_onl
         )
     )
     assert ports(switch.send(fetch)) == [LOCAL]  # its own counting rule now, no more copies
-    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.Accounting.LEARNT_FLOW]
+    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.AccountingPriority.LEARNT_FLOW]
     assert switch.hits[counter] == 1
     # Another flow of the same device is copied again.
     assert flows.CONTROLLER in ports(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40002)))
@@ -153,7 +155,7 @@ def test_an_address_learnt_for_a_blocked_name_is_dropped_for_that_device_only(ro
     switch.apply(router.decisions.deny_dns(PHONE, "games.example.test"))
     answer = dnslib.DNSRecord.question("games.example.test").reply()
     answer.add_answer(dnslib.RR("games.example.test", rdata=dnslib.A("198.51.100.81"), ttl=300))
-    switch.apply(router.dns_answer(dnsgate.inspect_answer(answer.pack(), "games.example.test").learnt))
+    switch.apply(router.dns_answer(dns_rules.inspect_answer(answer.pack(), "games.example.test").learnt))
     assert switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, "198.51.100.81")) == []
     assert ports(forwarded(switch.send(ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, "198.51.100.81")))) == [LOCAL]
     assert ports(forwarded(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)))) == [LOCAL]

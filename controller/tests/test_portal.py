@@ -9,15 +9,19 @@ from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch, ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 
-from homework_controller import dnsgate, flows, lan_side, portal
+from homework_controller import flows
+from homework_controller.concerns import portal
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import lan_side
 from homework_controller.effects import AnswerDhcp
 from homework_controller.errors import UnknownDevice
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dns_rules
 from homework_controller.store import DeviceStore
+from homework_controller.wire import lan
 
 LOCAL = flows.LOCAL
 INTERNET = "198.51.100.80"
-ROUTER = portal.ROUTER_ADDRESS
+ROUTER = lan.ROUTER_ADDRESS
 PROBE = "connectivitycheck.gstatic.com"
 
 
@@ -33,7 +37,7 @@ def gateway_of(router, mac):
 
 
 def ask(router, ip, name, qtype="A"):
-    return router.dns_query(ip, dnsgate.parse_query(dnslib.DNSRecord.question(name, qtype).pack()))
+    return router.dns_query(ip, dns_rules.parse_query(dnslib.DNSRecord.question(name, qtype).pack()))
 
 
 # ---- the code and what the portal says (pure)
@@ -117,7 +121,7 @@ def test_the_portal_says_why_a_device_waits_from_its_status(status, reason, unti
         "code": "K7-Q2",
         "paused_until": until,
         "allowance": status.get("allowance"),
-        "user_portal_url": portal.PORTAL_URL,
+        "user_portal_url": lan.PORTAL_URL,
     }
 
 
@@ -134,7 +138,7 @@ def test_a_device_held_by_the_allowance_it_shares_is_told_of_that_one_not_its_ow
 def test_every_dhcp_answer_names_the_portals_api(router):
     [offer] = [e for e in router.joining.on_dhcp(frame(PHONE, "discover")) if isinstance(e, AnswerDhcp)]
     pkt, opts = reply_of(offer.data)
-    assert opts["captive-portal"] == portal.API_URL.encode() == b"http://10.2.0.1/captive-portal/api"
+    assert opts["captive-portal"] == lan.API_URL.encode() == b"http://10.2.0.1/captive-portal/api"
     [ack] = [
         e
         for e in router.joining.on_dhcp(
@@ -142,14 +146,14 @@ def test_every_dhcp_answer_names_the_portals_api(router):
         )
         if isinstance(e, AnswerDhcp)
     ]
-    assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
+    assert reply_of(ack.data)[1]["captive-portal"] == lan.API_URL.encode()
     # A permitted device's too: its API then says captive: false.
     router.decisions.permit(PHONE)
     ip = pkt["BOOTP"].yiaddr
     [ack] = [
         e for e in router.joining.on_dhcp(frame(PHONE, "request", ciaddr=ip, src_ip=ip)) if isinstance(e, AnswerDhcp)
     ]
-    assert reply_of(ack.data)[1]["captive-portal"] == portal.API_URL.encode()
+    assert reply_of(ack.data)[1]["captive-portal"] == lan.API_URL.encode()
 
 
 # ---- the switch: the portal and the resolver, nothing else
@@ -205,7 +209,7 @@ def test_a_paused_device_gets_the_portal_and_once_resumed_everything_again(route
     assert switch.send(to_internet) == []
     assert router.portal_of(phone)["captive"] is True
     switch.apply(router.decisions.resume(PHONE))
-    assert not [r for r in switch.rules if r.priority == flows.Admission.PORTAL]
+    assert not [r for r in switch.rules if r.priority == flows.AdmissionPriority.PORTAL]
     assert [d.port for d in switch.send(to_internet) if d.port != flows.CONTROLLER] == [LOCAL]
     assert router.portal_of(phone)["captive"] is False
 
@@ -238,13 +242,13 @@ def test_a_held_back_device_gets_the_router_for_the_os_probes_and_a_refusal_for_
 
 
 def test_the_probe_answer_is_the_routers_address_for_a_second():
-    query = dnsgate.parse_query(dnslib.DNSRecord.question(PROBE, "A").pack())
-    answer = dnslib.DNSRecord.parse(portal.probe_answer(query.record))
+    query = dns_rules.parse_query(dnslib.DNSRecord.question(PROBE, "A").pack())
+    answer = dnslib.DNSRecord.parse(dns_rules.probe_answer(query.record))
     assert answer.header.id == query.record.header.id and answer.header.rcode == dnslib.RCODE.NOERROR
     [rr] = answer.rr
-    assert str(rr.rdata) == ROUTER and rr.ttl == portal.PROBE_TTL_S and str(rr.rname) == PROBE + "."
+    assert str(rr.rdata) == ROUTER and rr.ttl == dns_rules.PROBE_TTL_S and str(rr.rname) == PROBE + "."
     # No IPv6 address for the name, but the name exists (an NXDOMAIN would stand for every type).
-    aaaa = dnslib.DNSRecord.parse(portal.probe_answer(dnslib.DNSRecord.question(PROBE, "AAAA")))
+    aaaa = dnslib.DNSRecord.parse(dns_rules.probe_answer(dnslib.DNSRecord.question(PROBE, "AAAA")))
     assert aaaa.header.rcode == dnslib.RCODE.NOERROR and aaaa.rr == []
 
 

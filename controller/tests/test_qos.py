@@ -23,10 +23,11 @@ from support import (
     up,
 )
 
-from homework_controller import dhcp, flows, qos
-from homework_controller.agent_reports import AgentReport, AgentReportBook
+from homework_controller import flows
+from homework_controller.concerns.agent_reports import AgentReport, AgentReportBook
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import LogRow, TellHousehold
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, qos
 from homework_controller.store import DeviceStore
 
 UPLINK = qos.LinkShape("hw-wan", line_kbit=10000)  # shaped 9000 kbit/s; one device's High share: 1800
@@ -106,7 +107,7 @@ def test_an_unconnected_udp_socket_report_labels_every_destination_of_that_port(
 
 
 def flow_stats(flow_tuples, pkts, nbytes):
-    return [(flows.Accounting.LEARNT_FLOW, f.match(), pkts, nbytes) for f in flow_tuples]
+    return [(flows.AccountingPriority.LEARNT_FLOW, f.match(), pkts, nbytes) for f in flow_tuples]
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ refused with a message that says which."""
 
 import pytest
 
-from homework_controller import qos
 from homework_controller.__main__ import parse_args
 from homework_controller.config import Config
+from homework_controller.policy import qos
 
 
 def settings_of(argv):

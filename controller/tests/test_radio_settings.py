@@ -10,10 +10,12 @@ import threading
 import pytest
 from test_api import request
 
-from homework_controller import api, ofapp, operations, radio_settings
+from homework_controller.api import api, operations
+from homework_controller.api.server import TimedLock
+from homework_controller.edge import ofapp
 from homework_controller.errors import NotConfigured
-from homework_controller.radio_settings import BadSettings, RadioSettings, RadioSettingsFile
-from homework_controller.serving import TimedLock
+from homework_controller.radio import radio_settings
+from homework_controller.radio.radio_settings import BadSettings, RadioSettings, RadioSettingsFile
 
 GOOD = "ssid=Our house\npassphrase=correct horse battery\ncountry=GB\nband=2.4\nchannel=6\n"
 

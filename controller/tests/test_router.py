@@ -9,7 +9,8 @@ from fakeoftable import FakeSwitch
 from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
-from homework_controller import dhcp, flows, packets
+from homework_controller import flows
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import (
     AddGatewayAddress,
     AnswerDhcp,
@@ -23,9 +24,11 @@ from homework_controller.effects import (
     TellHousehold,
 )
 from homework_controller.errors import DeviceBlocked, UnknownDevice
-from homework_controller.model import BadMac, Device, State, Subnet, normalize_mac
-from homework_controller.router import HomeRouter
+from homework_controller.model import BadMac, Device, State, normalize_mac
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
+from homework_controller.wire import packets
+from homework_controller.wire.lan import Subnet
 
 
 def installed(effects):
@@ -44,7 +47,9 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     )
     [meter] = [e for e in effects if isinstance(e, InstallMeter)]
     rules = installed(effects)
-    budget = [r for r in rules if r.priority != flows.Admission.PORTAL]  # and the captive portal: test_portal.py
+    budget = [
+        r for r in rules if r.priority != flows.AdmissionPriority.PORTAL
+    ]  # and the captive portal: test_portal.py
     assert {r.priority for r in budget} == {1001, 901}
     assert all(flows.Meter(meter.band.meter_id) in r.actions for r in budget)
 
@@ -163,8 +168,8 @@ def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(rou
         switch.apply(effects)
         return [e for e in effects if isinstance(e, (InstallRules, RemoveRules))]
 
-    forwarding = (flows.TABLE_ADMISSION, flows.Admission.SOURCE_CHECKED, None)
-    dot = {(flows.TABLE_ACCOUNTING, flows.Accounting.BLOCKED, 853)}
+    forwarding = (flows.TABLE_ADMISSION, flows.AdmissionPriority.SOURCE_CHECKED, None)
+    dot = {(flows.TABLE_ACCOUNTING, flows.AccountingPriority.BLOCKED, 853)}
     assert forwarding in on_switch() and not on_switch() & dot
     assert ticked() == []
     switch.apply(router.decisions.deny_dns(PHONE, "example.test"))  # its DNS over TLS is refused from now on
@@ -513,7 +518,7 @@ def test_an_ack_that_lets_a_device_use_its_address_comes_after_the_rules_that_fo
     effects = handshake(TABLET)
     answer = effects[-1]
     assert isinstance(answer, AnswerDhcp) and answer.after_rules
-    assert [r for r in installed(effects) if r.priority == flows.Admission.SOURCE_CHECKED]
+    assert [r for r in installed(effects) if r.priority == flows.AdmissionPriority.SOURCE_CHECKED]
 
 
 def test_permit_or_deny_of_a_blacklisted_device_is_refused_and_it_stays_blacklisted(router):

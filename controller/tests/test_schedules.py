@@ -4,8 +4,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from homework_controller import schedules
-from homework_controller.schedules import BadSchedule
+from homework_controller.policy import schedules
+from homework_controller.policy.schedules import BadSchedule
 
 BERLIN = schedules.zone("Europe/Berlin")  # 2026: clocks go 02:00 -> 03:00 on 29 March, 03:00 -> 02:00 on 25 October
 LONDON = schedules.zone("Europe/London")

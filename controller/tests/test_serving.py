@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from homework_controller.serving import TimedLock
+from homework_controller.api.server import TimedLock
 
 
 def hold(lock: TimedLock, seconds: float) -> None:

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from homework_controller import qos, shaper
+from homework_controller.edge import shaper
+from homework_controller.policy import qos
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and tc (network namespaces)"

@@ -11,7 +11,7 @@ import pytest
 import homework_deploy
 from homework_controller.__main__ import configure, parse_args
 from homework_controller.config import Config
-from homework_controller.router import HomeRouter
+from homework_controller.core.router import HomeRouter
 from homework_controller.store import DeviceStore
 
 

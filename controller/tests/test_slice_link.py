@@ -19,9 +19,10 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from support import LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WEB, WLAN, join, mark_of, up
 
-from homework_controller import downlink, flows, qos
+from homework_controller import flows
 from homework_controller.__main__ import parse_args
-from homework_controller.slice_link import DATAPATH, SliceLink, _Channel, tls_context
+from homework_controller.edge.slice_link import DATAPATH, SliceLink, _Channel, tls_context
+from homework_controller.policy import downlink, qos
 from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_until
 
 # Two households on the aggregation switch; plain TCP, so the slicer knows each by its source address.
@@ -188,7 +189,7 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
 
     with lock:  # the connection ends: its rule idled out of the router's switch
         router.flow_events.on_flow_removed(
-            flows.Accounting.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500
+            flows.AccountingPriority.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500
         )
     wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED, 30, "the rule to go")
     assert link.health()["rules_installed"] == 0 and link.health()["errors"] == 0

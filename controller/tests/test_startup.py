@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from homework_controller import startup
+from homework_controller.edge import startup
 
 
 @pytest.fixture(params=["path", "abstract"])

@@ -1,7 +1,13 @@
 import pytest
 from pyroute2.netlink.nl80211 import NL80211_NAMES, nl80211cmd
 
-from homework_controller.stations import Station, link_rows, parse_station_dump, read_stations, stations_from_nl80211
+from homework_controller.radio.stations import (
+    Station,
+    link_rows,
+    parse_station_dump,
+    read_stations,
+    stations_from_nl80211,
+)
 
 DUMP = """Station 02:5E:EC:0D:C4:19 (on wlan0)
 \tinactive time:\t304 ms

@@ -10,9 +10,9 @@ from pathlib import Path
 from dhcp_frames import frame
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, lease
 
-from homework_controller import dhcp
+from homework_controller.core.router import HomeRouter
 from homework_controller.model import Device, State
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 
 BANNED = "02:00:00:00:00:bb"

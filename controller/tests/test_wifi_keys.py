@@ -5,9 +5,10 @@ import math
 import pytest
 from support import PHONE, PHONE_CLIENT, ROUTER_MAC, WLAN, lease
 
-from homework_controller import dhcp, hostapd_ctrl, wifi_keys
+from homework_controller.core.router import HomeRouter
 from homework_controller.errors import ApiError, NotConfigured, UnknownDevice
-from homework_controller.router import HomeRouter
+from homework_controller.policy import dhcp, wifi_keys
+from homework_controller.radio import hostapd_ctrl
 from homework_controller.store import DeviceStore
 
 

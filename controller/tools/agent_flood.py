@@ -29,11 +29,14 @@ import time
 
 from dhcp_path import client_frame
 
-from homework_controller import flows, hwdb_feed, packets
-from homework_controller.model import Device, State, Subnet
-from homework_controller.router import HomeRouter
-from homework_controller.serving import TimedLock
+from homework_controller import flows
+from homework_controller.api.server import TimedLock
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import hwdb_feed
+from homework_controller.model import Device, State
 from homework_controller.store import DeviceStore
+from homework_controller.wire import packets
+from homework_controller.wire.lan import Subnet
 
 WLAN, ROUTER_MAC = 1, "02:48:57:00:00:01"
 BATCH = 480

@@ -51,19 +51,22 @@ from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from homework_controller import dhcp, dhcp_wire, flows, log_writer, ofapp
+from homework_controller import flows
+from homework_controller.api.server import TimedLock
 from homework_controller.config import CONFIG
-from homework_controller.dhcp_port import ETH_P_IP, DhcpPort
-from homework_controller.fair_serving import NEWCOMERS
-from homework_controller.fairness import FairQueue
-from homework_controller.held import ANSWER, HeldChanges
-from homework_controller.hostapd_ctrl import Authenticator
-from homework_controller.hwdb_log import BATCH_SECONDS, HwdbLog
-from homework_controller.lan_addresses import LanAddresses
-from homework_controller.router import HomeRouter
-from homework_controller.serving import TimedLock
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge import log_writer, ofapp
+from homework_controller.edge.dhcp_port import ETH_P_IP, DhcpPort
+from homework_controller.edge.fair_serving import NEWCOMERS
+from homework_controller.edge.fairness import FairQueue
+from homework_controller.edge.held import ANSWER, HeldChanges
+from homework_controller.edge.hwdb_log import BATCH_SECONDS, HwdbLog
+from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.supervised import SocketService
+from homework_controller.policy import dhcp
+from homework_controller.radio.hostapd_ctrl import Authenticator
 from homework_controller.store import DeviceStore
-from homework_controller.supervised import SocketService
+from homework_controller.wire import dhcp_wire
 
 WLAN_PORT, ROUTER_MAC = 1, "02:00:00:00:00:01"
 PACKET_HOST = 0  # linux/if_packet.h: a frame addressed to this host (what the socket reads from devices)

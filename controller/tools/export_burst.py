@@ -39,7 +39,7 @@ from pathlib import Path
 
 import dpkt
 
-from homework_controller.flow_export import Collector, tcp_totals
+from homework_controller.edge.flow_export import Collector, tcp_totals
 from homework_controller.flows import FiveTuple
 
 BRIDGE = "fxbr"

@@ -28,10 +28,11 @@ import time
 
 from agent_flood import ROUTER_MAC, WLAN, permitted_home
 
-from homework_controller import flows, packets
-from homework_controller.accounting import rule_counters
+from homework_controller import flows
+from homework_controller.concerns.accounting import rule_counters
+from homework_controller.core.router import HomeRouter
 from homework_controller.effects import InstallRules
-from homework_controller.router import HomeRouter
+from homework_controller.wire import packets
 
 
 def permitted_devices(state_dir: str, devices: int, per_device: int, records: bool) -> tuple[HomeRouter, list]:
@@ -66,7 +67,7 @@ def router_with_flows(state_dir: str, devices: int, per_device: int) -> tuple[Ho
                     entries += [
                         (r.priority, dict(r.match), 0, 0)
                         for r in effect.rules
-                        if r.priority == flows.Accounting.LEARNT_FLOW
+                        if r.priority == flows.AccountingPriority.LEARNT_FLOW
                     ]
     return router, entries
 

@@ -171,7 +171,7 @@ def render_hostapd_conf() -> None:
     conf = run(
         str(VENV / "bin" / "python"),
         "-m",
-        "homework_controller.hostapd_conf",
+        "homework_controller.radio.hostapd_conf",
         "--driver",
         "wired",
         "--interface",

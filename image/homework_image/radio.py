@@ -5,10 +5,10 @@ pyroute2) for the box's radios and takes the first, in the kernel's order, that 
 a box without one keeps the wired setup (hostapd's 802.1X on the bridge). The radio's interface
 is renamed `wlan0`, switched to AP mode and made a port of `br-lan`, so every station is a
 port-level peer the controller sees, isolates and admits; hostapd runs on it with
-`driver=nl80211` (`homework_controller.hostapd_conf`: WPA2-PSK and WPA3-SAE, per-device
+`driver=nl80211` (`homework_controller.radio.hostapd_conf`: WPA2-PSK and WPA3-SAE, per-device
 passphrases from `STATE/hostapd.wpa_psk`, `ap_isolate`, multicast as unicast).
 
-The household's settings are in `STATE/config/wifi.conf` (`homework_controller.radio_settings`:
+The household's settings are in `STATE/config/wifi.conf` (`homework_controller.radio.radio_settings`:
 network name, guest passphrase, country, band, channel; the household changes them in the web UI,
 through the controller, which writes the file). At first boot the file is made with a guest
 passphrase; its existence tells the controller the router has a radio. A line that is not
@@ -34,8 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from homework_controller import hostapd_ctrl, private_files, radio_settings, wifi_keys
-from homework_controller.radio_settings import RadioSettings
+from homework_controller.policy import wifi_keys
+from homework_controller.radio import hostapd_ctrl, private_files, radio_settings
+from homework_controller.radio.radio_settings import RadioSettings
 
 from . import BRIDGE, RUN, STATE, VENV
 
@@ -97,7 +98,7 @@ def read_radios() -> list[Radio]:
 
 
 def hostapd_args(settings: RadioSettings) -> list[str]:
-    """`homework_controller.hostapd_conf`'s arguments for the radio, each option and its value one
+    """`homework_controller.radio.hostapd_conf`'s arguments for the radio, each option and its value one
     argument (`--ssid=-home`): a network name or passphrase starting with `-` is a value, never an option."""
     options = {
         "driver": "nl80211",
@@ -161,7 +162,7 @@ def setup_radio() -> bool:
 
 
 def render_hostapd_conf(settings: RadioSettings) -> str:
-    return run(str(VENV / "bin" / "python"), "-m", "homework_controller.hostapd_conf", *hostapd_args(settings))
+    return run(str(VENV / "bin" / "python"), "-m", "homework_controller.radio.hostapd_conf", *hostapd_args(settings))
 
 
 def write_hostapd_conf(conf: str) -> None:

@@ -252,7 +252,7 @@ def device_state(vm: RouterVm, mac: str) -> str | None:
 def record_boot_profile(vm: RouterVm, units: list[str], timings: dict, state: Path) -> None:
     """Where the first boot's time went (systemd's account), into the story's timings and beside them."""
     profile = vm.boot_profile([f"{u}.service" for u in units])
-    # The controller's own account of its start (homework_controller.startup): CPU and wall seconds since exec.
+    # The controller's own account of its start (homework_controller.edge.startup): CPU and wall seconds since exec.
     journal = vm.run("journalctl -b --no-pager -o cat -u homework-controller | grep 'start: '", check=False)
     profile["controller_start"] = {
         m.group(1): {"cpu_s": float(m.group(2)), "wall_s": float(m.group(3))}
@@ -367,7 +367,7 @@ def test_boots_and_every_service_comes_up(router, net):
     # Every module the controller imports loads from its compiled file. The root's files all have one time,
     # which no timestamp-checked .pyc matches: each Python start then compiled everything again, in memory.
     compiled_again = router.run(
-        "/usr/lib/homework/venv/bin/python -v -c 'import homework_controller.ofapp' 2>&1"
+        "/usr/lib/homework/venv/bin/python -v -c 'import homework_controller.edge.ofapp' 2>&1"
         " | grep 'code object from /.*[.]py$' | head -5",
         timeout=120,
         check=False,

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from homework_controller import radio_settings
-from homework_controller.radio_settings import RESTARTING_FIELDS, RadioSettings
+from homework_controller.radio import radio_settings
+from homework_controller.radio.radio_settings import RESTARTING_FIELDS, RadioSettings
 from homework_image import radio
 from homework_image.radio import Radio
 
@@ -66,7 +66,7 @@ def test_real_hostapd_reads_the_radios_configuration_rendered_from_the_settings(
     monkeypatch.setattr(radio, "HOSTAPD_CTRL", tmp_path / "ctrl")
     settings = RadioSettings("Our house", "correct horse battery", "GB", "2.4", 11)
     conf = subprocess.run(
-        [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)],
+        [sys.executable, "-m", "homework_controller.radio.hostapd_conf", *radio.hostapd_args(settings)],
         capture_output=True,
         text=True,
         check=True,
@@ -91,7 +91,7 @@ def test_a_name_or_passphrase_starting_with_a_dash_is_rendered_as_it_is(tmp_path
     monkeypatch.setattr(radio, "PSK_FILE", tmp_path / "psk")
     settings = RadioSettings(ssid, passphrase, "GB", "2.4", 11)
     conf = subprocess.run(
-        [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)],
+        [sys.executable, "-m", "homework_controller.radio.hostapd_conf", *radio.hostapd_args(settings)],
         capture_output=True,
         text=True,
         check=True,
@@ -203,7 +203,7 @@ def test_the_radio_restarts_for_the_settings_the_controller_says_restart_it_and_
     run_dir, ran = served_radio
 
     def render(settings: RadioSettings) -> str:
-        argv = [sys.executable, "-m", "homework_controller.hostapd_conf", *radio.hostapd_args(settings)]
+        argv = [sys.executable, "-m", "homework_controller.radio.hostapd_conf", *radio.hostapd_args(settings)]
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
     monkeypatch.setattr(radio, "render_hostapd_conf", render)

@@ -25,7 +25,7 @@ from test_boot import PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in,
 
 from homenet.routervm import SAVED, WWW_IP, Network, RouterVm, VmError
 from homenet.wait import wait_until
-from homework_controller import wifi_keys
+from homework_controller.policy import wifi_keys
 from homework_image import boot
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """A byte-level fast path for the flow-mods households actually send; os-ken stays the reference.
 
-The router's downlink rules (controller/homework_controller/downlink.py, sent by slice_link.py) are
+The router's downlink rules (controller/homework_controller/policy/downlink.py, sent by slice_link.py) are
 all of one shape: ADD, MODIFY_STRICT or DELETE_STRICT of `match(eth_type=0x800, ip_proto,
 ipv4_src, ipv4_dst, tcp_src|udp_src)`, or its IPv6 twin `match(eth_type=0x86dd, ipv6_dst (a device's
 global address, or the delegated prefix masked), ip_proto, tcp_src|udp_src, ipv6_src)`, with, but for

@@ -95,7 +95,7 @@ _MATCHABLE = {
     "ipv6_src": True,
     "ipv6_dst": True,
     # Ports by value/mask as the switch compares them: a household's router marks an app's port ranges
-    # as prefixes (controller/homework_controller/downlink.py); no address is in a port.
+    # as prefixes (controller/homework_controller/policy/downlink.py); no address is in a port.
     "tcp_src": True,
     "tcp_dst": True,
     "udp_src": True,

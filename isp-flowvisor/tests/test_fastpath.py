@@ -20,7 +20,9 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from test_codec import corpus
 
-from homework_controller import downlink, flows, openflow, qos
+from homework_controller import flows
+from homework_controller.flows import openflow
+from homework_controller.policy import downlink, qos
 from isp_flowvisor import codec, fastpath, policy, relay
 from isp_flowvisor.model import Household
 from isp_flowvisor.testing import socketless_slicer
@@ -68,7 +70,7 @@ def _flow_mods(rules) -> list:
 
 
 def router_messages(rng: random.Random, count: int) -> list[bytes]:
-    """What the router's slice link sends (controller/homework_controller/slice_link.py): its queue
+    """What the router's slice link sends (controller/homework_controller/edge/slice_link.py): its queue
     rules for High and Medium flows as ADD, MODIFY_STRICT and DELETE_STRICT, over IPv4 (to its public
     address) and IPv6 (to a device's global address, and to its delegated prefix for what it marks
     ahead), its wide delete by cookie on connect, barriers and echoes; some for a public address or

@@ -8,7 +8,7 @@ import pytest
 
 from homenet import REPO, Home
 from homenet.load import set_priority
-from homework_controller import apps
+from homework_controller.policy import apps
 
 
 @pytest.fixture(scope="session")

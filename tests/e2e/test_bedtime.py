@@ -39,7 +39,7 @@ def last_growth(size, since: float, watch_s: float) -> float:
 
 def dns_status(home, name) -> str:
     """The status of the router's answer to a name lookup (its refusal is NXDOMAIN with the reason in an
-    Extended DNS Error, `dnsgate.py`, so the device gives up at once)."""
+    Extended DNS Error, `dns_rules.py`, so the device gives up at once)."""
     out = home.exec(name, "dig", "+time=2", "+tries=1", "www.example.test", check=False).stdout
     for status in ("NXDOMAIN", "REFUSED", "NOERROR"):
         if f"status: {status}" in out:

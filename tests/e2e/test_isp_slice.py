@@ -31,7 +31,7 @@ from homenet.home import WAN_ROUTER_IP
 from homenet.ipv6 import DELEGATED_FILE, WAN6_INET_IP, delegated_now
 from homenet.isp import HOUSEHOLD_B_IP, LINK_MBIT, NS_B
 from homenet.load import DOWN, QUEUE_FILL_S, call_under_load, neighbour_download
-from homework_controller.downlink import SLICE_COOKIE
+from homework_controller.policy.downlink import SLICE_COOKIE
 
 SECONDS = 8
 A_PUBLIC, B_PUBLIC = WAN_ROUTER_IP, HOUSEHOLD_B_IP  # the households' public addresses

@@ -1,7 +1,7 @@
 """Client for the controller's loopback ws.v1 JSON API.
 
 Every call says whom it acts for (`ROLE_HEADER`): the controller decides who may do what, in one table
-(homework_controller/authority.py), and answers a refusal with 403 and its reason. The web UI keeps its
+(homework_controller/api/authority.py), and answers a refusal with 403 and its reason. The web UI keeps its
 sign-in, CSRF and which member owns which device; it does not restate the controller's table."""
 
 from __future__ import annotations

@@ -39,8 +39,14 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from dhcp_frames import frame, reply_of
 from fakeoftable import FakeSwitch
 
-from homework_controller import authority, flows, hostapd_ctrl
-from homework_controller.api import make_app
+from homework_controller import flows
+from homework_controller.api import authority
+from homework_controller.api.api import make_app
+from homework_controller.api.operations import BY_NAME
+from homework_controller.api.server import TimedLock
+from homework_controller.api.ws_service import Ws1Service
+from homework_controller.core.router import HomeRouter
+from homework_controller.edge.hwdb_log import HwdbLog
 from homework_controller.effects import (
     AnswerDhcp,
     AuthenticatorDeny,
@@ -55,14 +61,10 @@ from homework_controller.effects import (
     TellHousehold,
 )
 from homework_controller.errors import ApiError
-from homework_controller.hostapd_ctrl import Authenticator
-from homework_controller.hwdb_log import HwdbLog
-from homework_controller.operations import BY_NAME
-from homework_controller.radio_settings import RadioSettings, RadioSettingsFile, render
-from homework_controller.router import HomeRouter
-from homework_controller.serving import TimedLock
+from homework_controller.radio import hostapd_ctrl
+from homework_controller.radio.hostapd_ctrl import Authenticator
+from homework_controller.radio.radio_settings import RadioSettings, RadioSettingsFile, render
 from homework_controller.store import DeviceStore
-from homework_controller.ws_service import Ws1Service
 from hwdb_client import HwdbClient, HwdbError, default_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -456,7 +458,7 @@ class HomeOnFakeSwitch(Ws1Service, EffectSink, _ServedByAThread):
         """The device sent nbytes more: the switch's counter of its own rule grows, and the stats poll reads it."""
         self.counted_bytes[mac] = counted = self.counted_bytes.get(mac, 0) + nbytes
         own_rule = {"eth_type": flows.ETH_IPV4, "ipv4_src": self.status(mac)["ip"]}
-        polled = [(flows.Accounting.DEVICE_SOURCE, own_rule, counted // 100 + 1, counted)]
+        polled = [(flows.AccountingPriority.DEVICE_SOURCE, own_rule, counted // 100 + 1, counted)]
         with self.lock:
             self._apply(self.router.on_flow_stats(polled))
         return self.status(mac)

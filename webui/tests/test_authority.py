@@ -1,4 +1,4 @@
-"""Who may do what is the controller's word (homework_controller/authority.py, issue 39): the web UI tells
+"""Who may do what is the controller's word (homework_controller/api/authority.py, issue 39): the web UI tells
 it whose session asks (X-Homework-Role) and passes its refusal on (403, code "role", the reason), rather
 than keeping a copy of the table that could drift. The web UI keeps what only it knows: sign-in, CSRF,
 which member owns which device."""
@@ -6,8 +6,8 @@ which member owns which device."""
 import pytest
 from conftest import Api, signed_in, sse, wait_for
 
-from homework_controller import authority
-from homework_controller.operations import BY_NAME
+from homework_controller.api import authority
+from homework_controller.api.operations import BY_NAME
 from homework_webui.controller import CONTROLLER_ROLES, ROLE_HEADER
 
 PENDING, PERMITTED, ANNAS, NEW_ANNA, BLOCKED = (f"02:00:00:00:00:{n}" for n in ("51", "52", "53", "54", "55"))

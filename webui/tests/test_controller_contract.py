@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from homework_controller.operations import BY_NAME
+from homework_controller.api.operations import BY_NAME
 from homework_webui.controller import ControllerClient
 
 MAC = "02:00:00:00:00:42"

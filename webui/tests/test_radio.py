@@ -7,7 +7,7 @@ import logging
 import pytest
 from conftest import Api, signed_in
 
-from homework_controller.radio_settings import RadioSettingsFile
+from homework_controller.radio.radio_settings import RadioSettingsFile
 
 GUEST = "correct horse battery staple"
 FILE = f"ssid=Homework\npassphrase={GUEST}\ncountry=00\nband=2.4\nchannel=6\n"

@@ -1,8 +1,9 @@
-"""The switch's rule set, compiled from state by pure functions.
+"""The switch's rule set, compiled from state by pure functions (the rules layer: imports wire and the root's
+`model`, never a concern).
 
 Rules are plain values (`FlowRule`) with os-ken OFPMatch field names; `openflow.py` turns
 them into FlowMods. Four tables keep rule counts additive. Rule priorities are named bands
-per table (`Admission`, `Accounting`, `Marking`, `Routing`), highest first:
+per table (`AdmissionPriority`, `AccountingPriority`, `MarkingPriority`, `RoutingPriority`), highest first:
 
 Every access port (the radio's, and wired ports where devices plug in) is "wlan" below: a device is
 bound to one of them, its own (where it was first seen), and its rules accept its frames there only.
@@ -62,15 +63,8 @@ device's way to the portal). The rules the
 switch holds whatever devices there are, and broadcast, are `base_flows.py`; IPv6's are `flows_v6.py`.
 """
 
-from .captive import (
-    portal_rules,
-)
-from .device import (
-    DeviceRules,
-    device_rules,
-    dns_block_rule,
-    learnt_flow_rule,
-)
+from .captive import portal_rules
+from .device import DeviceRules, device_rules, dns_block_rule, learnt_flow_rule
 from .marks import (
     PORT_MARKS_COOKIE,
     demoted_port_marks,
@@ -80,15 +74,7 @@ from .marks import (
     port_matches,
     socket_marks,
 )
-from .shapes import (
-    IPV4,
-    Family,
-    address_blocked,
-    admitted,
-    counted,
-    encrypted_dns_refused,
-    routed_to,
-)
+from .shapes import IPV4, Family, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
 from .values import (
     ALL_HOSTS,
     ANY_PORT_MARK,
@@ -118,17 +104,17 @@ from .values import (
     TABLE_MARKING,
     TABLE_ROUTING,
     VLAN_PRESENT,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     DecTtl,
     FiveTuple,
     FlowRule,
     GotoTable,
-    Marking,
+    MarkingPriority,
     Meter,
     MeterBand,
     Output,
-    Routing,
+    RoutingPriority,
     SetField,
     SetQueue,
     device_cookie,
@@ -151,9 +137,9 @@ __all__ = [
     "masked",
     "ALL_HOSTS",
     "ANY_PORT_MARK",
-    "Accounting",
-    "Marking",
-    "Admission",
+    "AccountingPriority",
+    "MarkingPriority",
+    "AdmissionPriority",
     "BASE_COOKIE",
     "BROADCAST_COOKIE",
     "CONTROLLER",
@@ -185,7 +171,7 @@ __all__ = [
     "PORT_MARK_PREFIX",
     "PROTO_TCP",
     "PROTO_UDP",
-    "Routing",
+    "RoutingPriority",
     "SetField",
     "SetQueue",
     "TABLE_ACCOUNTING",

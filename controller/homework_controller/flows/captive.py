@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import portal
-from ..model import Subnet
-from .values import DNS_PORT, ETH_IPV4, LOCAL, PROTO_TCP, PROTO_UDP, TABLE_ADMISSION, Admission, FlowRule, Output, rule
+from ..wire import lan
+from ..wire.lan import Subnet
+from .values import (
+    DNS_PORT,
+    ETH_IPV4,
+    LOCAL,
+    PROTO_TCP,
+    PROTO_UDP,
+    TABLE_ADMISSION,
+    AdmissionPriority,
+    FlowRule,
+    Output,
+    rule,
+)
 
 
 def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) -> set[FlowRule]:
@@ -18,7 +29,7 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
     services = (
         (gateway, PROTO_UDP, "udp", DNS_PORT),
         (gateway, PROTO_TCP, "tcp", DNS_PORT),
-        (portal.ROUTER_ADDRESS, PROTO_TCP, "tcp", portal.HTTP_PORT),
+        (lan.ROUTER_ADDRESS, PROTO_TCP, "tcp", lan.HTTP_PORT),
     )
     to_device = tuple(Output(p) for p in ports)
     rules = set()
@@ -30,7 +41,7 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
         rules |= {
             rule(
                 TABLE_ADMISSION,
-                Admission.PORTAL,
+                AdmissionPriority.PORTAL,
                 (Output(LOCAL),),
                 cookie,
                 in_port=p,
@@ -40,6 +51,8 @@ def portal_rules(mac: str, ports: tuple[int, ...], subnet: Subnet, cookie: int) 
             )
             for p in ports
         }
-        back_rule = rule(TABLE_ADMISSION, Admission.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back)
+        back_rule = rule(
+            TABLE_ADMISSION, AdmissionPriority.PORTAL, to_device, cookie, in_port=LOCAL, eth_dst=mac, **back
+        )
         rules.add(back_rule)
     return rules

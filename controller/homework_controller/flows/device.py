@@ -8,8 +8,9 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..model import Device, State, Subnet
-from ..packets import ARP_REPLY, ARP_REQUEST
+from ..model import Device, State
+from ..wire.lan import Subnet
+from ..wire.packets import ARP_REPLY, ARP_REQUEST
 from .captive import portal_rules
 from .shapes import IPV4, address_blocked, admitted, counted, encrypted_dns_refused, routed_to
 from .values import (
@@ -29,8 +30,8 @@ from .values import (
     TABLE_ADMISSION,
     TABLE_MARKING,
     TABLE_ROUTING,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     FiveTuple,
     FlowRule,
     GotoTable,
@@ -86,10 +87,10 @@ class DeviceRules:
             # Nothing in or out on any port, EAPOL included: it cannot even finish the key handshake.
             return frozenset(
                 {
-                    rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=p, eth_src=self.mac)
+                    rule(TABLE_ADMISSION, AdmissionPriority.BLACKLISTED, (), cookie, in_port=p, eth_src=self.mac)
                     for p in self.access_ports
                 }
-                | {rule(TABLE_ADMISSION, Admission.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac)}
+                | {rule(TABLE_ADMISSION, AdmissionPriority.BLACKLISTED, (), cookie, in_port=LOCAL, eth_dst=self.mac)}
             )
         subnet = self.subnet
         assert subnet is not None, "a device without a lease has no rules (device_rules: None)"
@@ -99,7 +100,7 @@ class DeviceRules:
         elsewhere = {
             rule(
                 TABLE_ADMISSION,
-                Admission.ELSEWHERE,
+                AdmissionPriority.ELSEWHERE,
                 (Meter(NEWCOMERS_METER.meter_id), Output(CONTROLLER)),
                 cookie,
                 in_port=p,
@@ -113,7 +114,7 @@ class DeviceRules:
         budget = {
             rule(
                 TABLE_ADMISSION,
-                Admission.DEVICE_CONTROL,
+                AdmissionPriority.DEVICE_CONTROL,
                 (meter, SetField("eth_dst", port_mark(port)), Output(LOCAL)),
                 cookie,
                 in_port=port,
@@ -130,7 +131,7 @@ class DeviceRules:
             budget |= {
                 rule(
                     TABLE_ADMISSION,
-                    Admission.DEVICE_CONTROL,
+                    AdmissionPriority.DEVICE_CONTROL,
                     (meter, Output(LOCAL)),
                     cookie,
                     in_port=port,
@@ -139,7 +140,7 @@ class DeviceRules:
                 ),
                 rule(
                     TABLE_ADMISSION,
-                    Admission.DEVICE_ARP,
+                    AdmissionPriority.DEVICE_ARP,
                     (meter, Output(CONTROLLER)),
                     cookie,
                     in_port=port,
@@ -153,7 +154,7 @@ class DeviceRules:
             budget |= {
                 rule(
                     TABLE_ADMISSION,
-                    Admission.DEVICE_CONTROL,
+                    AdmissionPriority.DEVICE_CONTROL,
                     to_own,
                     cookie,
                     in_port=LOCAL,
@@ -165,7 +166,7 @@ class DeviceRules:
                 ),
                 rule(
                     TABLE_ADMISSION,
-                    Admission.DEVICE_CONTROL,
+                    AdmissionPriority.DEVICE_CONTROL,
                     to_own,
                     cookie,
                     in_port=LOCAL,
@@ -187,7 +188,7 @@ class DeviceRules:
         )
         rules = admitted(IPV4, cookie, self.mac, own, ip)
         rules |= routed_to(IPV4, cookie, self.mac, self.router_mac, own, self.access_ports, ip)
-        rules |= counted(IPV4, cookie, (Accounting.DEVICE_SOURCE, Accounting.DEVICE_DEST), count, ip)
+        rules |= counted(IPV4, cookie, (AccountingPriority.DEVICE_SOURCE, AccountingPriority.DEVICE_DEST), count, ip)
         if self.dns_gated:
             rules |= encrypted_dns_refused(IPV4, cookie, ip)
         return frozenset(rules | budget | self._gateway_answered(cookie, subnet))
@@ -214,7 +215,7 @@ class DeviceRules:
         return {
             rule(
                 TABLE_ADMISSION,
-                Admission.GATEWAY_ARP,
+                AdmissionPriority.GATEWAY_ARP,
                 answer,
                 cookie,
                 in_port=port,
@@ -285,7 +286,7 @@ def learnt_flow_rule(device: Device, flow: FiveTuple, mark: tuple = ()) -> FlowR
     """One flow's counting rule; mark: the actions that mark its packets for the shaper (`qos.mark_actions`)."""
     return rule(
         TABLE_ACCOUNTING,
-        Accounting.LEARNT_FLOW,
+        AccountingPriority.LEARNT_FLOW,
         (*mark, GotoTable(TABLE_ROUTING)),
         device_cookie(device),
         idle_timeout=FLOW_IDLE_TIMEOUT_S,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..model import Device
-from ..nd import ETH_IPV6
+from ..wire.nd import ETH_IPV6
 from .values import (
     DEVICE_COOKIE_BASE,
     ETH_IPV4,
@@ -31,7 +31,7 @@ from .values import (
     TABLE_ROUTING,
     FlowRule,
     GotoTable,
-    Marking,
+    MarkingPriority,
     masked,
     rule,
 )
@@ -106,7 +106,7 @@ def port_marks(
         for eth_type, _, _ in _FAMILIES if ipv6 else _FAMILIES[:1]:
             for field in _PORT_FIELDS[proto]:
                 fields = {"eth_type": eth_type, "ip_proto": proto, field: port}
-                rules.add(_marking(Marking.BY_PORT, actions, PORT_MARKS_COOKIE, fields))
+                rules.add(_marking(MarkingPriority.BY_PORT, actions, PORT_MARKS_COOKIE, fields))
     return frozenset(rules)
 
 
@@ -127,8 +127,8 @@ def name_marks(device: Device, address: str, mark: tuple, prefixes: Iterable[str
     v6 = ":" in address
     rules = []
     for eth_type, src, dst, own in _own_sides(device, prefixes if v6 else (), ipv4=not v6):
-        rules.append(_marking(Marking.BY_NAME, actions, cookie, {"eth_type": eth_type, src: own, dst: address}))
-        rules.append(_marking(Marking.BY_NAME, actions, cookie, {"eth_type": eth_type, src: address, dst: own}))
+        rules.append(_marking(MarkingPriority.BY_NAME, actions, cookie, {"eth_type": eth_type, src: own, dst: address}))
+        rules.append(_marking(MarkingPriority.BY_NAME, actions, cookie, {"eth_type": eth_type, src: address, dst: own}))
     return rules
 
 
@@ -141,8 +141,8 @@ def socket_marks(device: Device, proto: int, port: int, mark: tuple, prefixes: I
     rules = []
     for eth_type, src, dst, own in _own_sides(device, prefixes):
         fields = {"eth_type": eth_type, "ip_proto": proto}
-        rules.append(_marking(Marking.BY_AGENT, actions, cookie, {**fields, src: own, src_port: port}))
-        rules.append(_marking(Marking.BY_AGENT, actions, cookie, {**fields, dst: own, dst_port: port}))
+        rules.append(_marking(MarkingPriority.BY_AGENT, actions, cookie, {**fields, src: own, src_port: port}))
+        rules.append(_marking(MarkingPriority.BY_AGENT, actions, cookie, {**fields, dst: own, dst_port: port}))
     return rules
 
 
@@ -160,6 +160,10 @@ def demoted_port_marks(
             port = _port_match(value, mask)
             for eth_type, src, dst, side in _own_sides(device, prefixes):
                 fields = {"eth_type": eth_type, "ip_proto": proto}
-                rules.append(_marking(Marking.DEMOTED_PORT, actions, cookie, {**fields, src: side, dst_port: port}))
-                rules.append(_marking(Marking.DEMOTED_PORT, actions, cookie, {**fields, dst: side, src_port: port}))
+                rules.append(
+                    _marking(MarkingPriority.DEMOTED_PORT, actions, cookie, {**fields, src: side, dst_port: port})
+                )
+                rules.append(
+                    _marking(MarkingPriority.DEMOTED_PORT, actions, cookie, {**fields, dst: side, src_port: port})
+                )
     return rules

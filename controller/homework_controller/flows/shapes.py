@@ -15,12 +15,12 @@ from .values import (
     TABLE_ACCOUNTING,
     TABLE_ADMISSION,
     TABLE_ROUTING,
-    Accounting,
-    Admission,
+    AccountingPriority,
+    AdmissionPriority,
     DecTtl,
     FlowRule,
     GotoTable,
-    Routing,
+    RoutingPriority,
     SetField,
     outputs_to,
     rule,
@@ -47,7 +47,7 @@ def admitted(family: Family, cookie: int, mac: str, own: tuple[int, ...], source
     rules = {
         rule(
             TABLE_ADMISSION,
-            Admission.SOURCE_CHECKED,
+            AdmissionPriority.SOURCE_CHECKED,
             goto,
             cookie,
             in_port=port,
@@ -60,7 +60,7 @@ def admitted(family: Family, cookie: int, mac: str, own: tuple[int, ...], source
     rules.add(
         rule(
             TABLE_ADMISSION,
-            Admission.SOURCE_CHECKED,
+            AdmissionPriority.SOURCE_CHECKED,
             goto,
             cookie,
             in_port=LOCAL,
@@ -90,7 +90,7 @@ def routed_to(
     rules = {
         rule(
             TABLE_ROUTING,
-            Routing.TO_DEVICE,
+            RoutingPriority.TO_DEVICE,
             (SetField("eth_dst", mac), *outputs_to(own, LOCAL)),
             cookie,
             in_port=LOCAL,
@@ -101,7 +101,7 @@ def routed_to(
     rules |= {
         rule(
             TABLE_ROUTING,
-            Routing.TO_DEVICE,
+            RoutingPriority.TO_DEVICE,
             (SetField("eth_src", router_mac), SetField("eth_dst", mac), DecTtl(), *outputs_to(own, port)),
             cookie,
             in_port=port,
@@ -119,7 +119,7 @@ def encrypted_dns_refused(family: Family, cookie: int, source) -> set[FlowRule]:
     return {
         rule(
             TABLE_ACCOUNTING,
-            Accounting.BLOCKED,
+            AccountingPriority.BLOCKED,
             (),
             cookie,
             eth_type=family.eth_type,
@@ -134,7 +134,7 @@ def address_blocked(family: Family, cookie: int, source, address: str) -> FlowRu
     """The device may not reach an address learnt for a name blocked for it (even by address)."""
     return rule(
         TABLE_ACCOUNTING,
-        Accounting.BLOCKED,
+        AccountingPriority.BLOCKED,
         (),
         cookie,
         eth_type=family.eth_type,

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..model import Device, Subnet
-from ..nd import ETH_IPV6
+from ..model import Device
+from ..wire.lan import Subnet
+from ..wire.nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
 TABLE_ACCOUNTING = 1
@@ -18,7 +19,7 @@ TABLE_MARKING = 2
 TABLE_ROUTING = 3
 
 
-class Admission:
+class AdmissionPriority:
     TAGGED = 1200
     BLACKLISTED = 1100
     ELSEWHERE = 1050
@@ -33,7 +34,7 @@ class Admission:
     MISS = 0
 
 
-class Accounting:
+class AccountingPriority:
     BLOCKED = 900
     LEARNT_FLOW = 300
     # Device-to-device traffic matches both; the sender's rule wins, so the flow is the sender's.
@@ -42,7 +43,7 @@ class Accounting:
     MISS = 0
 
 
-class Marking:
+class MarkingPriority:
     BY_AGENT = 500  # a device's socket (its protocol and port, any far end) its agent named a program for
     BY_NAME = 400  # a device and an address its lookups named for an app
     DEMOTED_PORT = 300  # a device over its share of High: its High apps' ports, at Medium
@@ -50,7 +51,7 @@ class Marking:
     MISS = 0
 
 
-class Routing:
+class RoutingPriority:
     TO_DEVICE = 600
     BROADCAST = 550
     MISS = 0
@@ -240,3 +241,8 @@ def outputs_to(targets: Sequence[int], in_port: int | str) -> tuple[Output, ...]
     """Out of each target port; the port the packet came in on only as IN_PORT (OpenFlow sends nothing
     back out of its in_port otherwise)."""
     return tuple(Output(IN_PORT if t == in_port else t) for t in targets)
+
+
+def unspecified(address: str) -> str:
+    """The far side of a device's whole-device row, in the address's family."""
+    return "::" if ":" in address else "0.0.0.0"

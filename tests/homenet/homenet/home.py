@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from homework_controller import radio_settings
+from homework_controller.radio import radio_settings
 
 from . import ipv6, services
 from .isp import ISP
@@ -409,7 +409,7 @@ table netdev {NFT_WLAN_TABLE} {{
         conf = run(
             PYTHON,
             "-m",
-            "homework_controller.hostapd_conf",
+            "homework_controller.radio.hostapd_conf",
             "--driver",
             "wired",
             "--interface",

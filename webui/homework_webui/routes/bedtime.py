@@ -3,7 +3,7 @@
 Pausing for a while is pausing, so whoever may pause a device may (owner, wall panel). Schedules,
 allowances, bonuses and the household's time settings are the owner's alone: a wall panel is in
 everyone's reach, and a member must not lift their own bedtime. The controller decides who may
-(homework_controller/authority.py: the routes that only ask it are open to every signed-in role) and
+(homework_controller/api/authority.py: the routes that only ask it are open to every signed-in role) and
 checks what is asked (a schedule's text, an amount, a zone); its refusal is passed on with its message.
 A person's schedule and allowance (by account) stay the owner's here: accounts are the web UI's.
 

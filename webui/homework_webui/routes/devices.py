@@ -2,7 +2,7 @@
 blacklist, whitelist, merging a newcomer into the device it is), pausing and resuming, names,
 owners and DNS blocks.
 
-Who may make each decision is the controller's (homework_controller/authority.py): a route that only
+Who may make each decision is the controller's (homework_controller/api/authority.py): a route that only
 asks the controller is open to every signed-in role, the controller is told whose session asks
 (`controller.request_role`) and its refusal (403, with the reason) is passed on. What the web UI alone
 knows stays here: which member owns which device (`own_device`), and who sets a device's owner."""

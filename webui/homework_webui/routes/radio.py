@@ -1,7 +1,7 @@
 """The router's own radio (issue 25): its network name, guest passphrase, country (regulatory domain),
 band and channel. The owner's alone: a wall panel is in everyone's reach and would show the guest
 passphrase to the room, and a change makes every device join again. The controller checks the
-settings (`homework_controller.radio_settings`, the model the image reads too) and writes its file;
+settings (`homework_controller.radio.radio_settings`, the model the image reads too) and writes its file;
 the radio restarts with them. Who may is the controller's word (its authority table: the owner alone).
 The answers carry the guest passphrase: never logged nor cached."""
 

@@ -1,5 +1,5 @@
 // The router's own radio settings form: which countries, bands and channels it offers. The
-// controller decides what it takes (homework_controller/radio_settings.py) and sends its channels
+// controller decides what it takes (homework_controller/radio/radio_settings.py) and sends its channels
 // with the settings; this only keeps the form from offering what it would refuse.
 
 export const WORLD = '00'

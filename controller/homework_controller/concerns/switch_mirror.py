@@ -1,0 +1,127 @@
+"""The switch mirror, the concern: what the switch holds for the router (each device's rule set, its
+meters, the gateway addresses on the router's stack, the broadcast rules) and the changes that bring
+a device's rules in line with what they should be (reconciled, not patched: a device's rules go by
+its one cookie and its new set is installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import flows
+from ..effects import AddGatewayAddress, Effect, InstallMeter, InstallRules, RemoveMeter, RemoveRules
+from ..flows import base_flows, flows_v6
+from ..model import Device
+
+
+class SwitchMirror:
+    def __init__(self, ipv6: bool = False):
+        self.ipv6 = ipv6  # the router runs IPv6: its link-scope multicast is copied among devices as IPv4's broadcast
+        self.access_ports: tuple[int, ...] = ()  # where devices are (the radio's port, wired ones)
+        self.router_mac: str | None = None
+        self.installed: dict[str, flows.DeviceRules] = {}  # each device's rule set on the switch
+        self.meters: set[int] = set()
+        self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
+        self.forwarding: dict[str, tuple[int, ...]] = {}  # devices whose forwarding rules are installed: their ports
+        self.broadcast: frozenset[flows.FlowRule] = frozenset()
+
+    # -- the lifecycle
+
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+        """The switch (re)connected and holds nothing: the newcomers' meter and the base rules first."""
+        assert access_ports, "a switch without an access port has no devices"
+        self.access_ports, self.router_mac = access_ports, router_mac
+        self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
+        self.forwarding, self.broadcast = {}, frozenset()
+        return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(base_flows.base_rules(access_ports)))]
+
+    def knows(self, mac: str) -> bool:
+        return mac in self.installed or mac in self.forwarding
+
+    def forget(self, mac: str) -> None:
+        """Its rules and meter are no longer the router's to track (`evict` said what to remove)."""
+        self.installed.pop(mac, None)
+        self.forwarding.pop(mac, None)
+
+    # -- queries
+
+    def ports(self) -> tuple[tuple[int, ...], str]:
+        """The access ports and the router's MAC: known once the switch has connected, which
+        it has whenever a packet arrives from it."""
+        assert self.access_ports and self.router_mac is not None, "no switch yet"
+        return self.access_ports, self.router_mac
+
+    def holds_rules_of(self, mac: str) -> bool:
+        return mac in self.installed
+
+    def devices_with_rules(self) -> list[str]:
+        return list(self.installed)
+
+    # -- changes
+
+    def reconcile(
+        self, device: Device, wanted: flows.DeviceRules | None, forwards: bool, reinstall: bool = False
+    ) -> tuple[list, bool]:
+        """The changes that give the device the rule set wanted (reinstall: even if it has it), and
+        whether its rules left the switch (and what else went with its cookie: learnt flows, blocks)."""
+        have = self.installed.get(device.mac)
+        if wanted == have and not reinstall:
+            return [], False
+        effects: list[Effect] = []
+        if forwards and device.subnet and device.subnet.index not in self.gateways:
+            # Only a permitted device talks to the router's own stack; a pending one gets DHCP
+            # and ARP from the controller, so a storm of newcomers costs no netlink work.
+            self.gateways.add(device.subnet.index)
+            effects.append(AddGatewayAddress(device.subnet))
+        if wanted is not None and wanted.metered:
+            band = flows.device_meter(device)
+            if band.meter_id not in self.meters:
+                self.meters.add(band.meter_id)
+                effects.append(InstallMeter(band))
+        if have is not None:
+            # Deleting by cookie also ends flows in progress (a denied device is cut off at
+            # once) and takes its learnt flows with it: they are learnt again as they pass.
+            effects.append(RemoveRules(flows.device_cookie(device)))
+        if wanted is not None:
+            # In any order: no two rules of a set match the same packets at the same rule priority.
+            effects.append(InstallRules(wanted))
+            self.installed[device.mac] = wanted
+        else:
+            self.installed.pop(device.mac, None)
+        return effects, have is not None
+
+    def set_forwarding(
+        self, mac: str, forwards: bool, rules: flows.DeviceRules | None, device_of: Callable[[str], Device]
+    ) -> list[Effect]:
+        """Broadcast reaches exactly the devices that forward, out of their own ports (those of its rule
+        set; without one, every access port): rebuilt when that set changes, or a device's port does."""
+        own_ports = rules.own_ports if rules is not None else self.access_ports
+        if self.forwarding.get(mac) == (own_ports if forwards else None):
+            return []
+        if forwards:
+            self.forwarding[mac] = own_ports
+        else:
+            self.forwarding.pop(mac)
+        permitted = [device_of(m) for m in sorted(self.forwarding)]
+        wanted = base_flows.broadcast_rules(permitted, self.access_ports, self.forwarding.__getitem__)
+        if self.ipv6:
+            wanted |= flows_v6.multicast_rules(permitted, self.forwarding.__getitem__)
+        if wanted == self.broadcast:
+            return []
+        effects: list[Effect] = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
+        if wanted:
+            effects.append(InstallRules(tuple(wanted)))
+        self.broadcast = wanted
+        return effects
+
+    def evict(self, device: Device) -> list[Effect]:
+        """A forgotten device's rules and meter off the switch."""
+        effects: list[Effect] = []
+        if device.subnet:
+            meter = flows.device_meter(device).meter_id
+            if self.installed.pop(device.mac, None) is not None:
+                effects.append(RemoveRules(flows.device_cookie(device)))
+            if meter in self.meters:
+                self.meters.discard(meter)
+                effects.append(RemoveMeter(meter))
+        return effects

@@ -1,0 +1,238 @@
+"""A device coming onto the home network, sequenced for `HomeRouter`: its DHCP, its ARP for its
+gateway, the radio's word of the passphrase it joined with (the same device under a new MAC, or a
+copy of one), and its frames on an access port (the port it is bound to).
+
+These events involve several concerns (the registry's lease, the newcomers' cap, the clone watch,
+port binding, passphrases), so they are sequenced here, and every change to a device's rules goes
+through the reconciler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import flows
+from ..concerns import port_binding
+from ..concerns.clone_watch import CloneWatch
+from ..concerns.lookalikes import Lookalikes, may_be_merged_into
+from ..concerns.newcomers import Newcomers
+from ..concerns.passphrases import Passphrases
+from ..concerns.registry import DeviceRegistry
+from ..concerns.switch_mirror import SwitchMirror
+from ..effects import AuthenticatorDeny, AuthenticatorKick, Effect, PublishWifiKeys, SendFrame, TellHousehold
+from ..errors import Conflict, UnknownDevice
+from ..lifecycle import Concern, Moves
+from ..model import Device, State, normalize_mac
+from ..policy import dhcp, fingerprints
+from ..wire import dhcp_wire, packets
+from .reconciler import Reconciler
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Joining:
+    clock: Callable[[], float]
+    counters: dict[str, int]
+    lease_policy: dhcp.LeasePolicy
+    reconciler: Reconciler
+    registry: DeviceRegistry
+    switch: SwitchMirror
+    newcomers: Newcomers
+    clone_watch: CloneWatch
+    port_binding: port_binding.PortBinding
+    passphrases: Passphrases
+    concerns: tuple[Concern, ...]
+    follow_the_device: tuple[Moves, ...]
+
+    @property
+    def devices(self) -> dict[str, Device]:
+        return self.registry.devices
+
+    def on_dhcp(self, frame: packets.Frame) -> list[Effect]:
+        try:
+            req = dhcp_wire.decode_request(frame.payload)
+        except dhcp_wire.MalformedDhcp as exc:
+            self.counters["dhcp_malformed"] += 1
+            LOG.info("dropped malformed DHCP from %s: %s", frame.eth_src, exc)
+            return []
+        if req.chaddr != frame.eth_src:
+            # A device asking on behalf of another MAC would take over that device's lease.
+            self.counters["dhcp_spoofed_chaddr"] += 1
+            LOG.warning("dropped DHCP %s from %s claiming to be %s", req.name, frame.eth_src, req.chaddr)
+            return []
+        now = self.clock()
+        before = self.devices.get(req.chaddr)
+        effects: list[Effect] = []
+        port = flows.port_of_mark(frame.eth_dst)  # the access port it asked on (None: the switch did not say)
+        if port is not None and before is not None:
+            rebound, moves = self._saw_on_port(before, port, now)
+            if rebound is None:
+                return moves  # its MAC on another port than its own: not served there
+            effects += moves
+        if before is None and req.msg_type == dhcp_wire.DISCOVER:
+            effects += self._make_room_for_a_newcomer()
+        outcome = dhcp.serve(req, before, now, self.lease_policy, self.registry.allocate_subnet)
+        LOG.debug("DHCP %s from %s (%s): %s", req.name, req.chaddr, req.hostname or "-", outcome.log)
+        effects += self.clone_watch.served(req, before, outcome, now)
+        if port is not None and before is None and outcome.device is not None:
+            self.port_binding.saw(req.chaddr, port)  # a newcomer: the port it first asks on is its own
+        if outcome.device is not None and outcome.device != before:
+            effects += self.reconciler.update(outcome.device)
+        for kind, msg in outcome.events:
+            effects += (
+                self.newcomers.announce(req.chaddr, msg)
+                if kind == "new-device"
+                else [TellHousehold(kind, req.chaddr, msg)]
+            )
+        if outcome.lease_action and outcome.device is not None:
+            effects.append(self.registry.record_lease(outcome.device, outcome.lease_action))
+            effects += self.newcomers.took_lease(req.chaddr)
+        answer = dhcp.answer(outcome, self.switch.ports()[1]) if outcome.reply is not None else None
+        if answer is not None:
+            if answer.after_rules:
+                effects.append(answer)
+            else:
+                effects.insert(0, answer)
+        return effects
+
+    def on_arp(self, in_port, frame: packets.Frame) -> list[Effect]:
+        """Proxy ARP: the router answers for gateways (to devices) and for devices (to its own stack)."""
+        req = frame.arp
+        if req is None or req.opcode != packets.ARP_REQUEST:  # replies and gratuitous ARP get no answer
+            return []
+        if in_port == flows.LOCAL:
+            target = self.registry.arp_answered_for(req.dst_ip)
+            if target:
+                return [SendFrame(flows.LOCAL, packets.arp_reply(target.mac, req.dst_ip, req.src_mac, req.src_ip))]
+            return []
+        if not self.registry.asks_for_its_gateway(frame.eth_src, req.src_mac, req.src_ip, req.dst_ip):
+            return []
+        router_mac = self.switch.ports()[1]
+        answer = SendFrame(in_port, packets.arp_reply(router_mac, req.dst_ip, req.src_mac, req.src_ip))
+        if self.devices[frame.eth_src].state is State.PENDING:
+            return [answer, *self.newcomers.used(frame.eth_src)]  # here and using its address: it keeps its place
+        return [answer]
+
+    def on_admission_copy(self, in_port, frame: packets.Frame) -> list[Effect]:
+        """A frame the admission table sent the controller: a device's ARP, or a bound device's MAC on
+        another access port (flows' ELSEWHERE)."""
+        device = self.devices.get(frame.eth_src)
+        effects: list[Effect] = []
+        if in_port != flows.LOCAL and device is not None:
+            rebound, effects = self._saw_on_port(device, in_port, self.clock())
+            if rebound is None:
+                return effects
+            # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is.
+        return effects + (self.on_arp(in_port, frame) if frame.arp is not None else [])
+
+    def station_joined(self, mac: str, keyid: str) -> list[Effect]:
+        """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
+        mac = normalize_mac(mac)
+        owner = self.passphrases.device_with(keyid)
+        if owner == mac:
+            self.passphrases.joined_with_own(mac)
+            return []  # the device, with its own passphrase
+        device = self.devices.get(owner) if owner is not None else None
+        if device is not None:
+            there = self.devices.get(mac)
+            if there is None or there.state is State.PENDING:
+                moved = self._moved(device, mac, "it joined with its own passphrase")
+                self.passphrases.joined_with_own(mac)
+                return moved
+            # Another decided device's address with this device's passphrase: neither device.
+            return [AuthenticatorKick(mac), *self._suspect_clone(mac, [f"joined with {device.label}'s passphrase"])]
+        # Given its own passphrase, a device keeps the connection it has until it switches: another
+        # passphrase with its MAC is a copy's only once it has joined with its own.
+        differs = fingerprints.wrong_key(self.passphrases.keyid_in_use(mac), keyid)
+        if not differs:
+            return []
+        # Not the device, whose passphrase is its own: off the air, and the household told.
+        return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
+
+    def merge(self, mac: str, into: str) -> list[Effect]:
+        """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
+        passphrase of its own to say so (offered as its status' `looks_like`): moved as by `_moved`. Only
+        a pending newcomer, and only into the device the router offered for it (`lookalikes`: permitted,
+        not on the network now, no passphrase of its own, the newcomer's whole DHCP client alike), for
+        every role: a merge moves a device's decisions, so a merge into any other would lift a block or
+        hand a guest's device another's identity."""
+        mac, into = normalize_mac(mac), normalize_mac(into)
+        newcomer, device = self.devices.get(mac), self.devices.get(into)
+        if newcomer is None or device is None:
+            raise UnknownDevice(f"no device {mac if newcomer is None else into} has asked to join")
+        if newcomer.state is not State.PENDING:
+            raise Conflict(f"{newcomer.label} is decided already: only a newcomer is merged into a device")
+        own_passphrase = self.passphrases.has_own(device.mac)
+        if not may_be_merged_into(device, self.clock(), own_passphrase):
+            if own_passphrase:
+                raise Conflict(f"{device.label} has its own passphrase: it says who it is when it joins with it")
+            if device.state in (State.BLACKLISTED, State.DENIED):
+                raise Conflict(f"{device.label} is {device.state.value}: a newcomer is never merged into it")
+            raise Conflict(f"{device.label} is {'a newcomer too' if device.state is State.PENDING else 'online now'}")
+        lookalikes = Lookalikes(
+            self.devices.values(), self.clock(), self.clone_watch.fingerprint_of, self.passphrases.has_own
+        )
+        offered = lookalikes.looks_like(newcomer)
+        if offered is None or offered["mac"] != device.mac:
+            raise Conflict(
+                f"{newcomer.label} was not offered as {device.label}: only the device it looks like is merged"
+            )
+        return self._moved(device, mac, "the household said it is the same device")
+
+    def _moved(self, device: Device, new_mac: str, how: str) -> list[Effect]:
+        """The device is back under `new_mac` (a phone's private address): its record, decisions, name,
+        rules, passphrase and controls follow it (a newcomer it was taken for under the new MAC goes); the
+        old MAC's rules leave the switch. how: what says it is the device, for the household."""
+        old_mac = device.mac
+        LOG.info("%s is back as %s (%s)", old_mac, new_mac, how)
+        effects: list[Effect] = []
+        newcomer = self.devices.get(new_mac)
+        if newcomer is not None:
+            effects += self.reconciler.forget(newcomer)
+        if device.lease_active(self.clock()):
+            effects.append(self.registry.record_lease(device, "released"))
+        effects += self.reconciler.evict(device) + self.reconciler.forget_neighbours(device)  # its addresses, a new MAC
+        effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
+        for concern in self.concerns:
+            if concern not in self.follow_the_device:
+                concern.forget(old_mac)
+        for follower in self.follow_the_device:
+            follower.move(old_mac, new_mac)
+        if device.state is State.BLACKLISTED:
+            effects += [AuthenticatorDeny(old_mac, False), AuthenticatorDeny(new_mac, True)]
+        message = f"{device.label} is back from a new address, {new_mac} ({how}): it is still {device.label}"
+        return [
+            *effects,
+            PublishWifiKeys(),  # its key id names its new MAC
+            TellHousehold("new-address", new_mac, message),
+            *self.reconciler.reconcile(self.devices[new_mac]),
+        ]
+
+    def _saw_on_port(self, device: Device, port: int, now: float) -> tuple[bool | None, list]:
+        """A known device's frame came in on access port `port`: whether that bound it to a new port
+        (None: not its port, and not a move: counted as a copied MAC, its frame is not served), and the
+        effects (its rules on its new port; the household told of a copy)."""
+        seen = self.port_binding.saw(device.mac, port, leased=device.lease_active(now))
+        if seen == port_binding.OWN:
+            return False, []
+        if seen == port_binding.ELSEWHERE:
+            return None, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
+        if seen == port_binding.MOVED:
+            LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
+        return True, self.reconciler.reconcile(device)
+
+    def _suspect_clone(self, mac: str, differs: list[str]) -> list[Effect]:
+        device = self.devices.get(mac)
+        return self.clone_watch.suspect(mac, differs, device.label if device else mac)
+
+    def _make_room_for_a_newcomer(self) -> list[Effect]:
+        """The pending device that makes way for a newcomer (if the pending are at their cap) is forgotten
+        by every concern, and its meter and rules leave the switch."""
+        oldest = self.newcomers.evictee(len(self.devices), self.registry.pending)
+        if oldest is None:
+            return []
+        self.counters["pending_evicted"] += 1
+        return self.reconciler.forget(oldest)

@@ -1,0 +1,116 @@
+"""The os-ken app's periodic jobs, each on a thread of its own: the router's tick (and the delegated
+prefix read beside it), the switch's flow counters and the radio's link quality polled, the shapers
+watched, and the switch told once to export its flow records. A mixin of `ofapp.HomeworkController`:
+what the jobs need of it is declared below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from ..api.server import TimedLock
+from ..config import CONFIG
+from ..core.router import HomeRouter
+from ..effects import Effect
+from ..flows import openflow
+from ..radio import stations
+from ..wire.prefixes import BadPrefix
+from . import flow_export, shaper
+from .hwdb_log import HwdbLog
+from .ipv6_files import read_delegated
+
+LOG = logging.getLogger("homework.controller")
+
+
+class PeriodicJobs:
+    router: HomeRouter
+    lock: TimedLock
+    hwdb: HwdbLog
+    shapers: dict[str, shaper.Shaper]
+    datapath: object | None
+    _apply: Callable[[list[Effect]], None]
+    _send: Callable[[object, object], None]
+    _delegated_error = ""  # why the prefix file was last refused, logged once
+
+    def start_periodic_jobs(self) -> None:
+        for job in (self._tick, self._poll_counters):
+            threading.Thread(target=job, daemon=True).start()
+        if CONFIG.flow_export_port:
+            threading.Thread(target=self._export_flows, daemon=True).start()
+        if self.shapers:
+            threading.Thread(target=self._watch_shapers, daemon=True).start()
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(CONFIG.tick_seconds)
+            self._renumber_if_delegated_changed()
+            with self.lock:
+                if self.datapath is not None:
+                    try:
+                        self._apply(self.router.tick())
+                    except Exception:
+                        LOG.exception("lease expiry pass failed")
+
+    def _renumber_if_delegated_changed(self) -> None:
+        """The prefix-delegation client rewrites the prefix file beside the database (atomically) when the
+        ISP delegates another prefix, or renews it: read it off the lock each tick, renumber when the prefix
+        differs, and take its lifetimes (the adverts' cap) whenever they do. The command line's --ipv6-prefix
+        is fixed. A file that is not a prefix is logged (once) and changes nothing."""
+        if self.router.ipv6 is None or CONFIG.ipv6_prefix:
+            return
+        try:
+            delegated = read_delegated(os.path.dirname(os.path.abspath(CONFIG.db)))
+        except BadPrefix as exc:
+            if str(exc) != self._delegated_error:
+                LOG.error("%s: the delegated prefix stays %s", exc, self.router.ipv6.plan.delegated)
+            self._delegated_error = str(exc)
+            return
+        self._delegated_error = ""
+        prefix, until = (delegated.prefix, delegated.until) if delegated else (None, None)
+        plan = self.router.ipv6.plan  # only this thread changes the plan
+        if (prefix, until) != (plan.delegated, plan.delegated_until):
+            if prefix != plan.delegated:
+                LOG.info("delegated prefix %s -> %s: renumbering", plan.delegated, prefix)
+            with self.lock:
+                self._apply(self.router.renumber(prefix, until))
+
+    def _poll_counters(self) -> None:
+        """Every interval: ask the switch for flow counters, and the radio for link quality."""
+        last_stations: dict = {}
+        while True:
+            time.sleep(CONFIG.stats_interval)
+            dp = self.datapath
+            if dp is not None:
+                self._send(dp, openflow.flow_counters_request())
+            if CONFIG.stations:
+                try:
+                    now = stations.read_stations(CONFIG.stations)
+                except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                    LOG.debug("no station list from %s: %s", CONFIG.stations, exc)
+                    continue
+                for row in stations.link_rows(last_stations, now):
+                    self.hwdb.write("Links", row)
+                last_stations = now
+
+    def _export_flows(self) -> None:
+        try:
+            flow_export.export_to(CONFIG.lan_iface, CONFIG.flow_export_port)
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            LOG.error("the switch does not export its flows (no Flows rows): %s %s", exc, detail.decode().strip())
+            return
+        LOG.info("switch %s exports its flows to 127.0.0.1:%d", CONFIG.lan_iface, CONFIG.flow_export_port)
+
+    def _watch_shapers(self) -> None:
+        """The shaped links' trees kept in place, and the household told when High is overloaded (off the lock)."""
+        watch = shaper.Watch(self.shapers)
+        while True:
+            for message in watch.check(time.monotonic()):
+                LOG.info("event qos-overload: %s", message)
+                self.hwdb.write("Events", ("qos-overload", "", message))
+            time.sleep(CONFIG.stats_interval)

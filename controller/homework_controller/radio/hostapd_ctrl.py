@@ -1,0 +1,245 @@
+"""hostapd's control socket, through `hostapd_cli` (the I/O edge; nothing here decides anything)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import re
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+
+from ..effects import AuthenticatorDeny, AuthenticatorKick
+from ..policy import wifi_keys
+from . import hostapd_conf, private_files
+
+LOG = logging.getLogger(__name__)
+
+
+class HostapdError(RuntimeError):
+    pass
+
+
+def command(ctrl: str, *words: str, timeout: float = 5) -> str:
+    """Run one control command on hostapd's socket `ctrl` (DIR/IFACE); its answer, or HostapdError."""
+    ctrl_dir, _, iface = ctrl.rpartition("/")
+    try:
+        proc = subprocess.run(
+            ["hostapd_cli", "-p", ctrl_dir, "-i", iface, *words], capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {exc}") from None
+    answer = (proc.stdout + proc.stderr).strip()
+    # hostapd_cli exits 0 when hostapd answers FAIL, and prints "Failed to connect" when it is not there.
+    if proc.returncode != 0 or "FAIL" in proc.stdout or answer.startswith("Failed to connect"):
+        raise HostapdError(f"hostapd did not take `{' '.join(words)}`: {answer or proc.returncode}")
+    return proc.stdout.strip()
+
+
+@contextlib.contextmanager
+def _client_socket(name: str) -> Iterator[socket.socket]:
+    """A datagram socket bound to a path of its own: hostapd answers a named socket only (not an abstract
+    one), as hostapd_cli's in /tmp (a service talking to hostapd shares its private /tmp)."""
+    local = os.path.join(tempfile.gettempdir(), f"homework-hostapd-{name}-{os.getpid()}-{threading.get_ident()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(local)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(local)
+        try:
+            yield sock
+        finally:
+            os.unlink(local)
+
+
+def request(ctrl: str, message: str, timeout: float = 5) -> str:
+    """One request on hostapd's control socket `ctrl` from this process itself, not through hostapd_cli:
+    for one that carries a secret, which a command line shows every process of the box (/proc/PID/cmdline).
+    Its answer, or HostapdError (hostapd answered FAIL, or is not there), which names the request's first
+    two words only."""
+    what = " ".join(message.split(" ", 2)[:2])
+    try:
+        with _client_socket("request") as sock:
+            sock.settimeout(timeout)
+            sock.connect(ctrl)
+            sock.send(message.encode())
+            answer = sock.recv(4096).decode("utf-8", "replace").strip()
+    except OSError as exc:
+        raise HostapdError(f"hostapd did not take `{what}`: {exc}") from None
+    if answer.startswith("FAIL"):
+        raise HostapdError(f"hostapd did not take `{what}`: {answer}")
+    return answer
+
+
+def station_joined(event: str) -> tuple[str, str] | None:
+    """`<3>AP-STA-CONNECTED 02:..:01 keyid=dev-0200...` -> (MAC, keyid; "" without one); None for other events."""
+    words = event.split(">", 1)[-1].split()
+    if len(words) < 2 or words[0] != "AP-STA-CONNECTED":
+        return None
+    keyid = next((w[len("keyid=") :] for w in words[2:] if w.startswith("keyid=")), "")
+    return words[1], keyid
+
+
+# The AKM suites (IEEE 802.11 RSN selectors, as hostapd's `STA` answer writes them) that are SAE:
+# SAE, FT over SAE, and SAE with a group-dependent hash.
+SAE_AKMS = frozenset({"00-0f-ac-8", "00-0f-ac-9", "00-0f-ac-24", "00-0f-ac-25"})
+
+
+def joined_over_sae(sta_answer: str) -> bool:
+    """hostapd's `STA <mac>` answer says the station's key came from SAE (its `AKMSuiteSelector=`)."""
+    for line in sta_answer.splitlines():
+        if line.startswith("AKMSuiteSelector="):
+            return line.removeprefix("AKMSuiteSelector=").strip().lower() in SAE_AKMS
+    return False
+
+
+def sae_keyid(conf_text: str, mac: str, keys: list[wifi_keys.WifiKey]) -> str:
+    """The key id of the device key a station proved over SAE: hostapd reports none, but an SAE join
+    under a MAC that hostapd's running configuration binds to a password (`conf_text`) used that
+    password. It is the device's own key only while that password is the key's passphrase now (a key
+    issued again is not live until the configuration is rendered again). "" for anything else."""
+    bound = hostapd_conf.sae_bindings(conf_text).get(mac.lower())
+    for key in keys:
+        if bound is not None and key.mac == mac.lower() and key.passphrase == bound:
+            return key.keyid
+    return ""
+
+
+def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
+    """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) ->
+    (MAC, keyid or "", joined over SAE) for each authorized station."""
+    present = []
+    for block in re.split(r"(?m)^(?=[0-9a-f]{2}(?::[0-9a-f]{2}){5}$)", all_sta_answer):
+        lines = block.splitlines()
+        if not lines or "[AUTHORIZED]" not in block:
+            continue
+        keyid = next((line.removeprefix("keyid=") for line in lines if line.startswith("keyid=")), "")
+        present.append((lines[0].strip(), keyid, joined_over_sae(block)))
+    return present
+
+
+def served_ssid(ctrl: str) -> str:
+    """The network name hostapd serves (its GET_CONFIG's `ssid=`; "" without one, as on a wired port)."""
+    for line in command(ctrl, "get_config").splitlines():
+        if line.startswith("ssid="):
+            return line.removeprefix("ssid=")
+    return ""
+
+
+class Events:
+    """hostapd's event stream (its control socket, ATTACHed), for one callback; attached again when
+    hostapd restarts (`on_attach` then runs, before any event). The callbacks run on this object's thread."""
+
+    def __init__(
+        self,
+        ctrl: str,
+        on_event: Callable[[str], None],
+        keepalive_s: float = 10.0,
+        on_attach: Callable[[], None] = lambda: None,
+    ):
+        self.ctrl, self.on_event, self.keepalive_s, self.on_attach = ctrl, on_event, keepalive_s, on_attach
+        self.attached, self.stopped = threading.Event(), threading.Event()
+
+    def run_forever(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self._listen()
+            except OSError as exc:
+                LOG.debug("hostapd events from %s: %s; attaching again", self.ctrl, exc)
+            self.attached.clear()
+            self.stopped.wait(1)
+
+    def stop(self) -> None:
+        """Stop listening (within the keep-alive interval)."""
+        self.stopped.set()
+
+    def _listen(self) -> None:
+        with _client_socket("events") as sock:
+            self._attached_to(sock)
+
+    def _attached_to(self, sock: socket.socket) -> None:
+        sock.connect(self.ctrl)
+        sock.settimeout(5)
+        sock.send(b"ATTACH")
+        if sock.recv(4096).strip() != b"OK":
+            raise OSError("hostapd refused ATTACH")
+        self.on_attach()
+        self.attached.set()
+        sock.settimeout(self.keepalive_s)
+        waiting_for_pong = False
+        while not self.stopped.is_set():
+            try:
+                message = sock.recv(4096).decode("utf-8", "replace").strip()
+            except TimeoutError:
+                if waiting_for_pong:
+                    raise OSError("hostapd stopped answering") from None
+                sock.send(b"PING")  # a restarted hostapd forgot us: notice it
+                waiting_for_pong = True
+                continue
+            if message == "PONG":
+                waiting_for_pong = False
+            elif message.startswith("<"):
+                self.on_event(message)
+
+
+class Authenticator:
+    """What hostapd is told of devices (denied, kicked off the air), by one thread in the order the
+    household decided, and its key file of devices' own passphrases, written by one caller at a time,
+    each writing the router's latest keys (`keys`, which takes them under the controller's lock)."""
+
+    def __init__(self, ctrl: str, psk_file: str, keys: Callable[[], list[wifi_keys.WifiKey]]):
+        self.ctrl, self.psk_file, self.keys = ctrl, psk_file, keys
+        self.jobs: queue.SimpleQueue[AuthenticatorDeny | AuthenticatorKick] = queue.SimpleQueue()
+        self.keys_lock = threading.Lock()
+
+    def tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
+        """Queued for the thread (`run_forever`); without a control socket, nobody to tell."""
+        if self.ctrl:
+            self.jobs.put(effect)
+
+    def run_forever(self) -> None:
+        while True:
+            self._tell(self.jobs.get())
+
+    def _tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
+        commands = (
+            []
+            if isinstance(effect, AuthenticatorKick)
+            else [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
+        )
+        if isinstance(effect, AuthenticatorKick) or effect.deny:
+            commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
+        for words in commands:
+            try:
+                command(self.ctrl, *words)
+            except HostapdError as exc:
+                LOG.error("%s", exc)
+
+    def publish_keys(self) -> dict:
+        """hostapd's key file rewritten with the router's keys, and hostapd told to read it again (off the
+        controller's lock). `applied`: hostapd has them; `note` says why not."""
+        if not self.psk_file:
+            return {"applied": False, "note": "no key file configured (--wifi-psk-file): the radio does not know it"}
+        with self.keys_lock:
+            keys = self.keys()
+            try:
+                before = private_files.read_text(self.psk_file)
+                text = wifi_keys.render_psk_file(before, keys)
+                # Unchanged (every start publishes): not written, so the router's watch on the file (which
+                # renders hostapd's configuration again and restarts it) does not fire for nothing.
+                if text != before:
+                    private_files.write(self.psk_file, text)
+            except OSError as exc:
+                LOG.error("could not write %s: %s", self.psk_file, exc)
+                return {"applied": False, "note": f"could not write the key file: {exc}"}
+            if not self.ctrl:
+                return {"applied": False, "note": "key file written; no hostapd socket to tell (--hostapd-ctrl)"}
+            try:
+                command(self.ctrl, "reload_wpa_psk")
+            except HostapdError as exc:
+                LOG.error("%s", exc)
+                return {"applied": False, "note": f"key file written; {exc}"}
+        return {"applied": True, "note": ""}
