@@ -27,6 +27,7 @@ import http.server
 import json
 import os
 import resource
+import select
 import socket
 import subprocess
 import sys
@@ -46,6 +47,7 @@ BRIDGE = "fxbr"
 SUBNET = "10.77.0"
 SERVER_IP = f"{SUBNET}.1"
 PAGE_BYTES = 24_000
+SERVER_LISTENING = "listening"  # the web server says so on its stdout once its socket is bound
 _CLONE_NEWNET = 0x40000000
 
 
@@ -113,7 +115,12 @@ class BurstHome:
             sw.vsctl("add-port", BRIDGE, outer)
         (self.dir / "www").mkdir(exist_ok=True)
         (self.dir / "www" / "page").write_bytes(b"x" * PAGE_BYTES)
-        self.procs.append(self._in(self.server_ns, "serve", "--root", str(self.dir / "www")))
+        server = self._in(self.server_ns, "serve", "--root", str(self.dir / "www"))
+        self.procs.append(server)
+        # A burst sent before the server listens is refused (a loaded machine starts Python slowly).
+        started, _, _ = select.select([server.stdout], [], [], 60)
+        if not started or server.stdout.readline().strip() != SERVER_LISTENING:
+            raise RuntimeError(f"the burst's web server did not start listening (exit status {server.poll()})")
         for ns in self.host_ns:  # the switch learns every host before the burst
             _sh("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "5", SERVER_IP)
         return self
@@ -341,6 +348,7 @@ def serve(root: str) -> None:
     http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None  # type: ignore[method-assign]
     http.server.ThreadingHTTPServer.request_queue_size = 256  # read when the server starts listening
     server = http.server.ThreadingHTTPServer((SERVER_IP, 80), handler)
+    print(SERVER_LISTENING, flush=True)
     server.serve_forever()
 
 
