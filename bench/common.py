@@ -57,14 +57,16 @@ def commit() -> str:
     return f"{head}-dirty" if changed else head
 
 
-def provenance() -> dict:
-    """The stamp every result carries: the commit measured, when, on what machine, and how busy the machine
-    was as the benchmark began (the load average over 1, 5 and 15 minutes)."""
+def provenance(quick: bool = False) -> dict:
+    """The stamp every result carries: the commit measured, when, on what machine, how busy the machine
+    was as the benchmark began (the load average over 1, 5 and 15 minutes), and whether it was the small
+    run (`make bench QUICK=1`, a check before submitting, fewer samples)."""
     return {
         "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "quick": quick,
     }
 
 
@@ -82,14 +84,14 @@ def machine() -> dict:
     }
 
 
-def run_stamped(benchmark: Callable[[], None]) -> list[Path]:
+def run_stamped(benchmark: Callable[[], None], quick: bool = False) -> list[Path]:
     """Run a benchmark and stamp every result file it wrote (itself, or a component's own bench it ran) with
     the provenance taken as it began, under the key "stamp": the one place results are stamped. Returns them."""
 
     def written() -> dict[Path, int]:
         return {path: path.stat().st_mtime_ns for path in RESULTS.glob("*.json")}
 
-    began, before = provenance(), written()
+    began, before = provenance(quick), written()
     benchmark()
     paths = sorted(path for path, mtime in written().items() if before.get(path) != mtime)
     for path in paths:

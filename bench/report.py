@@ -322,6 +322,7 @@ ADAPTERS = {
 
 
 UNRECORDED = "?"  # a result's commit when it has none
+QUICK = " (QUICK=1)"  # after a commit: the results of a QUICK run at it
 
 
 def stamp_of(result: dict) -> dict:
@@ -369,15 +370,22 @@ def first_line(stamps: dict[str, dict]) -> str:
             groups.setdefault(words(stamp), []).append(name)
         return groups
 
-    commits = files_by(lambda stamp: stamp["commit"], stamps)
+    # A QUICK run's results (fewer samples) are not the same run as a full one's at the same commit.
+    commits = files_by(lambda stamp: stamp["commit"] + (QUICK if stamp.get("quick") else ""), stamps)
     # A result whose stamp names no machine is not counted as another one: nobody knows which it was.
     recorded = {name: stamp for name, stamp in stamps.items() if stamp.get("machine")}
     machines = files_by(lambda stamp: machine_words(stamp["machine"]), recorded)
     if len(commits) == 1 and UNRECORDED not in commits and len(machines) == 1 and len(recorded) == len(stamps):
         dates = sorted(stamp["date"] for stamp in stamps.values())
+        run, quick = next(iter(commits)).removesuffix(QUICK), next(iter(commits)).endswith(QUICK)
         return (
-            f"Every result below is from one `make bench` at commit `{next(iter(commits))}`, its benchmarks begun "
-            f"between {dates[0]} and {dates[-1]}, on {next(iter(machines))}."
+            f"Every result below is from one `make bench{' QUICK=1' if quick else ''}` at commit `{run}`, its "
+            f"benchmarks begun between {dates[0]} and {dates[-1]}, on {next(iter(machines))}."
+            + (
+                " **A QUICK run: fewer samples and shorter phases, a check, not the numbers goals are judged by.**"
+                if quick
+                else ""
+            )
         )
 
     def listed(groups: dict[str, list[str]], quote: str) -> str:
@@ -386,7 +394,9 @@ def first_line(stamps: dict[str, dict]) -> str:
             for key, files in groups.items()
         )
 
-    line = f"**These results are not one run: they are stitched together from {plural(len(commits), 'commit')}**"
+    # Each group is a commit, or a QUICK run at one: a run either way.
+    runs = plural(len(commits), "run" if any(stamp.get("quick") for stamp in stamps.values()) else "commit")
+    line = f"**These results are not one run: they are stitched together from {runs}**"
     line += f" ({listed(commits, '`')})"
     if len(machines) > 1:
         line += f", measured on {plural(len(machines), 'machine')} ({listed(machines, '')})"

@@ -603,7 +603,7 @@ def main():
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHMARKS)}")
     for name in args.names or BENCHMARKS:
         print(f"== {name}")
-        run_stamped(functools.partial(BENCHMARKS[name], args))
+        run_stamped(functools.partial(BENCHMARKS[name], args), quick=args.quick)
     sh(PY, BENCH / "report.py")
 
 

@@ -8,8 +8,14 @@ LAPTOP = {"hostname": "laptop", "cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.
 DESKTOP = {"hostname": "desktop", "cpu": "Intel Xeon", "cores": 8, "memory_gib": 64.0}
 
 
-def stamp(commit: str, date: str, machine: dict = LAPTOP) -> dict:
-    return {"commit": commit, "date": date, "machine": machine, "load_average_at_start": [0.5, 0.4, 0.3]}
+def stamp(commit: str, date: str, machine: dict = LAPTOP, quick: bool = False) -> dict:
+    return {
+        "commit": commit,
+        "date": date,
+        "machine": machine,
+        "load_average_at_start": [0.5, 0.4, 0.3],
+        "quick": quick,
+    }
 
 
 def test_one_run_names_its_commit_dates_and_machine():
@@ -77,3 +83,18 @@ def test_one_commit_with_a_result_that_names_no_machine_is_not_claimed_as_one_ru
     line = report.first_line({"dhcp_storm.json": stamp("c0ffee", "2026-11-29T10:00:00+00:00"), "qos.json": older})
     assert line.startswith("**These results are not one run") and "`c0ffee`: dhcp_storm.json, qos.json" in line
     assert "machines" not in line  # the one without a machine is not counted as a second machine
+
+
+def test_a_quick_run_says_so_and_is_not_one_run_with_a_full_one():
+    quick = {
+        "dhcp_storm.json": stamp("c0ffee", "2026-11-29T10:00:00+00:00", quick=True),
+        "slicer.json": stamp("c0ffee", "2026-11-29T10:20:00+00:00", quick=True),
+    }
+    line = report.first_line(quick)
+    assert line.startswith("Every result below is from one `make bench QUICK=1` at commit `c0ffee`")
+    assert "A QUICK run" in line
+    # The same commit, one file from a full run: two runs, each named.
+    line = report.first_line({**quick, "slicer.json": stamp("c0ffee", "2026-11-29T11:00:00+00:00")})
+    assert line.startswith("**These results are not one run: they are stitched together from 2 runs**")
+    assert "`c0ffee (QUICK=1)`: dhcp_storm.json" in line
+    assert "`c0ffee`: slicer.json" in line
