@@ -28,6 +28,7 @@ LOG = logging.getLogger(__name__)
 
 LINK_WINDOW = 30.0  # seconds of Links rows behind rssi / retransmission figures
 FLOW_WINDOW = 10.0  # seconds of Flows rows behind bandwidth shares
+HEARTBEAT_S = 5.0  # how often every device's status is read again while the controller answers
 OVERLOAD_KIND = "qos-overload"
 # Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
 CLONE_KIND = "mac-clone"
@@ -129,7 +130,7 @@ class LiveHub:
                 # heartbeat: device changes arrive through hwdb, not by polling.
                 if self.health["controller"] is not True or now >= next_probe:
                     self.refresh_devices()
-                    next_probe = now + 5.0
+                    next_probe = now + HEARTBEAT_S
                 if self._dirty:
                     self._dirty = False
                     self.broadcast_devices()

@@ -1,12 +1,14 @@
 """The captive portal's LAN side: a device held back is told why, by the address it asks from, and
 learns nothing about any other device; its OS's probes are sent to the page; nothing else answers it."""
 
+import math
+import time
 from datetime import UTC, datetime
 
 import pytest
 from conftest import Api
 
-from homework_webui import captive
+from homework_webui import captive, live
 from homework_webui.routes import portal
 
 PENDING, OTHER, PERMITTED = "02:00:00:00:00:a1", "02:00:00:00:00:b2", "02:00:00:00:00:c3"
@@ -140,14 +142,16 @@ def test_a_held_back_devices_requests_ask_the_controller_about_it_alone(home, co
     every device's status (175 KB with 50 permitted and 256 pending devices, per request, unsigned in).
     Each is now one small question about the asking device; a device let in gets in at once."""
     assert home[PERMITTED].get("/api/session").status_code == 200  # the board's picture is fresh
-    before = len(controller.calls)
+    before, started = len(controller.calls), time.monotonic()
     requests = 40
     for _ in range(requests // 2):
         assert home[PENDING].get(captive.PORTAL_PATH).status_code == 200
         assert home[PENDING].get("/api/devices").status_code == 403
     asked = [name for name, _ in controller.calls[before:]]
-    # The hub's own start and heartbeat (every 5 s) may fall in: a few, not one per request.
-    assert asked.count("status") <= 3, asked
+    # The hub's own reads fall in too: one at its start, one at a change, and its heartbeat's, which a slow
+    # machine's 40 requests outlast more often. A few, however long the requests took; never one a request.
+    heartbeats = math.ceil((time.monotonic() - started) / live.HEARTBEAT_S)
+    assert asked.count("status") <= 2 + heartbeats < requests, asked
     assert asked.count("portal") <= 2 * requests  # the gate's question, and the portal page's own
     # Positive control: let in now, its very next request is served as a permitted device's.
     controller.call("permit", PENDING)
