@@ -54,6 +54,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = 
         time.sleep(0.05)
 
 
+PORT_ATTEMPTS = 5  # first starts that may each lose a chosen port to another process
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -272,6 +275,18 @@ class SlicerProcess:
         self.dir.mkdir(parents=True, exist_ok=True)
         # OVS connects only to Unix sockets in its own run directory.
         self.switch_socket = switch_socket or self.dir / "switch.sock"
+        self._settings = (registry, tls, shared_ports, extra)
+        self.config = self.dir / "slicer.toml"
+        self._choose_ports()
+        self.proc: subprocess.Popen | None = None
+        self.log = self.dir / "slicer.log"
+        self.token_file = self.dir / "fvctl.token"  # made by the slicer at its first start
+        self.started = False
+
+    def _choose_ports(self) -> None:
+        """Free ports now, written into the slicer's configuration. Another process may take one before the
+        slicer binds it (a port is free only while nobody asks): `start` then chooses again."""
+        registry, tls, shared_ports, extra = self._settings
         self.household_port = free_port()
         self.rpc_port, self.metrics_port = free_port(), free_port()
         if registry.get("backend", "file") == "file":
@@ -283,7 +298,6 @@ class SlicerProcess:
             if tls is None
             else f'tls_cert = "{tls["cert"]}"\ntls_key = "{tls["key"]}"\ntls_ca = "{tls["ca"]}"'
         )
-        self.config = self.dir / "slicer.toml"
         self.config.write_text(f"""
 [switch]
 listen = "unix:{self.switch_socket}"
@@ -301,9 +315,6 @@ metrics = "127.0.0.1:{self.metrics_port}"
 {registry_toml}
 {extra}
 """)
-        self.proc: subprocess.Popen | None = None
-        self.log = self.dir / "slicer.log"
-        self.token_file = self.dir / "fvctl.token"  # made by the slicer at its first start
 
     @property
     def controller(self) -> str:
@@ -311,6 +322,24 @@ metrics = "127.0.0.1:{self.metrics_port}"
         return f"unix:{self.switch_socket}"
 
     def start(self) -> SlicerProcess:
+        """Start it and wait until it listens. At its first start (no client knows its ports yet) a port
+        another process took since it was chosen makes it choose again; a restart keeps its ports."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            logged = self.log.stat().st_size if self.log.exists() else 0
+            try:
+                self._spawn()
+                wait_until(self._listening, 30, "the slicer to listen")
+            except AssertionError:
+                lost_a_port = "address already in use" in self.log.read_bytes()[logged:].decode(errors="replace")
+                if self.started or not lost_a_port or attempt == PORT_ATTEMPTS:
+                    raise
+                self._choose_ports()
+                continue
+            self.started = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -324,8 +353,6 @@ metrics = "127.0.0.1:{self.metrics_port}"
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        wait_until(self._listening, 30, "the slicer to listen")
-        return self
 
     def _listening(self) -> bool:
         assert self.proc is not None
