@@ -116,7 +116,15 @@ class Station:
             f"mkdir -p {self.dir} && ip netns add {self.ns} && iw phy {self.phy} set netns name {self.ns} "
             f"&& ip -n {self.ns} link set lo up && ip -n {self.ns} link set {self.ifname} up"
         )
-        self.mac = json.loads(self.vm.run(f"ip -n {self.ns} -j link show {self.ifname}"))[0]["address"]
+        self.mac = self.ip("link show")[0]["address"]
+
+    def ip(self, words: str) -> list[dict]:
+        """`ip -j WORDS dev` this station's radio, in its namespace, as JSON (what else it printed, if not)."""
+        text = self.vm.run(f"ip -n {self.ns} -j {words} dev {self.ifname}")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise VmError(f"`ip {words}` in {self.ns} printed no JSON:\n{text[-1500:]}") from None
 
     def exec(self, command: str, timeout: float = 60, check: bool = True) -> str:
         return self.vm.run(f"ip netns exec {self.ns} {command}", timeout=timeout, check=check)
@@ -182,7 +190,7 @@ class Station:
             check=False,
             paced=False,
         )
-        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        info = self.ip("-4 addr show")
         for a in info[0].get("addr_info", []) if info else []:
             return f"{a['local']}/{a['prefixlen']}"
         # What the station's supplicant and the router's hostapd say of it: off the air, or on it unanswered.
@@ -196,28 +204,43 @@ class Station:
         )
 
     def lease_left(self) -> int:
-        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        info = self.ip("-4 addr show")
         return int(info[0]["addr_info"][0]["valid_life_time"])
 
     def address(self) -> str:
-        info = json.loads(self.vm.run(f"ip -n {self.ns} -4 -j addr show dev {self.ifname}"))
+        info = self.ip("-4 addr show")
         return info[0]["addr_info"][0]["local"]
 
-    def listen(self, port: int, group: str = "-", seconds: float = 15) -> str:
-        """Datagrams to `port` (and the multicast `group`) for `seconds`, in the background: read them
-        with `heard` (one JSON line each: source, TTL as it arrived, data)."""
+    def listen(self, port: int, group: str = "-", seconds: float = 15) -> None:
+        """Datagrams to `port` (and the multicast `group`, joined on this station's radio) for `seconds` (paced),
+        in the background: read them with `heard`. Returns once the listener is bound and joined; a listener
+        that could not start fails here, with its own words, rather than hearing nothing later."""
         self.write(f"{self.dir}/probe.py", PROBE)
-        self.detach(f"python3 {self.dir}/probe.py listen {port} {group} {seconds}", f"{self.dir}/heard-{port}")
-        time.sleep(1)  # bound and joined before anything is sent
+        seconds = self.vm.paced(seconds)
+        self.detach(f"python3 {self.dir}/probe.py listen {port} {group} {seconds} {self.ifname}", self._heard(port))
+        wait_until(f"{self.ns}'s listener on {port}", lambda: self._probe_lines(port), self.vm.paced(10), 0.5)
+
+    def heard(self, port: int) -> list[dict]:
+        """What the listener on `port` heard so far: one dict per datagram (source, TTL as it arrived, data)."""
+        return [line for line in self._probe_lines(port) if "from" in line]
+
+    def still_listening(self, port: int) -> bool:
+        return not any("done" in line for line in self._probe_lines(port))
+
+    def _heard(self, port: int) -> str:
         return f"{self.dir}/heard-{port}"
+
+    def _probe_lines(self, port: int) -> list[dict]:
+        text = self.vm.run(f"cat {self._heard(port)}")
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError:  # its traceback (stderr shares the file), or something else on the console
+            raise VmError(f"{self.ns}'s listener on {port} wrote what is no datagram:\n{text[-1500:]}") from None
 
     def detach(self, command: str, out: str = "/dev/null") -> None:
         """`command` in the station's namespace, left running on its own (setsid: no job of the console's
         shell, whose notices would land in a later command's output)."""
         self.vm.run(f"setsid -f ip netns exec {self.ns} {command} > {out} 2>&1 < /dev/null")
-
-    def heard(self, port: int) -> list[dict]:
-        return [json.loads(line) for line in self.vm.run(f"cat {self.dir}/heard-{port}").splitlines() if line]
 
     def send(self, host: str, port: int, data: str) -> None:
         self.write(f"{self.dir}/probe.py", PROBE)
@@ -228,27 +251,31 @@ class Station:
         return self.exec(f"curl -s -o /dev/null -m 5 -w %{{http_code}} {url}", check=False).strip()[-3:]
 
 
-# Run by a station's python3 (the image's): `listen PORT GROUP|- SECONDS` prints each datagram with the
-# TTL it arrived with; `send HOST PORT DATA` sends DATA three times (multicast with a TTL of 1, as mDNS).
+# Run by a station's python3 (the image's): `listen PORT GROUP|- SECONDS IFNAME` prints a line once it listens,
+# each datagram with the TTL it arrived with, and a line when its time is up; `send HOST PORT DATA` sends DATA
+# three times (multicast with a TTL of 1, as mDNS).
 PROBE = """
-import json, socket, sys
+import json, socket, struct, sys
 mode, *args = sys.argv[1:]
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 if mode == "listen":
-    port, group, seconds = int(args[0]), args[1], float(args[2])
+    port, group, seconds, ifname = int(args[0]), args[1], float(args[2]), args[3]
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_RECVTTL", 12), 1)
     s.bind(("", port))
-    if group != "-":
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(group) + bytes(4))
+    if group != "-":  # ip_mreqn on the radio itself: no route to the group needed (a pending lease may be gone)
+        index = socket.if_nametoindex(ifname)
+        mreqn = socket.inet_aton(group) + bytes(4) + struct.pack("@i", index)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn)
     s.settimeout(seconds)
+    print(json.dumps({"listening": port}), flush=True)
     try:
         while True:
             data, extra, _, source = s.recvmsg(2048, socket.CMSG_SPACE(4))
             ttl = next((int.from_bytes(d[:4], sys.byteorder) for _, k, d in extra if k == socket.IP_TTL), None)
             print(json.dumps({"from": source[0], "ttl": ttl, "data": data.decode(errors="replace")}), flush=True)
     except TimeoutError:
-        pass
+        print(json.dumps({"done": port}), flush=True)
 else:
     s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
     for _ in range(3):
@@ -627,7 +654,8 @@ def test_stations_reach_each_other_only_through_the_router_and_a_pending_one_hea
     first.send("224.0.0.251", 5353, "printer announcement")
     wait_until("the permitted station to hear the announcement", lambda: second.heard(5353), router.paced(10), 1)
     time.sleep(3)
-    assert newcomer.heard(5353) == []
+    # Silence that means something: the newcomer's listener was bound, joined and still running.
+    assert newcomer.still_listening(5353) and newcomer.heard(5353) == []
 
 
 def test_the_owner_moves_the_radio_to_another_channel_and_only_hostapd_restarts(router, stations, owner):
