@@ -57,6 +57,26 @@ class Clock:
 # ---- devices joining
 
 
+class HoldsCounted(TimedLock):
+    """The controller's lock, counting how often a wrapped call (`counting`) runs within each hold of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.per_hold: list[int] = []
+
+    def __enter__(self):
+        super().__enter__()
+        self.per_hold.append(0)
+        return self
+
+    def counting(self, call):
+        def counted(*args, **kwargs):
+            self.per_hold[-1] += 1
+            return call(*args, **kwargs)
+
+        return counted
+
+
 def lease(router, mac, client=()):
     """Join (DISCOVER, REQUEST; client: the DHCP client's own options) and return the device's address."""
     [offer] = [

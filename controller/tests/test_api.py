@@ -10,7 +10,7 @@ from wsgiref import simple_server
 
 import pytest
 from dhcp_frames import forged
-from support import PHONE, lease
+from support import PHONE, HoldsCounted, lease
 
 from homework_controller.api import api, authority, operations, ws_service
 from homework_controller.api.server import TimedLock
@@ -224,19 +224,6 @@ def test_a_benchmark_starts_a_counters_phase_over_ws_v1_and_only_the_owner_may()
     assert edge.lock.phase_started > started and edge.lock.phase_max_hold_s < 0.01  # the long hold is not this phase's
 
 
-class HoldsCounted(TimedLock):
-    """The controller's lock, counting the device statuses each hold of it assembles."""
-
-    def __init__(self):
-        super().__init__()
-        self.statuses_per_hold: list[int] = []
-
-    def __enter__(self):
-        super().__enter__()
-        self.statuses_per_hold.append(0)
-        return self
-
-
 def test_the_listing_of_a_storms_devices_takes_the_lock_a_few_devices_at_a_time_and_lists_every_one(router):
     """Issue 39, measured in `make bench` (hostile.json): during a lease-completing storm ws.v1 `status` of every
     device, which the web UI asks for on each batch of Leases rows, held the lock 110 ms: a storm's pending
@@ -248,15 +235,9 @@ def test_the_listing_of_a_storms_devices_takes_the_lock_a_few_devices_at_a_time_
     lease(router, PHONE)
     for n in range(200):
         router.joining.on_dhcp(forged(f"02:fe:00:00:00:{n:02x}"))
-    status_of = router._status_of
-
-    def counted(*args):
-        edge.lock.statuses_per_hold[-1] += 1
-        return status_of(*args)
-
-    router._status_of = counted
+    router._status_of = edge.lock.counting(router._status_of)
     listed = edge.call("status")
-    assert 0 < max(edge.lock.statuses_per_hold) <= ws_service.STATUS_PER_HOLD
+    assert 0 < max(edge.lock.per_hold) <= ws_service.STATUS_PER_HOLD
     del router._status_of
     # As the operation answers it at once: each with what every role may do to it (the web UI's buttons).
     assert listed == operations.status(router) and len(listed) == 201 and listed[0]["mac"] == PHONE

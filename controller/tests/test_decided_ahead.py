@@ -4,16 +4,19 @@ before it is opened (a service port, a name the device looked up); an agent's re
 behaviour in the records gives it a rule of its own. Where packets land and with which DSCP (fakeoftable)."""
 
 import ipaddress
+from types import SimpleNamespace
 
 import pytest
 from fakeoftable import FakeSwitch
-from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, down, join, up
+from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, HoldsCounted, down, join, up
 
 from homework_controller import flows
 from homework_controller.concerns import ahead_marks
 from homework_controller.concerns.agent_reports import AgentReport
+from homework_controller.core import flow_events
 from homework_controller.core.router import HomeRouter
-from homework_controller.effects import TellHousehold
+from homework_controller.edge import ofapp
+from homework_controller.effects import LogRow, TellHousehold
 from homework_controller.policy import dhcp, downlink, qos
 from homework_controller.store import DeviceStore
 
@@ -137,6 +140,37 @@ def test_a_device_over_its_high_share_has_its_ports_and_names_demoted_and_anothe
     switch.apply(router.tick())
     assert first_packet(switch, up(phone, CALL_SERVER, flows.PROTO_UDP, 40000, 3478)) == (EF, LOCAL)
     assert first_packet(switch, up(phone, ZOOM, flows.PROTO_TCP, 40002, 443)) == (EF, LOCAL)
+
+
+def test_a_poll_of_many_connections_is_read_a_few_hundred_at_a_hold_and_still_sums_a_device_over_the_whole(
+    router, switch, clock
+):
+    """Issue 39, measured in `make bench` (hostile.json): a flow-stats poll of the switch's records held the lock
+    for all its connections at once (60 ms for 6,000 directions), while every other device's DHCP and DNS waited.
+    The edge now reads a poll a few hundred directions a hold. Positive control: what spans the parts still
+    counts whole: the phone's 600 call connections are over its High share only together (each part's
+    alone is under it), and it is demoted; every direction has its Flows row."""
+    phone, laptop = join(router, switch, PHONE), join(router, switch, LAPTOP)
+    calls = [flows.FiveTuple(flows.PROTO_UDP, phone, 40000 + n, CALL_SERVER, 3478) for n in range(600)]
+    pages = [flows.FiveTuple(flows.PROTO_TCP, laptop, 40000 + n, SITE, 443) for n in range(400)]
+    switch.apply(records(router, clock, {flow: [1, 100] for flow in calls + pages}))  # the first poll: no rates
+    edge = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
+    edge.router, edge.lock, edge.stats_parts, applied = router, HoldsCounted(), [], []
+    edge._apply = lambda effects, at_once=False: applied.extend(effects)
+    router.priorities._device_and_side = edge.lock.counting(router.priorities._device_and_side)
+    # In 5 s: 2,500 bytes a call connection, 1.5 MB in all (2,400 kbit/s, over the phone's 1,800).
+    router.flow_events.on_flow_export({flow: [10, 2500] for flow in calls} | {flow: [10, 1000] for flow in pages})
+    clock.now += 5
+    reply = SimpleNamespace(body=[], flags=0, datapath=SimpleNamespace(ofproto=SimpleNamespace(OFPMPF_REPLY_MORE=1)))
+    edge._on_flow_stats(SimpleNamespace(msg=reply))
+    assert 0 < max(edge.lock.per_hold) <= flow_events.POLL_PART < len(calls + pages)
+    switch.apply(applied)
+    [told] = [e for e in applied if isinstance(e, TellHousehold)]
+    assert (told.kind, told.mac) == ("qos-overload", PHONE)
+    assert first_packet(switch, up(phone, CALL_SERVER, flows.PROTO_UDP, 40000, 3478)) == (AF41, LOCAL)
+    assert first_packet(switch, up(laptop, CALL_SERVER, flows.PROTO_UDP, 40000, 3478, src_mac=LAPTOP)) == (EF, LOCAL)
+    rows = {e.row[:5] for e in applied if isinstance(e, LogRow) and e.table == "Flows"}
+    assert rows == {tuple(flow) for flow in calls + pages}
 
 
 def test_the_isp_slice_marks_ahead_as_the_router_does_by_port_and_by_named_address(router, switch):

@@ -152,17 +152,18 @@ class Accounting:
         total[0] += pkts
         total[1] += nbytes
 
+    def take_records(self) -> dict[flows.FiveTuple, list[int]]:
+        """With the switch's records: what each connection direction moved since the last poll,
+        (packets, bytes), handed over for the poll's Flows rows; the next poll's are summed afresh."""
+        exported, self._exported = self._exported, {}
+        self._exported_by.clear()
+        return exported
+
     def read_counters(self, counted: list[RuleCounters]) -> list[LogRow]:
         """The accounting table's counters (keyed off the lock: `rule_counters`) -> Flows rows with what
-        each flow did since the last poll. A learnt flow's row is what its rule counted plus what the
-        controller saw of it before the rule was in place. With the switch's records, the rows are
-        theirs since the last poll instead."""
-        if self.from_export:
-            exported, self._exported = self._exported, {}
-            self._exported_by.clear()
-            return [
-                LogRow("Flows", (f.proto, f.saddr, f.sport, f.daddr, f.dport, p, b)) for f, (p, b) in exported.items()
-            ]
+        each flow did since the last poll, counting copies (with the switch's records: `take_records`).
+        A learnt flow's row is what its rule counted plus what the controller saw of it before the rule
+        was in place."""
         rows = []
         seen = set()
         for rule in counted:

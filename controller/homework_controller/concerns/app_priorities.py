@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import flows
 from ..effects import Effect, InstallRules, LogRow, ModifyRules, TellHousehold
@@ -36,6 +36,20 @@ class FlowApp:
     source: str
     priority: str
     pps: float = 0.0
+
+
+@dataclass
+class AppPoll:
+    """What one poll has summed so far (`AppPriorities.start_poll`). A poll is read in parts, each under a
+    hold of the controller's lock of its own, and finished once every part is in: the sums span the parts."""
+
+    interval: float  # since the last poll (0 at the first: nothing is judged by rate)
+    moved: dict[flows.FiveTuple, tuple] = field(default_factory=dict)  # flow -> (packets, bytes), every part's
+    per_app: dict[str, list[int]] = field(default_factory=dict)  # app -> [bytes, packets]
+    classified: dict[tuple, str] = field(default_factory=dict)  # (device, the connection as it sees it) -> app
+    high: dict[str, list[int]] = field(default_factory=dict)  # mac -> High-marked [bytes up, bytes down]
+    rates: dict[flows.FiveTuple, float] = field(default_factory=dict)  # the switch's records: each one's rate
+    ruled: set[flows.FiveTuple] = field(default_factory=set)  # given a rule of their own by this poll
 
 
 class AppPriorities:
@@ -130,23 +144,22 @@ class AppPriorities:
         return flows.learnt_flow_rule(device, flow, qos.mark_actions(info.priority))
 
     def decide_from_records(
-        self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float, may_rule
+        self, moved: dict[flows.FiveTuple, tuple], placed: dict, poll: AppPoll, may_rule
     ) -> list[Effect]:
         """The connections in the switch's records this poll that need a rule of their own: named by an
         agent, or judged by their rate (over this poll and the last), where that differs from their mark
         ahead. may_rule(mac, flow): whether the device may have one more (its flow budget)."""
-        rates_now: dict[flows.FiveTuple, float] = {}
         rules = []
         for flow, (pkts, nbytes) in moved.items():
             device, conn = placed[flow]
             if device is None or not device.forwards:
                 continue
-            rates_now[flow] = pps = pkts / interval
+            poll.rates[flow] = pps = pkts / poll.interval
             rates = apps.FlowRates(pps, self._rates.get(flow, 0.0), nbytes / pkts if pkts else 0.0)
             info = self.decide(device, flow, rates, conn)
             if info is not None and may_rule(device.mac, flow):
                 rules.append(self.ruled(device, flow, info))
-        self._rates = rates_now
+                poll.ruled.add(flow)
         return [InstallRules(tuple(rules))] if rules else []
 
     # -- events
@@ -162,40 +175,54 @@ class AppPriorities:
         for known in self.flows_of.values():
             known.pop(flow, None)
 
-    def poll(self, rows: list[LogRow], may_rule=None) -> list[Effect]:
-        """This poll's Flows rows: AppTimeseries rows, flows judged by their rate, High over a device's share.
-        may_rule: the rows are the switch's records, and a connection in them may get a rule of its own
-        (`decide_from_records`) if the device's budget allows."""
+    def start_poll(self) -> AppPoll:
+        """A poll of the accounting table begins: its parts follow (`poll_part`), then `finish_poll`."""
         now = self.clock()
         interval = now - self.last_poll_at if self.last_poll_at is not None else 0.0
         self.last_poll_at = now
-        # What each flow moved since the last poll, (packets, bytes), and whose it is (the device, and the
-        # connection as it sees it), found once for the apps' rows and the judgements (a poll has up to
-        # 1,000 directions a device, under the lock).
+        return AppPoll(interval)
+
+    def poll_part(self, poll: AppPoll, rows: list[LogRow], may_rule=None) -> list[Effect]:
+        """Some of a poll's Flows rows: summed per app and per device's High traffic. may_rule: the rows are
+        the switch's records, and a connection in them may get a rule of its own (`decide_from_records`) if
+        the device's budget allows. Each flow is placed (whose, the connection as it sees it) once."""
         moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
         placed = {flow: self._device_and_side(flow) for flow in moved}
-        effects: list[Effect] = [*self.app_rows(rows, placed)]
-        if interval > 0:
-            effects += self._judge_behaviour(moved, interval) + self._cap_high_per_device(moved, placed, interval)
-            if may_rule is not None:
-                effects += self.decide_from_records(moved, placed, interval, may_rule)
+        self._sum_apps(rows, placed, poll)
+        if poll.interval <= 0:
+            return []
+        poll.moved.update(moved)
+        self._sum_high(moved, placed, poll)  # by the marks before this part's own rules
+        return self.decide_from_records(moved, placed, poll, may_rule) if may_rule is not None else []
+
+    def finish_poll(self, poll: AppPoll) -> list[Effect]:
+        """Every part is in: AppTimeseries rows, learnt flows judged by their rate, High over a device's share."""
+        effects: list[Effect] = [*self._app_timeseries(poll)]
+        if poll.interval > 0:
+            effects += self._judge_behaviour(poll) + self._cap_high_per_device(poll)
+            self._rates = poll.rates
         return effects
 
-    def app_rows(self, flow_rows: list[LogRow], placed: dict | None = None) -> list[LogRow]:
-        """AppTimeseries: this interval's learnt-flow traffic summed per application. Under the lock at
-        every poll, for up to 1,000 connection directions a device: each connection is classified once
-        for both its directions. placed: whose each flow is, if known (`poll`)."""
-        per_app: dict[str, list[int]] = {}
-        classified: dict[tuple, str] = {}  # (device, the connection as it sees it) -> its app, this poll
+    def app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
+        """AppTimeseries for Flows rows outside a poll (a learnt flow's last, at its removal)."""
+        poll = AppPoll(0.0)
+        self._sum_apps(flow_rows, {}, poll)
+        return self._app_timeseries(poll)
+
+    def _sum_apps(self, flow_rows: list[LogRow], placed: dict, poll: AppPoll) -> None:
+        """The rows' learnt-flow traffic summed per application; each connection classified once a poll,
+        for both its directions. placed: whose each flow is, where known."""
         for r in flow_rows:
             proto, saddr, sport, daddr, dport, pkts, nbytes = r.row
             if proto:  # device totals (proto 0) are not attributable to an application
-                totals = per_app.setdefault(
-                    self._app_of(flows.FiveTuple(proto, saddr, sport, daddr, dport), classified, placed), [0, 0]
-                )
+                flow = flows.FiveTuple(proto, saddr, sport, daddr, dport)
+                totals = poll.per_app.setdefault(self._app_of(flow, poll.classified, placed), [0, 0])
                 totals[0] += nbytes
                 totals[1] += pkts
-        return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(per_app.items())]
+
+    @staticmethod
+    def _app_timeseries(poll: AppPoll) -> list[LogRow]:
+        return [LogRow("AppTimeseries", (app, b, p)) for app, (b, p) in sorted(poll.per_app.items())]
 
     def _device_and_side(self, flow: flows.FiveTuple) -> tuple[Device | None, flows.FiveTuple]:
         """The device a flow belongs to (the sender, else the receiver: what the accounting table does)
@@ -231,6 +258,13 @@ class AppPriorities:
         device = self._device_at(address)
         return address if device is None else device.mac
 
+    def _device_still_here(self, mac: str) -> Device | None:
+        """The device, unless it was forgotten (between the parts of a poll, which other calls run between)."""
+        try:
+            return self._device_of(mac)
+        except KeyError:
+            return None
+
     def _household_priority(self, app: str) -> str:
         """The household's priority for the app, else the table's."""
         return self.chosen.get(app) or self.app_table.default_priority(app)
@@ -251,9 +285,9 @@ class AppPriorities:
         app, source = apps.classify(self.app_table, conn, None, self.names.app_of(conn.saddr, conn.daddr))
         return qos.DEFAULT if source == apps.UNKNOWN else self._priority(device, app)  # nothing ahead: a miss
 
-    def _app_of(self, flow: flows.FiveTuple, classified: dict[tuple, str], placed: dict | None) -> str:
+    def _app_of(self, flow: flows.FiveTuple, classified: dict[tuple, str], placed: dict) -> str:
         """A counted flow's app: its learnt one, else as classified (once per connection, in `classified`)."""
-        device, conn = (placed and placed.get(flow)) or self._device_and_side(flow)
+        device, conn = placed.get(flow) or self._device_and_side(flow)
         if device is None:
             return self.app_table.app_of_ports(flow) or apps.OTHER
         known = self.flows_of.get(device.mac, {}).get(flow)
@@ -320,17 +354,18 @@ class AppPriorities:
             for flow, info in known.items()
         ]
 
-    def _judge_behaviour(self, moved: dict[flows.FiveTuple, tuple], interval: float) -> list[Effect]:
-        """Flows nothing else names are judged by their rate over the last two polls."""
+    def _judge_behaviour(self, poll: AppPoll) -> list[Effect]:
+        """Learnt flows nothing else names are judged by their rate over the last two polls (those this poll
+        gave a rule of their own were judged as it did)."""
         effects: list[Effect] = []
         for mac, known in self.flows_of.items():
             device = self._device_of(mac)
             changed = []
             for flow, info in known.items():
-                if info.source not in (apps.UNKNOWN, apps.BEHAVIOUR):
+                if info.source not in (apps.UNKNOWN, apps.BEHAVIOUR) or flow in poll.ruled:
                     continue
-                pkts, nbytes = moved.get(flow, (0, 0))
-                rates = apps.FlowRates(pkts / interval, info.pps, nbytes / pkts if pkts else 0.0)
+                pkts, nbytes = poll.moved.get(flow, (0, 0))
+                rates = apps.FlowRates(pkts / poll.interval, info.pps, nbytes / pkts if pkts else 0.0)
                 info.pps = rates.pps
                 app, source = self._classify(device, flow, rates)
                 if (app, source) != (info.app, info.source):
@@ -340,21 +375,23 @@ class AppPriorities:
                 effects += self.remark(device, changed)
         return effects
 
-    def _cap_high_per_device(self, moved: dict[flows.FiveTuple, tuple], placed: dict, interval: float) -> list[Effect]:
-        """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium
-        (those with rules of their own and those marked ahead)."""
-        high: dict[str, list[int]] = {}  # mac -> [bytes up, bytes down]
+    def _sum_high(self, moved: dict[flows.FiveTuple, tuple], placed: dict, poll: AppPoll) -> None:
+        """Each device's High-marked traffic (by its own rule's mark, else the mark ahead), up and down."""
         for flow, (_, nbytes) in moved.items():
             device, conn = placed[flow]
             if device is None or self._mark_of(device, flow, conn) != qos.HIGH:
                 continue
-            high.setdefault(device.mac, [0, 0])[0 if conn is flow else 1] += nbytes
+            poll.high.setdefault(device.mac, [0, 0])[0 if conn is flow else 1] += nbytes
+
+    def _cap_high_per_device(self, poll: AppPoll) -> list[Effect]:
+        """A device whose High-marked traffic exceeded its share has its High flows demoted to Medium
+        (those with rules of their own and those marked ahead)."""
         effects: list[Effect] = []
-        for mac, (up, down) in high.items():
-            why = qos.over_device_share(self.qos, up, down, interval)
-            if why is None or mac in self.demoted:
+        for mac, (up, down) in poll.high.items():
+            why = qos.over_device_share(self.qos, up, down, poll.interval)
+            device = self._device_still_here(mac)
+            if why is None or mac in self.demoted or device is None:  # None: forgotten while the poll was read
                 continue
-            device = self._device_of(mac)
             self.demoted[mac] = self.clock() + self.qos.demotion_s
             effects += (
                 self.remark(device)

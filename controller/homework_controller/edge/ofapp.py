@@ -301,8 +301,15 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
             return
         counted = rule_counters(self.stats_parts)  # thousands of matches parsed before the lock is taken
         self.stats_parts = []
+        events = self.router.flow_events
         with self.lock:
-            self._apply(self.router.flow_events.on_flow_counters(counted))
+            poll, effects = events.start_poll(counted)
+            self._apply(effects)
+        for part in poll.parts():  # a few hundred connections a hold: DHCP and DNS are served in between
+            with self.lock:
+                self._apply(events.poll_part(poll, part))
+        with self.lock:
+            self._apply(events.finish_poll(poll))
 
     def _on_exported(self, totals: dict[flows.FiveTuple, list[int]]) -> None:
         """The collector's thread: a second's records, summed per connection direction in the collector's
