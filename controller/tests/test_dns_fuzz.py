@@ -60,15 +60,15 @@ def test_parsers_only_ever_refuse_and_do_so_quickly():
     slowest = 0.0
     for _ in range(20000):
         message = mutate(rng, rng.choice(SEED_MESSAGES))
-        started = time.perf_counter()
+        started = time.thread_time()  # this thread's CPU: a loaded machine's other work is not the parser's
         try:
             dns_rules.parse_query(message, over_tcp=rng.random() < 0.5)
         except dns_rules.MalformedQuery:
             pass
         answer = dns_rules.inspect_answer(message, WWW, ("home.lan",))
         assert answer.readable or not answer.learnt
-        slowest = max(slowest, time.perf_counter() - started)
-    assert slowest < 0.25, slowest  # (the unbounded parse took seconds; this allows for a busy machine)
+        slowest = max(slowest, time.thread_time() - started)
+    assert slowest < 0.25, slowest  # (the unbounded parse took seconds of CPU)
 
 
 def test_the_resolver_survives_a_few_seconds_of_mutated_queries(router, monkeypatch):

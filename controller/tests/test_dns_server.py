@@ -88,16 +88,18 @@ def test_hostile_messages_are_refused_before_parsing_and_never_hold_the_lock(rou
 
 
 def test_parsing_a_hostile_message_takes_time_linear_in_its_size():
+    """Bounded work, counted as this thread's CPU time: wall time also counts whatever else a loaded machine
+    runs meanwhile (a CI run missed 0.2 s by 2 ms), and a pointer chain followed quadratically costs seconds."""
     for message in (pointer_chain(), pointer_chain(4096)):
-        started = time.monotonic()
+        started = time.thread_time()
         with pytest.raises(dns_rules.MalformedQuery):
             dns_rules.parse_query(message, over_tcp=True)
-        assert time.monotonic() - started < 0.01
+        assert time.thread_time() - started < 0.01
     # An upstream answer of chained pointers, within the record cap, is read in bounded time.
-    started = time.monotonic()
+    started = time.thread_time()
     assert not dns_rules.inspect_answer(pointer_chain(256 * 16, qr=True), "a").readable
     assert not dns_rules.inspect_answer(pointer_chain(qr=True), "a").readable
-    assert time.monotonic() - started < 0.2
+    assert time.thread_time() - started < 0.2
 
 
 def test_tcp_clients_are_capped_per_device_and_in_total_and_slow_ones_dropped(resolver, monkeypatch):

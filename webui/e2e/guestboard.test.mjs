@@ -625,7 +625,7 @@ test('phone: told when something joins, once, after pressing the button; the wal
   assert.equal(await board.$('[data-test=notify-me]'), null, 'the panel offers no notifications')
 
   const mac = await stack.join('annas-pixel')
-  const shown = await page.waitForFunction((mac) => window.__shown.find((n) => n.body.includes(mac)), mac, { timeout: 3000 })
+  const shown = await page.waitForFunction((mac) => window.__shown.find((n) => n.body.includes(mac)), mac, { timeout: 10000 })
   const notice = await shown.jsonValue()
   assert.equal(notice.via, 'service worker')
   assert.equal(notice.title, 'Something new asks to join')
@@ -635,7 +635,7 @@ test('phone: told when something joins, once, after pressing the button; the wal
     .filter((n) => n.tag === tag).map((n) => n.body), notice.tag)
   assert.deepEqual(listed, [notice.body])
   // The panel heard the same join (its label is on the board) and showed no notification.
-  await board.waitForSelector(label('asking', mac), { timeout: 3000 })
+  await board.waitForSelector(label('asking', mac), { timeout: 10000 })
   await sleep(500)
   assert.deepEqual(await board.evaluate(() => window.__shown), [])
   assert.equal((await page.evaluate(() => window.__shown)).filter((n) => n.tag === notice.tag).length, 1)
