@@ -1,8 +1,9 @@
 """The live picture of the home, fed by hwdb subscriptions, fanned out to browsers by SSE.
 
 hwdb pushes Events and Leases rows when a device asks to join or its lease changes; only
-then does the hub ask the controller for the devices' states (one GET), so a new device
-reaches the browsers within one notification plus one loopback request. Links and Flows
+then does the hub ask the controller for the devices' states (one GET, at most every
+REFRESH_SPACING_S however many rows arrive), so a new device reaches the browsers within one
+notification plus one loopback request. Links and Flows
 rows update signal strength, retransmissions and bandwidth shares, pushed at most once a
 second. A watchdog re-subscribes when hwdb restarts (its subscriptions die with it) and
 notices the controller coming back, so pages recover without a reload. Events rows written
@@ -29,6 +30,11 @@ LOG = logging.getLogger(__name__)
 LINK_WINDOW = 30.0  # seconds of Links rows behind rssi / retransmission figures
 FLOW_WINDOW = 10.0  # seconds of Flows rows behind bandwidth shares
 HEARTBEAT_S = 5.0  # how often every device's status is read again while the controller answers
+# Every device's status is asked at most this often when Leases and Events rows ask for it: in a storm of
+# forged MACs they arrive every 0.2 s (the controller's hwdb batches), each asking the controller for
+# hundreds of statuses, whose assembly and encoding competed for the controller's CPU with every other
+# device's DHCP and DNS (issue 39). A lone join is still asked about at once.
+REFRESH_SPACING_S = 0.5
 OVERLOAD_KIND = "qos-overload"
 # Another device is using a device's MAC: the Guest Board shows it, so every role hears it.
 CLONE_KIND = "mac-clone"
@@ -108,16 +114,21 @@ class LiveHub:
         self._subs: dict = {}
         self._sub_client: HwdbClient | None = None
         self._stop = threading.Event()
+        self._refresh_wanted = threading.Event()
         self._thread = threading.Thread(target=self._run, name="webui-live", daemon=True)
+        self._refresher = threading.Thread(target=self._refresh_when_asked, name="webui-refresh", daemon=True)
 
     # lifecycle
 
     def start(self) -> None:
         self._thread.start()
+        self._refresher.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._refresh_wanted.set()
         self._thread.join(3)
+        self._refresher.join(3)
         self._drop_subscriptions()
 
     def _run(self) -> None:
@@ -270,12 +281,10 @@ class LiveHub:
                 )
         # Show what the event says at once, then what the controller says.
         self.broadcast_devices()
-        self.refresh_devices()
-        self.broadcast_devices()
+        self.refresh_soon()
 
     def _on_leases(self, rows) -> None:
-        self.refresh_devices()
-        self.broadcast_devices()
+        self.refresh_soon()
 
     def _on_links(self, rows) -> None:
         now = time.time()
@@ -295,6 +304,24 @@ class LiveHub:
         self._apps_dirty = True
 
     # the controller's view
+
+    def refresh_soon(self) -> None:
+        """Every device's status asked of the controller and shown, now if it was not asked within the last
+        REFRESH_SPACING_S, else once that has passed: rows that arrive meanwhile share that one request."""
+        self._refresh_wanted.set()
+
+    def _refresh_when_asked(self) -> None:
+        while not self._stop.is_set():
+            self._refresh_wanted.wait()
+            self._refresh_wanted.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.refresh_devices()
+                self.broadcast_devices()
+            except Exception:  # the refresher must outlive any one bad round, as the watchdog does
+                LOG.exception("refreshing the devices failed")
+            self._stop.wait(REFRESH_SPACING_S)
 
     def refresh_devices(self) -> list[dict] | None:
         try:

@@ -7,21 +7,39 @@ import time
 from stack import HwdbServer
 
 from homework_webui.hwdb import Hwdb as RealHwdb
-from homework_webui.live import LiveHub
+from homework_webui.live import REFRESH_SPACING_S, LiveHub
 
 
 class Controller:
-    """The controller's `status` answer, as the test sets it."""
+    """The controller's `status` answer, as the test sets it, and when it was asked for it."""
 
     def __init__(self):
         self.known: list[dict] = []
+        self.asked: list[float] = []
 
     def status(self):
+        self.asked.append(time.monotonic())
         return list(self.known)
 
 
 class Hwdb:
-    pass
+    """An hwdb that is down: the hub's watchdog keeps trying it, the controller's side works alone."""
+
+    def client(self):
+        raise OSError("hwdb is down")
+
+
+def shown(hub) -> set[str]:
+    return {d["mac"] for d in hub.devices()}
+
+
+def within(seconds, check) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def joiner(mac):
@@ -41,16 +59,50 @@ def joiner(mac):
 def test_a_joiner_the_controller_forgot_leaves_the_board_and_one_it_knows_stays():
     controller = Controller()
     hub = LiveHub(controller, Hwdb())
-    controller.known = [joiner("02:00:00:00:00:01")]
-    hub._on_events(
-        [
-            {"tstamp": 1, "kind": "new-device", "mac": "02:00:00:00:00:01", "message": "phone asks to join"},
-            {"tstamp": 2, "kind": "new-device", "mac": "02:ff:00:00:00:99", "message": "forged, already evicted"},
-        ]
-    )
-    shown = {d["mac"] for d in hub.devices()}
-    assert "02:00:00:00:00:01" in shown
-    assert "02:ff:00:00:00:99" not in shown
+    hub.start()
+    try:
+        assert within(2, lambda: controller.asked)
+        controller.known = [joiner("02:00:00:00:00:01")]
+        hub._on_events(
+            [
+                {"tstamp": 1, "kind": "new-device", "mac": "02:00:00:00:00:01", "message": "phone asks to join"},
+                {"tstamp": 2, "kind": "new-device", "mac": "02:ff:00:00:00:99", "message": "forged, already evicted"},
+            ]
+        )
+        assert within(2, lambda: shown(hub) == {"02:00:00:00:00:01"}), shown(hub)
+    finally:
+        hub.stop()
+
+
+def test_a_storms_lease_rows_ask_the_controller_for_every_status_twice_a_second_and_a_lone_join_at_once():
+    """In a storm of forged MACs the controller's hwdb batches arrive every 0.2 s; each asked for every
+    device's status, and assembling them competed with the other devices' DHCP and DNS (issue 39)."""
+    controller = Controller()
+    hub = LiveHub(controller, Hwdb())
+    hub.start()
+    try:
+        assert within(2, lambda: controller.asked)
+        time.sleep(REFRESH_SPACING_S)
+        controller.asked.clear()
+        storm_started = time.monotonic()
+        for n in range(100):  # 2 s of batches every 20 ms, ten times as often as the controller writes them
+            controller.known = [joiner(f"02:ff:00:00:00:{n:02x}")]
+            hub._on_leases([{"mac": controller.known[0]["mac"]}])
+            time.sleep(0.02)
+        storm_s = time.monotonic() - storm_started
+        # The last batch's devices are shown (nothing is lost by asking less often) ...
+        assert within(2, lambda: shown(hub) == {"02:ff:00:00:00:63"}), shown(hub)
+        # ... but the controller was asked at most once per spacing, not once per batch.
+        assert len(controller.asked) <= storm_s / REFRESH_SPACING_S + 2, len(controller.asked)
+        time.sleep(REFRESH_SPACING_S)
+        controller.asked.clear()
+        controller.known = [joiner("02:00:00:00:00:01")]
+        lone_join = time.monotonic()
+        hub._on_leases([{"mac": "02:00:00:00:00:01"}])
+        assert within(2, lambda: shown(hub) == {"02:00:00:00:00:01"})
+        assert controller.asked[0] - lone_join < 0.2  # a lone join is asked about at once, not after a spacing
+    finally:
+        hub.stop()
 
 
 def test_an_overload_event_written_while_hwdb_restarts_still_reaches_the_phone(tmp_path):

@@ -34,26 +34,29 @@ class TimedLock:
     the longest hold of its own phase, every hold counted, however many there were.
 
     Everything under it delays every device's DHCP, ARP and DNS, so its longest hold is the
-    number that says whether one device can stall the others.
+    number that says whether one device can stall the others. The holder's own CPU time during that
+    hold is named beside it: a hold much longer than its CPU time was the holder waiting for a core or
+    the GIL (too many runnable threads), not work to move off the lock.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._since = 0.0
+        self._since = self._since_cpu = 0.0
         self.max_hold_s, self.max_hold_by = 0.0, ""
         self.phase_started = time.monotonic()
         self.phase_max_hold_s, self.phase_max_hold_by = 0.0, ""
 
     def __enter__(self):
         self._lock.acquire()
-        self._since = time.monotonic()
+        self._since, self._since_cpu = time.monotonic(), time.thread_time()
         return self
 
     def __exit__(self, *exc):
         held = time.monotonic() - self._since
         if held > self.phase_max_hold_s:  # never above the longest since start
             # Which handler held it: the function whose `with` block this is (looked up only for a new longest).
-            by = f"{threading.current_thread().name} in {sys._getframe(1).f_code.co_name}"
+            on_cpu_ms = (time.thread_time() - self._since_cpu) * 1e3
+            by = f"{threading.current_thread().name} in {sys._getframe(1).f_code.co_name}, {on_cpu_ms:.1f} ms on a CPU"
             self.phase_max_hold_s, self.phase_max_hold_by = held, by
             if held > self.max_hold_s:
                 self.max_hold_s, self.max_hold_by = held, by
