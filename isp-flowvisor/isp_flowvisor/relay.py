@@ -82,6 +82,13 @@ _RELAYED_STATISTICS: dict[str, _Statistics] = {
         lambda slice_, body: [switchside.meter_config_entry(*m) for m in map(slice_.reports.meter_config, body) if m],
     ),
 }
+# The requests the slicer relays as messages the switch does not answer, by kind (admission.request's
+# names): what each becomes on the switch. Flow-mods are relayed apart: the rule book and its quota.
+_RELAYED_MODS: dict[str, Callable[[policy.Requests, Any], list[Any]]] = {
+    "packet_out": lambda requests, msg: [requests.packet_out(msg)],
+    "group_mod": policy.Requests.group_mod,
+    "meter_mod": policy.Requests.meter_mod,
+}
 # Kinds of the relayed requests that the switch answers: the slicer's own, barriers and statistics.
 _REPLY_KINDS = {"own", "barrier", *_RELAYED_STATISTICS}
 _READ_SIZE = 1 << 16
@@ -191,6 +198,23 @@ class Slicer:
             "table_features": self._table_features,
             "group_features": self._group_features,
             "meter_features": self._meter_features,
+        }
+        # What the slicer does with each kind of message a household may send (admission.request's
+        # names): relay it translated, or answer it itself. A new kind is one entry of `_answers`,
+        # `_RELAYED_MODS` or `_RELAYED_STATISTICS`.
+        self._handlers: dict[str, Callable[[HouseholdSession, str, Any, bytes], None]] = {
+            "flow_mod": self._relay_flow_mod,
+            **dict.fromkeys(_RELAYED_MODS, self._relay_mods),
+            **dict.fromkeys(_RELAYED_STATISTICS, self._relay_statistics),
+            **dict.fromkeys(self._answers, self._answer),
+        }
+        # The switch's messages by OpenFlow type: the asynchronous ones and its echoes; anything else
+        # answers a request (`_reply`).
+        self._from_switch_handlers: dict[int, Callable[[Any, BatchedWriter], None]] = {
+            ofp.OFPT_PACKET_IN: self._packet_in,
+            ofp.OFPT_FLOW_REMOVED: self._flow_removed,
+            ofp.OFPT_PORT_STATUS: self._port_status,
+            ofp.OFPT_ECHO_REQUEST: self._echo,
         }
 
     # Views by name, built on each call: for fvctl, the registry's callbacks and tests, never per message.
@@ -505,22 +529,25 @@ class Slicer:
                 pending.connection.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
 
     def _from_switch(self, msg: Any, out: BatchedWriter) -> None:
-        if isinstance(msg, parser.OFPPacketIn):
-            session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
-            seen = session.slice.reports.packet_in(msg) if session and session.connected else None
-            if session and seen is not None:
-                session.counters.packet_ins += 1
-                session.send(switchside.packet_in(0, seen))
-        elif isinstance(msg, parser.OFPFlowRemoved):
-            self._flow_removed(msg)
-        elif isinstance(msg, parser.OFPPortStatus):
-            self._port_status(msg)
-        elif isinstance(msg, parser.OFPEchoRequest):
-            out.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
-        else:
+        """A message of the switch's, which came on the connection `out` writes to."""
+        handler = self._from_switch_handlers.get(msg.msg_type)
+        if handler is None:
             self._reply(msg)
+        else:
+            handler(msg, out)
 
-    def _flow_removed(self, msg: Any) -> None:
+    def _packet_in(self, msg: Any, out: BatchedWriter) -> None:
+        session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
+        seen = session.slice.reports.packet_in(msg) if session and session.connected else None
+        if session and seen is not None:
+            session.counters.packet_ins += 1
+            session.send(switchside.packet_in(0, seen))
+
+    @staticmethod
+    def _echo(msg: Any, out: BatchedWriter) -> None:
+        out.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
+
+    def _flow_removed(self, msg: Any, out: BatchedWriter) -> None:
         session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
         if session is None:
             return
@@ -529,7 +556,7 @@ class Slicer:
         if seen is not None:
             session.send(switchside.flow_removed(0, seen))
 
-    def _port_status(self, msg: Any) -> None:
+    def _port_status(self, msg: Any, out: BatchedWriter) -> None:
         if msg.reason == ofp.OFPPR_DELETE:
             self.ports.pop(msg.desc.port_no, None)
         else:
@@ -715,25 +742,26 @@ class Slicer:
 
     def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
         kind = admission.request(msg)
-        requests, head = session.slice.requests, frame[:64]
-        if kind == "flow_mod":
-            session.counters.flow_mods += 1
-            translated = requests.flow_mod(msg)
-            key = policy.rule_key(translated.table_id, translated.priority, translated.match)
-            self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
-        elif kind == "packet_out":
-            self._relay(requests.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
-        elif kind in ("group_mod", "meter_mod"):
-            for mod in requests.group_mod(msg) if kind == "group_mod" else requests.meter_mod(msg):
-                self._relay(mod, self._pending(session, msg.xid, "mod", head))
-        elif kind in _RELAYED_STATISTICS:
-            request = _RELAYED_STATISTICS[kind].request(requests, msg)
-            self._relay(request, self._pending(session, msg.xid, kind, head))
-            return
-        else:
-            self._answer(session, kind, msg)
-            return
+        handler = self._handlers.get(kind)
+        if handler is None:  # a kind admission offers that the relay does not know
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"{kind} is not offered to slices")
+        handler(session, kind, msg, frame)
+
+    def _relay_flow_mod(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        session.counters.flow_mods += 1
+        translated = session.slice.requests.flow_mod(msg)
+        key = policy.rule_key(translated.table_id, translated.priority, translated.match)
+        self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
         session.counters.relayed += 1
+
+    def _relay_mods(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        for mod in _RELAYED_MODS[kind](session.slice.requests, msg):
+            self._relay(mod, self._pending(session, msg.xid, kind, frame[:64]))
+        session.counters.relayed += 1
+
+    def _relay_statistics(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        request = _RELAYED_STATISTICS[kind].request(session.slice.requests, msg)
+        self._relay(request, self._pending(session, msg.xid, kind, frame[:64]))
 
     def _pending(
         self, session: HouseholdSession, xid: int, kind: str, head: bytes, rule_key: tuple | None = None
@@ -767,13 +795,10 @@ class Slicer:
             book.changed_widely()
             asyncio.get_running_loop().create_task(self._refresh_book(session))
 
-    def _answer(self, session: HouseholdSession, kind: str, msg: Any) -> None:
+    def _answer(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
         """Messages the slicer answers itself, from the household's view (or takes without effect)."""
-        answer = self._answers.get(kind)
-        if answer is None:  # a kind admission offers that neither the relay nor the answers know
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"{kind} is not offered to slices")
-        for frame in answer(session, msg):
-            session.send(frame)
+        for answer in self._answers[kind](session, msg):
+            session.send(answer)
 
     def _barrier(self, session: HouseholdSession, msg: Any) -> list[bytes]:
         """Relayed, so that the switch has done all that came before it; its reply is the answer."""

@@ -162,3 +162,10 @@ def test_the_slicer_answers_what_it_answers_itself_without_asking_the_switch(msg
         assert session.counters.refused == session.counters.malformed == 0
 
     asyncio.run(run())
+
+
+def test_every_message_admission_offers_a_slice_is_relayed_or_answered_by_the_slicer():
+    slicer, _, _, _ = socketless_slicer(ALICE)
+    offered = {*admission._REQUESTS.values(), *admission._BARE.values()}
+    # A kind the relay does not know would be refused as BAD_TYPE although admission offers it.
+    assert offered == set(slicer._handlers)
