@@ -1,9 +1,10 @@
 """The slicer's asyncio layer: it moves bytes between one switch and many household sessions.
 
 Decisions come from `admission` (which messages a household may send, and what the slicer does with
-them; the rule quota), `policy.Slice` (what a message may do and how its ids map), `accounting` and the
-codecs; what the slicer holds for a household is its `session.HouseholdSession`. This module only reads
-frames, serves households round-robin and carries out what those modules decided.
+them; the rule quota), `policy.Slice` (what a message may do and how its ids map), `answers` (what the
+slicer answers itself), `accounting` and the codecs; what the slicer holds for a household is its
+`session.HouseholdSession`. This module only reads frames, serves households round-robin and carries
+out what those modules decided.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from . import admission, codec, fastpath, policy, switchside
+from . import admission, answers, codec, fastpath, policy, switchside
 from .accounting import RuleBook
 from .config import SlicerConfig
 from .model import Household
@@ -96,14 +97,6 @@ _READ_SIZE = 1 << 16
 # send to the switch and one to every household answered, so not after every turn; short enough
 # that a reply waits at most this long behind other households' turns.
 _SERVE_SLICE = 0.001
-# What every household gets, whatever its SET_ASYNC said: packet-ins for misses and actions, every
-# port status and flow-removed reason (the masks of OpenFlow 1.3's default for a master).
-_ASYNC_MASKS = (
-    1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION,
-    1 << ofp.OFPPR_ADD | 1 << ofp.OFPPR_DELETE | 1 << ofp.OFPPR_MODIFY,
-    1 << ofp.OFPRR_IDLE_TIMEOUT | 1 << ofp.OFPRR_HARD_TIMEOUT | 1 << ofp.OFPRR_DELETE | 1 << ofp.OFPRR_GROUP_DELETE,
-)
-_CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
 # A household's barrier (one per window of flow-mods) and its reply, as os-ken encodes them, to be
 # renumbered: the same bytes without building and serialising two os-ken objects per barrier.
 _BARRIER_REQUEST = codec.encode(parser.OFPBarrierRequest(codec.CODEC), 0)
@@ -183,30 +176,15 @@ class Slicer:
         self._tasks: list[asyncio.Task] = []
         self._rotation: RoundRobin[str] = RoundRobin(config.batch)
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
-        # The messages the slicer answers itself, by kind (admission.request's names): each answer's frames.
-        self._answers: dict[str, Callable[[HouseholdSession, Any], list[bytes]]] = {
-            "barrier": self._barrier,
-            "ignore": lambda session, msg: [],
-            "echo": lambda session, msg: [codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid)],
-            "features": self._features,
-            "get_config": lambda session, msg: [switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER)],
-            "get_async": lambda session, msg: [switchside.get_async_reply(msg.xid, *_ASYNC_MASKS)],
-            "queue_config": self._queue_config,
-            "desc": self._desc,
-            "port_desc": self._port_desc,
-            "table": self._table_stats,
-            "table_features": self._table_features,
-            "group_features": self._group_features,
-            "meter_features": self._meter_features,
-        }
         # What the slicer does with each kind of message a household may send (admission.request's
-        # names): relay it translated, or answer it itself. A new kind is one entry of `_answers`,
-        # `_RELAYED_MODS` or `_RELAYED_STATISTICS`.
+        # names): relay it translated, or answer it itself. A new kind is one entry of `_RELAYED_MODS`,
+        # `_RELAYED_STATISTICS` or `answers.ANSWERS`.
         self._handlers: dict[str, Callable[[HouseholdSession, str, Any, bytes], None]] = {
             "flow_mod": self._relay_flow_mod,
+            "barrier": self._relay_barrier,
             **dict.fromkeys(_RELAYED_MODS, self._relay_mods),
             **dict.fromkeys(_RELAYED_STATISTICS, self._relay_statistics),
-            **dict.fromkeys(self._answers, self._answer),
+            **dict.fromkeys(answers.ANSWERS, self._answer),
         }
         # The switch's messages by OpenFlow type: the asynchronous ones and its echoes; anything else
         # answers a request (`_reply`).
@@ -795,57 +773,16 @@ class Slicer:
             book.changed_widely()
             asyncio.get_running_loop().create_task(self._refresh_book(session))
 
+    def _relay_barrier(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        """Relayed, so that the switch has done all that came before it; its reply is the answer."""
+        pending = self._pending(session, msg.xid, kind, codec.renumbered(_BARRIER_REQUEST, msg.xid))
+        self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
+
     def _answer(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
         """Messages the slicer answers itself, from the household's view (or takes without effect)."""
-        for answer in self._answers[kind](session, msg):
+        switch = answers.Switch(self.switch_dpid, self.ports, float(self.config.queues.get("link_mbit", 1000)))
+        for answer in answers.ANSWERS[kind](session, msg, switch):
             session.send(answer)
-
-    def _barrier(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        """Relayed, so that the switch has done all that came before it; its reply is the answer."""
-        pending = self._pending(session, msg.xid, "barrier", codec.renumbered(_BARRIER_REQUEST, msg.xid))
-        self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
-        return []
-
-    def _features(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        dpid = admission.datapath_id(self.switch_dpid, session.household.slot)
-        return [switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES)]
-
-    def _queue_config(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        link_mbit = float(self.config.queues.get("link_mbit", 1000))
-        shares = admission.queue_shares(session.slice, msg.port, link_mbit)
-        return [switchside.queue_get_config_reply(msg.xid, msg.port, shares)]
-
-    @staticmethod
-    def _desc(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.desc_entry(
-            "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
-        )
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
-
-    def _port_desc(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        ports = [self.ports[p] for p in sorted(session.slice.view) if p in self.ports]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
-
-    @staticmethod
-    def _table_stats(session: HouseholdSession, msg: Any) -> list[bytes]:
-        counts = admission.rules_per_table(session.book.rules)
-        entries = [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE, entries)
-
-    @staticmethod
-    def _table_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entries = [switchside.table_features_entry(t) for t in policy.table_features(session.household)]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE_FEATURES, entries)
-
-    @staticmethod
-    def _group_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.group_features_entry(*policy.group_features())
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_GROUP_FEATURES, [entry])
-
-    @staticmethod
-    def _meter_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.meter_features_entry(*policy.meter_features())
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_METER_FEATURES, [entry])
 
 
 def _log_crash(task: asyncio.Task) -> None:
