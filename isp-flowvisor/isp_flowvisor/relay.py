@@ -194,6 +194,12 @@ class Slicer:
             ofp.OFPT_PORT_STATUS: self._port_status,
             ofp.OFPT_ECHO_REQUEST: self._echo,
         }
+        # What a household gets for the switch's answer to its request, by the answer's OpenFlow type.
+        self._replies: dict[int, Callable[[HouseholdSession, Pending, Any, bool], list[bytes]]] = {
+            ofp.OFPT_ERROR: self._error_for,
+            ofp.OFPT_BARRIER_REPLY: lambda session, pending, msg, more: [codec.renumbered(_BARRIER_REPLY, pending.xid)],
+            ofp.OFPT_MULTIPART_REPLY: self._multipart_for,
+        }
 
     # Views by name, built on each call: for fvctl, the registry's callbacks and tests, never per message.
     @property
@@ -560,15 +566,16 @@ class Slicer:
         session, connection = pending.session, pending.connection
         if session is None or connection is None or connection.closed:
             return
-        if isinstance(msg, parser.OFPErrorMsg):
-            if pending.rule_key is not None:
-                session.book.remove(pending.rule_key)
-            connection.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
-        elif isinstance(msg, parser.OFPBarrierReply):
-            connection.send(codec.renumbered(_BARRIER_REPLY, pending.xid))
-        elif isinstance(msg, parser.OFPMultipartReply):
-            for frame in self._multipart_for(session, pending, msg, more):
+        reply = self._replies.get(msg.msg_type)
+        if reply is not None:
+            for frame in reply(session, pending, msg, more):
                 connection.send(frame)
+
+    @staticmethod
+    def _error_for(session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
+        if pending.rule_key is not None:
+            session.book.remove(pending.rule_key)  # the switch did not take the rule
+        return [codec.error(msg.type, msg.code, pending.head, pending.xid)]
 
     def _multipart_for(self, session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
         entries = _RELAYED_STATISTICS[pending.kind].entries(session.slice, msg.body)
