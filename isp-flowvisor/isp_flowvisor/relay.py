@@ -1,9 +1,10 @@
 """The slicer's asyncio layer: it moves bytes between one switch and many household sessions.
 
 Decisions come from `admission` (which messages a household may send, and what the slicer does with
-them; the rule quota), `policy.Slice` (what a message may do and how its ids map), `accounting` and the
-codecs; what the slicer holds for a household is its `session.HouseholdSession`. This module only reads
-frames, serves households round-robin and carries out what those modules decided.
+them; the rule quota), `policy.Slice` (what a message may do and how its ids map), `answers` (what the
+slicer answers itself), `accounting` and the codecs; what the slicer holds for a household is its
+`session.HouseholdSession`. This module only reads frames, serves households round-robin and carries
+out what those modules decided.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from . import admission, codec, fastpath, policy, switchside
+from . import admission, answers, codec, fastpath, policy, switchside
 from .accounting import RuleBook
 from .config import SlicerConfig
 from .model import Household
@@ -82,6 +83,13 @@ _RELAYED_STATISTICS: dict[str, _Statistics] = {
         lambda slice_, body: [switchside.meter_config_entry(*m) for m in map(slice_.reports.meter_config, body) if m],
     ),
 }
+# The requests the slicer relays as messages the switch does not answer, by kind (admission.request's
+# names): what each becomes on the switch. Flow-mods are relayed apart: the rule book and its quota.
+_RELAYED_MODS: dict[str, Callable[[policy.Requests, Any], list[Any]]] = {
+    "packet_out": lambda requests, msg: [requests.packet_out(msg)],
+    "group_mod": policy.Requests.group_mod,
+    "meter_mod": policy.Requests.meter_mod,
+}
 # Kinds of the relayed requests that the switch answers: the slicer's own, barriers and statistics.
 _REPLY_KINDS = {"own", "barrier", *_RELAYED_STATISTICS}
 _READ_SIZE = 1 << 16
@@ -89,14 +97,6 @@ _READ_SIZE = 1 << 16
 # send to the switch and one to every household answered, so not after every turn; short enough
 # that a reply waits at most this long behind other households' turns.
 _SERVE_SLICE = 0.001
-# What every household gets, whatever its SET_ASYNC said: packet-ins for misses and actions, every
-# port status and flow-removed reason (the masks of OpenFlow 1.3's default for a master).
-_ASYNC_MASKS = (
-    1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION,
-    1 << ofp.OFPPR_ADD | 1 << ofp.OFPPR_DELETE | 1 << ofp.OFPPR_MODIFY,
-    1 << ofp.OFPRR_IDLE_TIMEOUT | 1 << ofp.OFPRR_HARD_TIMEOUT | 1 << ofp.OFPRR_DELETE | 1 << ofp.OFPRR_GROUP_DELETE,
-)
-_CAPABILITIES = ofp.OFPC_FLOW_STATS | ofp.OFPC_TABLE_STATS | ofp.OFPC_PORT_STATS | ofp.OFPC_QUEUE_STATS
 # A household's barrier (one per window of flow-mods) and its reply, as os-ken encodes them, to be
 # renumbered: the same bytes without building and serialising two os-ken objects per barrier.
 _BARRIER_REQUEST = codec.encode(parser.OFPBarrierRequest(codec.CODEC), 0)
@@ -176,21 +176,29 @@ class Slicer:
         self._tasks: list[asyncio.Task] = []
         self._rotation: RoundRobin[str] = RoundRobin(config.batch)
         self.on_households_changed: list[Callable[[dict[str, Household]], Any]] = []
-        # The messages the slicer answers itself, by kind (admission.request's names): each answer's frames.
-        self._answers: dict[str, Callable[[HouseholdSession, Any], list[bytes]]] = {
-            "barrier": self._barrier,
-            "ignore": lambda session, msg: [],
-            "echo": lambda session, msg: [codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid)],
-            "features": self._features,
-            "get_config": lambda session, msg: [switchside.get_config_reply(msg.xid, 0, ofp.OFPCML_NO_BUFFER)],
-            "get_async": lambda session, msg: [switchside.get_async_reply(msg.xid, *_ASYNC_MASKS)],
-            "queue_config": self._queue_config,
-            "desc": self._desc,
-            "port_desc": self._port_desc,
-            "table": self._table_stats,
-            "table_features": self._table_features,
-            "group_features": self._group_features,
-            "meter_features": self._meter_features,
+        # What the slicer does with each kind of message a household may send (admission.request's
+        # names): relay it translated, or answer it itself. A new kind is one entry of `_RELAYED_MODS`,
+        # `_RELAYED_STATISTICS` or `answers.ANSWERS`.
+        self._handlers: dict[str, Callable[[HouseholdSession, str, Any, bytes], None]] = {
+            "flow_mod": self._relay_flow_mod,
+            "barrier": self._relay_barrier,
+            **dict.fromkeys(_RELAYED_MODS, self._relay_mods),
+            **dict.fromkeys(_RELAYED_STATISTICS, self._relay_statistics),
+            **dict.fromkeys(answers.ANSWERS, self._answer),
+        }
+        # The switch's messages by OpenFlow type: the asynchronous ones and its echoes; anything else
+        # answers a request (`_reply`).
+        self._from_switch_handlers: dict[int, Callable[[Any, BatchedWriter], None]] = {
+            ofp.OFPT_PACKET_IN: self._packet_in,
+            ofp.OFPT_FLOW_REMOVED: self._flow_removed,
+            ofp.OFPT_PORT_STATUS: self._port_status,
+            ofp.OFPT_ECHO_REQUEST: self._echo,
+        }
+        # What a household gets for the switch's answer to its request, by the answer's OpenFlow type.
+        self._replies: dict[int, Callable[[HouseholdSession, Pending, Any, bool], list[bytes]]] = {
+            ofp.OFPT_ERROR: self._error_for,
+            ofp.OFPT_BARRIER_REPLY: lambda session, pending, msg, more: [codec.renumbered(_BARRIER_REPLY, pending.xid)],
+            ofp.OFPT_MULTIPART_REPLY: self._multipart_for,
         }
 
     # Views by name, built on each call: for fvctl, the registry's callbacks and tests, never per message.
@@ -505,22 +513,25 @@ class Slicer:
                 pending.connection.send(codec.error(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_EPERM, pending.head, pending.xid))
 
     def _from_switch(self, msg: Any, out: BatchedWriter) -> None:
-        if isinstance(msg, parser.OFPPacketIn):
-            session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
-            seen = session.slice.reports.packet_in(msg) if session and session.connected else None
-            if session and seen is not None:
-                session.counters.packet_ins += 1
-                session.send(switchside.packet_in(0, seen))
-        elif isinstance(msg, parser.OFPFlowRemoved):
-            self._flow_removed(msg)
-        elif isinstance(msg, parser.OFPPortStatus):
-            self._port_status(msg)
-        elif isinstance(msg, parser.OFPEchoRequest):
-            out.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
-        else:
+        """A message of the switch's, which came on the connection `out` writes to."""
+        handler = self._from_switch_handlers.get(msg.msg_type)
+        if handler is None:
             self._reply(msg)
+        else:
+            handler(msg, out)
 
-    def _flow_removed(self, msg: Any) -> None:
+    def _packet_in(self, msg: Any, out: BatchedWriter) -> None:
+        session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
+        seen = session.slice.reports.packet_in(msg) if session and session.connected else None
+        if session and seen is not None:
+            session.counters.packet_ins += 1
+            session.send(switchside.packet_in(0, seen))
+
+    @staticmethod
+    def _echo(msg: Any, out: BatchedWriter) -> None:
+        out.write(codec.encode(parser.OFPEchoReply(codec.CODEC, msg.data), msg.xid))
+
+    def _flow_removed(self, msg: Any, out: BatchedWriter) -> None:
         session = self._by_slot.get(policy.slot_of_cookie(msg.cookie))
         if session is None:
             return
@@ -529,7 +540,7 @@ class Slicer:
         if seen is not None:
             session.send(switchside.flow_removed(0, seen))
 
-    def _port_status(self, msg: Any) -> None:
+    def _port_status(self, msg: Any, out: BatchedWriter) -> None:
         if msg.reason == ofp.OFPPR_DELETE:
             self.ports.pop(msg.desc.port_no, None)
         else:
@@ -555,15 +566,16 @@ class Slicer:
         session, connection = pending.session, pending.connection
         if session is None or connection is None or connection.closed:
             return
-        if isinstance(msg, parser.OFPErrorMsg):
-            if pending.rule_key is not None:
-                session.book.remove(pending.rule_key)
-            connection.send(codec.error(msg.type, msg.code, pending.head, pending.xid))
-        elif isinstance(msg, parser.OFPBarrierReply):
-            connection.send(codec.renumbered(_BARRIER_REPLY, pending.xid))
-        elif isinstance(msg, parser.OFPMultipartReply):
-            for frame in self._multipart_for(session, pending, msg, more):
+        reply = self._replies.get(msg.msg_type)
+        if reply is not None:
+            for frame in reply(session, pending, msg, more):
                 connection.send(frame)
+
+    @staticmethod
+    def _error_for(session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
+        if pending.rule_key is not None:
+            session.book.remove(pending.rule_key)  # the switch did not take the rule
+        return [codec.error(msg.type, msg.code, pending.head, pending.xid)]
 
     def _multipart_for(self, session: HouseholdSession, pending: Pending, msg: Any, more: bool) -> list[bytes]:
         entries = _RELAYED_STATISTICS[pending.kind].entries(session.slice, msg.body)
@@ -715,25 +727,26 @@ class Slicer:
 
     def _handle(self, session: HouseholdSession, msg: Any, frame: bytes) -> None:
         kind = admission.request(msg)
-        requests, head = session.slice.requests, frame[:64]
-        if kind == "flow_mod":
-            session.counters.flow_mods += 1
-            translated = requests.flow_mod(msg)
-            key = policy.rule_key(translated.table_id, translated.priority, translated.match)
-            self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
-        elif kind == "packet_out":
-            self._relay(requests.packet_out(msg), self._pending(session, msg.xid, "packet_out", head))
-        elif kind in ("group_mod", "meter_mod"):
-            for mod in requests.group_mod(msg) if kind == "group_mod" else requests.meter_mod(msg):
-                self._relay(mod, self._pending(session, msg.xid, "mod", head))
-        elif kind in _RELAYED_STATISTICS:
-            request = _RELAYED_STATISTICS[kind].request(requests, msg)
-            self._relay(request, self._pending(session, msg.xid, kind, head))
-            return
-        else:
-            self._answer(session, kind, msg)
-            return
+        handler = self._handlers.get(kind)
+        if handler is None:  # a kind admission offers that the relay does not know
+            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"{kind} is not offered to slices")
+        handler(session, kind, msg, frame)
+
+    def _relay_flow_mod(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        session.counters.flow_mods += 1
+        translated = session.slice.requests.flow_mod(msg)
+        key = policy.rule_key(translated.table_id, translated.priority, translated.match)
+        self._flow_mod(session, msg.xid, msg.command, key, frame, functools.partial(codec.encode, translated))
         session.counters.relayed += 1
+
+    def _relay_mods(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        for mod in _RELAYED_MODS[kind](session.slice.requests, msg):
+            self._relay(mod, self._pending(session, msg.xid, kind, frame[:64]))
+        session.counters.relayed += 1
+
+    def _relay_statistics(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        request = _RELAYED_STATISTICS[kind].request(session.slice.requests, msg)
+        self._relay(request, self._pending(session, msg.xid, kind, frame[:64]))
 
     def _pending(
         self, session: HouseholdSession, xid: int, kind: str, head: bytes, rule_key: tuple | None = None
@@ -767,60 +780,16 @@ class Slicer:
             book.changed_widely()
             asyncio.get_running_loop().create_task(self._refresh_book(session))
 
-    def _answer(self, session: HouseholdSession, kind: str, msg: Any) -> None:
-        """Messages the slicer answers itself, from the household's view (or takes without effect)."""
-        answer = self._answers.get(kind)
-        if answer is None:  # a kind admission offers that neither the relay nor the answers know
-            raise policy.Refused(ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_TYPE, f"{kind} is not offered to slices")
-        for frame in answer(session, msg):
-            session.send(frame)
-
-    def _barrier(self, session: HouseholdSession, msg: Any) -> list[bytes]:
+    def _relay_barrier(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
         """Relayed, so that the switch has done all that came before it; its reply is the answer."""
-        pending = self._pending(session, msg.xid, "barrier", codec.renumbered(_BARRIER_REQUEST, msg.xid))
+        pending = self._pending(session, msg.xid, kind, codec.renumbered(_BARRIER_REQUEST, msg.xid))
         self._to_switch(codec.renumbered(_BARRIER_REQUEST, self._remember(pending)))
-        return []
 
-    def _features(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        dpid = admission.datapath_id(self.switch_dpid, session.household.slot)
-        return [switchside.features_reply(msg.xid, dpid, policy.HOUSEHOLD_TABLES, _CAPABILITIES)]
-
-    def _queue_config(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        link_mbit = float(self.config.queues.get("link_mbit", 1000))
-        shares = admission.queue_shares(session.slice, msg.port, link_mbit)
-        return [switchside.queue_get_config_reply(msg.xid, msg.port, shares)]
-
-    @staticmethod
-    def _desc(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.desc_entry(
-            "Homework ISP", "isp-flowvisor slice", "isp-flowvisor", "", f"slice of {session.household.name}"
-        )
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_DESC, [entry])
-
-    def _port_desc(self, session: HouseholdSession, msg: Any) -> list[bytes]:
-        ports = [self.ports[p] for p in sorted(session.slice.view) if p in self.ports]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_PORT_DESC, switchside.port_desc_entries(ports))
-
-    @staticmethod
-    def _table_stats(session: HouseholdSession, msg: Any) -> list[bytes]:
-        counts = admission.rules_per_table(session.book.rules)
-        entries = [switchside.table_stats_entry(t, n, 0, 0) for t, n in enumerate(counts)]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE, entries)
-
-    @staticmethod
-    def _table_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entries = [switchside.table_features_entry(t) for t in policy.table_features(session.household)]
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_TABLE_FEATURES, entries)
-
-    @staticmethod
-    def _group_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.group_features_entry(*policy.group_features())
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_GROUP_FEATURES, [entry])
-
-    @staticmethod
-    def _meter_features(session: HouseholdSession, msg: Any) -> list[bytes]:
-        entry = switchside.meter_features_entry(*policy.meter_features())
-        return switchside.multipart_reply(msg.xid, ofp.OFPMP_METER_FEATURES, [entry])
+    def _answer(self, session: HouseholdSession, kind: str, msg: Any, frame: bytes) -> None:
+        """Messages the slicer answers itself, from the household's view (or takes without effect)."""
+        switch = answers.Switch(self.switch_dpid, self.ports, float(self.config.queues.get("link_mbit", 1000)))
+        for answer in answers.ANSWERS[kind](session, msg, switch):
+            session.send(answer)
 
 
 def _log_crash(task: asyncio.Task) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from isp_flowvisor import admission, codec, policy
+from isp_flowvisor import admission, codec, policy, switchside
 from isp_flowvisor.accounting import RuleBook
 from isp_flowvisor.model import Household
 from isp_flowvisor.testing import FrameSink, socketless_slicer
@@ -160,5 +162,57 @@ def test_the_slicer_answers_what_it_answers_itself_without_asking_the_switch(msg
         answers = [codec.header(f)[1:4:2] for f in household_end.frames]
         assert answers == ([] if reply_type is None else [(reply_type, 77)])
         assert session.counters.refused == session.counters.malformed == 0
+
+    asyncio.run(run())
+
+
+def test_every_message_admission_offers_a_slice_is_relayed_or_answered_by_the_slicer():
+    slicer, _, _, _ = socketless_slicer(ALICE)
+    offered = {*admission._REQUESTS.values(), *admission._BARE.values()}
+    # A kind the relay does not know would be refused as BAD_TYPE although admission offers it.
+    assert offered == set(slicer._handlers)
+
+
+def _switch_port(port_no: int) -> Any:
+    return parser.OFPPort(port_no, f"02:00:00:00:00:{port_no:02x}", f"p{port_no}".encode(), 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def test_the_switchs_own_messages_reach_the_household_they_concern_and_its_echoes_are_answered():
+    async def run() -> None:
+        slicer, session, household_end, switch = socketless_slicer(ALICE)
+        match = {"eth_type": 0x800, "ipv4_dst": "100.64.1.5"}
+        rule = parser.OFPFlowMod(C, table_id=0, priority=5, match=parser.OFPMatch(**match))
+        slicer._serve(session, codec.encode(rule, 1))
+        assert len(session.book) == 1
+        removed = SimpleNamespace(
+            cookie=ALICE.slot << policy.COOKIE_BITS,
+            priority=6,
+            reason=ofp.OFPRR_IDLE_TIMEOUT,
+            table_id=policy.FIRST_HOUSEHOLD_TABLE,
+            duration_sec=1,
+            duration_nsec=0,
+            idle_timeout=10,
+            hard_timeout=0,
+            packet_count=0,
+            byte_count=0,
+            match=parser.OFPMatch(metadata=ALICE.slot, **match),
+        )
+        from_switch = [
+            switchside.flow_removed(0, removed),
+            switchside.port_status(0, ofp.OFPPR_ADD, _switch_port(2)),  # alice's own port
+            switchside.port_status(0, ofp.OFPPR_ADD, _switch_port(3)),  # a neighbour's
+            codec.encode(parser.OFPEchoRequest(C, b"ping"), 99),
+        ]
+        for frame in from_switch:
+            slicer._from_switch(codec.decode(frame), slicer._switch_out)
+        await asyncio.sleep(0)
+        # Her rule's removal reaches her and leaves her rule book; of the ports, only her own's status.
+        assert len(session.book) == 0
+        told = [codec.decode(f) for f in household_end.frames]
+        assert [type(m) for m in told] == [parser.OFPFlowRemoved, parser.OFPPortStatus]
+        assert told[0].priority == 5 and told[0].table_id == 0 and told[1].desc.port_no == 2
+        assert 2 in slicer.ports and 3 in slicer.ports
+        # The switch's echo is answered on the switch's connection, under its xid.
+        assert [codec.header(f)[1:4:2] for f in switch.frames[-1:]] == [(ofp.OFPT_ECHO_REPLY, 99)]
 
     asyncio.run(run())
