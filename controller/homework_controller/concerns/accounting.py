@@ -52,11 +52,6 @@ class Accounting:
         """The device's rules left the switch: its connections' rules with them."""
         self._ruled.pop(mac, None)
 
-    def tick(self, now: float) -> None:
-        """Devices whose crowd the household was told of a cooldown ago are forgotten as such."""
-        for mac in [m for m, until in self._crowded_until.items() if until <= now]:
-            del self._crowded_until[mac]
-
     def may_rule(self, mac: str, flow: flows.FiveTuple) -> bool:
         """A connection direction whose app was decided from the records or from an agent gets a rule of
         its own, within the device's flow budget (beyond it keeps its mark ahead)."""

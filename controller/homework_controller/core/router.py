@@ -327,13 +327,12 @@ class HomeRouter:
     # -- the clock
 
     def tick(self) -> list[Effect]:
-        """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
+        """Leases that ran out, demotions and pauses that ended, DNS-learnt addresses that expired."""
         now = self.clock()
         effects: list[Effect] = []
         for device in self.registry.tick(now):
             self.port_binding.lease_ended(device.mac)
             effects.append(self.registry.record_lease(device, "expired"))
-        self.accounting.tick(now)
         effects += self.priorities.tick(now)
         self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
         for mac in self.switch.devices_with_rules():
