@@ -19,7 +19,6 @@ p99s over many samples, and comparisons are ratios within one run.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -353,7 +352,7 @@ def first_packet(count: int) -> None:
 
 def flood_phase(home, samples: int, failures: list) -> dict:
     """The second device's DHCP and page times quiet, then while the flooder floods; the controller's
-    packet-ins during the flood (all of them, and the copies of permitted traffic among them)."""
+    packet-ins during the flood."""
     probe = [PY, BENCH / "dhcp_probe.py", "wlan0", samples]
     quiet = json.loads(in_client(home, "victim", *probe))
     quiet_pages = page_times(home, samples // 3, failures)
@@ -367,9 +366,7 @@ def flood_phase(home, samples: int, failures: list) -> dict:
     loud_pages = page_times(home, samples // 3, failures)
     after, seconds = home.api("GET", "counters")[1], time.monotonic() - started
     sent = [int(f.communicate(timeout=120)[0] or 0) for f in floods]
-    per_s = {
-        k: round((after.get(k, 0) - before.get(k, 0)) / seconds, 1) for k in ("packet_ins", "packet_ins_flow_copies")
-    }
+    packet_ins_per_s = round((after.get("packet_ins", 0) - before.get("packet_ins", 0)) / seconds, 1)
     return {
         "quiet": {"dhcp": summary(quiet["ack_s"]), "page": summary(quiet_pages), "dhcp_lost": quiet["lost"]},
         "flood": {
@@ -379,56 +376,38 @@ def flood_phase(home, samples: int, failures: list) -> dict:
             "flood_packets_sent": sent,
             "pending_evicted": after.get("pending_evicted"),
             "packet_in_dropped": after.get("packet_in_dropped"),
-            "packet_ins_per_s": per_s["packet_ins"],
-            "flow_copies_per_s": per_s["packet_ins_flow_copies"],
+            "packet_ins_per_s": packet_ins_per_s,
         },
     }
 
 
-def copying_controller(home) -> None:
-    """The controller restarted without the switch's records (`--flow-export-port 0`): flows are learnt
-    from copies of their packets, as before issue 26; the devices and their decisions are kept."""
-    service = home.services["controller"]
-    command = list(service.command)
-    command[command.index("--flow-export-port") + 1] = "0"
-    home.services["controller"] = dataclasses.replace(service, command=tuple(command))
-    home.restart("controller")
-
-
 def flood(samples: int) -> None:
     """A second device's DHCP and page times while one device floods, beside the same when quiet; and the
-    controller's packet-ins during the flood with marks decided ahead (the router as shipped) beside the
-    same controller learning flows from copies, in one run."""
+    controller's packet-ins during the flood."""
     failures: list = []
     home = homenet_up()
     try:
         add_client(home, "victim", permit=True)
         add_client(home, "flooder", permit=True)
-        ahead = flood_phase(home, samples, failures)
-        copying_controller(home)
-        time.sleep(5)  # the switch reconnected and has its rules again
-        copies = flood_phase(home, samples, failures)
+        measured = flood_phase(home, samples, failures)
     finally:
         home.down()
-    q, loud_dhcp = ahead["quiet"]["dhcp"], ahead["flood"]["dhcp"]
-    qp, lp = ahead["quiet"]["page"], ahead["flood"]["page"]
+    q, loud_dhcp = measured["quiet"]["dhcp"], measured["flood"]["dhcp"]
+    qp, lp = measured["quiet"]["page"], measured["flood"]["page"]
     write_result(
         "flood",
         {
             "what": "a permitted device floods (UDP to random ports/addresses of the emulated internet at 3000 pps, "
             "and DISCOVERs from random forged MACs at 1000 pps) while a second, known device runs full DHCP "
-            f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first. Then "
-            "the same again with the controller learning flows from packet copies (no flow export), as before "
-            "marks were decided ahead",
-            "quiet": ahead["quiet"],
+            f"handshakes ({samples}) and fetches a page ({samples // 3}); the same measured quiet first",
+            "quiet": measured["quiet"],
             "page_failures": failures,
-            "flood": ahead["flood"],
-            "copies": copies,
+            "flood": measured["flood"],
             "rows": [
                 [
                     "2nd device DHCP (DISCOVER to ACK) under flood, p99",
-                    f"{loud_dhcp['p99_ms']} ms (lost {ahead['flood']['dhcp_lost']})",
-                    f"{q['p99_ms']} ms quiet (lost {ahead['quiet']['dhcp_lost']})",
+                    f"{loud_dhcp['p99_ms']} ms (lost {measured['flood']['dhcp_lost']})",
+                    f"{q['p99_ms']} ms quiet (lost {measured['quiet']['dhcp_lost']})",
                     ratio(loud_dhcp["p99_ms"], q["p99_ms"]),
                     "< 100 ms",
                 ],
@@ -454,19 +433,11 @@ def flood(samples: int) -> None:
                     "",
                 ],
                 [
-                    "controller packet-ins during the flood (copies of permitted traffic among them)",
-                    f"{ahead['flood']['packet_ins_per_s']}/s ({ahead['flood']['flow_copies_per_s']}/s)",
-                    f"{copies['flood']['packet_ins_per_s']}/s ({copies['flood']['flow_copies_per_s']}/s) learning "
-                    "from copies",
-                    ratio(ahead["flood"]["packet_ins_per_s"], copies["flood"]["packet_ins_per_s"]),
-                    "only DHCP/ARP/DNS/EAPOL",
-                ],
-                [
-                    "2nd device DHCP under flood, p99, learning from copies",
-                    f"{copies['flood']['dhcp']['p99_ms']} ms",
-                    f"{copies['quiet']['dhcp']['p99_ms']} ms quiet",
-                    ratio(copies["flood"]["dhcp"]["p99_ms"], copies["quiet"]["dhcp"]["p99_ms"]),
+                    "controller packet-ins during the flood",
+                    f"{measured['flood']['packet_ins_per_s']}/s",
                     "",
+                    "",
+                    "only DHCP/ARP/DNS/EAPOL",
                 ],
             ],
         },

@@ -165,7 +165,7 @@ def parse_args(argv):
         type=int,
         default=CONFIG.flow_export_port,
         help="loopback UDP port where OVS's IPFIX export of the LAN bridge arrives: Flows rows come from the "
-        "switch's own records (default %(default)s; 0: from the accounting rules' counters)",
+        "switch's own records (default %(default)s)",
     )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
@@ -184,11 +184,14 @@ def parse_args(argv):
         p.error(f"--access-ports takes interface names separated by commas, not {','.join(args.access_ports)!r}")
     if args.stats_interval < 0.5:
         p.error("--stats-interval below 0.5 s would keep the switch busy answering")
-    for port in (args.api_port, args.of_port, args.dns_port):
+    if args.flow_export_port == 0:
+        p.error(
+            "--flow-export-port 0: the router counts connections from the switch's own records (IPFIX flow "
+            "export), and a switch that exports none is not supported"
+        )
+    for port in (args.api_port, args.of_port, args.dns_port, args.flow_export_port):
         if not 0 < port < 65536:
             p.error(f"port {port} out of range")
-    if not 0 <= args.flow_export_port < 65536:
-        p.error(f"--flow-export-port {args.flow_export_port} out of range (0: none)")
     for iface, kbit, name in (
         (args.upstream_iface, args.uplink_kbit, "uplink"),
         (args.downlink_iface, args.downlink_kbit, "downlink"),

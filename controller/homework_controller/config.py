@@ -58,8 +58,8 @@ class Config:
     slice_ca: str = ""
     slice_plain_tcp: bool = False  # tests only: no TLS
     public_addresses: tuple[str, ...] = ()  # the household's address(es) as the ISP sees them (after NAT)
-    # Loopback UDP port where the switch's IPFIX records arrive (Flows rows come from them); 0: none,
-    # Flows from the accounting rules' counters
+    # Loopback UDP port where the switch's IPFIX records arrive: Flows rows, and the apps judged by their
+    # rates, come from them
     flow_export_port: int = 4739
 
     def access_port_names(self) -> tuple[str, ...]:
@@ -99,7 +99,6 @@ class Config:
             "app_table": apps.load_table(self.apps_file or None),
             "qos_settings": self.qos_settings(),
             "wifi_ssid": self.wifi_ssid,
-            "flows_from_export": bool(self.flow_export_port),
             "ipv6_plan": self.ipv6_plan(),
         }
 

@@ -1,7 +1,7 @@
 """What the controller's tests share: the home's devices and constants, a clock, a device joining
-(DHCP through the router, and through a fake switch), packets through the switch and the copies it
-sends the controller, OpenFlow messages as the switch reads them, and a resolver on loopback.
-Test modules import from here, never from each other."""
+(DHCP through the router, and through a fake switch), packets through the switch and the switch's records
+of them, OpenFlow messages as the switch reads them, and a resolver on loopback. Test modules import from
+here, never from each other."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import socket
 import struct
 
 import dnslib
-import pytest
 from dhcp_frames import frame, reply_of
 from dns_upstream import Upstream
 from fakeoftable import ipv4
@@ -22,7 +21,7 @@ from homework_controller import flows
 from homework_controller.api.server import TimedLock
 from homework_controller.edge import dns_server
 from homework_controller.effects import AnswerDhcp
-from homework_controller.wire import nd, packets
+from homework_controller.wire import nd
 
 WLAN = 1
 ROUTER_MAC = "02:48:57:00:00:01"
@@ -37,12 +36,6 @@ OTHER_CLIENT = [("hostname", b"intruder"), ("param_req_list", [1, 28, 3, 6])]
 
 ZOOM, WEB = "198.51.100.7", "198.51.100.80"
 
-# The router without the switch's records (--flow-export-port 0: a switch that exports no IPFIX) learns each
-# connection from a copy of its first packet; the tests of that path say so with this mark on the `router`
-# fixture (the shipped router's twin of them: test_decided_ahead).
-LEARNS_FROM_COPIES = pytest.mark.not_shipped(
-    "flows learnt from packet copies: a switch without IPFIX export (--flow-export-port 0)", flows_from_export=False
-)
 EF, AF41 = 46, 34
 
 
@@ -133,35 +126,22 @@ def solicit_router(router, mac):
     return router.on_solicitation(WLAN, nd.parse(bytes(rs)))
 
 
-def deliver(router, switch, packet, size=100):
-    """Send a packet through the switch; the controller learns from any copy it gets, as ofapp does.
-    Returns where the packet went (leaving out that copy)."""
-    out = switch.send(packet)
-    for d in out:
-        if d.port == flows.CONTROLLER:
-            p = d.packet
-            proto = p["ip_proto"]
-            prefix = {flows.PROTO_TCP: "tcp", flows.PROTO_UDP: "udp"}.get(proto)
-            family = "ipv6" if "ipv6_src" in p else "ipv4"
-            frame = packets.Frame(
-                p["eth_src"],
-                p["eth_dst"],
-                p["eth_type"],
-                ip_src=p[f"{family}_src"],
-                ip_dst=p[f"{family}_dst"],
-                ip_proto=proto,
-                sport=p[f"{prefix}_src"] if prefix else 0,
-                dport=p[f"{prefix}_dst"] if prefix else 0,
-                size=size,
-            )
-            switch.apply(router.flow_events.on_flow_copy(p["in_port"], frame))
-    return [d for d in out if d.port != flows.CONTROLLER]
+def deliver(switch, packet):
+    """Send a packet through the switch: where it went, besides the controller (which hears a device's ARP and
+    neighbour discovery; nothing of its connections: test_decided_ahead)."""
+    return [d for d in switch.send(packet) if d.port != flows.CONTROLLER]
 
 
-def mark_of(router, switch, packet):
-    """The DSCP (and queue) a packet of an established flow leaves with, and where it goes."""
-    deliver(router, switch, packet)  # the first packet: the flow's rule is learnt
-    [out] = deliver(router, switch, packet)
+def records(router, clock, totals, seconds=5.0):
+    """The switch's records of `totals` ({flow: [packets, bytes]}) reach the collector, then a poll."""
+    router.flow_events.on_flow_export(totals)
+    clock.now += seconds
+    return router.on_flow_stats([])
+
+
+def mark_of(switch, packet):
+    """The DSCP (and queue) a packet leaves with, and where it goes."""
+    [out] = deliver(switch, packet)
     return out.packet.get("ip_dscp", 0), out.packet.get("queue", 0), out.port
 
 

@@ -1,144 +1,20 @@
-"""Per-flow accounting: each flow gets a counting rule, within a per-device budget, and no
-connection is too short to be counted."""
+"""Accounting: every connection a device's traffic makes is a Flows row, from the switch's own records
+(flow export, issue 26), however short and however many; connections that need a mark of their own get a
+rule of their own, within a per-device budget."""
 
 import ipaddress
 
 from fakeoftable import FakeSwitch
-from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WLAN, frame, join, lease, permitted_phone, up
+from support import EF, LAPTOP, PHONE, ROUTER_MAC, WLAN, deliver, frame, join, lease, permitted_phone, up
 
 from homework_controller import flows
+from homework_controller.concerns.agent_reports import AgentReport
 from homework_controller.core.router import HomeRouter
-from homework_controller.effects import InstallRules, LogRow, RemoveRules, TellHousehold
+from homework_controller.effects import LogRow, TellHousehold
 from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
-from homework_controller.wire import packets
 
 INTERNET = "198.51.100.80"
-
-
-def tcp_frame(src_ip, dst_ip, sport, dport, size=100):
-    return packets.Frame(
-        PHONE,
-        "02:48:57:00:00:01",
-        0x0800,
-        ip_src=src_ip,
-        ip_dst=dst_ip,
-        ip_proto=6,
-        sport=sport,
-        dport=dport,
-        size=size,
-    )
-
-
-@LEARNS_FROM_COPIES
-def test_a_new_flow_gets_its_own_counting_rule_once(router):
-    ip = permitted_phone(router)
-    [install] = router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80))
-    [r] = install.rules
-    assert r.table == flows.TABLE_ACCOUNTING and r.idle_timeout == flows.FLOW_IDLE_TIMEOUT_S and r.notify_removal
-    assert r.match_dict == {
-        "eth_type": 0x0800,
-        "ip_proto": 6,
-        "ipv4_src": ip,
-        "ipv4_dst": INTERNET,
-        "tcp_src": 40000,
-        "tcp_dst": 80,
-    }
-    assert router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000, 80)) == []  # a second copy in flight
-    # The answer direction, arriving from the router's stack, is a flow of its own.
-    [back] = router.flow_events.on_flow_copy(flows.LOCAL, tcp_frame(INTERNET, ip, 80, 40000))
-    assert back.rules[0].match_dict["ipv4_dst"] == ip
-
-
-@LEARNS_FROM_COPIES
-def test_a_connection_over_before_its_rule_is_in_place_is_counted_from_what_the_controller_saw(router):
-    ip = permitted_phone(router)
-    for size in (74, 66, 200, 66):  # SYN, ACK, request, FIN: all copied before the rule took over
-        router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 40001, 80, size))
-    device_up = {"eth_type": 0x0800, "ipv4_src": ip}
-    # The rule came too late to see anything; the device's learning rule counted the 4 copies.
-    rows = router.on_flow_stats(
-        [
-            (flows.AccountingPriority.LEARNT_FLOW, flows.FiveTuple(6, ip, 40001, INTERNET, 80).match(), 0, 0),
-            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 4, 406),
-        ]
-    )
-    assert [(e.table, e.row) for e in rows] == [
-        ("Flows", (6, ip, 40001, INTERNET, 80, 4, 406)),
-        ("AppTimeseries", ("web", 406, 4)),
-    ]  # not twice as the device's
-    # A flow whose rule never showed up at all (deleted in between) is counted all the same.
-    router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 40002, 80, 60))
-    [row, _] = router.on_flow_stats([])
-    assert row.row == (6, ip, 40002, INTERNET, 80, 1, 60)
-
-
-def test_a_device_over_its_flow_budget_is_counted_as_a_whole_and_the_household_told(db_path, clock):
-    # LEARNS_FROM_COPIES: its budget of learnt counting rules (with the switch's records: the flooding test below).
-    router = HomeRouter(DeviceStore(db_path), clock=clock, flow_budget=10, flows_from_export=False)
-    router.switch_ready(WLAN, ROUTER_MAC)
-    ip = permitted_phone(router)
-    for port in range(10):
-        router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 40000 + port, 80))
-    effects = router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 50000, 80))
-    assert RemoveRules(flows.device_cookie(router.devices[PHONE])) in effects  # its per-flow rules go
-    # Its rule set again (and its marks decided ahead, which went with its cookie), learning no more.
-    new_rules = [r for e in effects if isinstance(e, InstallRules) for r in e.rules]
-    learning = [
-        r
-        for r in new_rules
-        if r.priority in (flows.AccountingPriority.DEVICE_SOURCE, flows.AccountingPriority.DEVICE_DEST)
-    ]
-    assert learning and all(flows.Output(flows.CONTROLLER) not in r.actions for r in learning)
-    [told] = [e for e in effects if isinstance(e, TellHousehold)]
-    assert told.kind == "flow-budget" and "more than 10 connections" in told.message
-    assert router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 50001, 80)) == []  # no more learning
-    # ...until it cools down.
-    clock.now += 120 + 1  # the default cool-down
-    resumed = [
-        r
-        for e in router.tick()
-        if isinstance(e, InstallRules)
-        for r in e.rules
-        if r.priority in (flows.AccountingPriority.DEVICE_SOURCE, flows.AccountingPriority.DEVICE_DEST)
-    ]
-    assert resumed and all(flows.Output(flows.CONTROLLER) in r.actions for r in resumed)
-
-
-@LEARNS_FROM_COPIES
-def test_flow_statistics_become_flows_rows_with_the_traffic_since_the_last_poll(router):
-    ip = permitted_phone(router)
-    flow = flows.FiveTuple(6, ip, 40000, INTERNET, 80).match()
-    device_up = {"eth_type": 0x0800, "ipv4_src": ip}
-    first = router.on_flow_stats(
-        [
-            (flows.AccountingPriority.LEARNT_FLOW, flow, 10, 1500),
-            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 2, 120),
-        ]
-    )
-    assert [(e.table, e.row) for e in first] == [
-        ("Flows", (6, ip, 40000, INTERNET, 80, 10, 1500)),
-        ("Flows", (0, ip, 0, "0.0.0.0", 0, 2, 120)),
-        ("AppTimeseries", ("web", 1500, 10)),
-    ]
-    second = router.on_flow_stats(
-        [
-            (flows.AccountingPriority.LEARNT_FLOW, flow, 15, 2000),
-            (flows.AccountingPriority.DEVICE_SOURCE, device_up, 2, 120),
-        ]
-    )
-    assert [e.row for e in second] == [(6, ip, 40000, INTERNET, 80, 5, 500), ("web", 500, 5)]  # idle rules add nothing
-    # It idles out with 3 more packets since that poll: those are counted, once.
-    assert [
-        e.row for e in router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, flow, 18, 2300)
-    ] == [
-        (6, ip, 40000, INTERNET, 80, 3, 300),
-        ("web", 300, 3),
-    ]
-    assert all(isinstance(e, LogRow) for e in first + second)
-
-
-# ---- the switch's own records (flow export, issue 26)
 
 
 def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_poll(router):
@@ -160,25 +36,54 @@ def test_with_the_switchs_records_every_connection_is_a_flows_row_summed_per_pol
     assert router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, up.match(), 9, 900) == []
 
 
-def test_with_the_switchs_records_nothing_of_a_devices_traffic_is_copied_and_each_connection_is_a_row(db_path, clock):
-    for exporting in (False, True):  # the control first: without the records, a new connection's packets are copied
-        router = HomeRouter(
-            DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=2, flows_from_export=exporting
-        )
-        switch = FakeSwitch()
-        switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
-        ip = join(router, switch, PHONE)
-        copied = [d for d in switch.send(up(ip, INTERNET)) if d.port == flows.CONTROLLER]
-        assert bool(copied) is not exporting, exporting
-    # A copy still in flight from before changes nothing; however many connections it opens, each is a row.
-    assert router.flow_events.on_flow_copy(1, tcp_frame(ip, INTERNET, 41000, 80)) == []
-    assert router.on_flow_stats([]) == []
+def test_nothing_of_a_devices_connections_reaches_the_controller_and_each_is_a_row(db_path, clock):
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=2)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    ip = join(router, switch, PHONE)
+    for port in range(3):  # more connections than its flow budget: each forwarded, none copied
+        assert [d.port for d in switch.send(up(ip, INTERNET, sport=41000 + port))] == [flows.LOCAL]
+    # Positive control: what the controller must hear of the device, its ARP, does reach it.
+    arp = {
+        "in_port": WLAN,
+        "eth_src": PHONE,
+        "eth_dst": "ff:ff:ff:ff:ff:ff",
+        "eth_type": flows.ETH_ARP,
+        "arp_op": 1,
+        "arp_sha": PHONE,
+        "arp_spa": ip,
+        "arp_tpa": "10.2.0.99",
+    }
+    assert [d.port for d in switch.send(arp)] == [flows.CONTROLLER]
     router.flow_events.on_flow_export(
         {flows.FiveTuple(6, ip, 41000 + port, INTERNET, 80): [3, 180] for port in range(3)}
     )
     assert sorted(e.row for e in router.on_flow_stats([]) if e.table == "Flows") == [
         (6, ip, 41000 + port, INTERNET, 80, 3, 180 + 3 * 14) for port in range(3)
     ]
+
+
+def test_a_device_has_rules_of_its_own_within_its_flow_budget_and_more_as_they_idle_out(db_path, clock):
+    """Connection directions an agent names (an app whose priority differs from the mark ahead) get rules of
+    their own up to the device's flow budget; beyond it a connection keeps its mark ahead (and is counted all
+    the same, by the records) until rules of the device's idle out."""
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, flow_budget=4)
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    ip = join(router, switch, PHONE)
+    calls = [AgentReport(17, ip, 50000 + n, INTERNET, 9999, "zoom") for n in range(3)]  # a port no app lists
+
+    def mark(n):
+        [out] = deliver(switch, up(ip, INTERNET, flows.PROTO_UDP, 50000 + n, 9999))
+        return out.packet.get("ip_dscp", 0)
+
+    switch.apply(router.flow_events.agent_reported(calls))
+    assert [mark(n) for n in range(3)] == [EF, EF, 0]  # two connections, both ways: the budget of 4
+    # The first call ends: its rules idle out, both ways.
+    for gone in (flows.FiveTuple(17, ip, 50000, INTERNET, 9999), flows.FiveTuple(17, INTERNET, 9999, ip, 50000)):
+        switch.apply(router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, gone.match(), 1, 100))
+    switch.apply(router.flow_events.agent_reported(calls[2:]))
+    assert mark(2) == EF
 
 
 def test_records_of_no_devices_traffic_are_not_rows(router):

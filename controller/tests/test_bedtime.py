@@ -281,7 +281,7 @@ def test_an_allowance_counts_the_switchs_counters_even_when_the_flow_records_are
     """With flow export on, Flows rows come from the switch's records, which the collector drops under a
     flood: a device out of allowance must not get free traffic by flooding (it is counted from the rules'
     counters), and its records, when they do arrive, do not count it twice (positive control)."""
-    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 30 * 86400), clock=clock, flows_from_export=True)
+    router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 30 * 86400), clock=clock)
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     clock.now = utc(2026, 6, 1, 12, 0)

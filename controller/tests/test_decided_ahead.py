@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from fakeoftable import FakeSwitch
-from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, HoldsCounted, down, join, up
+from support import AF41, EF, LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, ZOOM, HoldsCounted, down, join, records, up
 
 from homework_controller import flows
 from homework_controller.concerns import ahead_marks
@@ -30,7 +30,6 @@ def router(db_path, clock):
         DeviceStore(db_path),
         dhcp.LeasePolicy(30, 3600),
         clock=clock,
-        flows_from_export=True,
         qos_settings=qos.QosSettings(uplink=UPLINK, high_device_share=0.2, demotion_s=60),
     )
 
@@ -48,13 +47,6 @@ def first_packet(switch, packet):
     assert not [d for d in deliveries if d.port == flows.CONTROLLER], "a permitted device's packet was copied"
     [out] = deliveries
     return out.packet.get("ip_dscp", 0), out.port
-
-
-def records(router, clock, totals, seconds=5.0):
-    """The switch's records of `totals` ({flow: [packets, bytes]}) reach the collector, then a poll."""
-    router.flow_events.on_flow_export(totals)
-    clock.now += seconds
-    return router.on_flow_stats([])
 
 
 def test_a_call_on_its_service_port_is_high_from_its_first_packet_both_ways_and_follows_the_household(router, switch):

@@ -260,13 +260,13 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
             eth = dpkt.ethernet.Ethernet(data)
             ip = eth.data
             if not isinstance(ip, dpkt.ip.IP) or ip.offset or not isinstance(ip.data, dpkt.udp.UDP):
-                return None
+                return "malformed"  # no DHCP in it
             udp = ip.data
             if udp.ulen < 8 or udp.ulen - 8 > len(udp.data):
                 return "malformed"
             payload = bytes(udp.data[: udp.ulen - 8])
             msg = dpkt.dhcp.DHCP(payload)
-            return (udp.sport, udp.dport, msg.xid, msg.flags, msg.chaddr[:6].hex(":"), dict(msg.opts).get(53))
+            return (msg.xid, msg.flags, msg.chaddr[:6].hex(":"), dict(msg.opts).get(53))
         except (dpkt.UnpackError, ValueError, IndexError, struct.error):
             return "malformed"
 
@@ -275,13 +275,11 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
             f = packets.parse(data)
         except packets.MalformedFrame:
             return "malformed"
-        if f.ip_proto != dpkt.ip.IP_PROTO_UDP or f.payload is None:
-            return None
         try:
             req = dhcp_wire.decode_request(f.payload)
         except dhcp_wire.MalformedDhcp:
             return "malformed"
-        return (f.sport, f.dport, req.xid, req.flags, req.chaddr, bytes([req.msg_type]))
+        return (req.xid, req.flags, req.chaddr, bytes([req.msg_type]))
 
     compared = 0
     for _ in range(3000):
@@ -295,10 +293,10 @@ def test_the_struct_parsers_read_frames_and_requests_as_dpkt_does():
             else:
                 data[at] = rng.randrange(256)
         mine, reference = ours(bytes(data)), by_dpkt(bytes(data))
-        if mine not in (None, "malformed") and reference not in (None, "malformed"):
+        if mine != "malformed" and reference != "malformed":
             assert mine == reference, bytes(data).hex()
             compared += 1
-        elif mine not in (None, "malformed"):
+        elif mine != "malformed":
             # Accepted here, refused by dpkt: only for what decode_request checks itself (dpkt's
             # option parser gives up on a cut-off option that ours keeps as far as it goes).
             assert reference == "malformed", bytes(data).hex()

@@ -36,7 +36,7 @@ def test_only_dhcp_to_the_server_port_arrives_and_a_malformed_frame_costs_only_i
     for frame in (bytes(answer), truncated, client_frame(PHONE, "discover")):
         sender.send(frame)
     got = received.get(timeout=3)
-    assert (got.eth_src, got.dport) == (PHONE, 67)
+    assert (got.eth_src, got.payload) == (PHONE, client_frame(PHONE, "discover")[42:])
     with pytest.raises(queue.Empty):
         received.get(timeout=0.3)  # the answer and the cut-off frame did not arrive as DHCP
     wait_until("the cut-off frame to be counted", lambda: dhcp.malformed == 1, 5)

@@ -158,13 +158,13 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
         assert router.priorities.chosen == {"web": "default", "games": "high"}  # the last row per app
         web = up(phone, WEB)
         with lock:
-            assert mark_of(router, switch, web)[0] == 0
+            assert mark_of(switch, web)[0] == 0
         asked = time.monotonic()
         hwdb.query("insert into AppPriority values ('web', 'high')")
 
         def marked():
             with lock:
-                [out] = deliver(router, switch, web)
+                [out] = deliver(switch, web)
             return out.packet.get("ip_dscp") == EF
 
         wait_for(marked)
@@ -172,7 +172,7 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
         # An agent's rows: a bad one is dropped, the good one labels the phone's connection.
         call = up(phone, ZOOM, 17, 50000, 40001)
         with lock:
-            assert mark_of(router, switch, call)[0] == 0
+            assert mark_of(switch, call)[0] == 0
         hwdb.query(
             f"insert into AppTuples values (1, '{phone}', 1, '*', 0, 'zoom', 'pc'), "
             f"(17, '{phone}', 50000, '198.51.100.7', 40001, 'zoom', 'pc')"
@@ -180,7 +180,7 @@ def test_priorities_are_restored_then_followed_and_a_change_re_marks_a_running_f
 
         def call_marked():
             with lock:
-                [out] = deliver(router, switch, call)
+                [out] = deliver(switch, call)
             return out.packet.get("ip_dscp") == EF
 
         wait_for(call_marked)

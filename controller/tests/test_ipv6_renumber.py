@@ -93,8 +93,8 @@ def test_a_new_prefix_moves_each_device_and_its_next_advert_deprecates_the_old(r
     assert len(advertised(effects, LAPTOP)) == 1
     assert new_phone in {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)}
     # Its traffic from the new /64 goes out; from the old one (the ISP no longer routes it back) it does not.
-    assert [d.port for d in deliver(router, switch, packet_from(host_in(new_phone)))] == [LOCAL]
-    assert deliver(router, switch, packet_from(host_in(old_phone))) == []
+    assert [d.port for d in deliver(switch, packet_from(host_in(new_phone)))] == [LOCAL]
+    assert deliver(switch, packet_from(host_in(old_phone))) == []
 
 
 def test_the_old_prefix_counts_down_in_the_periodic_adverts_then_goes(router, switch, clock):

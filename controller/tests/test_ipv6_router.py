@@ -18,9 +18,9 @@ from scapy.layers.inet6 import (
 )
 from scapy.layers.l2 import Ether
 from support import (
+    AF41,
     EF,
     LAPTOP,
-    LEARNS_FROM_COPIES,
     LOCAL,
     PHONE,
     ROUTER_MAC,
@@ -106,7 +106,7 @@ def test_a_pending_device_hears_no_prefix_and_reaches_nothing(router, switch):
     assert adverts(solicit_router(router, PHONE), PHONE) == [([], 0)]
     # Whatever address it makes up, nothing it sends over IPv6 passes.
     for src in (in_prefix(router.ipv6.plan.global_of(1)), "fe80::aa", "fd12:3456:789a:1::aa"):
-        assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, INTERNET)) == []
+        assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, INTERNET)) == []
     # Its solicitations reach the controller (to be answered), nothing else.
     ns = ipv6_packet(WLAN, PHONE, "33:33:ff:00:00:01", "fe80::aa", "ff02::1:ff00:1")
     ns.update(ip_proto=nd.PROTO_ICMPV6, icmpv6_type=nd.NEIGHBOUR_SOLICITATION)
@@ -123,10 +123,10 @@ def test_permitted_it_is_advertised_its_own_64s_and_its_ipv6_goes_out(router, sw
     assert ipaddress.IPv6Network(prefixes[1]).subnet_of(ULA)
     assert {e.prefix for e in effects if isinstance(e, AddIpv6Gateway)} == set(prefixes)
     own = in_prefix(prefixes[0])
-    [out] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    [out] = deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
     assert out.port == LOCAL
     # The reply from the router's stack reaches it.
-    [back] = deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own))
+    [back] = deliver(switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own))
     assert back.port == WLAN
 
 
@@ -138,20 +138,20 @@ def test_a_forged_source_reaches_nothing_while_its_own_does(router, switch):
     assert phone64 != laptop64
     outside = in_prefix(router.ipv6.plan.global_of(200))  # global, in no device's /64
     for forged in (in_prefix(laptop64), outside, "2001:db8:ffff::1"):
-        assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, forged, INTERNET)) == [], forged
+        assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, forged, INTERNET)) == [], forged
     # positive control: the same packet from its own /64
-    assert [
-        d.port for d in deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(phone64), INTERNET))
-    ] == [LOCAL]
+    assert [d.port for d in deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(phone64), INTERNET))] == [
+        LOCAL
+    ]
     # Its MAC with the laptop's address, or the laptop's MAC with its address: neither.
-    assert deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, in_prefix(phone64), INTERNET)) == []
+    assert deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, in_prefix(phone64), INTERNET)) == []
 
 
 def test_between_devices_it_is_routed_through_the_router(router, switch):
     join(router, switch, PHONE)
     join(router, switch, LAPTOP)
     src, dst = in_prefix(router.ipv6.current[PHONE][0]), in_prefix(router.ipv6.current[LAPTOP][0])
-    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, dst, hop_limit=64))
+    [hop] = deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, src, dst, hop_limit=64))
     assert (hop.port, hop.packet["eth_src"], hop.packet["eth_dst"], hop.packet["ip_ttl"]) == (
         WLAN,
         ROUTER_MAC,
@@ -169,7 +169,7 @@ def multicast(eth_src, src, dst="ff02::fb", proto=flows.PROTO_UDP, **fields):
 
 def heard(router, switch, packet):
     """Who a packet reaches: the devices (by MAC) it is copied to, and whether the router gets it."""
-    out = deliver(router, switch, packet)
+    out = deliver(switch, packet)
     assert all(d.port in (WLAN, LOCAL) for d in out), out
     return {d.packet["eth_dst"] for d in out if d.port == WLAN}, [d.packet["ipv6_dst"] for d in out if d.port == LOCAL]
 
@@ -212,13 +212,13 @@ def test_without_ipv6_no_ipv6_multicast_is_copied(db_path, clock):
     assert heard(router, switch, multicast(PHONE, "fe80::aa")) == (set(), [])
     # positive control: its IPv4 multicast is
     v4 = ipv4(WLAN, PHONE, "01:00:5e:00:00:fb", phone, "224.0.0.251", flows.PROTO_UDP, 5353, 5353)
-    assert LAPTOP in {d.packet["eth_dst"] for d in deliver(router, switch, v4)}
+    assert LAPTOP in {d.packet["eth_dst"] for d in deliver(switch, v4)}
 
 
 def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]
-    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), gateway_of(prefix)))
+    [hop] = deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(prefix), gateway_of(prefix)))
     assert hop.port == LOCAL
     # In the switch's records too: a connection from the router's ::1 comes in to the phone, not out of it.
     assert router.registry.device_at(gateway_of(prefix)) is None
@@ -228,12 +228,12 @@ def test_the_routers_address_in_its_64_is_the_router_not_the_device(router, swit
 def test_deny_cuts_ipv6_at_once_and_says_so(router, switch):
     join(router, switch, PHONE)
     own = in_prefix(router.ipv6.current[PHONE][0])
-    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
+    assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET))
     effects = router.decisions.deny(PHONE)
     switch.apply(effects)
     assert adverts(effects, PHONE) == [([], 0)]
-    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
-    assert deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
+    assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, own, INTERNET)) == []
+    assert deliver(switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, own)) == []
     # Permitted again, it is told its prefixes again.
     effects = router.decisions.permit(PHONE)
     assert adverts(effects, PHONE)[0][1] == nd.ROUTER_LIFETIME_S
@@ -305,7 +305,7 @@ def test_a_device_cycling_addresses_in_its_64_holds_at_most_16_of_the_routers_ne
     # The other device keeps its entries (positive control); the first addresses still work: asked again, answered.
     assert [table.get(a) for a in laptops] == [LAPTOP] * 3
     assert stack_asks(cycled[0]) == PHONE
-    [out] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, cycled[0], INTERNET))
+    [out] = deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, cycled[0], INTERNET))
     assert out.port == LOCAL
 
 
@@ -344,13 +344,13 @@ def test_an_aaaa_answer_for_a_blocked_name_drops_its_ipv6_address_for_that_devic
     switch.apply(router.dns_answer(learnt))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     # The phone's connection to the address, even without asking for the name: dropped.
-    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, games)) == []
+    assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, games)) == []
     # Positive controls: another address from the phone, the same address from the laptop.
-    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, www))] == [LOCAL]
-    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, games))] == [LOCAL]
+    assert [d.port for d in deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, www))] == [LOCAL]
+    assert [d.port for d in deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, games))] == [LOCAL]
     # From its ULA /64 too.
     ula = in_prefix(router.ipv6.current[PHONE][1])
-    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
+    assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, ula, games)) == []
 
 
 def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, switch):
@@ -360,10 +360,10 @@ def test_a_device_with_blocked_names_cannot_use_dns_over_tls_over_ipv6(router, s
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     dot = ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, "2001:db8:5133::853")
     dot.update(tcp_dst=flows.DNS_OVER_TLS_PORT)
-    assert deliver(router, switch, dot) == []
+    assert deliver(switch, dot) == []
     # Positive control: the laptop, with no blocked names, may.
     dot.update(eth_src=LAPTOP, ipv6_src=laptop)
-    assert [d.port for d in deliver(router, switch, dot)] == [LOCAL]
+    assert [d.port for d in deliver(switch, dot)] == [LOCAL]
 
 
 # ---- IPv6 counts against a data allowance
@@ -384,19 +384,19 @@ def test_ipv6_traffic_uses_up_a_data_allowance_as_ipv4_does(router, switch):
     switch.apply(router.decisions.set_allowance(LAPTOP, "1 MB"))
     phone, laptop = (in_prefix(router.ipv6.current[mac][0]) for mac in (PHONE, LAPTOP))
     # 2 MB over IPv6 in one poll (a download: up and back): the phone is paused at once.
-    deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
-    deliver(router, switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone))
+    deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET))
+    deliver(switch, ipv6_packet(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone))
     switch.apply(poll(router, switch, 1_000_000))
     assert router.status(PHONE)["paused_why"] == "allowance"
-    assert deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)) == []
-    assert deliver(router, switch, ipv4(WLAN, PHONE, ROUTER_MAC, phone_v4, "192.0.2.80")) == []
+    assert deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, INTERNET)) == []
+    assert deliver(switch, ipv4(WLAN, PHONE, ROUTER_MAC, phone_v4, "192.0.2.80")) == []
     # Positive control: the laptop, with its own 1 MB, moves less over IPv6 and IPv4 together...
     switch.hits.clear()
-    deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))
-    deliver(router, switch, ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop_v4, "192.0.2.80"))
+    deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))
+    deliver(switch, ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop_v4, "192.0.2.80"))
     switch.apply(poll(router, switch, 400_000))
     assert router.status(LAPTOP)["allowance"]["used"] == 800_000  # both families counted
-    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))] == [LOCAL]
+    assert [d.port for d in deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET))] == [LOCAL]
     # ...and is paused when the sum goes over (here by its IPv6).
     switch.apply(poll(router, switch, 400_000))
     assert router.status(LAPTOP)["paused_why"] == "allowance"
@@ -417,7 +417,7 @@ def test_adverts_name_the_routers_address_in_the_devices_ula_64_as_its_dns_serve
     query = ipv6_packet(WLAN, PHONE, ROUTER_MAC, in_prefix(ula64), resolver)
     query.update(ip_proto=flows.PROTO_UDP, udp_src=40000, udp_dst=53)
     del query["tcp_src"], query["tcp_dst"]
-    assert [d.port for d in deliver(router, switch, query)] == [LOCAL]
+    assert [d.port for d in deliver(switch, query)] == [LOCAL]
     # Denied: no prefix, so no DNS server either.
     [frame] = [
         Ether(e.data) for e in router.decisions.deny(PHONE) if isinstance(e, SendFrame) and ICMPv6ND_RA in Ether(e.data)
@@ -446,10 +446,9 @@ def test_a_query_over_ipv6_is_gated_as_its_devices_by_its_64(router, switch):
 # ---- priorities over IPv6
 
 
-@LEARNS_FROM_COPIES
-def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them(router, switch):
-    """Priorities hold for IPv6 as for IPv4 (issue 22, test 5): a flow's first packet is copied to the
-    controller, which gives the flow a rule with its app's mark, both ways."""
+def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them(router, switch, clock):
+    """Priorities hold for IPv6 as for IPv4 (issue 22, test 5): a connection carries its app's mark from its
+    first packet, both ways, and one judged by its behaviour in the switch's records gets a rule of its own."""
     phone_v4 = join(router, switch, PHONE)
     phone = in_prefix(router.ipv6.current[PHONE][0])
     out, back = (
@@ -458,14 +457,27 @@ def test_ipv6_flows_get_their_apps_priority_both_ways_and_a_change_re_marks_them
     )
     for packet, sport, dport in ((out, 40000, 443), (back, 443, 40000)):
         packet.update(tcp_src=sport, tcp_dst=dport, ip_dscp=EF)  # the device's own mark: not trusted
-    assert mark_of(router, switch, out) == (0, 0, LOCAL)
-    assert mark_of(router, switch, back) == (0, 0, WLAN)
+    assert mark_of(switch, out) == (0, 0, LOCAL)
+    assert mark_of(switch, back) == (0, 0, WLAN)
     switch.apply(router.set_app_priorities({"web": "high"}))
-    assert mark_of(router, switch, out) == (EF, 1, LOCAL)
-    assert mark_of(router, switch, back) == (EF, 1, WLAN)
-    assert any(flow.is_ipv6 for flow, _ in router.learnt_connections())
+    assert mark_of(switch, out) == (EF, 1, LOCAL)
+    assert mark_of(switch, back) == (EF, 1, WLAN)
     # The same app over IPv4 is marked alike (the positive control: nothing here is IPv6's own).
-    assert mark_of(router, switch, up(phone_v4, WEB)) == (EF, 1, LOCAL)
+    assert mark_of(switch, up(phone_v4, WEB)) == (EF, 1, LOCAL)
+    # Steady small packets on a port no app lists, over two polls: interactive (Medium), by a rule of its own.
+    game = {**out, "ip_proto": flows.PROTO_UDP, "udp_src": 50000, "udp_dst": 9999}
+    del game["tcp_src"], game["tcp_dst"]
+    assert mark_of(switch, game) == (0, 0, LOCAL)
+    steady = {
+        flows.FiveTuple(flows.PROTO_UDP, phone, 50000, INTERNET, 9999): [100, 100 * 120],
+        flows.FiveTuple(flows.PROTO_UDP, phone_v4, 50000, WEB, 9999): [100, 100 * 120],
+    }
+    for _ in range(3):
+        router.flow_events.on_flow_export(steady)
+        clock.now += 5
+        switch.apply(router.on_flow_stats([]))
+    assert mark_of(switch, game) == (AF41, 2, LOCAL)
+    assert mark_of(switch, up(phone_v4, WEB, flows.PROTO_UDP, 50000, 9999)) == (AF41, 2, LOCAL)
     # The ISP's slice takes IPv4 connections only (its rules name the household's public IPv4 address).
     assert {c.is_ipv6 for c, _ in router.learnt_connections()} == {False, True}
     [slice_rule] = downlink.wanted_rules(router.learnt_connections(), ["203.0.113.9"])
@@ -544,10 +556,10 @@ def test_a_border_routers_mesh_is_reached_through_the_router_from_a_permitted_de
     assert any(isinstance(e, TellHousehold) and MESH in e.message for e in effects)
     # The laptop's packet to a mesh node goes to the border router, hop limit one lower.
     laptop = in_prefix(router.ipv6.current[LAPTOP][1])  # its ULA address, which it picks for a ULA node
-    [hop] = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+    [hop] = deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
     assert (hop.port, hop.packet["eth_dst"], hop.packet["ip_ttl"]) == (WLAN, TABLET, 63)
     # The node's answer, forwarded by the border router from its MAC, reaches the laptop.
-    [back] = deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop))
+    [back] = deliver(switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop))
     assert (back.port, back.packet["eth_dst"]) == (WLAN, LAPTOP)
     # The router's own stack finds the node behind the border router (its route is on-link).
     ns = Ether(src=ROUTER_MAC) / IPv6(src="fe80::1", dst="ff02::1:ff00:77") / ICMPv6ND_NS(tgt=MESH_NODE)
@@ -566,10 +578,10 @@ def test_a_pending_devices_route_is_never_honoured(router, switch):
     _, advert = border_router_advert(TABLET, (MESH, 1800))
     assert router.on_router_advert(advert) == []
     laptop = in_prefix(router.ipv6.current[LAPTOP][1])
-    assert [d.port for d in deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))] == [
+    assert [d.port for d in deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))] == [
         LOCAL  # the router's stack: no route to it, nothing reaches the pending device
     ]
-    assert deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop)) == []
+    assert deliver(switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, MESH_NODE, laptop)) == []
 
 
 def test_a_device_cannot_draw_another_devices_traffic_to_itself_with_a_route(router, switch):
@@ -583,10 +595,10 @@ def test_a_device_cannot_draw_another_devices_traffic_to_itself_with_a_route(rou
     phone_src = in_prefix(laptop_ula, 0x99)
     join(router, switch, PHONE)
     phone = in_prefix(router.ipv6.current[PHONE][1])
-    [hop] = deliver(router, switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, phone_src))
+    [hop] = deliver(switch, ipv6_packet(WLAN, PHONE, ROUTER_MAC, phone, phone_src))
     assert hop.packet["eth_dst"] == LAPTOP  # still the laptop's
     # Nor send from the laptop's addresses.
-    assert deliver(router, switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, phone_src, phone)) == []
+    assert deliver(switch, ipv6_packet(WLAN, TABLET, ROUTER_MAC, phone_src, phone)) == []
 
 
 def test_a_route_goes_when_it_is_withdrawn_runs_out_or_its_device_is_denied(router, switch, clock):
@@ -595,7 +607,7 @@ def test_a_route_goes_when_it_is_withdrawn_runs_out_or_its_device_is_denied(rout
     laptop = in_prefix(router.ipv6.current[LAPTOP][1])
 
     def reached() -> bool:
-        out = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+        out = deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
         return [d.packet["eth_dst"] for d in out] == [TABLET]
 
     offer(router, switch, TABLET, (MESH, 1800))
@@ -643,11 +655,11 @@ def test_a_devices_neighbour_advert_for_another_devices_address_reaches_nothing(
     for kind in (nd.NEIGHBOUR_ADVERTISEMENT, nd.REDIRECT, nd.ROUTER_ADVERTISEMENT):
         for dst in (gateway, nd.ALL_NODES):
             for src in (laptop, "fe80::cc"):
-                assert deliver(router, switch, icmpv6(LAPTOP, src, dst, kind)) == [], (kind, dst, src)
+                assert deliver(switch, icmpv6(LAPTOP, src, dst, kind)) == [], (kind, dst, src)
     # Positive controls: its ping to the router's ::1 and its solicitations still get there (the latter to the
     # controller, which answers them); a forwarding device's own router adverts reach the controller (its routes).
     echo_request = 128
-    assert [d.port for d in deliver(router, switch, icmpv6(LAPTOP, laptop, gateway, echo_request))] == [LOCAL]
+    assert [d.port for d in deliver(switch, icmpv6(LAPTOP, laptop, gateway, echo_request))] == [LOCAL]
     for kind in (nd.NEIGHBOUR_SOLICITATION, nd.ROUTER_SOLICITATION):
         assert [d.port for d in switch.send(icmpv6(LAPTOP, laptop, gateway, kind))] == [flows.CONTROLLER], kind
     assert [d.port for d in switch.send(icmpv6(LAPTOP, "fe80::cc", nd.ALL_NODES, nd.ROUTER_ADVERTISEMENT))] == [
@@ -666,10 +678,10 @@ def test_the_routers_frames_for_a_device_carry_that_devices_mac(router, switch, 
         to_phone = ipv4(LOCAL, ROUTER_MAC, LAPTOP, "192.0.2.80", phone_v4, sport=443, dport=40000)
     else:
         to_phone = ipv6_packet(LOCAL, ROUTER_MAC, LAPTOP, INTERNET, in_prefix(router.ipv6.current[PHONE][0]))
-    [out] = deliver(router, switch, to_phone)
+    [out] = deliver(switch, to_phone)
     assert (out.port, out.packet["eth_dst"]) == (WLAN, PHONE)
     # Positive control: the frame the stack addressed right leaves the same way.
-    [out] = deliver(router, switch, to_phone | {"eth_dst": PHONE})
+    [out] = deliver(switch, to_phone | {"eth_dst": PHONE})
     assert (out.port, out.packet["eth_dst"]) == (WLAN, PHONE)
 
 
@@ -684,7 +696,7 @@ def test_a_border_routers_route_keeps_its_owner_while_it_is_paused_and_across_a_
     laptop = in_prefix(router.ipv6.current[LAPTOP][1])
 
     def next_hop():
-        out = deliver(router, switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
+        out = deliver(switch, ipv6_packet(WLAN, LAPTOP, ROUTER_MAC, laptop, MESH_NODE))
         return [d.packet["eth_dst"] for d in out if d.port != flows.CONTROLLER]
 
     offer(router, switch, TABLET, (MESH, 1800))

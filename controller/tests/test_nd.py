@@ -4,7 +4,7 @@ the solicitations the controller parses and reads the advertisements it builds, 
 import random
 
 import pytest
-from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import (
     ICMPv6ND_NA,
     ICMPv6ND_NS,
@@ -17,16 +17,14 @@ from scapy.layers.inet6 import (
     ICMPv6NDOptRouteInfo,
     ICMPv6NDOptSrcLLAddr,
     IPv6,
-    IPv6ExtHdrHopByHop,
 )
 from scapy.layers.l2 import Ether
 
-from homework_controller.wire import nd, packets
+from homework_controller.wire import nd
 
 DEV = "02:00:00:00:00:aa"
 ROUTER = "02:48:57:00:00:01"
 PREFIXES = ("2001:db8:100:1::/64", "fd12:3456:789a:1::/64")
-DEVICE_IP = "2001:db8:100:1::aa"
 
 
 def test_a_router_solicitation_is_read():
@@ -115,29 +113,6 @@ def _checksum_ok(frame) -> bool:
     sent = icmp.cksum
     del icmp.cksum
     return Ether(bytes(frame))[IPv6].payload.cksum == sent
-
-
-def test_an_ipv6_flow_copy_is_read_for_its_addresses_and_ports_and_a_short_one_refused():
-    """What the controller learns an IPv6 flow by (`packets.parse`), against frames scapy builds."""
-    tcp = bytes(Ether(src=DEV, dst=ROUTER) / IPv6(src=DEVICE_IP, dst="2001:db8::80") / TCP(sport=40000, dport=443))
-    frame = packets.parse(tcp)
-    assert (frame.ethertype, frame.ip_src, frame.ip_dst, frame.ip_proto, frame.sport, frame.dport) == (
-        nd.ETH_IPV6,
-        DEVICE_IP,
-        "2001:db8::80",
-        6,
-        40000,
-        443,
-    )
-    assert frame.size == len(tcp)
-    udp = packets.parse(bytes(Ether() / IPv6(src=DEVICE_IP, dst="2001:db8::80") / UDP(sport=5353, dport=53)))
-    assert (udp.ip_proto, udp.sport, udp.dport) == (17, 5353, 53)
-    # Behind an extension header the ports are not looked for: the flow is named by its addresses.
-    hop = packets.parse(bytes(Ether() / IPv6(src=DEVICE_IP, dst="2001:db8::80") / IPv6ExtHdrHopByHop() / UDP()))
-    assert (hop.ip_proto, hop.sport, hop.dport) == (0, 0, 0)
-    for cut in (20, 14 + 39, 14 + 40 + 3):
-        with pytest.raises(packets.MalformedFrame):
-            packets.parse(tcp[:cut])
 
 
 MESH = "fd11:2233:4455:1::/64"

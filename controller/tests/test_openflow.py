@@ -36,7 +36,7 @@ def every_rule():
                 lambda mac: (2,) if mac == PHONE.mac else (WLAN,),
             )
         )
-        + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01", learning=False))
+        + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01"))
         + list(flows.device_rules(blacklisted, 0, (WLAN, 2), "02:48:57:00:00:01"))
         # The marking table: the apps' ports as value/mask prefixes, a device's named addresses and
         # its High ports while demoted, IPv4 and IPv6.

@@ -3,12 +3,11 @@
 import pytest
 from dhcp_frames import frame
 from fakeoftable import FakeSwitch, ipv4
-from support import LAPTOP, LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
+from support import LAPTOP, PHONE, ROUTER_MAC, TABLET, WLAN, join, lease
 
 from homework_controller import flows
 from homework_controller.effects import AddGatewayAddress
 from homework_controller.policy import dns_rules
-from homework_controller.wire import packets
 
 INTERNET = "198.51.100.80"
 LOCAL = flows.LOCAL
@@ -27,8 +26,9 @@ def ports(deliveries):
 
 
 def forwarded(deliveries):
-    """Where the packet went, leaving out the copy a new flow's packets send the controller."""
-    return [d for d in deliveries if d.port != flows.CONTROLLER]
+    """Where the packet went, which is never the controller (nothing of a device's traffic is copied to it)."""
+    assert not [d for d in deliveries if d.port == flows.CONTROLLER], "a packet was copied to the controller"
+    return deliveries
 
 
 def test_a_permitted_device_reaches_the_internet_and_a_pending_one_nothing(router, switch):
@@ -90,36 +90,6 @@ def test_device_to_device_is_routed_back_out_of_the_air_with_the_routers_mac(rou
     assert (out.packet["eth_src"], out.packet["eth_dst"], out.packet["ip_ttl"]) == (ROUTER_MAC, LAPTOP, 63)
     [back] = forwarded(switch.send(ipv4(LOCAL, ROUTER_MAC, PHONE, INTERNET, phone, sport=80, dport=40000)))
     assert back.port == WLAN and back.packet["eth_dst"] == PHONE
-
-
-@LEARNS_FROM_COPIES
-def test_a_flows_first_packet_is_forwarded_at_once_and_copied_and_later_ones_only_counted(router, switch):
-    phone = join(router, switch, PHONE)
-    fetch = ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40001, dport=80)
-    first = switch.send(fetch)
-    assert ports(first) == sorted([flows.CONTROLLER, LOCAL])  # no waiting for the controller
-    [copy] = [d for d in first if d.port == flows.CONTROLLER]
-    switch.apply(
-        router.flow_events.on_flow_copy(
-            WLAN,
-            packets.Frame(
-                PHONE,
-                ROUTER_MAC,
-                flows.ETH_IPV4,
-                ip_src=phone,
-                ip_dst=INTERNET,
-                ip_proto=6,
-                sport=40001,
-                dport=80,
-                size=60,
-            ),
-        )
-    )
-    assert ports(switch.send(fetch)) == [LOCAL]  # its own counting rule now, no more copies
-    [counter] = [r for r in switch.table(flows.TABLE_ACCOUNTING) if r.priority == flows.AccountingPriority.LEARNT_FLOW]
-    assert switch.hits[counter] == 1
-    # Another flow of the same device is copied again.
-    assert flows.CONTROLLER in ports(switch.send(ipv4(WLAN, PHONE, ROUTER_MAC, phone, INTERNET, sport=40002)))
 
 
 def test_deny_cuts_the_device_off_at_once(router, switch):

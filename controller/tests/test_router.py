@@ -123,7 +123,7 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
     depend on would reinstall them for nothing (and lose the device's learnt flows)."""
     now = 1_000_000.0
     made = []
-    for mac, state, (subnet, expires), (access_ports, port), router_mac, learning, dns_gated, held in itertools.product(
+    for mac, state, (subnet, expires), (access_ports, port), router_mac, dns_gated, held in itertools.product(
         (PHONE, LAPTOP),
         State,
         ((None, 0.0), (Subnet(1), now + 30), (Subnet(1), now - 1), (Subnet(2), now + 30)),
@@ -132,12 +132,9 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
         (ROUTER_MAC, "02:48:57:00:00:02"),
         (True, False),
         (True, False),
-        (True, False),
     ):
         device = Device(mac=mac, state=state, subnet=subnet, lease_expires=expires)
-        name = flows.device_rules(
-            device, now, access_ports, router_mac, port=port, learning=learning, dns_gated=dns_gated, held=held
-        )
+        name = flows.device_rules(device, now, access_ports, router_mac, port=port, dns_gated=dns_gated, held=held)
         made.append((name, frozenset(name) if name is not None else frozenset()))
     by_name, by_rules = defaultdict(set), defaultdict(set)
     for i, (name, rules) in enumerate(made):
@@ -149,8 +146,8 @@ def test_a_rule_set_is_named_by_exactly_what_its_rules_are_made_of():
 
 
 def test_each_change_reaches_the_switch_and_a_tick_without_one_sends_nothing(router, clock):
-    """The rules on the switch follow a device's state, its lease and its DNS rules (its flow budget:
-    test_accounting.py); a tick finds nothing to send when none of them changed, and the change when one did."""
+    """The rules on the switch follow a device's state, its lease and its DNS rules; a tick finds nothing to
+    send when none of them changed, and the change when one did."""
     switch = FakeSwitch()
     switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
     join(router, switch, PHONE)

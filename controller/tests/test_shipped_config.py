@@ -1,7 +1,6 @@
 """The tests run the router as it ships: the shared `router` fixture (and `HomeRouter`'s defaults, which it
 takes) are what deploy/services.toml's controller command line gives, so what the suite proves holds for
-the configuration households run. A test that runs less (IPv6 off, flows from packet copies) says so
-where it does."""
+the configuration households run. A test that runs less (IPv6 off) says so where it does."""
 
 import ipaddress
 import sys
@@ -37,14 +36,13 @@ def settings_of(router: HomeRouter) -> dict:
         "max_pending": router.newcomers.max_pending,
         "app_table": router.priorities.app_table,
         "high_device_share": router.priorities.qos.high_device_share,
-        "flows_from_export": router.accounting.from_export,
         "ipv6": router.ipv6 is not None,
     }
 
 
 def test_the_router_fixture_is_the_router_services_toml_starts(tmp_path, router):
     shipped = HomeRouter(DeviceStore(str(tmp_path / "shipped.sqlite")), **shipped_options(tmp_path))
-    assert settings_of(shipped)["ipv6"] and settings_of(shipped)["flows_from_export"]
+    assert settings_of(shipped)["ipv6"]
     assert settings_of(router) == settings_of(shipped)
     # The prefixes: a shipped router has its ULA /48 and what the ISP delegated (its prefix-delegation
     # client asks for a /56); so has the fixture's, as fixed documentation prefixes.
@@ -63,18 +61,25 @@ def test_what_a_deployment_sets_is_all_that_differs(tmp_path):
     assert {k for k in plain if plain[k] != shaped[k]} == {"qos_settings", "wifi_ssid"}
 
 
-def test_a_router_without_ipv6_or_export_is_told_apart(tmp_path, router):
-    """The comparison can fail: a router built as the tests used to build it (IPv6 off, flows learnt from
-    packet copies) is not the shipped one."""
-    old = HomeRouter(DeviceStore(str(tmp_path / "old.sqlite")), ipv6_plan=None, flows_from_export=False)
+def test_a_router_without_ipv6_is_told_apart(tmp_path, router):
+    """The comparison can fail: a router built as the tests used to build it (IPv6 off) is not the shipped one."""
+    old = HomeRouter(DeviceStore(str(tmp_path / "old.sqlite")), ipv6_plan=None)
     differs = {k for k, v in settings_of(old).items() if settings_of(router)[k] != v}
-    assert differs == {"ipv6", "flows_from_export"}
+    assert differs == {"ipv6"}
 
 
-@pytest.mark.parametrize("flag", ["--no-ipv6", "--flow-export-port=0"])
-def test_the_command_line_turns_off_what_ships_on(tmp_path, flag):
+@pytest.mark.parametrize("flags", [["--no-ipv6"], []])
+def test_the_command_line_turns_off_what_ships_on(tmp_path, flags):
     config = Config()
-    configure(parse_args(["--db", str(tmp_path / "c.sqlite"), flag]), config)
-    options = config.router_options()
-    assert (options["ipv6_plan"] is None) == (flag == "--no-ipv6")
-    assert options["flows_from_export"] == (flag != "--flow-export-port=0")
+    configure(parse_args(["--db", str(tmp_path / "c.sqlite"), *flags]), config)
+    assert (config.router_options()["ipv6_plan"] is None) == bool(flags)
+
+
+def test_a_router_without_the_switchs_flow_records_is_refused_at_the_command_line(capsys):
+    """Connections are counted from the switch's own records only: port 0 (no export) is refused with the
+    reason, not started as a router that would count nothing; another port is taken (positive control)."""
+    assert parse_args(["--flow-export-port", "4740"]).flow_export_port == 4740
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--flow-export-port", "0"])
+    assert refused.value.code == 2
+    assert "switch's own records (IPFIX flow export)" in capsys.readouterr().err

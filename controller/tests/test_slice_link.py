@@ -17,10 +17,11 @@ from fakeoftable import FakeSwitch
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
-from support import LEARNS_FROM_COPIES, PHONE, ROUTER_MAC, WEB, WLAN, join, mark_of, up
+from support import PHONE, ROUTER_MAC, WEB, WLAN, join
 
 from homework_controller import flows
 from homework_controller.__main__ import parse_args
+from homework_controller.concerns.agent_reports import AgentReport
 from homework_controller.edge.slice_link import DATAPATH, SliceLink, _Channel, tls_context
 from homework_controller.policy import downlink, qos
 from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_until
@@ -152,8 +153,9 @@ def queue_of(household: dict, queue: int) -> tuple[int, int]:
 UNTOUCHED = (0, None)  # no rule of the household's: its Normal queue
 
 
-@LEARNS_FROM_COPIES  # its connection is learnt from a copy (marked ahead, with the records: the test below)
 def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_priority(router, ovs, slicer, links):
+    """A connection with a rule of its own (its agent named it) is the household's slice rule too, in the queue of
+    its app's priority, following the household's choices, and gone when it ends."""
     lock = threading.Lock()  # the controller's: the link's snapshot is taken under it
 
     def snapshot():
@@ -164,13 +166,12 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
     with lock:
         switch.apply(router.switch_ready(WLAN, ROUTER_MAC))
         phone = join(router, switch, PHONE)
-        mark_of(router, switch, up(phone, WEB))  # the phone's connection to a web site, Normal for now
     link = links(slicer, snapshot, [A_PUBLIC])
     wait_until(lambda: link.health()["connected"], 30, "the link to connect")
-    assert downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED
+    assert downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED  # the phone's connection to a web site: Normal
 
-    with lock:
-        switch.apply(router.set_app_priorities({"web": qos.HIGH}))
+    with lock:  # its agent says a call holds it (High)
+        switch.apply(router.flow_events.agent_reported([AgentReport(6, phone, 40000, WEB, 443, "zoom")]))
     wait_until(
         lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 2),
         30,
@@ -182,15 +183,14 @@ def test_a_high_flows_downlink_gets_the_households_high_queue_and_follows_its_pr
     assert link.health()["rules_installed"] == 1 and link.health()["errors"] == 0
 
     with lock:
-        switch.apply(router.set_app_priorities({"web": qos.MEDIUM}))
+        switch.apply(router.set_app_priorities({"video-call": qos.MEDIUM}))
     wait_until(
         lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == queue_of(A, 1), 30, "the rule to move to A's Medium queue"
     )
 
-    with lock:  # the connection ends: its rule idled out of the router's switch
-        router.flow_events.on_flow_removed(
-            flows.AccountingPriority.LEARNT_FLOW, flows.FiveTuple(6, phone, 40000, WEB, 443).match(), 5, 500
-        )
+    with lock:  # the connection ends: its rules idled out of the router's switch, both ways
+        for gone in (flows.FiveTuple(6, phone, 40000, WEB, 443), flows.FiveTuple(6, WEB, 443, phone, 40000)):
+            router.flow_events.on_flow_removed(flows.AccountingPriority.LEARNT_FLOW, gone.match(), 5, 500)
     wait_until(lambda: downlink_lands(ovs, slicer, WEB, A_PUBLIC) == UNTOUCHED, 30, "the rule to go")
     assert link.health()["rules_installed"] == 0 and link.health()["errors"] == 0
 

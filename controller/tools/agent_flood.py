@@ -7,7 +7,7 @@ delivers them) parsed and checked off the lock (`hwdb_feed.parse_reports`), then
 router in turns under a `TimedLock` (`hwdb_feed.in_turns`, as ofapp does), on a thread of their
 own, while another thread renews a quiet device's lease every 10 ms (`on_dhcp` under the same
 lock, as the DHCP socket's worker does). DEVICES permitted devices with live leases each have
-LEARNT flows (what a report re-marks) and report their own connections now and then.
+LEARNT connections with rules of their own (what a report re-marks) and report them now and then.
 
 Prints, quiet (the devices' own reports only) and during the flood: the lock's longest hold and its
 99th percentile, in wall time and in the holder's CPU time (the work done under the lock), the
@@ -29,8 +29,8 @@ import time
 
 from dhcp_path import client_frame
 
-from homework_controller import flows
 from homework_controller.api.server import TimedLock
+from homework_controller.concerns.agent_reports import AgentReport
 from homework_controller.core.router import HomeRouter
 from homework_controller.edge import hwdb_feed
 from homework_controller.model import Device, State
@@ -85,27 +85,15 @@ def permitted_home(db: str, devices: int, clock=time.time, **options) -> HomeRou
 
 
 def home(db: str, devices: int, learnt: int) -> HomeRouter:
-    """A router whose devices are permitted, hold live leases and each have `learnt` flows (learnt from
-    copies: the router without the switch's records, whose flow budget this measures)."""
-    router = permitted_home(db, devices, flow_budget=learnt + 1, flows_from_export=False)
+    """A router whose devices are permitted, hold live leases and each have `learnt` connections with rules
+    of their own, both ways (their agents named them: a call, where the port's mark ahead is Normal)."""
+    router = permitted_home(db, devices, flow_budget=2 * learnt)
     for i in range(devices):
         ip = Subnet(i + 1).device_ip
-        for port in range(learnt):
-            router.flow_events.on_flow_copy(
-                WLAN,
-                packets.Frame(
-                    mac_of(i + 1),
-                    ROUTER_MAC,
-                    flows.ETH_IPV4,
-                    ip_src=ip,
-                    ip_dst=FAR,
-                    ip_proto=flows.PROTO_TCP,
-                    sport=30000 + port,
-                    dport=443,
-                    size=100,
-                ),
-            )
-    assert len(router.learnt_connections()) == devices * learnt, "every device's flows learnt"
+        router.flow_events.agent_reported(
+            [AgentReport(6, ip, 30000 + port, FAR, 443, "zoom") for port in range(learnt)]
+        )
+    assert len(router.learnt_connections()) == devices * learnt * 2, "every device's connections have rules"
     return router
 
 
@@ -178,7 +166,7 @@ def run(args, flood: bool) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--devices", type=int, default=20)
-    p.add_argument("--learnt", type=int, default=100, help="learnt flows (and reported connections) per device")
+    p.add_argument("--learnt", type=int, default=100, help="connections with rules of their own, reported, per device")
     p.add_argument("--seconds", type=float, default=6.0, help="how long each phase runs")
     args = p.parse_args()
     for name, flood in (("quiet", False), ("flood", True)):

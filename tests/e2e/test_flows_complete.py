@@ -1,9 +1,9 @@
 """Every connection of a page load is in Flows (issue 26): the switch counts what it forwards.
 
-A page load opens dozens of connections at once; their first packets' copies pass the device's
-packet-in meter (20 a second), so a flow learnt from copies misses whole connections. With the
-switch's own records (OVS's IPFIX export on br-lan, read by the controller) every one is counted,
-with the packets and bytes the device itself sent and received.
+A page load opens dozens of connections at once, more than copies of their first packets through the
+device's packet-in meter (20 a second) could tell the controller of. With the switch's own records
+(OVS's IPFIX export on br-lan, read by the controller) every one is counted, with the packets and
+bytes the device itself sent and received.
 """
 
 from __future__ import annotations

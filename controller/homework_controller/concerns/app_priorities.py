@@ -164,13 +164,6 @@ class AppPriorities:
 
     # -- events
 
-    def learn_flow(self, device: Device, flow: flows.FiveTuple) -> str:
-        """A flow of the device gets a rule of its own: what it is, and the priority its rule carries."""
-        app, source = self._classify(device, flow)
-        info = FlowApp(app, source, self._priority(device, app))
-        self.flows_of.setdefault(device.mac, {})[flow] = info
-        return info.priority
-
     def flow_ended(self, flow: flows.FiveTuple) -> None:
         for known in self.flows_of.values():
             known.pop(flow, None)
@@ -182,10 +175,10 @@ class AppPriorities:
         self.last_poll_at = now
         return AppPoll(interval)
 
-    def poll_part(self, poll: AppPoll, rows: list[LogRow], may_rule=None) -> list[Effect]:
-        """Some of a poll's Flows rows: summed per app and per device's High traffic. may_rule: the rows are
-        the switch's records, and a connection in them may get a rule of its own (`decide_from_records`) if
-        the device's budget allows. Each flow is placed (whose, the connection as it sees it) once."""
+    def poll_part(self, poll: AppPoll, rows: list[LogRow], may_rule) -> list[Effect]:
+        """Some of a poll's Flows rows (the switch's records): summed per app and per device's High traffic,
+        and a connection in them may get a rule of its own (`decide_from_records`) if may_rule(mac, flow)
+        says the device's budget allows. Each flow is placed (whose, the connection as it sees it) once."""
         moved = {flows.FiveTuple(*r.row[:5]): r.row[5:] for r in rows if r.table == "Flows" and r.row[0]}
         placed = {flow: self._device_and_side(flow) for flow in moved}
         self._sum_apps(rows, placed, poll)
@@ -193,7 +186,7 @@ class AppPriorities:
             return []
         poll.moved.update(moved)
         self._sum_high(moved, placed, poll)  # by the marks before this part's own rules
-        return self.decide_from_records(moved, placed, poll, may_rule) if may_rule is not None else []
+        return self.decide_from_records(moved, placed, poll, may_rule)
 
     def finish_poll(self, poll: AppPoll) -> list[Effect]:
         """Every part is in: AppTimeseries rows, learnt flows judged by their rate, High over a device's share."""
@@ -202,12 +195,6 @@ class AppPriorities:
             effects += self._judge_behaviour(poll) + self._cap_high_per_device(poll)
             self._rates = poll.rates
         return effects
-
-    def app_rows(self, flow_rows: list[LogRow]) -> list[LogRow]:
-        """AppTimeseries for Flows rows outside a poll (a learnt flow's last, at its removal)."""
-        poll = AppPoll(0.0)
-        self._sum_apps(flow_rows, {}, poll)
-        return self._app_timeseries(poll)
 
     def _sum_apps(self, flow_rows: list[LogRow], placed: dict, poll: AppPoll) -> None:
         """The rows' learnt-flow traffic summed per application; each connection classified once a poll,

@@ -1,6 +1,6 @@
-"""What the switch says of devices' connections, sequenced for `HomeRouter`: a flow's packets copied
-while it has no rule of its own, the accounting table's counters, the switch's own records, a rule
-that idled out, and end-host agents naming the programs behind connections.
+"""What the switch says of devices' connections, sequenced for `HomeRouter`: the switch's own records,
+the accounting table's counters, a rule that idled out, and end-host agents naming the programs behind
+connections.
 
 Each involves several concerns: accounting counts (and keeps each device's flow budget), app
 priorities classify and mark, the household's controls count allowances (a device whose allowance
@@ -19,8 +19,6 @@ from ..concerns.app_priorities import AppPoll, AppPriorities
 from ..concerns.household_controls import HouseholdControls
 from ..concerns.registry import DeviceRegistry
 from ..effects import Effect, InstallRules, LogRow
-from ..policy import qos
-from ..wire import packets
 from .reconciler import Reconciler
 
 # Connection directions one part of a poll reads under one hold of the lock: a poll of 6,000 (20 devices'
@@ -35,8 +33,7 @@ class FlowPoll:
     and DNS are served between them, and finishes it (`FlowEvents.finish_poll`)."""
 
     apps: AppPoll
-    records: bool  # the switch's records, else the rules' counters and the copies (Flows rows already)
-    items: list  # the records' (flow, [packets, bytes]), or the Flows rows
+    items: list[tuple[flows.FiveTuple, list[int]]]  # the records: (connection direction, [packets, bytes])
 
     def parts(self) -> Iterator[list]:
         for at in range(0, len(self.items), POLL_PART):
@@ -53,29 +50,10 @@ class FlowEvents:
     agent_reports: AgentReportBook
     controls: HouseholdControls
 
-    def on_flow_copy(self, in_port, frame: packets.Frame) -> list[Effect]:
-        """A packet of a flow with no counting rule yet, copied to the controller while it is
-        forwarded: count it here (a connection may end before its rule is in place) and give
-        the flow a rule of its own, within the device's budget."""
-        outgoing = in_port != flows.LOCAL
-        if frame.ip_src is None or frame.ip_dst is None:
-            return []  # not IP: nothing the accounting table copies
-        device = self.registry.device_at(frame.ip_src if outgoing else frame.ip_dst)  # by its /30, or its /64
-        if device is None or not device.forwards or not self.accounting.learning(device.mac):
-            return []  # copies still in flight after a change: the device's own rule counted them
-        flow = flows.FiveTuple(frame.ip_proto, frame.ip_src, frame.sport, frame.ip_dst, frame.dport)
-        verdict = self.accounting.count_copy(device.mac, flow, outgoing, frame.size)
-        if verdict == "wait":
-            return []  # its rule is on its way
-        if verdict == "over":
-            return self.reconciler.reconcile(device) + [self.accounting.over_budget(device.mac, device.label)]
-        priority = self.priorities.learn_flow(device, flow)
-        return [InstallRules((flows.learnt_flow_rule(device, flow, qos.mark_actions(priority)),))]
-
     def on_flow_counters(self, counted: list[RuleCounters]) -> list[Effect]:
-        """The accounting table's counters at a poll (keyed off the lock: `accounting.rule_counters`) ->
-        Flows rows with what each flow did since the last poll, the apps' rows and judgements, and what
-        devices used of their allowances: the whole poll at once (the edge reads it in parts)."""
+        """A poll: the accounting table's counters (keyed off the lock: `accounting.rule_counters`), what
+        devices used of their allowances; the switch's records since the last poll, Flows rows; the apps'
+        rows and judgements: the whole poll at once (the edge reads it in parts)."""
         poll, effects = self.start_poll(counted)
         for part in poll.parts():
             effects += self.poll_part(poll, part)
@@ -84,21 +62,15 @@ class FlowEvents:
     def start_poll(self, counted: list[RuleCounters]) -> tuple[FlowPoll, list[Effect]]:
         """A poll begins: what devices used of their allowances (the rules' own counters), the devices
         opening connections by the thousand, and the poll whose parts are read next."""
-        told = []
-        if self.accounting.from_export:  # the household hears of a device opening connections by the thousand
-            for mac in self.accounting.crowded():
-                if (device := self.registry.devices.get(mac)) is not None:
-                    told.append(self.accounting.over_budget(mac, device.label))
-            items: list = list(self.accounting.take_records().items())
-        else:
-            items = self.accounting.read_counters(counted)
-        poll = FlowPoll(self.priorities.start_poll(), self.accounting.from_export, items)
+        told = []  # the household hears of a device opening connections by the thousand
+        for mac in self.accounting.crowded():
+            if (device := self.registry.devices.get(mac)) is not None:
+                told.append(self.accounting.over_budget(mac, device.label))
+        poll = FlowPoll(self.priorities.start_poll(), list(self.accounting.take_records().items()))
         return poll, told + self._count_usage(self.accounting.usage(counted))
 
     def poll_part(self, poll: FlowPoll, part: list) -> list[Effect]:
         """Some of the poll's flows: their Flows rows, and the rules of their own the records call for."""
-        if not poll.records:
-            return part + self.priorities.poll_part(poll.apps, part)
         rows = [LogRow("Flows", (f.proto, f.saddr, f.sport, f.daddr, f.dport, p, b)) for f, (p, b) in part]
         return rows + self.priorities.poll_part(poll.apps, rows, self.accounting.may_rule)
 
@@ -116,12 +88,12 @@ class FlowEvents:
                 self.accounting.exported(device.mac, flow, False, pkts, nbytes)
 
     def on_flow_removed(self, priority: int, match: dict, pkts: int, nbytes: int) -> list[Effect]:
-        """A learnt flow idled out (or was deleted): count what it saw since the last poll."""
-        flow, rows = self.accounting.flow_removed(priority, match, pkts, nbytes)
+        """A rule of the accounting table idled out (or was deleted): what it forwarded since the last poll
+        counts against its device's allowance (the records count its Flows rows)."""
+        flow = self.accounting.flow_removed(priority, match)
         if flow is not None:
             self.priorities.flow_ended(flow)
-        used = self.accounting.usage_at_removal(priority, match, pkts, nbytes)
-        return rows + self.priorities.app_rows(rows) + self._count_usage(used)
+        return self._count_usage(self.accounting.usage_at_removal(priority, match, pkts, nbytes))
 
     def agent_reported(self, reports: list[AgentReport]) -> list[Effect]:
         """End-host agents said which program owns connections (each of its own device's:
@@ -131,14 +103,12 @@ class FlowEvents:
         effects: list[Effect] = []
         for device in devices:
             effects += self.priorities.remark(device)
-        if self.accounting.from_export:
-            effects += self._decide_reported(reports)
-        return effects
+        return effects + self._decide_reported(reports)
 
     def _decide_reported(self, reports: list[AgentReport]) -> list[Effect]:
-        """With the switch's records (nothing copied to the controller): a connection an agent named gets a
-        rule of its own now, both ways, if its app's priority is not the mark it has ahead; a socket with no
-        far end (an unconnected UDP socket: a call's media) is marked, both ways, whatever it talks to."""
+        """A connection an agent named gets a rule of its own now, both ways, if its app's priority is not the
+        mark it has ahead; a socket with no far end (an unconnected UDP socket: a call's media) is marked,
+        both ways, whatever it talks to."""
         effects: list[Effect] = []
         rules = []
         for report in reports:

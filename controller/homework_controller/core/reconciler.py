@@ -1,10 +1,9 @@
 """A device's rules on the switch, from every concern's word about it (sequenced for `HomeRouter`).
 
 Each concern says its part (the registry whether the device forwards now, the household's controls
-whether it is held back, accounting whether it is still learning flows, DNS gating whether its DNS is
-gated and which addresses it may not reach, port binding its port, IPv6 its /64s); `reconcile` merges
-them into the device's one rule set under its one cookie, and the switch mirror says what changes
-that takes. Everything that changes a device's rules comes through here.
+whether it is held back, DNS gating whether its DNS is gated and which addresses it may not reach, port
+binding its port, IPv6 its /64s); `reconcile` merges them into the device's one rule set under its one
+cookie, and the switch mirror says what changes that takes. Everything that changes a device's rules comes through here.
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ class Reconciler:
             access_ports,
             router_mac,
             port=self.port_binding.port_of(device.mac),
-            learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
         )

@@ -11,8 +11,8 @@ each: the device registry, the switch mirror, newcomers, accounting, app priorit
 agent reports, DNS gating, clone watching, port binding, passphrases, the portal, the
 household's controls, IPv6), and the events that involve several of them are sequenced
 by four parts, each given the concerns it needs: the reconciler (a device's rules from
-every concern's word), joining (DHCP, ARP, the radio's joins), flow events (copies,
-counters, records, agents) and the household's decisions (ws.v1's changes).
+every concern's word), joining (DHCP, ARP, the radio's joins), flow events (records,
+counters, agents) and the household's decisions (ws.v1's changes).
 """
 
 from __future__ import annotations
@@ -84,10 +84,9 @@ class HomeRouter:
         new_passphrase: Callable[[], str] = wifi_keys.new_passphrase,
         agent_reports: AgentReportBook | None = None,
         ipv6_plan: PrefixPlan | None = EXAMPLE_IPV6_PLAN,
-        flows_from_export: bool = True,
     ):
-        """The defaults are what a router runs as shipped (deploy/services.toml's command line: IPv6 on, the
-        switch's flow export on; test_shipped_config keeps them so)."""
+        """The defaults are what a router runs as shipped (deploy/services.toml's command line: IPv6 on;
+        test_shipped_config keeps them so)."""
         self.store = store
         self.clock = clock
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -97,7 +96,7 @@ class HomeRouter:
         self.devices = self.registry.devices  # by MAC; changed only through the registry
         self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
         self.newcomers = Newcomers(clock, max_pending, self.devices.get)
-        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s, from_export=flows_from_export)
+        self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
         self.priorities = AppPriorities(
             clock,
@@ -268,12 +267,12 @@ class HomeRouter:
                 effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
         return effects
 
-    # -- connections: accounting and application priorities (copies, counters, records, agents: `self.flow_events`)
+    # -- connections: accounting and application priorities (records, counters, agents: `self.flow_events`)
 
     def on_flow_stats(self, entries: list[tuple[int, dict, int, int]]) -> list[Effect]:
-        """The accounting table's counters, (priority, match, packets, bytes) per rule; a learnt flow is its
-        5-tuple, a device's learning rule a row with protocol 0 and the far side 0.0.0.0. The edge keys
-        them before it takes the lock and calls `on_flow_counters`."""
+        """The accounting table's counters, (priority, match, packets, bytes) per rule: what each rule forwarded
+        counts against its device's allowance. The edge keys them before it takes the lock and calls
+        `on_flow_counters`."""
         return self.flow_events.on_flow_counters(rule_counters(entries))
 
     def set_app_priorities(self, priorities: dict[str, str]) -> list[Effect]:
@@ -328,13 +327,12 @@ class HomeRouter:
     # -- the clock
 
     def tick(self) -> list[Effect]:
-        """Leases that ran out, flow budgets that cooled down, DNS-learnt addresses that expired."""
+        """Leases that ran out, demotions and pauses that ended, DNS-learnt addresses that expired."""
         now = self.clock()
         effects: list[Effect] = []
         for device in self.registry.tick(now):
             self.port_binding.lease_ended(device.mac)
             effects.append(self.registry.record_lease(device, "expired"))
-        self.accounting.tick(now)
         effects += self.priorities.tick(now)
         self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
         for mac in self.switch.devices_with_rules():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import flows
 from ..config import CONFIG
 
 if TYPE_CHECKING:
@@ -36,12 +35,10 @@ def health(app: HomeworkController) -> dict:
 
 def counters(app: HomeworkController) -> dict:
     """What was dropped, refused or failed, and the lock's longest hold."""
-    flow_export = app.flow_export.stats() if app.flow_export else {}
     return dict(
         app.router.counters,
         packet_in_dropped=app.from_devices.dropped,
-        packet_ins=sum(app.packet_ins.values()),
-        packet_ins_flow_copies=app.packet_ins[flows.TABLE_ACCOUNTING],
+        packet_ins=app.packet_ins,
         dhcp_frames_malformed=app.dhcp_port.malformed,
         dhcp_before_switch=app.dhcp_before_switch,
         dhcp_socket_dropped=app.dhcp_port.dropped(),
@@ -50,7 +47,7 @@ def counters(app: HomeworkController) -> dict:
         hwdb_rows_dropped=app.hwdb.dropped,
         agent_rows_rejected=0 if app.app_feed is None else app.app_feed.rejected_reports.count,
         app_priority_rows_rejected=0 if app.app_feed is None else app.app_feed.rejected_priorities.count,
-        **{f"flow_export_{name}": value for name, value in flow_export.items()},
+        **{f"flow_export_{name}": value for name, value in app.flow_export.stats().items()},
         lock_max_hold_ms=round(app.lock.max_hold_s * 1000, 1),
         lock_max_hold_by=app.lock.max_hold_by,
         # The same since the phase started (ws.v1 `counters-phase`; time.monotonic(), the machine's clock).

@@ -55,9 +55,9 @@ class FairServing:
         self, frame: packets.Frame, decide, answers_first: bool = False, from_router: bool = False, asked: str = ""
     ) -> None:
         """answers_first: DHCP, which a household's devices all ask at once after a power cut; the
-        rule changes it brings wait behind the answers (packet-ins' do not: a learnt flow's rule
-        ends the copies of its packets). from_router: it came from the router's own stack, asking
-        where the address `asked` is (a neighbour solicitation's target)."""
+        rule changes it brings wait behind the answers (a packet-in's are applied at once). from_router:
+        it came from the router's own stack, asking where the address `asked` is (a neighbour
+        solicitation's target)."""
         about = None
         if from_router and asked:
             with self.lock:  # the registry's word on whose address the router's stack asks about

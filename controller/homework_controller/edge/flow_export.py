@@ -2,9 +2,9 @@
 
 OVS counts every packet it forwards; with bridge-level IPFIX (`sampling=1`) it exports, every
 `cache_active_timeout` seconds and when a flow ends, one record per direction of each connection
-with its 5-tuple (IPv4 and IPv6), packets and bytes. That counts connections the controller's
-packet copies miss (a burst of new connections is more than a device's packet-in meter lets
-through, issue 26).
+with its 5-tuple (IPv4 and IPv6), packets and bytes: every connection, however many a device opens
+at once (copies of their first packets to the controller would be more than a device's packet-in
+meter lets through, issue 26). It is the router's one way of counting connections.
 
 Parsing is netflume's (a kept IPFIX parser; on this OVS's datagrams PyPI's `netflow` 0.12.2 and
 scapy raise, see controller/docs/flow-export.md); this module keeps what accounting needs and

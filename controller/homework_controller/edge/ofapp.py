@@ -12,7 +12,6 @@ import gc
 import logging
 import sys
 import threading
-from collections import Counter
 from typing import assert_never
 
 from os_ken.base import app_manager
@@ -96,9 +95,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         )
         self.from_devices_ready = threading.Event()
         self.dhcp_before_switch = 0
-        # Packet-ins received, by the table that sent them (the accounting table's: copies of a flow's
-        # packets, which only a router without the switch's records asks for).
-        self.packet_ins: Counter[int] = Counter()
+        self.packet_ins = 0  # received: DHCP, ARP, neighbour discovery, EAPOL, a newcomer's first frames
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
         self.radio_settings = radio_settings.RadioSettingsFile(CONFIG.radio_settings)
         self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
@@ -112,11 +109,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         self.dhcp_port = dhcp_port.DhcpPort(CONFIG.lan_iface)
         self.dhcp_port.start(self._on_dhcp)
         # The switch's own per-connection records (IPFIX), exported to the collector once it listens.
-        self.flow_export = None
-        if CONFIG.flow_export_port:
-            self.flow_export = flow_export.Collector(
-                self._on_exported, port=CONFIG.flow_export_port, on_restart=self._export_flows
-            ).start()
+        self.flow_export = flow_export.Collector(
+            self._on_exported, port=CONFIG.flow_export_port, on_restart=self._export_flows
+        ).start()
         self.start_periodic_jobs()
         self._start_thread(self.lan_addresses.run_forever)
         self.app_feed = (
@@ -248,7 +243,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _on_packet_in(self, ev):
         msg = ev.msg
-        self.packet_ins[msg.table_id] += 1
+        self.packet_ins += 1
         try:
             frame = packets.parse(msg.data)
         except packets.MalformedFrame as exc:
@@ -258,7 +253,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         in_port = msg.match["in_port"]
         if in_port == msg.datapath.ofproto.OFPP_LOCAL:
             in_port = flows.LOCAL
-        if frame.ethertype == ETH_IPV6 and msg.table_id != flows.TABLE_ACCOUNTING:
+        if frame.ethertype == ETH_IPV6:
             try:
                 discovery = parse_neighbour_discovery(msg.data)
             except MalformedNd as exc:
@@ -275,7 +270,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
                     asked=discovery.target,
                 )
             return
-        self._queue(frame, functools.partial(self._dispatch, msg.table_id, in_port), from_router=in_port == flows.LOCAL)
+        self._queue(
+            frame, functools.partial(self.router.joining.on_admission_copy, in_port), from_router=in_port == flows.LOCAL
+        )
 
     def _on_dhcp(self, frame: packets.Frame) -> None:
         """A client's DHCP frame from the LAN interface (dhcp_port)."""
@@ -285,11 +282,6 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
             self.dhcp_before_switch += 1
             return
         self._queue(frame, self.router.joining.on_dhcp, answers_first=True)
-
-    def _dispatch(self, table: int, in_port, frame: packets.Frame) -> list:
-        if table == flows.TABLE_ACCOUNTING:
-            return self.router.flow_events.on_flow_copy(in_port, frame)
-        return self.router.joining.on_admission_copy(in_port, frame)
 
     # ---- flow accounting
 

@@ -38,10 +38,8 @@ class PeriodicJobs:
     _delegated_error = ""  # why the prefix file was last refused, logged once
 
     def start_periodic_jobs(self) -> None:
-        for job in (self._tick, self._poll_counters):
+        for job in (self._tick, self._poll_counters, self._export_flows):
             threading.Thread(target=job, daemon=True).start()
-        if CONFIG.flow_export_port:
-            threading.Thread(target=self._export_flows, daemon=True).start()
         if self.shapers:
             threading.Thread(target=self._watch_shapers, daemon=True).start()
 

@@ -31,13 +31,10 @@ table 0, admission: what may enter at all.
 table 1, accounting: what each device sends and receives, counted (allowances read these counters).
   BLOCKED        device to an address learnt for a name blocked for it -> drop
   LEARNT_FLOW    a flow with a rule of its own (exact 5-tuple, 30 s     -> mark DSCP (and queue) for its app's
-                 idle timeout): an agent named it, its behaviour was      priority, goto 3
-                 judged, or (without the switch's records) it was learnt
-                 from copies of its packets
+                 idle timeout): an agent named it, or its behaviour in    priority, goto 3
+                 the switch's records was judged
   DEVICE_SOURCE  a permitted device's traffic (sent by it), and
-  DEVICE_DEST    traffic to it                                         -> DSCP 0, goto 2 (without the switch's
-                                                                          records, within its flow budget: also
-                                                                          a copy to the controller)
+  DEVICE_DEST    traffic to it                                         -> DSCP 0, goto 2
   MISS           anything else                                         -> goto 2
 table 2, marking: a connection's mark decided ahead of its first packet (`marks.py`).
   BY_AGENT       a device's socket its agent named (proto, its port)   -> mark for that app's priority, goto 3

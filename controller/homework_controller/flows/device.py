@@ -65,7 +65,6 @@ class DeviceRules:
     portal: bool = False  # held back with a live lease: it reaches the router's resolver and the portal only
     # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
     router_mac: str = ""
-    learning: bool = True
     dns_gated: bool = False
 
     @property
@@ -178,14 +177,9 @@ class DeviceRules:
         if not self.forwarding:
             return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.portal else budget)
         ip = subnet.device_ip
-        # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark on a flow's
-        # first packet, or on everything while it is over its flow budget, must not jump the queue.
-        unmark = SetField("ip_dscp", 0)
-        count = (
-            (unmark, Output(CONTROLLER), GotoTable(TABLE_MARKING))
-            if self.learning
-            else (unmark, GotoTable(TABLE_MARKING))
-        )
+        # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark must not jump
+        # the queue (the marking table marks what the router chose).
+        count = (SetField("ip_dscp", 0), GotoTable(TABLE_MARKING))
         rules = admitted(IPV4, cookie, self.mac, own, ip)
         rules |= routed_to(IPV4, cookie, self.mac, self.router_mac, own, self.access_ports, ip)
         rules |= counted(IPV4, cookie, (AccountingPriority.DEVICE_SOURCE, AccountingPriority.DEVICE_DEST), count, ip)
@@ -237,7 +231,6 @@ def device_rules(
     router_mac: str,
     *,
     port: int | None = None,
-    learning: bool = True,
     dns_gated: bool = False,
     held: bool = False,
 ) -> DeviceRules | None:
@@ -245,9 +238,6 @@ def device_rules(
 
     dns_gated: the household blocks names for it, so its encrypted DNS (DNS over TLS or QUIC, port
     853), which the router cannot read, is refused: the device falls back to plain DNS.
-
-    learning=False is the device over its flow budget: one rule each way instead of a
-    rule per flow, and no copies to the controller.
 
     held: a per-device policy holds its traffic for now (it is paused): its rules are a
     non-forwarding device's, DHCP and ARP only, and while its lease is live the captive portal.
@@ -271,7 +261,6 @@ def device_rules(
         subnet=device.subnet,
         forwarding=True,
         router_mac=router_mac,
-        learning=learning,
         dns_gated=dns_gated,
     )
 

@@ -24,9 +24,8 @@ table 1, accounting (`Flows` rows come from the switch's flow export):
   BLOCKED        from a device's /64s to an address of a name blocked    -> drop
                  for it, or to DNS over TLS/QUIC
   LEARNT_FLOW    one connection of a device (its app's mark), as IPv4's   -> set DSCP, queue; goto 2
-  COUNTED_SOURCE from a forwarding device's /64                          -> DSCP 0, a copy to the controller
-  COUNTED_DEST   to it                                                      while it learns flows; goto 2 (allowances
-                                                                            count these and the flows' rules)
+  COUNTED_SOURCE from a forwarding device's /64                          -> DSCP 0, goto 2 (allowances count
+  COUNTED_DEST   to it                                                      these and the flows' rules)
 table 2, routing:
   TO_ROUTER      to a forwarding device's /64's ::1 (the router's)        -> router
   TO_DEVICE      wlan: to a forwarding device's /64 or route             -> rewrite MACs, dec hop limit, out the
@@ -157,12 +156,8 @@ def device_rules(
     }
     if not forwards:
         return frozenset(rules)
-    # As for IPv4 (`flows.device_rules`): the router alone sets the traffic class the shaper reads, and
-    # while the device learns flows, a flow's packets go to the controller until the flow has its rule.
-    unmark = SetField("ip_dscp", 0)
-    count = (
-        (unmark, Output(CONTROLLER), GotoTable(TABLE_MARKING)) if ipv4.learning else (unmark, GotoTable(TABLE_MARKING))
-    )
+    # As for IPv4 (`flows.device_rules`): the router alone sets the traffic class the shaper reads.
+    count = (SetField("ip_dscp", 0), GotoTable(TABLE_MARKING))
     for prefix in prefixes:
         # Its /64's ::1 is the router's (its stack answers there): not hairpinned back to the device.
         rules.add(

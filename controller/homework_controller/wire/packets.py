@@ -38,33 +38,23 @@ class Arp:
 
 
 class Frame(NamedTuple):
-    """The parts of a packet-in (or a DHCP frame) the policy looks at. A named tuple, not a frozen dataclass:
-    made for every frame a device sends, and a dataclass's frozen fields cost more to set than to parse."""
+    """The parts of a packet-in (or a DHCP frame) the policy looks at: who sent it, to whom, its ethertype,
+    an ARP's fields, and an IPv4 UDP datagram's payload (DHCP; empty for any other frame, which DHCP reads
+    as malformed). A named tuple, not a frozen dataclass: made for every frame a device sends, and a
+    dataclass's frozen fields cost more to set than to parse. Neighbour discovery is `nd`'s to read."""
 
     eth_src: str
     eth_dst: str
     ethertype: int
     arp: Arp | None = None
-    ip_src: str | None = None
-    ip_dst: str | None = None
-    ip_proto: int = 0
-    sport: int = 0  # TCP or UDP ports; 0 for other protocols
-    dport: int = 0
-    payload: bytes = b""  # UDP payload
-    size: int = 0  # octets on the wire, as OVS counts them
-
-    @property
-    def is_udp(self) -> bool:
-        return self.ip_proto == dpkt.ip.IP_PROTO_UDP
+    payload: bytes = b""
 
 
-# Ethernet, IPv4 (options aside), UDP, and of TCP what the controller reads (ports, header length).
+# Ethernet, IPv4 (options aside) and UDP.
 _ETHERNET = struct.Struct("!6s6sH")
 _IPV4_UDP = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
-_TCP_PORTS_AND_OFFSET = struct.Struct("!HH8xB7x")  # 20 octets: the whole fixed header must be there
 _IPV4_ETHERTYPE = ETH_TYPE_IP.to_bytes(2, "big")
-_IPV6 = struct.Struct("!4xHBx16s16s")  # payload length, next header, source, destination
 _IPV6_ETHERTYPE = ETH_TYPE_IP6.to_bytes(2, "big")
 
 
@@ -77,7 +67,8 @@ def parse(data: bytes) -> Frame:
         if data[12:14] == _IPV4_ETHERTYPE:
             return _parse_ipv4(data)
         if data[12:14] == _IPV6_ETHERTYPE:
-            return _parse_ipv6(data)
+            dst, src, _ = _ETHERNET.unpack_from(data)
+            return Frame(mac_text(src), mac_text(dst), ETH_TYPE_IP6)
         eth = dpkt.ethernet.Ethernet(data)
         src, dst = mac_text(eth.src), mac_text(eth.dst)
         if eth.type == ETH_TYPE_ARP:
@@ -92,88 +83,27 @@ def parse(data: bytes) -> Frame:
         raise MalformedFrame(f"{type(exc).__name__}: {exc}") from None
 
 
-def _parse_ipv6(data: bytes) -> Frame:
-    """An untagged IPv6 frame: its addresses and, when TCP or UDP follows the fixed header at once (no
-    extension headers), its ports: what a flow copy is named by. Neighbour discovery is `nd`'s to read."""
-    if len(data) < _ETHERNET.size + _IPV6.size:
-        raise ValueError("truncated IPv6 header")
-    dst, src, _ = _ETHERNET.unpack_from(data)
-    _, proto, ip_src, ip_dst = _IPV6.unpack_from(data, _ETHERNET.size)
-    frame = Frame(
-        mac_text(src),
-        mac_text(dst),
-        ETH_TYPE_IP6,
-        ip_src=socket.inet_ntop(socket.AF_INET6, ip_src),
-        ip_dst=socket.inet_ntop(socket.AF_INET6, ip_dst),
-        ip_proto=proto,
-        size=len(data),
-    )
-    if proto not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
-        return frame
-    l4 = data[_ETHERNET.size + _IPV6.size :]
-    if len(l4) < 4:
-        raise ValueError("truncated TCP or UDP header")
-    sport, dport = struct.unpack_from("!HH", l4)
-    return frame._replace(sport=sport, dport=dport)
-
-
 def _parse_ipv4(data: bytes) -> Frame:
-    """An untagged IPv4 frame (every DHCP frame, every flow copy), unpacked with struct: dpkt's packet
-    objects cost more than the rest of a DHCP answer. Read as dpkt reads it: the IP header's length
-    field bounds the datagram (0: the frame does), and the version nibble is not looked at."""
+    """An untagged IPv4 frame (every DHCP frame), unpacked with struct: dpkt's packet objects cost more
+    than the rest of a DHCP answer. Read as dpkt reads it: the IP header's length field bounds the
+    datagram (0: the frame does), and the version nibble is not looked at."""
     if len(data) < _ETHERNET.size + _IPV4_UDP.size:
         raise ValueError("truncated IPv4 header")
     dst, src, _ = _ETHERNET.unpack_from(data)
-    v_hl, _, total, _, flags_offset, _, proto, _, ip_src, ip_dst = _IPV4_UDP.unpack_from(data, _ETHERNET.size)
+    v_hl, _, total, _, flags_offset, _, proto, _, _, _ = _IPV4_UDP.unpack_from(data, _ETHERNET.size)
     header = (v_hl & 0xF) * 4
     if header < _IPV4_UDP.size:
         raise ValueError("truncated IPv4 header")
-    src_text, dst_text, ip_src_text, ip_dst_text = (
-        mac_text(src),
-        mac_text(dst),
-        socket.inet_ntoa(ip_src),
-        socket.inet_ntoa(ip_dst),
-    )
-    if flags_offset & 0x1FFF or proto not in (dpkt.ip.IP_PROTO_UDP, dpkt.ip.IP_PROTO_TCP):
-        return Frame(
-            src_text, dst_text, ETH_TYPE_IP, ip_src=ip_src_text, ip_dst=ip_dst_text, ip_proto=proto, size=len(data)
-        )
+    if flags_offset & 0x1FFF or proto != dpkt.ip.IP_PROTO_UDP:
+        return Frame(mac_text(src), mac_text(dst), ETH_TYPE_IP)
     start = _ETHERNET.size + header
     l4 = data[start : _ETHERNET.size + total] if total else data[start:]
-    if proto == dpkt.ip.IP_PROTO_TCP:
-        if len(l4) < _TCP_PORTS_AND_OFFSET.size:
-            raise ValueError("truncated TCP header")
-        sport, dport, data_offset = _TCP_PORTS_AND_OFFSET.unpack_from(l4)
-        if data_offset >> 4 < 5:
-            raise ValueError("truncated TCP header")
-        return Frame(
-            src_text,
-            dst_text,
-            ETH_TYPE_IP,
-            ip_src=ip_src_text,
-            ip_dst=ip_dst_text,
-            ip_proto=proto,
-            sport=sport,
-            dport=dport,
-            size=len(data),
-        )
     if len(l4) < _UDP.size:
         raise ValueError("truncated UDP datagram")
-    sport, dport, length, _ = _UDP.unpack_from(l4)
+    _, _, length, _ = _UDP.unpack_from(l4)
     if length < _UDP.size or length > len(l4):
         raise ValueError("truncated UDP datagram")
-    return Frame(
-        src_text,
-        dst_text,
-        ETH_TYPE_IP,
-        ip_src=ip_src_text,
-        ip_dst=ip_dst_text,
-        ip_proto=proto,
-        sport=sport,
-        dport=dport,
-        payload=bytes(l4[_UDP.size : length]),
-        size=len(data),
-    )
+    return Frame(mac_text(src), mac_text(dst), ETH_TYPE_IP, payload=bytes(l4[_UDP.size : length]))
 
 
 _PSEUDO_HEADER = struct.Struct("!4s4sxBH")
