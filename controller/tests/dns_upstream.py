@@ -66,7 +66,14 @@ class Upstream:
                 wire, client = self.udp.recvfrom(65535)
                 if not wire:  # shut down
                     return
-                self.udp.sendto(self.answer(wire), client)
+            except OSError:
+                return
+            try:
+                answer = self.answer(wire)
+            except Exception:  # a query it cannot read goes unanswered, as a real resolver's; the others do not
+                continue
+            try:
+                self.udp.sendto(answer, client)
             except OSError:
                 return
 

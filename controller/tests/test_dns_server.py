@@ -49,6 +49,17 @@ def test_a_name_over_255_octets_costs_only_that_query(router, resolver):
     assert router.counters["dns_malformed"] == 1 and resolver.server.counters["dns_errors"] == 0
 
 
+def test_a_label_over_63_octets_is_refused_not_relayed(router, resolver, upstream):
+    """RFC 1035 allows 63 octets a label; a longer one (found by the fuzz pass: the length byte of a mutated
+    query) was relayed, and an upstream that could not answer it stopped answering anyone."""
+    reply = resolver.udp(raw_query("a" * 64 + ".example.test"))
+    assert reply is not None and dnslib.DNSRecord.parse(reply).header.rcode == dnslib.RCODE.FORMERR
+    assert upstream.asked == []
+    # Positive control: 63 octets is a name, relayed and answered.
+    assert resolver.lookup("a" * 63 + ".example.test") == ("NXDOMAIN", [])
+    assert upstream.asked == ["a" * 63 + ".example.test"]
+
+
 def test_a_dead_service_thread_is_seen_by_health_and_restarted(router, resolver):
     class Crash(BaseException):  # escapes the per-query catch, as a bug would
         pass
@@ -208,13 +219,13 @@ def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
     wire = dnslib.DNSRecord.question(WWW).pack()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
         flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        flood.settimeout(0.5)
         started = time.monotonic()
         for _ in range(12):  # 1,000 queries a second for 0.6 s (longer on a loaded machine)
             for _ in range(50):
                 flood.sendto(wire, ("127.0.0.1", resolver.port))
             time.sleep(0.05)
         answered, last_answer = 0, started
+        flood.settimeout(2)  # a loaded machine's answers can pause that long; no answer comes after it
         try:
             while flood.recv(4096):
                 answered, last_answer = answered + 1, time.monotonic()
@@ -225,7 +236,10 @@ def test_a_device_flooding_queries_loses_its_own_excess_only(resolver):
     # answered after the last was sent, and the allowance refills for as long as that really took).
     lasted = last_answer - started
     most = dns_server.DEVICE_BURST + math.ceil(dns_server.DEVICE_QPS * lasted) + 1
-    assert dns_server.DEVICE_BURST <= answered <= most
+    # Within its burst a query is answered, or dropped because the device already has its most relays waiting
+    # for upstream at once (its own excess too: on a loaded machine the upstream answers slowly).
+    overloaded = resolver.server.counters["dns_overload_dropped"]
+    assert answered + overloaded >= dns_server.DEVICE_BURST and answered <= most
     assert resolver.server.counters["dns_rate_limited"] >= 600 - most
     # Another device is answered at once...
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:

@@ -41,6 +41,7 @@ UDP_LIMIT = 512  # a query without EDNS (RFC 1035)
 EDNS_UDP_LIMIT = 1232  # with EDNS: the DNS flag day 2020 size, no fragments
 TCP_LIMIT = 4096  # a query is one question (and an OPT record): room for cookies and padding
 MAX_NAME_OCTETS = 255
+MAX_LABEL_OCTETS = 63
 POINTERS_PER_RECORD = 8  # names decoded per record (its own, rdata's, pointers followed) before refusing
 MAX_ANSWER_RECORDS = 256  # an upstream answer with more is not read (nor passed on)
 # What one upstream answer teaches the router (the device gets the whole answer): the names of its CNAME
@@ -88,7 +89,7 @@ def normalize_domain(text: str) -> str:
         ascii_name = idna.encode(name, uts46=True).decode("ascii")
     except idna.IDNAError as exc:
         raise BadDomain(f"not a domain name: {text!r} ({exc})") from None
-    if any(not label or len(label) > 63 for label in ascii_name.split(".")):
+    if any(not label or len(label) > MAX_LABEL_OCTETS for label in ascii_name.split(".")):
         raise BadDomain(f"not a domain name: {text!r}")
     return ascii_name
 
@@ -128,6 +129,10 @@ class _BoundedBuffer(dnslib.DNSBuffer):
         name = super().decode_name(last)
         if sum(len(label) + 1 for label in name.label) + 1 > MAX_NAME_OCTETS:
             raise dnslib.BufferError("name longer than 255 octets")
+        # dnslib reads a length byte of 64-191 as a label that long; RFC 1035 allows 63 (the rest are
+        # pointers and obsolete label types), and an upstream may not answer such a name at all.
+        if any(len(label) > MAX_LABEL_OCTETS for label in name.label):
+            raise dnslib.BufferError("label longer than 63 octets")
         return name
 
 
