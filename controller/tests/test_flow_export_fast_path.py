@@ -56,6 +56,12 @@ def ovs_templates(datagram: bytes) -> dict[int, list[Spec]]:
 
 
 OVS = ovs_templates(DATAGRAMS[0])
+IPV6 = {SRC4: (SRC6, 16), DST4: (DST6, 16)}
+
+
+def changed(specs: list[Spec], to: dict[int, tuple[int, int]]) -> list[Spec]:
+    """`specs` with the standard fields of `to`'s elements made (element, length)."""
+    return [(*to[ie], e) if ie in to and e is None else (ie, n, e) for ie, n, e in specs]
 
 
 def encode_specs(specs: list[Spec]) -> bytes:
@@ -128,8 +134,8 @@ def resized(rng: random.Random, specs: list[Spec]) -> list[Spec]:
 def variant(rng: random.Random, specs: list[Spec]) -> list[Spec]:
     """OVS's template as sent, or changed in one of the ways an exporter (or a liar) could."""
     kind = rng.randrange(15)
-    if kind == 0:  # IPv6
-        return [((SRC6, 16, e) if ie == SRC4 else (DST6, 16, e) if ie == DST4 else (ie, n, e)) for ie, n, e in specs]
+    if kind == 0:
+        return changed(specs, IPV6)
     if kind == 1:
         return resized(rng, specs)
     if kind == 2:  # a read field missing
@@ -140,7 +146,7 @@ def variant(rng: random.Random, specs: list[Spec]) -> list[Spec]:
         return specs[: index + 1] + [specs[index]] + specs[index + 1 :]
     if kind == 4:  # families mixed, or both families' fields
         if rng.random() < 0.5:
-            return [((SRC6, 16, e) if ie == SRC4 else (ie, n, e)) for ie, n, e in specs]
+            return changed(specs, {SRC4: (SRC6, 16)})
         return specs + [(SRC6, 16, None), (DST6, 16, None)]
     if kind == 5:  # enterprise fields, fixed and variable, or a read field's number under an enterprise
         extra = [(PROTO if rng.random() < 0.5 else 900, rng.choice((1, 4, VARIABLE)), OVS_ENTERPRISE)]
@@ -149,7 +155,7 @@ def variant(rng: random.Random, specs: list[Spec]) -> list[Spec]:
     if kind == 6:  # no variable-length field at all, and a zero-length one
         return [s for s in specs if s[1] != VARIABLE] + [(80, 0, None)]
     if kind == 7:  # protocol and ports wider than their values can be
-        return [((ie, {PROTO: 2, SPORT: 4, DPORT: 4}[ie], e) if ie in (PROTO, SPORT, DPORT) else (ie, n, e)) for ie, n, e in specs]
+        return changed(specs, {PROTO: (PROTO, 2), SPORT: (SPORT, 4), DPORT: (DPORT, 4)})
     return specs
 
 
@@ -286,16 +292,16 @@ def test_a_reader_is_made_for_ovs_templates_and_refused_for_fields_it_cannot_rea
     for tid, specs in OVS.items():
         variants = {
             "as sent": specs,
-            "IPv6": [((SRC6, 16, e) if ie == SRC4 else (DST6, 16, e) if ie == DST4 else (ie, n, e)) for ie, n, e in specs],
-            "ports 4 bytes": [((ie, 4, e) if ie in (SPORT, DPORT) else (ie, n, e)) for ie, n, e in specs],
-            "proto 3 bytes": [((ie, 3, e) if ie == PROTO else (ie, n, e)) for ie, n, e in specs],
-            "direction variable": [((ie, VARIABLE, e) if ie == DIRECTION else (ie, n, e)) for ie, n, e in specs],
+            "IPv6": changed(specs, IPV6),
+            "ports 4 bytes": changed(specs, {SPORT: (SPORT, 4), DPORT: (DPORT, 4)}),
+            "proto 3 bytes": changed(specs, {PROTO: (PROTO, 3)}),
+            "direction variable": changed(specs, {DIRECTION: (DIRECTION, VARIABLE)}),
             "no direction": [s for s in specs if s[0] != DIRECTION],
-            "IPv4 to IPv6": [((DST6, 16, e) if ie == DST4 else (ie, n, e)) for ie, n, e in specs],
+            "IPv4 to IPv6": changed(specs, {DST4: (DST6, 16)}),
         }
         readable = {}
-        for name, changed in variants.items():
-            parser.parse(message([template_set({tid: changed})], 0, 0), "x")
+        for name, variant_specs in variants.items():
+            parser.parse(message([template_set({tid: variant_specs})], 0, 0), "x")
             readable[name] = RecordReader.of(parser.templates.get("x", 0, tid)[0]) is not None
         assert readable == {
             "as sent": True,

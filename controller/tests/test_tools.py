@@ -24,3 +24,17 @@ def test_dhcp_path_measures_every_phase_of_a_small_storm(tmp_path):
     assert result["devices"] == 5
     for phase in ("discover", "request", "held", "cpu"):
         assert result[phase]["median_us"] > 0, phase
+
+
+def test_export_parse_measures_both_paths_of_the_flow_collector(tmp_path):
+    out = tmp_path / "export_parse.json"
+    subprocess.run(
+        [sys.executable, TOOLS / "export_parse.py", "--datagrams", "300", "--rounds", "3", "--json", out],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    # The tool itself fails when the two paths read different records.
+    assert result["datagrams"] == 300 and result["rounds"] == 3
+    assert 0 < result["fast"]["median_us"] < result["general"]["median_us"]
