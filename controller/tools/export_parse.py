@@ -1,10 +1,11 @@
 """The flow collector's CPU per datagram, measured in-process: its fast path against netflume's.
 
-The datagrams are the ones a real Open vSwitch sent (controller/tests/data/ovs_ipfix.json: one of
-templates, then data datagrams of one record each, as OVS sends them), the data ones repeated to
-DATAGRAMS. Each round reads them all with a fresh parser on each path (the templates first), and
-sums the records per connection direction as the collector's process does (`ConnectionTotals`);
-the two paths take turns, so a busy machine slows both alike. Prints, per path, the thread's CPU
+The datagrams are the ones a real Open vSwitch sent (controller/tests/data/ovs_ipfix.json, IPv4
+HTTP fetches; ovs_ipfix_both_families.json, TCP, UDP and ICMP over IPv6 and IPv4): those of
+templates, then the data ones (one record each, as OVS sends them) repeated to DATAGRAMS. Each
+round reads them all with a fresh parser on each path (the templates first), and sums the records
+per connection direction as the collector's process does (`ConnectionTotals`); the two paths take
+turns, so a busy machine slows both alike. Prints, per path, the thread's CPU
 per datagram (median over the rounds, and the spread), and checks that both paths read the same
 records.
 
@@ -23,22 +24,28 @@ from pathlib import Path
 
 from homework_controller.edge.flow_export import ConnectionTotals, ExportParser
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "ovs_ipfix.json"
+FIXTURES = [
+    Path(__file__).resolve().parents[1] / "tests" / "data" / name
+    for name in ("ovs_ipfix.json", "ovs_ipfix_both_families.json")
+]
+TEMPLATE_SETS = (2, 3)  # templates, options templates
 EXPORTER = "127.0.0.1:4739"
 PATHS = {"fast": True, "general": False}
 
 
-def ovs_datagrams(count: int) -> tuple[bytes, list[bytes]]:
-    """The templates' datagram and `count` data datagrams."""
-    datagrams = [bytes.fromhex(d) for d in json.loads(FIXTURE.read_text())["datagrams"]]
-    templates, data = datagrams[0], datagrams[1:]
+def ovs_datagrams(count: int) -> tuple[list[bytes], list[bytes]]:
+    """The datagrams of templates, and `count` data datagrams."""
+    datagrams = [bytes.fromhex(d) for fixture in FIXTURES for d in json.loads(fixture.read_text())["datagrams"]]
+    templates = [d for d in datagrams if int.from_bytes(d[16:18], "big") in TEMPLATE_SETS]
+    data = [d for d in datagrams if d not in templates]
     return templates, [data[n % len(data)] for n in range(count)]
 
 
-def read_all(fast: bool, templates: bytes, data: list[bytes]) -> tuple[float, dict]:
+def read_all(fast: bool, templates: list[bytes], data: list[bytes]) -> tuple[float, dict]:
     """The thread's CPU per datagram (us) reading and summing `data`, and the totals."""
     parser, totals = ExportParser(fast=fast), ConnectionTotals()
-    parser.parse(templates, EXPORTER)
+    for datagram in templates:
+        parser.parse(datagram, EXPORTER)
     started = time.thread_time_ns()
     for datagram in data:
         totals.add(parser.parse(datagram, EXPORTER))
@@ -77,7 +84,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result = measure(args.datagrams, args.rounds)
-    print(f"{args.datagrams} OVS data datagrams (one record each), {args.rounds} rounds; CPU per datagram:")
+    print(f"{args.datagrams} of OVS's data datagrams (one record each), {args.rounds} rounds; CPU per datagram:")
     for path in PATHS:
         r = result[path]
         print(f"  {path:8} median {r['median_us']:7.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})")
