@@ -1,12 +1,13 @@
 """The flow collector's CPU per datagram, measured in-process: its fast path against netflume's.
 
-The datagrams are the ones a real Open vSwitch sent (controller/tests/data/ovs_ipfix.json, IPv4
-HTTP fetches; ovs_ipfix_both_families.json, TCP, UDP and ICMP over IPv6 and IPv4): those of
-templates, then the data ones (one record each, as OVS sends them) repeated to DATAGRAMS. Each
-round reads them all with a fresh parser on each path (the templates first), and sums the records
-per connection direction as the collector's process does (`ConnectionTotals`); the two paths take
-turns, so a busy machine slows both alike. Prints, per path, the thread's CPU
-per datagram (median over the rounds, and the spread), and checks that both paths read the same
+The datagrams are two captures of what a real Open vSwitch sent (controller/tests/data/):
+`ipv4-fetches` (ovs_ipfix.json, HTTP fetches over IPv4) and `both-families` (ovs_ipfix_both_families
+.json: TCP, UDP and ICMP over IPv6 and IPv4, and ARP, whose records take netflume's path). For each,
+a round reads the datagrams of templates and then its data datagrams (one record each, as OVS
+sends them) repeated to DATAGRAMS, with a fresh parser on each path, and sums the records per
+connection direction as the collector's process does (`ConnectionTotals`); the two paths take
+turns, so a busy machine slows both alike. Prints, per capture and path, the thread's CPU per
+datagram (median over the rounds, and the spread), and checks that both paths read the same
 records.
 
 Usage (from the repository root):
@@ -24,18 +25,16 @@ from pathlib import Path
 
 from homework_controller.edge.flow_export import ConnectionTotals, ExportParser
 
-FIXTURES = [
-    Path(__file__).resolve().parents[1] / "tests" / "data" / name
-    for name in ("ovs_ipfix.json", "ovs_ipfix_both_families.json")
-]
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+CAPTURES = {"ipv4-fetches": DATA / "ovs_ipfix.json", "both-families": DATA / "ovs_ipfix_both_families.json"}
 TEMPLATE_SETS = (2, 3)  # templates, options templates
 EXPORTER = "127.0.0.1:4739"
 PATHS = {"fast": True, "general": False}
 
 
-def ovs_datagrams(count: int) -> tuple[list[bytes], list[bytes]]:
-    """The datagrams of templates, and `count` data datagrams."""
-    datagrams = [bytes.fromhex(d) for fixture in FIXTURES for d in json.loads(fixture.read_text())["datagrams"]]
+def ovs_datagrams(capture: Path, count: int) -> tuple[list[bytes], list[bytes]]:
+    """A capture's datagrams of templates, and `count` of its data datagrams."""
+    datagrams = [bytes.fromhex(d) for d in json.loads(capture.read_text())["datagrams"]]
     templates = [d for d in datagrams if int.from_bytes(d[16:18], "big") in TEMPLATE_SETS]
     data = [d for d in datagrams if d not in templates]
     return templates, [data[n % len(data)] for n in range(count)]
@@ -53,11 +52,9 @@ def read_all(fast: bool, templates: list[bytes], data: list[bytes]) -> tuple[flo
     return used / 1000 / len(data), totals.take()
 
 
-def measure(datagrams: int, rounds: int) -> dict:
-    templates, data = ovs_datagrams(datagrams)
+def measure(capture: Path, datagrams: int, rounds: int) -> dict:
+    templates, data = ovs_datagrams(capture, datagrams)
     per_datagram: dict[str, list[float]] = {path: [] for path in PATHS}
-    gc.collect()
-    gc.freeze()
     for n in range(rounds):
         order = list(PATHS) if n % 2 == 0 else list(reversed(PATHS))
         read = {}
@@ -65,8 +62,8 @@ def measure(datagrams: int, rounds: int) -> dict:
             us, read[path] = read_all(PATHS[path], templates, data)
             per_datagram[path].append(us)
         if read["fast"] != read["general"]:
-            raise SystemExit("the fast path and netflume's read different records")
-    result: dict = {"datagrams": datagrams, "rounds": rounds}
+            raise SystemExit(f"{capture.name}: the fast path and netflume's read different records")
+    result: dict = {}
     for path, samples in per_datagram.items():
         result[path] = {
             "median_us": round(statistics.median(samples), 2),
@@ -83,12 +80,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = measure(args.datagrams, args.rounds)
+    gc.collect()
+    gc.freeze()
+    result: dict = {"datagrams": args.datagrams, "rounds": args.rounds}
     print(f"{args.datagrams} of OVS's data datagrams (one record each), {args.rounds} rounds; CPU per datagram:")
-    for path in PATHS:
-        r = result[path]
-        print(f"  {path:8} median {r['median_us']:7.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})")
-    print(f"  the fast path is {result['speedup']}x netflume's")
+    for name, capture in CAPTURES.items():
+        result[name] = measure(capture, args.datagrams, args.rounds)
+        for path in PATHS:
+            r = result[name][path]
+            print(
+                f"  {name:14} {path:8} median {r['median_us']:6.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})"
+            )
+        print(f"  {name:14} the fast path is {result[name]['speedup']}x netflume's")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
