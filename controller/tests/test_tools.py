@@ -39,3 +39,5 @@ def test_export_parse_measures_both_paths_of_the_flow_collector(tmp_path):
     assert result["datagrams"] == 300 and result["rounds"] == 3
     for capture in ("ipv4-fetches", "both-families"):
         assert 0 < result[capture]["fast"]["median_us"] < result[capture]["general"]["median_us"], capture
+    assert result["collector"]["read"] + result["collector"]["dropped"] == 300
+    assert result["collector"]["cpu_us_per_datagram"] > 0
