@@ -24,3 +24,20 @@ def test_dhcp_path_measures_every_phase_of_a_small_storm(tmp_path):
     assert result["devices"] == 5
     for phase in ("discover", "request", "held", "cpu"):
         assert result[phase]["median_us"] > 0, phase
+
+
+def test_export_parse_measures_both_paths_of_the_flow_collector(tmp_path):
+    out = tmp_path / "export_parse.json"
+    subprocess.run(
+        [sys.executable, TOOLS / "export_parse.py", "--datagrams", "300", "--rounds", "3", "--json", out],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    # The tool itself fails when the two paths read different records.
+    assert result["datagrams"] == 300 and result["rounds"] == 3
+    for capture in ("ipv4-fetches", "both-families"):
+        assert 0 < result[capture]["fast"]["median_us"] < result[capture]["general"]["median_us"], capture
+    assert result["collector"]["read"] + result["collector"]["dropped"] == 300
+    assert result["collector"]["cpu_us_per_datagram"] > 0

@@ -8,7 +8,8 @@ page), while tcpdump on the server's veth records what the switch forwarded. OVS
 (`sampling=1`) to a `flow_export.Collector` on the OVS namespace's loopback, as on the router.
 
 Prints, per run, the connections made and reported (both directions, packets and bytes within 1 %
-of the capture), when the last one arrived, and the collector's CPU per record and per datagram;
+of the capture), when the last one arrived, and the collector's CPU per record and per datagram
+(its loop's, idle wake-ups included; its process's start, a new one each run, apart);
 `--json` writes them for the bench (bench/results/flow_export.json).
 
 Usage (from the repository root, as root; brings up namespaces, so one at a time):
@@ -340,6 +341,7 @@ def run_once(home: BurstHome, count: int, parallel: int, settle: float = 15.0) -
         "malformed": stats["malformed"],
         "collector_cpu_us_per_record": round(stats["cpu_ns"] / 1000 / max(1, stats["records"]), 2),
         "collector_cpu_us_per_datagram": round(stats["cpu_ns"] / 1000 / max(1, stats["datagrams"]), 2),
+        "collector_start_cpu_ms": round(stats["start_cpu_ns"] / 1e6, 1),
     }
 
 
