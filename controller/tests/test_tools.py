@@ -11,15 +11,15 @@ from pathlib import Path
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
+def measured(tmp_path: Path, tool: str, *args: str) -> dict:
+    """What the tool wrote to its --json file, run small."""
+    out = tmp_path / f"{tool}.json"
+    subprocess.run([sys.executable, TOOLS / tool, *args, "--json", out], check=True, capture_output=True, timeout=120)
+    return json.loads(out.read_text())
+
+
 def test_dhcp_path_measures_every_phase_of_a_small_storm(tmp_path):
-    out = tmp_path / "dhcp_path.json"
-    subprocess.run(
-        [sys.executable, TOOLS / "dhcp_path.py", "--devices", "5", "--rounds", "1", "--json", out],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    result = json.loads(out.read_text())
+    result = measured(tmp_path, "dhcp_path.py", "--devices", "5", "--rounds", "1")
     # The tool itself asserts that every frame was answered and every newcomer's rules reached the switch.
     assert result["devices"] == 5
     for phase in ("discover", "request", "held", "cpu"):
@@ -27,14 +27,7 @@ def test_dhcp_path_measures_every_phase_of_a_small_storm(tmp_path):
 
 
 def test_export_parse_measures_both_paths_of_the_flow_collector(tmp_path):
-    out = tmp_path / "export_parse.json"
-    subprocess.run(
-        [sys.executable, TOOLS / "export_parse.py", "--datagrams", "300", "--rounds", "3", "--json", out],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    result = json.loads(out.read_text())
+    result = measured(tmp_path, "export_parse.py", "--datagrams", "300", "--rounds", "3")
     # The tool itself fails when the two paths read different records.
     assert result["datagrams"] == 300 and result["rounds"] == 3
     for capture in ("ipv4-fetches", "both-families"):
