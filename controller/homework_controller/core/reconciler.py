@@ -61,6 +61,7 @@ class Reconciler:
             learning=self.accounting.learning(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
+            gates=self.controls.rules_of(device.mac),
         )
         forwards = self.registry.forwarding_now(device) and not held
         effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)
