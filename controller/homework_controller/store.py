@@ -1,5 +1,6 @@
 """The controller's own SQLite file: device decisions, /30 reservations, DNS rules, Wi-Fi passphrases,
-pauses, schedules, allowances (and today's use) and the household's time settings.
+pauses, schedules, allowances (and today's use), the plugged-in gates' state (`concerns/gates`) and the
+household's time settings.
 
 Writes never run on the caller's thread: `save`, `save_dns_rule` and `delete` queue the
 change and return at once (the router calls them under the controller's lock, where nothing
@@ -109,6 +110,12 @@ CREATE TABLE IF NOT EXISTS route_owners (
     prefix TEXT PRIMARY KEY,
     mac TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS gate_state (
+    mac TEXT NOT NULL,
+    gate TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (mac, gate)
+);
 CREATE TABLE IF NOT EXISTS earlier_macs (
     mac TEXT NOT NULL,
     earlier TEXT NOT NULL,
@@ -128,6 +135,7 @@ DEVICE_TABLES = (
     "allowances",
     "allowance_usage",
     "allowance_sharing",
+    "gate_state",
     "earlier_macs",
 )
 
@@ -274,6 +282,10 @@ class DeviceStore:
         """An advertised route's prefix -> the device whose it is."""
         return dict(self.db.execute("SELECT prefix, mac FROM route_owners"))
 
+    def load_gate_state(self, gate: str) -> dict[str, str]:
+        """A plugged-in gate's value for each device it holds one for (`concerns/gates`)."""
+        return dict(self.db.execute("SELECT mac, value FROM gate_state WHERE gate = ?", (gate,)).fetchall())
+
     def load_earlier_macs(self) -> dict[str, tuple[str, ...]]:
         """Each device's MACs before its present one (it came back with its own passphrase), oldest first."""
         earlier: dict[str, tuple[str, ...]] = {}
@@ -407,6 +419,17 @@ class DeviceStore:
                 "INSERT INTO route_owners (prefix, mac) VALUES (?,?) "
                 "ON CONFLICT(prefix) DO UPDATE SET mac=excluded.mac",
                 (prefix, mac),
+            )
+
+    def save_gate_state(self, mac: str, gate: str, value: str | None) -> None:
+        """A plugged-in gate's value for the device (None removes it)."""
+        if value is None:
+            self._submit("DELETE FROM gate_state WHERE mac = ? AND gate = ?", (mac, gate))
+        else:
+            self._submit(
+                "INSERT INTO gate_state (mac, gate, value) VALUES (?,?,?) "
+                "ON CONFLICT(mac, gate) DO UPDATE SET value=excluded.value",
+                (mac, gate, value),
             )
 
     def save_setting(self, key: str, value: str) -> None:

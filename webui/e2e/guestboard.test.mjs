@@ -152,6 +152,32 @@ test('wall panel: a device is paused now and resumed; its label says so meanwhil
   assert.equal((await stack.ctl('GET', `/ws.v1/status/${mac}`)).paused, false, 'the router has it resumed')
 })
 
+test('owner: a device is made internet only in its details and given back the home; the paired wall panel is not offered it', async () => {
+  const { page } = await wallPanel()
+  const mac = await stack.join('smart-plug', { state: 'permitted' })
+  const internetOnly = async () => (await stack.ctl('GET', `/ws.v1/status/${mac}`)).internet_only
+  const until = async (want) => {
+    for (let i = 0; i < 50 && (await internetOnly()) !== want; i++) await sleep(100)
+    assert.equal(await internetOnly(), want, `the router has it ${want ? '' : 'not '}internet only`)
+  }
+  await page.click(label('inside', mac), { timeout: 10000 })
+  const box = '.panel [data-test=internet-only] input'
+  assert.equal(await page.isChecked(box), false)
+  await page.check(box)
+  await page.waitForSelector('.panel :text("Internet only: it no longer reaches the other devices at home.")', { timeout: 3000 })
+  await until(true)
+  const panel = await browser.newContext({ viewport: WALL })
+  const board = await pairPanel(page, panel)
+  await board.click(label('inside', mac), { timeout: 10000 })
+  await board.waitForSelector('.panel .device-title')
+  assert.equal(await board.$('.panel [data-test=internet-only]'), null, 'internet only is the owner\'s')
+  await panel.close()
+  await page.uncheck(box)
+  await page.waitForSelector('.panel :text("It reaches the other devices at home again.")', { timeout: 3000 })
+  await until(false)
+  await page.keyboard.press('Escape')
+})
+
 test('a device at bedtime: the paired wall panel offers no Resume (the controller\'s table), the owner\'s page does', async () => {
   const { page } = await wallPanel()
   const mac = await stack.join('kids-tablet', { state: 'permitted' })

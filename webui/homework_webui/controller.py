@@ -142,6 +142,11 @@ class ControllerClient:
     def resume(self, mac: str) -> dict:
         return self._call("POST", f"resume/{self._mac(mac)}")
 
+    def set_internet_only(self, mac: str, on: bool) -> dict:
+        """The device reaches the internet and the router only, never another device (on), or other devices
+        too again; answers its status (`internet_only`)."""
+        return self._call("POST", f"{'internet-only' if on else 'lan-access'}/{self._mac(mac)}")
+
     def pause_for(self, mac: str, duration: str) -> dict:
         """Paused now for minutes ("30", "1 h") or until "tomorrow" (the household's reset)."""
         return self._call("POST", f"pause-for/{self._mac(mac)}/{urllib.parse.quote(duration, safe='')}")

@@ -16,7 +16,7 @@ MAC = "02:00:00:00:00:42"
 SAMPLES = {"mac": MAC, "action": None, "name": "the kitchen", "domain": "example.com", "duration": "30"}
 SAMPLES |= {"ip": "10.2.0.6", "into": "02:00:00:00:00:43", "macs": [MAC]}
 SAMPLES |= {"windows": "sun-thu 21:30-07:00", "amount": "2 h", "zone": "Europe/London", "at": "04:00"}
-SAMPLES |= {"settings": {"channel": 11}, "role": "panel", "prefix": "fdee:1:2:3::/64"}
+SAMPLES |= {"settings": {"channel": 11}, "role": "panel", "prefix": "fdee:1:2:3::/64", "on": True}
 ACTIONS = {"decide": ("permit", "deny", "whitelist", "blacklist"), "dns": ("deny-dns", "permit-dns")}
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 
+from ..concerns.gates import GATES
 from ..errors import ApiError
 from ..model import normalize_mac
 
@@ -94,6 +95,8 @@ WHAT = {
     "show-wifi-key": "see a device's own Wi-Fi passphrase",
     "revoke-wifi-key": "revoke a device's own Wi-Fi passphrase",
     "route-owner": "give an advertised route a new owner",
+    # The plugged-in gates' operations say theirs (`concerns/gates`).
+    **{op.name: op.what for gate in GATES for op in gate.operations},
 }
 
 NOT_A_BLOCK = {BLACKLISTED: "lift a blacklist (only the owner's whitelist does)"}
@@ -141,6 +144,8 @@ TABLE: dict[str, dict[str, Mapping[str, str]]] = {
     "revoke-wifi-key": _granted((OWNER, MEMBER)),
     # A device reads what the portal says about itself (the web UI asks with the request's source address).
     "portal": _granted((OWNER, DEVICE)),
+    # The plugged-in gates' operations, granted to the roles each declares (`concerns/gates`).
+    **{op.name: _granted(op.roles) for gate in GATES for op in gate.operations},
 }
 
 # A keyword an operation's call takes from what the role may do besides: the wall panel's resume lifts

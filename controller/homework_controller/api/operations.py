@@ -1,7 +1,8 @@
-"""ws.v1's operations, each declared once, on the function that performs it: its name, verb and
-arguments (the routes, `api.py`), whether it is a household's decision that must be on the disk before
-the answer and what it answers (`perform`, which `ofapp` calls under the controller's lock), and `openapi.yaml`
-(`python -m homework_controller.api.operations > controller/openapi.yaml`; a test checks the file).
+"""ws.v1's operations, each declared once, on the function that performs it (a plugged-in gate's, by the
+gate: `concerns/gates`): its name, verb and arguments (the routes, `api.py`), whether it is a household's
+decision that must be on the disk before the answer and what it answers (`perform`, which `ofapp` calls
+under the controller's lock), and `openapi.yaml` (`python -m homework_controller.api.operations >
+controller/openapi.yaml`; a test checks the file).
 
 What an operation answers:
   result     what the router's method returns (a query, or a passphrase)
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from ..concerns.gates import GATES, GateOperation
 from . import authority
 
 if TYPE_CHECKING:
@@ -415,7 +417,18 @@ def revoke_wifi_key(router: HomeRouter, mac: str) -> dict:
     return router.decisions.revoke_wifi_key(mac)
 
 
-OPERATIONS = tuple(_DECLARED)
+def _gate_operation(gate: str, declared: GateOperation) -> Operation:
+    """A plugged-in gate's operation (`concerns/gates`) as ws.v1's: a decision on one device, which answers
+    its status."""
+
+    def call(router: HomeRouter, mac: str) -> list[Effect]:
+        return router.decisions.change_gate(mac, gate, declared.change)
+
+    call.__name__ = call.__qualname__ = declared.name.replace("-", "_")
+    return Operation(declared.name, "POST", declared.summary, call, path=("mac",), decision=True, answers="device")
+
+
+OPERATIONS = tuple(_DECLARED) + tuple(_gate_operation(gate.name, op) for gate in GATES for op in gate.operations)
 BY_NAME = {op.name: op for op in OPERATIONS}
 # The operations on one device (named by its MAC), which its status' `may` lists; not `status` itself.
 DEVICE_VERBS = tuple(op.name for op in OPERATIONS if op.path[:1] == ("mac",) and op.name != "status")

@@ -2,10 +2,12 @@
 daily allowances (`allowances.py`), and the household's clock both read (its time zone and daily
 reset, `schedules.HouseholdTime`).
 
-Pauses and allowances are its two gates: each may hold a device's traffic for now, and `HomeRouter`
-gives a held device a non-forwarding device's rules. This module takes the household's words (ws.v1's
-text: "30 min", "tomorrow", "sun-thu 21:30-07:00", "2 h") to them, answering `ApiError` for what it
-cannot read, and says why and until when a device is held. `HomeRouter` finds the device, and brings
+Pauses and allowances are its own gates, and the gates plugged in beside them (`gates/`, `GATES`) the
+others: each may hold a device's traffic for now (`HomeRouter` gives a held device a non-forwarding
+device's rules), and a plugged-in gate may add rules to a forwarding device's and has operations of its
+own (`change_gate`). This module takes the household's words (ws.v1's text: "30 min", "tomorrow",
+"sun-thu 21:30-07:00", "2 h") to pauses and allowances, answering `ApiError` for what it cannot read, and
+says why and until when a device is held. `HomeRouter` finds the device, and brings
 its rules in line after each change.
 """
 
@@ -15,10 +17,12 @@ from collections.abc import Callable
 
 from ..effects import TellHousehold
 from ..errors import ApiError, UnknownDevice
+from ..flows import GateRules
 from ..policy import schedules
 from ..store import DeviceStore
 from . import allowances
 from .allowances import Allowances
+from .gates import GATES, Gate, Hold
 from .pauses import Pauses
 
 
@@ -28,8 +32,12 @@ class HouseholdControls:
         self.time = schedules.HouseholdTime(store)
         self.pauses = Pauses(store, clock, self.time)
         self.allowances = Allowances(store, clock, self.time)
-        # Per-device policies that may hold a device's traffic for now (asked when its rules are made).
-        self.gates = (self.pauses, self.allowances)
+        self.plugged: dict[str, Gate] = {gate.name: gate(store, clock) for gate in GATES}
+        # Per-device policies that may hold a device's traffic for now (asked when its rules are made), in
+        # the order the status says why: a pause or bedtime before a used-up allowance (resuming it still
+        # leaves the allowance to lift).
+        self.gates: tuple[Hold, ...] = (self.pauses, self.allowances, *self.plugged.values())
+        self._plugged = tuple(self.plugged.values())
 
     # -- the lifecycle
 
@@ -47,20 +55,32 @@ class HouseholdControls:
     def may_forward(self, mac: str) -> bool:
         return all(gate.may_forward(mac) for gate in self.gates)
 
+    def rules_of(self, mac: str) -> tuple[GateRules, ...]:
+        """What the plugged-in gates add to the device's rules while it forwards (asked for every device with
+        rules on every tick: a plain loop, no generator)."""
+        added: tuple[GateRules, ...] = ()
+        for gate in self._plugged:
+            rules = gate.rules_of(mac)
+            if rules is not None:
+                added += (rules,)
+        return added
+
     def tick(self, now: float) -> None:
         """Bedtimes that began or ended, pauses that ran out, a new day: `HomeRouter`'s tick applies them."""
-        self.pauses.tick(now)
-        self.allowances.tick(now)
+        for gate in self.gates:
+            gate.tick(now)
 
     def status_of(self, mac: str) -> dict:
-        """The device's schedule and allowance; paused, and if so why ("paused" | "bedtime" | "allowance")
-        and until when (the household's local time, ISO; null: until resumed). A pause or bedtime is said
-        before a used-up allowance: resuming it still leaves the allowance to lift."""
-        hold = self.pauses.hold_of(mac) or self.allowances.hold_of(mac)
+        """Every gate's word on the device (its schedule, its allowance, whether it is internet only...);
+        paused, and if so why (the first gate's hold: "paused" | "bedtime" | "allowance") and until when (the
+        household's local time, ISO; null: until resumed)."""
+        hold = next((held for gate in self.gates if (held := gate.hold_of(mac)) is not None), None)
         why, until = hold if hold is not None else (None, None)
+        status: dict = {}
+        for gate in self.gates:
+            status |= gate.status_of(mac)
         return {
-            **self.pauses.status_of(mac),
-            **self.allowances.status_of(mac),
+            **status,
             "paused": hold is not None,
             "paused_why": why,
             "paused_until": None if until is None else schedules.iso(until, self.time.tz),
@@ -101,6 +121,10 @@ class HouseholdControls:
         return told
 
     # -- the household's decisions (by device; `HomeRouter` makes its rules follow)
+
+    def change_gate(self, gate: str, change: Callable[[Gate, str], None], mac: str) -> None:
+        """One of a plugged-in gate's operations (`GateOperation.change`) on the device."""
+        change(self.plugged[gate], mac)
 
     def pause(self, mac: str) -> None:
         """The device's traffic stops now (its connections with it) until it is resumed."""

@@ -230,7 +230,7 @@ class Ipv6Addresses:
         effects: list[Effect] = self._kernel_routes()  # a device that stopped forwarding took its routes with it
         if wanted is None:
             return effects
-        rules = flows_v6.device_rules(device, wanted, prefixes, self.routes.of(device.mac))
+        rules = flows_v6.device_rules(device, wanted, prefixes, self.routes.of(device.mac), self.plan.lan)
         if rules:
             effects.append(InstallRules(tuple(rules)))
         for prefix in prefixes:

@@ -1,6 +1,6 @@
 """The household's decisions about one device, sequenced for `HomeRouter` (ws.v1 calls them): admit,
-refuse, block, name it, pause it, give it a bedtime or an allowance, DNS rules, its own Wi-Fi
-passphrase. Each is recorded by the concern that holds it, then the device's rules follow.
+refuse, block, name it, pause it, give it a bedtime or an allowance, a plugged-in gate's change, DNS
+rules, its own Wi-Fi passphrase. Each is recorded by the concern that holds it, then the device's rules follow.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..concerns.clone_watch import CloneWatch
 from ..concerns.dns_gating import DnsGating
@@ -116,6 +117,12 @@ class HouseholdDecisions:
 
     def grant_bonus(self, mac: str, amount: str) -> list[Effect]:
         return self._change(mac, self.controls.grant_bonus, amount)
+
+    def change_gate(self, mac: str, gate: str, change: Callable[[Any, str], None]) -> list[Effect]:
+        """A plugged-in gate's operation on the device (`concerns/gates`), then its rules."""
+        device = self.known(mac)
+        self.controls.change_gate(gate, change, device.mac)
+        return self.reconciler.reconcile(device)
 
     # -- shared allowances (a person's devices together)
 

@@ -59,6 +59,7 @@ class Reconciler:
             port=self.port_binding.port_of(device.mac),
             dns_gated=self.dns_gating.gated(device.mac),
             held=held,
+            gates=self.controls.rules_of(device.mac),
         )
         forwards = self.registry.forwarding_now(device) and not held
         effects, dropped = self.switch.reconcile(device, wanted, forwards, reinstall)

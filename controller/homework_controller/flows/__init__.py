@@ -61,7 +61,7 @@ switch holds whatever devices there are, and broadcast, are `base_flows.py`; IPv
 """
 
 from .captive import portal_rules
-from .device import DeviceRules, device_rules, dns_block_rule, learnt_flow_rule
+from .device import DeviceRules, GateRules, device_rules, dns_block_rule, learnt_flow_rule
 from .marks import (
     PORT_MARKS_COOKIE,
     demoted_port_marks,
@@ -149,6 +149,7 @@ __all__ = [
     "DNS_PORT",
     "DecTtl",
     "DeviceRules",
+    "GateRules",
     "ETH_ARP",
     "ETH_EAPOL",
     "ETH_IPV4",

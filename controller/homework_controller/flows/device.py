@@ -5,8 +5,9 @@ device's state, and built when first read; the rules added beside them for one a
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..model import Device, State
 from ..wire.lan import Subnet
@@ -46,6 +47,20 @@ from .values import (
 )
 
 
+class GateRules(Protocol):
+    """What a plugged-in gate (`concerns/gates`) adds to a forwarding device's rules: a hashable value, so
+    that `DeviceRules` still compare by what they are made of, which builds its rules when they are sent."""
+
+    def rules(self, of: DeviceRules) -> Iterable[FlowRule]:
+        """Its IPv4 rules beside the device's (`of`), under the device's cookie."""
+        ...
+
+    def rules_v6(self, of: DeviceRules, prefixes: tuple[str, ...], lan: tuple[str, ...]) -> Iterable[FlowRule]:
+        """Its IPv6 rules beside the device's /64s (`prefixes`); lan: the household's IPv6 prefixes (its ULA
+        /48, the delegated prefix)."""
+        ...
+
+
 @dataclass(frozen=True)
 class DeviceRules:
     """The rules a device should have (learnt flows aside), named by what they are made of, so that two are
@@ -66,6 +81,7 @@ class DeviceRules:
     # Only a forwarding device's rules depend on these (`device_rules` leaves them at their defaults otherwise).
     router_mac: str = ""
     dns_gated: bool = False
+    gates: tuple[GateRules, ...] = ()  # what the plugged-in gates add
 
     @property
     def metered(self) -> bool:
@@ -185,6 +201,8 @@ class DeviceRules:
         rules |= counted(IPV4, cookie, (AccountingPriority.DEVICE_SOURCE, AccountingPriority.DEVICE_DEST), count, ip)
         if self.dns_gated:
             rules |= encrypted_dns_refused(IPV4, cookie, ip)
+        for gate in self.gates:
+            rules |= set(gate.rules(self))
         return frozenset(rules | budget | self._gateway_answered(cookie, subnet))
 
     def _gateway_answered(self, cookie: int, subnet: Subnet) -> set[FlowRule]:
@@ -233,6 +251,7 @@ def device_rules(
     port: int | None = None,
     dns_gated: bool = False,
     held: bool = False,
+    gates: tuple[GateRules, ...] = (),
 ) -> DeviceRules | None:
     """The rules a device should have right now (learnt flows aside); None if none.
 
@@ -241,6 +260,8 @@ def device_rules(
 
     held: a per-device policy holds its traffic for now (it is paused): its rules are a
     non-forwarding device's, DHCP and ARP only, and while its lease is live the captive portal.
+
+    gates: the rules the plugged-in gates add to a forwarding device's (`GateRules`).
 
     port: the access port it is bound to (`port_binding`); None: any of them.
     """
@@ -262,6 +283,7 @@ def device_rules(
         forwarding=True,
         router_mac=router_mac,
         dns_gated=dns_gated,
+        gates=gates,
     )
 
 

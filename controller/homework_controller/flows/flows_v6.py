@@ -124,14 +124,19 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
 
 
 def device_rules(
-    device: Device, ipv4: DeviceRules, prefixes: tuple[str, ...], routes: tuple[str, ...] = ()
+    device: Device,
+    ipv4: DeviceRules,
+    prefixes: tuple[str, ...],
+    routes: tuple[str, ...] = (),
+    lan: tuple[str, ...] = (),
 ) -> frozenset[FlowRule]:
     """A device's IPv6 rules beside its IPv4 ones (`ipv4`, the same cookie: they leave the switch together).
 
     A known device's solicitations go through its own budget whatever its state; a forwarding device's
     IPv6 passes from its MAC with a source in one of its /64s (`prefixes`; none: it does not forward) or
     of the routes it offers (`routes`: a border router's mesh, behind it), and traffic to those is routed
-    to it as to its /64s; its own router adverts reach the controller (the routes they offer)."""
+    to it as to its /64s; its own router adverts reach the controller (the routes they offer). The plugged-in
+    gates add theirs (`GateRules.rules_v6`; lan: the household's prefixes, the ULA /48 and the delegated one)."""
     if ipv4.blacklisted or device.subnet is None:
         return frozenset()
     cookie = device_cookie(device)
@@ -177,6 +182,8 @@ def device_rules(
         rules |= routed_to(IPV6, cookie, device.mac, ipv4.router_mac, own, ipv4.access_ports, net)
         if ipv4.dns_gated:  # as for IPv4: its encrypted DNS would get round the names blocked for it
             rules |= encrypted_dns_refused(IPV6, cookie, net)
+    for gate in ipv4.gates:
+        rules |= set(gate.rules_v6(ipv4, prefixes, lan))
     return frozenset(rules)
 
 

@@ -4,6 +4,7 @@ known, each device's /64s numbered as its /30, and the router's address in each 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
@@ -64,6 +65,11 @@ class PrefixPlan:
     delegated: ipaddress.IPv6Network | None = None
     # Until when (preferred, valid; the router's clock) the ISP keeps the delegated prefix; None: not known.
     delegated_until: tuple[float, float] | None = None
+
+    @functools.cached_property
+    def lan(self) -> tuple[str, ...]:
+        """The household's own prefixes, which every device's /64s are in: the ULA /48, the delegated one."""
+        return tuple(str(net) for net in (self.ula, self.delegated) if net is not None)
 
     def ula_of(self, subnet_index: int) -> str:
         """The device's ULA /64, numbered as its /30 (indexes fit: 16,384 /30s, 65,536 /64s)."""

@@ -1,6 +1,6 @@
 """Devices: the list and one device's detail, the household's decisions (permit, deny,
-blacklist, whitelist, merging a newcomer into the device it is), pausing and resuming, names,
-owners and DNS blocks.
+blacklist, whitelist, merging a newcomer into the device it is), pausing and resuming, internet only,
+names, owners and DNS blocks.
 
 Who may make each decision is the controller's (homework_controller/api/authority.py): a route that only
 asks the controller is open to every signed-in role, the controller is told whose session asks
@@ -94,6 +94,16 @@ def device_merge(mac):
 @access(*SIGNED_IN)
 def device_pause(mac):
     return changed(services().controller.pause, mac_of(mac), meaning=PAUSE_UNAVAILABLE)
+
+
+@bp.post("/api/devices/<mac>/internet-only")
+@access(*SIGNED_IN)
+def device_internet_only(mac):
+    """{"on": true | false}: the device reaches the internet and the router only, or other devices too."""
+    on = body().get("on")
+    if not isinstance(on, bool):
+        raise ApiError(400, "on must be true or false")
+    return changed(services().controller.set_internet_only, mac_of(mac), on)
 
 
 @bp.post("/api/devices/<mac>/resume")

@@ -8,6 +8,7 @@ export type Action = 'permit' | 'deny'
 export type Verb =
   | Action | 'whitelist' | 'blacklist' | 'merge' | 'name' | 'pause' | 'pause-for' | 'resume' | 'schedule' | 'allowance'
   | 'bonus' | 'permit-dns' | 'deny-dns' | 'dns-rules' | 'route-owner' | 'wifi-key' | 'show-wifi-key' | 'revoke-wifi-key'
+  | 'internet-only' | 'lan-access'
 
 export interface Device {
   mac: string
@@ -34,6 +35,8 @@ export interface Device {
   wifi_key?: { keyid: string; created: number } | null
   /** The household paused it: its traffic stops (it keeps its address) until resumed. */
   paused?: boolean
+  /** The household lets it reach the internet and the router only, never another device. */
+  internet_only?: boolean
   /** The code its captive portal page shows while it waits ("K7-Q2"), so the wall panel can tell which newcomer is whose. */
   portal_code?: string
   /** Why it is paused and until when (the household's local time, ISO with its offset; null: until resumed). */
