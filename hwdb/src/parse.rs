@@ -133,19 +133,30 @@ impl<'a> Lexer<'a> {
                 Tok::Ts(v)
             }
             _ => {
-                const SYMS: [&str; 16] =
-                    ["!=", "<>", "<=", ">=", "==", "(", ")", ",", ".", "*", "[", "]", ";", "=", "<", ">"];
-                let rest = &b[start..];
-                let Some(sym) = SYMS.iter().find(|s| rest.starts_with(s.as_bytes())) else {
-                    let ch = self.src[start..].chars().next().unwrap_or('?');
-                    return Err(Error::at(start, format!("unexpected character {ch:?}")));
+                // `<>` and `==` are spellings of `!=` and `=`.
+                let (sym, len) = match (c, b.get(start + 1)) {
+                    (b'!', Some(b'=')) | (b'<', Some(b'>')) => ("!=", 2),
+                    (b'<', Some(b'=')) => ("<=", 2),
+                    (b'>', Some(b'=')) => (">=", 2),
+                    (b'=', Some(b'=')) => ("=", 2),
+                    (b'(', _) => ("(", 1),
+                    (b')', _) => (")", 1),
+                    (b',', _) => (",", 1),
+                    (b'.', _) => (".", 1),
+                    (b'*', _) => ("*", 1),
+                    (b'[', _) => ("[", 1),
+                    (b']', _) => ("]", 1),
+                    (b';', _) => (";", 1),
+                    (b'=', _) => ("=", 1),
+                    (b'<', _) => ("<", 1),
+                    (b'>', _) => (">", 1),
+                    _ => {
+                        let ch = self.src[start..].chars().next().unwrap_or('?');
+                        return Err(Error::at(start, format!("unexpected character {ch:?}")));
+                    }
                 };
-                self.pos = start + sym.len();
-                Tok::Sym(match *sym {
-                    "<>" => "!=",
-                    "==" => "=",
-                    s => s,
-                })
+                self.pos = start + len;
+                Tok::Sym(sym)
             }
         };
         Ok(Token { tok, pos: start, end: self.pos })
@@ -182,12 +193,21 @@ impl<'a> Lexer<'a> {
             return Err(Error::at(start, "malformed number"));
         }
         self.pos = p;
-        let text = &self.src[start..p];
         if real {
-            text.parse().map(Tok::Real).map_err(|_| Error::at(start, "malformed number"))
-        } else {
-            text.parse().map(Tok::Int).map_err(|_| Error::at(start, "integer out of range (64-bit signed)"))
+            return self.src[start..p].parse().map(Tok::Real).map_err(|_| Error::at(start, "malformed number"));
         }
+        // Digits straight to the value (inserts are mostly integers); a negative number
+        // accumulates downwards so that i64::MIN fits.
+        let negative = digits > start;
+        let mut v: i64 = 0;
+        for &d in &b[digits..p] {
+            let d = i64::from(d - b'0');
+            v = v
+                .checked_mul(10)
+                .and_then(|v| if negative { v.checked_sub(d) } else { v.checked_add(d) })
+                .ok_or_else(|| Error::at(start, "integer out of range (64-bit signed)"))?;
+        }
+        Ok(Tok::Int(v))
     }
 
     fn string(&mut self, start: usize, quote: u8) -> Result<Tok<'a>> {
