@@ -803,16 +803,15 @@ impl<'p, 't> Aggregation<'p, 't> {
         let tables = self.plan.scope.tables;
         key.clear();
         key.extend(self.group_cols.iter().map(|c| tables[c.side].key_bits(r[c.side] as usize, c.col)));
-        let found = if !self.by_id.is_empty() {
-            Some(self.by_id[key[0] as usize]).filter(|&g| g != u32::MAX)
-        } else if key.len() == 1 {
-            self.index1.get(&key[0]).copied()
-        } else {
-            self.index.get(key.as_slice()).copied()
-        };
-        if let Some(g) = found {
-            return Ok(g);
+        let found = if key.len() == 1 { self.index1.get(&key[0]) } else { self.index.get(key.as_slice()) };
+        match found {
+            Some(&g) => Ok(g),
+            None => self.add_group(r, key, limits),
         }
+    }
+
+    /// A new group, whose first row is `r` and key `key`.
+    fn add_group(&mut self, r: Row, key: &[u64], limits: &Limits) -> Result<u32, Error> {
         if self.groups.len() >= limits.max_result_rows {
             return Err(Error::plain(format!("more than {} groups", limits.max_result_rows)));
         }
@@ -822,7 +821,7 @@ impl<'p, 't> Aggregation<'p, 't> {
         } else if key.len() == 1 {
             self.index1.insert(key[0], g);
         } else {
-            self.index.insert(key.clone().into_boxed_slice(), g);
+            self.index.insert(key.into(), g);
         }
         Ok(g)
     }
@@ -835,6 +834,16 @@ impl<'p, 't> Aggregation<'p, 't> {
         chunk_groups.clear();
         if self.group_cols.is_empty() {
             chunk_groups.resize(rows.len(), 0);
+        } else if !self.by_id.is_empty() {
+            let c = self.group_cols[0];
+            let ids = tables[c.side].str_ids(c.col);
+            for &r in rows {
+                let id = ids[r[c.side] as usize];
+                chunk_groups.push(match self.by_id[id as usize] {
+                    u32::MAX => self.add_group(r, &[u64::from(id)], limits)?,
+                    g => g,
+                });
+            }
         } else {
             let mut key = Vec::with_capacity(self.group_cols.len());
             for &r in rows {
