@@ -574,8 +574,18 @@ struct Plan<'t> {
     outs: Vec<(String, Out)>,
     /// Grouped, or with an aggregate in the select list: one output row per group.
     aggregate: bool,
-    /// The limit when the scan may stop at it (no aggregate, no order by).
+    /// A query without aggregates: the columns its rows are ordered by, each descending or not.
+    row_order: Vec<(ColId, bool)>,
+    /// Ordered by one table's `tstamp` alone: the scan's own order (newest first if descending).
+    time_order: bool,
+    /// The limit when the scan may stop at it (no aggregate; no order by, or the scan's own).
     early_limit: Option<u64>,
+}
+
+impl Plan<'_> {
+    fn newest_first(&self) -> bool {
+        self.time_order && self.row_order[0].1
+    }
 }
 
 /// Run a select against the locked tables. `tables[1]` is ignored unless the query joins.
@@ -596,7 +606,7 @@ pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) 
             rows.extend_from_slice(&chunk[..chunk.len().min(stop_at - rows.len())]);
             Ok(rows.len() < stop_at)
         })?;
-        let rows = limited(sort(sel, &plan, rows)?, sel.limit, limits)?;
+        let rows = limited(sort(sel, &plan, rows), sel.limit, limits)?;
         project(&plan, &rows)
     };
     Ok(QueryResult { columns: plan.columns(), rows, message: None })
@@ -652,8 +662,10 @@ fn plan<'t>(sel: &Select<'t>, tables: [&'t Table; 2], now: u64, limits: &Limits)
         }
     }
     let aggregate = grouped || outs.iter().any(|(_, o)| matches!(o, Out::Agg(..)));
-    let early_limit = if !aggregate && sel.order_by.is_empty() { sel.limit } else { None };
-    Ok(Plan { scope, ranges, outs, aggregate, early_limit })
+    let row_order = if aggregate { Vec::new() } else { row_order(sel, &scope, &outs)? };
+    let time_order = nsrc == 1 && row_order.len() == 1 && row_order[0].0.col == 0;
+    let early_limit = if !aggregate && (row_order.is_empty() || time_order) { sel.limit } else { None };
+    Ok(Plan { scope, ranges, outs, aggregate, row_order, time_order, early_limit })
 }
 
 impl Plan<'_> {
@@ -683,17 +695,24 @@ fn limited<T>(mut rows: Vec<T>, limit: Option<u64>, limits: &Limits) -> Result<V
 
 /// A query without aggregates: its matching rows in `order by`'s order (a select-list alias or
 /// a column of the tables), else in time order.
-fn sort(sel: &Select, plan: &Plan, mut rows: Vec<Row>) -> Result<Vec<Row>, Error> {
-    if sel.order_by.is_empty() {
-        return Ok(rows);
+fn sort(sel: &Select, plan: &Plan, rows: Vec<Row>) -> Vec<Row> {
+    if plan.row_order.is_empty() || plan.time_order {
+        // A single table's rows come from the scan in tstamp order, newest first if asked.
+        return rows;
     }
+    sort_rows(rows, &plan.row_order, sel.limit, &plan.scope.tables)
+}
+
+/// The columns a query without aggregates is ordered by: a select-list alias or a column of the
+/// tables.
+fn row_order(sel: &Select, scope: &Scope, outs: &[(String, Out)]) -> Result<Vec<(ColId, bool)>, Error> {
     let mut keys = Vec::new();
     for k in &sel.order_by {
         let ItemKind::Col(c) = &k.key else {
             return Err(Error::at(k.pos, "order by an aggregate needs an aggregate query"));
         };
         let by_alias = match (c.qual, &sel.items) {
-            (None, Some(items)) => items.iter().zip(&plan.outs).find_map(|(it, (_, o))| match (it.alias, o) {
+            (None, Some(items)) => items.iter().zip(outs).find_map(|(it, (_, o))| match (it.alias, o) {
                 (Some(a), Out::Col(id)) if a.eq_ignore_ascii_case(c.name) => Some(*id),
                 _ => None,
             }),
@@ -701,19 +720,11 @@ fn sort(sel: &Select, plan: &Plan, mut rows: Vec<Row>) -> Result<Vec<Row>, Error
         };
         let id = match by_alias {
             Some(id) => id,
-            None => plan.scope.resolve(c)?,
+            None => scope.resolve(c)?,
         };
         keys.push((id, k.desc));
     }
-    let time_order = sel.sources.len() == 1 && keys.len() == 1 && keys[0].0.col == 0;
-    if time_order {
-        // A single table's rows are already in tstamp order.
-        if keys[0].1 {
-            rows.reverse();
-        }
-        return Ok(rows);
-    }
-    Ok(sort_rows(rows, &keys, sel.limit, &plan.scope.tables))
+    Ok(keys)
 }
 
 /// The output columns' values of each row.
@@ -1002,17 +1013,27 @@ fn scan(
         // In chunks, so that a limit stops the scan soon after it is reached and the rows
         // in flight stay in cache.
         const CHUNK: usize = 4096;
+        let runs = tables[0].slot_runs(ranges[0].clone());
+        let mut spans: Vec<Range<usize>> =
+            runs.iter().flat_map(|run| run.clone().step_by(CHUNK).map(|s| s..run.end.min(s + CHUNK))).collect();
+        let newest_first = plan.newest_first();
+        if newest_first {
+            spans.reverse();
+        }
         let mut chunk = Vec::with_capacity(CHUNK);
-        for run in tables[0].slot_runs(ranges[0].clone()) {
-            for start in run.clone().step_by(CHUNK) {
-                chunk.clear();
-                chunk.extend((start..run.end.min(start + CHUNK)).map(|p| [p as u32, p as u32]));
-                for p in &preds {
-                    p.retain(&tables, &mut chunk);
-                }
-                if !chunk.is_empty() && !sink(&chunk)? {
-                    return Ok(());
-                }
+        for span in spans {
+            chunk.clear();
+            let row = |p: usize| [p as u32, p as u32];
+            if newest_first {
+                chunk.extend(span.rev().map(row));
+            } else {
+                chunk.extend(span.map(row));
+            }
+            for p in &preds {
+                p.retain(&tables, &mut chunk);
+            }
+            if !chunk.is_empty() && !sink(&chunk)? {
+                break;
             }
         }
         return Ok(());

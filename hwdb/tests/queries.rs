@@ -591,7 +591,7 @@ fn random_clause(depth: u32, rnd: &mut dyn FnMut(u64) -> u64, tstamps: &[u64]) -
     }
 }
 
-/// The scan's column-at-a-time filters, chunking and ring wrap-around, and the aggregation's
+/// The scan's column-at-a-time filters, chunking, ring wrap-around and newest-first order, and the aggregation's
 /// chunked groups, against a row-by-row evaluation of random clauses over random rows.
 #[test]
 fn scans_and_aggregates_match_a_row_by_row_evaluation() {
@@ -633,6 +633,11 @@ fn scans_and_aggregates_match_a_row_by_row_evaluation() {
         let limit = rnd(50);
         let q = format!("select * from T where {} limit {limit}", w.sql());
         assert_eq!(f.ok(&q).rows.len(), expected.len().min(limit as usize), "{q}");
+
+        // Newest first, scanned from the window's end: the same rows as the whole result reversed.
+        let q = format!("select * from T where {} order by tstamp desc limit {limit}", w.sql());
+        let newest: Vec<Vec<Value>> = expected.iter().rev().take(limit as usize).map(|r| (*r).clone()).collect();
+        assert_eq!(f.ok(&q).rows, newest, "{q}");
 
         // Per group of s: count(*), sum(a), min(r), in the groups' order of appearance.
         let mut groups: Vec<(String, i64, i64, f64)> = Vec::new();
