@@ -750,7 +750,11 @@ struct Aggregation<'p, 't> {
     group_cols: Vec<ColId>,
     /// Each aggregate's argument, in select-list order.
     args: Vec<Option<ColId>>,
-    groups: Vec<Group<'t>>,
+    /// Each group's first row, whose cells the group's plain columns show.
+    reps: Vec<Row>,
+    /// The groups' accumulators, `args.len()` per group in group order (one vector, so that
+    /// adding a row's value is one index).
+    accs: Vec<Acc<'t>>,
     /// One varchar group column (the usual case: by address, by app) finds its group by the
     /// string's interned id; another single column hashes a bare word instead of a boxed slice.
     by_id: Vec<u32>,
@@ -758,12 +762,6 @@ struct Aggregation<'p, 't> {
     index: HashMap<Box<[u64]>, u32, WordHashBuild>,
     /// The group of each row of the chunk being added.
     chunk_groups: Vec<u32>,
-}
-
-struct Group<'t> {
-    /// The group's first row, whose cells the group's plain columns show.
-    rep: Row,
-    accs: Vec<Acc<'t>>,
 }
 
 impl<'p, 't> Aggregation<'p, 't> {
@@ -790,7 +788,8 @@ impl<'p, 't> Aggregation<'p, 't> {
             plan,
             group_cols,
             args,
-            groups: Vec::new(),
+            reps: Vec::new(),
+            accs: Vec::new(),
             by_id,
             index1: HashMap::default(),
             index: HashMap::default(),
@@ -805,8 +804,9 @@ impl<'p, 't> Aggregation<'p, 't> {
     fn new_group(&mut self, rep: Row) -> u32 {
         let accs =
             self.plan.outs.iter().filter_map(|(_, o)| if let Out::Agg(f, _) = o { Some(Acc::new(*f)) } else { None });
-        self.groups.push(Group { rep, accs: accs.collect() });
-        (self.groups.len() - 1) as u32
+        self.accs.extend(accs);
+        self.reps.push(rep);
+        (self.reps.len() - 1) as u32
     }
 
     /// The group of row `r`, a new one if none has its key yet.
@@ -823,7 +823,7 @@ impl<'p, 't> Aggregation<'p, 't> {
 
     /// A new group, whose first row is `r` and key `key`.
     fn add_group(&mut self, r: Row, key: &[u64], limits: &Limits) -> Result<u32, Error> {
-        if self.groups.len() >= limits.max_result_rows {
+        if self.reps.len() >= limits.max_result_rows {
             return Err(Error::plain(format!("more than {} groups", limits.max_result_rows)));
         }
         let g = self.new_group(r);
@@ -861,23 +861,25 @@ impl<'p, 't> Aggregation<'p, 't> {
                 chunk_groups.push(self.group_of(r, &mut key, limits)?);
             }
         }
+        let n = self.args.len();
         for (k, arg) in self.args.iter().enumerate() {
+            let acc = |g: u32| g as usize * n + k;
             match arg {
-                None if self.group_cols.is_empty() => self.groups[0].accs[k].add_count(rows.len()),
+                None if self.group_cols.is_empty() => self.accs[k].add_count(rows.len()),
                 None => {
                     for &g in &chunk_groups {
-                        self.groups[g as usize].accs[k].add_count(1);
+                        self.accs[acc(g)].add_count(1);
                     }
                 }
                 Some(c) if c.ty == ColType::Integer => {
                     let cells = tables[c.side].ints(c.col);
                     for (r, &g) in rows.iter().zip(&chunk_groups) {
-                        self.groups[g as usize].accs[k].add(Scalar::Int(cells[r[c.side] as usize]));
+                        self.accs[acc(g)].add(Scalar::Int(cells[r[c.side] as usize]));
                     }
                 }
                 Some(c) => {
                     for (r, &g) in rows.iter().zip(&chunk_groups) {
-                        self.groups[g as usize].accs[k].add(get(&tables, *r, *c));
+                        self.accs[acc(g)].add(get(&tables, *r, *c));
                     }
                 }
             }
@@ -890,13 +892,15 @@ impl<'p, 't> Aggregation<'p, 't> {
     /// group's first row, its aggregates over all of its rows.
     fn finish(self) -> Vec<Vec<Value>> {
         let (tables, outs) = (self.plan.scope.tables, &self.plan.outs);
-        self.groups
+        let n = self.args.len();
+        self.reps
             .iter()
-            .map(|g| {
-                let mut accs = g.accs.iter();
+            .enumerate()
+            .map(|(g, rep)| {
+                let mut accs = self.accs[g * n..][..n].iter();
                 outs.iter()
                     .map(|(_, o)| match o {
-                        Out::Col(c) => tables[c.side].value(g.rep[c.side] as usize, c.col),
+                        Out::Col(c) => tables[c.side].value(rep[c.side] as usize, c.col),
                         Out::Agg(_, arg) => {
                             let real = arg.is_some_and(|c| c.ty == ColType::Real);
                             accs.next().map(|a| a.finish(real)).unwrap_or(Value::Null)
