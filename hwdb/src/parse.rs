@@ -713,6 +713,11 @@ impl<'a> Parser<'a> {
                 return Err(Error::at(tuple_pos, format!("row has {n} values, the first row has {arity}")));
             }
             rows += 1;
+            if rows == 1 {
+                // Room for as many more rows as the rest of the text holds tuples like this one.
+                let tuple_len = (self.cur.pos - tuple_pos).max(1);
+                values.reserve(n * ((self.src.len() - self.cur.pos) / tuple_len));
+            }
             if self.is_sym(",") {
                 self.advance()?;
             } else {
@@ -723,17 +728,22 @@ impl<'a> Parser<'a> {
     }
 
     fn literal(&mut self) -> Result<Lit<'a>> {
-        let lit = match &self.cur.tok {
-            Tok::Int(v) => Lit::Int(*v),
-            Tok::Real(v) => Lit::Real(*v),
-            Tok::Ts(v) => Lit::Ts(*v),
-            Tok::Str(s) => Lit::Str(s.clone()),
-            Tok::Ident(s) if s.eq_ignore_ascii_case("true") => Lit::Bool(true),
-            Tok::Ident(s) if s.eq_ignore_ascii_case("false") => Lit::Bool(false),
-            _ => return Err(self.unexpected("a value (number, string, true/false, @hex@)")),
+        let is_value = match &self.cur.tok {
+            Tok::Int(_) | Tok::Real(_) | Tok::Ts(_) | Tok::Str(_) => true,
+            Tok::Ident(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
+            _ => false,
         };
-        self.advance()?;
-        Ok(lit)
+        if !is_value {
+            return Err(self.unexpected("a value (number, string, true/false, @hex@)"));
+        }
+        Ok(match self.advance()?.tok {
+            Tok::Int(v) => Lit::Int(v),
+            Tok::Real(v) => Lit::Real(v),
+            Tok::Ts(v) => Lit::Ts(v),
+            Tok::Str(s) => Lit::Str(s),
+            Tok::Ident(s) => Lit::Bool(s.eq_ignore_ascii_case("true")),
+            _ => unreachable!("checked above"),
+        })
     }
 
     fn colref(&mut self) -> Result<ColRef<'a>> {
