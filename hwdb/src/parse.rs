@@ -107,6 +107,16 @@ impl<'a> Lexer<'a> {
         let Some(&c) = b.get(start) else {
             return Ok(Token { tok: Tok::Eof, pos: start, end: start });
         };
+        // The punctuation between an insert's values, first.
+        if let Some(sym) = match c {
+            b',' => Some(","),
+            b'(' => Some("("),
+            b')' => Some(")"),
+            _ => None,
+        } {
+            self.pos = start + 1;
+            return Ok(Token { tok: Tok::Sym(sym), pos: start, end: start + 1 });
+        }
         let tok = match c {
             b'A'..=b'Z' | b'a'..=b'z' | b'_' => {
                 let mut p = start + 1;
@@ -139,9 +149,6 @@ impl<'a> Lexer<'a> {
                     (b'<', Some(b'=')) => ("<=", 2),
                     (b'>', Some(b'=')) => (">=", 2),
                     (b'=', Some(b'=')) => ("=", 2),
-                    (b'(', _) => ("(", 1),
-                    (b')', _) => (")", 1),
-                    (b',', _) => (",", 1),
                     (b'.', _) => (".", 1),
                     (b'*', _) => ("*", 1),
                     (b'[', _) => ("[", 1),
