@@ -389,8 +389,7 @@ impl Db {
             ));
         }
         let mut cells = Vec::with_capacity(values.len());
-        for (i, (lit, vpos)) in values.iter().enumerate() {
-            let col = &t.columns[1 + i % ncols];
+        for ((lit, vpos), col) in values.iter().zip(t.columns[1..].iter().cycle()) {
             cells.push(cell_for(lit, col.ty).ok_or_else(|| {
                 Error::at(
                     *vpos as usize,
