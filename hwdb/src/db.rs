@@ -389,8 +389,7 @@ impl Db {
             ));
         }
         let mut cells = Vec::with_capacity(values.len());
-        for (i, (lit, vpos)) in values.iter().enumerate() {
-            let col = &t.columns[1 + i % ncols];
+        for ((lit, vpos), col) in values.iter().zip(t.columns[1..].iter().cycle()) {
             cells.push(cell_for(lit, col.ty).ok_or_else(|| {
                 Error::at(
                     *vpos as usize,
@@ -663,11 +662,12 @@ fn notify(e: &mut Entry, batch: usize) {
         for p in &mut s.preds {
             p.bind(&tables);
         }
-        let rows: Vec<Vec<Value>> = (first..n)
-            .map(|i| t.phys(i) as u32)
-            .filter(|&p| s.preds.iter().all(|pr| pr.eval(&tables, [p, p])))
-            .map(|p| s.proj.iter().map(|c| t.value(p as usize, c.col)).collect())
-            .collect();
+        let mut slots: Vec<[u32; 2]> = t.slot_runs(first..n).into_iter().flatten().map(|p| [p as u32; 2]).collect();
+        for p in &s.preds {
+            p.retain(&tables, &mut slots);
+        }
+        let rows: Vec<Vec<Value>> =
+            slots.iter().map(|&[p, _]| s.proj.iter().map(|c| t.value(p as usize, c.col)).collect()).collect();
         if rows.is_empty() {
             return true;
         }

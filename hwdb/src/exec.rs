@@ -361,6 +361,31 @@ impl Pred {
         }
     }
 
+    /// Keep the rows this predicate holds for: `eval` over every row, with the common
+    /// comparisons of a column with a literal run as tight loops over the column's cells.
+    pub fn retain(&self, tables: &[&Table; 2], rows: &mut Vec<Row>) {
+        match self {
+            Pred::Const(true) => {}
+            Pred::Const(false) => rows.clear(),
+            Pred::And(a, b) => {
+                a.retain(tables, rows);
+                b.retain(tables, rows);
+            }
+            Pred::IntCmp { c, op, v } => retain_cmp(rows, tables[c.side].ints(c.col), c.side, *op, *v),
+            Pred::TsCmp { c, op, v } => retain_cmp(rows, tables[c.side].tss(c.col), c.side, *op, *v),
+            Pred::StrEq { id: None, negate, .. } => {
+                if !negate {
+                    rows.clear();
+                }
+            }
+            Pred::StrEq { c, id: Some(id), negate, .. } => {
+                let op = if *negate { CmpOp::Ne } else { CmpOp::Eq };
+                retain_cmp(rows, tables[c.side].str_ids(c.col), c.side, op, *id)
+            }
+            _ => rows.retain(|r| self.eval(tables, *r)),
+        }
+    }
+
     /// Bit mask of the join sides this predicate reads.
     fn sides(&self) -> u8 {
         match self {
@@ -385,6 +410,20 @@ fn typed(c: ColId, op: CmpOp, v: Value) -> Pred {
         (ColType::Timestamp, Value::Ts(x)) => Pred::TsCmp { c, op, v: *x },
         (ColType::Timestamp, Value::Int(x)) if *x >= 0 => Pred::TsCmp { c, op, v: *x as u64 },
         _ => Pred::Cmp { op, l: Opd::Col(c), r: Opd::Lit(v) },
+    }
+}
+
+/// Keep the rows whose cell of `side` in `cells` compares with `v` by `op`: one loop per
+/// operator, so the comparison is not re-dispatched per row.
+fn retain_cmp<T: Ord + Copy>(rows: &mut Vec<Row>, cells: &[T], side: usize, op: CmpOp, v: T) {
+    let cell = |r: &Row| cells[r[side] as usize];
+    match op {
+        CmpOp::Eq => rows.retain(|r| cell(r) == v),
+        CmpOp::Ne => rows.retain(|r| cell(r) != v),
+        CmpOp::Lt => rows.retain(|r| cell(r) < v),
+        CmpOp::Le => rows.retain(|r| cell(r) <= v),
+        CmpOp::Gt => rows.retain(|r| cell(r) > v),
+        CmpOp::Ge => rows.retain(|r| cell(r) >= v),
     }
 }
 
@@ -487,6 +526,13 @@ impl<'t> Acc<'t> {
         }
     }
 
+    /// Count `n` more rows (for `count(*)`, which reads no cell).
+    fn add_count(&mut self, n: usize) {
+        if let Acc::Count(c) = self {
+            *c += n as i64;
+        }
+    }
+
     fn finish(&self, real_sum: bool) -> Value {
         match self {
             Acc::Count(n) => Value::Int(*n),
@@ -528,21 +574,39 @@ struct Plan<'t> {
     outs: Vec<(String, Out)>,
     /// Grouped, or with an aggregate in the select list: one output row per group.
     aggregate: bool,
-    /// The limit when the scan may stop at it (no aggregate, no order by).
+    /// A query without aggregates: the columns its rows are ordered by, each descending or not.
+    row_order: Vec<(ColId, bool)>,
+    /// Ordered by one table's `tstamp` alone: the scan's own order (newest first if descending).
+    time_order: bool,
+    /// The limit when the scan may stop at it (no aggregate; no order by, or the scan's own).
     early_limit: Option<u64>,
+}
+
+impl Plan<'_> {
+    fn newest_first(&self) -> bool {
+        self.time_order && self.row_order[0].1
+    }
 }
 
 /// Run a select against the locked tables. `tables[1]` is ignored unless the query joins.
 /// Plan, scan the windows, then aggregate or sort; the limits hold at every step.
 pub fn run_select(sel: &Select, tables: [&Table; 2], now: u64, limits: &Limits) -> Result<QueryResult, Error> {
     let plan = plan(sel, tables, now, limits)?;
-    let rows = scan(sel, &plan, limits)?;
     let rows = if plan.aggregate {
-        let mut groups = aggregate(sel, &plan, &rows, limits)?;
+        let mut agg = Aggregation::new(sel, &plan)?;
+        scan(sel, &plan, limits, &mut |chunk| agg.add(chunk, limits).map(|()| true))?;
+        let mut groups = agg.finish();
         sort_groups(sel, &plan, &mut groups)?;
         limited(groups, sel.limit, limits)?
     } else {
-        let rows = limited(sort(sel, &plan, rows)?, sel.limit, limits)?;
+        // The scan may stop once it has the rows a limit without `order by` asks for.
+        let stop_at = plan.early_limit.map(|l| l.min(usize::MAX as u64) as usize).unwrap_or(usize::MAX);
+        let mut rows = Vec::new();
+        scan(sel, &plan, limits, &mut |chunk| {
+            rows.extend_from_slice(&chunk[..chunk.len().min(stop_at - rows.len())]);
+            Ok(rows.len() < stop_at)
+        })?;
+        let rows = limited(sort(sel, &plan, rows), sel.limit, limits)?;
         project(&plan, &rows)
     };
     Ok(QueryResult { columns: plan.columns(), rows, message: None })
@@ -598,8 +662,10 @@ fn plan<'t>(sel: &Select<'t>, tables: [&'t Table; 2], now: u64, limits: &Limits)
         }
     }
     let aggregate = grouped || outs.iter().any(|(_, o)| matches!(o, Out::Agg(..)));
-    let early_limit = if !aggregate && sel.order_by.is_empty() { sel.limit } else { None };
-    Ok(Plan { scope, ranges, outs, aggregate, early_limit })
+    let row_order = if aggregate { Vec::new() } else { row_order(sel, &scope, &outs)? };
+    let time_order = nsrc == 1 && row_order.len() == 1 && row_order[0].0.col == 0;
+    let early_limit = if !aggregate && (row_order.is_empty() || time_order) { sel.limit } else { None };
+    Ok(Plan { scope, ranges, outs, aggregate, row_order, time_order, early_limit })
 }
 
 impl Plan<'_> {
@@ -629,17 +695,24 @@ fn limited<T>(mut rows: Vec<T>, limit: Option<u64>, limits: &Limits) -> Result<V
 
 /// A query without aggregates: its matching rows in `order by`'s order (a select-list alias or
 /// a column of the tables), else in time order.
-fn sort(sel: &Select, plan: &Plan, mut rows: Vec<Row>) -> Result<Vec<Row>, Error> {
-    if sel.order_by.is_empty() {
-        return Ok(rows);
+fn sort(sel: &Select, plan: &Plan, rows: Vec<Row>) -> Vec<Row> {
+    if plan.row_order.is_empty() || plan.time_order {
+        // A single table's rows come from the scan in tstamp order, newest first if asked.
+        return rows;
     }
+    sort_rows(rows, &plan.row_order, sel.limit, &plan.scope.tables)
+}
+
+/// The columns a query without aggregates is ordered by: a select-list alias or a column of the
+/// tables.
+fn row_order(sel: &Select, scope: &Scope, outs: &[(String, Out)]) -> Result<Vec<(ColId, bool)>, Error> {
     let mut keys = Vec::new();
     for k in &sel.order_by {
         let ItemKind::Col(c) = &k.key else {
             return Err(Error::at(k.pos, "order by an aggregate needs an aggregate query"));
         };
         let by_alias = match (c.qual, &sel.items) {
-            (None, Some(items)) => items.iter().zip(&plan.outs).find_map(|(it, (_, o))| match (it.alias, o) {
+            (None, Some(items)) => items.iter().zip(outs).find_map(|(it, (_, o))| match (it.alias, o) {
                 (Some(a), Out::Col(id)) if a.eq_ignore_ascii_case(c.name) => Some(*id),
                 _ => None,
             }),
@@ -647,19 +720,11 @@ fn sort(sel: &Select, plan: &Plan, mut rows: Vec<Row>) -> Result<Vec<Row>, Error
         };
         let id = match by_alias {
             Some(id) => id,
-            None => plan.scope.resolve(c)?,
+            None => scope.resolve(c)?,
         };
         keys.push((id, k.desc));
     }
-    let time_order = sel.sources.len() == 1 && keys.len() == 1 && keys[0].0.col == 0;
-    if time_order {
-        // A single table's rows are already in tstamp order.
-        if keys[0].1 {
-            rows.reverse();
-        }
-        return Ok(rows);
-    }
-    Ok(sort_rows(rows, &keys, sel.limit, &plan.scope.tables))
+    Ok(keys)
 }
 
 /// The output columns' values of each row.
@@ -678,94 +743,173 @@ fn project(plan: &Plan, rows: &[Row]) -> Vec<Vec<Value>> {
         .collect()
 }
 
-/// An aggregate query's output rows: one per group (of `group by`'s columns; one group without),
-/// its columns from the group's first row, its aggregates over all of them; in the groups' order
-/// of appearance.
-fn aggregate(sel: &Select, plan: &Plan, rows: &[Row], limits: &Limits) -> Result<Vec<Vec<Value>>, Error> {
-    let (tables, outs) = (plan.scope.tables, &plan.outs);
-    let group_cols: Vec<ColId> = sel.group_by.iter().map(|c| plan.scope.resolve(c)).collect::<Result<_, _>>()?;
-    if let Some(items) = &sel.items {
-        for (it, (_, o)) in items.iter().zip(outs) {
-            if let Out::Col(c) = o {
-                if !group_cols.contains(c) {
-                    return Err(Error::at(
-                        it.pos,
-                        format!("column '{}' must appear in group by or inside an aggregate", it.kind),
-                    ));
+/// An aggregate query's groups (of `group by`'s columns; one group without), fed the matching
+/// rows chunk by chunk as the scan finds them.
+struct Aggregation<'p, 't> {
+    plan: &'p Plan<'t>,
+    group_cols: Vec<ColId>,
+    /// Each aggregate's argument, in select-list order.
+    args: Vec<Option<ColId>>,
+    /// Each group's first row, whose cells the group's plain columns show.
+    reps: Vec<Row>,
+    /// The groups' accumulators, `args.len()` per group in group order (one vector, so that
+    /// adding a row's value is one index).
+    accs: Vec<Acc<'t>>,
+    /// One varchar group column (the usual case: by address, by app) finds its group by the
+    /// string's interned id; another single column hashes a bare word instead of a boxed slice.
+    by_id: Vec<u32>,
+    index1: HashMap<u64, u32, WordHashBuild>,
+    index: HashMap<Box<[u64]>, u32, WordHashBuild>,
+    /// The group of each row of the chunk being added.
+    chunk_groups: Vec<u32>,
+}
+
+impl<'p, 't> Aggregation<'p, 't> {
+    fn new(sel: &Select, plan: &'p Plan<'t>) -> Result<Aggregation<'p, 't>, Error> {
+        let group_cols: Vec<ColId> = sel.group_by.iter().map(|c| plan.scope.resolve(c)).collect::<Result<_, _>>()?;
+        if let Some(items) = &sel.items {
+            for (it, (_, o)) in items.iter().zip(&plan.outs) {
+                if let Out::Col(c) = o {
+                    if !group_cols.contains(c) {
+                        return Err(Error::at(
+                            it.pos,
+                            format!("column '{}' must appear in group by or inside an aggregate", it.kind),
+                        ));
+                    }
                 }
             }
         }
-    }
-    struct Group<'t> {
-        rep: Row,
-        accs: Vec<Acc<'t>>,
-    }
-    let new_group = |rep: Row| Group {
-        rep,
-        accs: outs.iter().filter_map(|(_, o)| if let Out::Agg(f, _) = o { Some(Acc::new(*f)) } else { None }).collect(),
-    };
-    let aggs: Vec<Option<ColId>> =
-        outs.iter().filter_map(|(_, o)| if let Out::Agg(_, a) = o { Some(*a) } else { None }).collect();
-    let mut groups: Vec<Group> = Vec::new();
-    // One group column (the usual case) hashes a bare word instead of a boxed slice.
-    let mut index1: HashMap<u64, u32, WordHashBuild> = HashMap::default();
-    let mut index: HashMap<Box<[u64]>, u32, WordHashBuild> = HashMap::default();
-    if group_cols.is_empty() {
-        groups.push(new_group([0, 0]));
-    }
-    let mut key = Vec::with_capacity(group_cols.len());
-    for &r in rows {
-        let g = if group_cols.is_empty() {
-            0
-        } else {
-            let found = if let [c] = group_cols[..] {
-                let k = tables[c.side].key_bits(r[c.side] as usize, c.col);
-                key.clear();
-                key.push(k);
-                index1.get(&k).copied()
-            } else {
-                key.clear();
-                key.extend(group_cols.iter().map(|c| tables[c.side].key_bits(r[c.side] as usize, c.col)));
-                index.get(key.as_slice()).copied()
-            };
-            match found {
-                Some(g) => g as usize,
-                None => {
-                    if groups.len() >= limits.max_result_rows {
-                        return Err(Error::plain(format!("more than {} groups", limits.max_result_rows)));
-                    }
-                    if group_cols.len() == 1 {
-                        index1.insert(key[0], groups.len() as u32);
-                    } else {
-                        index.insert(key.clone().into_boxed_slice(), groups.len() as u32);
-                    }
-                    groups.push(new_group(r));
-                    groups.len() - 1
-                }
-            }
+        let by_id = match group_cols[..] {
+            [c] if c.ty == ColType::Varchar => vec![u32::MAX; plan.scope.tables[c.side].strings.id_bound()],
+            _ => Vec::new(),
         };
-        for (acc, arg) in groups[g].accs.iter_mut().zip(&aggs) {
-            acc.add(match arg {
-                Some(c) => get(&tables, r, *c),
-                None => Scalar::Null,
-            });
+        let args = plan.outs.iter().filter_map(|(_, o)| if let Out::Agg(_, a) = o { Some(*a) } else { None }).collect();
+        let mut agg = Aggregation {
+            plan,
+            group_cols,
+            args,
+            reps: Vec::new(),
+            accs: Vec::new(),
+            by_id,
+            index1: HashMap::default(),
+            index: HashMap::default(),
+            chunk_groups: Vec::new(),
+        };
+        if agg.group_cols.is_empty() {
+            agg.new_group([0, 0]);
+        }
+        Ok(agg)
+    }
+
+    fn new_group(&mut self, rep: Row) -> u32 {
+        let accs =
+            self.plan.outs.iter().filter_map(|(_, o)| if let Out::Agg(f, _) = o { Some(Acc::new(*f)) } else { None });
+        self.accs.extend(accs);
+        self.reps.push(rep);
+        (self.reps.len() - 1) as u32
+    }
+
+    /// The group of row `r`, a new one if none has its key yet.
+    fn group_of(&mut self, r: Row, key: &mut Vec<u64>, limits: &Limits) -> Result<u32, Error> {
+        let tables = self.plan.scope.tables;
+        key.clear();
+        key.extend(self.group_cols.iter().map(|c| tables[c.side].key_bits(r[c.side] as usize, c.col)));
+        let found = if key.len() == 1 { self.index1.get(&key[0]) } else { self.index.get(key.as_slice()) };
+        match found {
+            Some(&g) => Ok(g),
+            None => self.add_group(r, key, limits),
         }
     }
-    Ok(groups
-        .iter()
-        .map(|g| {
-            let mut accs = g.accs.iter();
-            outs.iter()
-                .map(|(_, o)| match o {
-                    Out::Col(c) => tables[c.side].value(g.rep[c.side] as usize, c.col),
-                    Out::Agg(_, arg) => {
-                        let real = arg.is_some_and(|c| c.ty == ColType::Real);
-                        accs.next().map(|a| a.finish(real)).unwrap_or(Value::Null)
+
+    /// A new group, whose first row is `r` and key `key`.
+    fn add_group(&mut self, r: Row, key: &[u64], limits: &Limits) -> Result<u32, Error> {
+        if self.reps.len() >= limits.max_result_rows {
+            return Err(Error::plain(format!("more than {} groups", limits.max_result_rows)));
+        }
+        let g = self.new_group(r);
+        if !self.by_id.is_empty() {
+            self.by_id[key[0] as usize] = g;
+        } else if key.len() == 1 {
+            self.index1.insert(key[0], g);
+        } else {
+            self.index.insert(key.into(), g);
+        }
+        Ok(g)
+    }
+
+    /// Add a chunk of matching rows: their groups first, then each aggregate over the chunk,
+    /// so that an aggregate's argument is read as a run of one column's cells.
+    fn add(&mut self, rows: &[Row], limits: &Limits) -> Result<(), Error> {
+        let tables = self.plan.scope.tables;
+        let mut chunk_groups = std::mem::take(&mut self.chunk_groups);
+        chunk_groups.clear();
+        if self.group_cols.is_empty() {
+            chunk_groups.resize(rows.len(), 0);
+        } else if !self.by_id.is_empty() {
+            let c = self.group_cols[0];
+            let ids = tables[c.side].str_ids(c.col);
+            for &r in rows {
+                let id = ids[r[c.side] as usize];
+                chunk_groups.push(match self.by_id[id as usize] {
+                    u32::MAX => self.add_group(r, &[u64::from(id)], limits)?,
+                    g => g,
+                });
+            }
+        } else {
+            let mut key = Vec::with_capacity(self.group_cols.len());
+            for &r in rows {
+                chunk_groups.push(self.group_of(r, &mut key, limits)?);
+            }
+        }
+        let n = self.args.len();
+        for (k, arg) in self.args.iter().enumerate() {
+            let acc = |g: u32| g as usize * n + k;
+            match arg {
+                None if self.group_cols.is_empty() => self.accs[k].add_count(rows.len()),
+                None => {
+                    for &g in &chunk_groups {
+                        self.accs[acc(g)].add_count(1);
                     }
-                })
-                .collect()
-        })
-        .collect())
+                }
+                Some(c) if c.ty == ColType::Integer => {
+                    let cells = tables[c.side].ints(c.col);
+                    for (r, &g) in rows.iter().zip(&chunk_groups) {
+                        self.accs[acc(g)].add(Scalar::Int(cells[r[c.side] as usize]));
+                    }
+                }
+                Some(c) => {
+                    for (r, &g) in rows.iter().zip(&chunk_groups) {
+                        self.accs[acc(g)].add(get(&tables, *r, *c));
+                    }
+                }
+            }
+        }
+        self.chunk_groups = chunk_groups;
+        Ok(())
+    }
+
+    /// One output row per group, in the groups' order of appearance: its columns from the
+    /// group's first row, its aggregates over all of its rows.
+    fn finish(self) -> Vec<Vec<Value>> {
+        let (tables, outs) = (self.plan.scope.tables, &self.plan.outs);
+        let n = self.args.len();
+        self.reps
+            .iter()
+            .enumerate()
+            .map(|(g, rep)| {
+                let mut accs = self.accs[g * n..][..n].iter();
+                outs.iter()
+                    .map(|(_, o)| match o {
+                        Out::Col(c) => tables[c.side].value(rep[c.side] as usize, c.col),
+                        Out::Agg(_, arg) => {
+                            let real = arg.is_some_and(|c| c.ty == ColType::Real);
+                            accs.next().map(|a| a.finish(real)).unwrap_or(Value::Null)
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
 }
 
 /// An aggregate query's output rows in `order by`'s order: each key names a column of the select
@@ -848,11 +992,17 @@ fn check_rows(n: usize, limits: &Limits) -> Result<(), Error> {
     Ok(())
 }
 
-/// The rows (pairs, for a join) of the windows that match the filter, in time order: a single
-/// table's scanned with the filter's conjuncts; a join's sides each filtered by their own
-/// conjuncts, then hash-joined on the equalities between them.
-fn scan(sel: &Select, plan: &Plan, limits: &Limits) -> Result<Vec<Row>, Error> {
-    let (scope, ranges, early_limit) = (&plan.scope, &plan.ranges, plan.early_limit);
+/// Hand `sink` the rows (pairs, for a join) of the windows that match the filter, in time
+/// order, in chunks until it returns false: a single table's scanned with the filter's
+/// conjuncts; a join's sides each filtered by their own conjuncts, then hash-joined on the
+/// equalities between them.
+fn scan(
+    sel: &Select,
+    plan: &Plan,
+    limits: &Limits,
+    sink: &mut dyn FnMut(&[Row]) -> Result<bool, Error>,
+) -> Result<(), Error> {
+    let (scope, ranges) = (&plan.scope, &plan.ranges);
     let tables = scope.tables;
     let mut conjuncts = Vec::new();
     if let Some(f) = &sel.filter {
@@ -862,22 +1012,35 @@ fn scan(sel: &Select, plan: &Plan, limits: &Limits) -> Result<Vec<Row>, Error> {
     for p in &mut preds {
         p.bind(&tables);
     }
-    let stop_at = early_limit.map(|l| l.min(usize::MAX as u64) as usize).unwrap_or(usize::MAX);
 
     if sel.sources.len() == 1 {
-        let t = tables[0];
-        let mut rows = Vec::new();
-        for i in ranges[0].clone() {
-            if rows.len() >= stop_at {
+        // In chunks, so that a limit stops the scan soon after it is reached and the rows
+        // in flight stay in cache.
+        const CHUNK: usize = 4096;
+        let runs = tables[0].slot_runs(ranges[0].clone());
+        let mut spans: Vec<Range<usize>> =
+            runs.iter().flat_map(|run| run.clone().step_by(CHUNK).map(|s| s..run.end.min(s + CHUNK))).collect();
+        let newest_first = plan.newest_first();
+        if newest_first {
+            spans.reverse();
+        }
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for span in spans {
+            chunk.clear();
+            let row = |p: usize| [p as u32, p as u32];
+            if newest_first {
+                chunk.extend(span.rev().map(row));
+            } else {
+                chunk.extend(span.map(row));
+            }
+            for p in &preds {
+                p.retain(&tables, &mut chunk);
+            }
+            if !chunk.is_empty() && !sink(&chunk)? {
                 break;
             }
-            let p = t.phys(i) as u32;
-            let r = [p, p];
-            if preds.iter().all(|pr| pr.eval(&tables, r)) {
-                rows.push(r);
-            }
         }
-        return Ok(rows);
+        return Ok(());
     }
 
     // Join: push single-side conjuncts down, hash-join on cross-side equalities.
@@ -914,12 +1077,12 @@ fn scan(sel: &Select, plan: &Plan, limits: &Limits) -> Result<Vec<Row>, Error> {
         }
     }
     let side_rows = |side: usize| -> Vec<u32> {
-        let t = tables[side];
-        ranges[side]
-            .clone()
-            .map(|i| t.phys(i) as u32)
-            .filter(|&p| side_preds[side].iter().all(|pr| pr.eval(&tables, [p, p])))
-            .collect()
+        let mut rows: Vec<Row> =
+            tables[side].slot_runs(ranges[side].clone()).into_iter().flatten().map(|p| [p as u32, p as u32]).collect();
+        for p in &side_preds[side] {
+            p.retain(&tables, &mut rows);
+        }
+        rows.into_iter().map(|[p, _]| p).collect()
     };
     let left = side_rows(0);
     let right = side_rows(1);
@@ -959,9 +1122,8 @@ fn scan(sel: &Select, plan: &Plan, limits: &Limits) -> Result<Vec<Row>, Error> {
             }
         }
     }
-    pairs.retain(|r| residual.iter().all(|p| p.eval(&tables, *r)));
-    if pairs.len() > stop_at {
-        pairs.truncate(stop_at);
+    for p in residual {
+        p.retain(&tables, &mut pairs);
     }
-    Ok(pairs)
+    sink(&pairs).map(|_| ())
 }

@@ -107,6 +107,16 @@ impl<'a> Lexer<'a> {
         let Some(&c) = b.get(start) else {
             return Ok(Token { tok: Tok::Eof, pos: start, end: start });
         };
+        // The punctuation between an insert's values, first.
+        if let Some(sym) = match c {
+            b',' => Some(","),
+            b'(' => Some("("),
+            b')' => Some(")"),
+            _ => None,
+        } {
+            self.pos = start + 1;
+            return Ok(Token { tok: Tok::Sym(sym), pos: start, end: start + 1 });
+        }
         let tok = match c {
             b'A'..=b'Z' | b'a'..=b'z' | b'_' => {
                 let mut p = start + 1;
@@ -133,19 +143,27 @@ impl<'a> Lexer<'a> {
                 Tok::Ts(v)
             }
             _ => {
-                const SYMS: [&str; 16] =
-                    ["!=", "<>", "<=", ">=", "==", "(", ")", ",", ".", "*", "[", "]", ";", "=", "<", ">"];
-                let rest = &b[start..];
-                let Some(sym) = SYMS.iter().find(|s| rest.starts_with(s.as_bytes())) else {
-                    let ch = self.src[start..].chars().next().unwrap_or('?');
-                    return Err(Error::at(start, format!("unexpected character {ch:?}")));
+                // `<>` and `==` are spellings of `!=` and `=`.
+                let (sym, len) = match (c, b.get(start + 1)) {
+                    (b'!', Some(b'=')) | (b'<', Some(b'>')) => ("!=", 2),
+                    (b'<', Some(b'=')) => ("<=", 2),
+                    (b'>', Some(b'=')) => (">=", 2),
+                    (b'=', Some(b'=')) => ("=", 2),
+                    (b'.', _) => (".", 1),
+                    (b'*', _) => ("*", 1),
+                    (b'[', _) => ("[", 1),
+                    (b']', _) => ("]", 1),
+                    (b';', _) => (";", 1),
+                    (b'=', _) => ("=", 1),
+                    (b'<', _) => ("<", 1),
+                    (b'>', _) => (">", 1),
+                    _ => {
+                        let ch = self.src[start..].chars().next().unwrap_or('?');
+                        return Err(Error::at(start, format!("unexpected character {ch:?}")));
+                    }
                 };
-                self.pos = start + sym.len();
-                Tok::Sym(match *sym {
-                    "<>" => "!=",
-                    "==" => "=",
-                    s => s,
-                })
+                self.pos = start + len;
+                Tok::Sym(sym)
             }
         };
         Ok(Token { tok, pos: start, end: self.pos })
@@ -182,12 +200,21 @@ impl<'a> Lexer<'a> {
             return Err(Error::at(start, "malformed number"));
         }
         self.pos = p;
-        let text = &self.src[start..p];
         if real {
-            text.parse().map(Tok::Real).map_err(|_| Error::at(start, "malformed number"))
-        } else {
-            text.parse().map(Tok::Int).map_err(|_| Error::at(start, "integer out of range (64-bit signed)"))
+            return self.src[start..p].parse().map(Tok::Real).map_err(|_| Error::at(start, "malformed number"));
         }
+        // Digits straight to the value (inserts are mostly integers); a negative number
+        // accumulates downwards so that i64::MIN fits.
+        let negative = digits > start;
+        let mut v: i64 = 0;
+        for &d in &b[digits..p] {
+            let d = i64::from(d - b'0');
+            v = v
+                .checked_mul(10)
+                .and_then(|v| if negative { v.checked_sub(d) } else { v.checked_add(d) })
+                .ok_or_else(|| Error::at(start, "integer out of range (64-bit signed)"))?;
+        }
+        Ok(Tok::Int(v))
     }
 
     fn string(&mut self, start: usize, quote: u8) -> Result<Tok<'a>> {
@@ -693,6 +720,11 @@ impl<'a> Parser<'a> {
                 return Err(Error::at(tuple_pos, format!("row has {n} values, the first row has {arity}")));
             }
             rows += 1;
+            if rows == 1 {
+                // Room for as many more rows as the rest of the text holds tuples like this one.
+                let tuple_len = (self.cur.pos - tuple_pos).max(1);
+                values.reserve(n * ((self.src.len() - self.cur.pos) / tuple_len));
+            }
             if self.is_sym(",") {
                 self.advance()?;
             } else {
@@ -703,17 +735,22 @@ impl<'a> Parser<'a> {
     }
 
     fn literal(&mut self) -> Result<Lit<'a>> {
-        let lit = match &self.cur.tok {
-            Tok::Int(v) => Lit::Int(*v),
-            Tok::Real(v) => Lit::Real(*v),
-            Tok::Ts(v) => Lit::Ts(*v),
-            Tok::Str(s) => Lit::Str(s.clone()),
-            Tok::Ident(s) if s.eq_ignore_ascii_case("true") => Lit::Bool(true),
-            Tok::Ident(s) if s.eq_ignore_ascii_case("false") => Lit::Bool(false),
-            _ => return Err(self.unexpected("a value (number, string, true/false, @hex@)")),
+        let is_value = match &self.cur.tok {
+            Tok::Int(_) | Tok::Real(_) | Tok::Ts(_) | Tok::Str(_) => true,
+            Tok::Ident(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
+            _ => false,
         };
-        self.advance()?;
-        Ok(lit)
+        if !is_value {
+            return Err(self.unexpected("a value (number, string, true/false, @hex@)"));
+        }
+        Ok(match self.advance()?.tok {
+            Tok::Int(v) => Lit::Int(v),
+            Tok::Real(v) => Lit::Real(v),
+            Tok::Ts(v) => Lit::Ts(v),
+            Tok::Str(s) => Lit::Str(s),
+            Tok::Ident(s) => Lit::Bool(s.eq_ignore_ascii_case("true")),
+            _ => unreachable!("checked above"),
+        })
     }
 
     fn colref(&mut self) -> Result<ColRef<'a>> {

@@ -122,6 +122,11 @@ impl Interner {
         }
     }
 
+    /// One more than the largest id a string may have (ids are dense slots).
+    pub fn id_bound(&self) -> usize {
+        self.strs.len()
+    }
+
     pub fn distinct(&self) -> usize {
         self.ids.len()
     }
@@ -340,6 +345,42 @@ impl Table {
         }
         self.inserted += 1;
         self.last_ts = ts;
+    }
+
+    /// The physical slots of logical rows `from..to`, as at most two contiguous runs (the
+    /// ring's wrap splits a range in two).
+    pub fn slot_runs(&self, logical: std::ops::Range<usize>) -> [std::ops::Range<usize>; 2] {
+        if logical.is_empty() {
+            return [0..0, 0..0];
+        }
+        let (first, last) = (self.phys(logical.start), self.phys(logical.end - 1));
+        if first <= last {
+            [first..last + 1, 0..0]
+        } else {
+            [first..self.cap, 0..last + 1]
+        }
+    }
+
+    /// An integer column's cells by physical slot (empty for a column of another type).
+    pub fn ints(&self, col: usize) -> &[i64] {
+        match &self.data[col] {
+            ColData::Int(v) => v,
+            _ => &[],
+        }
+    }
+    /// A varchar column's interned string ids by physical slot.
+    pub fn str_ids(&self, col: usize) -> &[u32] {
+        match &self.data[col] {
+            ColData::Str(v) => v,
+            _ => &[],
+        }
+    }
+    /// A timestamp column's cells by physical slot.
+    pub fn tss(&self, col: usize) -> &[u64] {
+        match &self.data[col] {
+            ColData::Ts(v) => v,
+            _ => &[],
+        }
     }
 
     pub fn int(&self, phys: usize, col: usize) -> i64 {

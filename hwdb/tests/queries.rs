@@ -508,3 +508,159 @@ fn rings_are_bounded_by_bytes() {
     }
     assert_eq!(stats("Links").0, 200_000);
 }
+
+/// A random where-clause: its text, and a straightforward evaluation of it over one row
+/// `(tstamp, a integer, s varchar, r real, b boolean)`, independent of the query engine.
+enum Clause {
+    Int(&'static str, i64),
+    Str(&'static str, String),
+    Real(&'static str, f64),
+    Bool(bool),
+    Ts(&'static str, u64),
+    IntCol(&'static str),
+    Not(Box<Clause>),
+    And(Box<Clause>, Box<Clause>),
+    Or(Box<Clause>, Box<Clause>),
+}
+
+const OPS: [&str; 6] = ["=", "!=", "<", "<=", ">", ">="];
+
+fn holds<T: PartialOrd>(x: T, op: &str, y: T) -> bool {
+    match op {
+        "=" => x == y,
+        "!=" => x != y,
+        "<" => x < y,
+        "<=" => x <= y,
+        ">" => x > y,
+        _ => x >= y,
+    }
+}
+
+impl Clause {
+    fn sql(&self) -> String {
+        match self {
+            Clause::Int(op, v) => format!("a {op} {v}"),
+            Clause::Str(op, v) => format!("s {op} '{v}'"),
+            Clause::Real(op, v) => format!("r {op} {v:?}"),
+            Clause::Bool(v) => format!("b = {v}"),
+            Clause::Ts(op, v) => format!("tstamp {op} {v}"),
+            Clause::IntCol(op) => format!("a {op} c"),
+            Clause::Not(c) => format!("not ({})", c.sql()),
+            Clause::And(x, y) => format!("({}) and ({})", x.sql(), y.sql()),
+            Clause::Or(x, y) => format!("({}) or ({})", x.sql(), y.sql()),
+        }
+    }
+
+    fn eval(&self, row: &[Value]) -> bool {
+        let (Value::Ts(ts), Value::Int(a), Value::Str(s), Value::Real(r), Value::Bool(b), Value::Int(c)) =
+            (&row[0], &row[1], &row[2], &row[3], &row[4], &row[5])
+        else {
+            panic!("unexpected row {row:?}")
+        };
+        match self {
+            Clause::Int(op, v) => holds(a, op, v),
+            Clause::Str(op, v) => holds(s.as_ref(), op, v.as_str()),
+            Clause::Real(op, v) => holds(r, op, v),
+            Clause::Bool(v) => b == v,
+            Clause::Ts(op, v) => holds(ts, op, v),
+            Clause::IntCol(op) => holds(a, op, c),
+            Clause::Not(x) => !x.eval(row),
+            Clause::And(x, y) => x.eval(row) && y.eval(row),
+            Clause::Or(x, y) => x.eval(row) || y.eval(row),
+        }
+    }
+}
+
+fn random_clause(depth: u32, rnd: &mut dyn FnMut(u64) -> u64, tstamps: &[u64]) -> Clause {
+    let op = OPS[rnd(6) as usize];
+    let sub = |rnd: &mut dyn FnMut(u64) -> u64| Box::new(random_clause(depth - 1, rnd, tstamps));
+    match rnd(if depth == 0 { 6 } else { 9 }) {
+        0 => Clause::Int(op, rnd(50) as i64 - 25),
+        // 'zz' is held by no row.
+        1 => {
+            let v = if rnd(8) == 0 { "zz".into() } else { format!("h{}", rnd(12)) };
+            Clause::Str(["=", "!="][rnd(2) as usize], v)
+        }
+        2 => Clause::Real(op, rnd(100) as f64 + 0.5 * rnd(2) as f64),
+        3 => Clause::Bool(rnd(2) == 0),
+        4 => Clause::Ts(op, tstamps[rnd(tstamps.len() as u64) as usize]),
+        5 => Clause::IntCol(op),
+        6 => Clause::Not(sub(rnd)),
+        7 => Clause::And(sub(rnd), sub(rnd)),
+        _ => Clause::Or(sub(rnd), sub(rnd)),
+    }
+}
+
+/// The scan's column-at-a-time filters, chunking, ring wrap-around and newest-first order, and the aggregation's
+/// chunked groups, against a row-by-row evaluation of random clauses over random rows.
+#[test]
+fn scans_and_aggregates_match_a_row_by_row_evaluation() {
+    let mut state: u64 = 0x2545F4914F6CDD1D;
+    let mut rnd = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    // A ring smaller than what is inserted, so the scanned rows wrap around its end, and more
+    // rows than one scan chunk.
+    let f = Fixture::with(":memory:", 9000, Limits::default());
+    f.ok("create table T (a integer, s varchar, r real, b boolean, c integer)");
+    for batch in 0..30u64 {
+        f.at(T0 + batch * SEC);
+        let rows: Vec<String> = (0..500)
+            .map(|_| {
+                let b = if rnd(2) == 0 { "true" } else { "false" };
+                format!("({},'h{}',{}.5,{b},{})", rnd(40) as i64 - 20, rnd(12), rnd(100), rnd(40) as i64 - 20)
+            })
+            .collect();
+        f.ok(&format!("insert into T values {}", rows.join(",")));
+    }
+    let all = f.ok("select * from T").rows;
+    assert_eq!(all.len(), 9000);
+    let tstamps: Vec<u64> = all.iter().map(|r| if let Value::Ts(t) = r[0] { t } else { 0 }).collect();
+
+    let mut matched_some = 0;
+    for i in 0..300 {
+        let w = random_clause(2 + i % 2, &mut rnd, &tstamps);
+        let expected: Vec<&Vec<Value>> = all.iter().filter(|r| w.eval(r)).collect();
+        matched_some += usize::from(!expected.is_empty() && expected.len() < all.len());
+        let q = format!("select * from T where {}", w.sql());
+        let got = f.ok(&q).rows;
+        assert_eq!(got.len(), expected.len(), "{q}");
+        assert!(got.iter().zip(&expected).all(|(g, e)| g == *e), "{q}");
+
+        let limit = rnd(50);
+        let q = format!("select * from T where {} limit {limit}", w.sql());
+        assert_eq!(f.ok(&q).rows.len(), expected.len().min(limit as usize), "{q}");
+
+        // Newest first, scanned from the window's end: the same rows as the whole result reversed.
+        let q = format!("select * from T where {} order by tstamp desc limit {limit}", w.sql());
+        let newest: Vec<Vec<Value>> = expected.iter().rev().take(limit as usize).map(|r| (*r).clone()).collect();
+        assert_eq!(f.ok(&q).rows, newest, "{q}");
+
+        // Per group of s: count(*), sum(a), min(r), in the groups' order of appearance.
+        let mut groups: Vec<(String, i64, i64, f64)> = Vec::new();
+        for r in &expected {
+            let (Value::Str(s), Value::Int(a), Value::Real(x)) = (&r[2], &r[1], &r[3]) else { panic!() };
+            match groups.iter_mut().find(|g| g.0 == s.as_ref()) {
+                Some(g) => {
+                    g.1 += 1;
+                    g.2 += a;
+                    g.3 = g.3.min(*x);
+                }
+                None => groups.push((s.to_string(), 1, *a, *x)),
+            }
+        }
+        let q = format!("select s, count(*), sum(a), min(r) from T where {} group by s", w.sql());
+        let want: Vec<Vec<Value>> = groups
+            .iter()
+            .map(|(s, n, a, x)| vec![Value::Str(s.as_str().into()), Value::Int(*n), Value::Int(*a), Value::Real(*x)])
+            .collect();
+        assert_eq!(f.ok(&q).rows, want, "{q}");
+        let q = format!("select count(*) from T where {}", w.sql());
+        assert_eq!(f.ok(&q).rows, vec![vec![Value::Int(expected.len() as i64)]], "{q}");
+    }
+    // The clauses are not all trivially true or false.
+    assert!(matched_some > 100, "{matched_some}");
+}
