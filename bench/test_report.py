@@ -1,6 +1,9 @@
 """docs/PERFORMANCE.md says in its first line whether its results are one run (bench/report.py)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import report
 
@@ -98,3 +101,19 @@ def test_a_quick_run_says_so_and_is_not_one_run_with_a_full_one():
     assert line.startswith("**These results are not one run: they are stitched together from 2 runs**")
     assert "`c0ffee (QUICK=1)`: dhcp_storm.json" in line
     assert "`c0ffee`: slicer.json" in line
+
+
+def test_the_collectors_measurement_becomes_its_table(tmp_path):
+    """bench/run.py's flow_export runs controller/tools/export_parse.py; its result must make the page's table
+    (a tool and a table that disagree would fail an hour into a bench run, not here)."""
+    out = tmp_path / "flow_export_parse.json"
+    tool = Path(report.REPO) / "controller/tools/export_parse.py"
+    small = ["--datagrams", "300", "--rounds", "3", "--json", out]
+    subprocess.run([sys.executable, tool, *small], check=True, capture_output=True, timeout=120)
+    rows = report.ADAPTERS["flow_export_parse.json"](json.loads(out.read_text()))["rows"]
+    parse_rows, (process, dropped) = rows[:2], rows[2:]
+    for metric, fast, general, ratio, _goal in parse_rows:
+        assert float(fast.split()[0]) < float(general.split()[0]), metric  # the fast path is the faster
+        assert float(ratio.removesuffix("x")) < 1
+    assert "% of a core" in process[1] and "10 %" in process[4]
+    assert dropped[1].endswith("of 300") and dropped[4] == "0"
