@@ -318,15 +318,6 @@ def test_adverts_are_repeated_by_the_tick(router, switch, clock):
     assert len(prefixes) == 2 and lifetime == nd.ROUTER_LIFETIME_S
 
 
-def test_without_ipv6_the_router_adds_nothing(db_path, clock):
-    r = HomeRouter(DeviceStore(db_path), clock=clock, ipv6_plan=None)  # --no-ipv6
-    switch = FakeSwitch()
-    switch.apply(r.switch_ready(WLAN, ROUTER_MAC))
-    join(r, switch, PHONE)
-    assert not any(dict(rule.match).get("eth_type") == nd.ETH_IPV6 for rule in switch.rules)
-    assert solicit_router(r, PHONE) == []
-
-
 def aaaa_answer(name, *ips):
     record = dnslib.DNSRecord.question(name, "AAAA").reply()
     for ip in ips:

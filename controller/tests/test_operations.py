@@ -38,7 +38,7 @@ def test_every_declared_operation_takes_the_arguments_it_declares_by_their_names
 
 def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_its_answer(db_path, clock):
     router = HomeRouter(DeviceStore(db_path), clock=clock, wifi_ssid="home")
-    assert router.ipv6 is not None  # as shipped: every concern that ships
+    assert router.ipv6.enabled  # as shipped: every concern that ships
     router.switch_ready(WLAN, ROUTER_MAC)
     phone_ip = permitted_phone(router)
     arguments = {"mac": PHONE, "ip": phone_ip, "domain": "games.example.test", "name": "Phone", "duration": "30"}

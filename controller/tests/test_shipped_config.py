@@ -36,7 +36,7 @@ def settings_of(router: HomeRouter) -> dict:
         "max_pending": router.newcomers.max_pending,
         "app_table": router.priorities.app_table,
         "high_device_share": router.priorities.qos.high_device_share,
-        "ipv6": router.ipv6 is not None,
+        "ipv6": router.ipv6.enabled,
     }
 
 

@@ -37,12 +37,13 @@ class AheadMarks:
         household_priority: Callable[[str], str],
         priority: Callable[[Device, str], str],
         demoted: Callable[[str], bool],
-        prefixes_of: Callable[[str], tuple[str, ...]] | None = None,
+        prefixes_of: Callable[[str], tuple[str, ...]],
+        ipv6: bool,
     ):
         self.app_table = app_table
         self._household_priority, self._priority, self._demoted = household_priority, priority, demoted
-        self._prefixes_of = prefixes_of or (lambda mac: ())  # a device's /64s (its IPv6 marks name them)
-        self.ipv6 = prefixes_of is not None  # the router runs IPv6: the ports' marks are for both families
+        self._prefixes_of = prefixes_of  # a device's /64s (its IPv6 marks name them)
+        self.ipv6 = ipv6  # the router runs IPv6: the ports' marks are for both families
         self.named: dict[str, OrderedDict[str, str]] = {}  # mac -> far address -> the app its lookups named
         self.sockets: dict[str, OrderedDict[tuple[int, int], str]] = {}  # mac -> (proto, port) -> its agent's app
 

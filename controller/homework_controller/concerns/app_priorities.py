@@ -61,7 +61,8 @@ class AppPriorities:
         device_at: Callable[[str], Device | None],
         device_of: Callable[[str], Device],
         process_of: Callable[[str, tuple], str | None],
-        prefixes_of: Callable[[str], tuple[str, ...]] | None = None,
+        prefixes_of: Callable[[str], tuple[str, ...]],
+        ipv6: bool,
     ):
         self.clock, self.app_table, self.qos = clock, app_table, qos_settings
         self._device_at, self._device_of, self._process_of = device_at, device_of, process_of
@@ -71,7 +72,7 @@ class AppPriorities:
         self.demoted: dict[str, float] = {}  # mac -> when its High flows may be High again
         # The marks the switch gives connections before their first packet (by port, by name).
         self.ahead = AheadMarks(
-            app_table, self._household_priority, self._priority, self.demoted.__contains__, prefixes_of
+            app_table, self._household_priority, self._priority, self.demoted.__contains__, prefixes_of, ipv6
         )
         # From the switch's records (flow export): each connection direction's rate at the last poll.
         self._rates: dict[flows.FiveTuple, float] = {}

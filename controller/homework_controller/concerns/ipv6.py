@@ -19,6 +19,11 @@ ISP delegates when one is known (/56, /60 or /64).
   valid for what is left of DEPRECATED_VALID_S), so new connections use the new /64 at once (RFC 4862
   5.5.3; RFC 7084's renumbering).
 
+`Ipv6` is what the router and the I/O edge ask of IPv6; `Ipv6Addresses` is the concern that runs it, and
+`Ipv6Off` the one a router without IPv6 (--no-ipv6) has instead: it answers empty (no prefixes, rules,
+adverts or addresses) and ignores every event, so nothing else asks whether IPv6 runs but where the edge
+opens IPv6 sockets or looks up AAAA records (`Ipv6.enabled`).
+
 `Ipv6Addresses` is the concern: which global /64 each device holds, its IPv6 rules (`flows_v6`, beside
 its IPv4 ones under the same cookie), the router and neighbour adverts it is sent (`nd`: unicast to its
 MAC, a change at once, and otherwise every `ADVERT_INTERVAL_S`), and the answers for the router's stack
@@ -44,6 +49,7 @@ import ipaddress
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from .. import flows
 from ..effects import (
@@ -56,8 +62,9 @@ from ..effects import (
     RemoveIpv6Route,
     SendFrame,
 )
-from ..errors import ApiError
+from ..errors import ApiError, NotConfigured
 from ..flows import flows_v6
+from ..lifecycle import Concern
 from ..model import Device
 from ..wire import nd
 from ..wire.prefixes import GATEWAY_HOST, PrefixPlan, gateway_of, resolver_of
@@ -86,9 +93,99 @@ class Advert:
     routes: tuple[str, ...] = ()
 
 
+class Ipv6(Concern, Protocol):
+    """What the router and the I/O edge ask of IPv6 (`Ipv6Addresses` runs it, `Ipv6Off` stands in for it)."""
+
+    enabled: bool  # whether the router runs IPv6 at all (the edge's IPv6 sockets, AAAA lookups)
+
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+        """The IPv6 rules every device shares."""
+        ...
+
+    def current_prefixes(self, mac: str) -> tuple[str, ...]: ...
+
+    def owner_of(self, address: str) -> str | None: ...
+
+    def delegation(self) -> tuple[ipaddress.IPv6Network | None, tuple[float, float] | None]:
+        """The prefix the ISP delegated (None: none known) and until when it is preferred and valid."""
+        ...
+
+    def renumber(
+        self, delegated: ipaddress.IPv6Network | None, now: float, until: tuple[float, float] | None = None
+    ) -> list[str]: ...
+
+    def changes(self, device: Device, wanted: flows.DeviceRules | None) -> list[Effect]: ...
+
+    def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list[Effect]: ...
+
+    def offered_routes(self, mac: str, advert: nd.RouterAdvert, now: float) -> Change: ...
+
+    def give_route(self, prefix: str, mac: str) -> set[str]: ...
+
+    def expire_routes(self, now: float) -> list[str]: ...
+
+    def readvertise(self, now: float) -> list[Effect]: ...
+
+    def tick(self, now: float) -> list[Effect]: ...
+
+
+class Ipv6Off:
+    """IPv6 on a router that does not run it: no device has a /64, the switch gets no IPv6 rule, no
+    device hears an advert, the router's stack gets no address or route; solicitations, devices' adverts,
+    renumbering and the clock change nothing."""
+
+    enabled = False
+
+    def knows(self, mac: str) -> bool:
+        return False
+
+    def forget(self, mac: str) -> None:
+        pass
+
+    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+        return []
+
+    def current_prefixes(self, mac: str) -> tuple[str, ...]:
+        return ()
+
+    def owner_of(self, address: str) -> str | None:
+        return None
+
+    def delegation(self) -> tuple[ipaddress.IPv6Network | None, tuple[float, float] | None]:
+        return None, None
+
+    def renumber(
+        self, delegated: ipaddress.IPv6Network | None, now: float, until: tuple[float, float] | None = None
+    ) -> list[str]:
+        return []
+
+    def changes(self, device: Device, wanted: flows.DeviceRules | None) -> list[Effect]:
+        return []
+
+    def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list[Effect]:
+        return []
+
+    def offered_routes(self, mac: str, advert: nd.RouterAdvert, now: float) -> Change:
+        return Change()
+
+    def give_route(self, prefix: str, mac: str) -> set[str]:
+        raise NotConfigured("this router does not run IPv6: no device offers routes")
+
+    def expire_routes(self, now: float) -> list[str]:
+        return []
+
+    def readvertise(self, now: float) -> list[Effect]:
+        return []
+
+    def tick(self, now: float) -> list[Effect]:
+        return []
+
+
 class Ipv6Addresses:
     """The concern: global /64s held by devices, each forwarding device's /64s now, what each device was
     last advertised (when, out of which ports), and the gateway addresses the router's stack holds."""
+
+    enabled = True
 
     def __init__(self, plan: PrefixPlan, clock: Callable[[], float], store=None):
         """store: where the routes' owners are kept (None: in memory only)."""
@@ -119,6 +216,9 @@ class Ipv6Addresses:
     def current_prefixes(self, mac: str) -> tuple[str, ...]:
         """The /64s a forwarding device holds now (none otherwise)."""
         return self.current.get(mac, ())
+
+    def delegation(self) -> tuple[ipaddress.IPv6Network | None, tuple[float, float] | None]:
+        return self.plan.delegated, self.plan.delegated_until
 
     def knows(self, mac: str) -> bool:
         return (

@@ -49,10 +49,10 @@ class DeviceRegistry:
         store: DeviceStore,
         clock: Callable[[], float],
         counters: dict[str, int],
-        owner_of_v6: Callable[[str], str | None] | None = None,
+        owner_of_v6: Callable[[str], str | None],
     ):
-        """owner_of_v6: the forwarding device whose /64 holds an IPv6 address (`Ipv6Addresses.owner_of`;
-        None: the router runs no IPv6)."""
+        """owner_of_v6: the forwarding device whose /64 holds an IPv6 address (`ipv6.Ipv6.owner_of`: none
+        when the router runs no IPv6)."""
         self.store, self.clock, self.counters = store, clock, counters
         self.owner_of_v6 = owner_of_v6
         self.devices: dict[str, Device] = store.load()
@@ -137,8 +137,6 @@ class DeviceRegistry:
 
     def forwarding_at_v6(self, *addresses: str) -> Device | None:
         """The forwarding device whose /64 holds the first of the IPv6 addresses (or /64s) that is one's."""
-        if self.owner_of_v6 is None:
-            return None
         mac = next((m for m in map(self.owner_of_v6, addresses) if m is not None), None)
         return self.devices[mac] if mac is not None else None
 

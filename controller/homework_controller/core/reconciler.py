@@ -16,7 +16,7 @@ from ..concerns.accounting import Accounting
 from ..concerns.app_priorities import AppPriorities
 from ..concerns.dns_gating import DnsGating
 from ..concerns.household_controls import HouseholdControls
-from ..concerns.ipv6 import Ipv6Addresses
+from ..concerns.ipv6 import Ipv6
 from ..concerns.port_binding import PortBinding
 from ..concerns.registry import DeviceRegistry
 from ..concerns.switch_mirror import SwitchMirror
@@ -37,7 +37,7 @@ class Reconciler:
     accounting: Accounting
     dns_gating: DnsGating
     priorities: AppPriorities
-    ipv6: Ipv6Addresses | None
+    ipv6: Ipv6
     concerns: tuple[Concern, ...]  # every one: each forgets a forgotten device
 
     def update(self, device: Device) -> list[Effect]:
@@ -69,8 +69,7 @@ class Reconciler:
             # What they keep under the device's cookie (learnt flows, blocks) went with its rules.
             for concern in (self.accounting, self.priorities, self.dns_gating):
                 concern.rules_dropped(device.mac)
-        if self.ipv6 is not None:
-            effects += self.ipv6.changes(device, wanted)
+        effects += self.ipv6.changes(device, wanted)
         if wanted is not None:
             effects += self.install_blocks(device)
         return effects + self.switch.set_forwarding(device.mac, forwards, wanted, self.registry.devices.__getitem__)
@@ -80,7 +79,7 @@ class Reconciler:
         does not hold yet, if it forwards."""
         if device is None or not self.switch.holds_rules_of(device.mac) or not self.registry.forwarding_now(device):
             return []
-        prefixes = self.ipv6.current.get(device.mac, ()) if self.ipv6 is not None else ()
+        prefixes = self.ipv6.current_prefixes(device.mac)
         rules = self.dns_gating.block_rules(device, ips, prefixes)
         return [InstallRules(tuple(rules))] if rules else []
 
@@ -105,5 +104,5 @@ class Reconciler:
             return []
         # Its /64s if it forwards: a device that does not (a pending one) was never given any, so a storm
         # of newcomers making way costs the kernel one IPv4 entry each, not a walk of its IPv6 ones.
-        prefixes = self.ipv6.current.get(device.mac, ()) if self.ipv6 is not None else ()
+        prefixes = self.ipv6.current_prefixes(device.mac)
         return [ForgetNeighbours(device.subnet.device_ip, prefixes)]

@@ -29,14 +29,14 @@ from ..concerns.app_priorities import AppPriorities
 from ..concerns.clone_watch import CloneWatch
 from ..concerns.dns_gating import DnsGating, Lookups
 from ..concerns.household_controls import HouseholdControls
-from ..concerns.ipv6 import Ipv6Addresses
+from ..concerns.ipv6 import Ipv6, Ipv6Addresses, Ipv6Off
 from ..concerns.lookalikes import Lookalikes
 from ..concerns.newcomers import Newcomers
 from ..concerns.passphrases import Passphrases
 from ..concerns.registry import DeviceRegistry
 from ..concerns.switch_mirror import SwitchMirror
 from ..effects import AuthenticatorDeny, DnsVerdict, Effect, TellHousehold
-from ..errors import NotConfigured, UnknownDevice
+from ..errors import UnknownDevice
 from ..lifecycle import Concern, Moves
 from ..model import Device, State
 from ..policy import apps, dhcp, dns_rules, qos, wifi_keys
@@ -65,7 +65,7 @@ COUNTERS = (
 
 # The IPv6 prefixes of a router core made without its own (tests, tools): IPv6 is on wherever the router
 # ships, and a shipped router has its ULA /48 and the /56 its ISP delegated (documentation prefixes here).
-# A running router's plan is made from its data partition (config.Config.ipv6_plan); None: IPv6 off.
+# A running router's plan is made from its data partition (config.Config.ipv6_plan); None: IPv6 off (`Ipv6Off`).
 EXAMPLE_IPV6_PLAN = PrefixPlan(ula_prefix(0x12_3456_789A), ipaddress.IPv6Network("2001:db8:100::/56"))
 
 
@@ -90,11 +90,11 @@ class HomeRouter:
         self.store = store
         self.clock = clock
         self.counters = dict.fromkeys(COUNTERS, 0)
-        # IPv6 (a /64 per device), when the router runs it.
-        self.ipv6 = Ipv6Addresses(ipv6_plan, clock, store) if ipv6_plan is not None else None
-        self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of if self.ipv6 else None)
+        # IPv6 (a /64 per device), or its stand-in that does nothing when the router does not run it.
+        self.ipv6: Ipv6 = Ipv6Addresses(ipv6_plan, clock, store) if ipv6_plan is not None else Ipv6Off()
+        self.registry = DeviceRegistry(store, clock, self.counters, self.ipv6.owner_of)
         self.devices = self.registry.devices  # by MAC; changed only through the registry
-        self.switch = SwitchMirror(ipv6=self.ipv6 is not None)
+        self.switch = SwitchMirror(ipv6=self.ipv6.enabled)
         self.newcomers = Newcomers(clock, max_pending, self.devices.get)
         self.accounting = Accounting(clock, flow_budget, budget_cooldown_s)
         self.agent_reports = agent_reports if agent_reports is not None else AgentReportBook()
@@ -105,7 +105,8 @@ class HomeRouter:
             device_at=self.registry.device_at,
             device_of=self.devices.__getitem__,
             process_of=self.agent_reports.process_of,
-            prefixes_of=self.ipv6.current_prefixes if self.ipv6 is not None else None,
+            prefixes_of=self.ipv6.current_prefixes,
+            ipv6=self.ipv6.enabled,
         )
         self.dns_gating = DnsGating(
             store,
@@ -137,9 +138,8 @@ class HomeRouter:
             self.passphrases,
             self.portal,
             self.controls,
+            self.ipv6,
         )
-        if self.ipv6 is not None:
-            self.concerns += (self.ipv6,)
         # What the household said of a device follows it to a new MAC; the rest was of the old MAC.
         self.follow_the_device: tuple[Moves, ...] = (self.registry, self.dns_gating, self.passphrases, self.controls)
 
@@ -201,8 +201,7 @@ class HomeRouter:
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
         self.port_binding.switch_ready(access_ports, set(without_link))
         effects = self.switch.switch_ready(access_ports, router_mac)
-        if self.ipv6 is not None:
-            effects += self.ipv6.switch_ready(access_ports, router_mac)
+        effects += self.ipv6.switch_ready(access_ports, router_mac)
         self.dns_gating.switch_ready()
         effects += self.priorities.switch_ready()
         for device in self.devices.values():
@@ -222,8 +221,6 @@ class HomeRouter:
     def on_solicitation(self, in_port, solicitation: Solicitation) -> list[Effect]:
         """IPv6 neighbour discovery (parsed off the lock): a device's router or neighbour solicitation, or
         the router's stack looking for an address in a device's /64 (in_port LOCAL)."""
-        if self.ipv6 is None:
-            return []
         device = None if in_port == flows.LOCAL else self.devices.get(solicitation.eth_src)
         return self.ipv6.answer(in_port, solicitation, device)
 
@@ -233,7 +230,7 @@ class HomeRouter:
         When they change, its rules follow (reinstalled under its cookie) and the other devices hear of
         them in their next adverts, sent now."""
         device = self.devices.get(advert.eth_src)
-        if self.ipv6 is None or device is None:
+        if device is None:
             return []
         change = self.ipv6.offered_routes(device.mac, advert, self.clock())
         effects: list[Effect] = [TellHousehold("route", device.mac, message) for message in change.told]
@@ -246,8 +243,6 @@ class HomeRouter:
         """The household gives a route's prefix (a Thread mesh's) a new owner, the device at `mac`: another
         device that offered it is refused from now on, and loses it if it holds it now (`border_routes`)."""
         device = self.decisions.known(mac)
-        if self.ipv6 is None:
-            raise NotConfigured("this router does not run IPv6: no device offers routes")
         effects: list[Effect] = []
         for other in sorted(self.ipv6.give_route(prefix, device.mac)):
             effects += self.reconciler.reconcile(self.devices[other], reinstall=True)
@@ -258,8 +253,6 @@ class HomeRouter:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
         for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
         the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
-        if self.ipv6 is None:
-            return []
         effects: list[Effect] = []
         for mac in self.ipv6.renumber(delegated, self.clock(), until):
             effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
@@ -337,10 +330,9 @@ class HomeRouter:
         self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
         for mac in self.switch.devices_with_rules():
             effects += self.reconciler.reconcile(self.devices[mac])
-        if self.ipv6 is not None:
-            for mac in self.ipv6.expire_routes(now):  # a border router stopped offering its mesh
-                effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
-            effects += self.ipv6.tick(now)
+        for mac in self.ipv6.expire_routes(now):  # a border router stopped offering its mesh
+            effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
+        effects += self.ipv6.tick(now)
         for mac in self.dns_gating.tick(now):
             if mac in self.devices:
                 effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)

@@ -98,7 +98,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         self.packet_ins = 0  # received: DHCP, ARP, neighbour discovery, EAPOL, a newcomer's first frames
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
         self.radio_settings = radio_settings.RadioSettingsFile(CONFIG.radio_settings)
-        self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6 is not None)
+        self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6.enabled)
         self.stats_parts: list = []
         # os-ken's default (native) hub runs its handlers on OS threads, so this app
         # uses plain threads too (hub.Event can miss a wake-up between its check and
@@ -149,7 +149,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
             rebind_allowed=CONFIG.rebind_allow,
             # Over IPv6 on each device's /64's ::1 (its adverts name its ULA one), and whatever a query
             # was sent to: the redirect covers IPv6 too.
-            listen6=("::", CONFIG.dns_port) if self.router.ipv6 is not None else None,
+            listen6=("::", CONFIG.dns_port) if self.router.ipv6.enabled else None,
         )
         lan_side.redirect_lan_dns(CONFIG.lan_iface, CONFIG.dns_port)
         lan_side.open_lan_side(CONFIG.lan_iface)
@@ -334,7 +334,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
             self._apply(self.router.dns_answer(learnt, client_ip), at_once=True)
 
     def _resolve(self, domain: str):
-        for qtype in ("A", "AAAA") if self.router.ipv6 is not None else ("A",):  # its IPv6 addresses blocked too
+        for qtype in ("A", "AAAA") if self.router.ipv6.enabled else ("A",):  # its IPv6 addresses blocked too
             for part in self.dns.resolve(domain, qtype).in_turns():
                 self._dns_learn(part)
 
@@ -362,7 +362,8 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
     def _delegated_prefix(self):
         """The prefix the ISP delegated now (the slice's IPv6 rules name it), or None (no IPv6, or none yet)."""
         with self.lock:
-            return self.router.ipv6.plan.delegated if self.router.ipv6 is not None else None
+            prefix, _ = self.router.ipv6.delegation()
+            return prefix
 
     # ---- effects (`EffectSink.carry_out` says which method each kind goes to)
 

@@ -59,21 +59,21 @@ class PeriodicJobs:
         ISP delegates another prefix, or renews it: read it off the lock each tick, renumber when the prefix
         differs, and take its lifetimes (the adverts' cap) whenever they do. The command line's --ipv6-prefix
         is fixed. A file that is not a prefix is logged (once) and changes nothing."""
-        if self.router.ipv6 is None or CONFIG.ipv6_prefix:
+        if not self.router.ipv6.enabled or CONFIG.ipv6_prefix:
             return
         try:
             delegated = read_delegated(os.path.dirname(os.path.abspath(CONFIG.db)))
         except BadPrefix as exc:
             if str(exc) != self._delegated_error:
-                LOG.error("%s: the delegated prefix stays %s", exc, self.router.ipv6.plan.delegated)
+                LOG.error("%s: the delegated prefix stays %s", exc, self.router.ipv6.delegation()[0])
             self._delegated_error = str(exc)
             return
         self._delegated_error = ""
         prefix, until = (delegated.prefix, delegated.until) if delegated else (None, None)
-        plan = self.router.ipv6.plan  # only this thread changes the plan
-        if (prefix, until) != (plan.delegated, plan.delegated_until):
-            if prefix != plan.delegated:
-                LOG.info("delegated prefix %s -> %s: renumbering", plan.delegated, prefix)
+        prefix_now, until_now = self.router.ipv6.delegation()  # only this thread changes it
+        if (prefix, until) != (prefix_now, until_now):
+            if prefix != prefix_now:
+                LOG.info("delegated prefix %s -> %s: renumbering", prefix_now, prefix)
             with self.lock:
                 self._apply(self.router.renumber(prefix, until))
 
