@@ -1,9 +1,9 @@
 """The live picture of the home, fed by hwdb subscriptions, fanned out to browsers by SSE.
 
 hwdb pushes Events and Leases rows when a device asks to join or its lease changes; only
-then does the hub ask the controller for the devices' states (one GET, at most every
-REFRESH_SPACING_S however many rows arrive), so a new device reaches the browsers within one
-notification plus one loopback request. Links and Flows
+then does the hub ask the controller for the devices' states (one GET: at once for a newcomer,
+otherwise at most every REFRESH_SPACING_S however many rows arrive), so a new device reaches the
+browsers within one notification plus one loopback request. Links and Flows
 rows update signal strength, retransmissions and bandwidth shares, pushed at most once a
 second. A watchdog re-subscribes when hwdb restarts (its subscriptions die with it) and
 notices the controller coming back, so pages recover without a reload. Events rows written
@@ -279,9 +279,15 @@ class LiveHub:
                 self.broadcast(
                     "alert", {"time": r["tstamp"] / 1e9, "kind": r["kind"], "mac": r["mac"], "message": r["message"]}
                 )
-        # Show what the event says at once, then what the controller says.
+        # Show what the event says at once, then what the controller says: for a newcomer at once too, as the
+        # board may act on it only once the controller says what each role may do to it (its `may`), and
+        # the controller tells of a storm's newcomers once (`newcomer-storm`), so these rows stay few.
         self.broadcast_devices()
-        self.refresh_soon()
+        if any(r["kind"] == "new-device" for r in rows):
+            self.refresh_devices()
+            self.broadcast_devices()
+        else:
+            self.refresh_soon()
 
     def _on_leases(self, rows) -> None:
         self.refresh_soon()

@@ -158,3 +158,23 @@ def test_a_newcomer_a_storm_and_a_used_up_allowance_reach_the_phones_but_not_the
     hub._on_events([{"tstamp": i + 1, "kind": k, "mac": m, "message": msg} for i, (k, m, msg) in enumerate(told)])
     assert alerts_within(phone, 0.2) == [msg for _, _, msg in told]
     assert alerts_within(panel, 0.2) == [told[3][2]]
+
+
+def test_a_newcomer_may_be_acted_on_at_once_even_while_lease_rows_are_spaced():
+    """The board acts on a device by what the controller says each role may do to it (`may`), which the
+    new-device row's placeholder lacks: a newcomer is asked about at once, not after the spacing (the wall
+    panel's keyboard refusal of a fresh joiner did nothing when the answer came 0.5 s later)."""
+    controller = Controller()
+    hub = LiveHub(controller, Hwdb())
+    hub.start()
+    try:
+        assert within(2, lambda: controller.asked)
+        hub._on_leases([{"mac": "02:00:00:00:00:02"}])  # a refresh now: the next for Leases rows is spaced
+        assert within(2, lambda: len(controller.asked) >= 2)
+        newcomer = "02:00:00:00:00:01"
+        controller.known = [{**joiner(newcomer), "may": ["permit", "deny"]}]
+        hub._on_events([{"tstamp": 1, "kind": "new-device", "mac": newcomer, "message": "phone asks to join"}])
+        [shown] = [d for d in hub.devices() if d["mac"] == newcomer]
+        assert shown.get("may") == ["permit", "deny"]
+    finally:
+        hub.stop()
