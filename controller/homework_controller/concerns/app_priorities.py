@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .. import flows
 from ..effects import Effect, InstallRules, LogRow, ModifyRules, TellHousehold
+from ..lifecycle import NOTHING_TICKED, SwitchFacts, Ticked
 from ..model import Device
 from ..policy import apps, qos
 from .ahead_marks import AheadMarks
@@ -88,7 +89,7 @@ class AppPriorities:
         self.demoted.pop(mac, None)
         self.ahead.forget(mac)
 
-    def switch_ready(self) -> list[Effect]:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         """The switch holds nothing: the marks decided ahead, all of them."""
         marked = self.ahead.named.keys() | self.ahead.sockets.keys() | self.demoted.keys()
         return self.ahead.switch_ready([self._device_of(mac) for mac in sorted(marked)])
@@ -103,14 +104,14 @@ class AppPriorities:
         """The device's rules left the switch: its learnt flows with them."""
         self.flows_of.pop(mac, None)
 
-    def tick(self, now: float) -> list[Effect]:
+    def tick(self, now: float) -> Ticked:
         """Devices whose demotion ended: their High flows are High again."""
         effects: list[Effect] = []
         for mac in [m for m, until in self.demoted.items() if until <= now]:
             del self.demoted[mac]
             device = self._device_of(mac)
             effects += self.remark(device) + self.ahead.marks_of(device)
-        return effects
+        return Ticked(effects=tuple(effects)) if effects else NOTHING_TICKED
 
     def decide(
         self,

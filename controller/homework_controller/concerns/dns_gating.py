@@ -19,10 +19,10 @@ from typing import NamedTuple
 import idna
 
 from .. import flows
-from ..effects import DnsVerdict
+from ..effects import DnsVerdict, Effect
 from ..errors import ApiError
 from ..flows import flows_v6
-from ..lifecycle import move_key
+from ..lifecycle import NOTHING_TICKED, SwitchFacts, Ticked, move_key
 from ..model import Device
 from ..policy import dns_rules
 from ..store import DeviceStore, StoreError
@@ -55,8 +55,10 @@ class DnsGating:
 
     # -- the lifecycle
 
-    def switch_ready(self) -> None:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
+        """The blocks on the switch went with its rules (each device's reconcile puts back those wanted)."""
         self.on_switch, self.stale = {}, set()
+        return []
 
     def rules_dropped(self, mac: str) -> None:
         """The device's rules left the switch (its cookie deleted): its drop rules with them."""
@@ -79,15 +81,15 @@ class DnsGating:
         self.on_switch.pop(old_mac, None)
         self.stale.discard(old_mac)
 
-    def tick(self, now: float) -> set[str]:
+    def tick(self, now: float) -> Ticked:
         """Addresses whose TTL ran out are forgotten; the devices whose switch should lose drop rules
-        no longer wanted (at most every BLOCK_CLEANUP_S), to be reinstalled."""
+        no longer wanted (at most every BLOCK_CLEANUP_S) have their rules reinstalled."""
         self._forget_addresses(self.addresses.expire())
         if not self.stale or now < self.next_cleanup:
-            return set()
+            return NOTHING_TICKED
         stale, self.stale = self.stale, set()
         self.next_cleanup = now + BLOCK_CLEANUP_S
-        return stale
+        return Ticked(reinstall=stale)
 
     # -- what the device's rules are made of
 

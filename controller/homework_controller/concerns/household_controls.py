@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ..effects import TellHousehold
 from ..errors import ApiError, UnknownDevice
 from ..flows import GateRules
+from ..lifecycle import NOTHING_TICKED, Ticked
 from ..policy import schedules
 from ..store import DeviceStore
 from . import allowances
@@ -65,10 +66,12 @@ class HouseholdControls:
                 added += (rules,)
         return added
 
-    def tick(self, now: float) -> None:
-        """Bedtimes that began or ended, pauses that ran out, a new day: `HomeRouter`'s tick applies them."""
+    def tick(self, now: float) -> Ticked:
+        """Bedtimes that began or ended, pauses that ran out, a new day: every device with rules has them
+        reconciled on each tick (`SwitchMirror.tick`), which applies them."""
         for gate in self.gates:
             gate.tick(now)
+        return NOTHING_TICKED
 
     def status_of(self, mac: str) -> dict:
         """Every gate's word on the device (its schedule, its allowance, whether it is internet only...);

@@ -64,7 +64,7 @@ from ..effects import (
 )
 from ..errors import ApiError, NotConfigured
 from ..flows import flows_v6
-from ..lifecycle import Concern
+from ..lifecycle import NOTHING_TICKED, Concern, SwitchFacts, Ticked
 from ..model import Device
 from ..wire import nd
 from ..wire.prefixes import GATEWAY_HOST, PrefixPlan, gateway_of, resolver_of
@@ -98,7 +98,7 @@ class Ipv6(Concern, Protocol):
 
     enabled: bool  # whether the router runs IPv6 at all (the edge's IPv6 sockets, AAAA lookups)
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         """The IPv6 rules every device shares."""
         ...
 
@@ -122,11 +122,9 @@ class Ipv6(Concern, Protocol):
 
     def give_route(self, prefix: str, mac: str) -> set[str]: ...
 
-    def expire_routes(self, now: float) -> list[str]: ...
-
     def readvertise(self, now: float) -> list[Effect]: ...
 
-    def tick(self, now: float) -> list[Effect]: ...
+    def tick(self, now: float) -> Ticked: ...
 
 
 class Ipv6Off:
@@ -142,7 +140,7 @@ class Ipv6Off:
     def forget(self, mac: str) -> None:
         pass
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         return []
 
     def current_prefixes(self, mac: str) -> tuple[str, ...]:
@@ -171,14 +169,11 @@ class Ipv6Off:
     def give_route(self, prefix: str, mac: str) -> set[str]:
         raise NotConfigured("this router does not run IPv6: no device offers routes")
 
-    def expire_routes(self, now: float) -> list[str]:
-        return []
-
     def readvertise(self, now: float) -> list[Effect]:
         return []
 
-    def tick(self, now: float) -> list[Effect]:
-        return []
+    def tick(self, now: float) -> Ticked:
+        return NOTHING_TICKED
 
 
 class Ipv6Addresses:
@@ -209,9 +204,9 @@ class Ipv6Addresses:
 
     # -- the lifecycle
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
-        self.router_mac = router_mac
-        return [InstallRules(tuple(flows_v6.base_rules(access_ports)))]
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
+        self.router_mac = switch.router_mac
+        return [InstallRules(tuple(flows_v6.base_rules(switch.access_ports)))]
 
     def current_prefixes(self, mac: str) -> tuple[str, ...]:
         """The /64s a forwarding device holds now (none otherwise)."""
@@ -439,10 +434,6 @@ class Ipv6Addresses:
             raise ApiError(f"{network} is no route a device may offer: {why}")
         return self.routes.give(network, mac)
 
-    def expire_routes(self, now: float) -> list[str]:
-        """The devices whose offered routes ran out (their rules are to be redone)."""
-        return self.routes.expire(now)
-
     def readvertise(self, now: float) -> list[Effect]:
         """Each forwarding device whose advert is due (what it would say changed, or it is ADVERT_INTERVAL_S
         old) hears it now, out of the ports its last one went."""
@@ -462,11 +453,15 @@ class Ipv6Addresses:
         self.kernel_routes = wanted
         return [*(AddIpv6Route(prefix) for prefix in added), *(RemoveIpv6Route(prefix) for prefix in gone)]
 
-    def tick(self, now: float) -> list[Effect]:
-        """Each advertised device hears its prefixes again every ADVERT_INTERVAL_S, or sooner when what it
-        would hear changed (a pending one's lifetime-0 advert is sent only when it asks); the router's ::1s
-        in /64s of an earlier delegated prefix go once no device may use them."""
-        return self.readvertise(now) + self._remove_old_gateways(now) + self._kernel_routes()
+    def tick(self, now: float) -> Ticked:
+        """A device whose offered routes ran out (a border router stopped offering its mesh) has its rules
+        reinstalled without them, and the others hear so: each advertised device hears its prefixes again
+        every ADVERT_INTERVAL_S, or sooner when what it would hear changed (a pending one's lifetime-0
+        advert is sent only when it asks); the router's ::1s in /64s of an earlier delegated prefix go once
+        no device may use them."""
+        expired = self.routes.expire(now)
+        effects = self.readvertise(now) + self._remove_old_gateways(now) + self._kernel_routes()
+        return Ticked(effects=tuple(effects), reinstall=expired) if effects or expired else NOTHING_TICKED
 
     def _remove_old_gateways(self, now: float) -> list[Effect]:
         """Gateways of /64s outside the prefix plan (a renumbering's old ones) that no device's adverts

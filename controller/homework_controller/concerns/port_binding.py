@@ -17,6 +17,9 @@ by its next DHCP or ARP, and until then accepted on every access port (as before
 
 from __future__ import annotations
 
+from ..effects import Effect
+from ..lifecycle import SwitchFacts
+
 OWN, BOUND, MOVED, ELSEWHERE = "own", "bound", "moved", "elsewhere"
 
 
@@ -36,13 +39,14 @@ class PortBinding:
         self.bound.pop(mac, None)
         self.seen_elsewhere.pop(mac, None)
 
-    def switch_ready(self, access_ports: tuple[int, ...], without_link: set[int]) -> None:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         """The switch (re)connected: bindings to ports it no longer has are let go (a port added
         again may have a new number)."""
-        self.access_ports, self.without_link = access_ports, set(without_link)
+        self.access_ports, self.without_link = switch.access_ports, set(switch.without_link)
         for memory in (self.bound, self.seen_elsewhere):
-            for mac in [m for m, p in memory.items() if p not in access_ports]:
+            for mac in [m for m, p in memory.items() if p not in switch.access_ports]:
                 del memory[mac]
+        return []
 
     # -- queries
 

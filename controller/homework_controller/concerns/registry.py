@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from ..effects import LogRow
+from ..lifecycle import NOTHING_TICKED, Ticked
 from ..model import Device, State
 from ..store import DeviceStore, StoreError
 from ..wire.dhcp_wire import ZERO_IP
@@ -113,16 +114,20 @@ class DeviceRegistry:
             self.counters["store_errors"] += 1
             LOG.error("%s", exc)
 
-    def tick(self, now: float) -> list[Device]:
+    def tick(self, now: float) -> Ticked:
         """When decided devices were last seen, written in one batch every few minutes (not on every
-        DHCP message: a storm must not wear the flash). Returns the devices whose lease ran out."""
+        DHCP message: a storm must not wear the flash). The leases that ran out end, with hwdb's rows."""
         if self.sighted and now >= self.next_sightings_write:
             for mac in self.sighted:
                 if mac in self.devices:
                     self._persist(self.devices[mac])
             self.sighted.clear()
             self.next_sightings_write = now + SIGHTINGS_WRITE_INTERVAL_S
-        return [self.devices[mac] for mac in list(self.leased) if not self.devices[mac].lease_active(now)]
+        ended = [mac for mac in self.leased if not self.devices[mac].lease_active(now)]
+        if not ended:
+            return NOTHING_TICKED
+        rows = tuple(self.record_lease(self.devices[mac], "expired") for mac in ended)
+        return Ticked(effects=rows, leases_ended=tuple(ended))
 
     # -- queries
 

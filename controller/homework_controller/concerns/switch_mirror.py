@@ -11,6 +11,7 @@ from collections.abc import Callable
 from .. import flows
 from ..effects import AddGatewayAddress, Effect, InstallMeter, InstallRules, RemoveMeter, RemoveRules
 from ..flows import base_flows, flows_v6
+from ..lifecycle import SwitchFacts, Ticked
 from ..model import Device
 
 
@@ -27,13 +28,19 @@ class SwitchMirror:
 
     # -- the lifecycle
 
-    def switch_ready(self, access_ports: tuple[int, ...], router_mac: str) -> list[Effect]:
+    def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         """The switch (re)connected and holds nothing: the newcomers' meter and the base rules first."""
+        access_ports = switch.access_ports
         assert access_ports, "a switch without an access port has no devices"
-        self.access_ports, self.router_mac = access_ports, router_mac
+        self.access_ports, self.router_mac = access_ports, switch.router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
         self.forwarding, self.broadcast = {}, frozenset()
         return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(base_flows.base_rules(access_ports)))]
+
+    def tick(self, now: float) -> Ticked:
+        """Every device with rules has them reconciled: the household's time (bedtimes, pauses, allowances)
+        and the other concerns' ticks change what they should be."""
+        return Ticked(reconcile=list(self.installed))
 
     def knows(self, mac: str) -> bool:
         return mac in self.installed or mac in self.forwarding
@@ -53,9 +60,6 @@ class SwitchMirror:
 
     def holds_rules_of(self, mac: str) -> bool:
         return mac in self.installed
-
-    def devices_with_rules(self) -> list[str]:
-        return list(self.installed)
 
     # -- changes
 

@@ -37,7 +37,7 @@ from ..concerns.registry import DeviceRegistry
 from ..concerns.switch_mirror import SwitchMirror
 from ..effects import AuthenticatorDeny, DnsVerdict, Effect, TellHousehold
 from ..errors import UnknownDevice
-from ..lifecycle import Concern, Moves
+from ..lifecycle import Concern, Moves, Reports, SwitchFacts, SwitchReady, Ticks
 from ..model import Device, State
 from ..policy import apps, dhcp, dns_rules, qos, wifi_keys
 from ..store import DeviceStore
@@ -142,6 +142,38 @@ class HomeRouter:
         )
         # What the household said of a device follows it to a new MAC; the rest was of the old MAC.
         self.follow_the_device: tuple[Moves, ...] = (self.registry, self.dns_gating, self.passphrases, self.controls)
+        # The phases that span every device, each over the concerns that take part, in this order. A switch
+        # that (re)connected gets the newcomers' meter and the base rules before any rule that names them
+        # (the switch mirror's before IPv6's, app priorities' marks last); the devices' rules follow.
+        self.on_switch_ready: tuple[SwitchReady, ...] = (
+            self.port_binding,
+            self.switch,
+            self.ipv6,
+            self.dns_gating,
+            self.priorities,
+        )
+        # The clock: leases that ran out end (and their port bindings) and demotions end before any rules are
+        # redone; the household's controls move their holds before the switch mirror has every device with
+        # rules reconciled, which applies them; IPv6's expired routes and DNS gating's stale blocks are
+        # reinstalled after that. A concern's devices are redone before its effects (IPv6's adverts tell the
+        # other devices of routes gone once the offering device's rules are without them).
+        self.ticking: tuple[Ticks, ...] = (
+            self.registry,
+            self.priorities,
+            self.controls,
+            self.switch,
+            self.ipv6,
+            self.dns_gating,
+        )
+        # A device's status: each concern's fields, in this order (ws.v1 `status`'s keys).
+        self.reporting: tuple[Reports, ...] = (
+            self.registry,
+            self.clone_watch,
+            self.passphrases,
+            self.portal,
+            self.port_binding,
+            self.controls,
+        )
 
         # The events that involve several concerns, each sequenced by one part given the concerns it needs.
         # ws.v1, the I/O edge and the tests call a part's methods on it: `router.decisions.permit(mac)`.
@@ -199,11 +231,10 @@ class HomeRouter:
         """The switch (re)connected: it has no rules; give it the whole rule set. access_ports: where
         devices are (one port: the radio's); without_link: those of them whose link is down."""
         access_ports = (access_ports,) if isinstance(access_ports, int) else access_ports
-        self.port_binding.switch_ready(access_ports, set(without_link))
-        effects = self.switch.switch_ready(access_ports, router_mac)
-        effects += self.ipv6.switch_ready(access_ports, router_mac)
-        self.dns_gating.switch_ready()
-        effects += self.priorities.switch_ready()
+        switch = SwitchFacts(access_ports, router_mac, frozenset(without_link))
+        effects: list[Effect] = []
+        for concern in self.on_switch_ready:
+            effects += concern.switch_ready(switch)
         for device in self.devices.values():
             effects += self.reconciler.reconcile(device)
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
@@ -323,19 +354,15 @@ class HomeRouter:
         """Leases that ran out, demotions and pauses that ended, DNS-learnt addresses that expired."""
         now = self.clock()
         effects: list[Effect] = []
-        for device in self.registry.tick(now):
-            self.port_binding.lease_ended(device.mac)
-            effects.append(self.registry.record_lease(device, "expired"))
-        effects += self.priorities.tick(now)
-        self.controls.tick(now)  # bedtimes that began or ended, pauses that ran out: the loop below applies them
-        for mac in self.switch.devices_with_rules():
-            effects += self.reconciler.reconcile(self.devices[mac])
-        for mac in self.ipv6.expire_routes(now):  # a border router stopped offering its mesh
-            effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
-        effects += self.ipv6.tick(now)
-        for mac in self.dns_gating.tick(now):
-            if mac in self.devices:
-                effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
+        for concern in self.ticking:
+            ticked = concern.tick(now)
+            for mac in ticked.leases_ended:
+                self.port_binding.lease_ended(mac)
+            for macs, reinstall in ((ticked.reconcile, False), (ticked.reinstall, True)):
+                for mac in macs:
+                    if mac in self.devices:
+                        effects += self.reconciler.reconcile(self.devices[mac], reinstall=reinstall)
+            effects += ticked.effects
         return effects
 
     # -- queries
@@ -362,16 +389,13 @@ class HomeRouter:
         return [self._status_of(d, lookalikes) for d in devices]
 
     def _status_of(self, device: Device, lookalikes: Lookalikes | None = None) -> dict:
-        return {
+        status = {
             **device.to_json(self.clock()),
             **(lookalikes.status_of(device) if lookalikes is not None else {"looks_like": None, "resembles": None}),
-            **self.registry.status_of(device.mac),
-            **self.clone_watch.status_of(device.mac),
-            **self.passphrases.status_of(device.mac),
-            **self.portal.status_of(device.mac),
-            **self.port_binding.status_of(device.mac),
-            **self.controls.status_of(device.mac),
         }
+        for concern in self.reporting:
+            status |= concern.status_of(device.mac)
+        return status
 
     def dhcp_status(self) -> list[dict]:
         return self.registry.leases_status()
