@@ -1,4 +1,5 @@
 import pytest
+from fakeoftable import FakeSwitch
 from support import ROUTER_MAC, WLAN, Clock
 
 from homework_controller.core.router import HomeRouter
@@ -22,3 +23,11 @@ def router(db_path, clock):
     r = HomeRouter(DeviceStore(db_path), clock=clock)
     r.switch_ready(WLAN, ROUTER_MAC)
     return r
+
+
+@pytest.fixture
+def switch(router):
+    """The fake switch, given the whole rule set the router gives a switch that (re)connects."""
+    sw = FakeSwitch()
+    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
+    return sw

@@ -38,13 +38,6 @@ def router(db_path, clock):
 
 
 @pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
-    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return sw
-
-
-@pytest.fixture
 def home(router, switch, clock):
     """A phone and a laptop, permitted, on a Monday afternoon in Berlin (1 June 2026, 14:00)."""
     clock.now = utc(2026, 6, 1, 12, 0)

@@ -34,13 +34,6 @@ def router(db_path, clock):
     )
 
 
-@pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
-    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return sw
-
-
 def first_packet(switch, packet):
     """Where a connection's first packet lands and with which DSCP; nothing may go to the controller."""
     deliveries = switch.send(packet)

@@ -28,13 +28,6 @@ LEASE = 3600
 
 
 @pytest.fixture
-def switch(router):
-    s = FakeSwitch()
-    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return s
-
-
-@pytest.fixture
 def home(router, switch):
     """A phone and a laptop, permitted: their IPv4 addresses."""
     return join(router, switch, PHONE), join(router, switch, LAPTOP)

@@ -5,7 +5,6 @@ lifetime 0, the valid one counting down) until it runs out; a pending device hea
 import ipaddress
 
 import pytest
-from fakeoftable import FakeSwitch
 from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptPrefixInfo
 from scapy.layers.l2 import Ether
 from support import LAPTOP, LOCAL, PHONE, ROUTER_MAC, WLAN, deliver, join, solicit_router
@@ -29,13 +28,6 @@ def router(db_path, clock):
     return HomeRouter(
         DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock, ipv6_plan=prefixes.PrefixPlan(ULA, OLD)
     )
-
-
-@pytest.fixture
-def switch(router):
-    s = FakeSwitch()
-    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return s
 
 
 def advertised(effects, mac) -> list[dict[str, tuple[int, int]]]:

@@ -56,13 +56,6 @@ ULA, DELEGATED = EXAMPLE_IPV6_PLAN.ula, EXAMPLE_IPV6_PLAN.delegated
 INTERNET = "2001:db8:5133::80"
 
 
-@pytest.fixture
-def switch(router):
-    s = FakeSwitch()
-    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return s
-
-
 def adverts(effects, mac):
     """The router adverts among effects, as the device reads them: (prefixes, router lifetime)."""
     out = []

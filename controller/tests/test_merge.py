@@ -30,13 +30,6 @@ def router(db_path, clock):
     return HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(PENDING_LEASE, PERMITTED_LEASE), clock=clock)
 
 
-@pytest.fixture
-def switch(router):
-    s = FakeSwitch()
-    s.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return s
-
-
 def permitted(router, switch, mac, client, name=""):
     """Joins, is permitted (and named), renews to a permitted device's lease: its address."""
     ip = join(router, switch, mac, client=client)

@@ -6,7 +6,7 @@ tells the web UI about the device at an address, that device only."""
 import dnslib
 import pytest
 from dhcp_frames import frame, reply_of
-from fakeoftable import FakeSwitch, ipv4
+from fakeoftable import ipv4
 from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 
 from homework_controller import flows
@@ -23,13 +23,6 @@ LOCAL = flows.LOCAL
 INTERNET = "198.51.100.80"
 ROUTER = lan.ROUTER_ADDRESS
 PROBE = "connectivitycheck.gstatic.com"
-
-
-@pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
-    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return sw
 
 
 def gateway_of(router, mac):

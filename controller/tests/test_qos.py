@@ -33,13 +33,6 @@ from homework_controller.store import DeviceStore
 UPLINK = qos.LinkShape("hw-wan", line_kbit=10000)  # shaped 9000 kbit/s; one device's High share: 1800
 
 
-@pytest.fixture
-def switch(router):
-    sw = FakeSwitch()
-    sw.apply(router.switch_ready(WLAN, ROUTER_MAC))
-    return sw
-
-
 def test_a_priority_change_re_marks_the_flows_already_running_keeping_their_rules(router, switch):
     phone = join(router, switch, PHONE)
     assert mark_of(switch, up(phone, WEB)) == (0, 0, LOCAL)
