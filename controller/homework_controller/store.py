@@ -23,6 +23,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 
 from .model import Device, State
 from .policy.wifi_keys import WifiKey
@@ -318,14 +319,7 @@ class DeviceStore:
 
     def save_dns_rule(self, mac: str, domain: str, action: str | None) -> None:
         """Set (or, with action None, remove) one device's rule for one domain."""
-        if action is None:
-            self._submit("DELETE FROM dns_rules WHERE mac = ? AND domain = ?", (mac, domain))
-        else:
-            self._submit(
-                "INSERT INTO dns_rules (mac, domain, action) VALUES (?,?,?) "
-                "ON CONFLICT(mac, domain) DO UPDATE SET action=excluded.action",
-                (mac, domain, action),
-            )
+        self._set_row("dns_rules", {"mac": mac, "domain": domain}, None if action is None else {"action": action})
 
     def save_wifi_key(self, mac: str, key: WifiKey | None) -> None:
         """Set (or, with None, revoke) a device's own Wi-Fi passphrase, and when it was first used."""
@@ -345,97 +339,58 @@ class DeviceStore:
         self._submit_together(statements)
 
     def save_pause(self, mac: str, paused: bool, until: float | None, excused_until: float) -> None:
-        if not paused and not excused_until:
-            self._submit("DELETE FROM pauses WHERE mac = ?", (mac,))
-        else:
-            self._submit(
-                "INSERT INTO pauses (mac, paused, until, excused_until) VALUES (?,?,?,?) ON CONFLICT(mac) "
-                "DO UPDATE SET paused=excluded.paused, until=excluded.until, excused_until=excluded.excused_until",
-                (mac, int(paused), until, excused_until),
-            )
+        pause = {"paused": int(paused), "until": until, "excused_until": excused_until}
+        self._set_row("pauses", {"mac": mac}, pause if paused or excused_until else None)
 
     def save_schedule(self, mac: str, windows: str) -> None:
         """A device's weekly schedule in its text form (`schedules.text`); empty removes it."""
-        if not windows:
-            self._submit("DELETE FROM schedules WHERE mac = ?", (mac,))
-        else:
-            self._submit(
-                "INSERT INTO schedules (mac, windows) VALUES (?,?) "
-                "ON CONFLICT(mac) DO UPDATE SET windows=excluded.windows",
-                (mac, windows),
-            )
+        self._set_row("schedules", {"mac": mac}, {"windows": windows} if windows else None)
 
     def save_allowance(self, holder: str, kind: str | None, amount: int, shared: bool = False) -> None:
         """Set (or, with kind None, remove) a device's daily allowance (shared: a shared allowance's)."""
         table, usage, key = ALLOWANCE_TABLES[shared]
+        self._set_row(table, {key: holder}, None if kind is None else {"kind": kind, "amount": amount})
         if kind is None:
-            self._submit(f"DELETE FROM {table} WHERE {key} = ?", (holder,))
-            self._submit(f"DELETE FROM {usage} WHERE {key} = ?", (holder,))
-        else:
-            self._submit(
-                f"INSERT INTO {table} ({key}, kind, amount) VALUES (?,?,?) ON CONFLICT({key}) "
-                "DO UPDATE SET kind=excluded.kind, amount=excluded.amount",
-                (holder, kind, amount),
-            )
+            self._set_row(usage, {key: holder}, None)
 
     def save_usage(
         self, holder: str, day_start: float, nbytes: int, minutes: int, bonus: int, shared: bool = False
     ) -> None:
         _, table, key = ALLOWANCE_TABLES[shared]
-        self._submit(
-            f"INSERT INTO {table} ({key}, day_start, bytes, minutes, bonus) VALUES (?,?,?,?,?) "
-            f"ON CONFLICT({key}) DO UPDATE SET day_start=excluded.day_start, bytes=excluded.bytes, "
-            "minutes=excluded.minutes, bonus=excluded.bonus",
-            (holder, day_start, nbytes, minutes, bonus),
-        )
+        usage = {"day_start": day_start, "bytes": nbytes, "minutes": minutes, "bonus": bonus}
+        self._set_row(table, {key: holder}, usage)
 
     def save_sharing(self, mac: str, name: str | None) -> None:
         """The shared allowance a device counts against (None: none)."""
-        if name is None:
-            self._submit("DELETE FROM allowance_sharing WHERE mac = ?", (mac,))
-        else:
-            self._submit(
-                "INSERT INTO allowance_sharing (mac, name) VALUES (?,?) "
-                "ON CONFLICT(mac) DO UPDATE SET name=excluded.name",
-                (mac, name),
-            )
+        self._set_row("allowance_sharing", {"mac": mac}, None if name is None else {"name": name})
 
     def save_fingerprint(self, mac: str, fields: tuple[str, str, str, str] | None) -> None:
-        if fields is None:
-            self._submit("DELETE FROM fingerprints WHERE mac = ?", (mac,))
-            return
-        self._submit(
-            "INSERT INTO fingerprints (mac, hostname, client_id, parameter_list, vendor_class) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(mac) DO UPDATE SET hostname=excluded.hostname, client_id=excluded.client_id, "
-            "parameter_list=excluded.parameter_list, vendor_class=excluded.vendor_class",
-            (mac, *fields),
-        )
+        columns = ("hostname", "client_id", "parameter_list", "vendor_class")
+        self._set_row("fingerprints", {"mac": mac}, None if fields is None else dict(zip(columns, fields, strict=True)))
 
     def save_route_owner(self, prefix: str, mac: str | None) -> None:
-        if mac is None:
-            self._submit("DELETE FROM route_owners WHERE prefix = ?", (prefix,))
-        else:
-            self._submit(
-                "INSERT INTO route_owners (prefix, mac) VALUES (?,?) "
-                "ON CONFLICT(prefix) DO UPDATE SET mac=excluded.mac",
-                (prefix, mac),
-            )
+        self._set_row("route_owners", {"prefix": prefix}, None if mac is None else {"mac": mac})
 
     def save_gate_state(self, mac: str, gate: str, value: str | None) -> None:
         """A plugged-in gate's value for the device (None removes it)."""
-        if value is None:
-            self._submit("DELETE FROM gate_state WHERE mac = ? AND gate = ?", (mac, gate))
-        else:
-            self._submit(
-                "INSERT INTO gate_state (mac, gate, value) VALUES (?,?,?) "
-                "ON CONFLICT(mac, gate) DO UPDATE SET value=excluded.value",
-                (mac, gate, value),
-            )
+        self._set_row("gate_state", {"mac": mac, "gate": gate}, None if value is None else {"value": value})
 
     def save_setting(self, key: str, value: str) -> None:
+        self._set_row("settings", {"key": key}, {"value": value})
+
+    def _set_row(self, table: str, key: Mapping[str, object], values: Mapping[str, object] | None) -> None:
+        """The row of `table` at `key` (its primary key's columns) set to `values`, or deleted (None). Table and
+        column names are this module's own words, never a caller's input."""
+        where = " AND ".join(f"{column} = ?" for column in key)
+        if values is None:
+            self._submit(f"DELETE FROM {table} WHERE {where}", tuple(key.values()))
+            return
+        columns = [*key, *values]
+        updates = ", ".join(f"{column}=excluded.{column}" for column in values)
         self._submit(
-            "INSERT INTO settings (key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-            (key, value),
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
+            f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}",
+            (*key.values(), *values.values()),
         )
 
     def move(self, old_mac: str, new_mac: str) -> None:
