@@ -54,13 +54,17 @@ class AnswerDhcp:
     """A DHCP answer, sent by the router's LAN interface into the switch (which passes it to the
     wireless port): DHCP arrives there too, so it is answered without an OpenFlow round trip.
 
-    after_rules: the answer lets a device use its address (an ACK to a device whose traffic is
-    forwarded), so the rules that forward it must be on the switch first: a device's first DNS
-    query follows its ACK within milliseconds, and a lost one costs it five seconds. Any other
-    answer goes before the rule changes it brings (`held.py`)."""
+    after_rules: the answer lets a device use its address (an ACK), so the rules that let its traffic
+    through must be on the switch first: a device's first DNS query follows its ACK within
+    milliseconds, and a lost one costs it five seconds (held back, its captive-portal probe). Any
+    other answer goes before the rule changes it brings (`held.py`).
+    held_back: the device is held back (pending; its rules are the captive portal's): its ACK follows
+    its own rules only while the router is not busy (no frames waiting, no changes held): in a storm,
+    encoding each newcomer's rules before its answer would slow every answer (`fair_serving._waits_for_rules`)."""
 
     data: bytes
     after_rules: bool = False
+    held_back: bool = False
 
 
 @dataclass(frozen=True)

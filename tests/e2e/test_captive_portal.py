@@ -81,6 +81,11 @@ def test_a_pending_device_is_sent_to_the_portal_and_once_let_in_gets_the_interne
     home.add("guest")
     home.add("family")
     home.dhcp("guest")
+    # Its first DNS query, the probe an OS sends as its lease is bound, is answered at once (one try, one
+    # second): before, its ACK went ahead of the portal's rules and the probe was lost (the resolver's retry
+    # came five seconds later).
+    first = home.exec("guest", "dig", "+time=1", "+tries=1", "+short", "connectivitycheck.gstatic.com", check=False)
+    assert first.stdout.split() == ["10.2.0.1"], first
     home.dhcp("family")
     home.permit("family")
     home.dhcp("family")

@@ -130,10 +130,17 @@ class FairServing:
         """Whether the answer in `effects` waits for rule changes: an ACK that lets the device use its address
         (its first DNS query must find its rules), if it brings some or some its frames brought are held. Not
         otherwise: a forwarding device's renewal changes none of its rules, and sending every change held behind
-        a storm's answers first held the lock 780 ms and delayed its answer as long (issue 39)."""
-        if not any(isinstance(e, AnswerDhcp) and e.after_rules for e in effects):
+        a storm's answers first held the lock 780 ms and delayed its answer as long (issue 39). A held-back
+        device's ACK (its captive portal's rules) waits only while nothing is held: a newcomer joining alone gets
+        its first probe answered; while other frames wait or changes are held (a storm, a power cut), its ACK goes
+        first, as the storm's others do, and a lost probe is asked again."""
+        answer = next((e for e in effects if isinstance(e, AnswerDhcp) and e.after_rules), None)
+        if answer is None:
             return False
-        return any(isinstance(e, RuleChange) for e in effects) or self.held_rules.holds_from(mac)
+        brings_rules = any(isinstance(e, RuleChange) for e in effects)
+        if answer.held_back:
+            return brings_rules and not self.held_rules and not self.from_devices
+        return brings_rules or self.held_rules.holds_from(mac)
 
     def _apply(
         self, effects: list[Effect], *, answers_first: bool = False, at_once: bool = False, source: str = ""

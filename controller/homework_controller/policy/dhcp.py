@@ -56,14 +56,14 @@ class Outcome:
 
 def answer(outcome: Outcome, router_mac: str) -> AnswerDhcp | None:
     """The outcome's reply as the router's LAN interface sends it into the switch; after the rule changes
-    the request brings if it lets the device use its address (an ACK to a device whose traffic is
-    forwarded: its first DNS query must find its rules in place), else before them (`effects.AnswerDhcp`)."""
+    the request brings if it lets the device use its address (an ACK: its first DNS query must find its
+    rules in place, the forwarding ones or, held back, the captive portal's), else before them
+    (`effects.AnswerDhcp`)."""
     reply = outcome.reply
     if reply is None:
         return None
-    lets_it_use_the_address = (
-        outcome.lease_action in ("granted", "renewed") and outcome.device is not None and outcome.device.forwards
-    )
+    device = outcome.device
+    lets_it_use_the_address = outcome.lease_action in ("granted", "renewed") and device is not None
     frame = packets.udp_frame(
         router_mac,
         reply.dst_mac,
@@ -73,7 +73,11 @@ def answer(outcome: Outcome, router_mac: str) -> AnswerDhcp | None:
         DHCP_CLIENT_PORT,
         encode_reply(reply),
     )
-    return AnswerDhcp(frame, after_rules=lets_it_use_the_address)
+    return AnswerDhcp(
+        frame,
+        after_rules=lets_it_use_the_address,
+        held_back=lets_it_use_the_address and device is not None and not device.forwards,
+    )
 
 
 def _destination(req: DhcpRequest, msg_type: int, yiaddr: str) -> tuple[str, str]:
