@@ -103,9 +103,12 @@ class ForgetNeighbours:
     for any in its /64s, so its next packet asks again and proxy ARP (or neighbour discovery) answers
     with the MAC there now. Until then the stack would send to the old MAC, which the switch drops:
     a newcomer given a freed /30 saw no DNS answers for seconds. Also one IPv6 address of a device
-    alone (no prefixes): the least recently asked beyond its bound (`ipv6.MAX_NEIGHBOURS_PER_DEVICE`)."""
+    alone (no prefixes): the least recently asked beyond its bound (`ipv6.MAX_NEIGHBOURS_PER_DEVICE`).
+    mac: the MAC to forget; an entry the stack has learnt since for the address's next holder stays (the
+    thread that forgets runs later than the decision, and deleting it would make the stack ask again)."""
 
     address: str
+    mac: str
     prefixes: tuple[str, ...] = ()
 
 

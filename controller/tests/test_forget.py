@@ -65,7 +65,7 @@ def test_the_next_newcomer_on_an_evicted_devices_slash30_is_not_sent_to_the_old_
     evicted_ip = lease(router, PHONE, PHONE_CLIENT)
     clock.now += 1
     effects = router.joining.on_dhcp(frame(LAPTOP, "discover"))
-    assert ForgetNeighbours(evicted_ip) in effects
+    assert ForgetNeighbours(evicted_ip, PHONE) in effects
     # Positive control: a newcomer that evicts nobody has the stack forget nothing.
     clock.now += 1
     router.joining.on_dhcp(frame(LAPTOP, "request", options=[("requested_addr", router.status(LAPTOP)["ip"])]))

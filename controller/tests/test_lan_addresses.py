@@ -84,16 +84,18 @@ def test_a_renumberings_old_gateway_and_its_route_leave_the_lan_interface_the_cu
     assert after == [["2001:db8:200:1::1", "2001:db8:300:1::1"], [NEW, "2001:db8:300:1::/64"]]
 
 
-FORGET = """
+DEVICE, OTHER, NEXT = "02:00:00:00:00:aa", "02:00:00:00:00:bb", "02:00:00:00:00:cc"
+FORGET = f"""
 import threading, time, subprocess, json
 from homework_controller.effects import ForgetNeighbours
 from homework_controller.edge.lan_addresses import LanAddresses
 
 lan = LanAddresses("lan0", ipv6=False)
 threading.Thread(target=lan.run_forever, daemon=True).start()
-lan.change(ForgetNeighbours("10.2.0.6", ("fd12:3456:789a:1::/64",)))
-lan.change(ForgetNeighbours("10.2.0.22"))  # never asked for: nothing breaks
-lan.change(ForgetNeighbours("fd12:3456:789a:2::cc"))  # one address, beyond its device's bound
+lan.change(ForgetNeighbours("10.2.0.6", {DEVICE!r}, ("fd12:3456:789a:1::/64",)))
+lan.change(ForgetNeighbours("10.2.0.22", {DEVICE!r}))  # never asked for: nothing breaks
+lan.change(ForgetNeighbours("fd12:3456:789a:2::cc", {OTHER!r}))  # one address, beyond its device's bound
+lan.change(ForgetNeighbours("10.2.0.14", {DEVICE!r}))  # learnt for its next holder already: it stays
 for _ in range(100):
     if lan.jobs.empty():
         break
@@ -103,25 +105,26 @@ entries = json.loads(subprocess.run(["ip", "-j", "neigh", "show", "dev", "lan0"]
 print(json.dumps(sorted(e["dst"] for e in entries)))
 """
 
-DEVICE, OTHER = "02:00:00:00:00:aa", "02:00:00:00:00:bb"
-KNOWN = {  # what the router's stack had learnt: the device's addresses, and another device's
+KNOWN = {  # what the router's stack had learnt: the device's addresses, and other devices' ones
     "10.2.0.6": DEVICE,
     "fd12:3456:789a:1::aa": DEVICE,
     "fd12:3456:789a:1::1234": DEVICE,  # a privacy address in its /64
     "10.2.0.10": OTHER,
     "fd12:3456:789a:2::bb": OTHER,
     "fd12:3456:789a:2::cc": OTHER,  # its least recently asked, beyond its bound (MAX_NEIGHBOURS_PER_DEVICE)
+    "10.2.0.14": NEXT,  # the device's old /30, the next newcomer's by the time the stack forgets
 }
 
 
 def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespace):
-    """And one IPv6 address alone, as when a device has more than its bound."""
+    """And one IPv6 address alone, as when a device has more than its bound; an address whose entry holds
+    another MAC by then (its next holder's) keeps it."""
     for address, mac in KNOWN.items():
         subprocess.run(
             ["ip", "-n", namespace, "neigh", "add", address, "lladdr", mac, "dev", "lan0", "nud", "reachable"],
             check=True,
         )
-    assert json.loads(run_in(namespace, FORGET)) == ["10.2.0.10", "fd12:3456:789a:2::bb"]
+    assert json.loads(run_in(namespace, FORGET)) == ["10.2.0.10", "10.2.0.14", "fd12:3456:789a:2::bb"]
 
 
 ROUTES = """

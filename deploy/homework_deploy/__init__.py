@@ -41,6 +41,8 @@ class Service:
     # It does one job and ends, started again whenever one of `triggered_by` changes (not at boot).
     oneshot: bool = False
     triggered_by: tuple[str, ...] = ()
+    # Its CPU priority as nice(1) counts it (-20 first .. 19 last; 0 as everyone else).
+    nice: int = 0
 
 
 def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
@@ -78,6 +80,7 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE, platform: str | 
             _platforms(name, s),
             bool(s.get("oneshot", False)),
             tuple(path for path in fill(s.get("triggered_by", [])) if path),
+            _nice(name, s),
         )
         for name, s in spec["services"].items()
     }
@@ -90,6 +93,21 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE, platform: str | 
         services = {name: s for name, s in services.items() if platform in s.platforms}
     start_order(services)  # refuses unknown names and circles now, not when something starts
     return services
+
+
+def _nice(name: str, spec: dict) -> int:
+    nice = spec.get("nice", 0)
+    if type(nice) is not int or not -20 <= nice <= 19:
+        raise ServicesError(f"{name}: `nice` must be a whole number from -20 to 19, not {nice!r}")
+    return nice
+
+
+def cpu_weight(nice: int) -> int:
+    """The cgroup CPU weight (systemd's CPUWeight=, 100 for everyone else) that gives a service's group the
+    share `nice` gives a process among others: the kernel's weights grow 1.25 times a step
+    (sched_prio_to_weight). A service manager that puts each service in a group of its own shares the CPU
+    between the groups first, so a nice alone would count only among the service's own threads."""
+    return max(1, min(10000, round(100 * 1.25**-nice)))
 
 
 def _platforms(name: str, spec: dict) -> frozenset[str]:

@@ -192,6 +192,7 @@ def render_service(service: Service, start: int) -> str:
         ]
     lines += [
         f"\tprocd_set_param respawn {RESPAWN}",
+        *([f"\tprocd_set_param nice {service.nice}"] if service.nice else []),
         "\tprocd_set_param stdout 1",
         "\tprocd_set_param stderr 1",
         "\tprocd_close_instance",

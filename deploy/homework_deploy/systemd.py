@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Service, ready_now
+from . import Service, cpu_weight, ready_now
 
 UNIT_PREFIX = "homework-"
 
@@ -167,6 +167,8 @@ def render(
     ]
     if not service.oneshot:  # a failed refresh waits for the next change
         lines += ["Restart=on-failure", "RestartSec=2"]
+    if service.nice:
+        lines += [f"Nice={service.nice}", f"CPUWeight={cpu_weight(service.nice)}"]
     if account.user != "root":
         lines.append(f"User={account.user}")
     if account.group != "root":

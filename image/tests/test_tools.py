@@ -977,6 +977,22 @@ def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
     assert no_updates["webui"].writes == ("/var/lib/homework/webui",)  # an empty setting is no path
 
 
+def test_the_controller_goes_ahead_of_pages_and_logs_on_a_busy_cpu_and_a_bad_priority_is_refused(tmp_path):
+    """services.toml's `nice`: the controller's unit gets the nice and the cgroup weight that gives its group the
+    same share (systemd puts each service in a group of its own, where a nice alone counts only among its own
+    threads); the others, everyone's default. A priority out of nice's range stops the load, with the reason."""
+    units = systemd.render_all(homework_deploy.load(SETTINGS, platform="image"), str(SETTINGS["PYTHON"]))
+    controller = units["homework-controller.service"]
+    assert unit_lines(controller, "Nice") == ["-5"] and unit_lines(controller, "CPUWeight") == ["305"]
+    for name in ("homework-webui.service", "homework-hwdb.service"):
+        assert unit_lines(units[name], "Nice") == [] and unit_lines(units[name], "CPUWeight") == []
+    assert [homework_deploy.cpu_weight(n) for n in (0, 5, -20, 19)] == [100, 33, 8674, 1]
+    toml = tmp_path / "services.toml"
+    toml.write_text(homework_deploy.SERVICES_FILE.read_text().replace("nice = -5", "nice = -30"))
+    with pytest.raises(homework_deploy.ServicesError, match="controller: `nice` must be a whole number from -20"):
+        homework_deploy.load(SETTINGS, toml)
+
+
 def test_a_service_without_declared_capabilities_is_refused():
     service = homework_deploy.Service("mystery", "?", ("true",), (), {}, 5)
     with pytest.raises(ValueError, match="no capabilities declared"):

@@ -226,6 +226,10 @@ def test_the_controller_script_runs_services_toml_command_with_uci_values():
     assert command.startswith("/usr/bin/python3 -m homework_controller ")
     assert '--lan-iface "${lan_iface}"' in command and '--stations "iw:${lan_wlan_port}"' in command
     assert 'procd_append_param command --high-share "${qos_high_share}"' in script
+    # Ahead of pages and logs when the cores are busy (services.toml's `nice`); the web UI as everyone else.
+    assert re.findall(r"procd_set_param nice (.*)", script) == ["-5"]
+    webui = (FEED / "homework-webui" / "files" / "homework-webui.init").read_text()
+    assert "procd_set_param nice" not in webui
 
 
 def test_a_setting_the_feed_does_not_map_is_refused_by_name(tmp_path):

@@ -387,7 +387,7 @@ class Ipv6Addresses:
         if len(answered) <= bound:
             return []
         oldest, _ = answered.popitem(last=False)
-        return [ForgetNeighbours(oldest)]
+        return [ForgetNeighbours(oldest, mac)]
 
     def _deprecated_of(self, mac: str, prefixes: tuple[str, ...], now: float) -> tuple[tuple[str, float], ...]:
         """The device's /64s from before a renumbering still to advertise (not one it has again)."""

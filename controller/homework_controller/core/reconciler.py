@@ -105,4 +105,4 @@ class Reconciler:
         # Its /64s if it forwards: a device that does not (a pending one) was never given any, so a storm
         # of newcomers making way costs the kernel one IPv4 entry each, not a walk of its IPv6 ones.
         prefixes = self.ipv6.current_prefixes(device.mac)
-        return [ForgetNeighbours(device.subnet.device_ip, prefixes)]
+        return [ForgetNeighbours(device.subnet.device_ip, device.mac, prefixes)]

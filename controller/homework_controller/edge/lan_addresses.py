@@ -119,26 +119,38 @@ class LanAddresses:
             LOG.error("could not remove earlier routes from %s: %s", self.lan_iface, exc)
 
     def _forget_neighbours(self, job: ForgetNeighbours) -> None:
-        """The kernel's neighbour entries for the device's address and for addresses in its /64s go."""
+        """The kernel's neighbour entries for the device's address and for addresses in its /64s go, those
+        that still hold its MAC."""
         try:
             found = self.ipr.link_lookup(ifname=self.lan_iface)
             if not found:
                 return
-            gone = [job.address]
+            entries = self._neighbour(job.address, found[0])
             if job.prefixes:
                 networks = [ipaddress.IPv6Network(p) for p in job.prefixes]
                 for entry in self.ipr.get_neighbours(family=socket.AF_INET6, ifindex=found[0]):
                     address = entry.get_attr("NDA_DST")
                     if address and any(ipaddress.IPv6Address(address) in n for n in networks):
-                        gone.append(address)
-            for address in gone:
+                        entries.append(entry)
+            gone = {e.get_attr("NDA_DST") for e in entries if e.get_attr("NDA_LLADDR") == job.mac}
+            for address in sorted(gone):
                 try:
                     self.ipr.neigh("del", dst=address, ifindex=found[0])
                 except NetlinkError as exc:
-                    if exc.code != ENOENT:  # the stack never asked for it
+                    if exc.code != ENOENT:  # gone meanwhile
                         LOG.error("could not forget the neighbour %s on %s: %s", address, self.lan_iface, exc)
         except NetlinkError as exc:
             LOG.error("could not read the neighbours on %s: %s", self.lan_iface, exc)
+
+    def _neighbour(self, address: str, index: int) -> list:
+        """The stack's entry for one address, if it has one (it never asked for an address nobody used)."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            return list(self.ipr.neigh("get", dst=address, ifindex=index, family=family))
+        except NetlinkError as exc:
+            if exc.code == ENOENT:
+                return []
+            raise
 
     def _add_gateway_address(self, subnet: Subnet) -> None:
         try:

@@ -183,7 +183,7 @@ class Home:
     def start(self, name: str) -> None:
         """Start one router service as deploy/services.toml defines it, and wait until it is ready."""
         service = self.services[name]
-        self.processes.start(name, service.command, cwd=REPO)
+        self.processes.start(name, service.command, cwd=REPO, nice=service.nice)
         wait_until(
             f"{name} to be ready",
             lambda: services.is_ready(service),

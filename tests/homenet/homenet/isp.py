@@ -290,7 +290,8 @@ link_mbit = {LINK_MBIT}
         (self.dir / "b").mkdir(exist_ok=True)
         defined = self._b_services()
         self.processes.start("isp-b-hwdb", defined["hwdb"].command, ns=NS_B, cwd=REPO)  # B's parent's priorities
-        self.processes.start("isp-b-router", defined["controller"].command, ns=NS_B, cwd=REPO)
+        controller = defined["controller"]
+        self.processes.start("isp-b-router", controller.command, ns=NS_B, cwd=REPO, nice=controller.nice)
         wait_until(
             "household B's router to connect to its slice",
             lambda: self.connected("b"),

@@ -46,12 +46,13 @@ class Processes:
             return None
         return pid if pid_alive(pid) else None
 
-    def start(self, name: str, argv, ns: str | None = None, cwd: Path | None = None) -> None:
-        """Start it unless it is running; its output goes to logs/NAME.log."""
+    def start(self, name: str, argv, ns: str | None = None, cwd: Path | None = None, nice: int = 0) -> None:
+        """Start it unless it is running (niced: services.toml's `nice`); its output goes to logs/NAME.log."""
         if self.pid(name):
             return
         self.logs.mkdir(parents=True, exist_ok=True)
-        full = (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in argv]
+        niced = ["nice", "-n", str(nice)] if nice else []  # nice(1) execs the command: the pid is its
+        full = (["ip", "netns", "exec", ns] if ns else []) + niced + [str(a) for a in argv]
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 full, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd
