@@ -9,11 +9,6 @@ A raw socket, not a UDP one: the policy checks the frame's source MAC against th
 hardware address, and a client without an address can only be answered at layer 2. A classic BPF
 filter keeps everything but DHCP to the server port out of the socket, so the rest of the
 LAN's traffic through the router's stack costs it nothing.
-
-Answers are sent while the controller holds its lock, so sending never blocks: when the LAN
-interface takes no more now (the switch reading it slowly in a storm: the send waited 9-11 ms
-under the lock, measured in the hostile bench's lease-completing storm), an answer waits behind the
-earlier ones for a thread of its own, which sends them in order.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ import ctypes
 import logging
 import socket
 import struct
-import threading
-from collections import deque
 from collections.abc import Callable
 
 from .. import flows
@@ -43,9 +36,6 @@ SOL_PACKET, PACKET_STATISTICS = 263, 6
 # burst) must fit while the controller is busy answering: the default (~200 KB, about 90 of
 # these frames as the kernel accounts them) dropped half of a 100-device storm.
 RECEIVE_BUFFER = 4 << 20
-# Answers waiting for the LAN interface to take them, at most: beyond that (a storm of thousands) one is
-# dropped, counted, and its client asks again.
-MAX_WAITING_ANSWERS = 1024
 
 # IPv4, UDP, first fragment, destination port 67 (tcpdump -dd 'udp dst port 67' for IPv4 only).
 _BPF_UDP_DST_PORT_67 = (
@@ -81,10 +71,6 @@ class DhcpPort:
         self.iface = iface
         self.malformed = 0
         self._dropped = 0  # by the kernel: the socket's buffer was full
-        self.answers_dropped = 0  # more than MAX_WAITING_ANSWERS waiting
-        self._waiting: deque[bytes] = deque()  # answers behind a full send buffer, oldest first
-        self._waiting_lock = threading.Lock()
-        self._answers_wait = threading.Event()  # set while some do: the sender thread's to send
         self._deliver: Callable[[packets.Frame], None] | None = None
         self.service = SocketService("socket", self._open, self._serve)
         self.supervisor = Supervisor("dhcp", [self.service])
@@ -108,7 +94,6 @@ class DhcpPort:
     def start(self, deliver: Callable[[packets.Frame], None]) -> None:
         self._deliver = deliver
         self.supervisor.start()
-        threading.Thread(target=self._send_waiting, name="dhcp-answers", daemon=True).start()
 
     def health(self) -> dict:
         return self.supervisor.health()
@@ -152,44 +137,10 @@ class DhcpPort:
             self._deliver(frame)
 
     def send(self, frame: bytes) -> None:
-        """Send an answer without blocking: now, if no earlier one waits and the interface takes it, else
-        behind the earlier ones (`_send_waiting`)."""
-        with self._waiting_lock:
-            if not self._waiting:
-                try:
-                    self._send_now(frame, socket.MSG_DONTWAIT)
-                    return
-                except BlockingIOError:
-                    pass
-            if len(self._waiting) >= MAX_WAITING_ANSWERS:
-                self.answers_dropped += 1
-                return
-            self._waiting.append(frame)
-            self._answers_wait.set()
-
-    def _send_waiting(self) -> None:
-        """The sender thread: the waiting answers, oldest first, each sent (blocking) before it leaves the
-        queue, so an answer `send` sends at once never overtakes one still waiting."""
-        while True:
-            self._answers_wait.wait()
-            with self._waiting_lock:
-                if not self._waiting:
-                    self._answers_wait.clear()
-                    continue
-                frame = self._waiting[0]
-            try:
-                self._send_now(frame, 0)
-            finally:
-                with self._waiting_lock:
-                    self._waiting.popleft()
-
-    def _send_now(self, frame: bytes, flags: int) -> None:
         sock = self.service.sock
         try:
             if sock is None:
                 raise OSError("not started")
-            sock.send(frame, flags)
-        except BlockingIOError:
-            raise
+            sock.send(frame)
         except OSError as exc:  # the interface is going away or coming back: the client asks again
             LOG.warning("DHCP answer not sent on %s: %s", self.iface, exc)
