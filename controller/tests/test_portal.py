@@ -178,6 +178,31 @@ def test_a_pending_device_reaches_the_routers_resolver_and_the_portal_and_nothin
     assert switch.send(ipv4(LOCAL, ROUTER_MAC, LAPTOP, ROUTER, laptop, flows.PROTO_TCP, 22, 40000)) == []
 
 
+def test_a_held_back_device_asking_for_pages_without_end_is_cut_at_the_switch_and_only_it(router, switch):
+    """A held-back device asking for pages as fast as it can kept the web UI and the controller busy enough to
+    triple another device's DNS p99 (issue 39's hostile bench). What it sends the portal goes through a meter of
+    its own: past a page's worth the switch drops it before any process sees it. Its DNS, another held-back
+    device's page and, once permitted, its own traffic are not cut."""
+    laptop = join(router, switch, LAPTOP, permit=False)
+    phone = join(router, switch, PHONE, permit=False)
+    to_portal = ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, ROUTER, flows.PROTO_TCP, 40000, 80)
+    reached = sum(bool(switch.send(to_portal)) for _ in range(1000))
+    assert reached == flows.PORTAL_METER_BURST  # the switch's clock stands still: its burst and no more
+    lookup = ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, gateway_of(router, LAPTOP), flows.PROTO_UDP, 40000, 53)
+    assert [d.port for d in switch.send(lookup)] == [LOCAL]
+    phones_page = ipv4(WLAN, PHONE, ROUTER_MAC, phone, ROUTER, flows.PROTO_TCP, 40000, 80)
+    assert [d.port for d in switch.send(phones_page)] == [LOCAL]
+    # Permitted, it has no budget towards the portal any more (the meter leaves with the portal's rules)...
+    portal_meter = flows.portal_meter_of(router.devices[LAPTOP].subnet).meter_id
+    assert portal_meter in switch.meters
+    switch.apply(router.decisions.permit(LAPTOP))
+    assert portal_meter not in switch.meters
+    # ...and nothing it sends is cut by one.
+    to_internet = ipv4(WLAN, LAPTOP, ROUTER_MAC, laptop, INTERNET, flows.PROTO_TCP, 40000, 443)
+    sent = [[d.port for d in switch.send(to_internet) if d.port != flows.CONTROLLER] for _ in range(1000)]
+    assert sent == [[LOCAL]] * 1000
+
+
 def test_a_held_back_device_cannot_ask_the_portal_as_another_device(router, switch):
     """The portal knows a device by the address a request comes from: the switch lets a held-back device
     send only from its own MAC and leased address, so it cannot be answered about another's."""

@@ -45,13 +45,14 @@ def test_pending_device_gets_no_forwarding_rules_only_its_own_packet_in_budget(r
     effects = router.joining.on_dhcp(
         frame(PHONE, "request", options=[("server_id", opts["server_id"]), ("requested_addr", pkt["BOOTP"].yiaddr)])
     )
-    [meter] = [e for e in effects if isinstance(e, InstallMeter)]
+    meter, portal_meter = [e.band for e in effects if isinstance(e, InstallMeter)]
+    assert portal_meter == flows.portal_meter_of(router.devices[PHONE].subnet)  # its budget towards the portal
     rules = installed(effects)
     budget = [
         r for r in rules if r.priority != flows.AdmissionPriority.PORTAL
     ]  # and the captive portal: test_portal.py
     assert {r.priority for r in budget} == {1001, 901}
-    assert all(flows.Meter(meter.band.meter_id) in r.actions for r in budget)
+    assert all(flows.Meter(meter.meter_id) in r.actions for r in budget)
 
 
 def test_permit_installs_source_checked_rules_and_deny_removes_them(router):

@@ -77,8 +77,8 @@ class SwitchMirror:
             # and ARP from the controller, so a storm of newcomers costs no netlink work.
             self.gateways.add(device.subnet.index)
             effects.append(AddGatewayAddress(device.subnet))
-        if wanted is not None and wanted.metered:
-            band = flows.device_meter(device)
+        meters = wanted.meters if wanted is not None else ()
+        for band in meters:
             if band.meter_id not in self.meters:
                 self.meters.add(band.meter_id)
                 effects.append(InstallMeter(band))
@@ -92,6 +92,12 @@ class SwitchMirror:
             self.installed[device.mac] = wanted
         else:
             self.installed.pop(device.mac, None)
+        # Its budget towards the portal, once its rules no longer use it (it forwards, or has no live lease): after
+        # the rules that did are gone (OpenFlow deletes a meter's rules with it).
+        portal = flows.portal_meter_of(device.subnet).meter_id if device.subnet else None
+        if portal in self.meters and all(band.meter_id != portal for band in meters):
+            self.meters.discard(portal)
+            effects.append(RemoveMeter(portal))
         return effects, have is not None
 
     def set_forwarding(
@@ -119,13 +125,13 @@ class SwitchMirror:
         return effects
 
     def evict(self, device: Device) -> list[Effect]:
-        """A forgotten device's rules and meter off the switch."""
+        """A forgotten device's rules and meters off the switch."""
         effects: list[Effect] = []
         if device.subnet:
-            meter = flows.device_meter(device).meter_id
             if self.installed.pop(device.mac, None) is not None:
                 effects.append(RemoveRules(flows.device_cookie(device)))
-            if meter in self.meters:
-                self.meters.discard(meter)
-                effects.append(RemoveMeter(meter))
+            for meter in (flows.device_meter(device).meter_id, flows.portal_meter_of(device.subnet).meter_id):
+                if meter in self.meters:
+                    self.meters.discard(meter)
+                    effects.append(RemoveMeter(meter))
         return effects

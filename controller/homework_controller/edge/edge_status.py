@@ -42,6 +42,7 @@ def counters(app: HomeworkController) -> dict:
         dhcp_frames_malformed=app.dhcp_port.malformed,
         dhcp_before_switch=app.dhcp_before_switch,
         dhcp_socket_dropped=app.dhcp_port.dropped(),
+        dhcp_answers_dropped=app.dhcp_port.answers.dropped,
         store_write_errors=app.router.store.errors,
         hwdb_rows_written=app.hwdb.written,
         hwdb_rows_dropped=app.hwdb.dropped,

@@ -94,6 +94,8 @@ from .values import (
     MULTICAST,
     NEWCOMERS_METER,
     PORT_MARK_PREFIX,
+    PORTAL_METER_BURST,
+    PORTAL_METER_PPS,
     PROTO_TCP,
     PROTO_UDP,
     TABLE_ACCOUNTING,
@@ -120,6 +122,7 @@ from .values import (
     outputs_to,
     port_mark,
     port_of_mark,
+    portal_meter_of,
     rule,
 )
 
@@ -143,6 +146,8 @@ __all__ = [
     "DEVICE_COOKIE_MASK",
     "DEVICE_METER_BURST",
     "DEVICE_METER_PPS",
+    "PORTAL_METER_BURST",
+    "PORTAL_METER_PPS",
     "DHCP_CLIENT_PORT",
     "DHCP_SERVER_PORT",
     "DNS_OVER_TLS_PORT",
@@ -189,6 +194,7 @@ __all__ = [
     "outputs_to",
     "port_mark",
     "port_of_mark",
+    "portal_meter_of",
     "portal_rules",
     "routed_to",
     "rule",

@@ -37,12 +37,14 @@ from .values import (
     FlowRule,
     GotoTable,
     Meter,
+    MeterBand,
     Output,
     SetField,
     cookie_of,
     device_cookie,
     meter_of,
     port_mark,
+    portal_meter_of,
     rule,
 )
 
@@ -84,9 +86,19 @@ class DeviceRules:
     gates: tuple[GateRules, ...] = ()  # what the plugged-in gates add
 
     @property
-    def metered(self) -> bool:
-        """Whether the rules send through the device's own meter (which must be on the switch first)."""
-        return self.subnet is not None
+    def meters(self) -> tuple[MeterBand, ...]:
+        """The meters its rules send through, which must be on the switch first: its own packet-in budget from
+        its first lease on, and its budget towards the captive portal while it has the portal's rules."""
+        if self.subnet is None:
+            return ()
+        if self.has_portal:
+            return meter_of(self.subnet), portal_meter_of(self.subnet)
+        return (meter_of(self.subnet),)
+
+    @property
+    def has_portal(self) -> bool:
+        """Held back with a live lease: it reaches the router's resolver and the portal only."""
+        return self.portal and not self.forwarding and not self.blacklisted and self.subnet is not None
 
     @property
     def own_ports(self) -> tuple[int, ...]:
@@ -191,7 +203,7 @@ class DeviceRules:
             }
         budget |= elsewhere
         if not self.forwarding:
-            return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.portal else budget)
+            return frozenset(budget | portal_rules(self.mac, own, subnet, cookie) if self.has_portal else budget)
         ip = subnet.device_ip
         # The router alone sets DSCP, which the shaper classifies on: a device's own EF mark must not jump
         # the queue (the marking table marks what the router chose).

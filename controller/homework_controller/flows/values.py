@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..model import Device
-from ..wire.lan import Subnet
+from ..wire.lan import SUBNET_COUNT, Subnet
 from ..wire.nd import ETH_IPV6
 
 TABLE_ADMISSION = 0
@@ -126,6 +126,11 @@ class MeterBand:
 # each (a device has its own budget only from its first lease on), and some to spare.
 NEWCOMERS_METER = MeterBand(1, rate_pps=100, burst=250)
 DEVICE_METER_PPS, DEVICE_METER_BURST = 20, 20
+# A held-back device's budget towards the captive portal (what it sends the router's port 80): a page and its
+# parts in one burst, a few pages a second after that. A device asking for pages as fast as it can (8 at once)
+# otherwise kept the web UI and the controller busy enough to triple another device's DNS p99 (issue 39); now
+# the switch drops what is over, before any process sees it.
+PORTAL_METER_PPS, PORTAL_METER_BURST = 100, 300
 
 
 # DHCP reaching the router's DHCP socket carries the access port it came in on as its destination MAC
@@ -154,6 +159,11 @@ def device_meter(device: Device) -> MeterBand:
 
 def meter_of(subnet: Subnet) -> MeterBand:
     return MeterBand(2 + subnet.index, DEVICE_METER_PPS, DEVICE_METER_BURST)
+
+
+def portal_meter_of(subnet: Subnet) -> MeterBand:
+    """The /30's device's budget towards the captive portal (ids above every `meter_of`)."""
+    return MeterBand(2 + SUBNET_COUNT + subnet.index, PORTAL_METER_PPS, PORTAL_METER_BURST)
 
 
 @dataclass(frozen=True)
