@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from homework_controller.edge.flow_export import (
     Collector,
     ConnectionTotals,
+    Direction,
     ExportParser,
     FlowRecord,
     MalformedExport,
@@ -34,7 +36,7 @@ DATAGRAMS = [bytes.fromhex(d) for d in FIXTURE["datagrams"]]
 EXPORTER = "127.0.0.1:40000"
 
 
-def summed(records: list[FlowRecord]) -> dict[FiveTuple, list[int]]:
+def summed(records: list[FlowRecord]) -> dict[Direction, list[int]]:
     totals = ConnectionTotals()
     totals.add(records)
     return totals.take()
@@ -191,6 +193,59 @@ def test_a_failing_callback_costs_only_its_batch():
         collector.stop()
 
 
+def woken(pid: int) -> int:
+    """How often the process has gone to sleep and been woken again."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_datagrams_arriving_one_by_one_are_all_counted_without_a_wake_up_each():
+    batches = Batches()
+    collector = Collector(batches, interval_s=0.2).start()
+    exporter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        assert collector.child is not None
+        send(collector.port, DATAGRAMS[:1], exporter)  # the templates
+        wait_for(lambda: collector.stats()["datagrams"] == 1)
+        before = woken(collector.child.pid)
+        rounds = 50  # 600 datagrams, one every millisecond, as OVS sends records that end apart
+        for _ in range(rounds):
+            for datagram in DATAGRAMS[1:]:
+                exporter.sendto(datagram, ("127.0.0.1", collector.port))
+                time.sleep(0.001)
+        sent = 1 + rounds * (len(DATAGRAMS) - 1)
+        wait_for(lambda: collector.stats()["datagrams"] == sent)
+        wake_ups = woken(collector.child.pid) - before
+        # every record counted, none lost: each round's datagrams carry what the wire carried
+        wait_for(
+            lambda: tcp_totals(batches.totals)
+            == {(s, sp, d, dp): [rounds * p, rounds * o] for s, sp, d, dp, p, o in FIXTURE["wire"]}
+        )
+        assert collector.stats()["dropped"] == 0
+        # it read them in batches, not woken for each (a wake-up costs more than a datagram's parse)
+        assert wake_ups < (sent - 1) / 3, wake_ups
+    finally:
+        exporter.close()
+        collector.stop()
+
+
+def test_datagrams_the_socket_could_not_hold_are_counted_as_dropped():
+    collector = Collector(Batches(), interval_s=0.2).start()
+    try:
+        assert collector.child is not None
+        collector.child.send_signal(signal.SIGSTOP)  # behind: nothing is read while the burst comes
+        big = b"\x00\x0a" + bytes(60000)  # malformed: each costs only itself once read
+        sent = 600  # 36 MB, past the receive buffer
+        send(collector.port, [big] * sent)
+        collector.child.send_signal(signal.SIGCONT)
+        wait_for(lambda: collector.stats()["datagrams"] + collector.stats()["dropped"] == sent)
+        stats = collector.stats()
+        assert stats["dropped"] > 0 and stats["datagrams"] > 0, stats  # positive control: most were read
+        assert stats["malformed"] == stats["datagrams"]
+    finally:
+        collector.stop()
+
+
 def test_totals_between_hand_overs_are_bounded_and_the_rest_counted_by_address():
     device = "10.2.0.6"
     flood = [FlowRecord(17, device, 5000, f"198.51.{i // 250}.{i % 250}", 53, 1, 100, 0, 0) for i in range(5000)]
@@ -199,7 +254,8 @@ def test_totals_between_hand_overs_are_bounded_and_the_rest_counted_by_address()
     totals.add(flood + replies)
     taken = totals.take()
     # every byte the device sent is in a row that names it as the source: per connection or as a whole
-    assert sum(b for f, (_, b) in taken.items() if f.saddr == device and f.daddr != "0.0.0.0") == 100 * 100
+    sent = [total for (_, saddr, _, daddr, _), total in taken.items() if saddr == device and daddr != "0.0.0.0"]
+    assert sum(octets for _, octets in sent) == 100 * 100
     assert taken[FiveTuple(0, device, 0, "0.0.0.0", 0)] == [4900, 4900 * 100]
     # what came to it: past the directions' bound, counted by its destination address
     assert taken[FiveTuple(0, "0.0.0.0", 0, device, 0)] == [50, 50 * 80]

@@ -270,8 +270,8 @@ class FastPathCount:
         self._parse = parser._parse_data_sets
         parser._parse_data_sets = self  # type: ignore[method-assign]
 
-    def __call__(self, data: bytes, exporter: str) -> list[FlowRecord] | None:
-        records = self._parse(data, exporter)
+    def __call__(self, data: bytes, exporter: str, domain: int, exported: float) -> list[FlowRecord] | None:
+        records = self._parse(data, exporter, domain, exported)
         if records is None:
             self.declined += 1
         else:
