@@ -4,8 +4,10 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
+from homenet.wait import wait_until
 from homework_controller import flows
 from homework_controller.edge import ofapp
+from homework_controller.edge.outbox import Outbox, call
 from homework_controller.effects import InstallRules, RemoveRules
 from homework_controller.flows import base_flows, openflow
 from homework_controller.model import Device, State
@@ -134,8 +136,10 @@ def test_a_devices_rules_reach_the_switch_as_one_write_of_the_bytes_os_ken_sends
     encoded for a switch that has since reconnected goes to neither (the new one gets the whole rule set)."""
     app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
     app.datapath = RecordingDatapath()
+    app.to_switch = Outbox(call, "to-switch")
     change = InstallRules(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01"))
     app.change_rules(change)
+    wait_until("the change to be handed to os-ken", lambda: len(app.to_switch) == 0, 5)
     by_os_ken = RecordingDatapath()
     for rule in change.rules:
         msg = openflow.flow_mod(rule)
@@ -146,7 +150,7 @@ def test_a_devices_rules_reach_the_switch_as_one_write_of_the_bytes_os_ken_sends
     encoded = app.encode_rules(RemoveRules(flows.device_cookie(PHONE)))
     before, app.datapath = app.datapath, RecordingDatapath()  # the switch reconnected meanwhile
     app.send_encoded(encoded)
-    assert len(before.written) == 1 and app.datapath.written == []
     # Positive control: encoded for the switch connected now, it goes.
     app.send_encoded(app.encode_rules(RemoveRules(flows.device_cookie(PHONE))))
-    assert len(app.datapath.written) == 1
+    wait_until("both to be handed over", lambda: len(app.to_switch) == 0, 5)
+    assert len(before.written) == 1 and len(app.datapath.written) == 1

@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import dpkt
@@ -56,12 +57,13 @@ from homework_controller.api.server import TimedLock
 from homework_controller.config import CONFIG
 from homework_controller.core.router import HomeRouter
 from homework_controller.edge import log_writer, ofapp
-from homework_controller.edge.dhcp_port import ETH_P_IP, AnswerQueue, DhcpPort
+from homework_controller.edge.dhcp_port import ETH_P_IP, MAX_WAITING_ANSWERS, DhcpPort
 from homework_controller.edge.fair_serving import NEWCOMERS
 from homework_controller.edge.fairness import FairQueue
 from homework_controller.edge.held import ANSWER, HeldChanges
 from homework_controller.edge.hwdb_log import BATCH_SECONDS, HwdbLog
 from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.outbox import Outbox, call
 from homework_controller.edge.supervised import SocketService
 from homework_controller.policy import dhcp
 from homework_controller.radio.hostapd_ctrl import Authenticator
@@ -189,12 +191,13 @@ def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[ofap
     app.authenticator = Authenticator("", "", list)  # no hostapd to tell
     port = DhcpPort.__new__(DhcpPort)
     port.iface, port.malformed = "lan", 0
-    port.answers = AnswerQueue(port._send_now)
+    port.answers = Outbox(port._send_now, "dhcp-answers", MAX_WAITING_ANSWERS)
     port.service = SocketService("socket", lambda: sock, port._serve)
     port.service.sock = sock  # type: ignore[assignment]
     port._deliver = app._on_dhcp
     app.dhcp_port = port
     app.datapath = Datapath()
+    app.to_switch = Outbox(call, "to-switch")
     app._apply(app.router.switch_ready(WLAN_PORT, ROUTER_MAC))
     return app, port
 
@@ -226,6 +229,14 @@ class Clocks:
             self.cpu += time.process_time() - cpu
 
 
+def wait_for(count: Callable[[], int], expected: int, timeout_s: float = 10) -> int:
+    """`count()` once it reaches `expected` (what an outbox's thread sends comes a moment later), or at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while (got := count()) < expected and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return got
+
+
 def burst(app: ofapp.HomeworkController, port: DhcpPort, sock: PacketSocket, frames: list[bytes]) -> None:
     """One burst through the path: every frame read and queued, then served turn by turn until only
     held rule changes are left (the devices are not quiet yet)."""
@@ -234,10 +245,7 @@ def burst(app: ofapp.HomeworkController, port: DhcpPort, sock: PacketSocket, fra
     serve_until_drained(port, sock)
     while app._serve_one_turn() == ANSWER:
         pass
-    deadline = time.monotonic() + 10
-    while len(sock.sent) - answered < len(frames) and time.monotonic() < deadline:  # the answers' own thread
-        time.sleep(0.001)
-    assert len(sock.sent) - answered == len(frames), "every frame answered"
+    assert wait_for(lambda: len(sock.sent) - answered, len(frames)) == len(frames), "every frame answered"
 
 
 def storm_round(
@@ -261,7 +269,8 @@ def storm_round(
     # then some left at its end, between answers, as they would in the controller.
     # A newcomer's own budget (four rules and a meter), its router and neighbour solicitations' two (IPv6 on, as
     # shipped) and, pending with a live lease, the portal's six rules and its meter.
-    assert app.datapath.sent - switch_setup == 14 * devices, "four rules, two meters, two ND and six portal rules each"
+    sent = wait_for(lambda: app.datapath.sent - switch_setup, 14 * devices)  # the switch's outbox thread sends them
+    assert sent == 14 * devices, "four rules, two meters, two ND and six portal rules each"
     with clocks.phase("other threads"):  # what the store's and hwdb's writers still have to do
         app.router.store.flush()
         while hwdb.rows.qsize():
@@ -304,9 +313,7 @@ def threaded_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog) -> 
         wall[phase] = time.perf_counter() - start
         cpu += time.process_time() - start_cpu
         frames = [request_for(offer, mac) for offer, mac in zip(sock.sent[-devices:], macs, strict=True)]
-    deadline = time.monotonic() + 10
-    while app.datapath.sent < switch_setup + 5 * devices and time.monotonic() < deadline:  # held rules, once quiet
-        time.sleep(0.01)
+    wait_for(lambda: app.datapath.sent - switch_setup, 5 * devices)  # held rules, once quiet
     sock.frames.put(None)
     app.router.store.close()
     return {"discover": wall["discover"] / devices, "request": wall["request"] / devices, "cpu": cpu / (2 * devices)}

@@ -10,12 +10,8 @@ hardware address, and a client without an address can only be answered at layer 
 filter keeps everything but DHCP to the server port out of the socket, so the rest of the
 LAN's traffic through the router's stack costs it nothing.
 
-Answers are decided under the controller's lock, so they are not sent there: a send is a system call,
-and every system call lets go of the GIL, which the holder then waits to get back behind the other
-busy threads (the interpreter hands it over every few milliseconds). In the hostile bench's
-lease-completing storm a send held the lock 9-12 ms with 0.3 ms of it on a CPU, while every device's
-DHCP and DNS waited; sending without blocking (MSG_DONTWAIT) kept that wait. So answers are handed
-to a thread of their own (`AnswerQueue`), which sends them in the order decided.
+Answers are decided under the controller's lock, so they are not sent there (`outbox.py` says why): they
+are handed to a thread of their own (`answers`), which sends them in the order decided.
 """
 
 from __future__ import annotations
@@ -23,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import queue
 import socket
 import struct
-import threading
 from collections.abc import Callable
 
 from .. import flows
 from ..wire import packets
+from .outbox import Outbox
 from .supervised import SocketService, Supervisor
 
 LOG = logging.getLogger(__name__)
@@ -72,43 +67,6 @@ def _attach_filter(sock: socket.socket, program) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)  # the kernel copies the program
 
 
-class AnswerQueue:
-    """Frames on their way out, sent in the order put by a thread of its own (started with the first).
-    `put` makes no system call and never waits: it is called under the controller's lock."""
-
-    def __init__(self, send: Callable[[bytes], None], limit: int = MAX_WAITING_ANSWERS):
-        self._send, self.limit = send, limit
-        self._waiting: queue.SimpleQueue[bytes] = queue.SimpleQueue()  # C: its put never lets go of the GIL
-        self.dropped = 0  # more than `limit` were waiting
-        self._sender: threading.Thread | None = None
-        self._starting = threading.Lock()
-
-    def put(self, frame: bytes) -> None:
-        if self._waiting.qsize() >= self.limit:
-            self.dropped += 1
-            return
-        self._waiting.put(frame)
-        if self._sender is None:
-            self._start()
-
-    def __len__(self) -> int:
-        return self._waiting.qsize()
-
-    def _start(self) -> None:
-        with self._starting:
-            if self._sender is None:
-                self._sender = threading.Thread(target=self._send_in_order, name="dhcp-answers", daemon=True)
-                self._sender.start()
-
-    def _send_in_order(self) -> None:
-        while True:
-            frame = self._waiting.get()
-            try:
-                self._send(frame)
-            except Exception:  # a bug costs this answer (its client asks again), not the ones after it
-                LOG.exception("DHCP answer not sent")
-
-
 class DhcpPort:
     """Reads clients' DHCP frames from the LAN interface and sends the router's answers into it.
 
@@ -120,7 +78,7 @@ class DhcpPort:
         self.iface = iface
         self.malformed = 0
         self._dropped = 0  # by the kernel: the socket's buffer was full
-        self.answers = AnswerQueue(self._send_now)
+        self.answers: Outbox[bytes] = Outbox(self._send_now, "dhcp-answers", MAX_WAITING_ANSWERS)
         self._deliver: Callable[[packets.Frame], None] | None = None
         self.service = SocketService("socket", self._open, self._serve)
         self.supervisor = Supervisor("dhcp", [self.service])
@@ -187,7 +145,7 @@ class DhcpPort:
             self._deliver(frame)
 
     def send(self, frame: bytes) -> None:
-        """Hand an answer over to be sent (`AnswerQueue`): at once, without waiting for the interface."""
+        """Hand an answer over to be sent: at once, without waiting for the interface."""
         self.answers.put(frame)
 
     def _send_now(self, frame: bytes) -> None:

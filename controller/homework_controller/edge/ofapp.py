@@ -12,6 +12,7 @@ import gc
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from typing import assert_never
 
 from os_ken.base import app_manager
@@ -57,6 +58,7 @@ from .fairness import FairQueue
 from .held import HeldChanges
 from .hwdb_log import HwdbLog
 from .lan_addresses import LanAddresses
+from .outbox import Outbox, call
 from .periodic import PeriodicJobs
 from .station_events import StationEvents
 
@@ -97,6 +99,9 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         self.dhcp_before_switch = 0
         self.packet_ins = 0  # received: DHCP, ARP, neighbour discovery, EAPOL, a newcomer's first frames
         self.held_rules = HeldChanges()  # rule and meter changes waiting behind DHCP answers
+        # What goes to the switch, handed to os-ken in the order decided by a thread of its own (`outbox.py`);
+        # an answer that must follow its rules is handed to the DHCP socket from there (`answer_dhcp`).
+        self.to_switch: Outbox[Callable[[], object]] = Outbox(call, "to-switch")
         self.radio_settings = radio_settings.RadioSettingsFile(CONFIG.radio_settings)
         self.lan_addresses = LanAddresses(CONFIG.lan_iface, ipv6=self.router.ipv6.enabled)
         self.stats_parts: list = []
@@ -204,7 +209,7 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
                 self._send(dp, msg)
             self._apply(self.router.switch_ready(access, local.hw_addr, without_link))
             # Ready once the switch has acted on all of that, not when it is merely queued.
-            dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
+            self._send(dp, dp.ofproto_parser.OFPBarrierRequest(dp))
         LOG.info(
             "switch %016x connected: access ports %s, router MAC %s",
             dp.id,
@@ -396,27 +401,34 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
         return dp, b"".join(msg.buf for msg in msgs)
 
     def send_encoded(self, encoded: tuple[Datapath | None, bytes]) -> None:
-        """Queue a change's encoded messages to their switch, if it is still the one connected (else its successor
-        gets the whole rule set). One buffer for them all: os-ken's send queue holds 16 and a sender blocks on
-        it until os-ken's thread has written the oldest out, so a newcomer's ten rules queued one by one under
-        the lock waited on that thread (the storm's longest hold after encoding left it, 38 ms)."""
+        """Send a change's encoded messages to their switch (`to_switch`), if it is still the one connected then
+        (else its successor gets the whole rule set). One buffer for them all: os-ken's send queue holds 16 and
+        a sender blocks on it until os-ken's thread has written the oldest out."""
         dp, data = encoded
-        if dp is not None and dp is self.datapath and data:
+        if dp is not None and data:
+            self.to_switch.put(functools.partial(self._hand_to_os_ken, dp, data))
+
+    def _hand_to_os_ken(self, dp: Datapath, data: bytes) -> None:
+        if dp is self.datapath:
             dp.send(data)
 
     def switch_room(self) -> int:
         """How many buffers os-ken's send queue to the switch takes now before a sender waits for its thread to
-        write (to a switch that reads them slowly); none connected: any number (they are dropped)."""
+        write (to a switch that reads them slowly), less those still on their way to it; none connected: any
+        number (they are dropped)."""
         dp = self.datapath
         queue = dp.send_q if dp is not None else None
-        return queue.maxsize - queue.qsize() if queue is not None else sys.maxsize
+        return queue.maxsize - queue.qsize() - len(self.to_switch) if queue is not None else sys.maxsize
 
     def send_frame(self, frame: SendFrame) -> None:
         if self.datapath is not None:  # a frame for a switch that is not there is lost, as on a wire
             self._send(self.datapath, openflow.packet_out(frame.port, frame.data))
 
     def answer_dhcp(self, answer: AnswerDhcp) -> None:
-        self.dhcp_port.send(answer.data)
+        if answer.after_rules and len(self.to_switch):  # its rules may be among those: it leaves after them
+            self.to_switch.put(functools.partial(self.dhcp_port.send, answer.data))
+        else:
+            self.dhcp_port.send(answer.data)
 
     def change_lan_addresses(self, change: LanAddressChange) -> None:
         self.lan_addresses.change(change)  # netlink takes milliseconds: off the packet path, in order
@@ -437,7 +449,10 @@ class HomeworkController(FairServing, PeriodicJobs, StationEvents, Ws1Service, E
     def log_row(self, row: LogRow) -> None:
         self.hwdb.write(row.table, row.row)
 
-    @staticmethod
-    def _send(dp, msg) -> None:
+    def _send(self, dp, msg) -> None:
+        """A message to the switch, serialised here (os-ken's `send_msg` without the send) and sent in order."""
         msg.datapath = dp
-        dp.send_msg(msg)
+        if msg.xid is None:
+            dp.set_xid(msg)
+        msg.serialize()
+        self.send_encoded((dp, msg.buf))
