@@ -28,7 +28,7 @@ test: deps lint unit e2e image-test
 lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy controller/homework_controller tests/homenet/homenet deploy/homework_deploy
+	$(VENV)/bin/mypy controller/homework_controller homenet/homenet deploy/homework_deploy
 	PYTHONPATH=controller $(VENV)/bin/lint-imports
 	$(MAKE) -C hwdb lint PYTHON=$(abspath $(PY))
 	$(MAKE) -C webui lint PYTHON=$(abspath $(PY))

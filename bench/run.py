@@ -9,7 +9,7 @@ and regenerate docs/PERFORMANCE.md.
 
 Every result a benchmark writes is stamped with the commit, date, machine and load average as it began
 (`common.run_stamped`), so the code measured must be this checkout's: the venv's packages installed from it
-(a clone's `make deps`), or, from another worktree, PYTHONPATH=controller:tests/homenet:webui.
+(a clone's `make deps`), or, from another worktree, PYTHONPATH=controller:homenet:webui.
 
 Each benchmark brings up what it needs (the emulated home, a plain OVS bridge as the
 baseline) and tears it down again. These machines are noisy: results are medians and

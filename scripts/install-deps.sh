@@ -82,9 +82,10 @@ done
 # Python: one venv for the controller, the web UI backend, hwdb's client and the emulated home,
 # from the lock file; the project's own packages are installed editable, so nothing needs PYTHONPATH.
 PYTHON=${PYTHON:-python3}
-PACKAGES=(deploy controller webui hwdb/python tests/homenet isp-flowvisor image)
+PACKAGES=(deploy controller webui hwdb/python homenet isp-flowvisor image)
 stamp=.venv/.requirements.sha256
-want=$(cat requirements.lock "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -d' ' -f1)
+# The packages' paths count too: a package moved in the tree is installed editable from its new place.
+want=$({ echo "${PACKAGES[*]}"; cat requirements.lock "${PACKAGES[@]/%//pyproject.toml}"; } | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "deps: building the Python venv from requirements.lock"
   "$PYTHON" -m venv .venv

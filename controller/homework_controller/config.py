@@ -65,6 +65,12 @@ class Config:
     def access_port_names(self) -> tuple[str, ...]:
         return self.access_ports or (self.wlan_port,)
 
+    def radio_port_name(self) -> str:
+        """The interface hostapd serves, as its control socket is named ("" without one). On a router with a
+        radio the socket the services use is a link under the bridge's name to the radio's (`wlan0`); in the
+        emulated home hostapd serves the bridge itself (802.1X), which is no access port."""
+        return os.path.basename(os.path.realpath(self.hostapd_ctrl)) if self.hostapd_ctrl else ""
+
     def qos_settings(self) -> qos.QosSettings:
         """The shaping options; a link without an interface and a rate is not shaped."""
 

@@ -1,4 +1,4 @@
-"""What the router's core answers an event with: effects for the I/O edge (`ofapp`) to carry out.
+"""What the router's core answers an event with: effects for the I/O edge (`edge.sink`) to carry out.
 
 Plain values, so the core and its concerns are tested without a switch, a socket or the kernel.
 """
@@ -81,9 +81,13 @@ class AuthenticatorDeny:
 
 @dataclass(frozen=True)
 class AuthenticatorKick:
-    """Tell the authenticator (hostapd) to take a station off the air now; it may join again."""
+    """Tell the authenticator (hostapd) to take a station off the air now; it may join again. port: the
+    access port of the access point that authenticated it (None: the router's own); a satellite's is the
+    satellite's to carry out (told in the answer to its report), never the router's radio's, where the
+    device this is a copy of may be."""
 
     mac: str
+    port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ Effect = (
 
 
 class EffectSink(ABC):
-    """Where effects are carried out: the os-ken app (`ofapp`), over the real switch and the kernel, and the
+    """Where effects are carried out: the I/O edge (`edge.sink`), over the real switch and the kernel, and the
     web UI's test stack, over the fake switch. `carry_out` says once which method each kind of effect goes
     to; mypy proves every kind has one (`assert_never`), and each sink defines every method (an effect it
     has nowhere to carry is a no-op there that says why)."""

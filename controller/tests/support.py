@@ -185,7 +185,7 @@ def free_port() -> int:
 
 
 class Resolver:
-    """A DnsServer wired to a HomeRouter as ofapp wires it (the same lock type), on loopback.
+    """A DnsServer wired to a HomeRouter as the edge wires it (`service_calls.py`; the same lock type), on loopback.
 
     Every loopback client is taken for the permitted phone: the address check itself is the
     router core's, tested in test_dns_gating.

@@ -10,7 +10,12 @@ from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
 from homework_controller import flows
 from homework_controller.__main__ import parse_args
-from homework_controller.effects import AnswerDhcp, SendFrame, TellHousehold
+from homework_controller.concerns import port_binding
+from homework_controller.config import Config
+from homework_controller.edge.sink import EdgeSink
+from homework_controller.edge.switch_connection import SwitchConnection
+from homework_controller.effects import AnswerDhcp, AuthenticatorKick, SendFrame, TellHousehold
+from homework_controller.policy import wifi_keys
 from homework_controller.wire import packets
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
@@ -219,3 +224,143 @@ def test_access_ports_are_named_on_the_command_line_and_default_to_the_radios_po
     assert parse_args(["--access-ports", "wlan0, lan1,wlan0,"]).access_ports == ("wlan0", "lan1")
     with pytest.raises(SystemExit):
         parse_args(["--access-ports", "wlan0,a-name-longer-than-ifnamsiz"])
+
+
+# -- Roaming: a second access point on another access port (a satellite's cable in LAN). The access point that
+# authenticated a device says where it is; a frame where it did not authenticate is a copy's.
+
+
+def own_key(router, mac) -> str:
+    router.passphrases.network_named("home")  # as hostapd names it when the controller attaches
+    return router.decisions.issue_wifi_key(mac)["keyid"]
+
+
+def test_a_device_roaming_with_its_own_passphrase_moves_at_once_and_keeps_its_address_and_decisions(router, switch):
+    phone = join_on(router, switch, PHONE, WLAN)
+    keyid = own_key(router, PHONE)
+    switch.apply(router.joining.station_joined(PHONE, keyid, WLAN))
+    router.decisions.rename(PHONE, "Anna's phone")
+    assert reaches_the_internet(switch, WLAN, PHONE, phone)
+    for there, before in ((LAN, WLAN), (WLAN, LAN), (LAN, WLAN)):  # to the satellite, back, and again
+        effects = router.joining.station_joined(PHONE, keyid, there)  # it authenticated there: its key proves it
+        assert not clone_events(effects)
+        switch.apply(effects)
+        status = router.status(PHONE)
+        assert (status["access_port"], status["ip"], status["state"]) == (there, phone, "permitted")
+        assert status["name"] == "Anna's phone" and status["clone_suspected"] is None
+        assert reaches_the_internet(switch, there, PHONE, phone)
+        assert not reaches_the_internet(switch, before, PHONE, phone)  # its MAC where it left: a copy's
+        router.joining.station_left(PHONE, before)  # the access point it left says so, later: nothing changes
+        assert router.status(PHONE)["access_port"] == there
+
+
+def test_a_guest_passphrase_device_moves_on_the_word_of_the_access_point_it_roamed_to(router, switch):
+    """A station roaming away need not tell the access point it leaves (on real 802.11 it did not): the one
+    that authenticated it says where it is."""
+    phone = join_on(router, switch, PHONE, WLAN)
+    switch.apply(router.joining.station_joined(PHONE, "", WLAN))
+    effects = router.joining.station_joined(PHONE, "", LAN)  # the satellite authenticated it
+    assert not clone_events(effects)
+    switch.apply(effects)
+    assert router.status(PHONE)["access_port"] == LAN and router.status(PHONE)["ip"] == phone
+    assert reaches_the_internet(switch, LAN, PHONE, phone)
+    assert not reaches_the_internet(switch, WLAN, PHONE, phone)
+    router.joining.station_left(PHONE, WLAN)  # the radio notices, minutes later: nothing changes
+    switch.apply(router.joining.station_joined(PHONE, "", WLAN))  # and back
+    assert router.status(PHONE)["access_port"] == WLAN and reaches_the_internet(switch, WLAN, PHONE, phone)
+
+
+def test_a_guest_passphrase_copy_at_the_other_access_point_is_flagged_by_the_devices_own_frames(router, switch, clock):
+    """With the guest passphrase the MAC is the device's only identity, on one radio as on two: a copier at the
+    satellite takes it over as it would on the router's radio. The device's own frames, still arriving where it
+    is, say so: flagged, and the household's word puts it back."""
+    phone = join_on(router, switch, PHONE, WLAN)
+    switch.apply(router.joining.station_joined(PHONE, "", WLAN))
+    switch.apply(router.joining.station_joined(PHONE, "", LAN))  # the copy (the phone never left the radio)
+    router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone))  # as a roam's first frames: a moment's grace
+    clock.now += port_binding.ROAM_GRACE_S
+    [event] = clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
+    assert f"access port {WLAN}" in event.message and router.status(PHONE)["clone_suspected"] is not None
+    switch.apply(router.decisions.permit(PHONE))  # the household looks at it: where the phone itself was seen
+    assert router.status(PHONE)["access_port"] == WLAN and reaches_the_internet(switch, WLAN, PHONE, phone)
+    assert not reaches_the_internet(switch, LAN, PHONE, phone)
+
+
+def test_a_copy_of_a_device_with_its_own_passphrase_is_put_off_the_other_access_point(router, switch):
+    phone = join_on(router, switch, PHONE, WLAN)
+    keyid = own_key(router, PHONE)
+    switch.apply(router.joining.station_joined(PHONE, keyid, WLAN))
+    effects = router.joining.station_joined(PHONE, wifi_keys.GUEST_KEYID, LAN)  # its MAC, the guest passphrase
+    # Put off the satellite's air, not the router's radio's, where the phone itself is.
+    assert AuthenticatorKick(PHONE, LAN) in effects and AuthenticatorKick(PHONE) not in effects
+    assert clone_events(effects)
+    switch.apply(effects)
+    assert router.status(PHONE)["access_port"] == WLAN
+    assert reaches_the_internet(switch, WLAN, PHONE, phone) and not reaches_the_internet(switch, LAN, PHONE, phone)
+
+
+def test_a_wired_devices_mac_authenticated_on_the_radio_with_the_guest_passphrase_is_not_moved(router, switch):
+    """A cable says nothing of who is on it, so nothing says the laptop left it: the household decides."""
+    laptop = join_on(router, switch, LAPTOP, LAN)
+    switch.apply(router.joining.station_joined(LAPTOP, "", WLAN))
+    assert router.status(LAPTOP)["access_port"] == LAN
+    assert clone_events(router.joining.on_admission_copy(WLAN, packet_in(LAPTOP, laptop)))
+    assert reaches_the_internet(switch, LAN, LAPTOP, laptop) and not reaches_the_internet(switch, WLAN, LAPTOP, laptop)
+    # With its own passphrase it proves who it is: it moves (a laptop going from its cable to the Wi-Fi).
+    switch.apply(router.joining.station_joined(LAPTOP, own_key(router, LAPTOP), WLAN))
+    assert router.status(LAPTOP)["access_port"] == WLAN and reaches_the_internet(switch, WLAN, LAPTOP, laptop)
+
+
+def test_the_radios_list_of_its_stations_makes_its_port_an_access_points(router, switch):
+    """A device bound to the radio's port by its DHCP, before the radio said anything of it: once the radio is
+    heard (its list of stations, at the controller's start), its port is an access point's, and the satellite's
+    word moves the device; a port no access point speaks for is a cable's, where that word does not."""
+    phone = join_on(router, switch, PHONE, WLAN)
+    switch.apply(router.joining.station_joined(PHONE, "", LAN))
+    assert router.status(PHONE)["access_port"] == WLAN  # not yet known as a radio: as a cable
+    switch.apply(router.joining.stations_at(WLAN, {TABLET}))  # the radio's list: not the phone
+    switch.apply(router.joining.station_joined(PHONE, "", LAN))
+    assert router.status(PHONE)["access_port"] == LAN and reaches_the_internet(switch, LAN, PHONE, phone)
+
+
+def test_the_routers_hostapd_puts_off_its_air_only_stations_of_its_own_radio():
+    """A copy at a satellite is the satellite's to put off its air: the router's hostapd, where the device
+    itself may be, is told only of kicks at its own radio's port (or of no port: the router's own)."""
+    told: list = []
+
+    class Authenticator:
+        def tell(self, what):
+            told.append(what)
+
+    connection = SwitchConnection()
+    connection.radio_port = WLAN
+    sink = EdgeSink(connection, None, None, Authenticator(), None, ipv6=False)
+    for kick in (AuthenticatorKick(PHONE, LAN), AuthenticatorKick(PHONE, WLAN), AuthenticatorKick(TABLET)):
+        sink.carry_out(kick)
+    assert told == [AuthenticatorKick(PHONE, WLAN), AuthenticatorKick(TABLET)]
+
+
+def test_the_radios_access_port_is_the_interface_hostapd_serves(tmp_path):
+    """On the image hostapd's socket is found under the bridge's name, a link to the radio's (wlan0)."""
+    (tmp_path / "wlan0").touch()
+    (tmp_path / "br-lan").symlink_to("wlan0")
+    assert Config(hostapd_ctrl=str(tmp_path / "br-lan")).radio_port_name() == "wlan0"
+    assert Config(hostapd_ctrl=str(tmp_path / "wlan0")).radio_port_name() == "wlan0"
+    assert Config(hostapd_ctrl="").radio_port_name() == ""  # no hostapd: no radio
+
+
+def test_a_roams_first_frames_before_the_access_points_word_raise_no_alarm_and_a_copys_later_ones_do(
+    router, switch, clock
+):
+    """The station's first frames at the access point it roamed to reach the switch before that access point's
+    word reaches the controller (a satellite's comes over HTTP): dropped, and nobody is told, for a moment."""
+    phone = join_on(router, switch, PHONE, WLAN)
+    switch.apply(router.joining.station_joined(PHONE, "", WLAN))
+    switch.apply(router.joining.stations_at(LAN, set()))  # the satellite is heard: its port is an access point's
+    assert not clone_events(router.joining.on_admission_copy(LAN, packet_in(PHONE, phone)))  # ahead of its word
+    switch.apply(router.joining.station_joined(PHONE, "", LAN))  # the word
+    assert router.status(PHONE)["access_port"] == LAN and router.status(PHONE)["clone_suspected"] is None
+    # Its MAC back at the radio with no word from the radio: a moment's grace, then a copy's.
+    assert not clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
+    clock.now += port_binding.ROAM_GRACE_S
+    assert clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))

@@ -42,8 +42,12 @@ ARGUMENTS = {
     "at": "04:00",
     "shared": "person-1",
     "prefix": "fdee:1:2:3::/64",
+    "event": "joined",
+    "keyid": "",
 }
-ON_THE_ROUTER = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio")]
+# satellite-keys reads the radio's file beside the router: checked where ofapp performs it (below).
+ON_THE_ROUTER = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio", "satellite")]
+SATELLITE_ONLY = {"satellite-keys", "satellite-station"}
 
 # Each scenario: what the household did to the phone, and the states the phone is then in.
 SCENARIOS = {
@@ -112,6 +116,9 @@ def test_the_table_declares_every_operation_and_names_only_known_roles_and_state
         assert all(set(refused) <= set(authority.STATES) for refused in granted.values())
     assert not any(authority.ISP in granted for granted in authority.TABLE.values())  # the ISP side: none
     assert {op for op, granted in authority.TABLE.items() if authority.DEVICE in granted} == {"portal"}
+    # A satellite access point reads its keys and reports its stations, and nothing else; nobody else may either.
+    assert {op for op, granted in authority.TABLE.items() if authority.SATELLITE in granted} == SATELLITE_ONLY
+    assert all(set(authority.TABLE[op]) == {authority.SATELLITE} for op in SATELLITE_ONLY)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
@@ -161,11 +168,20 @@ def test_every_operation_as_every_role_against_the_device_in_this_state(tmp_path
             succeeds = (verb, role) in done if verb == "merge" else (verb, role) not in refused
             assert listed == succeeds, f"a {scenario} device's status lists {verb} for {role}: {listed}"
     assert statuses[PHONE] == operations.status(home.router, PHONE)  # the single-device form says the same
-    # The owner does everything on the router but what the device's state refuses everyone.
+    # The owner does everything on the router but what the device's state refuses everyone, and a satellite's
+    # own word (its stations), which is the satellite's alone.
     assert {name for name, role in done if role == authority.OWNER} | {
         name for name, role in refused_by_the_device if role == authority.OWNER
-    } == {op.name for op in ON_THE_ROUTER}
-    assert not [r for r in refused if r[1] == authority.OWNER]
+    } == {op.name for op in ON_THE_ROUTER} - SATELLITE_ONLY
+    assert [r for r in refused if r[1] == authority.OWNER] == [("satellite-station", authority.OWNER)]
+    # Every other role is refused a satellite's station (the satellite role reaches it: here the phone is no
+    # satellite on an access port of its own, one port only, so the router cannot place it: 409, nothing changed).
+    assert {r for r in refused if r[0] == "satellite-station"} == {
+        ("satellite-station", role) for role in authority.ROLES if role != authority.SATELLITE
+    }
+    assert ("satellite-station", authority.SATELLITE) in refused_by_the_device
+    # And a satellite is refused every household verb.
+    assert not [name for name, role in done if role == authority.SATELLITE]
     assert {(name, role) for name, role in done} >= {("status", authority.PANEL), ("pause", authority.PANEL)}
     merge_done = ("merge", authority.PANEL) in done
     assert merge_done == (scenario == "offered"), "a newcomer merges only into the device it was offered as"

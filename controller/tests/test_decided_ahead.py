@@ -141,7 +141,7 @@ def test_a_poll_of_many_connections_is_read_a_few_hundred_at_a_hold_and_still_su
     switch.apply(records(router, clock, {flow: [1, 100] for flow in calls + pages}))  # the first poll: no rates
     edge = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
     edge.router, edge.lock, edge.stats_parts, applied = router, HoldsCounted(), [], []
-    edge._apply = lambda effects, at_once=False: applied.extend(effects)
+    edge.fair = SimpleNamespace(apply=lambda effects: applied.extend(effects))  # fair serving: carried out at once
     router.priorities._device_and_side = edge.lock.counting(router.priorities._device_and_side)
     # In 5 s: 2,500 bytes a call connection, 1.5 MB in all (2,400 kbit/s, over the phone's 1,800).
     router.flow_events.on_flow_export({flow: [10, 2500] for flow in calls} | {flow: [10, 1000] for flow in pages})

@@ -1,4 +1,4 @@
-"""The order the controller serves in (fair_serving.py), on the real router core: what a permitted device's
+"""The order the controller serves in (`fair_serving.FairServer`), on the real router core: what a permitted device's
 DHCP answer waits for while a storm's rule changes are held behind the storm's answers."""
 
 import threading
@@ -10,47 +10,52 @@ from support import PHONE, ROUTER_MAC, WLAN, Clock, join, lease
 from homework_controller.api.server import TimedLock
 from homework_controller.core.router import HomeRouter
 from homework_controller.edge import fair_serving
-from homework_controller.edge.fair_serving import FairServing
-from homework_controller.edge.fairness import FairQueue
-from homework_controller.edge.held import SEND, HeldChanges, Wait
+from homework_controller.edge.fair_serving import FairServer
+from homework_controller.edge.held import SEND, Wait
 from homework_controller.effects import AnswerDhcp, RuleChange
 from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore
 
 
-class Serving(FairServing):
-    """The os-ken app's serving half without its sockets: what it carries out, in order, turn by turn."""
+class Switch:
+    """The switch's connection as fair serving uses it: a change "encoded" is the change itself, while another
+    thread does `while_encoding`; sent, it is carried out (`sent`); `room`: what os-ken's send queue takes now."""
 
-    def __init__(self, router: HomeRouter, clock: Clock):
-        self.router, self.lock = router, TimedLock()
-        self.from_devices, self.from_devices_ready = FairQueue(), threading.Event()
-        self.held_rules = HeldChanges(clock=clock)
-        self.turns: list[list] = []
+    def __init__(self, sent):
+        self.datapath, self.sent = None, sent
         self.while_encoding = lambda: None  # what another thread does while a change is encoded
-        self.room = 16  # os-ken's send queue to the switch, empty
+        self.room_left = 16  # os-ken's send queue to the switch, empty
 
-    def switch_room(self) -> int:
-        return self.room
-
-    def carry_out(self, effect) -> None:
-        self.turns[-1].append(effect)
+    def room(self) -> int:
+        return self.room_left
 
     def encode_rules(self, change):
         self.while_encoding()
         return change
 
     def send_encoded(self, change) -> None:
-        self.carry_out(change)
+        self.sent(change)
+
+
+class Serving(FairServer):
+    """Fair serving without the controller's sockets: what it carries out, in order, turn by turn."""
+
+    def __init__(self, router: HomeRouter, clock: Clock):
+        self.turns: list[list] = []
+        super().__init__(router, TimedLock(), Switch(self.record), self.record, per_device_queue=64, clock=clock)
+
+    def record(self, effect) -> None:
+        self.turns[-1].append(effect)
 
     def sent(self) -> list:
         return [e for turn in self.turns for e in turn if isinstance(e, RuleChange)]
 
     def serve_all(self, frames) -> None:
         for each in frames:
-            self._queue(each, self.router.joining.on_dhcp, answers_first=True)
+            self.queue(each, self.router.joining.on_dhcp, answers_first=True)
         while self.from_devices:
             self.turns.append([])
-            self._serve_one_turn()
+            self.serve_one_turn()
 
     def storm(self, forged_macs: int) -> int:
         """A lease-completing storm (each forged MAC's DISCOVER, then its REQUEST); how many rule changes it
@@ -113,7 +118,7 @@ def test_a_newcomer_joining_alone_gets_its_ack_after_its_portal_rules_and_one_in
     serving = Serving(router, clock)
     serving.serve_all([frame(PHONE, "discover")])
     serving.turns.append([])
-    serving._serve_one_turn()  # quiet: what its offer held goes to the switch
+    serving.serve_one_turn()  # quiet: what its offer held goes to the switch
     assert not serving.held_rules
     subnet = router.devices[PHONE].subnet
     serving.serve_all([forged(PHONE, subnet.gateway, subnet.device_ip)])
@@ -131,7 +136,7 @@ def test_a_newcomer_joining_alone_gets_its_ack_after_its_portal_rules_and_one_in
 def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_and_one_that_does_follows_them(
     db_path,
 ):
-    """The same for a household's decision and a DNS answer (`_apply(at_once=True)`: measured, the other device's
+    """The same for a household's decision and a DNS answer (`apply(at_once=True)`: measured, the other device's
     lookups held the lock 600 ms during a storm, each sending everything held first). Renaming a device changes no
     rule: it goes at once. Permitting one does: everything held goes first, in the order decided, then its own."""
     clock = Clock()
@@ -143,11 +148,11 @@ def test_a_decision_that_changes_no_rule_does_not_wait_for_a_storms_held_rules_a
     held = serving.storm(30)
     assert held > 30
     serving.turns.append([])
-    serving._apply(router.decisions.rename(PHONE, "Anna's phone"), at_once=True)
+    serving.apply(router.decisions.rename(PHONE, "Anna's phone"), at_once=True)
     assert not [e for e in serving.turns[-1] if isinstance(e, RuleChange)] and len(serving.held_rules) == held
     serving.turns.append([])
     permitted = router.decisions.permit(PHONE)
-    serving._apply(permitted, at_once=True)
+    serving.apply(permitted, at_once=True)
     own = [e for e in permitted if isinstance(e, RuleChange)]
     sent = [e for e in serving.turns[-1] if isinstance(e, RuleChange)]
     assert own and len(sent) == held + len(own) and sent[held:] == own and len(serving.held_rules) == 0
@@ -171,7 +176,7 @@ def test_a_storms_held_rules_are_encoded_while_another_device_can_be_served_and_
     db_path,
 ):
     """Issue 39, measured in `make bench` (hostile.json): in a lease-completing storm the lock's longest hold was
-    64-88 ms, in `_serve_one_turn`: each turn that sent the storm's held rule changes encoded them (os-ken: ten
+    64-88 ms, in `serve_one_turn`: each turn that sent the storm's held rule changes encoded them (os-ken: ten
     rules a newcomer, a quarter of a millisecond each) under the lock, and every other device's DHCP and DNS
     waited. Now another device is served while they are encoded; positive control: every held change reaches the
     switch once, in the order decided (the switch refuses a rule before its meter)."""
@@ -189,11 +194,11 @@ def test_a_storms_held_rules_are_encoded_while_another_device_can_be_served_and_
         if all(served_meanwhile):  # after the first wait, the rest would wait too
             served_meanwhile.append(in_another_thread(serving, router.status))
 
-    serving.while_encoding = status_meanwhile
+    serving.switch.while_encoding = status_meanwhile
     clock.now += 1  # the storm is over: its changes are sent, turn after turn
     while serving.held_rules:
         serving.turns.append([])
-        serving._serve_one_turn()
+        serving.serve_one_turn()
     assert served_meanwhile and all(served_meanwhile) and len(served_meanwhile) == len(decided)
     assert serving.sent()[-len(decided) :] == decided
     switch.apply(serving.sent())
@@ -203,7 +208,7 @@ def test_a_storms_held_rules_are_encoded_while_another_device_can_be_served_and_
 
 def test_a_decision_made_while_a_turn_encodes_sends_everything_held_in_order_and_the_turn_sends_none_again(db_path):
     """The lock is free while a turn encodes held changes, so a household's decision that sends everything held
-    first (`_apply(at_once=True)`) may come in between: the turn's changes go then, with the rest, in the order
+    first (`apply(at_once=True)`) may come in between: the turn's changes go then, with the rest, in the order
     decided, and the turn sends none of them again (the switch refuses a meter added twice)."""
     clock = Clock()
     router = HomeRouter(DeviceStore(db_path), dhcp.LeasePolicy(30, 3600), clock=clock)
@@ -217,17 +222,17 @@ def test_a_decision_made_while_a_turn_encodes_sends_everything_held_in_order_and
 
     def permit():
         permitted.extend(router.decisions.permit(PHONE))
-        serving._apply(permitted, at_once=True)
+        serving.apply(permitted, at_once=True)
 
     def permit_meanwhile():
         if not permitted:
             assert in_another_thread(serving, permit)
 
-    serving.while_encoding = permit_meanwhile
+    serving.switch.while_encoding = permit_meanwhile
     clock.now += 1
     while serving.held_rules:
         serving.turns.append([])
-        serving._serve_one_turn()
+        serving.serve_one_turn()
     own = [e for e in permitted if isinstance(e, RuleChange)]
     assert own and serving.sent()[-len(decided) - len(own) :] == decided + own
     switch.apply(serving.sent())
@@ -248,12 +253,12 @@ def test_a_devices_dhcp_is_queued_while_the_lock_is_held_and_answered_at_its_tur
     serving = Serving(router, clock)
     renewal = frame(PHONE, "request", ciaddr=ip, src_ip=ip)
     with serving.lock:  # a turn that takes long
-        queuing = threading.Thread(target=serving._queue, args=(renewal, router.joining.on_dhcp, True), daemon=True)
+        queuing = threading.Thread(target=serving.queue, args=(renewal, router.joining.on_dhcp, True), daemon=True)
         queuing.start()
         queuing.join(timeout=1.0)
         assert not queuing.is_alive() and len(serving.from_devices) == 1
     serving.turns.append([])
-    assert serving._serve_one_turn() == "answer"
+    assert serving.serve_one_turn() == "answer"
     [answer] = [e for e in serving.turns[-1] if isinstance(e, AnswerDhcp)]
     assert reply_of(answer.data)[1]["message-type"] == 5  # its ACK
 
@@ -272,14 +277,14 @@ def test_held_changes_wait_without_the_lock_while_the_switch_is_behind_and_go_in
     serving.storm(10)
     decided = serving.held_rules.oldest(len(serving.held_rules))
     clock.now += 1
-    serving.room = 2  # the switch is behind
+    serving.switch.room_left = 2  # the switch is behind
     serving.turns.append([])
-    assert serving._serve_one_turn() == Wait(fair_serving.SWITCH_BEHIND_S)
+    assert serving.serve_one_turn() == Wait(fair_serving.SWITCH_BEHIND_S)
     assert serving.sent() == [] and serving.held_rules.oldest(len(decided)) == decided
-    serving.room = 16
+    serving.switch.room_left = 16
     while serving.held_rules:
         serving.turns.append([])
-        assert serving._serve_one_turn() == SEND
+        assert serving.serve_one_turn() == SEND
     assert serving.sent() == decided
     switch.apply(serving.sent())
     assert len(switch.meters) >= 10

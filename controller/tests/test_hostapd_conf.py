@@ -68,6 +68,9 @@ def test_the_radio_protects_management_frames_for_devices_that_can_and_can_requi
 def test_the_radio_isolates_stations_and_sends_them_multicast_as_unicast(capsys):
     conf = settings(radio(capsys))
     assert conf["ap_isolate"] == "1" and conf["multicast_to_unicast"] == "1"
+    assert "bridge" not in conf  # the router's radio: a port of its switch, which the image adds
+    satellite = settings(radio(capsys, "--bridge", "br0"))  # a satellite's radio, bridged onto its cable
+    assert satellite["bridge"] == "br0" and satellite["ap_isolate"] == "1"
 
 
 def test_the_world_domain_is_not_advertised_a_chosen_country_is_and_5_ghz_needs_one(capsys):
@@ -310,6 +313,15 @@ def test_station_joined_events_are_read_with_their_key_id():
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED 02:00:00:00:00:01") == ("02:00:00:00:00:01", "")
     assert hostapd_ctrl.station_joined("<3>AP-STA-DISCONNECTED 02:00:00:00:00:01") is None
     assert hostapd_ctrl.station_joined("<3>AP-STA-CONNECTED") is None
+
+
+def test_station_left_events_are_read():
+    assert hostapd_ctrl.station_left("<3>AP-STA-DISCONNECTED 02:00:00:00:00:01") == "02:00:00:00:00:01"
+    assert hostapd_ctrl.station_left("<3>AP-STA-CONNECTED 02:00:00:00:00:01") is None
+    assert hostapd_ctrl.station_left("<3>AP-STA-DISCONNECTED") is None
+    completed = "<3>EAPOL-4WAY-HS-COMPLETED 02:00:00:00:00:01"
+    assert hostapd_ctrl.handshake_completed(completed) == "02:00:00:00:00:01"
+    assert hostapd_ctrl.handshake_completed("<3>AP-STA-CONNECTED 02:00:00:00:00:01") is None
 
 
 def test_the_network_name_is_read_from_real_hostapd(wired_hostapd):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 OLD, NEW = "2001:db8:100:1::/64", "2001:db8:200:1::/64"
 
-# Run inside the namespace: the thread is the one the controller runs, fed as ofapp feeds it.
+# Run inside the namespace: the thread is the one the controller runs, fed as its effect sink feeds it.
 SCRIPT = f"""
 import threading, time, subprocess, json
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway

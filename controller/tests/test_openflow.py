@@ -1,13 +1,14 @@
 """The rule values as the switch receives them: built without a switch, serialised by os-ken, read back."""
 
+from os_ken.base import app_manager  # noqa: F401 (os-ken's controller module imports it and must not go first)
+from os_ken.controller.controller import Datapath
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 from support import WLAN, serialised, wire
 
 from homenet.wait import wait_until
 from homework_controller import flows
-from homework_controller.edge import ofapp
-from homework_controller.edge.outbox import Outbox, call
+from homework_controller.edge.switch_connection import SwitchConnection
 from homework_controller.effects import InstallRules, RemoveRules
 from homework_controller.flows import base_flows, openflow
 from homework_controller.model import Device, State
@@ -119,7 +120,7 @@ class RecordingDatapath:
     """os-ken's datapath as far as sending goes (its own `set_xid` and `send_msg`), writing into a list."""
 
     ofproto, ofproto_parser = ofp, ofp_parser
-    set_xid, send_msg = ofapp.Datapath.set_xid, ofapp.Datapath.send_msg
+    set_xid, send_msg = Datapath.set_xid, Datapath.send_msg
 
     def __init__(self):
         self.xid, self.written = 0, []
@@ -130,27 +131,26 @@ class RecordingDatapath:
 
 
 def test_a_devices_rules_reach_the_switch_as_one_write_of_the_bytes_os_ken_sends_one_by_one():
-    """The app encodes a rule change off the lock and queues it as one buffer (`ofapp.encode_rules`,
+    """The edge encodes a rule change off the lock and queues it as one buffer (`SwitchConnection.encode_rules`,
     `send_encoded`): os-ken's send queue holds 16 messages, and a newcomer's ten queued one by one under the lock
     waited on os-ken's sender thread (issue 39). The bytes are those `send_msg` writes message by message; a change
     encoded for a switch that has since reconnected goes to neither (the new one gets the whole rule set)."""
-    app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)  # the I/O edge without its sockets
-    app.datapath = RecordingDatapath()
-    app.to_switch = Outbox(call, "to-switch")
+    switch = SwitchConnection()
+    switch.datapath = RecordingDatapath()
     change = InstallRules(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01"))
-    app.change_rules(change)
-    wait_until("the change to be handed to os-ken", lambda: len(app.to_switch) == 0, 5)
+    switch.send_encoded(switch.encode_rules(change))  # as the edge's sink changes rules
+    wait_until("the change to be handed to os-ken", lambda: len(switch.to_switch) == 0, 5)
     by_os_ken = RecordingDatapath()
     for rule in change.rules:
         msg = openflow.flow_mod(rule)
         msg.datapath = by_os_ken
         by_os_ken.send_msg(msg)
     assert len(by_os_ken.written) == len(list(change.rules)) > 5
-    assert app.datapath.written == [b"".join(by_os_ken.written)]
-    encoded = app.encode_rules(RemoveRules(flows.device_cookie(PHONE)))
-    before, app.datapath = app.datapath, RecordingDatapath()  # the switch reconnected meanwhile
-    app.send_encoded(encoded)
+    assert switch.datapath.written == [b"".join(by_os_ken.written)]
+    encoded = switch.encode_rules(RemoveRules(flows.device_cookie(PHONE)))
+    before, switch.datapath = switch.datapath, RecordingDatapath()  # the switch reconnected meanwhile
+    switch.send_encoded(encoded)
     # Positive control: encoded for the switch connected now, it goes.
-    app.send_encoded(app.encode_rules(RemoveRules(flows.device_cookie(PHONE))))
-    wait_until("both to be handed over", lambda: len(app.to_switch) == 0, 5)
-    assert len(before.written) == 1 and len(app.datapath.written) == 1
+    switch.send_encoded(switch.encode_rules(RemoveRules(flows.device_cookie(PHONE))))
+    wait_until("both to be handed over", lambda: len(switch.to_switch) == 0, 5)
+    assert len(before.written) == 1 and len(switch.datapath.written) == 1

@@ -4,8 +4,8 @@ connection (os-ken's send queue) and the DHCP socket are each handed what is dec
 import threading
 
 from homenet.wait import wait_until
-from homework_controller.edge import ofapp
-from homework_controller.edge.outbox import Outbox, call
+from homework_controller.edge.sink import EdgeSink
+from homework_controller.edge.switch_connection import SwitchConnection
 from homework_controller.effects import AnswerDhcp
 
 
@@ -30,25 +30,25 @@ class DhcpSocket:
         self.handed.append(data)
 
 
-def controller(handed: list) -> tuple[ofapp.HomeworkController, StuckSwitch]:
-    app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)
-    app.datapath = StuckSwitch(handed)
-    app.to_switch = Outbox(call, "to-switch")
-    app.dhcp_port = DhcpSocket(handed)  # type: ignore[assignment]
-    return app, app.datapath
+def controller(handed: list) -> tuple[SwitchConnection, EdgeSink, StuckSwitch]:
+    """The switch's connection, and the sink that answers DHCP beside it (nothing else of the edge's)."""
+    connection = SwitchConnection()
+    connection.datapath = switch = StuckSwitch(handed)
+    sink = EdgeSink(connection, DhcpSocket(handed), None, None, None, ipv6=False)
+    return connection, sink, switch
 
 
 def test_deciding_does_not_wait_for_a_stuck_switch_and_an_ack_follows_its_rules():
     """In the hostile bench's lease-completing storm, handing a change to os-ken held the controller's lock 11 ms
     (0.1 ms of it on a CPU) while every device's DHCP and DNS waited: now changes are handed over by a thread."""
     handed: list = []
-    app, switch = controller(handed)
+    connection, sink, switch = controller(handed)
     done = threading.Event()
 
     def decide():
-        app.send_encoded((switch, b"its rules"))
-        app.answer_dhcp(AnswerDhcp(b"its ACK", after_rules=True))  # may not overtake its rules
-        app.answer_dhcp(AnswerDhcp(b"another's OFFER"))  # brings no rules: at once
+        connection.send_encoded((switch, b"its rules"))
+        sink.answer_dhcp(AnswerDhcp(b"its ACK", after_rules=True))  # may not overtake its rules
+        sink.answer_dhcp(AnswerDhcp(b"another's OFFER"))  # brings no rules: at once
         done.set()
 
     threading.Thread(target=decide, daemon=True).start()
@@ -62,8 +62,8 @@ def test_deciding_does_not_wait_for_a_stuck_switch_and_an_ack_follows_its_rules(
 def test_an_ack_with_nothing_on_its_way_to_the_switch_goes_at_once():
     """Positive control: its rules already with os-ken, the ACK does not wait for the switch's thread."""
     handed: list = []
-    app, switch = controller(handed)
-    app.answer_dhcp(AnswerDhcp(b"its ACK", after_rules=True))
+    _, sink, _ = controller(handed)
+    sink.answer_dhcp(AnswerDhcp(b"its ACK", after_rules=True))
     assert handed == [b"its ACK"]
 
 
@@ -71,11 +71,11 @@ def test_changes_encoded_for_a_switch_no_longer_connected_never_reach_its_succes
     """A change encoded off the lock for the switch connected then, and handed over once another connected (which
     gets the whole rule set afresh), is dropped."""
     old_handed: list = []
-    app, old = controller(old_handed)
+    connection, _, old = controller(old_handed)
     new_handed: list = []
-    app.datapath = new = StuckSwitch(new_handed)
+    connection.datapath = new = StuckSwitch(new_handed)
     new.reads.set()
-    app.send_encoded((old, b"for the old switch"))
-    app.send_encoded((new, b"for the new one"))
-    wait_until("both to be handed over", lambda: len(app.to_switch) == 0, 5)
+    connection.send_encoded((old, b"for the old switch"))
+    connection.send_encoded((new, b"for the new one"))
+    wait_until("both to be handed over", lambda: len(connection.to_switch) == 0, 5)
     assert (old_handed, new_handed) == ([], [b"for the new one"])

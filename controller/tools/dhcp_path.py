@@ -1,7 +1,7 @@
 """The controller's per-message DHCP cost, measured in-process: a DHCP storm without the network.
 
 Drives the path a frame takes from the packet socket to the answer (`DhcpPort._serve`'s per-frame
-work -> ofapp's `_on_dhcp` -> the fair queue -> `_serve_one_turn`: `router.joining.on_dhcp` under the lock,
+work -> `FairServer.on_dhcp` -> the fair queue -> `serve_one_turn`: `router.joining.on_dhcp` under the lock,
 its effects carried out -> the answer handed to the socket's `send`) for COUNT fresh MACs: a burst
 of DISCOVERs, then a REQUEST for each OFFER, built as bench/dhcp_storm_client.py builds them (scapy).
 Only the socket (a stand-in that hands out the frames and keeps the answers) and the switch
@@ -18,7 +18,7 @@ What it prints, per message, medians (and minimums) over the rounds:
                        (os-ken encoding), per newcomer
   cpu, all threads     the process's CPU time over the whole round (the store's, hwdb's and the log's
                        writers and the held rules included), per message
---threads: the same storms with the controller's own two threads (the socket's, and ofapp's worker
+--threads: the same storms with the controller's own two threads (the socket's, and fair serving's worker
 fed through the fair queue): wall time from a burst's first frame to its last answer, and every
 thread's CPU time over the two bursts. --profile: a cProfile breakdown of the serving thread.
 
@@ -52,19 +52,19 @@ from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from homework_controller import flows
 from homework_controller.api.server import TimedLock
 from homework_controller.config import CONFIG
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge import log_writer, ofapp
+from homework_controller.edge import log_writer
 from homework_controller.edge.dhcp_port import ETH_P_IP, MAX_WAITING_ANSWERS, DhcpPort
-from homework_controller.edge.fair_serving import NEWCOMERS
-from homework_controller.edge.fairness import FairQueue
-from homework_controller.edge.held import ANSWER, HeldChanges
+from homework_controller.edge.fair_serving import FairServer
+from homework_controller.edge.held import ANSWER
 from homework_controller.edge.hwdb_log import BATCH_SECONDS, HwdbLog
 from homework_controller.edge.lan_addresses import LanAddresses
-from homework_controller.edge.outbox import Outbox, call
+from homework_controller.edge.outbox import Outbox
+from homework_controller.edge.sink import EdgeSink
 from homework_controller.edge.supervised import SocketService
+from homework_controller.edge.switch_connection import SwitchConnection
 from homework_controller.policy import dhcp
 from homework_controller.radio.hostapd_ctrl import Authenticator
 from homework_controller.store import DeviceStore
@@ -142,7 +142,7 @@ class ThreadedPacketSocket(PacketSocket):
 
 
 class Datapath:
-    """The switch connection as ofapp uses os-ken's: messages are serialised by os-ken's codec before they
+    """The switch as `SwitchConnection` uses os-ken's: messages are serialised by os-ken's codec before they
     reach it, and each buffer written to it is counted in OpenFlow messages (a change's messages come as one
     buffer)."""
 
@@ -172,34 +172,33 @@ class QuietHwdb:
         pass
 
 
-def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[ofapp.HomeworkController, DhcpPort]:
-    """ofapp's controller with a fresh router, its DHCP path wired as its __init__ wires it, and the
-    switch connected; none of its other services (API, resolver, netlink, supervisor threads) started."""
-    app = ofapp.HomeworkController.__new__(ofapp.HomeworkController)
-    app.router = HomeRouter(
+def controller(store_path: str, sock: PacketSocket, hwdb: HwdbLog) -> tuple[FairServer, DhcpPort, Datapath]:
+    """The controller's fair serving over a fresh router, its DHCP path wired as the edge wires it (`assembly.Edge`),
+    and the switch connected; none of its other services (API, resolver, netlink, supervisor threads) started."""
+    router = HomeRouter(
         DeviceStore(store_path),
         dhcp.LeasePolicy(CONFIG.pending_lease, CONFIG.permitted_lease),
         max_pending=CONFIG.max_pending,
     )
-    app.hwdb = hwdb
-    app.from_devices = FairQueue(per_key_limit=CONFIG.per_device_queue, limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
-    app.from_devices_ready = threading.Event()
-    app.held_rules = HeldChanges()
-    app.lock = TimedLock()
-    app.dhcp_before_switch = 0
-    app.lan_addresses = LanAddresses("lan", ipv6=False)  # its queue fills; no thread adds them
-    app.authenticator = Authenticator("", "", list)  # no hostapd to tell
     port = DhcpPort.__new__(DhcpPort)
     port.iface, port.malformed = "lan", 0
     port.answers = Outbox(port._send_now, "dhcp-answers", MAX_WAITING_ANSWERS)
     port.service = SocketService("socket", lambda: sock, port._serve)
     port.service.sock = sock  # type: ignore[assignment]
-    port._deliver = app._on_dhcp
-    app.dhcp_port = port
-    app.datapath = Datapath()
-    app.to_switch = Outbox(call, "to-switch")
-    app._apply(app.router.switch_ready(WLAN_PORT, ROUTER_MAC))
-    return app, port
+    switch = SwitchConnection()
+    switch.datapath = datapath = Datapath()
+    sink = EdgeSink(
+        switch,
+        port,
+        LanAddresses("lan", ipv6=False),  # its queue fills; no thread adds them
+        Authenticator("", "", list),  # no hostapd to tell
+        hwdb,
+        ipv6=False,
+    )
+    fair = FairServer(router, TimedLock(), switch, sink.carry_out, per_device_queue=CONFIG.per_device_queue)
+    port._deliver = fair.on_dhcp
+    fair.apply(router.switch_ready(WLAN_PORT, ROUTER_MAC))
+    return fair, port, datapath
 
 
 PROFILED = ("discover", "request", "held")  # the phases on the serving thread
@@ -237,13 +236,13 @@ def wait_for(count: Callable[[], int], expected: int, timeout_s: float = 10) -> 
     return got
 
 
-def burst(app: ofapp.HomeworkController, port: DhcpPort, sock: PacketSocket, frames: list[bytes]) -> None:
+def burst(fair: FairServer, port: DhcpPort, sock: PacketSocket, frames: list[bytes]) -> None:
     """One burst through the path: every frame read and queued, then served turn by turn until only
     held rule changes are left (the devices are not quiet yet)."""
     sock.incoming.extend(frames)
     answered = len(sock.sent)
     serve_until_drained(port, sock)
-    while app._serve_one_turn() == ANSWER:
+    while fair.serve_one_turn() == ANSWER:
         pass
     assert wait_for(lambda: len(sock.sent) - answered, len(frames)) == len(frames), "every frame answered"
 
@@ -253,30 +252,30 @@ def storm_round(
 ) -> dict[str, float]:
     """One storm against a fresh router: per message, seconds (see the module's doc)."""
     sock = PacketSocket()
-    app, port = controller(os.path.join(workdir, f"round-{round_no}.sqlite"), sock, hwdb)
+    fair, port, switch = controller(os.path.join(workdir, f"round-{round_no}.sqlite"), sock, hwdb)
     macs = [f"02:{round_no & 0xff:02x}:00:00:{i >> 8:02x}:{i & 0xff:02x}" for i in range(devices)]
     discovers = [client_frame(mac, (round_no << 16) | i, "discover") for i, mac in enumerate(macs)]
     clocks = Clocks(profile)
-    switch_setup = app.datapath.sent
+    switch_setup = switch.sent
     with clocks.phase("discover"):
-        burst(app, port, sock, discovers)
+        burst(fair, port, sock, discovers)
     requests = [request_for(offer, mac) for offer, mac in zip(sock.sent[-devices:], macs, strict=True)]
     with clocks.phase("request"):
-        burst(app, port, sock, requests)
-    with clocks.phase("held"), app.lock:
-        app._send_held_rules()
+        burst(fair, port, sock, requests)
+    with clocks.phase("held"), fair.lock:
+        fair.send_held_rules()
     # All of them now, unless the machine stalled the burst for longer than a change may be held (held.py):
     # then some left at its end, between answers, as they would in the controller.
     # A newcomer's own budget (four rules and a meter), its router and neighbour solicitations' two (IPv6 on, as
     # shipped) and, pending with a live lease, the portal's six rules and its meter.
-    sent = wait_for(lambda: app.datapath.sent - switch_setup, 14 * devices)  # the switch's outbox thread sends them
+    sent = wait_for(lambda: switch.sent - switch_setup, 14 * devices)  # the switch's outbox thread sends them
     assert sent == 14 * devices, "four rules, two meters, two ND and six portal rules each"
     with clocks.phase("other threads"):  # what the store's and hwdb's writers still have to do
-        app.router.store.flush()
+        fair.router.store.flush()
         while hwdb.rows.qsize():
             time.sleep(0.01)
         time.sleep(2 * BATCH_SECONDS)  # the hwdb writer's last batch
-    app.router.store.close()
+    fair.router.store.close()
     return {
         "discover": clocks.thread["discover"] / devices,
         "request": clocks.thread["request"] / devices,
@@ -291,17 +290,17 @@ def serve_until_drained(port: DhcpPort, sock: PacketSocket) -> None:
 
 
 def threaded_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog) -> dict[str, float]:
-    """One storm with the controller's own threads: the socket's (`DhcpPort._serve`) and ofapp's worker
-    (`_serve_from_devices`), handing frames over through the fair queue as they do in the controller. Wall
+    """One storm with the controller's own threads: the socket's (`DhcpPort._serve`) and fair serving's worker
+    (`serve_from_devices`), handing frames over through the fair queue as they do in the controller. Wall
     time from a burst's first frame to its last answer, and the CPU time of every thread over both bursts,
     per message. (Each round leaves its worker thread waiting: it serves for ever.)"""
     sock = ThreadedPacketSocket()
-    app, port = controller(os.path.join(workdir, f"threaded-{round_no}.sqlite"), sock, hwdb)
+    fair, port, switch = controller(os.path.join(workdir, f"threaded-{round_no}.sqlite"), sock, hwdb)
     macs = [f"02:{round_no & 0xff:02x}:00:01:{i >> 8:02x}:{i & 0xff:02x}" for i in range(devices)]
     frames = [client_frame(mac, (round_no << 16) | i, "discover") for i, mac in enumerate(macs)]
     threading.Thread(target=serve_until_drained, args=(port, sock), daemon=True).start()
-    threading.Thread(target=app._serve_from_devices, daemon=True).start()
-    switch_setup, wall, cpu = app.datapath.sent, {}, 0.0
+    threading.Thread(target=fair.serve_from_devices, daemon=True).start()
+    switch_setup, wall, cpu = switch.sent, {}, 0.0
     for phase in ("discover", "request"):
         sock.expected, answered = len(sock.sent) + devices, len(sock.sent)
         sock.answered.clear()
@@ -313,9 +312,9 @@ def threaded_round(devices: int, workdir: str, round_no: int, hwdb: HwdbLog) -> 
         wall[phase] = time.perf_counter() - start
         cpu += time.process_time() - start_cpu
         frames = [request_for(offer, mac) for offer, mac in zip(sock.sent[-devices:], macs, strict=True)]
-    wait_for(lambda: app.datapath.sent - switch_setup, 5 * devices)  # held rules, once quiet
+    wait_for(lambda: switch.sent - switch_setup, 5 * devices)  # held rules, once quiet
     sock.frames.put(None)
-    app.router.store.close()
+    fair.router.store.close()
     return {"discover": wall["discover"] / devices, "request": wall["request"] / devices, "cpu": cpu / (2 * devices)}
 
 

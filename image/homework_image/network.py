@@ -1,11 +1,12 @@
 """homework-network: the router's network at boot, as the emulated home sets it up
-(tests/homenet/homenet/home.py) but on real NICs and OVS's kernel datapath.
+(homenet/homenet/topology.py) but on real NICs and OVS's kernel datapath.
 
 - the WAN and LAN NICs are chosen (first and second wired NIC in bus order, unless
   STATE/config/network.conf says `wan=NAME-or-MAC` / `lan=NAME-or-MAC`) and renamed `wan`
   and `lan`; systemd-networkd runs DHCP on `wan`, nftables (/etc/nftables.conf) NATs out of it;
-- OVS bridge br-lan (OpenFlow 1.3, fail-secure, controller tcp:127.0.0.1:6653) gets `lan` as
-  the port the controller calls the wireless port; its LOCAL port holds the router's LAN address;
+- OVS bridge br-lan (OpenFlow 1.3, fail-secure, controller tcp:127.0.0.1:6653; set up by
+  homework_deploy.ovs_bridge, as the emulated home's is) gets `lan` as the port the controller
+  calls the wireless port; its LOCAL port holds the router's LAN address;
 - with a radio that can be an access point, the router is the access point: the radio's
   interface becomes `wlan0`, a port of br-lan, and hostapd serves it (driver=nl80211, `radio.py`);
   without one, hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: an
@@ -19,6 +20,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from homework_deploy import ovs_bridge
 
 from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE, radio
 
@@ -122,36 +125,7 @@ def setup() -> None:
     rename(lan, LAN_PORT)
     Path(f"/proc/sys/net/ipv6/conf/{LAN_PORT}/disable_ipv6").write_text("1\n")
     run("ip", "link", "set", LAN_PORT, "up")
-    run(
-        "ovs-vsctl",
-        "--may-exist",
-        "add-br",
-        BRIDGE,
-        "--",
-        "set",
-        "bridge",
-        BRIDGE,
-        "protocols=OpenFlow13",
-        "fail-mode=secure",
-        f"other-config:hwaddr={ROUTER_MAC}",
-        "other-config:disable-in-band=true",
-        "--",
-        "--may-exist",
-        "add-port",
-        BRIDGE,
-        LAN_PORT,
-        "--",
-        "set-controller",
-        BRIDGE,
-        "tcp:127.0.0.1:6653",
-    )
-    # Reconnect within a second of a controller restart (the default backoff grows to 8 s).
-    run("ovs-vsctl", "set", "controller", BRIDGE, "max_backoff=1000", "inactivity_probe=5000")
-    deadline = time.monotonic() + 10
-    while not (SYS_NET / BRIDGE).exists():
-        if time.monotonic() > deadline:
-            raise NetworkError(f"OVS did not create {BRIDGE}")
-        time.sleep(0.1)
+    ovs_bridge.set_up(BRIDGE, [LAN_PORT], ROUTER_MAC)  # the kernel datapath: OVS's default
     # The controller adds its IPv6 gateways (each device's /64's ::1, fe80::1) here; the ports stay without.
     Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("0\n")
     run("ip", "link", "set", BRIDGE, "up")
@@ -188,7 +162,7 @@ def render_hostapd_conf() -> None:
 def main() -> int:
     try:
         setup()
-    except (NetworkError, OSError) as exc:
+    except (NetworkError, ovs_bridge.BridgeError, OSError) as exc:
         print(f"homework-network: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -19,7 +19,7 @@ radio): with a radio that name is a link to the radio's socket.
 `python -m homework_image.radio refresh` (homework-radio-refresh.service, started by its path unit
 when the key file or the settings change) renders hostapd's configuration again. When only its
 passwords changed (a device's own passphrase issued, moved or revoked, or the guest passphrase),
-the running hostapd is given them and nobody is dropped for it (`give_passwords`); anything else
+the running hostapd is given them and nobody is dropped for it (`AccessPoint.give_passwords`); anything else
 (a network name, band, channel or country) restarts hostapd alone, and every station joins again
 (a few seconds). WPA2 keys are in the key file, which the controller has hostapd reload when it
 writes a device's.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -152,7 +152,7 @@ def setup_radio() -> bool:
     run("iw", "dev", RADIO_PORT, "set", "type", "__ap")
     Path(f"/proc/sys/net/ipv6/conf/{RADIO_PORT}/disable_ipv6").write_text("1\n")
     run("ovs-vsctl", "--may-exist", "add-port", BRIDGE, RADIO_PORT)
-    write_hostapd_conf(render_hostapd_conf(settings))
+    router_access_point().write_conf(render_hostapd_conf(settings))
     # The controller and the readiness check look for hostapd's socket under the bridge's name.
     HOSTAPD_CTRL.mkdir(parents=True, exist_ok=True)
     alias = HOSTAPD_CTRL / BRIDGE
@@ -163,15 +163,6 @@ def setup_radio() -> bool:
 
 def render_hostapd_conf(settings: RadioSettings) -> str:
     return run(str(VENV / "bin" / "python"), "-m", "homework_controller.radio.hostapd_conf", *hostapd_args(settings))
-
-
-def write_hostapd_conf(conf: str) -> None:
-    RUN.mkdir(parents=True, exist_ok=True)
-    target = RUN / "hostapd.conf"
-    target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
-    with os.fdopen(fd, "w") as f:
-        f.write(conf)
 
 
 SAE_PASSWORD = "sae_password="
@@ -186,70 +177,101 @@ def passwords_only(ran: str, conf: str) -> bool:
     return rest(ran) == rest(conf)
 
 
-def give_passwords(conf: str, guest_changed: bool) -> None:
-    """The running hostapd given `conf`'s SAE passwords, and the key file's guest line when it changed.
+@dataclass(frozen=True)
+class AccessPoint:
+    """One hostapd serving the household's network, the router's own or a satellite's (`satellite.py`): the
+    configuration it runs with, its key file, its control socket, and how it is started and stopped."""
 
-    hostapd 2.10 puts each `SET sae_password` at the head of its list, as it does each line of a file it
-    reads, and takes the first entry that fits a station: set again in the file's order, they are tried
-    as the file's are, before every earlier one. An earlier password bound to a MAC that no new line
-    binds is behind the new guest line, which fits every MAC: it no longer joins anyone (revoked). The
-    list grows by a few entries per change until hostapd next starts.
+    conf: Path
+    psk_file: Path
+    ctrl: Path
+    start: Callable[[], object]
+    stop: Callable[[], object]
 
-    A station is not touched by either: one already on keeps its connection until it joins again. But
-    hostapd's RELOAD_WPA_PSK (the key file read again, as the controller has it done for every device
-    key it writes) puts off the air every station whose key is not in the file, and to hostapd 2.10 that
-    is every WPA3 station too (its key came from SAE, not from a passphrase in the file): those rejoin
-    by themselves, in about a second. So the key file is read again here only when its guest line changed."""
-    ctrl = str(HOSTAPD_CTRL / BRIDGE)
-    for line in conf.splitlines():
-        if line.startswith(SAE_PASSWORD):  # straight to the socket: a password on no command line
-            hostapd_ctrl.request(ctrl, f"SET sae_password {line.removeprefix(SAE_PASSWORD)}")
-    if guest_changed:
-        hostapd_ctrl.request(ctrl, "RELOAD_WPA_PSK")
+    def follow(self, render: Callable[[], str]) -> str:
+        """hostapd's configuration rendered again (`render`, which also writes the key file's guest line), and
+        what was done: "unchanged"; "passwords", given to the running hostapd when only passwords changed;
+        "restarted", when anything else did: hostapd stopped, given it and started (never running with a
+        configuration other than the file's, which the controller reads)."""
+        guest_before = self.guest_line()
+        conf = render()
+        guest_changed = self.guest_line() != guest_before
+        ran = self.conf.read_text() if self.conf.exists() else ""
+        if ran == conf and not guest_changed:
+            return "unchanged"
+        if ran and passwords_only(ran, conf):
+            try:
+                self.give_passwords(conf, guest_changed)
+            except hostapd_ctrl.HostapdError as exc:
+                raise RadioError(f"{exc}; hostapd runs with the passwords it had") from None
+            self.write_conf(conf)  # after: the controller never reads a password hostapd does not have yet
+            print("homework-network: hostapd took the passwords changed without a restart")
+            return "passwords"
+        self.stop()
+        self.write_conf(conf)
+        try:
+            self.start()
+        except RadioError:
+            if not ran:
+                raise
+            # A setting hostapd cannot start with (a channel the country forbids, say): the radio goes
+            # back to the configuration that ran rather than staying off.
+            self.write_conf(ran)
+            self.start()
+            raise RadioError("hostapd did not start with the new settings; it runs with the earlier ones") from None
+        print(f"homework-network: hostapd restarted with its configuration rendered again ({self.conf})")
+        return "restarted"
+
+    def give_passwords(self, conf: str, guest_changed: bool) -> None:
+        """The running hostapd given `conf`'s SAE passwords, and the key file's guest line when it changed.
+
+        hostapd 2.10 puts each `SET sae_password` at the head of its list, as it does each line of a file it
+        reads, and takes the first entry that fits a station: set again in the file's order, they are tried
+        as the file's are, before every earlier one. An earlier password bound to a MAC that no new line
+        binds is behind the new guest line, which fits every MAC: it no longer joins anyone (revoked). The
+        list grows by a few entries per change until hostapd next starts.
+
+        A station is not touched by either: one already on keeps its connection until it joins again. But
+        hostapd's RELOAD_WPA_PSK (the key file read again, as the controller has it done for every device
+        key it writes) puts off the air every station whose key is not in the file, and to hostapd 2.10 that
+        is every WPA3 station too (its key came from SAE, not from a passphrase in the file): those rejoin
+        by themselves, in about a second. So the key file is read again here only when its guest line changed."""
+        for line in conf.splitlines():
+            if line.startswith(SAE_PASSWORD):  # straight to the socket: a password on no command line
+                hostapd_ctrl.request(str(self.ctrl), f"SET sae_password {line.removeprefix(SAE_PASSWORD)}")
+        if guest_changed:
+            hostapd_ctrl.request(str(self.ctrl), "RELOAD_WPA_PSK")
+
+    def guest_line(self) -> str:
+        """The key file's guest line (its WPA2 passphrase), "" without one."""
+        lines = private_files.read_text(str(self.psk_file)).splitlines()
+        return next((line for line in lines if line.startswith(f"keyid={wifi_keys.GUEST_KEYID} ")), "")
+
+    def write_conf(self, conf: str) -> None:
+        self.conf.parent.mkdir(parents=True, exist_ok=True)
+        self.conf.unlink(missing_ok=True)
+        fd = os.open(self.conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the passphrases
+        with os.fdopen(fd, "w") as f:
+            f.write(conf)
 
 
-def guest_line() -> str:
-    """The key file's guest line (its WPA2 passphrase), "" without one."""
-    lines = private_files.read_text(str(PSK_FILE)).splitlines()
-    return next((line for line in lines if line.startswith(f"keyid={wifi_keys.GUEST_KEYID} ")), "")
+def router_access_point() -> AccessPoint:
+    """The router's own radio's hostapd, which systemd runs (homework-hostapd.service)."""
+    return AccessPoint(
+        RUN / "hostapd.conf",
+        PSK_FILE,
+        HOSTAPD_CTRL / BRIDGE,
+        start=lambda: run("systemctl", "start", HOSTAPD_UNIT),
+        stop=lambda: run("systemctl", "stop", HOSTAPD_UNIT),
+    )
 
 
 def refresh() -> str:
-    """hostapd's configuration rendered again from the key file and the settings, and what was done:
-    "unchanged"; "passwords", given to the running hostapd when only passwords changed; "restarted",
-    when anything else did: hostapd stopped, given it and started (never running with a configuration
-    other than the file's, which the controller reads)."""
+    """The router's radio follows its key file and the household's settings (`AccessPoint.follow`)."""
     if not (HOSTAPD_CTRL / BRIDGE).is_symlink():
         return "unchanged"  # no radio: the wired setup's configuration has no keys or settings to follow
-    guest_before = guest_line()
-    conf = render_hostapd_conf(wifi_settings())  # the key file's guest line follows the settings' passphrase
-    guest_changed = guest_line() != guest_before
-    current = RUN / "hostapd.conf"
-    ran = current.read_text() if current.exists() else ""
-    if ran == conf and not guest_changed:
-        return "unchanged"
-    if ran and passwords_only(ran, conf):
-        try:
-            give_passwords(conf, guest_changed)
-        except hostapd_ctrl.HostapdError as exc:
-            raise RadioError(f"{exc}; hostapd runs with the passwords it had") from None
-        write_hostapd_conf(conf)  # after: the controller never reads a password hostapd does not have yet
-        print("homework-network: hostapd took the passwords changed without a restart")
-        return "passwords"
-    run("systemctl", "stop", HOSTAPD_UNIT)
-    write_hostapd_conf(conf)
-    try:
-        run("systemctl", "start", HOSTAPD_UNIT)
-    except RadioError:
-        if not ran:
-            raise
-        # A setting hostapd cannot start with (a channel the country forbids, say): the radio goes
-        # back to the configuration that ran rather than staying off.
-        write_hostapd_conf(ran)
-        run("systemctl", "start", HOSTAPD_UNIT)
-        raise RadioError("hostapd did not start with the new settings; it runs with the earlier ones") from None
-    print(f"homework-network: hostapd restarted with its configuration rendered again ({current})")
-    return "restarted"
+    # The key file's guest line follows the settings' passphrase.
+    return router_access_point().follow(lambda: render_hostapd_conf(wifi_settings()))
 
 
 def main(argv: list[str]) -> int:

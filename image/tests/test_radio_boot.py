@@ -32,7 +32,10 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
 IMAGE = BUILD / "homework-router-x86_64.img"
 STATE = BUILD / "image-test-radio"
-RADIOS = 4  # the router's and three stations: two permitted, one pending
+# The router's, three stations (two permitted, one pending), a satellite access point's and a station of its.
+RADIOS = 6
+STATIONS = (1, 2, 3)
+SATELLITE_RADIO, SATELLITE_STATION = 4, 5
 BOOTED_WITH_RADIOS = "booted-with-radios"  # the BIOS story's first boot, saved for this story (SAVED)
 DRIVE = "/run/radio-test"  # where the test drive is mounted in the VM
 HOSTAPD_CTRL = "/run/homework/hostapd"
@@ -42,13 +45,13 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the boot test needs r
 
 
 def make_test_drive(out: Path) -> Path:
-    """An ext4 image with wpa_supplicant and dhclient from this (Debian bookworm) machine, the
+    """An ext4 image with wpa_supplicant, wpa_cli, dhclient and ping from this (Debian bookworm) machine, the
     libraries they need beyond the C library, and a dhclient script that only sets the address."""
     stage = out.with_suffix(".d")
     shutil.rmtree(stage, ignore_errors=True)
     (stage / "bin").mkdir(parents=True)
     (stage / "lib").mkdir()
-    for name in ("wpa_supplicant", "dhclient"):
+    for name in ("wpa_supplicant", "wpa_cli", "dhclient", "ping"):
         binary = shutil.which(name) or f"/usr/sbin/{name}"
         shutil.copy2(binary, stage / "bin" / name)
         for line in subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout.splitlines():
@@ -132,8 +135,10 @@ class Station:
     def join(self, network: str) -> None:
         """(Re)start wpa_supplicant with one network block, e.g. 'key_mgmt=WPA-PSK\\npsk="..."'."""
         self.leave()
-        # Channels 6 and 11 (the owner moves the radio to 11 in the last test).
-        conf = f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2437 2462\n {network}\n}}\n'
+        # Channels 6 and 11 (the owner moves the radio to 11), and the satellite's, 1.
+        conf = (
+            f'ctrl_interface={self.dir}/ctrl\nnetwork={{\n ssid="Homework"\n scan_freq=2412 2437 2462\n {network}\n}}\n'
+        )
         self.write(f"{self.dir}/wpa.conf", conf)
         self.vm.run(f": > {self.dir}/wpa.log")
         self.exec(
@@ -339,7 +344,7 @@ def guest_passphrase(router) -> str:
 
 @pytest.fixture(scope="module")
 def stations(router, guest_passphrase) -> list[Station]:
-    return [Station(router, n) for n in range(1, RADIOS)]
+    return [Station(router, n) for n in STATIONS]
 
 
 @pytest.fixture(scope="module")
@@ -686,3 +691,207 @@ def test_the_owner_moves_the_radio_to_another_channel_and_only_hostapd_restarts(
         hint=lambda: first.log()[-1500:],
     )
     assert "freq: 2462" in first.exec(f"iw dev {first.ifname} link")
+
+
+# ---- a satellite access point (docs/whole-home-wifi.md): the same image's hostapd on a radio of its own, in a
+# namespace of its own (the satellite box), its bridge cabled into the router's LAN port (a veth: the VM's LAN
+# NIC is moved aside), run by homework_image.satellite, paired with a code the owner makes in the web UI.
+
+SATELLITE_CHANNEL = 1  # 2412 MHz: the router's radio is on 11 by now
+SATELLITE_STATE = "/run/sat"
+
+
+class Satellite:
+    """The satellite box: its radio (an AP), its bridge onto the cable, its own address from the router."""
+
+    def __init__(self, vm: RouterVm):
+        self.vm, self.ns, self.radio = vm, "sat", f"wlan{SATELLITE_RADIO}"
+        # The router's LAN port is where a satellite's cable goes; the VM's NIC there leaves for it (the
+        # controller sees its access port go and come back under a new number, and rebuilds its rules).
+        vm.run(
+            f"mkdir -p {SATELLITE_STATE} && ip netns add {self.ns} && ip -n {self.ns} link set lo up"
+            f" && iw phy phy{SATELLITE_RADIO} set netns name {self.ns}"
+            " && ovs-vsctl del-port br-lan lan && ip link set lan down && ip link set lan name lan-nic"
+            f" && ip link add lan type veth peer name uplink netns {self.ns} && ovs-vsctl add-port br-lan lan"
+            " && ip link set lan up"
+        )
+        # The bridge keeps its cable's MAC (set, not taken from its ports): the radio joining it must not give
+        # the box a new MAC, which the router would take for a newcomer's.
+        self.mac = json.loads(vm.run(f"ip -n {self.ns} -j link show dev uplink"))[0]["address"]
+        vm.run(
+            f"ip -n {self.ns} link add br0 address {self.mac} type bridge"
+            f" && ip -n {self.ns} link set uplink master br0 && ip -n {self.ns} link set uplink up"
+            f" && ip -n {self.ns} link set br0 up"
+        )
+
+    def exec(self, command: str, timeout: float = 60, check: bool = True) -> str:
+        return self.vm.run(f"ip netns exec {self.ns} {command}", timeout=timeout, check=check)
+
+    def dhcp(self) -> str:
+        """Its own address on its bridge, from the router (a newcomer, as any device)."""
+        timeout = self.vm.paced(60)
+        self.exec(
+            f"timeout {int(timeout)} {DRIVE}/bin/dhclient -1 -cf /dev/null -sf {DRIVE}/bin/dhclient-script "
+            f"-pf {SATELLITE_STATE}/dhclient.pid -lf {SATELLITE_STATE}/dhclient.leases br0",
+            timeout=timeout + 30,
+        )
+        [addresses] = json.loads(self.vm.run(f"ip -n {self.ns} -j -4 addr show dev br0"))
+        return addresses["addr_info"][0]["local"]
+
+    def pair(self, code: str) -> None:
+        """homework-satellite, as the box would run it, given the code the owner's web UI showed."""
+        self.vm.run(
+            f"setsid -f ip netns exec {self.ns} /usr/lib/homework/venv/bin/python -m homework_image.satellite"
+            f" --router http://10.2.0.1 --code {shlex.quote(code)} --name Landing --radio {self.radio}"
+            f" --bridge br0 --channel {SATELLITE_CHANNEL} --state {SATELLITE_STATE}/state --run {SATELLITE_STATE}/run"
+            f" > {SATELLITE_STATE}/agent.log 2>&1 < /dev/null"
+        )
+
+    def log(self) -> str:
+        return self.vm.run(f"cat {SATELLITE_STATE}/agent.log", check=False)
+
+    def hostapd(self, *words: str) -> str:
+        ctrl = f"{SATELLITE_STATE}/run/hostapd"
+        return self.exec(f"hostapd_cli -p {ctrl} -i {self.radio} {' '.join(map(shlex.quote, words))}")
+
+    def serving(self) -> bool:
+        try:
+            return "state=ENABLED" in self.hostapd("status")
+        except VmError:
+            return False
+
+    def bssid(self) -> str:
+        return json.loads(self.vm.run(f"ip -n {self.ns} -j link show dev {self.radio}"))[0]["address"]
+
+
+def access_port(vm: RouterVm, mac: str) -> object:
+    for device in json_in(vm.run("curl -s http://127.0.0.1:8081/ws.v1/status")):
+        if device.get("mac") == mac:
+            return device.get("access_port")
+    return None
+
+
+def ofport(vm: RouterVm, name: str) -> int:
+    return int(vm.run(f"ovs-vsctl get interface {name} ofport").strip())
+
+
+@pytest.fixture(scope="module")
+def satellite(router, guest_passphrase, owner) -> Satellite:
+    box = Satellite(router)
+    box.dhcp()
+    assert device_state(router, box.mac) == "pending"  # a newcomer until the household pairs it
+    status, doc = owner.call("POST", "/api/satellite-codes")
+    assert status == 201, doc
+    started = time.monotonic()
+    box.pair(doc["code"])
+    wait_until("the satellite to serve the network", box.serving, router.paced(180), 2, hint=box.log)
+    TIMINGS["satellite_pairing_to_serving_s"] = round(time.monotonic() - started, 1)
+    print(f"\nthe satellite, pairing to serving: {TIMINGS['satellite_pairing_to_serving_s']} s")
+    return box
+
+
+@pytest.fixture(scope="module")
+def roamer(router, satellite) -> Station:
+    return Station(router, SATELLITE_STATION)
+
+
+def test_a_satellite_paired_with_a_code_serves_the_routers_network_on_its_own_radio(router, satellite):
+    assert device_state(router, satellite.mac) == "permitted"  # the owner's code let it in
+    conf = router.run(f"cat {SATELLITE_STATE}/run/hostapd.conf")
+    assert "ssid=Homework" in conf and "bridge=br0" in conf and "ap_isolate=1" in conf
+    assert f"channel={SATELLITE_CHANNEL}" in satellite.hostapd("status").splitlines()
+    assert access_port(router, satellite.mac) == ofport(router, "lan")
+
+
+def test_a_station_on_the_satellite_is_held_back_until_permitted_then_reaches_the_internet(
+    router, satellite, roamer, guest_passphrase, owner
+):
+    roamer.join(f"bssid={satellite.bssid()}\n {wpa2(guest_passphrase)}")
+    roamer.wait_connected(120)
+    assert "[AUTHORIZED]" in satellite.hostapd("sta", roamer.mac)
+    roamer.dhcp(60)
+    assert device_state(router, roamer.mac) == "pending"
+    assert roamer.fetch() == "000"  # held back at the router's switch, as on the router's own radio
+    status, doc = owner.call("POST", f"/api/devices/{roamer.mac}/permit")
+    assert status == 200, doc
+    roamer.dhcp(60)
+    wait_until("a page through the NAT", lambda: roamer.fetch() == "200", router.paced(30), 1)
+    assert access_port(router, roamer.mac) == ofport(router, "lan")
+
+
+ROAMS = 6  # each way three times (issue 37 asks for 20 in its measurement; software emulation makes each slow)
+
+
+def wpa_cli(station: Station, *words: str) -> str:
+    return station.exec(f"{DRIVE}/bin/wpa_cli -p {station.dir}/ctrl -i {station.ifname} {' '.join(words)}")
+
+
+def on_bssid(station: Station, bssid: str) -> bool:
+    status = dict(line.split("=", 1) for line in wpa_cli(station, "status").splitlines() if "=" in line)
+    return status.get("bssid") == bssid and status.get("wpa_state") == "COMPLETED"
+
+
+def ping_gaps_ms(ping_output: str) -> list[float]:
+    """The gaps between successive replies of `ping -D` (its timestamps), in milliseconds."""
+    stamps = [float(t) for t in re.findall(r"^\[(\d+\.\d+)\].*bytes from", ping_output, re.M)]
+    return [round((b - a) * 1000, 1) for a, b in zip(stamps, stamps[1:], strict=False)]
+
+
+def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
+    router, satellite, roamer, guest_passphrase
+):
+    """The access point that authenticated it says where it is: at each roam its rules follow it to that
+    access port, with its address, its decisions and no clone alarm; a ping every 10 ms shows the gap."""
+    address = roamer.address()
+    [default] = json.loads(router.run(f"ip -n {roamer.ns} -j route show default"))
+    roamer.join(wpa2(guest_passphrase))  # either access point now: no BSSID named
+    roamer.wait_connected(120)
+    router_bssid = router.run("cat /sys/class/net/wlan0/address").strip()
+    ports = {router_bssid: ofport(router, "wlan0"), satellite.bssid(): ofport(router, "lan")}
+    wpa_cli(roamer, "scan")
+    time.sleep(5)
+    roamer.dhcp(60)
+    assert roamer.address() == address  # its /30, whichever access point it joined
+    ping = f"env LD_LIBRARY_PATH={DRIVE}/lib {DRIVE}/bin/ping -D -i 0.01 {default['gateway']}"
+    roamer.detach(ping, f"{roamer.dir}/ping.log")
+    here = next(b for b in ports if on_bssid(roamer, b))
+    for _ in range(ROAMS):
+        there = next(b for b in ports if b != here)
+        wpa_cli(roamer, "roam", there)
+        wait_until(f"the roam to {there}", lambda: on_bssid(roamer, there), router.paced(60), 0.5)  # noqa: B023
+        wait_until(
+            "the station's rules to follow it",
+            lambda: access_port(router, roamer.mac) == ports[there],  # noqa: B023
+            router.paced(30),
+            0.5,
+            hint=satellite.log,
+        )
+        here = there
+    roamer.exec(f"pkill -f '{DRIVE}/bin/ping'", check=False)
+    assert device_state(router, roamer.mac) == "permitted" and clone_suspected(router, roamer.mac) is None
+    assert roamer.fetch() == "200"
+    pinged = router.run(f"cat {roamer.dir}/ping.log")
+    gaps = sorted(ping_gaps_ms(pinged))
+    assert len(gaps) > ROAMS, pinged[-1500:]
+    worst = gaps[-ROAMS:]  # one gap per roam: the longest ones
+    TIMINGS["roam_gap_ms_median"] = worst[len(worst) // 2]
+    TIMINGS["roam_gap_ms_max"] = worst[-1]
+    print(f"\nroam gaps without 802.11r (ms, software emulation): {worst}")
+
+
+def test_a_copy_of_a_permitted_devices_mac_on_the_satellite_is_flagged_and_gets_nothing(
+    router, satellite, stations, guest_passphrase
+):
+    first, _, copier = stations  # first: permitted, with its own passphrase, on the router's radio
+    assert first.fetch() == "200"
+    own_mac = copier.mac
+    copier.new_address(first.mac)
+    try:
+        copier.join(f"bssid={satellite.bssid()}\n {wpa2(guest_passphrase)}")
+        wait_until("the copy to be flagged", lambda: clone_suspected(router, first.mac), router.paced(60), 1)
+        assert copier.fetch() == "000"
+        assert first.fetch() == "200"  # the device itself keeps working, on its own access point
+        assert access_port(router, first.mac) == ofport(router, "wlan0")
+    finally:
+        copier.leave()
+        copier.new_address(own_mac)

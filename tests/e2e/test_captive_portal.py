@@ -92,7 +92,7 @@ def test_a_pending_device_is_sent_to_the_portal_and_once_let_in_gets_the_interne
     mac = home.mac("guest")
 
     # Its real dhclient was told where the portal's API is (RFC 8910's option 114, "default-url" to ISC).
-    lease = (home._state("guest") / "dhclient.leases").read_text()
+    lease = (home.stations.state_dir("guest") / "dhclient.leases").read_text()
     assert re.search(r'option default-url "http://10\.2\.0\.1/captive-portal/api";', lease), lease
 
     # The API says it is held back, and where the page is.

@@ -45,7 +45,7 @@ def shaped_mbit(home, direction: str) -> float:
 
 
 # How much lower a High call's p99 delay must be: the 10x on the uplink; 5x on the
-# downlink, whose Normal queue the emulation caps at ~40 ms (tests/homenet/homenet/home.py, LINE_*).
+# downlink, whose Normal queue the emulation caps at ~40 ms (homenet/homenet/topology.py, LINE_*).
 @pytest.mark.parametrize(("direction", "factor"), [(UP, 10), (DOWN, 5)])
 def test_a_high_priority_call_keeps_its_delay_low_while_bulk_transfers_saturate_the_line(
     home, call_and_bulk, direction, factor

@@ -1,4 +1,4 @@
-"""Accounts, sessions, kiosk pairing codes and device ownership, in one SQLite file.
+"""Accounts, sessions, kiosk and satellite pairing codes and device ownership, in one SQLite file.
 
 The file lives in the state directory with 0600 permissions (SQLite gives its -wal and
 -shm files the database file's permissions). Every change, with the checks it depends on,
@@ -26,13 +26,17 @@ from .security import normalise_code, random_code
 
 LOG = logging.getLogger(__name__)
 
-ROLES = ("owner", "member", "kiosk")
+ROLES = ("owner", "member", "kiosk", "satellite")
+# Accounts that never sign in with a password: paired with a code the owner made (a wall panel, a satellite
+# access point, which is bound to its own device's MAC).
+PAIRED = ("kiosk", "satellite")
 MIN_PASSWORD = 8
 # scrypt at N=2^15, r=8 costs 32 MiB and ~0.1 s on a router-class CPU: slow enough to make
 # guessing a stolen hash expensive, fast enough for a login.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 PAIRING_TTL = 600.0
-SESSION_TTL = {"owner": 30 * 86400, "member": 30 * 86400, "kiosk": 365 * 86400}
+PANEL_CODES, SATELLITE_CODES = "pairing_codes", "satellite_codes"  # the tables of one-time pairing codes
+SESSION_TTL = {"owner": 30 * 86400, "member": 30 * 86400, "kiosk": 365 * 86400, "satellite": 365 * 86400}
 
 
 class AccountError(ValueError):
@@ -84,6 +88,10 @@ create table if not exists pairing_codes (
     code_hash text primary key, expires real not null, created_by integer not null);
 create table if not exists device_owners (
     mac text primary key, account_id integer not null references accounts(id) on delete cascade);
+create table if not exists satellite_codes (
+    code_hash text primary key, expires real not null, created_by integer not null);
+create table if not exists satellites (
+    account_id integer primary key references accounts(id) on delete cascade, mac text unique not null);
 """
 
 
@@ -178,7 +186,7 @@ class AccountStore:
         if role not in ROLES:
             raise AccountError(f"role must be one of {', '.join(ROLES)}")
         username = printable_name(username, 40, "a user name")
-        if role == "kiosk":
+        if role in PAIRED:
             return username, None
         if password is None or len(password) < MIN_PASSWORD:
             raise AccountError(f"a password needs at least {MIN_PASSWORD} characters")
@@ -211,8 +219,8 @@ class AccountStore:
 
     def authenticate(self, username: str, password: str) -> dict | None:
         rows = self._read(
-            "select id, username, role, pw_hash from accounts where username = ? and role != 'kiosk'",
-            ((username or "").strip(),),
+            "select id, username, role, pw_hash from accounts where username = ? and role not in (?, ?)",
+            ((username or "").strip(), *PAIRED),
         )
         if not verify_password(password or "", rows[0]["pw_hash"] if rows else None):
             return None
@@ -223,7 +231,9 @@ class AccountStore:
             raise AccountError(f"a password needs at least {MIN_PASSWORD} characters")
         pw_hash = hash_password(password)
         with self._transaction() as db:
-            db.execute("update accounts set pw_hash = ? where id = ? and role != 'kiosk'", (pw_hash, account_id))
+            db.execute(
+                "update accounts set pw_hash = ? where id = ? and role not in (?, ?)", (pw_hash, account_id, *PAIRED)
+            )
             # A new password signs every other browser out.
             db.execute("delete from sessions where account_id = ?", (account_id,))
 
@@ -278,37 +288,86 @@ class AccountStore:
     # kiosk pairing
 
     def create_pairing_code(self, owner_id: int) -> tuple[str, float]:
-        # 8 characters people can type on a wall panel; with 10 minutes' life and the rate
-        # limit, not guessable.
+        return self._new_code(PANEL_CODES, owner_id)
+
+    def _new_code(self, table: str, owner_id: int) -> tuple[str, float]:
+        """A one-time code in `table` (a wall panel's or a satellite's: neither pairs the other). 8 characters
+        people can type on a wall panel; with 10 minutes' life and the rate limit, not guessable."""
         code = random_code(8)
         now = time.time()
         with self._transaction() as db:
-            db.execute("delete from pairing_codes where expires < ?", (now,))
+            db.execute(f"delete from {table} where expires < ?", (now,))
             db.execute(
-                "insert into pairing_codes (code_hash, expires, created_by) values (?, ?, ?)",
+                f"insert into {table} (code_hash, expires, created_by) values (?, ?, ?)",
                 (_token_hash(code), now + PAIRING_TTL, owner_id),
             )
         return code, now + PAIRING_TTL
+
+    @staticmethod
+    def _spend_code(db: sqlite3.Connection, table: str, code: str) -> bool:
+        """The code, if it is in `table` and has not expired, spent (it pairs once)."""
+        spent = db.execute(
+            f"delete from {table} where code_hash = ? and expires > ? returning created_by",
+            (_token_hash(normalise_code(code or "")), time.time()),
+        ).fetchone()
+        return spent is not None
 
     def redeem_pairing_code(self, code: str, kiosk_name: str) -> dict | None:
         """The kiosk account for a valid code (spent), None for a wrong or expired one. A bad
         name is refused before the code is looked at, so it does not cost the code."""
         name = printable_name((kiosk_name or "").strip() or "Wall panel", 32, "a panel name")
         with self._transaction() as db:
-            if (
-                db.execute(
-                    "delete from pairing_codes where code_hash = ? and expires > ? returning created_by",
-                    (_token_hash(normalise_code(code or "")), time.time()),
-                ).fetchone()
-                is None
-            ):
+            if not self._spend_code(db, PANEL_CODES, code):
                 return None
-            taken = {r["username"] for r in db.execute("select username from accounts")}
-            # "Hall", "Hall 2", "Hall 3"…: the first free one (at most len(taken) + 1 tries).
-            unique = next(
-                candidate for n in itertools.count(1) if (candidate := name if n == 1 else f"{name} {n}") not in taken
+            return self._insert(db, self._unique_name(db, name), "kiosk", None)
+
+    @staticmethod
+    def _unique_name(db: sqlite3.Connection, name: str) -> str:
+        taken = {r["username"] for r in db.execute("select username from accounts")}
+        # "Hall", "Hall 2", "Hall 3"…: the first free one (at most len(taken) + 1 tries).
+        return next(
+            candidate for n in itertools.count(1) if (candidate := name if n == 1 else f"{name} {n}") not in taken
+        )
+
+    # satellite access points: paired with a code the owner made, bound to the device they paired from
+
+    def create_satellite_code(self, owner_id: int) -> tuple[str, float]:
+        """A code for one satellite access point, as a wall panel's (8 characters, 10 minutes, rate-limited)."""
+        return self._new_code(SATELLITE_CODES, owner_id)
+
+    def redeem_satellite_code(self, code: str, name: str, mac: str) -> dict | None:
+        """The satellite account for a valid code (spent), bound to the device `mac` it paired from; None for a
+        wrong or expired code. A bad name is refused before the code is looked at (it does not cost the code).
+        The same device paired again (its agent started afresh) replaces its earlier account, whose sessions end."""
+        name = printable_name((name or "").strip() or "Access point", 32, "an access point's name")
+        with self._transaction() as db:
+            if not self._spend_code(db, SATELLITE_CODES, code):
+                return None
+            db.execute("delete from accounts where id in (select account_id from satellites where mac = ?)", (mac,))
+            account = self._insert(db, self._unique_name(db, name), "satellite", None)
+            db.execute("insert into satellites (account_id, mac) values (?, ?)", (account["id"], mac))
+            return {**account, "mac": mac}
+
+    def satellites(self) -> list[dict]:
+        return [
+            dict(r)
+            for r in self._read(
+                "select a.id, a.username as name, s.mac, a.created from satellites s "
+                "join accounts a on a.id = s.account_id order by a.id"
             )
-            return self._insert(db, unique, "kiosk", None)
+        ]
+
+    def satellite_mac(self, account_id: int) -> str | None:
+        """The MAC of the device a satellite account is bound to (None: no such satellite)."""
+        rows = self._read("select mac from satellites where account_id = ?", (account_id,))
+        return rows[0]["mac"] if rows else None
+
+    def remove_satellite(self, account_id: int) -> None:
+        """The satellite's account, its sessions with it (at once: each request reads its session row)."""
+        with self._transaction() as db:
+            if db.execute("select 1 from satellites where account_id = ?", (account_id,)).fetchone() is None:
+                raise KeyError(account_id)
+            db.execute("delete from accounts where id = ?", (account_id,))
 
     # device ownership (what a member may rename)
 

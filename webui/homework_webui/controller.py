@@ -16,8 +16,8 @@ from flask import g, has_request_context
 
 ROLE_HEADER = "X-Homework-Role"  # the controller's authority.HEADER
 # The web UI's account roles as the controller's table names them (authority.ROLES).
-CONTROLLER_ROLES = {"owner": "owner", "member": "member", "kiosk": "panel"}
-PANEL, DEVICE = "panel", "device"
+CONTROLLER_ROLES = {"owner": "owner", "member": "member", "kiosk": "panel", "satellite": "satellite"}
+OWNER, PANEL, DEVICE, SATELLITE = "owner", "panel", "device", "satellite"
 
 
 def seen_by(devices: list[dict], role: str, account_id: int) -> list[dict]:
@@ -192,6 +192,17 @@ class ControllerClient:
         """What the captive portal tells the device at this address (a request's source) about itself:
         {captive, reason, code, paused_until, allowance, user_portal_url}."""
         return self._call("GET", f"portal/{urllib.parse.quote(ip, safe='')}")
+
+    def satellite_keys(self) -> dict:
+        """What a satellite access point serves the network with: {ssid, passphrase, country, band, channel,
+        keys: [{mac, keyid, passphrase}], version} (the satellite role's alone)."""
+        return self._call("GET", "satellite-keys")
+
+    def satellite_station(self, ip: str, event: str, mac: str, keyid: str) -> dict:
+        """The satellite at `ip` (a request's source address) says a station joined it with `keyid` or left it:
+        {mac, event, port, access_port, applied} (the satellite role's alone)."""
+        quoted = "/".join(urllib.parse.quote(part, safe="") for part in (ip, event, mac))
+        return self._call("POST", f"satellite-station/{quoted}", {"keyid": keyid})
 
     def dns_rules(self, mac: str):
         return self._call("GET", f"dns-rules/{self._mac(mac)}")

@@ -19,6 +19,8 @@ from .security import PUBLIC, HeldBack, host_name, is_loopback, same_origin
 from .services import Services
 from .updates import CHUNK_BYTES
 
+SATELLITE_PAIR_PATH = "/api/satellite/pair"  # routes/satellites.PAIR_PATH
+
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # What the router is called on its own: a page reached under any other name (DNS rebinding)
 # is refused. The router's LAN addresses and names are added by the caller.
@@ -55,8 +57,9 @@ def install(app: Flask, svc: Services, hostnames: Iterable[str]) -> None:
             state = hub.device_state_for_ip(addr)
             if state is None:
                 return plain(503, "The router cannot check this device right now. Try again in a moment.")
-            # A device held back reaches the captive portal (which tells it why), and nothing else.
-            if state != "permitted" and request.path not in captive.PATHS:
+            # A device held back reaches the captive portal (which tells it why), and nothing else: but for a
+            # satellite access point's pairing, which lets it in with the owner's code (routes/satellites.py).
+            if state != "permitted" and request.path not in captive.PATHS and request.path != SATELLITE_PAIR_PATH:
                 return plain(403, "This device has not been let into the home network, so it cannot manage it.")
         view = app.view_functions.get(request.endpoint) if request.endpoint else None
         if view is None:
@@ -97,6 +100,7 @@ def install(app: Flask, svc: Services, hostnames: Iterable[str]) -> None:
             "/api/me/password": svc.sign_ins.devices,
             "/api/setup": svc.setup_guesses,
             "/api/pair": svc.pairing_guesses,
+            SATELLITE_PAIR_PATH: svc.pairing_guesses,
         }
     )
     svc.body_limit = _body_limit(app, svc)

@@ -13,6 +13,9 @@ captive portal; a request without one is the router's own administrator on loopb
            by the request's source address, never by anything the device sends
   isp      the ISP side: its slicer speaks OpenFlow to the household's slice link only, and reaches no
            ws.v1 operation (listed so that the generated test proves it)
+  satellite a satellite access point (the web UI's satellite session, from the satellite's own address):
+           it reads the keys it serves the household's network with and reports its stations, and may
+           do nothing else (`docs/whole-home-wifi.md`)
 
 A target's states (`target_states`): the device's state (pending | permitted | denied | blacklisted),
 whether something holds it now (paused | bedtime | allowance, the hold `HouseholdControls` reports), and
@@ -31,9 +34,16 @@ from ..concerns.gates import GATES
 from ..errors import ApiError
 from ..model import normalize_mac
 
-OWNER, MEMBER, PANEL, DEVICE, ISP = "owner", "member", "panel", "device", "isp"
-ROLES = (OWNER, MEMBER, PANEL, DEVICE, ISP)
-ROLE_NAMES = {OWNER: "the owner", MEMBER: "a member", PANEL: "the wall panel", DEVICE: "a device", ISP: "the ISP side"}
+OWNER, MEMBER, PANEL, DEVICE, ISP, SATELLITE = "owner", "member", "panel", "device", "isp", "satellite"
+ROLES = (OWNER, MEMBER, PANEL, DEVICE, ISP, SATELLITE)
+ROLE_NAMES = {
+    OWNER: "the owner",
+    MEMBER: "a member",
+    PANEL: "the wall panel",
+    DEVICE: "a device",
+    ISP: "the ISP side",
+    SATELLITE: "a satellite access point",
+}
 HEADER = "X-Homework-Role"
 
 PENDING, PERMITTED, DENIED, BLACKLISTED = "pending", "permitted", "denied", "blacklisted"
@@ -95,6 +105,8 @@ WHAT = {
     "show-wifi-key": "see a device's own Wi-Fi passphrase",
     "revoke-wifi-key": "revoke a device's own Wi-Fi passphrase",
     "route-owner": "give an advertised route a new owner",
+    "satellite-keys": "read the Wi-Fi keys a satellite access point serves the network with",
+    "satellite-station": "say which station joined or left a satellite access point",
     # The plugged-in gates' operations say theirs (`concerns/gates`).
     **{op.name: op.what for gate in GATES for op in gate.operations},
 }
@@ -144,6 +156,11 @@ TABLE: dict[str, dict[str, Mapping[str, str]]] = {
     "revoke-wifi-key": _granted((OWNER, MEMBER)),
     # A device reads what the portal says about itself (the web UI asks with the request's source address).
     "portal": _granted((OWNER, DEVICE)),
+    # A satellite access point (the web UI's satellite session, from its own address): the keys it serves and
+    # its stations' joins and leaves, at its own port; nobody else, the owner included (no household verb
+    # needs them, and a satellite's word about a station is a satellite's to give).
+    "satellite-keys": _granted((SATELLITE,)),
+    "satellite-station": _granted((SATELLITE,)),
     # The plugged-in gates' operations, granted to the roles each declares (`concerns/gates`).
     **{op.name: _granted(op.roles) for gate in GATES for op in gate.operations},
 }

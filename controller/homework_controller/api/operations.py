@@ -11,6 +11,10 @@ What an operation answers:
   edge       the I/O edge's own (health, counters): `ofapp` answers it
   radio      the radio's settings file (`radio_settings.RadioSettingsFile`), under a lock of its own:
              `ofapp` answers it off the controller's lock (file I/O)
+  satellite  what a satellite access point serves the network with: the radio's settings file (off the
+             controller's lock) and every device's own key (under it), `Ws1Service.satellite_keys`
+  station    a satellite's station event (`core/satellites.py`): its effects are carried out, then the
+             station and where it is bound now
 A decision's effects reach the switch before the answer; `perform` refuses to answer effects.
 """
 
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from ..concerns.gates import GATES, GateOperation
+from ..core import satellites
 from . import authority
 
 if TYPE_CHECKING:
@@ -417,6 +422,32 @@ def revoke_wifi_key(router: HomeRouter, mac: str) -> dict:
     return router.decisions.revoke_wifi_key(mac)
 
 
+@operation(
+    "satellite-keys",
+    "GET",
+    "what a satellite access point serves the router's network with: the radio's network name, guest passphrase, "
+    "country, band and channel, every device's own key (mac, keyid, passphrase), and version, which changes "
+    "exactly when any of it does",
+    answers="satellite",
+)
+def satellite_keys(host: Ws1Service) -> dict:
+    return host.satellite_keys()
+
+
+@operation(
+    "satellite-station",
+    "POST",
+    "the satellite access point at ip (a permitted device bound to an access port) says a station joined it "
+    "with the passphrase keyid (a device's own; '' for the guest passphrase) or left it: the station is at the "
+    "satellite's port (a roam moves it there)",
+    path=("ip", "event", "mac"),
+    query="keyid",
+    answers="station",
+)
+def satellite_station(router: HomeRouter, ip: str, event: str, mac: str, keyid: str) -> list[Effect]:
+    return satellites.station(router, ip, event, mac, keyid)
+
+
 def _gate_operation(gate: str, declared: GateOperation) -> Operation:
     """A plugged-in gate's operation (`concerns/gates`) as ws.v1's: a decision on one device, which answers
     its status."""
@@ -452,7 +483,7 @@ def perform(
     answer is made. applied: whether the switch is there to take them."""
     authority.check(router, role, op, args)
     result = op.call(router, *args, **authority.keywords(role, op.name))
-    if op.answers in ("device", "shared-allowance", "dns-rules"):
+    if op.answers in ("device", "shared-allowance", "dns-rules", "station"):
         if not isinstance(result, list):
             raise TypeError(f"{op.name} declares a change (answers={op.answers!r}) but its call made no effects")
         apply(result)
@@ -463,6 +494,9 @@ def perform(
         return router.shared_allowances(args[0]) if op.name != "shared-allowance" or args[1].strip() else None
     if op.answers == "dns-rules":
         return router.decisions.dns_rules_of(args[0])
+    if op.answers == "station":
+        assert isinstance(result, list)  # its effects, carried out above
+        return dict(satellites.station_answer(router, result, *args), applied=applied)
     if isinstance(result, list) and op.verb == "POST":
         raise TypeError(f"{op.name} changed state but declares no answer for it (answers={op.answers!r})")
     return result
@@ -492,6 +526,8 @@ def openapi_yaml() -> str:
         "at": "a time of day, HH:MM",
         "devices": "MAC addresses, comma-separated (empty: none)",
         "prefix": "an IPv6 prefix, unique local (fc00::/7), /48 to /64",
+        "event": "what happened to the station: joined or left",
+        "keyid": "the passphrase's key id the station joined with ('' for the guest passphrase; ignored for left)",
     }
     for op in OPERATIONS:
         for count in op.arities:
@@ -520,8 +556,9 @@ def openapi_yaml() -> str:
 
 
 ROLE_PARAMETER = (
-    "description: 'whom the caller acts for: owner, member, panel (the wall panel), device (the captive portal) "
-    "or isp; checked against the authority table (authority.py); without it, the owner', "
+    "description: 'whom the caller acts for: owner, member, panel (the wall panel), device (the captive portal), "
+    "isp or satellite (a satellite access point); checked against the authority table (authority.py); "
+    "without it, the owner', "
     f"schema: {{type: string, enum: [{', '.join(authority.ROLES)}]}}"
 )
 
@@ -534,6 +571,8 @@ def _answer_text(op: Operation) -> str:
         "edge": "a JSON object",
         "radio": "the settings (ssid, passphrase, country, band, channel), problems: the file's lines left out "
         "(and to a GET, the channels of each band and of the world domain)",
+        "satellite": "ssid, passphrase, country, band, channel, keys: [{mac, keyid, passphrase}], version",
+        "station": "mac, event, port (the satellite's), access_port (the device's now), off_the_air, applied",
         "result": "JSON",
     }[op.answers]
 
@@ -543,7 +582,7 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     errors.append((403, "the role may not do this (to this device now): the reason, nothing changed"))
     if op.body:
         errors[0] = (400, "not a JSON object, or a setting refused: fields names each with why")
-    if path_args:
+    if path_args and op.answers != "station":
         errors.append((404, "no such device (or passphrase, or shared allowance)"))
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
@@ -557,8 +596,10 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
         )
     if op.name == "wifi-key":
         errors.append((501, "no Wi-Fi network configured"))
-    if op.answers == "radio":
+    if op.answers in ("radio", "satellite"):
         errors.append((501, "this router has no radio of its own"))
+    if op.answers == "station":
+        errors.append((409, "the satellite cannot be placed: no device at ip, not permitted, or on no access port"))
     if op.body:
         errors.append((413, "the body is too large"))
     return sorted(errors)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ..core import satellites
 from ..core.router import HomeRouter
 from ..radio.hostapd_ctrl import Authenticator
 from ..radio.radio_settings import RadioSettingsFile
@@ -63,6 +64,14 @@ class Ws1Service:
         """ws.v1 `counters-phase` (under the lock, as every edge operation): a benchmark's phase starts afresh."""
         return {"lock_phase_started": round(self.lock.start_phase(), 3)}
 
+    def satellite_keys(self) -> dict:
+        """ws.v1 `satellite-keys`: the radio's settings (its file, off the controller's lock) and every device's
+        own key (under it), as a satellite access point serves them (`satellites.keys_for_satellite`)."""
+        radio = self.radio_settings.radio_settings()
+        with self.lock:
+            keys = self.router.passphrases.all()
+        return satellites.keys_for_satellite(radio, keys)
+
     def call(self, name: str, *args, role: str = authority.OWNER):
         """Run the ws.v1 operation `name` for a role (`authority`: a refusal changes nothing); state changes
         reach the switch (and hostapd), and the disk, before the answer."""
@@ -70,6 +79,9 @@ class Ws1Service:
         if op.answers == "radio":  # a file behind a lock of its own: no device waits on its I/O
             authority.check(None, role, op, list(args))  # it names no device: the router is not read
             return op.call(self.radio_settings, *args)
+        if op.answers == "satellite":  # the radio's file off the controller's lock, the keys under it
+            authority.check(None, role, op, list(args))
+            return op.call(self)
         if op.name == "status" and not args:
             return self._every_status(op, role)
         with self.lock:

@@ -9,7 +9,17 @@ the device really moved:
   the weekend, plugged in elsewhere);
 - the household looks at it (permits it again, after the clone alert said where it was seen): it
   is bound to the port it was last seen on. A laptop moving from the Wi-Fi to a cable while the
-  radio stays up is this case: the alert names both ports, and one tap brings it back.
+  radio stays up is this case: the alert names both ports, and one tap brings it back;
+- an access point says it authenticated the device (it roamed: the access point that
+  authenticated a device says where it is), if its own port is an access point's too, or the
+  device proved its own passphrase (a key bound to its MAC, which only the device holds). A
+  station roaming away need not tell the access point it leaves (on real 802.11 it did not: the
+  old one says so only at its inactivity timeout, minutes later), so the new one's word is taken.
+  With the guest passphrase the MAC is a device's only identity on any one radio too (a copier on
+  the same radio takes it over the same way); the clone watch still sees a copy (the device's own
+  frames, still arriving where it was, are flagged). A cable says nothing of who is on it: a
+  wired device's MAC authenticated on a radio with the guest passphrase is a copy until the
+  household says otherwise.
 
 With one access port there is nothing to bind. In memory: after a restart a device is bound again
 by its next DHCP or ARP, and until then accepted on every access port (as before it was bound).
@@ -21,6 +31,9 @@ from ..effects import Effect
 from ..lifecycle import SwitchFacts
 
 OWN, BOUND, MOVED, ELSEWHERE = "own", "bound", "moved", "elsewhere"
+# A station's first frames at the access point it roamed to reach the switch before that access point's word
+# reaches the controller (a satellite's comes over HTTP): for this long they are dropped without an alert.
+ROAM_GRACE_S = 3.0
 
 
 class PortBinding:
@@ -29,15 +42,22 @@ class PortBinding:
         self.bound: dict[str, int] = {}
         self.seen_elsewhere: dict[str, int] = {}  # the port a bound device's MAC was last seen on instead
         self.without_link: set[int] = set()
+        # The access points' word: the ports where an access point says each device is associated now, and
+        # the ports that have an access point saying so (a wired port says nothing of who is on it).
+        self.associated: dict[str, set[int]] = {}
+        self.ports_with_an_access_point: set[int] = set()
+        self.first_seen_elsewhere: dict[str, tuple[int, float]] = {}  # (port, when) of a roam's first frame
 
     # -- the lifecycle
 
     def knows(self, mac: str) -> bool:
-        return mac in self.bound or mac in self.seen_elsewhere
+        return mac in self.bound or mac in self.seen_elsewhere or mac in self.associated
 
     def forget(self, mac: str) -> None:
         self.bound.pop(mac, None)
         self.seen_elsewhere.pop(mac, None)
+        self.associated.pop(mac, None)
+        self.first_seen_elsewhere.pop(mac, None)
 
     def switch_ready(self, switch: SwitchFacts) -> list[Effect]:
         """The switch (re)connected: bindings to ports it no longer has are let go (a port added
@@ -46,6 +66,9 @@ class PortBinding:
         for memory in (self.bound, self.seen_elsewhere):
             for mac in [m for m, p in memory.items() if p not in switch.access_ports]:
                 del memory[mac]
+        for ports in self.associated.values():
+            ports.intersection_update(switch.access_ports)
+        self.ports_with_an_access_point.intersection_update(switch.access_ports)
         return []
 
     # -- queries
@@ -77,6 +100,62 @@ class PortBinding:
             return BOUND if own is None else MOVED
         self.seen_elsewhere[mac] = port
         return ELSEWHERE
+
+    def authenticated(self, mac: str, port: int, proven: bool) -> str:
+        """The access point on `port` authenticated the device (it joined, or roamed there): OWN, BOUND or
+        MOVED as `saw`, or ELSEWHERE (not moved: its own port is a cable's, and it proved no key of its own:
+        a copy until the household says otherwise). proven: with its own passphrase (bound to its MAC)."""
+        if len(self.access_ports) < 2 or port not in self.access_ports:
+            return OWN
+        self.ports_with_an_access_point.add(port)
+        here = self.associated.setdefault(mac, set())
+        here.add(port)
+        own = self.bound.get(mac)
+        if own == port:
+            return OWN
+        if own is None or proven or own in self.without_link or own in self.ports_with_an_access_point:
+            self.bound[mac] = port
+            self.seen_elsewhere.pop(mac, None)
+            self.first_seen_elsewhere.pop(mac, None)
+            return BOUND if own is None else MOVED
+        self.seen_elsewhere[mac] = port
+        return ELSEWHERE
+
+    def word_on_its_way(self, mac: str, port: int, now: float) -> bool:
+        """The device's frame came in on `port`, not its own (ELSEWHERE), and both are access points' ports: it
+        may have roamed there, the access point's word on its way. True for `ROAM_GRACE_S` from the first such
+        frame (drop it, tell nobody); then it is a copy's."""
+        if port not in self.ports_with_an_access_point or self.bound.get(mac) not in self.ports_with_an_access_point:
+            return False
+        seen_port, since = self.first_seen_elsewhere.setdefault(mac, (port, now))
+        if seen_port != port:
+            self.first_seen_elsewhere[mac] = (port, now)
+            return True
+        return now - since < ROAM_GRACE_S
+
+    def left(self, mac: str, port: int) -> int | None:
+        """The access point on `port` says the device left it. If that was its own port and it is
+        associated with another access point now (the one it roamed to), that one is its own: the port
+        it moved to (None: it did not move)."""
+        here = self.associated.get(mac)
+        if here is None:
+            return None
+        here.discard(port)
+        if not here:
+            del self.associated[mac]
+        if self.bound.get(mac) != port or not here:
+            return None
+        # The access point it authenticated at last, if it is still there; else any it is associated with.
+        new = self.seen_elsewhere.pop(mac, None)
+        self.bound[mac] = new if new in here else min(here)
+        return self.bound[mac]
+
+    def only_these_at(self, port: int, macs: set[str]) -> list[str]:
+        """The access point on `port` says these are all its stations now (its list, when it (re)starts or is
+        heard again): any other it had left it unheard (`left`). The devices that moved for it."""
+        self.ports_with_an_access_point.add(port)
+        gone = [mac for mac, here in self.associated.items() if port in here and mac not in macs]
+        return [mac for mac in gone if self.left(mac, port) is not None]
 
     def elsewhere(self, mac: str, port: int) -> str:
         """What the household is told of the device's MAC seen on `port`, not its own (ELSEWHERE)."""

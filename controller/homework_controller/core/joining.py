@@ -128,29 +128,65 @@ class Joining:
             # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is.
         return effects + (self.on_arp(in_port, frame) if frame.arp is not None else [])
 
-    def station_joined(self, mac: str, keyid: str) -> list[Effect]:
-        """hostapd: a station joined the radio with the passphrase `keyid` (AP-STA-CONNECTED)."""
+    def station_joined(self, mac: str, keyid: str, port: int | None = None) -> list[Effect]:
+        """An access point (hostapd): a station joined it with the passphrase `keyid` (AP-STA-CONNECTED).
+        port: the access port that access point is on (None: not known, or not one the switch has), which
+        is where the device is now if it roamed there (`port_binding.authenticated`)."""
         mac = normalize_mac(mac)
         owner = self.passphrases.device_with(keyid)
         if owner == mac:
             self.passphrases.joined_with_own(mac)
-            return []  # the device, with its own passphrase
+            return self._authenticated_at(mac, port, proven=True)  # the device, with its own passphrase
         device = self.devices.get(owner) if owner is not None else None
         if device is not None:
             there = self.devices.get(mac)
             if there is None or there.state is State.PENDING:
                 moved = self._moved(device, mac, "it joined with its own passphrase")
                 self.passphrases.joined_with_own(mac)
-                return moved
+                return moved + self._authenticated_at(mac, port, proven=True)
             # Another decided device's address with this device's passphrase: neither device.
-            return [AuthenticatorKick(mac), *self._suspect_clone(mac, [f"joined with {device.label}'s passphrase"])]
+            differs = [f"joined with {device.label}'s passphrase"]
+            return [AuthenticatorKick(mac, port), *self._suspect_clone(mac, differs)]
         # Given its own passphrase, a device keeps the connection it has until it switches: another
         # passphrase with its MAC is a copy's only once it has joined with its own.
         differs = fingerprints.wrong_key(self.passphrases.keyid_in_use(mac), keyid)
         if not differs:
-            return []
+            return self._authenticated_at(mac, port, proven=False)
         # Not the device, whose passphrase is its own: off the air, and the household told.
-        return [AuthenticatorKick(mac), *self._suspect_clone(mac, differs)]
+        return [AuthenticatorKick(mac, port), *self._suspect_clone(mac, differs)]
+
+    def station_left(self, mac: str, port: int | None) -> list[Effect]:
+        """An access point: a station left it (AP-STA-DISCONNECTED). A device that had roamed from there
+        with the guest passphrase moves to where it is now (`port_binding.left`)."""
+        mac = normalize_mac(mac)
+        if port is None or self.port_binding.left(mac, port) is None:
+            return []
+        device = self.devices.get(mac)
+        if device is None:
+            return []
+        LOG.info("%s left access port %d: it roamed to port %s", mac, port, self.port_binding.port_of(mac))
+        return self.reconciler.reconcile(device)
+
+    def stations_at(self, port: int | None, macs: set[str]) -> list[Effect]:
+        """An access point's list of its stations (when it (re)starts, or is heard again): those not on it
+        left it unheard (`station_left`). The ones on it are then judged as if they had just joined."""
+        if port is None:
+            return []
+        moved = self.port_binding.only_these_at(port, {normalize_mac(m) for m in macs})
+        return [e for mac in moved if mac in self.devices for e in self.reconciler.reconcile(self.devices[mac])]
+
+    def _authenticated_at(self, mac: str, port: int | None, proven: bool) -> list[Effect]:
+        """The access point on `port` authenticated the station: a device it roamed to moves there, its
+        address, decisions and rules with it (its rules follow it to that port)."""
+        if port is None:
+            return []
+        binding = self.port_binding.authenticated(mac, port, proven)
+        device = self.devices.get(mac)
+        if binding not in (port_binding.MOVED, port_binding.BOUND) or device is None:
+            return []
+        if binding == port_binding.MOVED:
+            LOG.info("%s roamed to access port %d (%s)", mac, port, "its own passphrase" if proven else "guest")
+        return self.reconciler.reconcile(device)
 
     def merge(self, mac: str, into: str) -> list[Effect]:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
@@ -219,6 +255,8 @@ class Joining:
         if seen == port_binding.OWN:
             return False, []
         if seen == port_binding.ELSEWHERE:
+            if self.port_binding.word_on_its_way(device.mac, port, now):
+                return None, []  # a roam's first frames, before the access point's word: not served, no alarm
             return None, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
         if seen == port_binding.MOVED:
             LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)

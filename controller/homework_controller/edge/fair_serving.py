@@ -1,23 +1,24 @@
-"""The order the os-ken app serves in (a mixin of `ofapp.HomeworkController`, which declares what it
-needs of the app below): what devices send (packet-ins, DHCP from its socket), parsed off the lock,
-is queued per device and served round-robin by one worker thread, so a flooding device lengthens only
-its own queue; the rule changes DHCP answers bring are held behind the answers (`held.py`) and sent
-in the order they were decided.
+"""The order the controller serves in: what devices send (packet-ins, DHCP from its socket), parsed off the
+lock, is queued per device and served round-robin by one worker thread, so a flooding device lengthens only its
+own queue; the rule changes DHCP answers bring are held behind the answers (`held.py`) and sent in the order they
+were decided. Every effect the router decides reaches the sink through here (`FairServer.apply`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
 
+from .. import flows
 from ..api.server import TimedLock
 from ..core.router import HomeRouter
 from ..effects import AnswerDhcp, Effect, RuleChange
 from ..wire import packets
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
+from .switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")
 
@@ -38,20 +39,39 @@ def queue_key(eth_src: str, known: Callable[[str], bool], from_router: bool = Fa
     return eth_src if known(eth_src) else NEWCOMERS
 
 
-class FairServing:
-    router: HomeRouter
-    lock: TimedLock
-    from_devices: FairQueue
-    from_devices_ready: threading.Event
-    held_rules: HeldChanges
-    carry_out: Callable[[Effect], None]  # `effects.EffectSink`'s
-    # A rule change as the switch reads it (os-ken's encoding, the slow part of sending it: pure, so it runs off
-    # the lock), and that sent (under the lock, so changes leave in the order decided).
-    encode_rules: Callable[[RuleChange], Any]
-    send_encoded: Callable[[Any], None]
-    switch_room: Callable[[], int]  # how many encoded changes the switch's connection takes now without waiting
+class FairServer:
+    """switch: where rule changes go, encoded off the lock (os-ken's encoding, the slow part of sending them) and
+    sent under it (so changes leave in the order decided); carry_out: the sink's, for every other effect."""
 
-    def _queue(
+    def __init__(
+        self,
+        router: HomeRouter,
+        lock: TimedLock,
+        switch: SwitchConnection,
+        carry_out: Callable[[Effect], None],
+        *,
+        per_device_queue: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.router, self.lock, self.switch, self.carry_out = router, lock, switch, carry_out
+        # What devices send the controller (packet-ins, and DHCP from its socket), queued per device. Newcomers
+        # share one queue, as long as their meter's burst: what the switch lets through for a household arriving
+        # at once is not dropped here.
+        self.from_devices = FairQueue(per_key_limit=per_device_queue, limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
+        self.from_devices_ready = threading.Event()
+        self.held_rules = HeldChanges(clock=clock)  # rule and meter changes waiting behind DHCP answers
+        self.dhcp_before_switch = 0
+
+    def on_dhcp(self, frame: packets.Frame) -> None:
+        """A client's DHCP frame from the LAN interface (dhcp_port)."""
+        if self.switch.datapath is None:
+            # Rules a restarted controller finds in the switch still send DHCP here; answers wait
+            # until it knows the switch (and the router's MAC), which the client's retry finds.
+            self.dhcp_before_switch += 1
+            return
+        self.queue(frame, self.router.joining.on_dhcp, answers_first=True)
+
+    def queue(
         self, frame: packets.Frame, decide, answers_first: bool = False, from_router: bool = False, asked: str = ""
     ) -> None:
         """answers_first: DHCP, which a household's devices all ask at once after a power cut; the
@@ -75,16 +95,16 @@ class FairServing:
         if queued and not self.from_devices_ready.is_set():
             self.from_devices_ready.set()
 
-    def _serve_from_devices(self):
+    def serve_from_devices(self) -> None:
         while True:
             self.from_devices_ready.wait()
             self.from_devices_ready.clear()
-            while (turn := self._serve_one_turn()) is not None:
+            while (turn := self.serve_one_turn()) is not None:
                 if isinstance(turn, Wait):  # for a new frame, or for the devices to go quiet
                     self.from_devices_ready.wait(turn.seconds)
                     self.from_devices_ready.clear()
 
-    def _serve_one_turn(self) -> str | Wait | None:
+    def serve_one_turn(self) -> str | Wait | None:
         """Answer the next waiting frame, or send some held rule changes (`held.py` says which)."""
         to_send: list[RuleChange] = []
         with self.lock:
@@ -96,10 +116,10 @@ class FairServing:
                 try:
                     effects = decide(frame)
                     if self._waits_for_rules(frame.eth_src, effects):
-                        self._send_held_rules()  # its own among them, if any are held
-                        self._apply(effects, at_once=True)  # its rules, then its answer (`dhcp.answer`)
+                        self.send_held_rules()  # its own among them, if any are held
+                        self.apply(effects, at_once=True)  # its rules, then its answer (`dhcp.answer`)
                     else:
-                        self._apply(effects, answers_first=answers_first, source=frame.eth_src)
+                        self.apply(effects, answers_first=answers_first, source=frame.eth_src)
                 except Exception:
                     LOG.exception("frame from %s failed", frame.eth_src)
             elif turn == SEND:
@@ -117,16 +137,16 @@ class FairServing:
         or the switch came back and gets the whole rule set. Nor does the lock wait for the switch: when its
         connection is behind (OVS reads slowly while it forwards a storm), the changes stay held, and False says
         to try again shortly."""
-        encoded = [self.encode_rules(change) for change in changes]
+        encoded = [self.switch.encode_rules(change) for change in changes]
         # Asked before the lock: the room is os-ken's queue's, whose own lock its threads take as they hand over (a
         # wait for it under the controller's lock held that 11-14 ms in the storm, 0.1 ms on a CPU). A decision may
         # fill the queue meanwhile: then the outbox's thread waits for os-ken, not the lock's holder.
-        if self.switch_room() < len(encoded):
+        if self.switch.room() < len(encoded):
             return False
         with self.lock:
             if self.held_rules.take_oldest(changes):
                 for each in encoded:
-                    self.send_encoded(each)
+                    self.switch.send_encoded(each)
         return True
 
     def _waits_for_rules(self, mac: str, effects: list[Effect]) -> bool:
@@ -145,18 +165,18 @@ class FairServing:
             return brings_rules and not self.held_rules and not self.from_devices
         return brings_rules or self.held_rules.holds_from(mac)
 
-    def _apply(
+    def apply(
         self, effects: list[Effect], *, answers_first: bool = False, at_once: bool = False, source: str = ""
     ) -> None:
         """Carry out the router's effects. Rule and meter changes reach the switch in the order
         they were decided: answers_first (devices are waiting) holds them back behind the answers
-        (`_serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
+        (`serve_one_turn` sends them); while some are held, later ones queue behind them. at_once
         (a household's decision; addresses blocked before the DNS answer that names them leaves)
         sends everything held and then its own, if it brings any (else nothing held need go first: a
         decision or a DNS answer that changes no rule is not held up by a storm's changes). source: the MAC
         whose frame brought the effects."""
         if at_once and any(isinstance(e, RuleChange) for e in effects):
-            self._send_held_rules()
+            self.send_held_rules()
         hold = answers_first or bool(self.held_rules)
         for effect in effects:
             if hold and isinstance(effect, RuleChange):
@@ -166,6 +186,6 @@ class FairServing:
         if self.held_rules and not answers_first:
             self.from_devices_ready.set()  # the worker sends them
 
-    def _send_held_rules(self) -> None:
+    def send_held_rules(self) -> None:
         for effect in self.held_rules.take():
             self.carry_out(effect)

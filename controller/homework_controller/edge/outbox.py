@@ -22,7 +22,7 @@ Item = TypeVar("Item")
 
 
 def call(send: Callable[[], object]) -> None:
-    """An outbox's `send` whose items are the sends themselves (what goes to the switch: `ofapp.to_switch`)."""
+    """An outbox's `send` whose items are the sends themselves (what goes to the switch: `switch_connection.py`)."""
     send()
 
 
@@ -31,7 +31,7 @@ class Outbox(Generic[Item]):
 
     limit: at most this many wait; beyond, one is dropped and counted (`dropped`), for what may be lost like a
     frame on a wire (a DHCP answer: its client asks again). None: nothing is dropped (rule changes: the caller
-    keeps the queue short, `FairServing.switch_room`)."""
+    keeps the queue short, `SwitchConnection.room`)."""
 
     def __init__(self, send: Callable[[Item], None], name: str, limit: int | None = None):
         self._send, self.name, self.limit = send, name, limit

@@ -126,6 +126,9 @@ def driver_settings(args) -> str:
         # broadcast as unicast frames (the switch's rules decide who receives which).
         "ap_isolate=1",
         "multicast_to_unicast=1",
+        # A satellite's radio is a port of the bridge onto its cable (the router's switch is the only way
+        # between its stations); the router's own radio is a port of the router's switch, added by the image.
+        *([f"bridge={args.bridge}"] if args.bridge else []),
     ]
     key_file = ""
     if args.psk_file:
@@ -155,6 +158,11 @@ def render(args) -> str:
 
 
 def main(argv=None):
+    sys.stdout.write(conf_from(argv))
+
+
+def conf_from(argv=None) -> str:
+    """The configuration for this command line (SystemExit with the reason for a setting it refuses)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--driver", choices=["wired", "nl80211"], required=True)
     p.add_argument("--interface", required=True)
@@ -178,6 +186,7 @@ def main(argv=None):
     p.add_argument(
         "--country", default=WORLD, help="nl80211: the regulatory domain (ISO 3166-1 alpha-2); 00, the world's"
     )
+    p.add_argument("--bridge", help="nl80211: the Linux bridge hostapd makes the radio a port of (a satellite's)")
     p.add_argument(
         "--security",
         choices=["wpa2", "wpa2-wpa3"],
@@ -187,7 +196,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.driver == "wired" and not args.eap_users:
         p.error("wired needs --eap-users")
-    sys.stdout.write(render(args))
+    return render(args)
 
 
 if __name__ == "__main__":

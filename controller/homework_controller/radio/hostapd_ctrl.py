@@ -83,6 +83,20 @@ def station_joined(event: str) -> tuple[str, str] | None:
     return words[1], keyid
 
 
+def handshake_completed(event: str) -> str | None:
+    """`<3>EAPOL-4WAY-HS-COMPLETED 02:..:01` -> the MAC; None for other events. A station that roams back to an
+    access point that never heard it leave completes a handshake there without a new `AP-STA-CONNECTED`: its
+    key id is then asked of hostapd (`STA`, `stations_present`)."""
+    words = event.split(">", 1)[-1].split()
+    return words[1] if len(words) >= 2 and words[0] == "EAPOL-4WAY-HS-COMPLETED" else None
+
+
+def station_left(event: str) -> str | None:
+    """`<3>AP-STA-DISCONNECTED 02:..:01` -> the MAC; None for other events."""
+    words = event.split(">", 1)[-1].split()
+    return words[1] if len(words) >= 2 and words[0] == "AP-STA-DISCONNECTED" else None
+
+
 # The AKM suites (IEEE 802.11 RSN selectors, as hostapd's `STA` answer writes them) that are SAE:
 # SAE, FT over SAE, and SAE with a group-dependent hash.
 SAE_AKMS = frozenset({"00-0f-ac-8", "00-0f-ac-9", "00-0f-ac-24", "00-0f-ac-25"})

@@ -2,7 +2,7 @@
 
 import type { Device } from './lib/board'
 
-export interface User { id: number; username: string; role: 'owner' | 'member' | 'kiosk' }
+export interface User { id: number; username: string; role: 'owner' | 'member' | 'kiosk' | 'satellite' }
 export interface Health { controller: boolean | null; hwdb: boolean | null }
 export interface Session { setup_required: boolean; user: User | null; csrf_token: string; health: Health }
 export interface DeviceReply { device: Device }

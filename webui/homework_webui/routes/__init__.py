@@ -1,6 +1,6 @@
 """The API's blueprints, one concern each (README's layout table says which holds what)."""
 
-from . import accounts, apps, bedtime, devices, events, latency, page, portal, radio, updates, wifi_keys
+from . import accounts, apps, bedtime, devices, events, latency, page, portal, radio, satellites, updates, wifi_keys
 
 BLUEPRINTS = (
     page.bp,
@@ -14,4 +14,5 @@ BLUEPRINTS = (
     events.bp,
     updates.bp,
     radio.bp,
+    satellites.bp,
 )

@@ -34,7 +34,7 @@ from .net import ensure_ns, link_exists, netns_list, run, veth
 from .services import HomenetError, Processes
 from .wait import wait_until
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 NS_ISP, NS_DIST, NS_B = "hw-isp", "hw-dist", "hw-hb"
 AGG, AGG_UP, AGG_DOWN = "br-agg", "agg-up", "agg-down"

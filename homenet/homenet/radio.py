@@ -6,7 +6,9 @@ import json
 import time
 from pathlib import Path
 
-from .home import CLIENT_NS_PREFIX, NS_AIR, WLAN, HomenetError, run
+from .net import run
+from .services import HomenetError
+from .topology import CLIENT_NS_PREFIX, NS_AIR, WLAN
 
 
 def station_dump(run_dir: Path, retries: dict[str, float]) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .call import PORT as CALL_PORT
-from .home import INTERNET_IP, IPERF6_PORT, IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
+from .topology import INTERNET_IP, IPERF6_PORT, IPERF_PORT, NEIGHBOUR_IPERF_PORT, WAN_INET_IP
 from .wait import wait_until
 
 UP, DOWN = "up", "down"

@@ -10,7 +10,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .home import API, REPO, Home
+from .home import REPO, Home
+from .wsv1 import API
 
 WEBUI_URL = "http://127.0.0.1:8080"
 OWNER, OWNER_PASSWORD = "owner", "a long household passphrase"

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .home import INTERNET_IP
+from .topology import INTERNET_IP
 from .wait import wait_until
 
 

@@ -1,0 +1,132 @@
+"""The satellite's radio, without one: what it renders from the router's network, what it tells a running
+hostapd when the router's keys change, and what it tells the router of its stations. Its pairing and the
+router's side are tested against the real web UI (webui/tests), and the whole on real 802.11 in the radio
+boot story (test_radio_boot.py)."""
+
+import shutil
+
+import pytest
+
+from homework_controller.policy import wifi_keys
+from homework_controller.radio import hostapd_conf
+from homework_image import satellite
+from homework_image.radio import RadioError
+
+PHONE, LAPTOP = "02:00:00:00:00:01", "02:00:00:00:00:02"
+PHONE_KEY = "k7qm-3xhv-9bcd-efgh-jkmn"
+LAPTOP_KEY = "w2pr-8stu-vwxy-z234-5678"
+
+
+def from_router(*keys: tuple[str, str], channel: int = 6) -> satellite.Network:
+    return satellite.Network.from_router(
+        {
+            "ssid": "Homework",
+            "passphrase": "correct horse battery",
+            "country": "GB",
+            "band": "2.4",
+            "channel": channel,
+            "keys": [{"mac": mac, "keyid": wifi_keys.device_keyid(mac), "passphrase": p} for mac, p in keys],
+            "version": "1",
+        }
+    )
+
+
+@pytest.fixture
+def radio(tmp_path, monkeypatch):
+    """The satellite's radio, its hostapd's start and stop and what it is told while it runs recorded."""
+    told: list[str] = []
+    monkeypatch.setattr(satellite.Radio, "start", lambda self: told.append("start"))
+    monkeypatch.setattr(satellite.Radio, "stop", lambda self: told.append("stop"))
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: told.append(message) or "OK")
+    (tmp_path / "state").mkdir()
+    return satellite.Radio("wlan0", "br0", tmp_path / "state", tmp_path / "run", channel=1), told
+
+
+def test_the_satellite_serves_the_routers_network_bridged_isolated_on_its_own_channel(radio):
+    box, told = radio
+    assert box.serve(from_router((PHONE, PHONE_KEY))) == "restarted" and told == ["stop", "start"]
+    conf = box.access_point.conf.read_text()
+    settings = dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and not line.startswith("#"))
+    assert (settings["ssid"], settings["bridge"], settings["channel"], settings["ap_isolate"]) == (
+        "Homework",
+        "br0",
+        "1",  # its own channel, not the router's 6
+        "1",
+    )
+    assert settings["multicast_to_unicast"] == "1" and settings["country_code"] == "GB"
+    # The phone's own passphrase: in the key file (WPA2) and its SAE password bound to its MAC (WPA3).
+    key_file = box.psk_file.read_text()
+    assert f"keyid={wifi_keys.device_keyid(PHONE)} " in key_file and "keyid=guest " in key_file
+    assert hostapd_conf.sae_bindings(conf) == {PHONE: PHONE_KEY}
+
+
+def test_a_key_issued_or_revoked_at_the_router_reaches_the_running_hostapd_without_a_restart(radio):
+    box, told = radio
+    box.serve(from_router((PHONE, PHONE_KEY)))
+    told.clear()
+    assert box.serve(from_router((PHONE, PHONE_KEY), (LAPTOP, LAPTOP_KEY))) == "passwords"
+    assert "start" not in told and f"SET sae_password {LAPTOP_KEY}|mac={LAPTOP}" in told
+    told.clear()
+    assert box.serve(from_router((LAPTOP, LAPTOP_KEY))) == "passwords"  # the phone's key revoked
+    assert "start" not in told
+    assert PHONE_KEY not in box.psk_file.read_text() and PHONE_KEY not in box.access_point.conf.read_text()
+    # Unchanged: nothing at all.
+    told.clear()
+    assert box.serve(from_router((LAPTOP, LAPTOP_KEY))) == "unchanged" and told == []
+
+
+def test_a_network_the_satellite_cannot_serve_is_refused_with_its_reason_and_the_radio_keeps_its_own(radio):
+    box, told = radio
+    box.serve(from_router())
+    before = box.access_point.conf.read_text()
+    bad = satellite.Network("Homework", "correct horse battery", "00", "5", 36, ())
+    box.channel = None  # the router's channel: 5 GHz in the world domain, which may not start a network
+    with pytest.raises(RadioError, match="cannot be served here"):
+        box.serve(bad)
+    assert box.access_point.conf.read_text() == before
+
+
+def test_a_document_that_is_not_the_routers_network_is_refused():
+    with pytest.raises(satellite.SatelliteError):
+        satellite.Network.from_router({"ssid": "Homework"})
+    with pytest.raises(satellite.SatelliteError):
+        satellite.Network.from_router({**vars(from_router()), "keys": [{"mac": PHONE}]})
+
+
+def test_the_router_is_told_which_key_a_station_joined_with_and_when_it_left(radio, monkeypatch):
+    box, _ = radio
+    joined = satellite.station_event(box, f"<3>AP-STA-CONNECTED {PHONE} keyid={wifi_keys.device_keyid(PHONE)}")
+    assert joined == {"event": "joined", "mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE)}
+    assert satellite.station_event(box, f"<3>AP-STA-DISCONNECTED {PHONE}") == {"event": "left", "mac": PHONE}
+    assert satellite.station_event(box, "<3>CTRL-EVENT-EAP-STARTED 02:00:00:00:00:01") is None
+    # Back from a roam this access point never saw: a handshake, no AP-STA-CONNECTED; hostapd says the key.
+    sta = f"{PHONE}\nflags=[AUTH][ASSOC][AUTHORIZED]\nkeyid={wifi_keys.device_keyid(PHONE)}\n"
+    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: sta)
+    back = satellite.station_event(box, f"<3>EAPOL-4WAY-HS-COMPLETED {PHONE}")
+    assert back == {"event": "joined", "mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE)}
+    # Over SAE hostapd names no key: the password its configuration binds to the MAC says which.
+    box.serve(from_router((PHONE, PHONE_KEY)))
+    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: "AKMSuiteSelector=00-0f-ac-8\n")
+    over_sae = satellite.station_event(box, f"<3>AP-STA-CONNECTED {PHONE}")
+    assert over_sae == {"event": "joined", "mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE)}
+
+
+@pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
+def test_real_hostapd_reads_the_satellites_whole_configuration(tmp_path):
+    """This machine has no radio: hostapd reads the whole file before it looks for the driver, so reaching
+    "Failed to initialize driver" means it took every line (one it refuses is named instead)."""
+    box = satellite.Radio("wlan0", "br0", tmp_path / "state", tmp_path / "run", channel=1)
+    (tmp_path / "state").mkdir()
+    box.access_point.write_conf(box.render(from_router((PHONE, PHONE_KEY))))
+    with pytest.raises(RadioError, match="Failed to initialize driver") as refused:
+        box.start()
+    assert "Line " not in str(refused.value)
+
+
+def test_a_session_file_that_is_not_one_means_pairing_again(tmp_path):
+    (tmp_path / "session.json").write_text('{"cookie": "hw_sess')  # damaged: not JSON
+    assert not satellite.RouterLink("http://10.2.0.1", tmp_path / "session.json").paired
+    (tmp_path / "session.json").write_text('["not", "a", "session"]')
+    assert not satellite.RouterLink("http://10.2.0.1", tmp_path / "session.json").paired
+    (tmp_path / "session.json").write_text('{"cookie": "hw_session=x", "csrf": "y"}')
+    assert satellite.RouterLink("http://10.2.0.1", tmp_path / "session.json").paired  # the positive control
