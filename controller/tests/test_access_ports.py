@@ -364,3 +364,10 @@ def test_a_roams_first_frames_before_the_access_points_word_raise_no_alarm_and_a
     assert not clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
     clock.now += port_binding.ROAM_GRACE_S
     assert clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
+    # Long after, a real roam there has its moment's grace again: not even counted as a copy's sighting.
+    clock.now += port_binding.ROAM_GRACE_S * 11
+    sightings = router.counters["mac_clone_suspected"]
+    router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone))
+    assert router.counters["mac_clone_suspected"] == sightings
+    switch.apply(router.joining.station_joined(PHONE, "", WLAN))
+    assert router.status(PHONE)["access_port"] == WLAN

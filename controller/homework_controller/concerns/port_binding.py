@@ -128,7 +128,7 @@ class PortBinding:
         if port not in self.ports_with_an_access_point or self.bound.get(mac) not in self.ports_with_an_access_point:
             return False
         seen_port, since = self.first_seen_elsewhere.setdefault(mac, (port, now))
-        if seen_port != port:
+        if seen_port != port or now - since > ROAM_GRACE_S * 10:  # another port, or a roam long after a copy's
             self.first_seen_elsewhere[mac] = (port, now)
             return True
         return now - since < ROAM_GRACE_S
