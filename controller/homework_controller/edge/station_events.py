@@ -1,6 +1,7 @@
-"""What the controller hears from hostapd and tells it, beside the switch: which passphrase each station
-joined with (`AP-STA-CONNECTED ... keyid=`), the network's name hostapd serves, and the key file of devices'
-own passphrases it reads (`authenticator`: what hostapd is told).
+"""What the controller hears from hostapd and tells it, beside the switch: which station joined the router's
+radio with which passphrase (`AP-STA-CONNECTED ... keyid=`, or a handshake of one back from a roam hostapd did
+not see) and which left it, at the radio's access port; the network's name hostapd serves; and the key file of
+devices' own passphrases it reads (`authenticator`: what hostapd is told).
 """
 
 from __future__ import annotations
