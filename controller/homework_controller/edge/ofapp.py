@@ -71,7 +71,8 @@ class HomeworkController(Ws1Service, app_manager.OSKenApp):
         access = tuple(p.port_no for p in present)
         without_link = frozenset(p.port_no for p in present if p.state & dp.ofproto.OFPPS_LINK_DOWN)
         local = next(p for p in ev.msg.body if p.port_no == dp.ofproto.OFPP_LOCAL)
-        radio = ports.get(CONFIG.radio_port_name()) if CONFIG.radio_port_name() in names else None
+        radio_name = CONFIG.radio_port_name()  # a path lookup: once per (re)connection
+        radio = ports.get(radio_name) if radio_name in names else None
         with self.lock:
             self.switch.datapath, self.switch_ready = dp, False
             self.switch.radio_port = radio.port_no if radio is not None else None
