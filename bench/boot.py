@@ -6,6 +6,8 @@ same kernel, systemd, initrd, systemd-boot, partitions and read-only squashfs ro
 console's shell, and systemd's own account (`systemd-analyze`: kernel, userspace, multi-user.target). For
 the router also power-on to a LAN device's lease (DHCP-ready), when each service became active, the
 controller's start phases (CPU and wall time since exec) and the services' resident memory just after boot.
+Then, in the same boot (a second one costs minutes under software emulation), the services' memory with 5
+and with 100 devices on the LAN (bench/memory.py), written to bench/results/memory.json.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import memory
 from common import REPO, sh, write_result
 
 from homenet.routervm import Network, RouterVm
@@ -37,7 +40,7 @@ def build_images() -> None:
     sh(python, REPO / "image/build.py", "baseline", timeout=3600)
 
 
-def boot(image: Path, name: str, net: Network, router: bool) -> dict:
+def boot(image: Path, name: str, net: Network, router: bool, memory_phases: tuple[int, ...] = memory.PHASES) -> dict:
     state = STATE / name
     subprocess.run(["rm", "-rf", str(state)], check=True)
     (state / "vm").mkdir(parents=True)
@@ -73,6 +76,7 @@ def boot(image: Path, name: str, net: Network, router: bool) -> dict:
                 kib = vm.run(f"ps -o rss= -p $(systemctl show -p MainPID --value {unit})", check=False).strip()
                 if kib.isdigit():
                     result["rss_kib_by_service"][unit] = int(kib)
+            result["memory_phases"] = memory.measure_in(vm, net, memory_phases)
         return result
     finally:
         vm.kill()
@@ -93,18 +97,21 @@ def host_controller_start() -> dict:
     return {"imports_cpu_s": round(float(out.stdout.strip()), 2)}
 
 
-def measure(_args) -> None:
+def measure(args) -> None:
     build_images()
     net = Network(STATE / "net", "imgbench")
     net.up({"laptop": LAPTOP_MAC})
     try:
         baseline = boot(BASELINE_IMAGE, "baseline", net, router=False)
-        router = boot(ROUTER_IMAGE, "router", net, router=True)
+        # QUICK: the same phases, small (100 devices join in about ten minutes under software emulation).
+        phases = memory.QUICK_PHASES if args.quick else memory.PHASES
+        router = boot(ROUTER_IMAGE, "router", net, router=True, memory_phases=phases)
     finally:
         net.clients["laptop"].stop_dhclient()
-        net.down()
+        net.down()  # the memory bench's devices' dhclients with their namespaces (SIGTERM takes ~2 s each)
     host = host_controller_start()
     emulation = "KVM" if router["kvm"] else "software emulation"
+    memory.write(router.pop("memory_phases"), emulation)
     write_result(
         "boot",
         {

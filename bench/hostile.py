@@ -35,7 +35,7 @@ import dnslib
 from common import BENCH, PY, add_client, homenet_up, in_client, longest_lock_hold, summary, write_result
 
 from homenet.attacks import pointer_chain, raw_query
-from homework_controller.edge import dns_server
+from homework_controller.edge.lan import dns_server
 from homework_controller.wire import lan
 
 WWW, WWW_IP = "www.example.test", "198.51.100.80"

@@ -332,6 +332,14 @@ def boot_rows(r: dict) -> dict:
     return {"rows": rows_of(r["router"], r["baseline"], r["host"])}
 
 
+def memory_rows(r: dict) -> dict:
+    """bench/memory.py's table (per service, at boot and with each phase's devices), made again from its phases:
+    its own columns, not the baseline's."""
+    from memory import columns_of, rows_of  # bench/memory.py: it needs the emulated home's library, as boot's
+
+    return {"rows": rows_of(r["phases"]), "columns": columns_of(r["phases"])}
+
+
 def hostile_rows(r: dict) -> dict:
     """bench/hostile.py's table, made again from its phases (so a fix to the table needs no new run)."""
     from hostile import rows_of  # bench/hostile.py: it needs the emulated home's library, which only this uses
@@ -348,6 +356,7 @@ ADAPTERS = {
     "agent.json": agent_rows,
     "slicer.json": slicer_rows,
     "boot.json": boot_rows,
+    "memory.json": memory_rows,
     "hostile.json": hostile_rows,
 }
 
@@ -444,8 +453,9 @@ def main():
         out.append(f"{result.get('what', '')}  \n{measured_on(stamp_of(result))}. Raw: `bench/results/{name}`.\n")
         rows = result.get("rows")
         if rows:
-            out.append("| metric | Homework router | baseline, same run | ratio | goal |")
-            out.append("|---|---|---|---|---|")
+            columns = result.get("columns") or ["metric", "Homework router", "baseline, same run", "ratio", "goal"]
+            out.append("| " + " | ".join(columns) + " |")
+            out.append("|" + "---|" * len(columns))
             out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
         if result.get("figure"):  # a plot the benchmark drew, beside this file in docs/
             out.append(f"\n![{result.get('benchmark', Path(name).stem)}]({result['figure']})")

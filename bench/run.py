@@ -526,7 +526,7 @@ BENCHMARKS = {
     "agent_flood": agent_flood_home,
     "qos": qos.qos,
     "ipv6_permit": ipv6_permit.ipv6_permit,
-    "boot": boot.measure,
+    "boot": boot.measure,  # and, in the same boot of the router, its services' memory (bench/memory.py)
     "flow_export": flow_export,
     "flow_export_flood": flow_export_flood,
     "agent": agent,

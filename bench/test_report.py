@@ -117,3 +117,69 @@ def test_the_collectors_measurement_becomes_its_table(tmp_path):
         assert float(ratio.removesuffix("x")) < 1
     assert "% of a core" in process[1] and "10 %" in process[4]
     assert dropped[1].endswith("of 300") and dropped[4] == "0"
+
+
+# What bench/memory.py reads on the router's console (MEMORY_SCRIPT): the collector is the controller's child.
+CONSOLE = """unit ovs-vswitchd 52428800 active
+proc ovs-vswitchd 700 40960 30720 ovs-vswitchd unix:/var/run/openvswitch/db.sock
+unit ovsdb-server 8388608 active
+proc ovsdb-server 650 6144 4096 ovsdb-server /etc/openvswitch/conf.db
+unit homework-controller 104857600 active
+proc homework-controller 900 71680 61440 /usr/lib/homework/venv/bin/python -m homework_controller --db x
+proc homework-controller 950 20480 10240 /usr/lib/homework/venv/bin/python -m homework_controller.edge.flow_export 3 4
+unit homework-hwdb 10485760 active
+proc homework-hwdb 800 6144 5120 /usr/lib/homework/bin/hwdb serve
+unit homework-webui 52428800 active
+proc homework-webui 1000 40960 30720 /usr/lib/homework/venv/bin/python -m homework_webui
+unit homework-hostapd - inactive
+MemTotal:        1000000 kB
+MemAvailable:     600000 kB
+"""
+
+
+def memory_phases(devices: list[int]) -> dict:
+    import memory
+
+    measured = memory.parse_memory(CONSOLE)
+    return {"boot": {"devices": 0, "memory": measured}} | {
+        f"devices_{n}": {"devices": n, "memory": measured} for n in devices
+    }
+
+
+def test_the_services_memory_is_counted_per_cgroup_with_the_collector_apart():
+    import memory
+
+    measured = memory.parse_memory(CONSOLE)
+    services = measured["services"]
+    assert services["homework-controller"]["pss_kib"] == 61440 and services["collector"]["pss_kib"] == 10240
+    assert services["homework-controller"]["cgroup_kib"] == 102400  # the collector's memory is in it
+    assert services["homework-hostapd"]["processes"] == 0
+    assert measured["total_pss_kib"] == 30720 + 4096 + 61440 + 10240 + 5120 + 30720
+    assert measured["vm_used_kib"] == 400000
+
+
+def test_the_memory_table_has_a_column_per_phase_and_the_total_against_the_goal(tmp_path, monkeypatch):
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    result = {"benchmark": "memory", "what": "w", "phases": memory_phases([5, 100])}
+    result["stamp"] = stamp("c0ffee", "2026-11-29T10:00:00+00:00")
+    (results / "memory.json").write_text(json.dumps(result))
+    monkeypatch.setattr(report, "REPO", tmp_path)
+
+    report.main()
+
+    page = (tmp_path / "docs" / "PERFORMANCE.md").read_text().splitlines()
+    assert "| service, PSS in MiB | at boot | 5 devices | 100 devices | goal |" in page
+    assert "|---|---|---|---|---|" in page
+    assert "| controller | 60.0 | 60.0 | 60.0 |  |" in page
+    assert "| collector | 10.0 | 10.0 | 10.0 |  |" in page
+    assert "| hostapd | not running | not running | not running |  |" in page
+    assert "| all services together | 139.0 | 139.0 | 139.0 | <= 200 MiB with 100 devices |" in page
+
+
+def test_a_memory_run_stopped_before_100_devices_shows_what_it_measured():
+    phases = memory_phases([5])
+    rows = report.ADAPTERS["memory.json"]({"phases": phases})
+    assert rows["columns"] == ["service, PSS in MiB", "at boot", "5 devices", "goal"]
+    assert all(len(row) == 4 for row in rows["rows"])

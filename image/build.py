@@ -50,6 +50,7 @@ from homework_image import (  # noqa: E402
     WAN_IFACE,
     boot,
     bundle,
+    role,
     state,
 )
 from homework_image.radio import PSK_FILE, RADIO_PORT, WIFI_CONFIG  # noqa: E402
@@ -103,6 +104,8 @@ SETTINGS = {
     # The web UI hands uploaded updates to homework-update-spool.path (the installer runs as root).
     "UPDATES": RUN / "update",
     "SETUP_CODE_FILE": LABEL_SETUP_CODE,
+    # The first-run page may make the box an access point of the household's router (homework-role.path).
+    "ROLE_SPOOL": role.ROLE_SPOOL,
     # The line's rates are the household's to set; until the web UI can, shape at a gigabit
     # (the queues still get their fair leaves, the line's own queue is not yet moved here).
     "UPLINK_KBIT": 1_000_000,
@@ -125,6 +128,7 @@ SYSTEM_UNITS = (
     "homework-health.service",
     "homework-console.service",
     "homework-update-spool.path",
+    "homework-role.path",
     # Tests only: runs when the kernel command line has homework.test_radios=N (the boot test's).
     "homework-test-radios.service",
     "nftables.service",
@@ -404,6 +408,10 @@ def wheels() -> Path:
     deps = CACHE / "wheels"
     deps.mkdir(parents=True, exist_ok=True)
     pip = [REPO / ".venv/bin/pip", "--disable-pip-version-check", "--quiet"]
+    # setuptools copies a component's modules into its build/lib and adds that to the wheel as it finds it:
+    # a module moved or deleted since the last build would still ship, beside its new self.
+    for component in PYTHON_COMPONENTS:
+        shutil.rmtree(REPO / component / "build", ignore_errors=True)
     # setuptools and wheel are only build tools here: never constrained away from what pip needs.
     sh(*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", out, *(REPO / c for c in PYTHON_COMPONENTS))
     sh(
@@ -506,6 +514,7 @@ def configure(root: Path, version: str) -> None:
         str(SETTINGS["PYTHON"]),
         requires=["homework-network.service"],
         slowness=SLOWNESS,
+        role_file=str(role.ROLE_FILE),
     ).items():
         (units / name).write_text(text)
     launcher = root / "usr/sbin/homework-state"
@@ -517,8 +526,10 @@ def configure(root: Path, version: str) -> None:
     share.mkdir(parents=True, exist_ok=True)
     # What the boot's health check waits for and watches: the services that run, not a oneshot that a
     # change starts (a refresh the household's settings made fail is not the update's).
-    running = {n: s.ready for n, s in services.items() if not s.oneshot}
-    (share / "services.json").write_text(json.dumps(running, indent=1) + "\n")
+    # Each role's own (homework_image.role): a box is a router unless it was made an access point.
+    for name, box_role in (("services.json", "router"), ("satellite-services.json", "satellite")):
+        running = {n: s.ready for n, s in services.items() if not s.oneshot and box_role in s.roles}
+        (share / name).write_text(json.dumps(running, indent=1) + "\n")
     (share / "version").write_text(version + "\n")
     shutil.copy2(PUBKEY, share / "update-key.pem")
     shutil.copy2(LOCK_FILE, share / "packages.lock")

@@ -7,7 +7,8 @@ import ipaddress
 import sys
 
 from .config import CONFIG, Config
-from .edge import log_writer, startup
+from .edge import startup
+from .edge.feeds import log_writer
 from .policy import dns_rules
 
 
@@ -237,7 +238,7 @@ def _check_slice(p, args) -> None:
         return
     if not (args.slice_cert and args.slice_key and args.slice_ca):
         p.error("--slice needs --slice-cert, --slice-key and --slice-ca (or --slice-plain-tcp, for tests)")
-    from .edge import slice_link
+    from .edge.feeds import slice_link
 
     try:
         slice_link.tls_context(args.slice_cert, args.slice_key, args.slice_ca)

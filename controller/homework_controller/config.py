@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .edge.ipv6_files import load_or_make_ula, read_delegated
+from .edge.lan.ipv6_files import load_or_make_ula, read_delegated
 from .policy import apps, dhcp, qos
 from .wire.prefixes import PrefixPlan, parse_delegated
 

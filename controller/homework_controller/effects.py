@@ -1,4 +1,4 @@
-"""What the router's core answers an event with: effects for the I/O edge (`edge.sink`) to carry out.
+"""What the router's core answers an event with: effects for the I/O edge (`edge.switch.sink`) to carry out.
 
 Plain values, so the core and its concerns are tested without a switch, a socket or the kernel.
 """
@@ -199,7 +199,7 @@ Effect = (
 
 
 class EffectSink(ABC):
-    """Where effects are carried out: the I/O edge (`edge.sink`), over the real switch and the kernel, and the
+    """Where effects are carried out: the I/O edge (`edge.switch.sink`), over the real switch and the kernel, and the
     web UI's test stack, over the fake switch. `carry_out` says once which method each kind of effect goes
     to; mypy proves every kind has one (`assert_never`), and each sink defines every method (an effect it
     has nowhere to carry is a no-op there that says why)."""

@@ -19,7 +19,7 @@ from scapy.layers.l2 import Ether
 
 from homework_controller import flows
 from homework_controller.api.server import TimedLock
-from homework_controller.edge import dns_server
+from homework_controller.edge.lan import dns_server
 from homework_controller.effects import AnswerDhcp
 from homework_controller.wire import nd
 

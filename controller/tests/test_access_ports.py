@@ -12,8 +12,8 @@ from homework_controller import flows
 from homework_controller.__main__ import parse_args
 from homework_controller.concerns import port_binding
 from homework_controller.config import Config
-from homework_controller.edge.sink import EdgeSink
-from homework_controller.edge.switch_connection import SwitchConnection
+from homework_controller.edge.switch.sink import EdgeSink
+from homework_controller.edge.switch.switch_connection import SwitchConnection
 from homework_controller.effects import AnswerDhcp, AuthenticatorKick, SendFrame, TellHousehold
 from homework_controller.policy import wifi_keys
 from homework_controller.wire import packets

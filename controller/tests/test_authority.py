@@ -47,7 +47,9 @@ ARGUMENTS = {
 }
 # satellite-keys reads the radio's file beside the router: checked where ofapp performs it (below).
 ON_THE_ROUTER = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio", "satellite")]
-SATELLITE_ONLY = {"satellite-keys", "satellite-station"}
+SATELLITE_ONLY = {"satellite-keys", "satellite-station", "satellite-links"}
+# Those on the router: each needs a satellite on an access port of its own, which no scenario has.
+SATELLITES_WORD = sorted(SATELLITE_ONLY & {op.name for op in ON_THE_ROUTER})
 
 # Each scenario: what the household did to the phone, and the states the phone is then in.
 SCENARIOS = {
@@ -92,7 +94,8 @@ class Home:
     def args(self, op: operations.Operation) -> list:
         values = {"mac": NEW if op.name == "merge" else PHONE, "into": PHONE, "ip": self.ip, "devices": PHONE}
         values |= ARGUMENTS
-        return [values[p] for p in op.path] + ([values[op.query]] if op.query else [])
+        body = {"links": [{"mac": PHONE, "rssi": -50, "retries": 0, "packets": 10}]}  # satellite-links'
+        return [values[p] for p in op.path] + ([values[op.query]] if op.query else []) + ([body] if op.body else [])
 
     def snapshot(self) -> tuple:
         """What a refusal must leave as it was: every device's status, the switch's rules, the file."""
@@ -173,13 +176,14 @@ def test_every_operation_as_every_role_against_the_device_in_this_state(tmp_path
     assert {name for name, role in done if role == authority.OWNER} | {
         name for name, role in refused_by_the_device if role == authority.OWNER
     } == {op.name for op in ON_THE_ROUTER} - SATELLITE_ONLY
-    assert [r for r in refused if r[1] == authority.OWNER] == [("satellite-station", authority.OWNER)]
-    # Every other role is refused a satellite's station (the satellite role reaches it: here the phone is no
+    assert sorted(r for r in refused if r[1] == authority.OWNER) == [(op, authority.OWNER) for op in SATELLITES_WORD]
+    # Every other role is refused a satellite's word (the satellite role reaches it: here the phone is no
     # satellite on an access port of its own, one port only, so the router cannot place it: 409, nothing changed).
-    assert {r for r in refused if r[0] == "satellite-station"} == {
-        ("satellite-station", role) for role in authority.ROLES if role != authority.SATELLITE
-    }
-    assert ("satellite-station", authority.SATELLITE) in refused_by_the_device
+    for name in SATELLITES_WORD:
+        assert {r for r in refused if r[0] == name} == {
+            (name, role) for role in authority.ROLES if role != authority.SATELLITE
+        }
+        assert (name, authority.SATELLITE) in refused_by_the_device
     # And a satellite is refused every household verb.
     assert not [name for name, role in done if role == authority.SATELLITE]
     assert {(name, role) for name, role in done} >= {("status", authority.PANEL), ("pause", authority.PANEL)}

@@ -9,8 +9,8 @@ import pytest
 from dhcp_frames import client_frame
 
 from homenet.wait import wait_until
-from homework_controller.edge import dhcp_port
-from homework_controller.edge.dhcp_port import DhcpPort
+from homework_controller.edge.lan import dhcp_port
+from homework_controller.edge.lan.dhcp_port import DhcpPort
 from homework_controller.wire import packets
 
 PHONE = "02:00:00:00:00:aa"

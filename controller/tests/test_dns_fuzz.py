@@ -18,7 +18,7 @@ from dns_upstream import Upstream
 from support import WWW, WWW_IP, Resolver, permitted_phone
 
 from homenet.attacks import pointer_chain, raw_query
-from homework_controller.edge import dns_server
+from homework_controller.edge.lan import dns_server
 from homework_controller.policy import dns_rules
 
 SEED_MESSAGES = [

@@ -17,7 +17,7 @@ from support import PHONE, WWW, WWW_IP, Resolver, free_port, permitted_phone
 
 from homenet.attacks import pointer_chain, raw_query
 from homenet.wait import wait_until
-from homework_controller.edge import dns_server
+from homework_controller.edge.lan import dns_server
 from homework_controller.policy import dns_rules
 
 

@@ -9,9 +9,9 @@ from support import PHONE, ROUTER_MAC, WLAN, Clock, join, lease
 
 from homework_controller.api.server import TimedLock
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge import fair_serving
-from homework_controller.edge.fair_serving import FairServer
-from homework_controller.edge.held import SEND, Wait
+from homework_controller.edge.switch import fair_serving
+from homework_controller.edge.switch.fair_serving import FairServer
+from homework_controller.edge.switch.held import SEND, Wait
 from homework_controller.effects import AnswerDhcp, RuleChange
 from homework_controller.policy import dhcp
 from homework_controller.store import DeviceStore

@@ -1,4 +1,4 @@
-from homework_controller.edge.fairness import FairQueue
+from homework_controller.edge.switch.fairness import FairQueue
 
 
 def test_a_flooding_device_does_not_delay_a_quiet_one():
@@ -31,7 +31,7 @@ def test_neither_a_newcomers_storm_nor_a_device_cycling_addresses_drops_the_rout
     storm of forged MACs keeps full: the router could not find the devices it routes to. They have queues
     of their own now, one per device asked about, so a device cycling addresses in its /64 (each one
     solicited by the router's stack) fills only the one of questions about itself."""
-    from homework_controller.edge.fair_serving import NEWCOMERS, queue_key
+    from homework_controller.edge.switch.fair_serving import NEWCOMERS, queue_key
 
     router_mac, phone, laptop = "02:48:57:00:00:01", "02:00:00:00:00:aa", "02:00:00:00:00:cc"
     known = {phone, laptop}.__contains__

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from homework_controller.edge.flow_export import (
+from homework_controller.edge.feeds.flow_export import (
     Collector,
     ConnectionTotals,
     Direction,
@@ -305,7 +305,7 @@ def test_the_collector_process_is_started_again_when_it_dies_and_the_export_made
 def test_the_collector_process_dies_with_the_controller(tmp_path):
     script = (
         "import sys, time\n"
-        "from homework_controller.edge.flow_export import Collector\n"
+        "from homework_controller.edge.feeds.flow_export import Collector\n"
         "c = Collector(lambda t: None).start()\n"
         "print(c.child.pid, flush=True)\n"
         "time.sleep(60)\n"

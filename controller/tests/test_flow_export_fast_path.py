@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from homework_controller.edge.flow_export import ExportParser, FlowRecord, MalformedExport, RecordReader, ipv6_text
+from homework_controller.edge.feeds.flow_export import (
+    ExportParser,
+    FlowRecord,
+    MalformedExport,
+    RecordReader,
+    ipv6_text,
+)
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "ovs_ipfix.json").read_text())
 DATAGRAMS = [bytes.fromhex(d) for d in FIXTURE["datagrams"]]

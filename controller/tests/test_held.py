@@ -3,7 +3,7 @@ and neither starves the other."""
 
 from support import Clock
 
-from homework_controller.edge.held import ANSWER, SEND, HeldChanges, Wait
+from homework_controller.edge.switch.held import ANSWER, SEND, HeldChanges, Wait
 
 
 def serve(held: HeldChanges, clock: Clock, arrivals: list[float], answer_s: float, send_s: float, until: float):

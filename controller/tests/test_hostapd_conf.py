@@ -60,6 +60,8 @@ def test_the_radio_protects_management_frames_for_devices_that_can_and_can_requi
     assert optional["ieee80211w"] == "1"  # PMF where the device can; older devices still join
     assert optional["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256", "SAE"]
     assert optional["sae_require_mfp"] == "1"  # a WPA3 device always protects them
+    # A station back from a roam is let in after a short SA Query of its old association, not two 1 s ones.
+    assert (optional["assoc_sa_query_max_timeout"], optional["assoc_sa_query_retry_timeout"]) == ("200", "50")
     assert settings(radio(capsys, "--pmf", "required"))["ieee80211w"] == "2"
     wpa2_only = settings(radio(capsys, "--security", "wpa2"))
     assert wpa2_only["wpa_key_mgmt"].split() == ["WPA-PSK", "WPA-PSK-SHA256"] and "sae_password" not in wpa2_only

@@ -14,7 +14,7 @@ from fakeoftable import FakeSwitch
 from support import EF, PHONE, ROUTER_MAC, WEB, WLAN, ZOOM, Clock, deliver, join, mark_of, up
 
 from homework_controller.concerns.agent_reports import AgentReport
-from homework_controller.edge import hwdb_feed
+from homework_controller.edge.feeds import hwdb_feed
 from hwdb_client import HwdbClient, HwdbError, default_binary
 
 BIN = default_binary()
@@ -57,7 +57,7 @@ def test_a_burst_of_bad_rows_is_counted_and_logged_in_a_bounded_number_of_lines(
     rejected = hwdb_feed.RejectedRows("AppTuples", clock=clock)
     good = {"proto": 6, "saddr": "10.2.0.6", "sport": 40000, "daddr": "198.51.100.7", "dport": 443, "app": "firefox"}
     bad = {**good, "proto": 1, "app": "x" * 10000}
-    with caplog.at_level(logging.WARNING, logger="homework_controller.edge.hwdb_feed"):
+    with caplog.at_level(logging.WARNING, logger="homework_controller.edge.feeds.hwdb_feed"):
         for _ in range(5):
             clock.now += 1
             assert hwdb_feed.parse_reports([bad] * 2000 + [good], rejected) == [
@@ -68,7 +68,7 @@ def test_a_burst_of_bad_rows_is_counted_and_logged_in_a_bounded_number_of_lines(
     assert "ignored 1 AppTuples row(s)" in line and len(line) < 400  # the row is cut short, not written whole
     # A minute on, the next bad row is logged with how many were ignored meanwhile.
     clock.now += hwdb_feed.REJECTED_LOG_S
-    with caplog.at_level(logging.WARNING, logger="homework_controller.edge.hwdb_feed"):
+    with caplog.at_level(logging.WARNING, logger="homework_controller.edge.feeds.hwdb_feed"):
         hwdb_feed.parse_reports([bad], rejected)
     assert "ignored 10000 AppTuples row(s) since the last such line (10001 in all)" in caplog.records[-1].getMessage()
 

@@ -1,4 +1,4 @@
-from homework_controller.edge.hwdb_log import HwdbLog, insert_statement
+from homework_controller.edge.feeds.hwdb_log import HwdbLog, insert_statement
 
 
 def test_rows_become_one_batched_insert_with_quotes_escaped():

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from homework_controller.concerns import ipv6
-from homework_controller.edge import ipv6_files
+from homework_controller.edge.lan import ipv6_files
 from homework_controller.model import Device, State
 from homework_controller.wire import prefixes
 from homework_controller.wire.lan import Subnet

@@ -23,7 +23,7 @@ OLD, NEW = "2001:db8:100:1::/64", "2001:db8:200:1::/64"
 SCRIPT = f"""
 import threading, time, subprocess, json
 from homework_controller.effects import AddIpv6Gateway, RemoveIpv6Gateway
-from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.lan.lan_addresses import LanAddresses
 
 def state():
     addrs = json.loads(subprocess.run(["ip", "-j", "-6", "addr", "show", "dev", "lan0"], capture_output=True).stdout)
@@ -88,7 +88,7 @@ DEVICE, OTHER, NEXT = "02:00:00:00:00:aa", "02:00:00:00:00:bb", "02:00:00:00:00:
 FORGET = f"""
 import threading, time, subprocess, json
 from homework_controller.effects import ForgetNeighbours
-from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.lan.lan_addresses import LanAddresses
 
 lan = LanAddresses("lan0", ipv6=False)
 threading.Thread(target=lan.run_forever, daemon=True).start()
@@ -130,7 +130,7 @@ def test_the_stack_forgets_the_macs_of_a_devices_addresses_and_no_others(namespa
 ROUTES = """
 import threading, time, subprocess, json
 from homework_controller.effects import AddIpv6Route, RemoveIpv6Route
-from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.lan.lan_addresses import LanAddresses
 
 def routes():
     out = subprocess.run(["ip", "-j", "-6", "route", "show", "dev", "lan0"], capture_output=True).stdout
@@ -156,7 +156,7 @@ print(json.dumps(routes()))
 
 AGAIN = """
 import threading, time, subprocess, json
-from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.lan.lan_addresses import LanAddresses
 
 lan = LanAddresses("lan0", ipv6=True)
 threading.Thread(target=lan.run_forever, daemon=True).start()

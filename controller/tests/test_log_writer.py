@@ -5,7 +5,7 @@ import sys
 
 SCRIPT = """
 import logging, sys, time
-from homework_controller.edge import log_writer
+from homework_controller.edge.feeds import log_writer
 log_writer.configure("INFO", sys.stdout)
 logging.getLogger("dhcp").info("answered %s", "02:00:00:00:00:aa")
 print("caller went on", flush=True)

@@ -8,7 +8,7 @@ from support import WLAN, serialised, wire
 
 from homenet.wait import wait_until
 from homework_controller import flows
-from homework_controller.edge.switch_connection import SwitchConnection
+from homework_controller.edge.switch.switch_connection import SwitchConnection
 from homework_controller.effects import InstallRules, RemoveRules
 from homework_controller.flows import base_flows, openflow
 from homework_controller.model import Device, State

@@ -29,8 +29,10 @@ def test_every_declared_operation_takes_the_arguments_it_declares_by_their_names
     for op in operations.OPERATIONS:
         assert not op.decision or op.verb == "POST", op.name  # a query writes nothing
         target, *taken = inspect.signature(op.call).parameters.values()
-        declared = [*op.path, *([op.query] if op.query else []), *(["settings"] if op.body else [])]
+        declared = [*op.path, *([op.query] if op.query else [])]
         assert target.name == {"edge": "host", "radio": "radio", "satellite": "host"}.get(op.answers, "router"), op.name
+        if op.body:  # the body's parameter, named for what it is (the settings, a report)
+            declared.append(taken[len(declared)].name)
         assert [p.name for p in taken] == [*declared, *authority.KEYWORDS.get(op.name, {})], op.name
         defaults = [p.name for p in taken if p.default is not inspect.Parameter.empty]
         assert defaults == [*op.path[-1:] * op.optional, *authority.KEYWORDS.get(op.name, {})], op.name
@@ -47,9 +49,10 @@ def test_every_operation_answers_json_and_a_decision_reaches_the_switch_before_i
     order = ["wifi-key", "show-wifi-key", "revoke-wifi-key", "deny-dns", "permit-dns", "name", "pause", "resume"]
     order += ["deny", "permit"]
     routed = [op for op in operations.OPERATIONS if op.answers not in ("edge", "radio", "satellite")]
-    # merge, and a satellite's station (it needs a satellite on an access port of its own: test_satellites.py),
+    # merge, and a satellite's station and links (each needs a satellite on an access port of its own:
+    # test_satellites.py),
     # have their own scenes.
-    order += [op.name for op in routed if op.name not in [*order, "merge", "satellite-station"]]
+    order += [op.name for op in routed if op.name not in [*order, "merge", "satellite-station", "satellite-links"]]
     for name in order:
         op = operations.BY_NAME[name]
         carried_out: list = []

@@ -4,8 +4,8 @@ connection (os-ken's send queue) and the DHCP socket are each handed what is dec
 import threading
 
 from homenet.wait import wait_until
-from homework_controller.edge.sink import EdgeSink
-from homework_controller.edge.switch_connection import SwitchConnection
+from homework_controller.edge.switch.sink import EdgeSink
+from homework_controller.edge.switch.switch_connection import SwitchConnection
 from homework_controller.effects import AnswerDhcp
 
 

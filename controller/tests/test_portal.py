@@ -12,7 +12,7 @@ from support import LAPTOP, PHONE, ROUTER_MAC, WLAN, join, lease
 from homework_controller import flows
 from homework_controller.concerns import portal
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge import lan_side
+from homework_controller.edge.lan import lan_side
 from homework_controller.effects import AnswerDhcp
 from homework_controller.errors import UnknownDevice
 from homework_controller.policy import dns_rules

@@ -19,6 +19,7 @@ from homework_controller.api.server import TimedLock
 from homework_controller.api.ws_service import Ws1Service
 from homework_controller.core import satellites
 from homework_controller.core.router import HomeRouter
+from homework_controller.effects import LogRow
 from homework_controller.errors import ApiError
 from homework_controller.model import BadMac
 from homework_controller.policy import wifi_keys
@@ -68,7 +69,7 @@ def test_the_version_changes_exactly_when_what_a_satellite_serves_does():
     radio = {"ssid": "Our house", "passphrase": GUEST, "country": "GB", "band": "2.4", "channel": 6, "problems": []}
     phone = wifi_keys.WifiKey(PHONE, "phone's own passphrase", created=1.0)
     tablet = wifi_keys.WifiKey(TABLET, "tablet's own passphrase", created=2.0)
-    served = satellites.keys_for_satellite(radio, [phone, tablet])
+    served = satellites.keys_for_satellite(radio, [phone, tablet], [])
     assert served["keys"] == [
         {"mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE), "passphrase": "phone's own passphrase"},
         {"mac": TABLET, "keyid": wifi_keys.device_keyid(TABLET), "passphrase": "tablet's own passphrase"},
@@ -77,16 +78,17 @@ def test_the_version_changes_exactly_when_what_a_satellite_serves_does():
     assert "problems" not in served
     # The same content, in any order, when the key was used or not: the same version.
     used = wifi_keys.WifiKey(PHONE, "phone's own passphrase", created=1.0, used=5.0)
-    assert satellites.keys_for_satellite(dict(radio, problems=["x"]), [tablet, used]) == served
+    assert satellites.keys_for_satellite(dict(radio, problems=["x"]), [tablet, used], []) == served
     # Any change of what it serves: another version.
     versions = {
         served["version"],
-        satellites.keys_for_satellite(radio, [phone])["version"],  # the tablet's key revoked
-        satellites.keys_for_satellite(dict(radio, channel=11), [phone, tablet])["version"],
-        satellites.keys_for_satellite(dict(radio, passphrase="another guest one"), [phone, tablet])["version"],
-        satellites.keys_for_satellite(radio, [wifi_keys.WifiKey(PHONE, "a new one", 3.0), tablet])["version"],
+        satellites.keys_for_satellite(radio, [phone], [])["version"],  # the tablet's key revoked
+        satellites.keys_for_satellite(dict(radio, channel=11), [phone, tablet], [])["version"],
+        satellites.keys_for_satellite(dict(radio, passphrase="another guest one"), [phone, tablet], [])["version"],
+        satellites.keys_for_satellite(radio, [wifi_keys.WifiKey(PHONE, "a new one", 3.0), tablet], [])["version"],
+        satellites.keys_for_satellite(radio, [phone, tablet], [LAPTOP])["version"],  # a device blacklisted
     }
-    assert len(versions) == 5
+    assert len(versions) == 6
 
 
 def test_a_satellite_reads_every_devices_own_key_and_a_revoked_one_is_gone_at_once(home):
@@ -108,6 +110,22 @@ def test_a_satellite_reads_every_devices_own_key_and_a_revoked_one_is_gone_at_on
     home.router.decisions.revoke_wifi_key(TABLET)
     after = home.call("satellite-keys", role=authority.SATELLITE)
     assert [k["mac"] for k in after["keys"]] == [PHONE] and after["version"] != served["version"]
+
+
+def test_a_blacklisted_device_is_denied_at_the_satellite_too_and_whitelisting_it_lifts_that(home):
+    """The satellite's hostapd must refuse its handshake as the router's own radio does (`AuthenticatorDeny`),
+    or a blacklisted phone would complete one there (the switch drops its frames, but it would be on the air)."""
+    join_on(home.router, home.switch, PHONE, WLAN)
+    join_on(home.router, home.switch, TABLET, WLAN)
+    home.router.decisions.permit(TABLET)
+    before = home.call("satellite-keys", role=authority.SATELLITE)
+    assert before["denied"] == []
+    home.router.decisions.blacklist(PHONE)
+    denied = home.call("satellite-keys", role=authority.SATELLITE)
+    assert denied["denied"] == [PHONE] and denied["version"] != before["version"]  # the permitted tablet is not
+    home.router.decisions.whitelist(PHONE)
+    lifted = home.call("satellite-keys", role=authority.SATELLITE)
+    assert lifted["denied"] == [] and lifted["version"] != denied["version"]
 
 
 @pytest.mark.parametrize("role", [r for r in authority.ROLES if r != authority.SATELLITE])
@@ -178,6 +196,66 @@ def test_a_copy_of_a_device_with_its_own_key_is_put_off_the_satellites_air_not_t
     assert reaches_the_internet(home.switch, WLAN, PHONE, phone)  # the phone itself keeps working
     # The phone itself roaming there with its own key: welcome (the positive control).
     assert station(home, satellite, "joined", PHONE, keyid)["off_the_air"] is False
+
+
+# -- satellite-links
+
+
+def logged_links(home) -> list[tuple]:
+    """The Links rows the router's effects write from now on (to hwdb, at the edge)."""
+    rows: list[tuple] = []
+    apply = home._apply
+
+    def recording(effects, at_once=False):
+        rows.extend(e.row for e in effects if isinstance(e, LogRow) and e.table == "Links")
+        apply(effects, at_once)
+
+    home._apply = recording
+    return rows
+
+
+def link(mac, rssi=-52, retries=1, packets=40) -> dict:
+    return {"mac": mac, "rssi": rssi, "retries": retries, "packets": packets}
+
+
+def test_a_satellite_logs_the_links_of_its_own_stations_only(home):
+    """The board shows a station's signal at the satellite it is on; a satellite cannot write the link of a
+    station on the router's radio (or of itself)."""
+    satellite = join_on(home.router, home.switch, SATELLITE, LAN)
+    join_on(home.router, home.switch, PHONE, WLAN)
+    join_on(home.router, home.switch, TABLET, WLAN)
+    home.switch.apply(home.router.joining.station_joined(TABLET, "", WLAN))
+    station(home, satellite, "joined", PHONE, "")  # the phone roamed to the satellite; the tablet did not
+    rows = logged_links(home)
+    report = {"links": [link(PHONE), link(TABLET.upper(), rssi=-30), link(SATELLITE)]}
+    answer = home.call("satellite-links", satellite, report, role=authority.SATELLITE)
+    assert answer == {"logged": 1, "applied": True}
+    assert rows == [(PHONE, -52, 1, 40)]
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"links": [link(PHONE)] * 33},
+        {"links": {"mac": PHONE}},
+        {"links": [link(PHONE, rssi=12)]},
+        {"links": [link(PHONE, packets=-1)]},
+        {"links": [link(PHONE, retries=True)]},
+        {"links": [link("not a mac")]},
+        {"links": ["02:00:00:00:00:01"]},
+        {},
+    ],
+)
+def test_a_link_report_that_is_not_one_is_refused_whole_and_logs_nothing(home, report):
+    satellite = join_on(home.router, home.switch, SATELLITE, LAN)
+    join_on(home.router, home.switch, PHONE, WLAN)
+    home.switch.apply(home.router.joining.station_joined(PHONE, "", WLAN))
+    station(home, satellite, "joined", PHONE, "")  # it roamed to the satellite
+    rows = logged_links(home)
+    with pytest.raises(ApiError) as refused:
+        home.call("satellite-links", satellite, report, role=authority.SATELLITE)
+    assert refused.value.status == 400 and rows == []
+    assert home.call("satellite-links", satellite, {"links": [link(PHONE)]}, role=authority.SATELLITE)["logged"] == 1
 
 
 def test_a_satellite_the_router_cannot_place_is_told_why_and_nothing_changes(home, tmp_path, clock):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from homework_controller.edge import shaper
+from homework_controller.edge.lan import shaper
 from homework_controller.policy import qos
 
 pytestmark = pytest.mark.skipif(

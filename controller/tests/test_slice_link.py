@@ -22,7 +22,7 @@ from support import PHONE, ROUTER_MAC, WEB, WLAN, join
 from homework_controller import flows
 from homework_controller.__main__ import parse_args
 from homework_controller.concerns.agent_reports import AgentReport
-from homework_controller.edge.slice_link import DATAPATH, SliceLink, _Channel, tls_context
+from homework_controller.edge.feeds.slice_link import DATAPATH, SliceLink, _Channel, tls_context
 from homework_controller.policy import downlink, qos
 from isp_flowvisor.testing import CA, SlicerProcess, private_ovs_fixture, wait_until
 

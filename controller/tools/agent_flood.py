@@ -32,7 +32,7 @@ from dhcp_path import client_frame
 from homework_controller.api.server import TimedLock
 from homework_controller.concerns.agent_reports import AgentReport
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge import hwdb_feed
+from homework_controller.edge.feeds import hwdb_feed
 from homework_controller.model import Device, State
 from homework_controller.store import DeviceStore
 from homework_controller.wire import packets

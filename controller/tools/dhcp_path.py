@@ -55,16 +55,16 @@ from scapy.layers.l2 import Ether
 from homework_controller.api.server import TimedLock
 from homework_controller.config import CONFIG
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge import log_writer
-from homework_controller.edge.dhcp_port import ETH_P_IP, MAX_WAITING_ANSWERS, DhcpPort
-from homework_controller.edge.fair_serving import FairServer
-from homework_controller.edge.held import ANSWER
-from homework_controller.edge.hwdb_log import BATCH_SECONDS, HwdbLog
-from homework_controller.edge.lan_addresses import LanAddresses
+from homework_controller.edge.feeds import log_writer
+from homework_controller.edge.feeds.hwdb_log import BATCH_SECONDS, HwdbLog
+from homework_controller.edge.lan.dhcp_port import ETH_P_IP, MAX_WAITING_ANSWERS, DhcpPort
+from homework_controller.edge.lan.lan_addresses import LanAddresses
 from homework_controller.edge.outbox import Outbox
-from homework_controller.edge.sink import EdgeSink
 from homework_controller.edge.supervised import SocketService
-from homework_controller.edge.switch_connection import SwitchConnection
+from homework_controller.edge.switch.fair_serving import FairServer
+from homework_controller.edge.switch.held import ANSWER
+from homework_controller.edge.switch.sink import EdgeSink
+from homework_controller.edge.switch.switch_connection import SwitchConnection
 from homework_controller.policy import dhcp
 from homework_controller.radio.hostapd_ctrl import Authenticator
 from homework_controller.store import DeviceStore

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import dpkt
 
-from homework_controller.edge.flow_export import Collector, tcp_totals
+from homework_controller.edge.feeds.flow_export import Collector, tcp_totals
 from homework_controller.flows import FiveTuple
 
 BRIDGE = "fxbr"

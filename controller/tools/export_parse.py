@@ -29,7 +29,7 @@ import statistics
 import time
 from pathlib import Path
 
-from homework_controller.edge.flow_export import Collector, ConnectionTotals, ExportParser
+from homework_controller.edge.feeds.flow_export import Collector, ConnectionTotals, ExportParser
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CAPTURES = {"ipv4-fetches": DATA / "ovs_ipfix.json", "both-families": DATA / "ovs_ipfix_both_families.json"}

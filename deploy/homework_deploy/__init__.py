@@ -15,6 +15,9 @@ from pathlib import Path
 SERVICES_FILE = Path(__file__).resolve().parents[1] / "services.toml"
 # Who starts the services: the firmware image (systemd), the emulated home, the OpenWrt feed (procd).
 PLATFORMS = ("image", "homenet", "openwrt")
+# What a box is (docs/whole-home-wifi.md): the household's router, or an access point of another
+# router's (a satellite). Only the image has the satellite role: the other starters run the router's.
+ROLES = ("router", "satellite")
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
 
 
@@ -43,6 +46,8 @@ class Service:
     triggered_by: tuple[str, ...] = ()
     # Its CPU priority as nice(1) counts it (-20 first .. 19 last; 0 as everyone else).
     nice: int = 0
+    # The roles of the box it runs in (of ROLES).
+    roles: frozenset[str] = frozenset({"router"})
 
 
 def settings(path: Path = SERVICES_FILE) -> dict[str, str]:
@@ -81,6 +86,7 @@ def load(values: dict[str, object], path: Path = SERVICES_FILE, platform: str | 
             bool(s.get("oneshot", False)),
             tuple(path for path in fill(s.get("triggered_by", [])) if path),
             _nice(name, s),
+            _roles(name, s),
         )
         for name, s in spec["services"].items()
     }
@@ -100,6 +106,17 @@ def _nice(name: str, spec: dict) -> int:
     if type(nice) is not int or not -20 <= nice <= 19:
         raise ServicesError(f"{name}: `nice` must be a whole number from -20 to 19, not {nice!r}")
     return nice
+
+
+def _roles(name: str, spec: dict) -> frozenset[str]:
+    roles = frozenset(spec.get("roles", ("router",)))
+    if not roles or roles - set(ROLES):
+        raise ServicesError(f"{name}: `roles` must name some of {', '.join(ROLES)}, not {sorted(roles)}")
+    if "router" not in roles and set(spec.get("platforms", PLATFORMS)) != {"image"}:
+        raise ServicesError(
+            f"{name}: only the image has a role other than the router's: its `platforms` is image alone"
+        )
+    return roles
 
 
 def cpu_weight(nice: int) -> int:

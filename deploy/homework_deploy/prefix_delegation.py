@@ -1,6 +1,6 @@
 """The router's DHCPv6 prefix-delegation client (RFC 8415, RFC 7084 WPD-2): dhcpcd on the WAN, IPv6 only, asking
 for a /56 and taking what the ISP gives (/56, /60, /64), its hook writing the prefix and its lifetimes where the
-controller reads it (`homework_controller.edge.ipv6_files.DELEGATED_FILE`, in a directory of its own beside the
+controller reads it (`homework_controller.edge.lan.ipv6_files.DELEGATED_FILE`, in a directory of its own beside the
 controller's database, the only one of the controller's the client writes). One definition for the image (a systemd
 unit) and the emulated home (a process), both started as services.toml's `wan-pd`, which reads the files
 `write_files` renders into the `SERVICE_FILES` directory.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DELEGATED_FILE = "wan-pd/ipv6-delegated-prefix"  # homework_controller.edge.ipv6_files.DELEGATED_FILE
+DELEGATED_FILE = "wan-pd/ipv6-delegated-prefix"  # homework_controller.edge.lan.ipv6_files.DELEGATED_FILE
 # The names services.toml's wan-pd command gives them in ${SERVICE_FILES}.
 CONF_NAME, HOOK_NAME = "dhcpcd-wan.conf", "dhcpcd-pd-hook"
 

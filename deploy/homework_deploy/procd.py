@@ -60,6 +60,7 @@ SETTINGS: dict[str, Value] = {
     "DOWNLINK_KBIT": (Uci("qos", "downlink_kbit"),),
     "UPDATES": ("",),  # OpenWrt updates itself with sysupgrade, not through our web UI
     "SETUP_CODE_FILE": (Uci("webui", "setup_code_file", required=False),),  # a code printed on the box's label
+    "ROLE_SPOOL": ("",),  # an OpenWrt box is a router: its access points are OpenWrt's own (mesh, WDS)
     # The ISP's slice (isp-flowvisor); an empty slicer: none, and the rest stay empty too.
     "SLICE": (Uci("slice", "slicer", required=False),),
     "SLICE_CERT": (Uci("slice", "cert", required=False),),

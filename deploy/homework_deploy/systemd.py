@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Service, cpu_weight, ready_now
+from . import ROLES, Service, cpu_weight, ready_now
 
 UNIT_PREFIX = "homework-"
 
@@ -47,6 +47,8 @@ UNIT_PREFIX = "homework-"
 # says "failed to drop privileges" and parses what the ISP sends as root.
 # The radio refresh needs none: it talks to hostapd's socket and to systemd's as root, and writes
 # files root owns.
+# A satellite's agent starts its own hostapd (nl80211 on the radio, which hostapd makes a port of the
+# bridge): hostapd's capabilities, sockets and device.
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "hwdb": ("CAP_NET_BIND_SERVICE",),
     "hostapd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
@@ -54,6 +56,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "webui": (),
     "wan-pd": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_CHROOT"),
     "radio-refresh": (),
+    "satellite": ("CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW"),
 }
 # dhcpcd opens an AF_INET socket even IPv6-only (if_opensockets: interface ioctls "without INET"),
 # netlink for routes and links (and udev's events), AF_PACKET for its link-layer sockets, AF_UNIX for
@@ -64,10 +67,11 @@ ADDRESS_FAMILIES: dict[str, str] = {
     "controller": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
     "wan-pd": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
     "radio-refresh": "AF_UNIX",
+    "satellite": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
 }
 DEFAULT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
 # Services that change network settings under /proc/sys keep it writable.
-TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller"}
+TOUCHES_KERNEL_TUNABLES = {"hostapd", "controller", "satellite"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ ACCOUNTS: dict[str, Account] = {
 }
 # Device nodes a service opens (any other is closed to it; a root service that could open the
 # disk could write an unsigned kernel). hostapd may use rfkill on a real radio.
-DEVICES: dict[str, tuple[str, ...]] = {"hostapd": ("/dev/rfkill rw",)}
+DEVICES: dict[str, tuple[str, ...]] = {"hostapd": ("/dev/rfkill rw",), "satellite": ("/dev/rfkill rw",)}
 STATE_ROOT = "/var/lib/"
 # Services that share one private /tmp: hostapd answers a control client (the controller's
 # hostapd_cli and event listener, the radio refresh's passwords) at the client's socket path in
@@ -105,6 +109,17 @@ def unit_name(service: str) -> str:
 
 def path_unit_name(service: str) -> str:
     return f"{UNIT_PREFIX}{service}.path"
+
+
+def role_condition(service: Service, role_file: str | None) -> list[str]:
+    """The line that starts a service only in its box's roles (services.toml's `roles`): a box is a satellite
+    while `role_file` exists, a router otherwise. A condition that fails skips the unit (not a failure);
+    one that holds changes nothing. None: the box has one role, the router's."""
+    if not role_file or service.roles == frozenset(ROLES):
+        return []
+    if service.roles == {"satellite"}:
+        return [f"ConditionPathExists={role_file}"]
+    return [f"ConditionPathExists=!{role_file}"]
 
 
 def enabled_units(services: dict[str, Service]) -> list[str]:
@@ -126,6 +141,7 @@ def render(
     requires: Sequence[str] = (),
     slowness: float = 1,
     read_only: Sequence[str] = (),
+    role_file: str | None = None,
 ) -> str:
     """The unit file text for one service.
 
@@ -133,7 +149,8 @@ def render(
     requires: units of the system every service starts after (e.g. the router's network);
     slowness: how many times longer than services.toml's ready_timeout_s a start may take on
     this hardware (a router's CPU can be several times slower than a developer's);
-    read_only: paths inside the service's own `writes` that are another's (`render_all`).
+    read_only: paths inside the service's own `writes` that are another's (`render_all`);
+    role_file: the file whose presence makes the box a satellite (`role_condition`), if it can be one.
     The service may write only its `writes` from services.toml: everything else is read-only."""
     if service.name not in CAPABILITIES:
         raise ValueError(f"no capabilities declared for service {service.name!r}: add it to CAPABILITIES")
@@ -144,6 +161,7 @@ def render(
         "# Rendered from deploy/services.toml by homework_deploy.systemd: edit that file, not this one.",
         "[Unit]",
         f"Description=Homework {service.name}: {service.description}",
+        *role_condition(service, role_file),
     ]
     if deps:
         # Wants=, not Requires=: with Requires=, a dependency whose first start fails (and
@@ -209,7 +227,7 @@ def render(
     return "\n".join([*lines, ""])
 
 
-def render_path(service: Service) -> str:
+def render_path(service: Service, role_file: str | None = None) -> str:
     """The .path unit that starts a oneshot service whenever one of its `triggered_by` paths changes
     (systemd watches the directories of those that do not exist yet)."""
     return "\n".join(
@@ -217,6 +235,7 @@ def render_path(service: Service) -> str:
             "# Rendered from deploy/services.toml by homework_deploy.systemd: edit that file, not this one.",
             "[Unit]",
             f"Description=Homework {service.name}: watch {' '.join(service.triggered_by)}",
+            *role_condition(service, role_file),
             f"RequiresMountsFor={' '.join(service.triggered_by)}",
             "",
             "[Path]",
@@ -281,11 +300,13 @@ def render_all(
     python: str,
     requires: Sequence[str] = (),
     slowness: float = 1,
+    role_file: str | None = None,
 ) -> dict[str, str]:
     """{unit file name: text} for every service (and the .path unit of each oneshot). What one
     service writes stays read-only to the others, also where it lies inside another's (the web
     UI's state inside the data directory the controller writes, the update spool inside the
-    runtime directory, the delegated prefix's directory inside the data directory)."""
+    runtime directory, the delegated prefix's directory inside the data directory). `role_file`: the file
+    whose presence makes the box a satellite, for a box that can be one (`role_condition`)."""
     units = {
         unit_name(name): render(
             service,
@@ -299,10 +320,13 @@ def render_all(
                 for path in other.writes
                 if path not in service.writes and any(_inside(path, mine) for mine in service.writes)
             ],
+            role_file=role_file,
         )
         for name, service in services.items()
     }
-    units |= {path_unit_name(name): render_path(service) for name, service in services.items() if service.oneshot}
+    units |= {
+        path_unit_name(name): render_path(service, role_file) for name, service in services.items() if service.oneshot
+    }
     return units
 
 

@@ -132,6 +132,7 @@ def router_settings(run_dir: Path, python: Path, hwdb_bin: Path, station_dump: P
         # installer to read them (image/tests boots the real one).
         "UPDATES": run_dir / "updates",
         "SETUP_CODE_FILE": "",
+        "ROLE_SPOOL": "",  # the emulated home's box is a router and nothing else
         "SERVICE_FILES": run_dir,  # dhcpcd's configuration and hook, as the image's /usr/lib/homework
     }
 

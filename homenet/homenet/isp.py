@@ -325,6 +325,7 @@ link_mbit = {LINK_MBIT}
                 "DOWNLINK_KBIT": 0,
                 "UPDATES": "",
                 "SETUP_CODE_FILE": "",
+                "ROLE_SPOOL": "",
                 "SLICE": f"{SLICER_IP}:{SLICER_PORT}",
                 "SLICE_CERT": b.cert,
                 "SLICE_KEY": b.key,

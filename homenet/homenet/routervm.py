@@ -33,6 +33,7 @@ from . import ipv6 as homenet_ipv6
 from .wait import WaitTimeout, wait_until
 
 WAN_IP, WWW_IP, WWW_HOST = "198.51.100.1", "198.51.100.80", "www.example.test"
+APPS_DOMAIN = "apps.example.test"
 # IPv6 as the emulated home has it: the WAN link's /64, a name with only an IPv6 address (so every IPv4
 # fetch stays IPv4), the /56 the ISP delegates. The router's WAN address there is its own (SLAAC from
 # the adverts); the prefix is routed to its link-local address, from its WAN NIC's MAC (EUI-64).
@@ -40,6 +41,7 @@ WAN6_PREFIX, WAN6_IP = homenet_ipv6.WAN6_PREFIX, homenet_ipv6.WAN6_INET_IP
 WWW6_HOST, WWW6_IP = next(iter(homenet_ipv6.INET6_HOSTS.items()))
 DELEGATED_PREFIX = homenet_ipv6.DELEGATED_PREFIX
 ROUTER_WAN_MAC = "52:54:00:00:aa:01"
+ROUTER_LAN_MAC = "52:54:00:00:bb:01"
 ROUTER_WAN_LINK_LOCAL = "fe80::5054:ff:fe00:aa01"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 PROMPT = re.compile(r"root@homework-router:[^\n]*# ")
@@ -180,6 +182,7 @@ class Network:
 
     def up(self, clients: dict[str, str]) -> None:
         self.down()
+        self.clients = {}
         self.state.mkdir(parents=True, exist_ok=True)
         for ns in (self.vm_ns, self.wan_ns):
             self._ns(ns)
@@ -220,6 +223,8 @@ class Network:
                 "--local=/example.test/",
                 f"--host-record={WWW_HOST},{WWW_IP}",
                 f"--host-record={WWW6_HOST},{WWW6_IP}",
+                # Any name under apps.example.test is the web server too: the many names a household looks up.
+                f"--address=/{APPS_DOMAIN}/{WWW_IP}",
                 # The WAN link's adverts: the router's IPv6 default route (no DHCPv6 here: Kea's).
                 "--enable-ra",
                 f"--dhcp-range={WAN6_PREFIX.split('/')[0]},ra-only",
@@ -234,19 +239,24 @@ class Network:
         # Without it the router gets no WAN lease, and every later step fails for a reason far from this one.
         self._started("dnsmasq", dnsmasq, lambda: (self.state / "dnsmasq.pid").exists())
         self._start_kea()
-        for i, (name, mac) in enumerate(clients.items()):
-            client = Client(name, mac, self.state, f"{self.name}-{name}")
-            client.state.mkdir(parents=True, exist_ok=True)
-            etc = Path("/etc/netns") / client.ns
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "resolv.conf").write_text("")
-            self._ns(client.ns)
-            self._veth(f"vlan{i}", "brlan", client.ns, mac)
-            # SLAAC from the controller's adverts (a new namespace's default, said here: the test relies on it).
-            sh("sysctl", "-qw", "net.ipv6.conf.eth0.accept_ra=1", "net.ipv6.conf.eth0.autoconf=1", ns=client.ns)
-            self.clients[name] = client
+        for name, mac in clients.items():
+            self.add_client(name, mac)
         for url in (f"http://{WWW_IP}/", f"http://[{WWW6_IP}]/"):
             wait_until(f"the web server at {url}", partial(self._serves, url), 20)
+
+    def add_client(self, name: str, mac: str) -> Client:
+        """One more household device on the LAN (at `up`, or later: a device that arrives while the router runs)."""
+        client = Client(name, mac, self.state, f"{self.name}-{name}")
+        client.state.mkdir(parents=True, exist_ok=True)
+        etc = Path("/etc/netns") / client.ns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "resolv.conf").write_text("")
+        self._ns(client.ns)
+        self._veth(f"vlan{len(self.clients)}", "brlan", client.ns, mac)
+        # SLAAC from the controller's adverts (a new namespace's default, said here: the test relies on it).
+        sh("sysctl", "-qw", "net.ipv6.conf.eth0.accept_ra=1", "net.ipv6.conf.eth0.autoconf=1", ns=client.ns)
+        self.clients[name] = client
+        return client
 
     def _serves(self, url: str) -> bool:
         return sh("curl", "-s", "-o", "/dev/null", url, ns=self.wan_ns, check=False).returncode == 0
@@ -401,6 +411,8 @@ class RouterVm:
         self.pace = 1.0
         self.paced_boot_s: float | None = None
         self.powered_on: float | None = None
+        # Its NICs' MACs (WAN, LAN): another box of the same image on the same wires needs its own.
+        self.nic_macs = (ROUTER_WAN_MAC, ROUTER_LAN_MAC)
 
     def save(self, name: str) -> SavedRouter:
         """Save the running router's whole state (memory, devices, its disk as it is now) into its qcow2
@@ -492,11 +504,11 @@ class RouterVm:
             "-netdev",
             "tap,id=wan,ifname=tapwan,script=no,downscript=no",
             "-device",
-            f"virtio-net-pci,netdev=wan,mac={ROUTER_WAN_MAC},addr=0x3",
+            f"virtio-net-pci,netdev=wan,mac={self.nic_macs[0]},addr=0x3",
             "-netdev",
             "tap,id=lan,ifname=taplan,script=no,downscript=no",
             "-device",
-            "virtio-net-pci,netdev=lan,mac=52:54:00:00:bb:01,addr=0x4",
+            f"virtio-net-pci,netdev=lan,mac={self.nic_macs[1]},addr=0x4",
             "-chardev",
             f"socket,id=ser0,path={self.sock_path},server=on,wait=off,logfile={self.console_log}," "logappend=on",
             "-serial",

@@ -9,7 +9,11 @@ port (traced through the switch's rules), where the controller's DHCP socket is 
 service that keeps failing fails the check at once: its unit has failed, or it has failed as many
 starts as systemd's start limit allows. systemd gives up only on that many failures within its
 interval, which a slow box may never reach (there five tries of the controller take longer), and
-the rollback would then wait for the whole timeout."""
+the rollback would then wait for the whole timeout.
+
+A box in the satellite role (`role.py`) works when its services (SHARE/satellite-services.json) do and
+its bridge onto the cable is there: whether the router answers is not the box's to be judged by (an
+update is not rolled back because the router is switched off)."""
 
 from __future__ import annotations
 
@@ -26,9 +30,10 @@ from pathlib import Path
 from homework_deploy import ready_now
 from homework_deploy.systemd import START_LIMIT_BURST, unit_name
 
-from . import BRIDGE, LAN_PORT, SHARE
+from . import BRIDGE, LAN_PORT, SHARE, role
 
 SERVICES_FILE = SHARE / "services.json"
+SATELLITE_SERVICES_FILE = SHARE / "satellite-services.json"  # the satellite role's
 DHCP_DISCOVER = (
     f"in_port={LAN_PORT},udp,dl_src=02:00:00:00:00:99,dl_dst=ff:ff:ff:ff:ff:ff,"
     "nw_src=0.0.0.0,nw_dst=255.255.255.255,udp_src=68,udp_dst=67"
@@ -80,6 +85,18 @@ def checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
     return found
 
 
+def satellite_checks(services: dict[str, dict]) -> dict[str, Callable[[], bool]]:
+    found = {f"{name} ready": _ready_check(ready) for name, ready in services.items()}
+    found[f"bridge {role.SATELLITE_BRIDGE}"] = lambda: Path(f"/sys/class/net/{role.SATELLITE_BRIDGE}/bridge").is_dir()
+    for name in services:
+        found[f"{name} running"] = _unit_active(unit_name(name))
+    return found
+
+
+def _unit_active(unit: str) -> Callable[[], bool]:
+    return lambda: _out("systemctl", "is-active", unit).strip() == "active"
+
+
 def failing_units(show: str) -> list[str]:
     """From `systemctl show --property=Id,ActiveState,NRestarts UNIT...`: the units that have
     failed or have been restarted after as many failed starts as the start limit allows."""
@@ -96,14 +113,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="homework-health", description=__doc__.split("\n\n")[0])
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the router to work")
     args = p.parse_args(argv)
-    services = json.loads(Path(SERVICES_FILE).read_text())
-    pending = checks(services)
+    satellite = role.is_satellite()
+    services = json.loads(Path(SATELLITE_SERVICES_FILE if satellite else SERVICES_FILE).read_text())
+    pending = satellite_checks(services) if satellite else checks(services)
+    box = "the access point" if satellite else "the router"
     deadline = time.monotonic() + args.timeout
     while True:
         for name in [n for n, check in pending.items() if check()]:
             del pending[name]
         if not pending:
-            print("homework-health: the router works (all checks passed)", flush=True)
+            print(f"homework-health: {box} works (all checks passed)", flush=True)
             return 0
         failing = failing_units(
             _out("systemctl", "show", "--property=Id,ActiveState,NRestarts", *(unit_name(n) for n in services))

@@ -10,10 +10,19 @@
 - with a radio that can be an access point, the router is the access point: the radio's
   interface becomes `wlan0`, a port of br-lan, and hostapd serves it (driver=nl80211, `radio.py`);
   without one, hostapd's configuration is rendered for 802.1X on br-lan (driver=wired: an
-  access point on the LAN port bridges its stations)."""
+  access point on the LAN port bridges its stations).
+
+In the satellite role (the box is an access point of the household's router: STATE/config/satellite,
+`role.py`) none of that: no OVS, no router address, no NAT, no hostapd of the router's. A Linux bridge
+br0 over both wired NICs (so either port can be the cable into the router), with the LAN NIC's MAC set
+on it: a bridge otherwise takes its lowest port's, and the radio joining it (the agent's hostapd makes
+the radio a port) would give the box a new MAC, which the router takes for a newcomer's. The NICs keep
+their names (networkd's `wan` file must not match them); networkd asks the router for br0's address
+(/etc/systemd/network/20-satellite.network). The radio is named `wlan0` for the agent's hostapd."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +32,7 @@ from pathlib import Path
 
 from homework_deploy import ovs_bridge
 
-from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE, radio
+from . import BRIDGE, LAN_PORT, ROUTER_LAN_IP, ROUTER_MAC, RUN, STATE, VENV, WAN_IFACE, radio, role
 
 SYS_NET = Path("/sys/class/net")
 CONFIG = STATE / "config" / "network.conf"
@@ -117,9 +126,66 @@ def wait_for_nics(config: dict[str, str], timeout: float = 30) -> tuple[Nic, Nic
         time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class SatelliteBridge:
+    """The satellite role's network: `bridge` over `ports`, with the box's own MAC `mac` set on it."""
+
+    bridge: str
+    mac: str
+    ports: tuple[str, ...]
+
+
+def satellite_bridge(wan: Nic, lan: Nic) -> SatelliteBridge:
+    """The bridge over both wired ports (the cable may be in either) with the LAN NIC's MAC: the box's one
+    identity at the router, whichever port is cabled and whatever joins the bridge later."""
+    return SatelliteBridge(role.SATELLITE_BRIDGE, lan.mac, (lan.name, wan.name))
+
+
+def setup_satellite(wan: Nic, lan: Nic) -> None:
+    plan = satellite_bridge(wan, lan)
+    # The agent's own directory on the data partition (its unit may write only there): made by the
+    # first-run page's job, and here too for a role file written by hand.
+    role.SATELLITE_STATE.mkdir(mode=0o700, exist_ok=True)
+    print(
+        f"homework-network: an access point of the household's router: {plan.bridge} ({plan.mac})"
+        f" over {', '.join(plan.ports)}"
+    )
+    links = {link["ifname"]: link for link in json.loads(run("ip", "-j", "link", "show") or "[]")}
+    if plan.bridge not in links:  # set up before: a restart of this unit
+        run("ip", "link", "add", plan.bridge, "address", plan.mac, "type", "bridge")
+    run("ip", "link", "set", "dev", plan.bridge, "address", plan.mac)
+    for port in plan.ports:
+        Path(f"/proc/sys/net/ipv6/conf/{port}/disable_ipv6").write_text("1\n")
+        run("ip", "link", "set", "dev", port, "master", plan.bridge)
+        run("ip", "link", "set", "dev", port, "up")
+    run("ip", "link", "set", "dev", plan.bridge, "up")
+    try:
+        name_the_radio()
+    except (radio.RadioError, OSError, NetworkError) as exc:  # the cable still reaches the router
+        print(f"homework-network: no radio to serve: {exc}", file=sys.stderr)
+
+
+def name_the_radio() -> None:
+    """The first radio that can be an access point, as `wlan0` (the agent's hostapd serves it)."""
+    radios = radio.read_radios()
+    if not radios:
+        print("homework-network: this box has no radio that can be an access point", file=sys.stderr)
+        return
+    first = radios[0]
+    if first.ifname != radio.RADIO_PORT:
+        run("ip", "link", "set", "dev", first.ifname, "down")
+        run("ip", "link", "set", "dev", first.ifname, "name", radio.RADIO_PORT)
+    # A station-mode interface cannot be a bridge port; hostapd would make it an AP anyway.
+    run("iw", "dev", radio.RADIO_PORT, "set", "type", "__ap")
+    Path(f"/proc/sys/net/ipv6/conf/{radio.RADIO_PORT}/disable_ipv6").write_text("1\n")
+
+
 def setup() -> None:
     config = parse_config(CONFIG.read_text()) if CONFIG.exists() else {}
     wan, lan = wait_for_nics(config)
+    if role.is_satellite():
+        setup_satellite(wan, lan)
+        return
     print(f"homework-network: WAN is {wan.name} ({wan.mac}), LAN is {lan.name} ({lan.mac})")
     rename(wan, WAN_IFACE)
     rename(lan, LAN_PORT)

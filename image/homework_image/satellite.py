@@ -36,20 +36,27 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from homework_controller.model import normalize_mac
 from homework_controller.policy import wifi_keys
-from homework_controller.radio import hostapd_conf, hostapd_ctrl, private_files
+from homework_controller.radio import hostapd_conf, hostapd_ctrl, private_files, stations
 
 from .radio import AccessPoint, RadioError
 
 LOG = logging.getLogger("homework.satellite")
 POLL_S = 2.0  # how often the router is asked whether the keys changed (a revoked key lasts at most this)
 REPORT_BATCH = 64  # station events per report, as the router takes them at most
+LINKS_S = 5.0  # how often the stations' links are reported (the router's own radio's are read as often)
+LINKS_BATCH = 32  # stations' links per report, as the router takes them at most
 TIMEOUT_S = 10.0
 SESSION_COOKIE = "hw_session"  # the web UI's
 
 
 class SatelliteError(RuntimeError):
     pass
+
+
+class Unreachable(SatelliteError):
+    """The router did not answer at all (no route to it yet, or it is not listening): worth asking again."""
 
 
 class Unpaired(SatelliteError):
@@ -66,13 +73,17 @@ class Network:
     band: str
     channel: int
     keys: tuple[wifi_keys.WifiKey, ...]
+    denied: frozenset[str] = frozenset()  # the blacklisted devices: no handshake completes here either
 
     @classmethod
     def from_router(cls, doc: dict) -> Network:
         try:
             keys = tuple(wifi_keys.WifiKey(k["mac"], k["passphrase"], 0.0) for k in doc["keys"])
-            return cls(doc["ssid"], doc["passphrase"], doc["country"], doc["band"], int(doc["channel"]), keys)
-        except (KeyError, TypeError, ValueError) as exc:
+            # A router older than the deny list sends none (its own radio still denies; its switch drops them).
+            denied = frozenset(normalize_mac(mac) for mac in doc.get("denied", ()))
+            radio = (doc["ssid"], doc["passphrase"], doc["country"], doc["band"], int(doc["channel"]))
+            return cls(*radio, keys, denied)
+        except (KeyError, TypeError, ValueError) as exc:  # a MAC that is not one too (BadMac)
             raise SatelliteError(f"the router's keys are not what a satellite reads: {exc!r}") from None
 
 
@@ -128,6 +139,16 @@ class RouterLink:
             raise SatelliteError(f"the router did not take the stations' events ({status}): {_reason(doc)}")
         return [r if isinstance(r, dict) else {"ok": False, "error": "not an answer"} for r in results]
 
+    def report_links(self, links: list[dict]) -> int:
+        """The router told of the stations' links ({mac, rssi, retries, packets}, since the last report): how
+        many it logged (those of stations it has at this satellite's port)."""
+        status, _, doc = self._call("POST", "/api/satellite/links", {"links": links})
+        if status in (401, 403):
+            raise Unpaired(f"the router no longer takes this satellite ({status}): {_reason(doc)}")
+        if status != 200 or not isinstance(doc, dict):
+            raise SatelliteError(f"the router did not take the stations' links ({status}): {_reason(doc)}")
+        return int(doc.get("logged", 0))
+
     def _call(self, method: str, path: str, body=None, headers=None, session: bool = True):
         request = urllib.request.Request(self.base_url + path, method=method, headers=dict(headers or {}))
         if body is not None:
@@ -142,7 +163,7 @@ class RouterLink:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers, _json(exc.read())
         except (urllib.error.URLError, OSError) as exc:
-            raise SatelliteError(f"the router at {self.base_url} did not answer: {exc}") from None
+            raise Unreachable(f"the router at {self.base_url} did not answer: {exc}") from None
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -177,11 +198,30 @@ class Radio:
             run / "hostapd.conf", self.psk_file, self.ctrl_dir / interface, start=self.start, stop=self.stop
         )
         self.keys: tuple[wifi_keys.WifiKey, ...] = ()
+        self.denied: frozenset[str] = frozenset()  # what the running hostapd's deny list holds
 
     def serve(self, network: Network) -> str:
         """hostapd serving `network`: its passwords given while it runs, restarted for anything else."""
         self.keys = network.keys
-        return self.access_point.follow(lambda: self.render(network))
+        done = self.access_point.follow(lambda: self.render(network))
+        if done == "restarted":
+            self.denied = frozenset()  # a new hostapd denies nobody yet
+        return done
+
+    def deny(self, denied: frozenset[str]) -> None:
+        """The running hostapd's deny list made `denied`, on its socket (`DENY_ACL`, as the router's radio is
+        told, `AuthenticatorDeny`): a newly denied station is also put off the air now, not at its next join.
+        What hostapd did not take is tried again at the next call (every poll)."""
+        ctrl = str(self.access_point.ctrl)
+        for mac in sorted(denied ^ self.denied):
+            deny = mac in denied
+            try:
+                hostapd_ctrl.request(ctrl, f"DENY_ACL {'ADD_MAC' if deny else 'DEL_MAC'} {mac}")
+                self.denied = self.denied | {mac} if deny else self.denied - {mac}
+                if deny:
+                    hostapd_ctrl.request(ctrl, f"DEAUTHENTICATE {mac}")
+            except hostapd_ctrl.HostapdError as exc:
+                LOG.warning("%s", exc)
 
     def render(self, network: Network) -> str:
         """The key file (every device's own passphrase; the guest line is the renderer's) and hostapd's
@@ -229,51 +269,58 @@ class Radio:
             pass
         self.pid_file.unlink(missing_ok=True)
 
-    def keyid_of(self, mac: str, keyid: str) -> str:
-        """The key a station joined with: hostapd's word (WPA2), or the SAE password its configuration binds
-        to the station's MAC (hostapd names no key id for SAE)."""
-        if keyid:
-            return keyid
+    def joined(self, mac: str) -> dict | None:
+        """A station hostapd has just authorized, as the router is told of it, with the key it proved (one `STA`,
+        `hostapd_ctrl.station`). None: not authorized here (it left meanwhile)."""
         try:
-            over_sae = hostapd_ctrl.joined_over_sae(hostapd_ctrl.command(str(self.access_point.ctrl), "sta", mac))
-            conf = self.access_point.conf.read_text()
-        except (hostapd_ctrl.HostapdError, OSError) as exc:
+            answer = hostapd_ctrl.station(str(self.access_point.ctrl), mac)
+        except hostapd_ctrl.HostapdError as exc:
             LOG.warning("how %s joined: %s", mac, exc)
-            return ""
-        return hostapd_ctrl.sae_keyid(conf, mac, list(self.keys)) if over_sae else ""
+            return None
+        return next(iter(self.told_joined(answer)), None)
+
+    def told_joined(self, sta_answer: str) -> list[dict]:
+        """hostapd's `STA` or `ALL_STA` answer -> a join for each authorized station: its `keyid=` (WPA2), or,
+        over SAE, where hostapd names no key, the password the running configuration binds to its MAC."""
+        try:
+            conf = self.access_point.conf.read_text()
+        except OSError:
+            conf = ""
+        keys = list(self.keys)
+        return [
+            {
+                "event": "joined",
+                "mac": mac,
+                "keyid": keyid or (hostapd_ctrl.sae_keyid(conf, mac, keys) if over_sae else ""),
+            }
+            for mac, keyid, over_sae in hostapd_ctrl.stations_present(sta_answer)
+        ]
 
 
 def station_event(radio: Radio, event: str) -> dict | None:
-    """A hostapd event as the router is told of it: a station that joined (with the key it proved) or left."""
-    joined = hostapd_ctrl.station_joined(event)
-    if joined is not None:
-        mac, keyid = joined
-        return {"event": "joined", "mac": mac, "keyid": radio.keyid_of(mac, keyid)}
+    """A hostapd event as the router is told of it: a station that joined (with the key it proved) or left. A
+    station back from a roam this access point did not see completes a handshake without `AP-STA-CONNECTED`:
+    that is its join here."""
     left = hostapd_ctrl.station_left(event)
     if left is not None:
         return {"event": "left", "mac": left}
-    completed = hostapd_ctrl.handshake_completed(event)  # back from a roam this access point did not see
-    if completed is None:
-        return None
-    try:
-        present = hostapd_ctrl.stations_present(hostapd_ctrl.command(str(radio.access_point.ctrl), "sta", completed))
-    except hostapd_ctrl.HostapdError as exc:
-        LOG.warning("how %s joined: %s", completed, exc)
-        return None
-    return next(
-        ({"event": "joined", "mac": mac, "keyid": radio.keyid_of(mac, keyid)} for mac, keyid, _ in present), None
-    )
+    joined = hostapd_ctrl.station_joined(event)
+    if joined is not None and joined[1]:  # WPA2 with a device's own key: hostapd named it
+        return {"event": "joined", "mac": joined[0], "keyid": joined[1]}
+    mac = joined[0] if joined is not None else hostapd_ctrl.handshake_completed(event)
+    return None if mac is None else radio.joined(mac)
 
 
 class Satellite:
     def __init__(self, link: RouterLink, radio: Radio):
         self.link, self.radio = link, radio
-        self.events: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        # Each event with when hostapd said it (monotonic): the log says how long the router took to hear it.
+        self.events: queue.SimpleQueue[tuple[float, dict]] = queue.SimpleQueue()
         self.stopped = threading.Event()
 
     def run_forever(self) -> None:
         """Serve the router's network and keep it in step; report the stations from the first time it runs."""
-        version, listening = "", False
+        version, listening, network = "", False, None
         while not self.stopped.is_set():
             try:
                 changed = self.link.network(version)
@@ -290,6 +337,8 @@ class Satellite:
                 self.stopped.set()
             except (SatelliteError, RadioError, OSError) as exc:
                 LOG.warning("%s", exc)
+            if listening and network is not None and not self.stopped.is_set():
+                self.radio.deny(network.denied)
             self.stopped.wait(POLL_S)
 
     def _listen(self) -> None:
@@ -297,52 +346,77 @@ class Satellite:
         events = hostapd_ctrl.Events(ctrl, self._on_event, on_attach=self._on_attach)
         threading.Thread(target=events.run_forever, daemon=True, name="hostapd-events").start()
         threading.Thread(target=self._report_forever, daemon=True, name="report").start()
+        threading.Thread(target=self._report_links_forever, daemon=True, name="links").start()
 
     def _on_event(self, event: str) -> None:
+        heard = time.monotonic()
         told = station_event(self.radio, event)
         if told is not None:
-            self.events.put(told)
+            self.events.put((heard, told))
 
     def _on_attach(self) -> None:
         """hostapd (re)started, or this program did: the stations on the air, as if they had just joined."""
         try:
-            present = hostapd_ctrl.stations_present(hostapd_ctrl.command(str(self.radio.access_point.ctrl), "all_sta"))
+            present = hostapd_ctrl.command(str(self.radio.access_point.ctrl), "all_sta")
         except hostapd_ctrl.HostapdError as exc:
             LOG.warning("the stations on the air: %s", exc)
             return
-        for mac, keyid, _over_sae in present:
-            self.events.put({"event": "joined", "mac": mac, "keyid": self.radio.keyid_of(mac, keyid)})
+        heard = time.monotonic()
+        for told in self.radio.told_joined(present):
+            self.events.put((heard, told))
 
     def _report_forever(self) -> None:
         """The events in order, in batches; one the router did not take is tried again (the station moves only
         once the router hears of it)."""
-        waiting: list[dict] = []
+        waiting: list[tuple[float, dict]] = []
         while not self.stopped.is_set():
             if not waiting:
                 waiting.append(self.events.get())
             while len(waiting) < REPORT_BATCH and not self.events.empty():
                 waiting.append(self.events.get())
             try:
-                answers = self.link.report(waiting)
+                answers = self.link.report([told for _, told in waiting])
             except SatelliteError as exc:
                 LOG.warning("%s; trying again", exc)
                 self.stopped.wait(1)
                 continue
-            for told, answer in zip(waiting, answers, strict=True):
-                self._follow(told, answer)
+            for (heard, told), answer in zip(waiting, answers, strict=True):
+                self._follow(told, answer, time.monotonic() - heard)
             waiting = []
 
-    def _follow(self, told: dict, answer: dict) -> None:
+    def _report_links_forever(self) -> None:
+        """Every LINKS_S, the radio's stations' signal, retries and packets since the last time (the kernel's
+        nl80211 station dump, read as the router reads its own radio's): the board shows them."""
+        before: dict[str, stations.Station] = {}
+        while not self.stopped.wait(LINKS_S):
+            try:
+                now = stations.read_stations(f"nl80211:{self.radio.interface}")
+            except OSError as exc:
+                LOG.warning("the stations' links: %s", exc)
+                continue
+            rows = [
+                dict(zip(("mac", "rssi", "retries", "packets"), r, strict=True))
+                for r in stations.link_rows(before, now)
+            ]
+            before = now
+            try:
+                for start in range(0, len(rows), LINKS_BATCH):
+                    self.link.report_links(rows[start : start + LINKS_BATCH])
+            except SatelliteError as exc:  # Unpaired too: the keys' poll stops the radio
+                LOG.warning("%s", exc)
+
+    def _follow(self, told: dict, answer: dict, took_s: float) -> None:
         """The router's answer to one event: a copy put off the air here; an event it refused costs only itself."""
         if not answer.get("ok", False):
             LOG.warning("the router refused %s of %s: %s", told["event"], told["mac"], answer.get("error"))
             return
         LOG.info(
-            "%s %s (%s): on access port %s now",
+            "%s %s (%s): on access port %s now, %.0f ms after hostapd said it",
             told["mac"],
             told["event"],
             told.get("keyid") or "-",
             answer.get("access_port"),
+            took_s * 1000,
         )
         if answer.get("off_the_air"):
             LOG.warning("%s is a copy of a device of the household's: off this satellite's air", told["mac"])
@@ -356,6 +430,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--router", default="http://10.2.0.1", help="the router's web UI, as a LAN device reaches it")
     p.add_argument("--code", help="the pairing code the household's web UI showed (needed once)")
+    p.add_argument(
+        "--code-file",
+        type=Path,
+        help="a file that holds the pairing code instead (the satellite role's, from the first-run page): "
+        "read when this satellite is not paired, deleted once it is",
+    )
     p.add_argument("--name", default="Access point", help="how the household's web UI names this satellite")
     p.add_argument("--radio", default="wlan0", help="the radio's interface")
     p.add_argument("--bridge", default="br0", help="the bridge onto the cable to the router")
@@ -372,15 +452,25 @@ def main(argv: list[str]) -> int:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     link = RouterLink(args.router, args.state / "session.json")
     if not link.paired:
-        if not args.code:
+        code = args.code
+        if not code and args.code_file and args.code_file.exists():
+            code = args.code_file.read_text().strip()
+        if not code:
             print("homework-satellite: not paired: give the code the router's web UI shows (--code)", file=sys.stderr)
             return 2
-        try:
-            link.pair(args.code, args.name)
-        except SatelliteError as exc:
-            print(f"homework-satellite: {exc}", file=sys.stderr)
-            return 1
+        while True:
+            try:
+                link.pair(code, args.name)
+                break
+            except Unreachable as exc:  # no address of its own yet, or the router is starting: again
+                LOG.warning("%s; pairing again in %g s", exc, POLL_S)
+                time.sleep(POLL_S)
+            except SatelliteError as exc:
+                print(f"homework-satellite: {exc}", file=sys.stderr)
+                return 1
         LOG.info("paired with the router at %s", args.router)
+    if args.code_file:
+        args.code_file.unlink(missing_ok=True)  # spent: the session is what this satellite keeps
     radio = Radio(args.radio, args.bridge, args.state, args.run, args.channel)
     satellite = Satellite(link, radio)
     signal.signal(signal.SIGTERM, lambda *_: satellite.stopped.set())

@@ -166,6 +166,19 @@ class Owner:
         self.csrf = doc["csrf_token"]
         return doc
 
+    @classmethod
+    def set_up(cls, vm: RouterVm) -> Owner:
+        """The household's owner, signed in through the web UI's first-run setup with the box's setup code."""
+        owner = cls(vm)
+        owner.session()
+        code = vm.run("cat /var/lib/homework/webui/setup-code").strip()
+        status, doc = owner.call(
+            "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
+        )
+        assert status == 201, doc
+        owner.csrf = doc["csrf_token"]
+        return owner
+
 
 class LanOwner:
     """The owner at a laptop on the LAN, using the web UI as its page does (curl in the laptop's

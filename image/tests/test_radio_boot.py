@@ -11,6 +11,7 @@ makes from the host's own Debian binaries, mounted read-only in the VM).
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import re
@@ -143,7 +144,7 @@ class Station:
         self.vm.run(f": > {self.dir}/wpa.log")
         self.exec(
             f"env LD_LIBRARY_PATH={DRIVE}/lib {DRIVE}/bin/wpa_supplicant -B -D nl80211 -i {self.ifname} "
-            f"-c {self.dir}/wpa.conf -f {self.dir}/wpa.log -P {self.dir}/wpa.pid"
+            f"-c {self.dir}/wpa.conf -f {self.dir}/wpa.log -t -P {self.dir}/wpa.pid"  # -t: each line's time
         )
 
     def new_address(self, mac: str) -> None:
@@ -349,16 +350,7 @@ def stations(router, guest_passphrase) -> list[Station]:
 
 @pytest.fixture(scope="module")
 def owner(router) -> Owner:
-    """The household's owner, signed in through the web UI's first-run setup."""
-    owner = Owner(router)
-    owner.session()
-    code = router.run("cat /var/lib/homework/webui/setup-code").strip()
-    status, doc = owner.call(
-        "POST", "/api/setup", {"setup_code": code, "username": "owner", "password": "correct horse battery"}
-    )
-    assert status == 201, doc
-    owner.csrf = doc["csrf_token"]
-    return owner
+    return Owner.set_up(router)
 
 
 def wpa2(passphrase: str) -> str:
@@ -750,6 +742,16 @@ class Satellite:
     def log(self) -> str:
         return self.vm.run(f"cat {SATELLITE_STATE}/agent.log", check=False)
 
+    def keys_seen(self, mac: str) -> str:
+        """What its hostapd says of the station, and its key file's key ids and MACs (not the passphrases)."""
+        sta = self.hostapd("sta", mac) if self.serving() else "(not serving)"
+        keys = self.vm.run(f"cut -d' ' -f1,2 {SATELLITE_STATE}/state/hostapd.wpa_psk", check=False)
+        return f"\nSTA {mac}:\n{sta}\nkey file (key id, MAC):\n{keys}"
+
+    def diagnosis(self) -> str:
+        """Its agent's log, and its addresses and routes (the agent says only that the router did not answer)."""
+        return self.log() + self.exec("ip -4 addr show dev br0; ip -4 route", check=False)
+
     def hostapd(self, *words: str) -> str:
         ctrl = f"{SATELLITE_STATE}/run/hostapd"
         return self.exec(f"hostapd_cli -p {ctrl} -i {self.radio} {' '.join(map(shlex.quote, words))}")
@@ -784,7 +786,7 @@ def satellite(router, guest_passphrase, owner) -> Satellite:
     assert status == 201, doc
     started = time.monotonic()
     box.pair(doc["code"])
-    wait_until("the satellite to serve the network", box.serving, router.paced(180), 2, hint=box.log)
+    wait_until("the satellite to serve the network", box.serving, router.paced(180), 2, hint=box.diagnosis)
     TIMINGS["satellite_pairing_to_serving_s"] = round(time.monotonic() - started, 1)
     print(f"\nthe satellite, pairing to serving: {TIMINGS['satellite_pairing_to_serving_s']} s")
     return box
@@ -817,9 +819,25 @@ def test_a_station_on_the_satellite_is_held_back_until_permitted_then_reaches_th
     roamer.dhcp(60)
     wait_until("a page through the NAT", lambda: roamer.fetch() == "200", router.paced(30), 1)
     assert access_port(router, roamer.mac) == ofport(router, "lan")
+    # The board names the access point it is on and shows its signal there (the satellite reports its links).
+    wait_until(
+        "the board to show the station's signal at the satellite",
+        lambda: on_the_board(owner, roamer.mac) == ("Landing", True),
+        router.paced(60),
+        2,
+        hint=satellite.log,
+    )
 
 
-ROAMS = 6  # each way three times (issue 37 asks for 20 in its measurement; software emulation makes each slow)
+def on_the_board(owner, mac: str) -> tuple[object, bool]:
+    """(the access point the board names for the device, whether it shows a signal)."""
+    status, doc = owner.call("GET", "/api/devices")
+    device = next((d for d in doc.get("devices", []) if d.get("mac") == mac), {}) if status == 200 else {}
+    return device.get("access_point"), device.get("rssi") is not None
+
+
+ROAMS = 20  # each way ten times, as issue 37 asks
+DOWNLOAD_RATE = 64 * 1024  # bytes/s: a download that lasts through every roam
 
 
 def wpa_cli(station: Station, *words: str) -> str:
@@ -838,10 +856,11 @@ def ping_gaps_ms(ping_output: str) -> list[float]:
 
 
 def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
-    router, satellite, roamer, guest_passphrase
+    router, net, satellite, roamer, guest_passphrase
 ):
     """The access point that authenticated it says where it is: at each roam its rules follow it to that
-    access port, with its address, its decisions and no clone alarm; a ping every 10 ms shows the gap."""
+    access port, with its address, its decisions and no clone alarm; a download from the internet goes on
+    through every roam, and a ping every 10 ms shows the gap."""
     address = roamer.address()
     [default] = json.loads(router.run(f"ip -n {roamer.ns} -j route show default"))
     roamer.join(wpa2(guest_passphrase))  # either access point now: no BSSID named
@@ -854,9 +873,18 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
     assert roamer.address() == address  # its /30, whichever access point it joined
     ping = f"env LD_LIBRARY_PATH={DRIVE}/lib {DRIVE}/bin/ping -D -i 0.01 {default['gateway']}"
     roamer.detach(ping, f"{roamer.dir}/ping.log")
+    with (net.state / "www" / "big.bin").open("wb") as big:
+        big.truncate(1 << 30)  # sparse: more than the roams take at DOWNLOAD_RATE
+    download = f"{roamer.dir}/big.part"
+    fetch = f"curl -sS --limit-rate {DOWNLOAD_RATE} -o {download} http://{WWW_IP}/big.bin"
+    roamer.detach(f"sh -c {shlex.quote(fetch + '; echo curl exited $?')}", f"{download}.log")
+    wait_until("the download to begin", lambda: int(router.run(f"stat -c %s {download} 2>/dev/null || echo 0")), 30, 1)
     here = next(b for b in ports if on_bssid(roamer, b))
+    size_before_roams, roams_began = int(router.run(f"stat -c %s {download}")), time.monotonic()
+    began: list[tuple[float, str]] = []
     for _ in range(ROAMS):
         there = next(b for b in ports if b != here)
+        began.append((float(router.run("date +%s.%N")), "satellite" if there == satellite.bssid() else "router"))
         wpa_cli(roamer, "roam", there)
         wait_until(f"the roam to {there}", lambda: on_bssid(roamer, there), router.paced(60), 0.5)  # noqa: B023
         wait_until(
@@ -864,12 +892,10 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
             lambda: access_port(router, roamer.mac) == ports[there],  # noqa: B023
             router.paced(30),
             0.5,
-            hint=satellite.log,
+            hint=lambda: satellite.diagnosis() + satellite.keys_seen(roamer.mac),
         )
         here = there
     roamer.exec(f"pkill -f '{DRIVE}/bin/ping'", check=False)
-    assert device_state(router, roamer.mac) == "permitted" and clone_suspected(router, roamer.mac) is None
-    assert roamer.fetch() == "200"
     pinged = router.run(f"cat {roamer.dir}/ping.log")
     gaps = sorted(ping_gaps_ms(pinged))
     assert len(gaps) > ROAMS, pinged[-1500:]
@@ -877,6 +903,63 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
     TIMINGS["roam_gap_ms_median"] = worst[len(worst) // 2]
     TIMINGS["roam_gap_ms_max"] = worst[-1]
     print(f"\nroam gaps without 802.11r (ms, software emulation): {worst}")
+    # Each roam's hops, from the roam's start: the station's connection, the satellite's word to the router
+    # answered, the ping's replies back.
+    wpa_log = roamer.log()
+    hops = roam_hops(began, pinged, wpa_log, satellite.log(), roamer.mac)
+    TIMINGS["roam_hops"] = hops
+    for hop in hops:
+        print(f"roam to the {hop['to']}: {hop}")
+    # An access point still holding the station's protected association from its last visit refuses it
+    # "temporarily" (status 30) while it asks the old one (SA Query): how often the roams met that.
+    TIMINGS["roam_refused_temporarily"] = wpa_log.count("status_code=30")
+    print(f"associations refused temporarily during the roams: {TIMINGS['roam_refused_temporarily']}")
+    # The download went on through the roams: curl still running (it writes its exit when it ends), and about
+    # a third of its rate or more from the first roam to the last (each gap costs it a TCP backoff).
+    size, roams_took = int(router.run(f"stat -c %s {download}")), time.monotonic() - roams_began
+    assert "curl exited" not in router.run(f"cat {download}.log", check=False), "the download stopped"
+    moved = size - size_before_roams
+    TIMINGS["download_during_roams_bytes_per_s"] = round(moved / roams_took)
+    print(f"the download during the roams: {moved / roams_took / 1024:.0f} KiB/s (limited to {DOWNLOAD_RATE // 1024})")
+    assert moved > DOWNLOAD_RATE * roams_took / 3, f"{moved} bytes in {roams_took:.0f} s of roams: the download stalled"
+    # How soon it goes on after the last roam (one run saw it stalled for more than 20 s: TCP's state is kept).
+    resumed = time.monotonic()
+    while int(router.run(f"stat -c %s {download}")) == size and time.monotonic() - resumed < router.paced(20):
+        time.sleep(1)
+    TIMINGS["download_on_again_after_the_last_roam_s"] = round(time.monotonic() - resumed, 1)
+    if int(router.run(f"stat -c %s {download}")) == size:
+        print("the download has not gone on 20 s after the last roam:\n" + roamer.exec("ss -tin", check=False))
+    roamer.exec("pkill -f 'curl.*big[.]bin'", check=False)
+    assert device_state(router, roamer.mac) == "permitted" and clone_suspected(router, roamer.mac) is None
+    assert roamer.fetch() == "200"
+
+
+def roam_hops(began: list[tuple[float, str]], pinged: str, wpa_log: str, agent_log: str, mac: str) -> list[dict]:
+    """For each roam (its start, in the VM's clock, and where to): ms from its start to wpa_supplicant's
+    CTRL-EVENT-CONNECTED, to the satellite's log of the router's answer to its join, and to the first ping
+    reply after the roam's longest gap (`gap_ms`)."""
+    replies = [float(t) for t in re.findall(r"^\[(\d+\.\d+)\].*bytes from", pinged, re.M)]
+    connected = [float(t) for t in re.findall(r"^(\d+\.\d+): .*CTRL-EVENT-CONNECTED", wpa_log, re.M)]
+    answered = [
+        datetime.datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=datetime.UTC).timestamp()
+        for t in re.findall(
+            rf"^(\S+ \S+) homework-satellite: {mac} joined .* ms after hostapd said it", agent_log, re.M
+        )
+    ]
+    hops = []
+    for (start, to), (end, _) in zip(began, [*began[1:], (float("inf"), "")], strict=True):
+        within = [t for t in replies if start - 0.5 <= t < end]
+        gaps = [(b - a, b) for a, b in zip(within, within[1:], strict=False)]
+        gap, back = max(gaps, default=(0.0, start))
+
+        def after(times: list[float]) -> float | None:
+            return next((round((t - start) * 1000) for t in times if start <= t < end), None)  # noqa: B023
+
+        hops.append(
+            {"to": to, "gap_ms": round(gap * 1000), "connected_ms": after(connected),
+             "router_answered_ms": after(answered), "replies_back_ms": round((back - start) * 1000)}
+        )  # fmt: skip
+    return hops
 
 
 def test_a_copy_of_a_permitted_devices_mac_on_the_satellite_is_flagged_and_gets_nothing(
@@ -895,3 +978,31 @@ def test_a_copy_of_a_permitted_devices_mac_on_the_satellite_is_flagged_and_gets_
     finally:
         copier.leave()
         copier.new_address(own_mac)
+
+
+def test_a_blacklisted_station_cannot_complete_the_handshake_at_the_satellite_either(
+    router, satellite, roamer, stations, guest_passphrase
+):
+    """The satellite's hostapd denies whom the router's denies: the deny list comes with the keys it reads."""
+    roamer.join(f"bssid={satellite.bssid()}\n {wpa2(guest_passphrase)}")
+    roamer.wait_connected(120)
+    router.run(f"curl -s -X POST http://127.0.0.1:8081/ws.v1/blacklist/{roamer.mac}")
+    wait_until(
+        "the blacklisted station to be off the satellite's air",
+        lambda: roamer.mac not in satellite.hostapd("all_sta"),
+        router.paced(30),
+        1,
+        hint=satellite.log,
+    )
+    connected_before = roamer.log().count("CTRL-EVENT-CONNECTED")
+    time.sleep(router.paced(20))
+    assert roamer.log().count("CTRL-EVENT-CONNECTED") == connected_before, roamer.log()[-1500:]
+    assert stations[0].fetch() == "200"  # the household's other devices keep their Wi-Fi
+    router.run(f"curl -s -X POST http://127.0.0.1:8081/ws.v1/whitelist/{roamer.mac}")
+    wait_until(
+        "the station to join the satellite again",
+        lambda: roamer.log().count("CTRL-EVENT-CONNECTED") > connected_before,
+        router.paced(90),
+        2,
+        hint=lambda: roamer.log()[-1500:],
+    )

@@ -17,7 +17,7 @@ PHONE_KEY = "k7qm-3xhv-9bcd-efgh-jkmn"
 LAPTOP_KEY = "w2pr-8stu-vwxy-z234-5678"
 
 
-def from_router(*keys: tuple[str, str], channel: int = 6) -> satellite.Network:
+def from_router(*keys: tuple[str, str], channel: int = 6, denied: tuple[str, ...] = ()) -> satellite.Network:
     return satellite.Network.from_router(
         {
             "ssid": "Homework",
@@ -26,6 +26,7 @@ def from_router(*keys: tuple[str, str], channel: int = 6) -> satellite.Network:
             "band": "2.4",
             "channel": channel,
             "keys": [{"mac": mac, "keyid": wifi_keys.device_keyid(mac), "passphrase": p} for mac, p in keys],
+            "denied": list(denied),
             "version": "1",
         }
     )
@@ -75,6 +76,41 @@ def test_a_key_issued_or_revoked_at_the_router_reaches_the_running_hostapd_witho
     assert box.serve(from_router((LAPTOP, LAPTOP_KEY))) == "unchanged" and told == []
 
 
+def test_a_device_the_household_blacklists_is_denied_and_put_off_the_satellites_air_and_whitelisting_lifts_it(
+    radio,
+):
+    box, told = radio
+    box.serve(from_router())
+    box.deny(from_router(denied=(PHONE.upper(),)).denied)
+    assert told[-2:] == [f"DENY_ACL ADD_MAC {PHONE}", f"DEAUTHENTICATE {PHONE}"]
+    told.clear()
+    box.deny(from_router(denied=(PHONE,)).denied)  # every poll: nothing new, nothing told
+    assert told == []
+    box.deny(from_router(denied=(LAPTOP,)).denied)  # the phone whitelisted, the laptop blacklisted
+    assert told == [f"DENY_ACL DEL_MAC {PHONE}", f"DENY_ACL ADD_MAC {LAPTOP}", f"DEAUTHENTICATE {LAPTOP}"]
+    # hostapd restarted (this satellite moved to another channel): its deny list is empty, so told again.
+    box.channel = 11
+    assert box.serve(from_router()) == "restarted"
+    told.clear()
+    box.deny(from_router(denied=(LAPTOP,)).denied)
+    assert told == [f"DENY_ACL ADD_MAC {LAPTOP}", f"DEAUTHENTICATE {LAPTOP}"]
+
+
+def test_a_deny_hostapd_did_not_take_is_tried_again_at_the_next_poll(radio, monkeypatch):
+    box, told = radio
+    box.serve(from_router())
+
+    def refused(ctrl, message):
+        raise satellite.hostapd_ctrl.HostapdError("hostapd did not take `DENY_ACL ADD_MAC`")
+
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", refused)
+    box.deny(frozenset({PHONE}))
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: told.append(message) or "OK")
+    told.clear()
+    box.deny(frozenset({PHONE}))
+    assert told == [f"DENY_ACL ADD_MAC {PHONE}", f"DEAUTHENTICATE {PHONE}"]
+
+
 def test_a_network_the_satellite_cannot_serve_is_refused_with_its_reason_and_the_radio_keeps_its_own(radio):
     box, told = radio
     box.serve(from_router())
@@ -91,6 +127,8 @@ def test_a_document_that_is_not_the_routers_network_is_refused():
         satellite.Network.from_router({"ssid": "Homework"})
     with pytest.raises(satellite.SatelliteError):
         satellite.Network.from_router({**vars(from_router()), "keys": [{"mac": PHONE}]})
+    with pytest.raises(satellite.SatelliteError):
+        satellite.Network.from_router({**vars(from_router()), "keys": [], "denied": ["not a mac"]})
 
 
 def test_the_router_is_told_which_key_a_station_joined_with_and_when_it_left(radio, monkeypatch):
@@ -100,15 +138,33 @@ def test_the_router_is_told_which_key_a_station_joined_with_and_when_it_left(rad
     assert satellite.station_event(box, f"<3>AP-STA-DISCONNECTED {PHONE}") == {"event": "left", "mac": PHONE}
     assert satellite.station_event(box, "<3>CTRL-EVENT-EAP-STARTED 02:00:00:00:00:01") is None
     # Back from a roam this access point never saw: a handshake, no AP-STA-CONNECTED; hostapd says the key.
+    asked = []
     sta = f"{PHONE}\nflags=[AUTH][ASSOC][AUTHORIZED]\nkeyid={wifi_keys.device_keyid(PHONE)}\n"
-    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: sta)
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: asked.append(message) or sta)
+    monkeypatch.setattr(satellite.hostapd_ctrl, "command", no_hostapd_cli)
     back = satellite.station_event(box, f"<3>EAPOL-4WAY-HS-COMPLETED {PHONE}")
     assert back == {"event": "joined", "mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE)}
+    assert asked == [f"STA {PHONE}"]  # once, on hostapd's socket: no process started per join
     # Over SAE hostapd names no key: the password its configuration binds to the MAC says which.
     box.serve(from_router((PHONE, PHONE_KEY)))
-    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: "AKMSuiteSelector=00-0f-ac-8\n")
+    sae = f"{PHONE}\nflags=[AUTH][ASSOC][AUTHORIZED]\nAKMSuiteSelector=00-0f-ac-8\n"
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: sae)
     over_sae = satellite.station_event(box, f"<3>AP-STA-CONNECTED {PHONE}")
     assert over_sae == {"event": "joined", "mac": PHONE, "keyid": wifi_keys.device_keyid(PHONE)}
+    # With the guest passphrase: a join with no key; one that left before hostapd was asked: nothing.
+    guest = f"{LAPTOP}\nflags=[AUTH][ASSOC][AUTHORIZED]\nAKMSuiteSelector=00-0f-ac-2\n"
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: guest)
+    assert satellite.station_event(box, f"<3>AP-STA-CONNECTED {LAPTOP}") == {
+        "event": "joined",
+        "mac": LAPTOP,
+        "keyid": "",
+    }
+    monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: f"{LAPTOP}\nflags=[AUTH]\n")
+    assert satellite.station_event(box, f"<3>AP-STA-CONNECTED {LAPTOP}") is None
+
+
+def no_hostapd_cli(ctrl, *words):
+    raise AssertionError(f"hostapd_cli started for {words}")
 
 
 @pytest.mark.skipif(shutil.which("hostapd") is None, reason="hostapd is not installed")
@@ -130,3 +186,32 @@ def test_a_session_file_that_is_not_one_means_pairing_again(tmp_path):
     assert not satellite.RouterLink("http://10.2.0.1", tmp_path / "session.json").paired
     (tmp_path / "session.json").write_text('{"cookie": "hw_session=x", "csrf": "y"}')
     assert satellite.RouterLink("http://10.2.0.1", tmp_path / "session.json").paired  # the positive control
+
+
+def test_a_satellite_that_cannot_reach_the_router_yet_pairs_once_it_can_and_a_refused_code_stops_it(
+    tmp_path, monkeypatch
+):
+    """At first boot the agent may start before the box has its address: it asks again until the router
+    answers. A code the router refuses is final: it says why and stops."""
+    tries: list[str] = []
+
+    def pair(self, code, name):
+        tries.append(code)
+        if len(tries) < 3:
+            raise satellite.Unreachable("the router at http://10.2.0.1 did not answer: Network is unreachable")
+        self.session = {"cookie": "hw_session=s", "csrf": "t"}
+
+    monkeypatch.setattr(satellite.RouterLink, "pair", pair)
+    monkeypatch.setattr(satellite.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(satellite.Satellite, "run_forever", lambda self: None)
+    monkeypatch.setattr(satellite.Radio, "stop", lambda self: None)
+    dirs = ["--state", str(tmp_path / "state"), "--run", str(tmp_path / "run")]
+    assert satellite.main(["--code", "ABCD-EFGH", *dirs]) == 0
+    assert tries == ["ABCD-EFGH"] * 3
+
+    def refused(self, code, name):
+        raise satellite.SatelliteError("the router refused the pairing code (403): wrong or expired")
+
+    monkeypatch.setattr(satellite.RouterLink, "pair", refused)
+    dirs = ["--state", str(tmp_path / "another"), "--run", str(tmp_path / "run")]
+    assert satellite.main(["--code", "WRONG-ONE", *dirs]) == 1

@@ -886,9 +886,10 @@ def test_each_platform_starts_only_the_services_services_toml_gives_it():
     home = homework_deploy.load(SETTINGS, platform="homenet")
     everything = homework_deploy.load(SETTINGS)
     assert set(image) == set(everything)
-    # The emulated home asks its ISP for a prefix as the router does; it has no radio to refresh.
+    # The emulated home asks its ISP for a prefix as the router does; it has no radio to refresh, and is never
+    # an access point of another router.
     assert "wan-pd" in home and "radio-refresh" not in home
-    assert set(home) == set(everything) - {"radio-refresh"}
+    assert set(home) == set(everything) - {"radio-refresh", "satellite"}
     # OpenWrt's netifd asks for the prefix and serves the radio: the feed ships neither script, the others yes.
     scripts = procd.render()
     assert "homework-controller.init" in scripts and "homework-webui.init" in scripts
@@ -941,7 +942,7 @@ def test_hwdb_and_the_web_ui_run_as_their_own_users_and_the_web_ui_reads_hwdbs_a
     assert unit_lines(webui, "User") == ["homework-webui"]
     # systemd hands the state directory (and what an older image left there as root) to the user.
     assert unit_lines(webui, "StateDirectory") == ["homework/webui"]
-    assert unit_lines(webui, "ReadWritePaths") == ["-/run/homework/update"]
+    assert unit_lines(webui, "ReadWritePaths") == ["-/run/homework/update", "-/run/homework/role"]
     assert unit_lines(hwdb, "User") == ["homework-hwdb"] and unit_lines(hwdb, "Group") == [systemd.HWDB_GROUP]
     assert unit_lines(hwdb, "StateDirectory") == ["homework/hwdb"] and not unit_lines(hwdb, "ReadWritePaths")
     assert unit_lines(webui, "SupplementaryGroups") == [systemd.HWDB_GROUP]
@@ -972,8 +973,8 @@ def test_the_controller_and_the_radio_refresh_share_hostapds_private_tmp_where_h
 def test_the_emulated_home_reads_the_same_services_without_the_sandbox():
     """`writes` is for starters that confine; the service's command and readiness are the same."""
     services = homework_deploy.load(SETTINGS, platform="homenet")
-    assert services["webui"].writes == ("/var/lib/homework/webui", "/run/homework/update")
-    no_updates = homework_deploy.load({**SETTINGS, "UPDATES": ""})
+    assert services["webui"].writes == ("/var/lib/homework/webui", "/run/homework/update", "/run/homework/role")
+    no_updates = homework_deploy.load({**SETTINGS, "UPDATES": "", "ROLE_SPOOL": ""})
     assert no_updates["webui"].writes == ("/var/lib/homework/webui",)  # an empty setting is no path
 
 

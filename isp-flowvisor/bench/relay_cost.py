@@ -7,7 +7,7 @@ does (`Slicer._serve`, then one event-loop iteration so the batched writes go ou
 wall time, so a busy machine changes the numbers less. The loads:
 
 - `repeated`: the bench's load, one flow-mod sent over and over (every cache hits);
-- `distinct`: the router's queue rules (controller/homework_controller/edge/slice_link.py), each for
+- `distinct`: the router's queue rules (controller/homework_controller/edge/feeds/slice_link.py), each for
   another remote address and port, as a household installs them when calls and downloads start:
   only the fields a household repeats (eth_type, ip_proto, its own address) hit the caches;
 - `repeated6`, `distinct6`: the same for the router's IPv6 queue rules (remote address to a device's

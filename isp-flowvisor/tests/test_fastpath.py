@@ -70,7 +70,7 @@ def _flow_mods(rules) -> list:
 
 
 def router_messages(rng: random.Random, count: int) -> list[bytes]:
-    """What the router's slice link sends (controller/homework_controller/edge/slice_link.py): its queue
+    """What the router's slice link sends (controller/homework_controller/edge/feeds/slice_link.py): its queue
     rules for High and Medium flows as ADD, MODIFY_STRICT and DELETE_STRICT, over IPv4 (to its public
     address) and IPv6 (to a device's global address, and to its delegated prefix for what it marks
     ahead), its wide delete by cookie on connect, barriers and echoes; some for a public address or

@@ -131,7 +131,7 @@ def test_a_stock_learning_switch_works_through_a_slice_beside_the_routers_own_co
 def _routers_slice_link(slicer):
     """Alice's router: `controller/`'s slice link, with one High call learnt (plain TCP, her source)."""
     from homework_controller import flows
-    from homework_controller.edge.slice_link import SliceLink
+    from homework_controller.edge.feeds.slice_link import SliceLink
     from homework_controller.policy import qos
 
     call = (flows.FiveTuple(flows.PROTO_UDP, "10.2.0.6", 50000, "198.51.100.7", 8801), qos.HIGH)

@@ -68,6 +68,12 @@ def main(argv=None) -> None:
         help="the household's agent key (made by hwdb), shown to the owner for end-host agents; "
         "without it the page does not offer one",
     )
+    p.add_argument(
+        "--role-spool",
+        metavar="DIR",
+        help="where the first-run page hands the choice to make this box an access point of the household's "
+        "router to the image's homework-role; without it (or empty) the box is a router and nothing else",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -88,6 +94,7 @@ def main(argv=None) -> None:
         latency_check=latency,
         update_spool=UpdateSpool(args.update_dir, args.update_max_mb << 20) if args.update_dir else None,
         agent_key_file=args.agent_key_file,
+        role_spool=args.role_spool,
     )
     server = create_server(app, listen, args.threads, args.max_streams)
     server.print_listen("Serving on http://{}:{}")

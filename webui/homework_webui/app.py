@@ -36,6 +36,7 @@ def create_app(
     latency_check: LatencyCheck | None = None,
     update_spool: UpdateSpool | None = None,
     agent_key_file: str | None = None,
+    role_spool: str | None = None,
 ) -> Flask:
     """`hostnames`: the names and addresses the router answers to besides loopback (its
     listen addresses, names like router.home). `setup_code_file`: a setup code provisioned
@@ -43,7 +44,8 @@ def create_app(
     "latency under load" check, when a test server is configured. `update_spool`: where
     uploaded firmware updates go to the router's installer (updates.py), on the image.
     `agent_key_file`: the household's agent key, made by hwdb (read on each request, as it
-    may appear after the UI starts)."""
+    may appear after the UI starts). `role_spool`: where the first-run page hands the household's
+    choice to make the box an access point of their router to the image (routes/accounts.py)."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
     app = Flask(__name__, static_folder=None)
@@ -66,11 +68,18 @@ def create_app(
     # The live board shows every signed-in role the devices, and the gate asks it about any LAN device
     # before anyone signs in: it reads the controller as the wall panel, the least role that sees them;
     # each device's status says what every role may do to it, and each page is given its own (`seen_by`).
-    hub = LiveHub(controller.acting_as(PANEL), hwdb, limits=stream_limits, with_owners=accounts.with_owners)
+    hub = LiveHub(
+        controller.acting_as(PANEL),
+        hwdb,
+        limits=stream_limits,
+        with_owners=accounts.with_owners,
+        satellites=accounts.satellites,
+    )
     svc = Services(
         accounts, controller, hwdb, hub, setup_code, SignInGuard(), RateLimiter(5), RateLimiter(5),
         RateLimiter(LATENCY_CHECKS_PER_ACCOUNT, 600), latency_check, update_spool, agent_key_file, dist_dir,
     )  # fmt: skip
+    svc.role_spool = role_spool or None
     app.extensions[KEY] = svc
     gate.install(app, svc, hostnames)
     errors.register_handlers(app, controller_down=lambda: hub._set_health("controller", False))

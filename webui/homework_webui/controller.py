@@ -204,6 +204,11 @@ class ControllerClient:
         quoted = "/".join(urllib.parse.quote(part, safe="") for part in (ip, event, mac))
         return self._call("POST", f"satellite-station/{quoted}", {"keyid": keyid})
 
+    def satellite_links(self, ip: str, links: list[dict]) -> dict:
+        """The satellite at `ip` reports its stations' links ({mac, rssi, retries, packets} each): {logged,
+        applied}; only those of stations at its own port are logged (the satellite role's alone)."""
+        return self._call("POST", f"satellite-links/{urllib.parse.quote(ip, safe='')}", body={"links": links})
+
     def dns_rules(self, mac: str):
         return self._call("GET", f"dns-rules/{self._mac(mac)}")
 

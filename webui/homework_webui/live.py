@@ -90,11 +90,13 @@ class LiveHub:
         watchdog_interval: float = 1.0,
         limits: StreamLimits = StreamLimits(),
         with_owners: Callable[[list[dict]], list[dict]] = lambda devices: devices,
+        satellites: Callable[[], list[dict]] = list,
     ):
         """with_owners: the devices with their owners' accounts (`AccountStore.with_owners`), which decide
-        what a member's page may do to each (`broadcast_devices`)."""
+        what a member's page may do to each (`broadcast_devices`). satellites: the paired satellite access
+        points ({name, mac}, `AccountStore.satellites`), which name the access point each device is on."""
         self.controller, self.hwdb = controller, hwdb
-        self.with_owners = with_owners
+        self.with_owners, self.satellites = with_owners, satellites
         self.limits = limits
         self.interval = watchdog_interval
         self._lock = threading.RLock()
@@ -442,7 +444,8 @@ class LiveHub:
                 nbytes = device_bytes.get(d["mac"], 0)
                 d["bytes_per_s"] = round(nbytes / FLOW_WINDOW)
                 d["share"] = round(nbytes / total, 3) if total else 0.0
-            return sorted(out, key=lambda d: (d.get("first_seen") or 0, d["mac"]))
+        name_access_points(out, self.satellites())
+        return sorted(out, key=lambda d: (d.get("first_seen") or 0, d["mac"]))
 
     # browsers
 
@@ -507,6 +510,24 @@ class LiveHub:
             # A browser that stopped reading: let its stream end; EventSource reconnects.
             self.unregister(c)
             c.end()
+
+
+ROUTER_RADIO = "router"
+
+
+def name_access_points(devices: list[dict], satellites: list[dict]) -> None:
+    """Each device's `access_point`: the name of the satellite whose cable's access port it is on (the router
+    binds a station to the port of the access point that authenticated it), ROUTER_RADIO for a station the
+    router's own radio hears (its link figures: only that radio's stations have any), None otherwise (a
+    cable, or not known yet). A satellite's own device is on its cable, not on itself."""
+    named = {s["mac"]: s["name"] for s in satellites}
+    by_port = {d["access_port"]: named[d["mac"]] for d in devices if d["mac"] in named and d.get("access_port")}
+    for d in devices:
+        port = d.get("access_port")
+        if d["mac"] not in named and port in by_port:
+            d["access_point"] = by_port[port]
+        else:
+            d["access_point"] = ROUTER_RADIO if d.get("rssi") is not None and d["mac"] not in named else None
 
 
 def _message(event: str, data) -> str:

@@ -37,6 +37,9 @@ class Services:
     # Set by gate.install: what serving.py asks before it reads a request.
     held_back: HeldBack | None = None
     body_limit: Callable[[str, str, str], int] | None = None
+    # Where the first-run page hands a choice to make this box an access point to the image's root job
+    # (routes/accounts.py); None: the box is a router and nothing else.
+    role_spool: str | None = None
 
 
 def services(app: Flask | None = None) -> Services:

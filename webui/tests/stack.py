@@ -46,7 +46,7 @@ from homework_controller.api.operations import BY_NAME
 from homework_controller.api.server import TimedLock
 from homework_controller.api.ws_service import Ws1Service
 from homework_controller.core.router import HomeRouter
-from homework_controller.edge.hwdb_log import HwdbLog
+from homework_controller.edge.feeds.hwdb_log import HwdbLog
 from homework_controller.effects import (
     AnswerDhcp,
     AuthenticatorDeny,

@@ -17,7 +17,7 @@ SAMPLES = {"mac": MAC, "action": None, "name": "the kitchen", "domain": "example
 SAMPLES |= {"ip": "10.2.0.6", "into": "02:00:00:00:00:43", "macs": [MAC]}
 SAMPLES |= {"windows": "sun-thu 21:30-07:00", "amount": "2 h", "zone": "Europe/London", "at": "04:00"}
 SAMPLES |= {"settings": {"channel": 11}, "role": "panel", "prefix": "fdee:1:2:3::/64", "on": True}
-SAMPLES |= {"event": "joined", "keyid": ""}
+SAMPLES |= {"event": "joined", "keyid": "", "links": [{"mac": MAC, "rssi": -50, "retries": 0, "packets": 9}]}
 ACTIONS = {"decide": ("permit", "deny", "whitelist", "blacklist"), "dns": ("deny-dns", "permit-dns")}
 
 
@@ -41,7 +41,7 @@ def test_the_client_covers_the_calls_the_web_ui_makes():
     names = {name for name, *_ in client_requests()}
     assert {"status", "device", "decide", "pause", "resume", "rename", "issue_wifi_key", "apps", "health"} <= names
     assert {"radio_settings", "set_radio_settings"} <= names
-    assert {"satellite_keys", "satellite_station"} <= names
+    assert {"satellite_keys", "satellite_station", "satellite_links"} <= names
 
 
 def undeclared(verb: str, path: str, query: dict | None, body: dict | None = None) -> str | None:

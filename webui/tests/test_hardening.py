@@ -78,6 +78,43 @@ def test_first_run_needs_the_setup_code(app, tmp_path):
     assert other.post("/api/setup", {**body, "username": "second", "setup_code": code}).status_code == 409
 
 
+def test_first_run_can_make_the_box_an_access_point_of_the_households_router(tmp_path, controller, hwdb):
+    """The first-run page's other choice: the router's pairing code handed to the image (its root job makes
+    the box a satellite and restarts it), only while the box has no owner, and only where the image takes it."""
+    spool = tmp_path / "role"
+    spool.mkdir()
+    app = make_app(tmp_path, controller, hwdb, start_live=False, role_spool=str(spool))
+    api = Api(app)
+    assert api.session().json["can_be_access_point"] is True
+    box = {"setup_code": setup_code(app)}
+    # A device on the LAN without the box's own setup code cannot make the household's new router an
+    # access point (and restart it): refused, nothing handed over.
+    for wrong in ({}, {"setup_code": "AAAA-BBBB-CCCC"}):
+        r = api.post("/api/setup/access-point", {"code": "ABCD-EFGH", "name": "Landing", **wrong})
+        assert r.status_code == 403 and r.json["code"] == "setup-code", r.json
+    for bad in ("", "no_underscores", "x" * 65, "ABCD:EFGH"):
+        r = api.post("/api/setup/access-point", {"code": bad, **box})
+        assert r.status_code == 400, bad
+    assert api.post("/api/setup/access-point", {"code": "ABCD-EFGH", "name": "a\u200bb", **box}).status_code == 400
+    assert not list(spool.iterdir())  # nothing handed over for a bad request
+    assert api.post("/api/setup/access-point", {"code": "ABCD-EFGH", **box}, csrf=False).status_code == 403
+    # Typed loosely (case, spaces, dashes), as the router reads it.
+    r = api.post("/api/setup/access-point", {"code": " abcd-EFGH ", "name": "Landing", **box})
+    assert r.status_code == 202 and r.json["restarting"] is True
+    request = spool / "request"
+    assert json.loads(request.read_text()) == {"role": "satellite", "code": "ABCDEFGH", "name": "Landing"}
+    assert oct(request.stat().st_mode & 0o777) == "0o600" and [p.name for p in spool.iterdir()] == ["request"]
+    # Once an owner exists the box is theirs: it no longer offers the choice.
+    setup_owner(app)
+    assert Api(app).session().json["can_be_access_point"] is False
+    assert api.post("/api/setup/access-point", {"code": "ABCD-EFGH", **box}).status_code == 409
+    # Without a spool (the emulated home, OpenWrt) the box is a router and nothing else.
+    plain = make_app(tmp_path, controller, hwdb, name="plain", start_live=False)
+    other = Api(plain)
+    assert other.session().json["can_be_access_point"] is False
+    assert other.post("/api/setup/access-point", {"code": "ABCD-EFGH"}).status_code == 404
+
+
 def test_the_setup_code_survives_a_restart_and_a_provisioned_one_wins(tmp_path, controller, hwdb):
     first = make_app(tmp_path, controller, hwdb, start_live=False)
     again = make_app(tmp_path, controller, hwdb, start_live=False)

@@ -7,7 +7,7 @@ import time
 from stack import HwdbServer
 
 from homework_webui.hwdb import Hwdb as RealHwdb
-from homework_webui.live import REFRESH_SPACING_S, LiveHub
+from homework_webui.live import REFRESH_SPACING_S, ROUTER_RADIO, LiveHub
 
 
 class Controller:
@@ -178,3 +178,38 @@ def test_a_newcomer_may_be_acted_on_at_once_even_while_lease_rows_are_spaced():
         assert shown.get("may") == ["permit", "deny"]
     finally:
         hub.stop()
+
+
+SATELLITE, ON_SATELLITE, ON_RADIO, WIRED = (
+    "02:5a:00:00:00:01",
+    "02:00:00:00:00:0a",
+    "02:00:00:00:00:0b",
+    "02:00:00:00:00:0c",
+)
+
+
+def at_port(mac: str, port: int | None) -> dict:
+    return {**joiner(mac), "state": "permitted", "access_port": port}
+
+
+def test_the_board_names_the_access_point_each_device_is_on():
+    """The satellite whose cable's port a station is bound to names it; a station the router's radio hears is
+    on the router; a wired device, and the satellite's own device on its cable, on none."""
+    hub = LiveHub(Controller(), Hwdb(), satellites=lambda: [{"id": 7, "name": "Landing", "mac": SATELLITE}])
+    for mac, port in ((SATELLITE, 2), (ON_SATELLITE, 2), (ON_RADIO, 1), (WIRED, 3)):
+        hub.update_device(at_port(mac, port))
+    hub._on_links([{"mac": ON_RADIO, "rssi": -48, "retries": 0, "packets": 10}])
+    named = {d["mac"]: d["access_point"] for d in hub.devices()}
+    assert named == {SATELLITE: None, ON_SATELLITE: "Landing", ON_RADIO: ROUTER_RADIO, WIRED: None}
+    # It roams to the router's radio: its rules follow it to the radio's port, and so does its name.
+    hub.update_device(at_port(ON_SATELLITE, 1))
+    hub._on_links([{"mac": ON_SATELLITE, "rssi": -60, "retries": 0, "packets": 10}])
+    assert {d["mac"]: d["access_point"] for d in hub.devices()}[ON_SATELLITE] == ROUTER_RADIO
+
+
+def test_without_a_satellite_every_station_is_on_the_routers_radio():
+    hub = LiveHub(Controller(), Hwdb())
+    hub.update_device(at_port(ON_RADIO, None))  # one access port: the router binds nobody to it
+    hub.update_device(at_port(WIRED, None))
+    hub._on_links([{"mac": ON_RADIO, "rssi": -48, "retries": 0, "packets": 10}])
+    assert {d["mac"]: d["access_point"] for d in hub.devices()} == {ON_RADIO: ROUTER_RADIO, WIRED: None}

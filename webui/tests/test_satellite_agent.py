@@ -81,6 +81,12 @@ def test_the_satellite_pairs_keeps_its_keys_in_step_and_reports_its_stations(rou
     )
     assert joined["ok"] and joined["access_port"] == LAN and not joined["off_the_air"]
     assert copy["ok"] and copy["off_the_air"]  # its MAC with the guest passphrase: a copy, off the air
+    # Its stations' links: the phone's, at its port, is logged; the satellite's own (its cable) is not.
+    links = [
+        {"mac": PHONE, "rssi": -58, "retries": 1, "packets": 30},
+        {"mac": SAT, "rssi": -40, "retries": 0, "packets": 9},
+    ]
+    assert link.report_links(links) == 1
     # Another device with the satellite's session file: refused, its keys unread; the satellite itself still reads.
     thief = link_from(app, home.joined("02:00:00:00:00:bb", state="permitted")["ip"], tmp_path)
     with pytest.raises(satellite.Unpaired):
@@ -91,6 +97,8 @@ def test_the_satellite_pairs_keeps_its_keys_in_step_and_reports_its_stations(rou
     owner.delete(f"/api/satellites/{listed['id']}")
     with pytest.raises(satellite.Unpaired):
         link.network(version)
+    with pytest.raises(satellite.Unpaired):
+        link.report_links(links)
 
 
 def test_a_satellites_reports_are_taken_only_with_its_token(router_app, home, tmp_path):  # noqa: F811

@@ -6,6 +6,8 @@ cable. Every refusal beside its positive control."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import Api, signed_in
 from dhcp_frames import frame, reply_of
@@ -265,3 +267,36 @@ def test_at_most_64_events_in_one_report(app, owner, home):
     assert sat.post("/api/satellite/stations", {"not": "a list"}).status_code == 400
     r = sat.post("/api/satellite/stations", [{"event": "left", "mac": PHONE}] * 64)
     assert r.status_code == 200 and len(r.json["results"]) == 64
+
+
+def test_the_board_shows_a_satellite_stations_signal_and_the_access_point_it_is_on(app, owner, home):
+    """The satellite reports its stations' links: the board shows the phone's signal there and names the
+    satellite; a station the satellite does not hold (on the router's radio) gets no figures from it."""
+    keyid = phone_with_its_own_key(home)
+    home.joined(OTHER, state="permitted")
+    sat = paired(app, owner, home)
+    home.station_joined(PHONE, keyid)
+    home.station_joined(OTHER, "")
+    assert sat.post("/api/satellite/stations", [{"event": "joined", "mac": PHONE, "keyid": keyid}]).json["results"][0][
+        "ok"
+    ]
+    links = [
+        {"mac": PHONE, "rssi": -61, "retries": 2, "packets": 50},
+        {"mac": OTHER, "rssi": -20, "retries": 0, "packets": 50},  # on the router's radio: not the satellite's
+    ]
+    r = sat.post("/api/satellite/links", {"links": links})
+    assert r.status_code == 200 and r.json == {"logged": 1, "applied": True}, r.json
+    hub = services(app).hub
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        board = {d["mac"]: d for d in hub.devices()}
+        if board.get(PHONE, {}).get("rssi") is not None:
+            break
+        time.sleep(0.1)
+    assert (board[PHONE]["rssi"], board[PHONE]["access_point"]) == (-61, "Landing")
+    assert board[OTHER]["rssi"] is None and board[OTHER]["access_point"] is None
+    # Refused whole: too many, or not a report; nobody but the satellite's session reports.
+    assert sat.post("/api/satellite/links", {"links": links * 17}).status_code == 400
+    assert sat.post("/api/satellite/links", [links]).status_code == 400
+    assert sat.post("/api/satellite/links", {"links": [{"mac": PHONE, "rssi": "loud"}]}).status_code == 400
+    assert owner.post("/api/satellite/links", {"links": links}).status_code == 403

@@ -107,6 +107,7 @@ WHAT = {
     "route-owner": "give an advertised route a new owner",
     "satellite-keys": "read the Wi-Fi keys a satellite access point serves the network with",
     "satellite-station": "say which station joined or left a satellite access point",
+    "satellite-links": "report the links of a satellite access point's stations",
     # The plugged-in gates' operations say theirs (`concerns/gates`).
     **{op.name: op.what for gate in GATES for op in gate.operations},
 }
@@ -161,6 +162,7 @@ TABLE: dict[str, dict[str, Mapping[str, str]]] = {
     # needs them, and a satellite's word about a station is a satellite's to give).
     "satellite-keys": _granted((SATELLITE,)),
     "satellite-station": _granted((SATELLITE,)),
+    "satellite-links": _granted((SATELLITE,)),
     # The plugged-in gates' operations, granted to the roles each declares (`concerns/gates`).
     **{op.name: _granted(op.roles) for gate in GATES for op in gate.operations},
 }

@@ -448,6 +448,19 @@ def satellite_station(router: HomeRouter, ip: str, event: str, mac: str, keyid: 
     return satellites.station(router, ip, event, mac, keyid)
 
 
+@operation(
+    "satellite-links",
+    "POST",
+    "the satellite access point at ip reports its stations' links (a JSON object {links: [{mac, rssi, retries, "
+    "packets}]}, each since its previous report): logged as Links rows for the stations bound to its port only",
+    path=("ip",),
+    body=True,
+    answers="links",
+)
+def satellite_links(router: HomeRouter, ip: str, report: dict) -> list[Effect]:
+    return satellites.links(router, ip, report)
+
+
 def _gate_operation(gate: str, declared: GateOperation) -> Operation:
     """A plugged-in gate's operation (`concerns/gates`) as ws.v1's: a decision on one device, which answers
     its status."""
@@ -483,7 +496,7 @@ def perform(
     answer is made. applied: whether the switch is there to take them."""
     authority.check(router, role, op, args)
     result = op.call(router, *args, **authority.keywords(role, op.name))
-    if op.answers in ("device", "shared-allowance", "dns-rules", "station"):
+    if op.answers in ("device", "shared-allowance", "dns-rules", "station", "links"):
         if not isinstance(result, list):
             raise TypeError(f"{op.name} declares a change (answers={op.answers!r}) but its call made no effects")
         apply(result)
@@ -497,6 +510,9 @@ def perform(
     if op.answers == "station":
         assert isinstance(result, list)  # its effects, carried out above
         return dict(satellites.station_answer(router, result, *args), applied=applied)
+    if op.answers == "links":
+        assert isinstance(result, list)
+        return {"logged": len(result), "applied": applied}
     if isinstance(result, list) and op.verb == "POST":
         raise TypeError(f"{op.name} changed state but declares no answer for it (answers={op.answers!r})")
     return result
@@ -573,6 +589,7 @@ def _answer_text(op: Operation) -> str:
         "(and to a GET, the channels of each band and of the world domain)",
         "satellite": "ssid, passphrase, country, band, channel, keys: [{mac, keyid, passphrase}], version",
         "station": "mac, event, port (the satellite's), access_port (the device's now), off_the_air, applied",
+        "links": "logged: how many stations' links were logged (those bound to the satellite's port), applied",
         "result": "JSON",
     }[op.answers]
 
@@ -582,7 +599,7 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
     errors.append((403, "the role may not do this (to this device now): the reason, nothing changed"))
     if op.body:
         errors[0] = (400, "not a JSON object, or a setting refused: fields names each with why")
-    if path_args and op.answers != "station":
+    if path_args and op.answers not in ("station", "links"):
         errors.append((404, "no such device (or passphrase, or shared allowance)"))
     if op.name in ("permit", "deny"):
         errors.append((409, "the device is blacklisted: only whitelist lifts that"))
@@ -598,7 +615,7 @@ def _errors(op: Operation, path_args: int) -> list[tuple[int, str]]:
         errors.append((501, "no Wi-Fi network configured"))
     if op.answers in ("radio", "satellite"):
         errors.append((501, "this router has no radio of its own"))
-    if op.answers == "station":
+    if op.answers in ("station", "links"):
         errors.append((409, "the satellite cannot be placed: no device at ip, not permitted, or on no access port"))
     if op.body:
         errors.append((413, "the body is too large"))

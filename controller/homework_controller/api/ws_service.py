@@ -65,12 +65,13 @@ class Ws1Service:
         return {"lock_phase_started": round(self.lock.start_phase(), 3)}
 
     def satellite_keys(self) -> dict:
-        """ws.v1 `satellite-keys`: the radio's settings (its file, off the controller's lock) and every device's
-        own key (under it), as a satellite access point serves them (`satellites.keys_for_satellite`)."""
+        """ws.v1 `satellite-keys`: the radio's settings (its file, off the controller's lock), every device's own
+        key and the devices denied (under it), as a satellite access point serves them
+        (`satellites.keys_for_satellite`)."""
         radio = self.radio_settings.radio_settings()
         with self.lock:
-            keys = self.router.passphrases.all()
-        return satellites.keys_for_satellite(radio, keys)
+            keys, denied = self.router.passphrases.all(), satellites.denied_macs(self.router)
+        return satellites.keys_for_satellite(radio, keys, denied)
 
     def call(self, name: str, *args, role: str = authority.OWNER):
         """Run the ws.v1 operation `name` for a role (`authority`: a refusal changes nothing); state changes

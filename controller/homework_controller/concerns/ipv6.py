@@ -2,7 +2,7 @@
 carried over, so every packet between devices still passes the router.
 
 The prefix plan is pure (`wire/prefixes.py`): a ULA /48 (RFC 4193) that always exists, made once from a
-random 40-bit global ID kept beside the controller's SQLite file (`edge/ipv6_files.py`), and the prefix the
+random 40-bit global ID kept beside the controller's SQLite file (`edge/lan/ipv6_files.py`), and the prefix the
 ISP delegates when one is known (/56, /60 or /64).
 
 - A device's ULA /64 is the /48's subnet numbered as its /30 (the device record's subnet index, which

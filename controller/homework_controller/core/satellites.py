@@ -16,11 +16,11 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
-from ..effects import AuthenticatorKick, Effect
+from ..effects import AuthenticatorKick, Effect, LogRow
 from ..errors import ApiError, Conflict
-from ..model import State, normalize_mac
+from ..model import BadMac, State, normalize_mac
 from ..policy import wifi_keys
 
 if TYPE_CHECKING:
@@ -35,20 +35,29 @@ KEYID_RE = re.compile(r"[A-Za-z0-9_.:-]{0,32}")
 RADIO_FIELDS = ("ssid", "passphrase", "country", "band", "channel")
 
 
-def keys_for_satellite(radio: dict, keys: Iterable[wifi_keys.WifiKey]) -> dict:
-    """What a satellite serves the router's network with: the radio's settings (`RADIO_FIELDS`) and every
+def keys_for_satellite(radio: dict, keys: Iterable[wifi_keys.WifiKey], denied: Iterable[str]) -> dict:
+    """What a satellite serves the router's network with: the radio's settings (`RADIO_FIELDS`), every
     device's own key (mac, keyid, passphrase; hostapd's SAE password is made from the passphrase as the
-    router's own is, `hostapd_conf.sae_password_lines`), in a fixed order, and `version`: a digest of all
-    of it, which changes exactly when any of it does (a key issued or revoked, a setting changed), so that a
-    satellite asks cheaply whether it has the latest (the web UI's ETag)."""
+    router's own is, `hostapd_conf.sae_password_lines`) and the MACs it lets complete no handshake
+    (`denied`, as the router's own radio: `denied_macs`), in a fixed order, and `version`: a digest of all
+    of it, which changes exactly when any of it does (a key issued or revoked, a setting changed, a device
+    blacklisted or whitelisted), so that a satellite asks cheaply whether it has the latest (the web UI's
+    ETag)."""
     content = {
         **{field: radio.get(field) for field in RADIO_FIELDS},
         "keys": sorted(
             ({"mac": k.mac, "keyid": k.keyid, "passphrase": k.passphrase} for k in keys), key=lambda k: k["mac"]
         ),
+        "denied": sorted(denied),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return {**content, "version": digest[:32]}
+
+
+def denied_macs(router: HomeRouter) -> list[str]:
+    """The devices no access point lets complete a handshake: the blacklisted ones (the router's own radio
+    is told each as it is decided, `AuthenticatorDeny`; a satellite reads them with its keys)."""
+    return [device.mac for device in router.devices.values() if device.state is State.BLACKLISTED]
 
 
 def checked_event(event: str, mac: str, keyid: str) -> tuple[str, str, str]:
@@ -88,6 +97,42 @@ def station(router: HomeRouter, ip: str, event: str, mac: str, keyid: str) -> li
     if event == JOINED:
         return router.joining.station_joined(mac, keyid, port)
     return router.joining.station_left(mac, port)
+
+
+MAX_LINKS = 32  # stations' links in one report (ws.v1 takes a body of 4 KiB); a satellite with more sends several
+RSSI_RANGE = range(-127, 1)  # dBm, as nl80211 reports a station's signal
+
+
+def links(router: HomeRouter, ip: str, report: dict) -> list[Effect]:
+    """The satellite at `ip` reports its stations' links ({"links": [{mac, rssi, retries, packets}]}, each since
+    its previous report, as the router's own radio's `stations.link_rows`): a Links row for each station bound
+    to the satellite's port, so the board shows its signal there. A station bound elsewhere (on the router's
+    radio, or another satellite) is left out: a satellite speaks for its own stations only. Checked (400) and
+    placed (409) before anything is logged."""
+    entries = report.get("links")
+    if not isinstance(entries, list) or len(entries) > MAX_LINKS:
+        raise ApiError(f'send {{"links": [...]}} with at most {MAX_LINKS} stations\' {{mac, rssi, retries, packets}}')
+    rows = [_checked_link(entry) for entry in entries]
+    satellite, port = place(router, ip)
+    return [LogRow("Links", row) for row in rows if row[0] != satellite and router.port_binding.port_of(row[0]) == port]
+
+
+def _checked_link(entry: object) -> tuple[str, int, int, int]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("mac"), str):
+        raise ApiError("a station's link is an object {mac, rssi, retries, packets}")
+    rssi, retries, packets = (entry.get(field) for field in ("rssi", "retries", "packets"))
+    if not (_whole(rssi) and _whole(retries) and _whole(packets)):
+        raise ApiError("a station's rssi, retries and packets are whole numbers")
+    if rssi not in RSSI_RANGE or not (0 <= retries < 2**32 and 0 <= packets < 2**32):
+        raise ApiError("rssi is -127..0 dBm; retries and packets 0..2^32 since the last report")
+    try:
+        return normalize_mac(entry["mac"]), rssi, retries, packets
+    except BadMac as exc:
+        raise ApiError(str(exc)) from None
+
+
+def _whole(n: object) -> TypeGuard[int]:
+    return isinstance(n, int) and not isinstance(n, bool)
 
 
 def station_answer(router: HomeRouter, effects: list[Effect], ip: str, event: str, mac: str, keyid: str) -> dict:

@@ -17,15 +17,18 @@ from ..config import CONFIG
 from ..core.router import HomeRouter
 from ..radio import radio_settings
 from ..store import DeviceStore
-from . import dhcp_port, dns_server, flow_export, hwdb_feed, lan_side, shaper, slice_link, startup, station_events
-from .fair_serving import FairServer
-from .hwdb_log import HwdbLog
-from .lan_addresses import LanAddresses
-from .periodic import PeriodicJobs
-from .service_calls import ServiceCalls
-from .sink import EdgeSink
-from .station_events import StationEvents
-from .switch_connection import SwitchConnection
+from . import startup
+from .feeds import flow_export, hwdb_feed, slice_link
+from .feeds.hwdb_log import HwdbLog
+from .lan import dhcp_port, dns_server, lan_side, shaper
+from .lan.lan_addresses import LanAddresses
+from .switch import station_events
+from .switch.fair_serving import FairServer
+from .switch.periodic import PeriodicJobs
+from .switch.service_calls import ServiceCalls
+from .switch.sink import EdgeSink
+from .switch.station_events import StationEvents
+from .switch.switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")
 

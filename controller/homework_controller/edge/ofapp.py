@@ -2,7 +2,7 @@
 
 Everything the router decides lives in `router.HomeRouter`; this module only translates the switch's events
 (its connection, ports, frames, counters) into calls on the router and on fair serving, which hands the effects
-to the edge's sink (`sink.EdgeSink`: FlowMods, PacketOuts, netlink address changes, DNS lookups, log lines).
+to the edge's sink (`switch.sink.EdgeSink`: FlowMods, PacketOuts, netlink address changes, DNS lookups, log lines).
 """
 
 from __future__ import annotations

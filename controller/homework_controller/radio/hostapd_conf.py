@@ -41,6 +41,7 @@ from . import private_files, radio_settings
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "hostapd" / "hostapd.conf.in"
 PMF = {"optional": 1, "required": 2}  # hostapd's ieee80211w
+SA_QUERY_MAX_TU, SA_QUERY_RETRY_TU = 200, 50  # hostapd's defaults: 1000 and 201 (why: driver_settings)
 HW_MODE = {"2.4": "g", "5": "a"}  # band (GHz) -> hostapd's hw_mode
 WORLD = radio_settings.WORLD
 SAE_MAC = "mac="  # an sae_password line's option binding it to one station
@@ -121,6 +122,12 @@ def driver_settings(args) -> str:
         "wpa_key_mgmt=WPA-PSK WPA-PSK-SHA256" + (" SAE" if wpa3 else ""),
         "rsn_pairwise=CCMP",
         f"ieee80211w={PMF[args.pmf]}",
+        # A station that roams away does not tell the access point it leaves, so when it comes back that
+        # access point still holds its protected association: it asks the old one with SA Query and refuses
+        # the new one "temporarily" for this long (TU), twice at hostapd's 1000 (a roam's gap was 2.1 s). A
+        # station that is really there answers in milliseconds; a forged association still cannot end it.
+        f"assoc_sa_query_max_timeout={SA_QUERY_MAX_TU}",
+        f"assoc_sa_query_retry_timeout={SA_QUERY_RETRY_TU}",
         *(["sae_require_mfp=1"] if wpa3 else []),
         # Stations reach each other only through the router, and each gets its multicast and
         # broadcast as unicast frames (the switch's rules decide who receives which).

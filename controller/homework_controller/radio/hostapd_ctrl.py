@@ -74,6 +74,12 @@ def request(ctrl: str, message: str, timeout: float = 5) -> str:
     return answer
 
 
+def station(ctrl: str, mac: str) -> str:
+    """hostapd's `STA` answer for one station, asked on its socket from this process: a join is judged from it,
+    and a `hostapd_cli` started per join costs a process start, most of a roam's gap on a slow CPU."""
+    return request(ctrl, f"STA {mac}")
+
+
 def station_joined(event: str) -> tuple[str, str] | None:
     """`<3>AP-STA-CONNECTED 02:..:01 keyid=dev-0200...` -> (MAC, keyid; "" without one); None for other events."""
     words = event.split(">", 1)[-1].split()

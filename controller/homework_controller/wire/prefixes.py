@@ -1,6 +1,6 @@
 """The home's IPv6 prefix plan, pure: a ULA /48 that always exists, the prefix the ISP delegates when one is
 known, each device's /64s numbered as its /30, and the router's address in each (see the concern
-`concerns/ipv6.py` for how devices get them, `edge/ipv6_files.py` for where they are kept)."""
+`concerns/ipv6.py` for how devices get them, `edge/lan/ipv6_files.py` for where they are kept)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,14 @@ import type { Device } from './lib/board'
 
 export interface User { id: number; username: string; role: 'owner' | 'member' | 'kiosk' | 'satellite' }
 export interface Health { controller: boolean | null; hwdb: boolean | null }
-export interface Session { setup_required: boolean; user: User | null; csrf_token: string; health: Health }
+export interface Session {
+  setup_required: boolean
+  /** The first-run page may make this box an access point of the household's router instead. */
+  can_be_access_point?: boolean
+  user: User | null
+  csrf_token: string
+  health: Health
+}
 export interface DeviceReply { device: Device }
 
 let csrf = ''

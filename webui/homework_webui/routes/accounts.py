@@ -3,14 +3,16 @@ household's accounts (owner), and the agent key the owner gives end-host agents.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import secrets
 
 from flask import Blueprint, g, request, session
 
-from ..accounts import AccountError, AlreadyOwnedError
+from ..accounts import AccountError, AlreadyOwnedError, printable_name
 from ..errors import ApiError
-from ..security import PUBLIC, SIGNED_IN, access
+from ..security import PUBLIC, SIGNED_IN, access, normalise_code
 from ..services import services
 from .bedtime import forget_person_allowance, reshare
 from .common import account_call, body, limited, no_store
@@ -58,6 +60,8 @@ def get_session():
         session["csrf"] = secrets.token_urlsafe(32)
     return {
         "setup_required": svc.accounts.needs_setup(),
+        # The first-run page may also make this box an access point of the household's router.
+        "can_be_access_point": svc.role_spool is not None and svc.accounts.needs_setup(),
         "user": _public_user(user) if user else None,
         "csrf_token": user["csrf"] if user else session["csrf"],
         "health": svc.hub.health,
@@ -71,10 +75,7 @@ def setup():
     if not svc.accounts.needs_setup():
         raise ApiError(409, "this router already has an owner")
     sent = body()
-    limited(svc.setup_guesses.take(g.client_ip))
-    if not svc.setup_code.matches(str(sent.get("setup_code") or "")):
-        raise ApiError(403, "That setup code is wrong. It is on the router's label and console.", code="setup-code")
-    svc.setup_guesses.clear(g.client_ip)
+    _box_setup_code(sent)
     try:
         account = svc.accounts.create_first_owner(str(sent.get("username", "")), str(sent.get("password", "")))
     except AlreadyOwnedError as exc:
@@ -83,6 +84,52 @@ def setup():
         raise ApiError(400, str(exc)) from None
     svc.setup_code.spend()
     return _start_session(account), 201
+
+
+def _box_setup_code(sent: dict) -> None:
+    """The first run's proof that the household holds the box: its setup code (its label, its console), a few
+    guesses per address (403 `setup-code` for a wrong one, 429 past the guesses)."""
+    svc = services()
+    limited(svc.setup_guesses.take(g.client_ip))
+    if not svc.setup_code.matches(str(sent.get("setup_code") or "")):
+        raise ApiError(403, "That setup code is wrong. It is on the box's label and console.", code="setup-code")
+    svc.setup_guesses.clear(g.client_ip)
+
+
+# The router's pairing code for an access point (its web UI makes 8 characters), as the router reads it.
+ACCESS_POINT_CODE_RE = re.compile(r"^[A-Z0-9]{4,64}$")
+ROLE_REQUEST = "request"  # homework_image.role reads it from the spool
+
+
+@bp.post("/api/setup/access-point")
+@access(PUBLIC)
+def setup_access_point():
+    """First run only, with this box's setup code: it becomes an access point of the household's router
+    (docs/whole-home-wifi.md). The image's root job (homework_image.role, started when the request lands in
+    the spool) writes the role and the code and restarts the box, which then pairs with the router."""
+    svc = services()
+    if svc.role_spool is None:
+        raise ApiError(404, "this box can only be a router")
+    if not svc.accounts.needs_setup():
+        raise ApiError(409, "this router already has an owner")
+    sent = body()
+    # As for an owner: a device on the LAN reaching a fresh box's page first must not turn the household's new
+    # router into an access point of its own router (and restart it).
+    _box_setup_code(sent)
+    code = normalise_code(str(sent.get("code") or ""))  # typed loosely: case, spaces and dashes do not matter
+    if not ACCESS_POINT_CODE_RE.match(code):
+        raise ApiError(400, "That is not a pairing code: your router's web UI shows one under Add an access point.")
+    name = account_call(printable_name, str(sent.get("name") or "").strip() or "Access point", 32, "the name")
+    request_doc = json.dumps({"role": "satellite", "code": code, "name": name}).encode()
+    tmp = os.path.join(svc.role_spool, f".{ROLE_REQUEST}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(request_doc)
+        os.replace(tmp, os.path.join(svc.role_spool, ROLE_REQUEST))
+    except OSError as exc:
+        raise ApiError(503, f"the box could not take the choice: {exc.strerror}") from None
+    return {"ok": True, "restarting": True}, 202
 
 
 @bp.post("/api/login")

@@ -27,6 +27,7 @@ bp = Blueprint("satellites", __name__)
 
 PAIR_PATH = "/api/satellite/pair"  # what a device not let in yet may reach beside the captive portal (gate.py)
 MAX_EVENTS = 64  # station events in one report
+MAX_LINKS = 32  # stations' links in one report (the controller's bound too)
 KEYID_RE = re.compile(r"^[A-Za-z0-9_.:-]{0,32}$")
 ETAG_RE = re.compile(r'(?:W/)?"([0-9a-f]{1,64})"')
 
@@ -142,6 +143,20 @@ def stations():
         except ControllerError as exc:
             results.append({"ok": False, "status": exc.status, "error": str(exc)})
     return {"results": results}
+
+
+@bp.post("/api/satellite/links")
+@access(SATELLITE)
+def links():
+    """{"links": [{mac, rssi, retries, packets}]}, at most 32 stations' links since the last report: the
+    controller's `satellite-links` from this address, which logs those of the satellite's own stations (the
+    board shows their signal). {logged, applied}; a report that is not one is refused whole (400)."""
+    _own_device()
+    sent = request.get_json(silent=True)
+    reported = sent.get("links") if isinstance(sent, dict) else None
+    if not isinstance(reported, list) or len(reported) > MAX_LINKS:
+        raise ApiError(400, f'send {{"links": [...]}} with at most {MAX_LINKS} stations\' links')
+    return ask_controller(services().controller.satellite_links, g.client_ip, reported)
 
 
 def _checked(event: object) -> tuple[str, str, str] | str:

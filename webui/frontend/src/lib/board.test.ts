@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, showsCode, zoneOf, type Device } from './board'
+import { accessPointWords, devicesIn, displayName, draggable, dropAction, formatKbit, formatMs, formatRate, keyAction, labelStyle, showsCode, zoneOf, type Device } from './board'
 
 const dev = (over: Partial<Device>): Device => ({
   mac: '02:00:00:00:00:01', state: 'pending', ip: null, hostname: '', name: '', vendor_class: '',
@@ -77,6 +77,11 @@ describe('words', () => {
     expect(formatMs(0.04)).toBe('0.0 ms')
     expect(formatMs(4.96)).toBe('5.0 ms')
     expect(formatMs(212.4)).toBe('212 ms')
+  })
+  it('says which access point a device joined through', () => {
+    expect(accessPointWords('router')).toBe("the router's own Wi-Fi")
+    expect(accessPointWords('Landing')).toBe('the access point "Landing"')
+    expect(accessPointWords(null)).toBe('not on Wi-Fi, or not known yet')
   })
 })
 

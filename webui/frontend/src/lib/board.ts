@@ -22,6 +22,9 @@ export interface Device {
   lease_seconds_left: number
   rssi: number | null
   retry_ratio: number
+  /** The access point it is on: a satellite's name, 'router' for the router's own radio, null for a cable or
+   * not known yet. */
+  access_point?: string | null
   bytes_per_s: number
   share: number
   owner_id?: number | null
@@ -130,6 +133,12 @@ export function signalWords(rssi: number | null): string {
   if (rssi >= -70) return 'good'
   if (rssi >= -82) return 'weak'
   return 'very weak'
+}
+
+/** Where a device joins the household's Wi-Fi, in words. */
+export function accessPointWords(accessPoint: string | null | undefined): string {
+  if (!accessPoint) return 'not on Wi-Fi, or not known yet'
+  return accessPoint === 'router' ? "the router's own Wi-Fi" : `the access point "${accessPoint}"`
 }
 
 const BIT_RATES = ['bit/s', 'kbit/s', 'Mbit/s', 'Gbit/s']

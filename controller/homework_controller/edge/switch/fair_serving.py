@@ -11,11 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import flows
-from ..api.server import TimedLock
-from ..core.router import HomeRouter
-from ..effects import AnswerDhcp, Effect, RuleChange
-from ..wire import packets
+from ... import flows
+from ...api.server import TimedLock
+from ...core.router import HomeRouter
+from ...effects import AnswerDhcp, Effect, RuleChange
+from ...wire import packets
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
 from .switch_connection import SwitchConnection

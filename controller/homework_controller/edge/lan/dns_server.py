@@ -28,8 +28,8 @@ from collections import Counter
 
 import dnslib
 
-from ..policy import dns_rules
-from .supervised import SocketService, Supervisor
+from ...policy import dns_rules
+from ..supervised import SocketService, Supervisor
 
 LOG = logging.getLogger(__name__)
 

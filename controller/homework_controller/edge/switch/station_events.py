@@ -10,12 +10,12 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..api.server import TimedLock
-from ..config import Config
-from ..core.router import HomeRouter
-from ..effects import Effect
-from ..model import BadMac
-from ..radio import hostapd_ctrl
+from ...api.server import TimedLock
+from ...config import Config
+from ...core.router import HomeRouter
+from ...effects import Effect
+from ...model import BadMac
+from ...radio import hostapd_ctrl
 from .switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")
@@ -64,12 +64,12 @@ class StationEvents:
             if left is not None:
                 self._station_left(left, event)
             elif completed is not None:
-                self._stations_on_the_air(f"sta {completed}")  # back from a roam hostapd did not see
+                self._stations_on_the_air(completed)  # back from a roam hostapd did not see
             return
         mac, keyid = joined
         if not keyid and self.config.hostapd_conf:
             try:
-                over_sae = hostapd_ctrl.joined_over_sae(hostapd_ctrl.command(self.config.hostapd_ctrl, "sta", mac))
+                over_sae = hostapd_ctrl.joined_over_sae(hostapd_ctrl.station(self.config.hostapd_ctrl, mac))
             except hostapd_ctrl.HostapdError as exc:
                 LOG.warning("how %s joined: %s", mac, exc)
                 over_sae = False
@@ -108,24 +108,26 @@ class StationEvents:
         """hostapd (re)started, or the controller did: the network's name, and the stations already on
         the air, judged as if they had just joined (their joins were not heard)."""
         self._learn_ssid()
-        present = self._stations_on_the_air("all_sta")
+        present = self._stations_on_the_air(None)
         with self.lock:
             try:
                 self.apply(self.router.joining.stations_at(self.switch.radio_port, {mac for mac, _, _ in present}))
             except BadMac:
                 LOG.warning("hostapd named a station with no address: %r", present)
 
-    def _stations_on_the_air(self, request: str) -> list[tuple[str, str, bool]]:
-        """The stations hostapd's `request` names (`all_sta`, `sta MAC`), each judged as if it had just joined."""
+    def _stations_on_the_air(self, mac: str | None) -> list[tuple[str, str, bool]]:
+        """The station `mac` (None: every station) as hostapd has it, each judged as if it had just joined."""
+        ctrl, asked = self.config.hostapd_ctrl, "all_sta" if mac is None else f"sta {mac}"
         try:
-            present = hostapd_ctrl.stations_present(hostapd_ctrl.command(self.config.hostapd_ctrl, *request.split()))
+            answer = hostapd_ctrl.command(ctrl, asked) if mac is None else hostapd_ctrl.station(ctrl, mac)
         except hostapd_ctrl.HostapdError as exc:
             LOG.warning("the stations on the air: %s", exc)
             return []
-        for mac, keyid, over_sae in present:
+        present = hostapd_ctrl.stations_present(answer)
+        for station, keyid, over_sae in present:
             if not keyid and over_sae and self.config.hostapd_conf:
-                keyid = self._sae_keyid(mac)
-            self._station_joined(mac, keyid, request)
+                keyid = self._sae_keyid(station)
+            self._station_joined(station, keyid, asked)
         return present
 
     def _learn_ssid(self) -> None:

@@ -23,10 +23,10 @@ import socket
 import struct
 from collections.abc import Callable
 
-from .. import flows
-from ..wire import packets
-from .outbox import Outbox
-from .supervised import SocketService, Supervisor
+from ... import flows
+from ...wire import packets
+from ..outbox import Outbox
+from ..supervised import SocketService, Supervisor
 
 LOG = logging.getLogger(__name__)
 

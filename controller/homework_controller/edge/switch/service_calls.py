@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import flows
-from ..api.server import TimedLock
-from ..concerns.agent_reports import AgentReport
-from ..core.router import HomeRouter
-from . import hwdb_feed
+from ... import flows
+from ...api.server import TimedLock
+from ...concerns.agent_reports import AgentReport
+from ...core.router import HomeRouter
+from ..feeds import hwdb_feed
 
 # Connection directions merged per hold of the lock: 500 take ~1.5 ms alone, but the lock's longest hold
 # under the hostile bench was 2,000 of them (41-51 ms on the loaded 2-CPU machine): every other device waits.

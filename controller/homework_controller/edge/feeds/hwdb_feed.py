@@ -22,9 +22,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..concerns.agent_reports import MAX_REPORTS_PER_DEVICE, AgentReport
-from ..flows import PROTO_TCP, PROTO_UDP
-from ..policy.apps import PRIORITIES
+from ...concerns.agent_reports import MAX_REPORTS_PER_DEVICE, AgentReport
+from ...flows import PROTO_TCP, PROTO_UDP
+from ...policy.apps import PRIORITIES
 
 LOG = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, assert_never
 
 from os_ken.ofproto import ofproto_v1_3
 
-from ..effects import InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules, RuleChange
-from ..flows import openflow
-from .outbox import Outbox, call
+from ...effects import InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules, RuleChange
+from ...flows import openflow
+from ..outbox import Outbox, call
 
 if TYPE_CHECKING:  # os-ken's controller module and its app manager import each other: only the latter goes first
     from os_ken.controller.controller import Datapath

@@ -36,9 +36,9 @@ from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from .. import flows
-from ..flows import openflow
-from ..policy import downlink
+from ... import flows
+from ...flows import openflow
+from ...policy import downlink
 
 LOG = logging.getLogger("homework.slice")
 

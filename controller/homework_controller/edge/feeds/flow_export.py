@@ -41,8 +41,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from netflume import TemplateStore, parse_message
 
-from ..flows import FiveTuple
-from ..flows.values import unspecified
+from ...flows import FiveTuple
+from ...flows.values import unspecified
 
 log = logging.getLogger(__name__)
 
@@ -450,7 +450,7 @@ class Collector:
     Parsing is most of the cost (about 100 us a datagram, and OVS sends about 6,900 a second when a
     device floods new connections): in the controller's process it held the GIL from DHCP. Here the
     UDP socket is bound on loopback when the collector is made (in the caller's network namespace)
-    and handed to a child process (`python -m homework_controller.edge.flow_export`, niced) that reads,
+    and handed to a child process (`python -m homework_controller.edge.feeds.flow_export`, niced) that reads,
     parses and sums per connection direction (`ConnectionTotals`, bounded), and every
     `interval_s` sends the totals and its counts through a pipe. A thread here calls
     `on_totals(totals)` with each batch ([packets, IP bytes] per `FiveTuple`). The child ends when

@@ -8,7 +8,7 @@ import functools
 import logging
 import threading
 
-from ..effects import (
+from ...effects import (
     AnswerDhcp,
     AuthenticatorDeny,
     AuthenticatorKick,
@@ -20,12 +20,12 @@ from ..effects import (
     SendFrame,
     TellHousehold,
 )
-from ..flows import openflow
-from ..radio.hostapd_ctrl import Authenticator
-from .dhcp_port import DhcpPort
-from .dns_server import DnsServer
-from .hwdb_log import HwdbLog
-from .lan_addresses import LanAddresses
+from ...flows import openflow
+from ...radio.hostapd_ctrl import Authenticator
+from ..feeds.hwdb_log import HwdbLog
+from ..lan.dhcp_port import DhcpPort
+from ..lan.dns_server import DnsServer
+from ..lan.lan_addresses import LanAddresses
 from .switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")

@@ -24,7 +24,7 @@ import re
 import subprocess
 from collections.abc import Sequence
 
-from ..policy import qos
+from ...policy import qos
 
 LOG = logging.getLogger(__name__)
 

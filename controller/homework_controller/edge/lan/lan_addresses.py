@@ -16,7 +16,7 @@ import socket
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ..effects import (
+from ...effects import (
     AddGatewayAddress,
     AddIpv6Gateway,
     AddIpv6Route,
@@ -25,9 +25,9 @@ from ..effects import (
     RemoveIpv6Gateway,
     RemoveIpv6Route,
 )
-from ..wire.lan import Subnet
-from ..wire.nd import ROUTER_LINK_LOCAL
-from ..wire.prefixes import gateway_of
+from ...wire.lan import Subnet
+from ...wire.nd import ROUTER_LINK_LOCAL
+from ...wire.prefixes import gateway_of
 
 LOG = logging.getLogger("homework.controller")
 IFA_F_NODAD = 0x02  # linux/if_addr.h

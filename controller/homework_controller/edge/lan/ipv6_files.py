@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from ..wire.prefixes import BadPrefix, Delegation, parse_delegation, ula_prefix
+from ...wire.prefixes import BadPrefix, Delegation, parse_delegation, ula_prefix
 
 ULA_ID_FILE = "ipv6-ula-global-id"  # beside the controller's SQLite file: 10 hex digits
 # Beside it too, in a directory of its own (the only one the prefix-delegation client may write): the prefix

@@ -12,16 +12,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..api.server import TimedLock
-from ..config import Config
-from ..core.router import HomeRouter
-from ..effects import Effect
-from ..flows import openflow
-from ..radio import stations
-from ..wire.prefixes import BadPrefix
-from . import flow_export, shaper
-from .hwdb_log import HwdbLog
-from .ipv6_files import read_delegated
+from ...api.server import TimedLock
+from ...config import Config
+from ...core.router import HomeRouter
+from ...effects import Effect
+from ...flows import openflow
+from ...radio import stations
+from ...wire.prefixes import BadPrefix
+from ..feeds import flow_export
+from ..feeds.hwdb_log import HwdbLog
+from ..lan import shaper
+from ..lan.ipv6_files import read_delegated
 from .switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")
@@ -93,13 +94,19 @@ class PeriodicJobs:
             if dp is not None:
                 self.switch.send(dp, openflow.flow_counters_request())
             if self.config.stations:
+                radio = self.switch.radio_port
                 try:
                     now = stations.read_stations(self.config.stations)
                 except (OSError, ValueError, subprocess.SubprocessError) as exc:
                     LOG.debug("no station list from %s: %s", self.config.stations, exc)
                     continue
+                elsewhere: set[str] = set()
+                if radio is not None:  # a station that roamed to another access point is still in the radio's list
+                    with self.lock:
+                        elsewhere = {mac for mac in now if self.router.port_binding.port_of(mac) not in (None, radio)}
                 for row in stations.link_rows(last_stations, now):
-                    self.hwdb.write("Links", row)
+                    if row[0] not in elsewhere:  # its links are that access point's to report
+                        self.hwdb.write("Links", row)
                 last_stations = now
 
     def export_flows(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..wire.lan import HTTP_PORT, LAN_NETWORK, ROUTER_ADDRESS
+from ...wire.lan import HTTP_PORT, LAN_NETWORK, ROUTER_ADDRESS
 
 DNS_TABLE = "homework_dns"
 PORTAL_TABLE = "homework_portal"

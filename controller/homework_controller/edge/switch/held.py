@@ -16,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..effects import RuleChange
+from ...effects import RuleChange
 
 ANSWER, SEND = "answer", "send"
 

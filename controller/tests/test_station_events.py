@@ -1,0 +1,112 @@
+"""What the router's radio says of its stations, as the edge hears it (`StationEvents`): hostapd's events on
+its control socket, and its `STA` answers asked there from the controller's own process (no `hostapd_cli`
+per join), moving each station's rules to the radio's access port with the key it proved. A fake hostapd
+answers on a real Unix datagram socket; the router core and the fake switch are the real ones."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+from fakeoftable import FakeSwitch
+from support import PHONE, ROUTER_MAC, TABLET
+from test_access_ports import join_on
+
+from homework_controller.api.server import TimedLock
+from homework_controller.config import Config
+from homework_controller.edge.switch.station_events import StationEvents
+from homework_controller.edge.switch.switch_connection import SwitchConnection
+from homework_controller.radio import hostapd_ctrl
+
+RADIO, CABLE = 1, 2  # the router's radio's access port, and a satellite's cable
+
+
+class FakeHostapd:
+    """hostapd's control socket: answers `STA <mac>` from `stations` (FAIL for one it does not have), and
+    records every request."""
+
+    def __init__(self, path: str):
+        self.path, self.stations, self.asked = path, {}, []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        threading.Thread(target=self._answer, daemon=True).start()
+
+    def _answer(self) -> None:
+        while True:
+            try:
+                data, sender = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            request = data.decode()
+            self.asked.append(request)
+            words = request.split()
+            answer = self.stations.get(words[1], "FAIL") if words[0] == "STA" and len(words) == 2 else "FAIL"
+            self.sock.sendto(answer.encode(), sender)
+
+    def close(self) -> None:
+        self.sock.close()
+        os.unlink(self.path)
+
+
+@pytest.fixture
+def radio(tmp_path, router):
+    hostapd = FakeHostapd(str(tmp_path / "wlan0"))
+    switch = FakeSwitch()
+    switch.apply(router.switch_ready((RADIO, CABLE), ROUTER_MAC))
+    connection = SwitchConnection()
+    connection.radio_port = RADIO
+    config = Config(hostapd_ctrl=hostapd.path, hostapd_conf=str(tmp_path / "hostapd.conf"))
+    (tmp_path / "hostapd.conf").write_text("ssid=Home\n")
+    events = StationEvents(router, TimedLock(), switch.apply, None, connection, config)  # type: ignore[arg-type]
+    yield events, hostapd, switch
+    hostapd.close()
+
+
+def test_a_station_back_from_a_roam_is_judged_from_one_sta_on_the_socket_with_the_key_it_proved(radio, router):
+    """A station roaming back to the router's radio completes a handshake there without `AP-STA-CONNECTED`:
+    its key comes from hostapd's `STA` answer, asked once, and its rules move back to the radio's port."""
+    events, hostapd, switch = radio
+    join_on(router, switch, PHONE, CABLE)  # its lease taken at the satellite's cable
+    router.passphrases.network_named("Home")
+    keyid = router.decisions.issue_wifi_key(PHONE)["keyid"]
+    hostapd.stations[PHONE] = f"{PHONE}\nflags=[AUTH][ASSOC][AUTHORIZED]\nkeyid={keyid}\n"
+    events._on_hostapd_event(f"<3>EAPOL-4WAY-HS-COMPLETED {PHONE}")
+    assert hostapd.asked == [f"STA {PHONE}"]
+    assert router.status(PHONE)["access_port"] == RADIO  # proven with its own key: moved
+    assert router.status(PHONE)["clone_suspected"] is None
+
+
+def test_a_guest_join_asks_hostapd_whether_it_came_over_sae_and_a_station_gone_meanwhile_moves_nothing(
+    radio, router, monkeypatch
+):
+    events, hostapd, switch = radio
+    monkeypatch.setattr(hostapd_ctrl, "command", no_hostapd_cli)  # nothing started per join
+    join_on(router, switch, TABLET, CABLE)
+    hostapd.stations[TABLET] = f"{TABLET}\nflags=[AUTH][ASSOC][AUTHORIZED]\nAKMSuiteSelector=00-0f-ac-2\n"
+    events._on_hostapd_event(f"<3>AP-STA-CONNECTED {TABLET}")  # WPA2 with the guest passphrase
+    assert hostapd.asked == [f"STA {TABLET}"]
+    assert router.port_binding.associated[TABLET] == {RADIO}  # the radio's word, heard with no key
+    # Back from a roam, but gone before hostapd was asked (it answers FAIL): nothing is judged.
+    del hostapd.stations[TABLET]
+    before = router.status(TABLET)
+    events._on_hostapd_event(f"<3>EAPOL-4WAY-HS-COMPLETED {TABLET}")
+    assert router.status(TABLET) == before
+
+
+def test_the_sta_answer_is_hostapds_and_a_refusal_or_no_hostapd_is_an_error(tmp_path):
+    hostapd = FakeHostapd(str(tmp_path / "wlan0"))
+    hostapd.stations[PHONE] = f"{PHONE}\nflags=[AUTHORIZED]\n"
+    try:
+        assert hostapd_ctrl.station(hostapd.path, PHONE) == f"{PHONE}\nflags=[AUTHORIZED]"
+        with pytest.raises(hostapd_ctrl.HostapdError, match="STA"):
+            hostapd_ctrl.station(hostapd.path, TABLET)
+    finally:
+        hostapd.close()
+    with pytest.raises(hostapd_ctrl.HostapdError):
+        hostapd_ctrl.station(hostapd.path, PHONE)
+
+
+def no_hostapd_cli(ctrl, *words):
+    raise AssertionError(f"hostapd_cli started for {words}")
