@@ -126,7 +126,7 @@ unit ovsdb-server 8388608 active
 proc ovsdb-server 650 6144 4096 ovsdb-server /etc/openvswitch/conf.db
 unit homework-controller 104857600 active
 proc homework-controller 900 71680 61440 /usr/lib/homework/venv/bin/python -m homework_controller --db x
-proc homework-controller 950 20480 10240 /usr/lib/homework/venv/bin/python -m homework_controller.edge.flow_export 3 4
+proc homework-controller 950 20480 10240 python3 -m homework_controller.edge.feeds.flow_export 3 4
 unit homework-hwdb 10485760 active
 proc homework-hwdb 800 6144 5120 /usr/lib/homework/bin/hwdb serve
 unit homework-webui 52428800 active
