@@ -34,6 +34,26 @@ class RemoveRules:
 
 
 @dataclass(frozen=True)
+class RemoveExactRules:
+    """These rules (each by its table, rule priority and match), not the others under their cookie."""
+
+    rules: tuple[flows.FlowRule, ...]
+
+
+@dataclass(frozen=True)
+class InstallGroup:
+    """A group the switch does not hold yet (replace: new buckets for one it holds)."""
+
+    group: flows.CopyGroup
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class RemoveGroup:
+    group_id: int
+
+
+@dataclass(frozen=True)
 class InstallMeter:
     band: flows.MeterBand
 
@@ -178,7 +198,16 @@ class RemoveIpv6Route:
 
 
 # A change to the switch's rules and meters, in the order decided (`held.py` may hold them behind DHCP answers).
-RuleChange = InstallRules | ModifyRules | RemoveRules | InstallMeter | RemoveMeter
+RuleChange = (
+    InstallRules
+    | ModifyRules
+    | RemoveRules
+    | RemoveExactRules
+    | InstallMeter
+    | RemoveMeter
+    | InstallGroup
+    | RemoveGroup
+)
 # A change to the router's own addresses and routes on the LAN interface (`lan_addresses.py`'s thread).
 LanAddressChange = (
     AddGatewayAddress | AddIpv6Gateway | RemoveIpv6Gateway | AddIpv6Route | RemoveIpv6Route | ForgetNeighbours
@@ -212,7 +241,16 @@ class EffectSink(ABC):
                 self.log_row(effect)
             case TellHousehold():
                 self.tell_household(effect)
-            case InstallRules() | ModifyRules() | RemoveRules() | InstallMeter() | RemoveMeter():
+            case (
+                InstallRules()
+                | ModifyRules()
+                | RemoveRules()
+                | RemoveExactRules()
+                | InstallMeter()
+                | RemoveMeter()
+                | InstallGroup()
+                | RemoveGroup()
+            ):
                 self.change_rules(effect)
             case SendFrame():
                 self.send_frame(effect)

@@ -7,10 +7,14 @@ of a table wins (two of the same priority matching is a bug, reported), a rule's
 in order (`SetQueue` shows in the packet as `queue`), `GotoTable` continues. Tests assert
 outcomes (which port, with which headers) rather than rule shapes.
 
+Groups of type ALL are carried out as OVS does (`InstallGroup`, `RemoveGroup`): each bucket's actions on a copy
+of the packet, the rule going on with the packet as it was.
+
 Meters are carried out as OVS does (`InstallMeter`, `RemoveMeter`): a token bucket per meter, as deep
 as its band's burst and filled at its rate by the switch's clock (a test's, to control), each packet
-taking a token or being dropped. A message the real switch would refuse (a rule naming a meter it does
-not hold, a meter added twice) raises `Refused` with OVS's error, so a metering mistake fails the test.
+taking a token or being dropped. A message the real switch would refuse (a rule naming a meter or a group
+it does not hold, a meter or a group added twice, new buckets for a group it does not hold) raises `Refused`
+with OVS's error, so a metering or grouping mistake fails the test.
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from homework_controller import flows
-from homework_controller.effects import InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules
+from homework_controller.effects import (
+    InstallGroup,
+    InstallMeter,
+    InstallRules,
+    ModifyRules,
+    RemoveExactRules,
+    RemoveGroup,
+    RemoveMeter,
+    RemoveRules,
+)
 
 WLAN = 1
 
@@ -64,6 +77,7 @@ class FakeSwitch:
     # still, so a meter lets through its burst and no more).
     clock: Callable[[], float] = lambda: 0.0
     meters: dict[int, MeterBucket] = field(default_factory=dict)
+    groups: dict[int, flows.CopyGroup] = field(default_factory=dict)
 
     def apply(self, effects) -> None:
         for effect in effects:
@@ -77,6 +91,22 @@ class FakeSwitch:
                     self._modify(r)
             elif isinstance(effect, RemoveRules):
                 self.rules = [r for r in self.rules if r.cookie != effect.cookie]
+            elif isinstance(effect, RemoveExactRules):
+                gone = {r.slot for r in effect.rules}
+                self.rules = [r for r in self.rules if r.slot not in gone]
+            elif isinstance(effect, InstallGroup):
+                group_id = effect.group.group_id
+                if effect.replace and group_id not in self.groups:
+                    raise Refused(
+                        f"OFPGMFC_UNKNOWN_GROUP: new buckets for group {group_id}, which the switch does not hold"
+                    )
+                if not effect.replace and group_id in self.groups:
+                    raise Refused(f"OFPGMFC_GROUP_EXISTS: group {group_id} added again")
+                self.groups[group_id] = effect.group
+            elif isinstance(effect, RemoveGroup):
+                # OpenFlow 1.3: deleting a group deletes the rules that name it too.
+                self.groups.pop(effect.group_id, None)
+                self.rules = [r for r in self.rules if effect.group_id not in _groups_of(r)]
             elif isinstance(effect, InstallMeter):
                 if effect.band.meter_id in self.meters:
                     raise Refused(f"OFPMMFC_METER_EXISTS: meter {effect.band.meter_id} added again")
@@ -90,6 +120,9 @@ class FakeSwitch:
         meter_id = _meter_of(r)
         if meter_id is not None and meter_id not in self.meters:
             raise Refused(f"OFPMMFC_INVALID_METER: a rule names meter {meter_id}, which the switch does not hold: {r}")
+        for group_id in _groups_of(r):
+            if group_id not in self.groups:
+                raise Refused(f"OFPBAC_BAD_OUT_GROUP: a rule names group {group_id}, which the switch does not hold")
 
     def _add(self, new: flows.FlowRule) -> None:
         # OpenFlow: a rule with the same table, priority and match replaces the old one.
@@ -128,8 +161,14 @@ class FakeSwitch:
         meter_id = _meter_of(r)
         if meter_id is not None and not self.meters[meter_id].admits(self.clock()):
             return  # over the meter's rate: dropped before any action
+        goto = self._apply(r.actions, packet, deliveries)
+        if goto is not None:
+            self._run_table(goto, packet, deliveries)
+
+    def _apply(self, actions: tuple, packet: dict, deliveries: list[Delivery]) -> int | None:
+        """Apply-actions in order, on `packet`; the table to go to next, if any."""
         goto = None
-        for action in r.actions:
+        for action in actions:
             if isinstance(action, flows.Output):
                 port = packet["in_port"] if action.port == flows.IN_PORT else action.port
                 deliveries.append(Delivery(port, dict(packet)))
@@ -139,10 +178,16 @@ class FakeSwitch:
                 packet["queue"] = action.queue_id
             elif isinstance(action, flows.DecTtl):
                 packet["ip_ttl"] = packet.get("ip_ttl", 64) - 1
+            elif isinstance(action, flows.Group):
+                for bucket in self.groups[action.group_id].buckets:
+                    self._apply(bucket, dict(packet), deliveries)
             elif isinstance(action, flows.GotoTable):
                 goto = action.table
-        if goto is not None:
-            self._run_table(goto, packet, deliveries)
+        return goto
+
+
+def _groups_of(r: flows.FlowRule) -> set[int]:
+    return {a.group_id for a in r.actions if isinstance(a, flows.Group)}
 
 
 def _meter_of(r: flows.FlowRule) -> int | None:

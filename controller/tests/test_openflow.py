@@ -1,5 +1,7 @@
 """The rule values as the switch receives them: built without a switch, serialised by os-ken, read back."""
 
+import struct
+
 from os_ken.base import app_manager  # noqa: F401 (os-ken's controller module imports it and must not go first)
 from os_ken.controller.controller import Datapath
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -17,6 +19,16 @@ from homework_controller.wire.lan import Subnet
 
 PHONE = Device(mac="02:00:00:00:00:aa", state=State.PERMITTED, subnet=Subnet(1), lease_expires=2e9)
 TABLE = apps.load_table()
+# Two devices that broadcast (one on each access port), and their copies: groups, and a copy in the rule itself
+# to a device of the sender's own block.
+BROADCASTING = [
+    PHONE,
+    Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2)),
+    Device(mac="02:00:00:00:00:11", state=State.PERMITTED, subnet=Subnet(3)),
+]
+BROADCAST_COPIES = base_flows.BroadcastCopies(
+    {PHONE.mac: (2,), "02:00:00:00:00:cc": (WLAN,), "02:00:00:00:00:11": (WLAN,)}
+)
 
 
 def every_rule():
@@ -32,13 +44,7 @@ def every_rule():
                 PHONE, flows.FiveTuple(17, "10.2.0.6", 5004, "198.51.100.7", 3478), qos.mark_actions(qos.HIGH)
             ),
         ]
-        + list(
-            base_flows.broadcast_rules(
-                [PHONE, Device(mac="02:00:00:00:00:cc", state=State.PERMITTED, subnet=Subnet(2))],
-                (WLAN, 2),
-                lambda mac: (2,) if mac == PHONE.mac else (WLAN,),
-            )
-        )
+        + base_flows.broadcast_rules(BROADCASTING, (WLAN, 2), BROADCAST_COPIES)
         + list(flows.device_rules(PHONE, 0, (WLAN,), "02:48:57:00:00:01"))
         + list(flows.device_rules(blacklisted, 0, (WLAN, 2), "02:48:57:00:00:01"))
         # The marking table: the apps' ports as value/mask prefixes, a device's named addresses and
@@ -64,6 +70,38 @@ def test_every_rule_the_router_makes_reaches_the_switch_as_it_was_meant():
         )
         if not rule.actions:
             assert got.instructions == []  # a drop rule
+
+
+def test_the_groups_of_broadcast_copies_reach_the_switch_as_they_were_meant():
+    groups = BROADCAST_COPIES.groups()
+    assert {len(g.buckets) for g in groups} == {1, 2}  # PHONE and 02:00:00:00:00:11 share a block
+    for group in groups:
+        command, kind, group_id, buckets = _group_mod_read_back(openflow.group_mod(group))
+        assert (command, kind, group_id) == (ofp.OFPGC_ADD, ofp.OFPGT_ALL, group.group_id)
+        assert [[_action(a) for a in bucket.actions] for bucket in buckets] == [
+            [_action(a) for a in openflow.actions(bucket)] for bucket in group.buckets
+        ]
+    assert _group_mod_read_back(openflow.group_mod(groups[0], replace=True))[0] == ofp.OFPGC_MODIFY
+    assert _group_mod_read_back(openflow.delete_group(groups[0].group_id))[:3:2] == (
+        ofp.OFPGC_DELETE,
+        groups[0].group_id,
+    )
+
+
+def _action(action):
+    return (action.key, action.value) if isinstance(action, ofp_parser.OFPActionSetField) else ("output", action.port)
+
+
+def _group_mod_read_back(msg):
+    """A group mod as the switch reads it (os-ken parses a switch's messages, not this one: its buckets are)."""
+    buf = serialised(msg).buf
+    command, kind, group_id = struct.unpack_from("!HBxI", buf, ofp.OFP_HEADER_SIZE)
+    buckets, offset = [], ofp.OFP_GROUP_MOD_SIZE
+    while offset < len(buf):
+        bucket = ofp_parser.OFPBucket.parser(buf, offset)
+        buckets.append(bucket)
+        offset += bucket.len
+    return command, kind, group_id, buckets
 
 
 def test_every_match_is_encoded_as_os_ken_encodes_the_same_fields_given_one_by_one():

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import flows
-from ..effects import AddGatewayAddress, Effect, InstallMeter, InstallRules, RemoveMeter, RemoveRules
+from ..effects import (
+    AddGatewayAddress,
+    Effect,
+    InstallGroup,
+    InstallMeter,
+    InstallRules,
+    RemoveExactRules,
+    RemoveGroup,
+    RemoveMeter,
+    RemoveRules,
+)
 from ..flows import base_flows, flows_v6
 from ..lifecycle import SwitchFacts, Ticked
 from ..model import Device
@@ -24,7 +34,9 @@ class SwitchMirror:
         self.meters: set[int] = set()
         self.gateways: set[int] = set()  # subnets whose gateway address the router's stack holds
         self.forwarding: dict[str, tuple[int, ...]] = {}  # devices whose forwarding rules are installed: their ports
-        self.broadcast: frozenset[flows.FlowRule] = frozenset()
+        self.broadcast: dict[tuple, flows.FlowRule] = {}  # the broadcast rules on the switch, by their slot
+        self.groups: dict[int, flows.CopyGroup] = {}  # the groups of broadcast copies on the switch
+        self.forwarding_changed = False  # since broadcast was last asked for
 
     # -- the lifecycle
 
@@ -34,7 +46,8 @@ class SwitchMirror:
         assert access_ports, "a switch without an access port has no devices"
         self.access_ports, self.router_mac = access_ports, switch.router_mac
         self.installed, self.meters, self.gateways = {}, {flows.NEWCOMERS_METER.meter_id}, set()
-        self.forwarding, self.broadcast = {}, frozenset()
+        self.forwarding, self.broadcast, self.groups = {}, {}, {}
+        self.forwarding_changed = False
         return [InstallMeter(flows.NEWCOMERS_METER), InstallRules(tuple(base_flows.base_rules(access_ports)))]
 
     def tick(self, now: float) -> Ticked:
@@ -48,7 +61,8 @@ class SwitchMirror:
     def forget(self, mac: str) -> None:
         """Its rules and meter are no longer the router's to track (`evict` said what to remove)."""
         self.installed.pop(mac, None)
-        self.forwarding.pop(mac, None)
+        if self.forwarding.pop(mac, None) is not None:
+            self.forwarding_changed = True
 
     # -- queries
 
@@ -100,28 +114,45 @@ class SwitchMirror:
             effects.append(RemoveMeter(portal))
         return effects, have is not None
 
-    def set_forwarding(
-        self, mac: str, forwards: bool, rules: flows.DeviceRules | None, device_of: Callable[[str], Device]
-    ) -> list[Effect]:
-        """Broadcast reaches exactly the devices that forward, out of their own ports (those of its rule
-        set; without one, every access port): rebuilt when that set changes, or a device's port does."""
-        own_ports = rules.own_ports if rules is not None else self.access_ports
-        if self.forwarding.get(mac) == (own_ports if forwards else None):
-            return []
-        if forwards:
-            self.forwarding[mac] = own_ports
+    def set_forwarding(self, mac: str, forwards: bool, rules: flows.DeviceRules | None) -> None:
+        """Whether the device forwards, and out of which ports (those of its rule set; without one, every
+        access port): what broadcast reaches, at the next `broadcast_changes`."""
+        own_ports = (rules.own_ports if rules is not None else self.access_ports) if forwards else None
+        if self.forwarding.get(mac) == own_ports:
+            return
+        if own_ports is None:
+            del self.forwarding[mac]
         else:
-            self.forwarding.pop(mac)
-        permitted = [device_of(m) for m in sorted(self.forwarding)]
-        wanted = base_flows.broadcast_rules(permitted, self.access_ports, self.forwarding.__getitem__)
-        if self.ipv6:
-            wanted |= flows_v6.multicast_rules(permitted, self.forwarding.__getitem__)
-        if wanted == self.broadcast:
+            self.forwarding[mac] = own_ports
+        self.forwarding_changed = True
+
+    def broadcast_changes(self, device_of: Callable[[str], Device]) -> list[Effect]:
+        """Broadcast reaches exactly the devices that forward, out of their own ports: rebuilt when those
+        changed, and only what differs from what the switch holds sent. The router asks once per operation,
+        not once per device (`Reconciler.reconcile_each`)."""
+        if not self.forwarding_changed:
             return []
-        effects: list[Effect] = [RemoveRules(flows.BROADCAST_COOKIE)] if self.broadcast else []
-        if wanted:
-            effects.append(InstallRules(tuple(wanted)))
-        self.broadcast = wanted
+        self.forwarding_changed = False
+        permitted = [device_of(m) for m in sorted(self.forwarding)]
+        copies = base_flows.BroadcastCopies(self.forwarding)
+        rules = base_flows.broadcast_rules(permitted, self.access_ports, copies)
+        if self.ipv6:
+            rules += flows_v6.multicast_rules(permitted, copies)
+        wanted = {r.slot: r for r in rules}
+        groups = {g.group_id: g for g in copies.groups()}
+        # The groups first (a rule may name only a group the switch holds), the rules that no longer name a
+        # group before it goes.
+        effects: list[Effect] = [
+            InstallGroup(group, replace=group_id in self.groups)
+            for group_id, group in groups.items()
+            if self.groups.get(group_id) != group
+        ]
+        if changed := tuple(r for slot, r in wanted.items() if self.broadcast.get(slot) != r):
+            effects.append(InstallRules(changed))
+        if gone := tuple(r for slot, r in self.broadcast.items() if slot not in wanted):
+            effects.append(RemoveExactRules(gone))
+        effects += [RemoveGroup(group_id) for group_id in self.groups if group_id not in groups]
+        self.broadcast, self.groups = wanted, groups
         return effects
 
     def evict(self, device: Device) -> list[Effect]:

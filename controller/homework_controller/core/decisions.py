@@ -139,11 +139,7 @@ class HouseholdDecisions:
         return self._reconcile_all(self.controls.grant_shared_bonus(name, amount))
 
     def _reconcile_all(self, macs: set[str]) -> list[Effect]:
-        effects: list[Effect] = []
-        for mac in sorted(macs):
-            if (device := self.devices.get(mac)) is not None:
-                effects += self.reconciler.reconcile(device)
-        return effects
+        return self.reconciler.reconcile_each(self.devices[mac] for mac in sorted(macs) if mac in self.devices)
 
     def _change(self, mac: str, change: Callable[..., None], *args: str) -> list[Effect]:
         """A household's change to one device's controls (a pause, a schedule, an allowance), then its rules."""

@@ -173,7 +173,7 @@ class Joining:
         if port is None:
             return []
         moved = self.port_binding.only_these_at(port, {normalize_mac(m) for m in macs})
-        return [e for mac in moved if mac in self.devices for e in self.reconciler.reconcile(self.devices[mac])]
+        return self.reconciler.reconcile_each(self.devices[mac] for mac in moved if mac in self.devices)
 
     def _authenticated_at(self, mac: str, port: int | None, proven: bool) -> list[Effect]:
         """The access point on `port` authenticated the station: a device it roamed to moves there, its
@@ -231,7 +231,7 @@ class Joining:
         if device.lease_active(self.clock()):
             effects.append(self.registry.record_lease(device, "released"))
         effects += self.reconciler.evict(device) + self.reconciler.forget_neighbours(device)  # its addresses, a new MAC
-        effects += self.switch.set_forwarding(old_mac, False, None, self.devices.__getitem__)
+        self.switch.set_forwarding(old_mac, False, None)  # broadcast follows with the new MAC's reconcile, below
         for concern in self.concerns:
             if concern not in self.follow_the_device:
                 concern.forget(old_mac)

@@ -8,7 +8,7 @@ cookie, and the switch mirror says what changes that takes. Everything that chan
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .. import flows
@@ -47,6 +47,15 @@ class Reconciler:
 
     def reconcile(self, device: Device, reinstall: bool = False) -> list[Effect]:
         """Bring the switch's rules for one device in line with its state (reinstall: even if they are)."""
+        return self.reconcile_each((device,), reinstall)
+
+    def reconcile_each(self, devices: Iterable[Device], reinstall: bool = False) -> list[Effect]:
+        """`reconcile` for many devices at once (the clock, a switch that reconnected, a renumbering), with
+        broadcast, which names every forwarding device, rebuilt once after them all."""
+        effects = [effect for device in devices for effect in self._rules_of(device, reinstall)]
+        return effects + self.switch.broadcast_changes(self.registry.devices.__getitem__)
+
+    def _rules_of(self, device: Device, reinstall: bool) -> list[Effect]:
         access_ports, router_mac = self.switch.access_ports, self.switch.router_mac
         if not access_ports or router_mac is None:
             return []  # no switch yet: it gets everything when it connects
@@ -72,7 +81,8 @@ class Reconciler:
         effects += self.ipv6.changes(device, wanted)
         if wanted is not None:
             effects += self.install_blocks(device)
-        return effects + self.switch.set_forwarding(device.mac, forwards, wanted, self.registry.devices.__getitem__)
+        self.switch.set_forwarding(device.mac, forwards, wanted)
+        return effects
 
     def install_blocks(self, device: Device | None, ips=None) -> list[Effect]:
         """Drop rules from the device to those of ips (default: all its blocked addresses) the switch
@@ -89,7 +99,7 @@ class Reconciler:
         effects = self.evict(device) + self.forget_neighbours(device)
         for concern in self.concerns:
             concern.forget(device.mac)
-        return effects
+        return effects + self.switch.broadcast_changes(self.registry.devices.__getitem__)
 
     def evict(self, device: Device) -> list[Effect]:
         """Its rules and meter off the switch, and its marks (what its lookups and its agent named)."""

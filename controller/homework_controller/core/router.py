@@ -235,8 +235,7 @@ class HomeRouter:
         effects: list[Effect] = []
         for concern in self.on_switch_ready:
             effects += concern.switch_ready(switch)
-        for device in self.devices.values():
-            effects += self.reconciler.reconcile(device)
+        effects += self.reconciler.reconcile_each(self.devices.values())
         effects += [AuthenticatorDeny(d.mac, True) for d in self.devices.values() if d.state is State.BLACKLISTED]
         return effects
 
@@ -275,8 +274,9 @@ class HomeRouter:
         device that offered it is refused from now on, and loses it if it holds it now (`border_routes`)."""
         device = self.decisions.known(mac)
         effects: list[Effect] = []
-        for other in sorted(self.ipv6.give_route(prefix, device.mac)):
-            effects += self.reconciler.reconcile(self.devices[other], reinstall=True)
+        effects += self.reconciler.reconcile_each(
+            (self.devices[other] for other in sorted(self.ipv6.give_route(prefix, device.mac))), reinstall=True
+        )
         told = f"{device.label} owns the route to {prefix.strip()} now: the household gave it"
         return [*effects, *self.ipv6.readvertise(self.clock()), TellHousehold("route", device.mac, told)]
 
@@ -284,11 +284,11 @@ class HomeRouter:
         """The ISP delegated another prefix (or none): each forwarding device's rules and advert are redone
         for its new /64s, its old global /64 advertised deprecated (ipv6.Ipv6Addresses.renumber). until: when
         the delegation stops being preferred and valid, which the adverts' lifetimes do not go beyond."""
-        effects: list[Effect] = []
-        for mac in self.ipv6.renumber(delegated, self.clock(), until):
-            effects += self.reconciler.reconcile(self.devices[mac], reinstall=True)
-            if self.priorities.ahead.has_marks(mac):
-                effects += self.priorities.ahead.marks_of(self.devices[mac])  # its IPv6 marks name its /64s
+        renumbered = [self.devices[mac] for mac in self.ipv6.renumber(delegated, self.clock(), until)]
+        effects = self.reconciler.reconcile_each(renumbered, reinstall=True)
+        for device in renumbered:
+            if self.priorities.ahead.has_marks(device.mac):
+                effects += self.priorities.ahead.marks_of(device)  # its IPv6 marks name its /64s
         return effects
 
     # -- connections: accounting and application priorities (records, counters, agents: `self.flow_events`)
@@ -359,9 +359,9 @@ class HomeRouter:
             for mac in ticked.leases_ended:
                 self.port_binding.lease_ended(mac)
             for macs, reinstall in ((ticked.reconcile, False), (ticked.reinstall, True)):
-                for mac in macs:
-                    if mac in self.devices:
-                        effects += self.reconciler.reconcile(self.devices[mac], reinstall=reinstall)
+                effects += self.reconciler.reconcile_each(
+                    (self.devices[m] for m in macs if m in self.devices), reinstall
+                )
             effects += ticked.effects
         return effects
 

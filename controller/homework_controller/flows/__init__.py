@@ -49,7 +49,9 @@ table 3, routing:
   BROADCAST      from a permitted device: to 255.255.255.255, 224.0.0.0/4 or the sender's /30
                  broadcast                                             -> one unicast copy to each *other* permitted
                                                                           device, and the router: a pending or
-                                                                          denied device hears none of it
+                                                                          denied device hears none of it (the copies
+                                                                          in groups of type ALL, a group per block of
+                                                                          devices: `base_flows.BroadcastCopies`)
                  (IPv6's twin, UDP to ff02::/16 such as mDNS's ff02::fb: `flows_v6.multicast_rules`)
   MISS           anything else                                         -> router (its stack routes and NATs)
 
@@ -105,10 +107,12 @@ from .values import (
     VLAN_PRESENT,
     AccountingPriority,
     AdmissionPriority,
+    CopyGroup,
     DecTtl,
     FiveTuple,
     FlowRule,
     GotoTable,
+    Group,
     MarkingPriority,
     Meter,
     MeterBand,
@@ -152,6 +156,7 @@ __all__ = [
     "DHCP_SERVER_PORT",
     "DNS_OVER_TLS_PORT",
     "DNS_PORT",
+    "CopyGroup",
     "DecTtl",
     "DeviceRules",
     "GateRules",
@@ -163,6 +168,7 @@ __all__ = [
     "FiveTuple",
     "FlowRule",
     "GotoTable",
+    "Group",
     "IN_PORT",
     "IPV4",
     "LOCAL",

@@ -6,7 +6,8 @@ A device's own rules are `flows.device_rules`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Mapping, Sequence
 
 from ..model import Device
 from . import (
@@ -30,8 +31,10 @@ from . import (
     VLAN_PRESENT,
     AccountingPriority,
     AdmissionPriority,
+    CopyGroup,
     FlowRule,
     GotoTable,
+    Group,
     MarkingPriority,
     Meter,
     Output,
@@ -100,23 +103,20 @@ def base_rules(access_ports: Sequence[int]) -> list[FlowRule]:
     ]
 
 
-def broadcast_rules(
-    permitted: list[Device], access_ports: Sequence[int], own_ports: Callable[[str], Sequence[int]]
-) -> frozenset[FlowRule]:
+def broadcast_rules(permitted: list[Device], access_ports: Sequence[int], copies: BroadcastCopies) -> list[FlowRule]:
     """Broadcast and multicast among permitted devices, as unicast copies (an access point's
     multicast-to-unicast): a pending or denied device shares the radio but hears none of it, and
     no device hears its own frames back. One rule per sender, port and destination, each naming
-    every other permitted device (out of its own ports: `own_ports(mac)`), so it is rebuilt whenever
-    the permitted set changes."""
+    every other permitted device (`copies`)."""
 
-    rules = set()
+    rules = []
     for sender in permitted:
         assert sender.subnet is not None
-        for port in own_ports(sender.mac):
+        for port in copies.ports_of(sender.mac):
             assert port in access_ports, f"{sender.mac} bound to {port}, not an access port"
-            others = copies_to(permitted, sender, port, own_ports)
+            others = copies.to_all_but(sender.mac, port)
             for dst in (ALL_HOSTS, MULTICAST):
-                rules.add(
+                rules.append(
                     rule(
                         TABLE_ROUTING,
                         RoutingPriority.BROADCAST,
@@ -129,7 +129,7 @@ def broadcast_rules(
                     )
                 )
             # A /30's own broadcast address becomes the all-hosts broadcast (where a device expects it).
-            rules.add(
+            rules.append(
                 rule(
                     TABLE_ROUTING,
                     RoutingPriority.BROADCAST,
@@ -141,15 +141,55 @@ def broadcast_rules(
                     ipv4_dst=sender.subnet.broadcast,
                 )
             )
-    return frozenset(rules)
+    return rules
 
 
-def copies_to(
-    permitted: list[Device], sender: Device, in_port: int, own_ports: Callable[[str], Sequence[int]]
-) -> tuple:
-    """One unicast copy of the sender's frame to each other permitted device, out of its own ports."""
-    out: list = []
-    for d in permitted:
-        if d.mac != sender.mac:
-            out += [SetField("eth_dst", d.mac), *outputs_to(own_ports(d.mac), in_port)]
-    return tuple(out)
+# Each sender's broadcast rules name every other forwarding device. Listing them all in every rule makes the
+# rule set, and what a new or departing device sends the switch, grow with the square of the devices (1.3 MB
+# of OpenFlow per permit with 100 devices). So the devices are cut into blocks by their MAC, each block's
+# copies are one group per port frames come in on, and a sender's rule names the other blocks' groups and
+# only its own block's other devices: a device that comes or goes changes its block's groups and the rules of
+# its block's senders.
+BROADCAST_BLOCKS = 16
+_BROADCAST_GROUP_PORTS = 1 << 16  # above any OpenFlow port number a switch gives an access port
+
+
+class BroadcastCopies:
+    """A frame's unicast copy to each forwarding device (its MAC set, out of its own ports; out of IN_PORT to
+    one on the port it came in on), as `Group` actions and the `CopyGroup`s they name."""
+
+    def __init__(self, forwarding: Mapping[str, Sequence[int]]):
+        self.ports_of = forwarding.__getitem__
+        self._blocks: dict[int, list[str]] = {}
+        for mac in sorted(forwarding):
+            self._blocks.setdefault(broadcast_block(mac), []).append(mac)
+        self._in_ports = sorted({port for ports in forwarding.values() for port in ports})
+
+    def groups(self) -> list[CopyGroup]:
+        return [
+            CopyGroup(
+                broadcast_group(block, in_port),
+                tuple(self._copy_to(mac, in_port) for mac in macs),
+            )
+            for block, macs in sorted(self._blocks.items())
+            for in_port in self._in_ports
+        ]
+
+    def to_all_but(self, sender: str, in_port: int) -> tuple:
+        own_block = broadcast_block(sender)
+        groups = tuple(Group(broadcast_group(block, in_port)) for block in sorted(self._blocks) if block != own_block)
+        mates = (self._copy_to(mac, in_port) for mac in self._blocks[own_block] if mac != sender)
+        return groups + tuple(action for copy in mates for action in copy)
+
+    def _copy_to(self, mac: str, in_port: int) -> tuple:
+        return (SetField("eth_dst", mac), *outputs_to(self.ports_of(mac), in_port))
+
+
+def broadcast_block(mac: str) -> int:
+    # A checksum of the whole MAC, not its last bits: one vendor's MACs may differ only in their first bytes.
+    return zlib.crc32(mac.encode()) % BROADCAST_BLOCKS
+
+
+def broadcast_group(block: int, in_port: int) -> int:
+    """The group of a block's copies for frames that came in on `in_port`."""
+    return (block + 1) * _BROADCAST_GROUP_PORTS + in_port

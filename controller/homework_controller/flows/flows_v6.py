@@ -40,7 +40,7 @@ table 2, routing:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ..model import Device
 from ..wire import nd
@@ -74,7 +74,7 @@ from . import (
     routed_to,
     rule,
 )
-from .base_flows import copies_to
+from .base_flows import BroadcastCopies
 
 ETH_IPV6 = nd.ETH_IPV6
 IPV6 = Family(ETH_IPV6, "ipv6_src", "ipv6_dst")
@@ -192,14 +192,14 @@ def dns_block_rules(device: Device, addr: str, prefixes: tuple[str, ...]) -> lis
     return [address_blocked(IPV6, device_cookie(device), masked(prefix), addr) for prefix in prefixes]
 
 
-def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence[int]]) -> frozenset[FlowRule]:
+def multicast_rules(permitted: list[Device], copies: BroadcastCopies) -> list[FlowRule]:
     """IPv6 link-scope multicast among forwarding devices as unicast copies, as `base_flows.broadcast_rules`
     does IPv4's: a pending or denied device hears none of it, no device its own, and it stays on the LAN
     (the router's stack gets a copy, and routes no link-scope packet). Its source is checked as the rest of
     its IPv6 is: its MAC on its own port, and a link-local source here (its /64s' rules admit those)."""
-    rules = set()
+    rules = []
     for sender in permitted:
-        for port in own_ports(sender.mac):
+        for port in copies.ports_of(sender.mac):
             sent: dict = {
                 "in_port": port,
                 "eth_src": sender.mac,
@@ -207,7 +207,7 @@ def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence
                 "ip_proto": PROTO_UDP,
                 "ipv6_dst": LINK_SCOPE_MULTICAST,
             }
-            rules.add(
+            rules.append(
                 rule(
                     TABLE_ADMISSION,
                     AdmissionPriority.SOURCE_CHECKED,
@@ -217,13 +217,13 @@ def multicast_rules(permitted: list[Device], own_ports: Callable[[str], Sequence
                     **sent,
                 )
             )
-            rules.add(
+            rules.append(
                 rule(
                     TABLE_ROUTING,
                     RoutingPriority.BROADCAST,
-                    copies_to(permitted, sender, port, own_ports) + (Output(LOCAL),),
+                    copies.to_all_but(sender.mac, port) + (Output(LOCAL),),
                     BROADCAST_COOKIE,
                     **sent,
                 )
             )
-    return frozenset(rules)
+    return rules

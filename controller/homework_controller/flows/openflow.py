@@ -34,6 +34,8 @@ def actions(values) -> list:
             out.append(parser.OFPActionSetQueue(action.queue_id))
         elif isinstance(action, flows.DecTtl):
             out.append(parser.OFPActionDecNwTtl())
+        elif isinstance(action, flows.Group):
+            out.append(parser.OFPActionGroup(action.group_id))
         else:
             raise TypeError(f"not an apply-action: {action!r}")
     return out
@@ -125,7 +127,23 @@ def delete_everything() -> list:
             None, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY
         ),
         parser.OFPMeterMod(None, command=ofp.OFPMC_DELETE, meter_id=ofp.OFPM_ALL),
+        parser.OFPGroupMod(None, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL),
     ]
+
+
+def group_mod(group: flows.CopyGroup, replace: bool = False):
+    """The group as an OFPGC_ADD (replace: OFPGC_MODIFY, new buckets for the group the switch holds)."""
+    return parser.OFPGroupMod(
+        None,
+        command=ofp.OFPGC_MODIFY if replace else ofp.OFPGC_ADD,
+        type_=ofp.OFPGT_ALL,
+        group_id=group.group_id,
+        buckets=[parser.OFPBucket(actions=actions(bucket)) for bucket in group.buckets],
+    )
+
+
+def delete_group(group_id: int):
+    return parser.OFPGroupMod(None, command=ofp.OFPGC_DELETE, group_id=group_id)
 
 
 def add_meter(band: flows.MeterBand):

@@ -106,6 +106,22 @@ class GotoTable:
 
 
 @dataclass(frozen=True)
+class Group:
+    """Hand the packet to an OpenFlow group (`CopyGroup`)."""
+
+    group_id: int
+
+
+@dataclass(frozen=True)
+class CopyGroup:
+    """An OpenFlow group of type ALL: each bucket's actions run on a copy of the packet, and the rule that
+    names the group goes on with the packet as it was."""
+
+    group_id: int
+    buckets: tuple[tuple, ...]  # each bucket's actions
+
+
+@dataclass(frozen=True)
 class Meter:
     """Send the packet through an OpenFlow meter first (a packet-in budget)."""
 
@@ -179,6 +195,11 @@ class FlowRule:
     @property
     def match_dict(self) -> dict:
         return dict(self.match)
+
+    @property
+    def slot(self) -> tuple:
+        """What OpenFlow tells rules apart by: a rule of the same table, rule priority and match replaces it."""
+        return (self.table, self.priority, self.match)
 
 
 def rule(

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, assert_never
 
 from os_ken.ofproto import ofproto_v1_3
 
-from ...effects import InstallMeter, InstallRules, ModifyRules, RemoveMeter, RemoveRules, RuleChange
+from ...effects import (
+    InstallGroup,
+    InstallMeter,
+    InstallRules,
+    ModifyRules,
+    RemoveExactRules,
+    RemoveGroup,
+    RemoveMeter,
+    RemoveRules,
+    RuleChange,
+)
 from ...flows import openflow
 from ..outbox import Outbox, call
 
@@ -49,10 +59,16 @@ class SwitchConnection:
                 msgs = [openflow.flow_mod(r, ofproto_v1_3.OFPFC_MODIFY_STRICT) for r in change.rules]
             case RemoveRules():
                 msgs = [openflow.delete_cookie(change.cookie)]
+            case RemoveExactRules():
+                msgs = [openflow.delete_strict(r) for r in change.rules]
             case InstallMeter():
                 msgs = [openflow.add_meter(change.band)]
             case RemoveMeter():
                 msgs = [openflow.delete_meter(change.meter_id)]
+            case InstallGroup():
+                msgs = [openflow.group_mod(change.group, change.replace)]
+            case RemoveGroup():
+                msgs = [openflow.delete_group(change.group_id)]
             case _:
                 assert_never(change)
         for msg in msgs:
