@@ -25,7 +25,7 @@ from pathlib import Path
 from homework_deploy import prefix_delegation
 
 from .isp import DIST, NS_DIST
-from .net import run
+from .net import nft_table, run
 from .services import Processes
 from .wait import wait_until
 
@@ -151,14 +151,10 @@ def build_router(run_dir: Path, lan: str, wan: str, state_dir: Path) -> None:
     # The prefix-delegation client writes it, in a directory of its own (made for it: on the image it may not).
     (state_dir / DELEGATED_FILE).parent.mkdir(exist_ok=True)
     (state_dir / DELEGATED_FILE).unlink(missing_ok=True)
-    if run("nft", "list", "table", "ip6", NFT6_TABLE, check=False):
-        return
-    run(
-        "nft",
-        "-f",
-        "-",
-        input=f"""
-table ip6 {NFT6_TABLE} {{
+    nft_table(
+        "ip6",
+        NFT6_TABLE,
+        f"""
   # RFC 6092: from the WAN, answers to the devices' own connections get in, new connections do not.
   # Neighbour discovery on the WAN link itself is the router's to answer.
   chain input {{
@@ -177,7 +173,6 @@ table ip6 {NFT6_TABLE} {{
     # Containment: the emulated home's only way out is the emulated internet.
     iifname "{lan}" oifname != {{ "{wan}", "{lan}" }} drop
   }}
-}}
 """,
     )
 

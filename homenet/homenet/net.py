@@ -18,6 +18,14 @@ def run(*cmd, check=True, ns=None, input=None, timeout=60) -> str:
     return proc.stdout
 
 
+def nft_table(family: str, name: str, body: str, ns=None) -> None:
+    """An nftables table of `body`'s sets and chains, unless it is there already (a home brought up again
+    keeps its own)."""
+    if run("nft", "list", "table", family, name, check=False, ns=ns):
+        return
+    run("nft", "-f", "-", ns=ns, input=f"table {family} {name} {{\n{body}}}\n")
+
+
 def netns_list() -> list[str]:
     out = run("ip", "-json", "netns", "list", check=False).strip()
     return [n["name"] for n in json.loads(out)] if out else []

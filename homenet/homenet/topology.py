@@ -32,7 +32,7 @@ from pathlib import Path
 from homework_deploy import ovs_bridge
 
 from . import ipv6
-from .net import ensure_ns, kill_all_in, link_exists, netns_list, run, veth
+from .net import ensure_ns, kill_all_in, link_exists, netns_list, nft_table, run, veth
 from .services import HomenetError, Processes
 from .wait import wait_until
 
@@ -113,20 +113,17 @@ class Topology:
             )
             run("ip", "link", "set", AIR_BRIDGE, "up", ns=NS_AIR)
             # A station never hears its own frames back: the set holds each station's port and MAC.
-            run(
-                "nft",
-                "-f",
-                "-",
-                ns=NS_AIR,
-                input=f"""
-table bridge {NFT_AIR_TABLE} {{
-  set own {{ type ifname . ether_addr; }}
-  chain forward {{
+            nft_table(
+                "bridge",
+                NFT_AIR_TABLE,
+                """
+  set own { type ifname . ether_addr; }
+  chain forward {
     type filter hook forward priority filter; policy accept;
     oifname . ether saddr @own drop
-  }}
-}}
+  }
 """,
+                ns=NS_AIR,
             )
         veth(WLAN, AIR_UP, b_ns=NS_AIR)
         run("ip", "link", "set", AIR_UP, "master", AIR_BRIDGE, ns=NS_AIR)
@@ -178,13 +175,10 @@ table bridge {NFT_AIR_TABLE} {{
         if not orig.exists():
             orig.write_text(Path("/proc/sys/net/ipv4/ip_forward").read_text())
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
-        if not run("nft", "list", "table", "ip", NFT_TABLE, check=False):
-            run(
-                "nft",
-                "-f",
-                "-",
-                input=f"""
-table ip {NFT_TABLE} {{
+        nft_table(
+            "ip",
+            NFT_TABLE,
+            f"""
   chain postrouting {{
     type nat hook postrouting priority srcnat; policy accept;
     oifname "{WAN}" ip saddr 10.2.0.0/16 masquerade
@@ -202,27 +196,22 @@ table ip {NFT_TABLE} {{
     type filter hook forward priority filter; policy accept;
     iifname "{BRIDGE}" oifname != {{ "{WAN}", "{BRIDGE}" }} drop
   }}
-}}
 """,
-            )
+        )
         # With the userspace datapath, this kernel still sees every frame that arrives on wlan0
         # and would answer ARP and IP for the router's own addresses behind OVS's back. The
         # netdev ingress hook runs after OVS's packet socket has its copy, so this drop only
         # silences the kernel. (The kernel datapath on a real router steals the frames itself.)
         Path(f"/proc/sys/net/ipv6/conf/{WLAN}/disable_ipv6").write_text("1\n")
-        if not run("nft", "list", "table", "netdev", NFT_WLAN_TABLE, check=False):
-            run(
-                "nft",
-                "-f",
-                "-",
-                input=f"""
-table netdev {NFT_WLAN_TABLE} {{
+        nft_table(
+            "netdev",
+            NFT_WLAN_TABLE,
+            f"""
   chain ingress {{
     type filter hook ingress device "{WLAN}" priority 0; policy drop;
   }}
-}}
 """,
-            )
+        )
         # The image's bridge too (homework_deploy.ovs_bridge), but on OVS's userspace datapath.
         try:
             ovs_bridge.set_up(BRIDGE, [WLAN], ROUTER_MAC, CONTROLLER, datapath_type="netdev")
