@@ -408,6 +408,19 @@ test('owner: the Household page shows the agent key for end-host agents', async 
   await context.close()
 })
 
+// Issue 37: the owner adds a satellite access point from the Household page: the page makes the code to type on it.
+test('owner: the Household page makes a code for a new access point and lists none paired yet', async () => {
+  const { context, page } = await signIn(browser, stack.url, PHONE, { touch: true, mobile: true })
+  await page.goto(stack.url + '/#/household')
+  await page.waitForSelector('[data-test=access-point-add]')
+  assert.equal(await page.$('[data-test=access-point]'), null)
+  await page.click('[data-test=access-point-add]')
+  await page.waitForSelector('[data-test=access-point-code]')
+  assert.match((await page.textContent('[data-test=access-point-code]')).trim(), /^[A-Z0-9]{8}$/)
+  assert.equal(await page.$('.access-points .error'), null)
+  await context.close()
+})
+
 // Issue 25: the owner changes the router's own radio on the Household page. The fake controller
 // reads, checks and writes the settings file with the controller's own code (radio_settings.py);
 // on the image, writing it restarts hostapd (homework-radio-refresh.path).
