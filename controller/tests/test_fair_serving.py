@@ -33,8 +33,9 @@ class Switch:
         self.while_encoding()
         return change
 
-    def send_encoded(self, change) -> None:
-        self.sent(change)
+    def send_encoded(self, *changes) -> None:
+        for change in changes:
+            self.sent(change)
 
 
 class Serving(FairServer):
@@ -277,11 +278,11 @@ def test_held_changes_wait_without_the_lock_while_the_switch_is_behind_and_go_in
     serving.storm(10)
     decided = serving.held_rules.oldest(len(serving.held_rules))
     clock.now += 1
-    serving.switch.room_left = 2  # the switch is behind
+    serving.switch.room_left = 0  # the switch is behind
     serving.turns.append([])
     assert serving.serve_one_turn() == Wait(fair_serving.SWITCH_BEHIND_S)
     assert serving.sent() == [] and serving.held_rules.oldest(len(decided)) == decided
-    serving.switch.room_left = 16
+    serving.switch.room_left = 1  # a turn's changes go as one buffer
     while serving.held_rules:
         serving.turns.append([])
         assert serving.serve_one_turn() == SEND
