@@ -193,15 +193,15 @@ class AccessPoint:
         what was done: "unchanged"; "passwords", given to the running hostapd when only passwords changed;
         "restarted", when anything else did: hostapd stopped, given it and started (never running with a
         configuration other than the file's, which the controller reads)."""
-        guest_before = self.guest_line()
+        keys_before = self.key_file()
         conf = render()
-        guest_changed = self.guest_line() != guest_before
+        keys_changed = self.key_file() != keys_before
         ran = self.conf.read_text() if self.conf.exists() else ""
-        if ran == conf and not guest_changed:
+        if ran == conf and not keys_changed:
             return "unchanged"
         if ran and passwords_only(ran, conf):
             try:
-                self.give_passwords(conf, guest_changed)
+                self.give_passwords(conf if conf != ran else "", keys_changed)
             except hostapd_ctrl.HostapdError as exc:
                 raise RadioError(f"{exc}; hostapd runs with the passwords it had") from None
             self.write_conf(conf)  # after: the controller never reads a password hostapd does not have yet
@@ -222,8 +222,10 @@ class AccessPoint:
         print(f"homework-network: hostapd restarted with its configuration rendered again ({self.conf})")
         return "restarted"
 
-    def give_passwords(self, conf: str, guest_changed: bool) -> None:
-        """The running hostapd given `conf`'s SAE passwords, and the key file's guest line when it changed.
+    def give_passwords(self, conf: str, keys_changed: bool) -> None:
+        """The running hostapd given `conf`'s SAE passwords ("": none changed), and its key file read again when
+        `render` changed it (the router's: its guest line; the controller has it read again itself for every
+        device key it writes. A satellite's: every device's line too, which its agent writes here).
 
         hostapd 2.10 puts each `SET sae_password` at the head of its list, as it does each line of a file it
         reads, and takes the first entry that fits a station: set again in the file's order, they are tried
@@ -231,21 +233,20 @@ class AccessPoint:
         binds is behind the new guest line, which fits every MAC: it no longer joins anyone (revoked). The
         list grows by a few entries per change until hostapd next starts.
 
-        A station is not touched by either: one already on keeps its connection until it joins again. But
-        hostapd's RELOAD_WPA_PSK (the key file read again, as the controller has it done for every device
-        key it writes) puts off the air every station whose key is not in the file, and to hostapd 2.10 that
-        is every WPA3 station too (its key came from SAE, not from a passphrase in the file): those rejoin
-        by themselves, in about a second. So the key file is read again here only when its guest line changed."""
+        A station is not touched by the passwords: one already on keeps its connection until it joins again.
+        But hostapd's RELOAD_WPA_PSK (the key file read again) puts off the air every station whose key is not
+        in the file, and to hostapd 2.10 that is every WPA3 station too (its key came from SAE, not from a
+        passphrase in the file): those rejoin by themselves, in about a second. So the key file is read again
+        only when it changed: a device's WPA2 key issued works, and a revoked one stops, only from then on."""
         for line in conf.splitlines():
             if line.startswith(SAE_PASSWORD):  # straight to the socket: a password on no command line
                 hostapd_ctrl.request(str(self.ctrl), f"SET sae_password {line.removeprefix(SAE_PASSWORD)}")
-        if guest_changed:
+        if keys_changed:
             hostapd_ctrl.request(str(self.ctrl), "RELOAD_WPA_PSK")
 
-    def guest_line(self) -> str:
-        """The key file's guest line (its WPA2 passphrase), "" without one."""
-        lines = private_files.read_text(str(self.psk_file)).splitlines()
-        return next((line for line in lines if line.startswith(f"keyid={wifi_keys.GUEST_KEYID} ")), "")
+    def key_file(self) -> str:
+        """The key file as it is now ("" without one)."""
+        return private_files.read_text(str(self.psk_file))
 
     def write_conf(self, conf: str) -> None:
         self.conf.parent.mkdir(parents=True, exist_ok=True)

@@ -271,7 +271,9 @@ class Radio:
 
     def joined(self, mac: str) -> dict | None:
         """A station hostapd has just authorized, as the router is told of it, with the key it proved (one `STA`,
-        `hostapd_ctrl.station`). None: not authorized here (it left meanwhile)."""
+        `hostapd_ctrl.station`). None: not authorized here (it left meanwhile), or amid a new handshake, when
+        hostapd's key id is not the key the station proves yet (`hostapd_ctrl.handshake_under_way`: a station
+        back from a roam, say, another device's key id): the `EAPOL-4WAY-HS-COMPLETED` that ends it is its join."""
         try:
             answer = hostapd_ctrl.station(str(self.access_point.ctrl), mac)
         except hostapd_ctrl.HostapdError as exc:
@@ -280,8 +282,9 @@ class Radio:
         return next(iter(self.told_joined(answer)), None)
 
     def told_joined(self, sta_answer: str) -> list[dict]:
-        """hostapd's `STA` or `ALL_STA` answer -> a join for each authorized station: its `keyid=` (WPA2), or,
-        over SAE, where hostapd names no key, the password the running configuration binds to its MAC."""
+        """hostapd's `STA` or `ALL_STA` answer -> a join for each station authorized by a completed handshake
+        (`hostapd_ctrl.stations_present`): its `keyid=` (WPA2), or, over SAE, where hostapd names no key, the
+        password the running configuration binds to its MAC."""
         try:
             conf = self.access_point.conf.read_text()
         except OSError:

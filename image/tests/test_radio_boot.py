@@ -914,6 +914,16 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
     # "temporarily" (status 30) while it asks the old one (SA Query): how often the roams met that.
     TIMINGS["roam_refused_temporarily"] = wpa_log.count("status_code=30")
     print(f"associations refused temporarily during the roams: {TIMINGS['roam_refused_temporarily']}")
+    # A station back at an access point that never heard it leave keeps its [AUTHORIZED] entry there through a
+    # new handshake, in which hostapd's `STA` names the key id of its key list's first entry (another device's
+    # own key) until message 2/4 (`hostapd_ctrl.handshake_under_way`): how often a join was asked in that
+    # window (left for the handshake's end), and any join of the roamer told with a device's key (none should be).
+    amid = keyid_anomalies(satellite.log(), roamer.mac)
+    amid += keyid_anomalies(router.run("journalctl -b --no-pager -u homework-controller", check=False), roamer.mac)
+    TIMINGS["roam_joins_asked_amid_a_handshake"] = sum("amid a new handshake" in line for line in amid)
+    print(f"joins asked amid a new handshake, and joins told with a device's key: {len(amid)}")
+    for line in amid:
+        print(f"  {line}")
     # The download went on through the roams: curl still running (it writes its exit when it ends), and about
     # a third of its rate or more from the first roam to the last (each gap costs it a TCP backoff).
     size, roams_took = int(router.run(f"stat -c %s {download}")), time.monotonic() - roams_began
@@ -932,6 +942,17 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
     roamer.exec("pkill -f 'curl.*big[.]bin'", check=False)
     assert device_state(router, roamer.mac) == "permitted" and clone_suspected(router, roamer.mac) is None
     assert roamer.fetch() == "200"
+    assert not [line for line in amid if "amid a new handshake" not in line], amid  # told with a device's key
+
+
+def keyid_anomalies(log: str, mac: str) -> list[str]:
+    """The log's lines where hostapd was asked of the guest station `mac` amid a new handshake (its key id not
+    yet the key it proves), and where the satellite told the router it joined with a device's own key."""
+    return [
+        line.strip()
+        for line in log.splitlines()
+        if (f"{mac} is amid a new handshake" in line) or (f"{mac} joined (dev-" in line)
+    ]
 
 
 def roam_hops(began: list[tuple[float, str]], pinged: str, wpa_log: str, agent_log: str, mac: str) -> list[dict]:

@@ -4,9 +4,12 @@ router's side are tested against the real web UI (webui/tests), and the whole on
 boot story (test_radio_boot.py)."""
 
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from homenet.fake_hostapd import FakeHostapd
 from homework_controller.policy import wifi_keys
 from homework_controller.radio import hostapd_conf
 from homework_image import satellite
@@ -67,9 +70,11 @@ def test_a_key_issued_or_revoked_at_the_router_reaches_the_running_hostapd_witho
     told.clear()
     assert box.serve(from_router((PHONE, PHONE_KEY), (LAPTOP, LAPTOP_KEY))) == "passwords"
     assert "start" not in told and f"SET sae_password {LAPTOP_KEY}|mac={LAPTOP}" in told
+    # Its WPA2 passphrase is in the key file, which the running hostapd reads again (or it would refuse it).
+    assert told[-1] == "RELOAD_WPA_PSK" and LAPTOP_KEY in box.psk_file.read_text()
     told.clear()
     assert box.serve(from_router((LAPTOP, LAPTOP_KEY))) == "passwords"  # the phone's key revoked
-    assert "start" not in told
+    assert "start" not in told and told[-1] == "RELOAD_WPA_PSK"  # or its WPA2 passphrase would still join
     assert PHONE_KEY not in box.psk_file.read_text() and PHONE_KEY not in box.access_point.conf.read_text()
     # Unchanged: nothing at all.
     told.clear()
@@ -215,3 +220,66 @@ def test_a_satellite_that_cannot_reach_the_router_yet_pairs_once_it_can_and_a_re
     monkeypatch.setattr(satellite.RouterLink, "pair", refused)
     dirs = ["--state", str(tmp_path / "another"), "--run", str(tmp_path / "run")]
     assert satellite.main(["--code", "WRONG-ONE", *dirs]) == 1
+
+
+def sta_answer(mac: str, ptk_state: int, keyid: str) -> str:
+    """hostapd 2.10's `STA <mac>` answer for a WPA2 station with protected management frames (the radio boot
+    story's roamer), its PTK state machine in `ptk_state` (src/ap/wpa_auth_i.h: 7 PTKSTART, 11 PTKINITDONE)."""
+    return (
+        f"{mac}\nflags=[AUTH][ASSOC][AUTHORIZED][SHORT_PREAMBLE][WMM][MFP][HT]\naid=1\n"
+        f"dot11RSNAStatsSTAAddress={mac}\ndot11RSNAStatsVersion=1\nwpa=2\nAKMSuiteSelector=00-0f-ac-2\n"
+        f"hostapdWPAPTKState={ptk_state}\nhostapdWPAPTKGroupState=0\nrx_packets=17\nconnected_time=14\n"
+        f"keyid={keyid}\n"
+    )
+
+
+def first_entry_in_hostapds_list(psk_file_text: str) -> str:
+    """The key id of the entry hostapd 2.10 tries first for any station: it puts each line of wpa_psk_file at
+    the head of its list (ap_config.c, hostapd_config_read_wpa_psk), so the file's last line. At a (re)association
+    its INITPSK state copies that entry's PSK into the station's PMK (wpa_auth.c, SM_STATE(WPA_PTK, INITPSK));
+    `STA` names the key id of the first entry whose PSK equals the PMK (sta_info.c, ap_sta_wpa_get_keyid), and
+    the PMK becomes the key the station proved only once its message 2/4 is checked (PTKCALCNEGOTIATING)."""
+    return psk_file_text.strip().splitlines()[-1].split(" ", 1)[0].removeprefix("keyid=")
+
+
+ROAMER, OWN_KEY_DEVICE = "02:00:00:00:05:00", "06:11:22:33:44:55"
+
+
+def test_a_guest_station_back_from_a_roam_amid_its_handshake_is_not_taken_for_another_devices_key(
+    tmp_path, monkeypatch
+):
+    """A station roaming back to this access point, which never heard it leave, keeps its [AUTHORIZED] entry
+    there: hostapd 2.10 starts a new 4-way handshake on it (WPA_REAUTH) with the PMK set to its key list's first
+    entry, another device's own key. A `STA` asked before the station's message 2/4 names that device's key id
+    (the radio boot story's roam saw `keyid=dev-061122334455` for a guest station, and the router took the
+    station for a copy of that device). Only a completed handshake's key id is told (hostapdWPAPTKState=11)."""
+    run = Path(tempfile.mkdtemp(prefix="sat-", dir="/tmp"))  # a short path: a Unix socket's is at most 107 bytes
+    monkeypatch.setattr(satellite.Radio, "start", lambda self: None)
+    monkeypatch.setattr(satellite.Radio, "stop", lambda self: None)
+    box = satellite.Radio("wlan0", "br0", tmp_path, run, channel=1)
+    box.serve(from_router((LAPTOP, LAPTOP_KEY), (OWN_KEY_DEVICE, PHONE_KEY)))
+    head = first_entry_in_hostapds_list(box.psk_file.read_text())
+    assert head == wifi_keys.device_keyid(OWN_KEY_DEVICE)  # another device's own key: what the story saw
+    hostapd = FakeHostapd(str(box.access_point.ctrl))
+    agent = satellite.Satellite(None, box)  # type: ignore[arg-type]  # no router: what it would be told, queued
+    try:
+        # Amid the new handshake (PTKSTART): hostapd's answer names the first entry's key id.
+        hostapd.stations[ROAMER] = sta_answer(ROAMER, 7, head)
+        agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {ROAMER}")
+        assert hostapd.asked == [f"STA {ROAMER}"]
+        told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
+        assert told == [], "a handshake in progress was told as a join with another device's key"
+        assert box.told_joined(sta_answer(ROAMER, 7, head)) == []  # nor at an attach (ALL_STA)
+        # The handshake done, with the guest passphrase: that is the join the router is told of.
+        hostapd.stations[ROAMER] = sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID)
+        agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {ROAMER}")
+        told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
+        assert told == [{"event": "joined", "mac": ROAMER, "keyid": wifi_keys.GUEST_KEYID}]
+        # The device itself, with its own key, is still told as itself (the positive control).
+        hostapd.stations[OWN_KEY_DEVICE] = sta_answer(OWN_KEY_DEVICE, 11, head)
+        agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {OWN_KEY_DEVICE}")
+        told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
+        assert told == [{"event": "joined", "mac": OWN_KEY_DEVICE, "keyid": head}]
+    finally:
+        hostapd.close()
+        shutil.rmtree(run, ignore_errors=True)

@@ -92,7 +92,8 @@ def station_joined(event: str) -> tuple[str, str] | None:
 def handshake_completed(event: str) -> str | None:
     """`<3>EAPOL-4WAY-HS-COMPLETED 02:..:01` -> the MAC; None for other events. A station that roams back to an
     access point that never heard it leave completes a handshake there without a new `AP-STA-CONNECTED`: its
-    key id is then asked of hostapd (`STA`, `stations_present`)."""
+    key id is then asked of hostapd (`STA`, `stations_present`, which takes it only from a completed handshake:
+    by the time it is asked, another may have begun)."""
     words = event.split(">", 1)[-1].split()
     return words[1] if len(words) >= 2 and words[0] == "EAPOL-4WAY-HS-COMPLETED" else None
 
@@ -128,15 +129,54 @@ def sae_keyid(conf_text: str, mac: str, keys: list[wifi_keys.WifiKey]) -> str:
     return ""
 
 
+# hostapd's pairwise key state machine (src/ap/wpa_auth_i.h, `wpa_ptk_state`) once a station's 4-way handshake
+# has completed (or FT/FILS stood in for it): PTKINITDONE, as its `STA` answer writes it (hostapdWPAPTKState=).
+PTK_INIT_DONE = 11
+
+
+def handshake_under_way(sta_answer: str) -> int | None:
+    """The pairwise key state hostapd's `STA` answer shows for a station amid a 4-way handshake; None when its
+    handshake is done (PTKINITDONE), or the answer shows no WPA state at all (no WPA on that network).
+
+    Its `keyid=` then names no key the station proved. hostapd (2.10, the image's) does not keep which key a
+    station proved: `STA` and `AP-STA-CONNECTED` look its PMK up in the key list as
+    it is at that moment (sta_info.c, ap_sta_wpa_get_keyid: the first entry whose PSK equals it). At each
+    (re)association the PMK is first set to the list's first entry that fits the station's MAC (wpa_auth.c,
+    SM_STATE(WPA_PTK, INITPSK); the file's last wildcard line: each line read goes to the head of the list), and
+    becomes the station's own only when its message 2/4 is checked (PTKCALCNEGOTIATING). A station back from a
+    roam at an access point that never heard it leave keeps its [AUTHORIZED] entry through that new handshake
+    (hostapd_new_assoc_sta: WPA_REAUTH), so it looks joined, with another device's key id, until then."""
+    for line in sta_answer.splitlines():
+        if line.startswith("hostapdWPAPTKState="):
+            try:
+                state = int(line.removeprefix("hostapdWPAPTKState="))
+            except ValueError:
+                return None
+            return None if state == PTK_INIT_DONE else state
+    return None
+
+
 def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
     """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) ->
-    (MAC, keyid or "", joined over SAE) for each authorized station."""
+    (MAC, keyid or "", joined over SAE) for each station authorized by a handshake that completed. One amid a
+    handshake (`handshake_under_way`: its key id is not the key it proves) is left out: it is judged at the
+    `EAPOL-4WAY-HS-COMPLETED` that ends it (or it fails, and hostapd says it left)."""
     present = []
     for block in re.split(r"(?m)^(?=[0-9a-f]{2}(?::[0-9a-f]{2}){5}$)", all_sta_answer):
         lines = block.splitlines()
         if not lines or "[AUTHORIZED]" not in block:
             continue
         keyid = next((line.removeprefix("keyid=") for line in lines if line.startswith("keyid=")), "")
+        state = handshake_under_way(block)
+        if state is not None:
+            LOG.info(
+                "%s is amid a new handshake (hostapd's PTK state %d; its keyid=%s is not the key it proves yet): "
+                "judged when it completes",
+                lines[0].strip(),
+                state,
+                keyid or "-",
+            )
+            continue
         present.append((lines[0].strip(), keyid, joined_over_sae(block)))
     return present
 
