@@ -48,9 +48,7 @@ def test_a_station_back_from_a_roam_is_judged_from_one_sta_on_the_socket_with_th
     assert router.status(PHONE)["clone_suspected"] is None
 
 
-def test_a_guest_station_amid_a_new_handshake_is_not_taken_for_the_device_whose_key_hostapd_names_then(
-    radio, router
-):
+def test_a_guest_station_amid_a_new_handshake_is_not_taken_for_the_device_whose_key_hostapd_names_then(radio, router):
     """hostapd 2.10 names the key id of the station's PMK as it is now: amid a roam-back's new handshake that is
     its key list's first entry, another device's own key (`hostapd_ctrl.handshake_under_way`). Judged then, the
     guest station was put off the air as a copy of that device. It is judged once its handshake is done."""
