@@ -52,10 +52,11 @@ class Reconciler:
     def reconcile_each(self, devices: Iterable[Device], reinstall: bool = False) -> list[Effect]:
         """`reconcile` for many devices at once (the clock, a switch that reconnected, a renumbering), with
         broadcast, which names every forwarding device, rebuilt once after them all."""
-        effects = [effect for device in devices for effect in self._rules_of(device, reinstall)]
+        effects = [effect for device in devices for effect in self._bring_in_line(device, reinstall)]
         return effects + self.switch.broadcast_changes(self.registry.devices.__getitem__)
 
-    def _rules_of(self, device: Device, reinstall: bool) -> list[Effect]:
+    def _bring_in_line(self, device: Device, reinstall: bool) -> list[Effect]:
+        """One device's rules brought in line (its changes), and whether it forwards recorded for broadcast."""
         access_ports, router_mac = self.switch.access_ports, self.switch.router_mac
         if not access_ports or router_mac is None:
             return []  # no switch yet: it gets everything when it connects
