@@ -111,6 +111,22 @@ class AuthenticatorKick:
 
 
 @dataclass(frozen=True)
+class AuthenticatorForget:
+    """Tell the access point on `port` to drop a station's association without a word to it (hostapd's
+    `DEAUTHENTICATE <mac> tx=0`): the station roamed to another access point without telling this one, which
+    would otherwise hold the stale protected association until its inactivity timeout and, when the station
+    came back, question it (SA Query) and refuse it for a while. The router's own radio is told at once; a
+    satellite is told in the answer to its next links report (`satellites.links_answer`)."""
+
+    mac: str
+    port: int
+
+
+# What the authenticator (hostapd) is told of a station.
+AuthenticatorWord = AuthenticatorDeny | AuthenticatorKick | AuthenticatorForget
+
+
+@dataclass(frozen=True)
 class PublishWifiKeys:
     """Write hostapd's key file again from the devices' passphrases, and have hostapd read it."""
 
@@ -218,8 +234,7 @@ Effect = (
     | SendFrame
     | AnswerDhcp
     | LanAddressChange
-    | AuthenticatorDeny
-    | AuthenticatorKick
+    | AuthenticatorWord
     | PublishWifiKeys
     | ResolveName
     | TellHousehold
@@ -254,7 +269,7 @@ class EffectSink(ABC):
                 self.change_rules(effect)
             case SendFrame():
                 self.send_frame(effect)
-            case AuthenticatorDeny() | AuthenticatorKick():
+            case AuthenticatorDeny() | AuthenticatorKick() | AuthenticatorForget():
                 self.tell_authenticator(effect)
             case (
                 AddGatewayAddress()
@@ -285,7 +300,7 @@ class EffectSink(ABC):
     def change_lan_addresses(self, change: LanAddressChange) -> None: ...
 
     @abstractmethod
-    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None: ...
+    def tell_authenticator(self, told: AuthenticatorWord) -> None: ...
 
     @abstractmethod
     def publish_wifi_keys(self) -> None: ...

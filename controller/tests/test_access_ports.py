@@ -8,14 +8,16 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import ARP, Ether
 from support import LAPTOP, PHONE, PHONE_CLIENT, ROUTER_MAC, TABLET
 
+from homenet.fake_hostapd import FakeHostapd
 from homework_controller import flows
 from homework_controller.__main__ import parse_args
 from homework_controller.concerns import port_binding
 from homework_controller.config import Config
 from homework_controller.edge.switch.sink import EdgeSink
 from homework_controller.edge.switch.switch_connection import SwitchConnection
-from homework_controller.effects import AnswerDhcp, AuthenticatorKick, SendFrame, TellHousehold
+from homework_controller.effects import AnswerDhcp, AuthenticatorForget, AuthenticatorKick, SendFrame, TellHousehold
 from homework_controller.policy import wifi_keys
+from homework_controller.radio import hostapd_ctrl
 from homework_controller.wire import packets
 
 WLAN, LAN = 1, 2  # the radio's port, and a wired one
@@ -65,6 +67,10 @@ def reaches_the_internet(switch, port, mac, ip) -> bool:
 
 def clone_events(effects):
     return [e for e in effects if isinstance(e, TellHousehold) and e.kind == "mac-clone"]
+
+
+def forgotten(effects):
+    return [e for e in effects if isinstance(e, AuthenticatorForget)]
 
 
 def test_dhcp_from_each_access_port_reaches_the_router_marked_with_that_port_and_a_forged_mark_is_dropped(
@@ -270,6 +276,25 @@ def test_a_guest_passphrase_device_moves_on_the_word_of_the_access_point_it_roam
     assert router.status(PHONE)["access_port"] == WLAN and reaches_the_internet(switch, WLAN, PHONE, phone)
 
 
+def test_the_access_point_a_station_roamed_away_from_without_a_word_forgets_it(router, switch):
+    """A roaming station does not tell the access point it leaves, which keeps its protected association: at the
+    station's next visit there it questions the stale one (SA Query) and keeps the station waiting (the radio
+    story's roams back took about a second more than first visits). Once another access point has authenticated
+    it, the one it left forgets it (hostapd's `DEAUTHENTICATE <mac> tx=0`: no frame to the station)."""
+    join_on(router, switch, PHONE, WLAN)
+    first = router.joining.station_joined(PHONE, "", WLAN)
+    assert forgotten(first) == []  # its first association: held nowhere else
+    switch.apply(first)
+    for there, left in ((LAN, WLAN), (WLAN, LAN), (LAN, WLAN)):  # to the satellite, back, and again
+        effects = router.joining.station_joined(PHONE, "", there)
+        assert forgotten(effects) == [AuthenticatorForget(PHONE, left)]
+        switch.apply(effects)
+        router.joining.station_left(PHONE, left)  # what the access point then says: nothing more to forget
+    assert forgotten(router.joining.station_joined(PHONE, "", LAN)) == []  # the same access point again: nothing
+    # A station's word from the access point it is on already, with its own key now: nothing to forget either.
+    assert forgotten(router.joining.station_joined(PHONE, own_key(router, PHONE), LAN)) == []
+
+
 def test_a_guest_passphrase_copy_at_the_other_access_point_is_flagged_by_the_devices_own_frames(router, switch, clock):
     """With the guest passphrase the MAC is the device's only identity, on one radio as on two: a copier at the
     satellite takes it over as it would on the router's radio. The device's own frames, still arriving where it
@@ -306,8 +331,11 @@ def test_a_wired_devices_mac_authenticated_on_the_radio_with_the_guest_passphras
     assert router.status(LAPTOP)["access_port"] == LAN
     assert clone_events(router.joining.on_admission_copy(WLAN, packet_in(LAPTOP, laptop)))
     assert reaches_the_internet(switch, LAN, LAPTOP, laptop) and not reaches_the_internet(switch, WLAN, LAPTOP, laptop)
-    # With its own passphrase it proves who it is: it moves (a laptop going from its cable to the Wi-Fi).
-    switch.apply(router.joining.station_joined(LAPTOP, own_key(router, LAPTOP), WLAN))
+    # With its own passphrase it proves who it is: it moves (a laptop going from its cable to the Wi-Fi), and
+    # nothing is forgotten (a cable holds no association; the guest one at the radio is the laptop's own now).
+    effects = router.joining.station_joined(LAPTOP, own_key(router, LAPTOP), WLAN)
+    assert forgotten(effects) == []
+    switch.apply(effects)
     assert router.status(LAPTOP)["access_port"] == WLAN and reaches_the_internet(switch, WLAN, LAPTOP, laptop)
 
 
@@ -338,6 +366,29 @@ def test_the_routers_hostapd_puts_off_its_air_only_stations_of_its_own_radio():
     for kick in (AuthenticatorKick(PHONE, LAN), AuthenticatorKick(PHONE, WLAN), AuthenticatorKick(TABLET)):
         sink.carry_out(kick)
     assert told == [AuthenticatorKick(PHONE, WLAN), AuthenticatorKick(TABLET)]
+    # A station that roamed away: the router's hostapd forgets those of its own radio; a satellite its own (told in
+    # the answer to its links report).
+    told.clear()
+    for forget in (AuthenticatorForget(PHONE, LAN), AuthenticatorForget(TABLET, WLAN)):
+        sink.carry_out(forget)
+    assert told == [AuthenticatorForget(TABLET, WLAN)]
+
+
+def test_the_routers_hostapd_forgets_a_station_without_a_frame_and_kicks_one_with_a_frame(tmp_path):
+    """What hostapd_cli asks the router's hostapd: a station that roamed away is dropped with `tx=0` (it is at
+    another access point: nothing is sent to it), a copy put off the air with a deauthentication frame."""
+    ctrl = str(tmp_path / "wlan0")
+    hostapd = FakeHostapd(ctrl)
+    try:
+        authenticator = hostapd_ctrl.Authenticator(ctrl, "", list)
+        authenticator._tell(AuthenticatorForget(PHONE, WLAN))
+        authenticator._tell(AuthenticatorKick(TABLET))
+        assert [a for a in hostapd.asked if a.startswith("DEAUTHENTICATE")] == [
+            f"DEAUTHENTICATE {PHONE} tx=0",
+            f"DEAUTHENTICATE {TABLET}",
+        ]
+    finally:
+        hostapd.close()
 
 
 def test_the_radios_access_port_is_the_interface_hostapd_serves(tmp_path):

@@ -229,8 +229,27 @@ def test_a_satellite_logs_the_links_of_its_own_stations_only(home):
     rows = logged_links(home)
     report = {"links": [link(PHONE), link(TABLET.upper(), rssi=-30), link(SATELLITE)]}
     answer = home.call("satellite-links", satellite, report, role=authority.SATELLITE)
-    assert answer == {"logged": 1, "applied": True}
+    assert answer == {"logged": 1, "roamed_away": [], "applied": True}
     assert rows == [(PHONE, -52, 1, 40)]
+
+
+def test_a_satellite_is_told_to_forget_the_stations_that_roamed_away_from_it_without_a_word(home):
+    """A station that left the satellite for the router's radio did not tell the satellite, which still lists it
+    (and would question its stale association at its next visit, keeping it waiting): the answer to the
+    satellite's next links report names it, to forget. A station that is at the satellite, or that the satellite
+    never said joined it, is not named."""
+    satellite = join_on(home.router, home.switch, SATELLITE, LAN)
+    join_on(home.router, home.switch, PHONE, WLAN)
+    join_on(home.router, home.switch, TABLET, WLAN)
+    home.switch.apply(home.router.joining.station_joined(TABLET, "", WLAN))
+    station(home, satellite, "joined", PHONE, "")  # the phone roamed to the satellite
+    report = {"links": [link(PHONE), link(TABLET)]}
+    assert home.call("satellite-links", satellite, report, role=authority.SATELLITE)["roamed_away"] == []
+    home.switch.apply(home.router.joining.station_joined(PHONE, "", WLAN))  # and back to the router's radio
+    answer = home.call("satellite-links", satellite, report, role=authority.SATELLITE)
+    assert answer == {"logged": 0, "roamed_away": [PHONE], "applied": True}
+    station(home, satellite, "left", PHONE)  # the satellite forgot it: hostapd says it left
+    assert home.call("satellite-links", satellite, report, role=authority.SATELLITE)["roamed_away"] == []
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """hostapd's control socket in a test: a real Unix datagram socket that answers `STA <mac>` from `stations`
-(FAIL for a station it does not have, and for any other request) and records every request in `asked`. What
-the router's radio and a satellite's agent ask of hostapd, without a radio."""
+and drops a station it has at `DEAUTHENTICATE <mac> [tx=0]` (OK), FAIL for a station it does not have and for
+any other request, and records every request in `asked`. What the router's radio and a satellite's agent ask
+of hostapd, without a radio."""
 
 from __future__ import annotations
 
@@ -27,9 +28,15 @@ class FakeHostapd:
                 return  # closed
             request = data.decode()
             self.asked.append(request)
-            words = request.split()
-            answer = self.stations.get(words[1], "FAIL") if words[0] == "STA" and len(words) == 2 else "FAIL"
-            self.sock.sendto(answer.encode(), sender)
+            self.sock.sendto(self._answer_to(request.split()).encode(), sender)
+
+    def _answer_to(self, words: list[str]) -> str:
+        if words[:1] == ["STA"] and len(words) == 2:
+            return self.stations.get(words[1], "FAIL")
+        if words[:1] == ["DEAUTHENTICATE"] and len(words) in (2, 3) and words[1] in self.stations:
+            del self.stations[words[1]]
+            return "OK"
+        return "FAIL"
 
     def close(self) -> None:
         self.sock.close()

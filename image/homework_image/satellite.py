@@ -47,6 +47,9 @@ POLL_S = 2.0  # how often the router is asked whether the keys changed (a revoke
 REPORT_BATCH = 64  # station events per report, as the router takes them at most
 LINKS_S = 5.0  # how often the stations' links are reported (the router's own radio's are read as often)
 LINKS_BATCH = 32  # stations' links per report, as the router takes them at most
+# A station the router says roamed away is forgotten only if it sent this access point nothing for this long: one
+# amid a handshake here, or just back, is not gone, whatever the router heard last.
+GONE_AFTER_MS = 1000
 TIMEOUT_S = 10.0
 SESSION_COOKIE = "hw_session"  # the web UI's
 
@@ -139,15 +142,17 @@ class RouterLink:
             raise SatelliteError(f"the router did not take the stations' events ({status}): {_reason(doc)}")
         return [r if isinstance(r, dict) else {"ok": False, "error": "not an answer"} for r in results]
 
-    def report_links(self, links: list[dict]) -> int:
-        """The router told of the stations' links ({mac, rssi, retries, packets}, since the last report): how
-        many it logged (those of stations it has at this satellite's port)."""
+    def report_links(self, links: list[dict]) -> list[str]:
+        """The router told of the stations' links ({mac, rssi, retries, packets}, since the last report): those
+        of them it has bound at another access point since they joined here (they roamed away without telling
+        this one: `roamed_away`, for this access point to forget)."""
         status, _, doc = self._call("POST", "/api/satellite/links", {"links": links})
         if status in (401, 403):
             raise Unpaired(f"the router no longer takes this satellite ({status}): {_reason(doc)}")
         if status != 200 or not isinstance(doc, dict):
             raise SatelliteError(f"the router did not take the stations' links ({status}): {_reason(doc)}")
-        return int(doc.get("logged", 0))
+        roamed_away = doc.get("roamed_away")
+        return [mac for mac in roamed_away if isinstance(mac, str)] if isinstance(roamed_away, list) else []
 
     def _call(self, method: str, path: str, body=None, headers=None, session: bool = True):
         request = urllib.request.Request(self.base_url + path, method=method, headers=dict(headers or {}))
@@ -269,6 +274,21 @@ class Radio:
             pass
         self.pid_file.unlink(missing_ok=True)
 
+    def forget(self, mac: str) -> bool:
+        """The station dropped from hostapd without a frame to it (`DEAUTHENTICATE <mac> tx=0`): it roamed to
+        another access point without telling this one, whose stale protected association would otherwise make it
+        wait here at its next visit (SA Query). Only if hostapd heard nothing from it for `GONE_AFTER_MS`
+        (`hostapd_ctrl.gone_for`). Whether it was dropped."""
+        ctrl = str(self.access_point.ctrl)
+        try:
+            if not hostapd_ctrl.gone_for(hostapd_ctrl.request(ctrl, f"STA {mac}"), GONE_AFTER_MS):
+                return False
+            hostapd_ctrl.request(ctrl, f"DEAUTHENTICATE {mac} tx=0")
+        except hostapd_ctrl.HostapdError as exc:
+            LOG.warning("forgetting %s: %s", mac, exc)
+            return False
+        return True
+
     def joined(self, mac: str) -> dict | None:
         """A station hostapd has just authorized, as the router is told of it, with the key it proved (one `STA`,
         `hostapd_ctrl.station`). None: not authorized here (it left meanwhile), or amid a new handshake, when
@@ -320,6 +340,12 @@ class Satellite:
         # Each event with when hostapd said it (monotonic): the log says how long the router took to hear it.
         self.events: queue.SimpleQueue[tuple[float, dict]] = queue.SimpleQueue()
         self.stopped = threading.Event()
+        # The joins heard here that the router has not answered yet (how many per station), and when each station's
+        # last join was heard: the router's word that a station roamed away holds only if it had heard of every
+        # join here before it answered.
+        self.joins_lock = threading.Lock()
+        self.joins_unanswered: dict[str, int] = {}
+        self.last_join_heard: dict[str, float] = {}
 
     def run_forever(self) -> None:
         """Serve the router's network and keep it in step; report the stations from the first time it runs."""
@@ -355,7 +381,7 @@ class Satellite:
         heard = time.monotonic()
         told = station_event(self.radio, event)
         if told is not None:
-            self.events.put((heard, told))
+            self._heard(heard, told)
 
     def _on_attach(self) -> None:
         """hostapd (re)started, or this program did: the stations on the air, as if they had just joined."""
@@ -366,7 +392,14 @@ class Satellite:
             return
         heard = time.monotonic()
         for told in self.radio.told_joined(present):
-            self.events.put((heard, told))
+            self._heard(heard, told)
+
+    def _heard(self, heard: float, told: dict) -> None:
+        if told["event"] == "joined":
+            with self.joins_lock:
+                self.joins_unanswered[told["mac"]] = self.joins_unanswered.get(told["mac"], 0) + 1
+                self.last_join_heard[told["mac"]] = heard
+        self.events.put((heard, told))
 
     def _report_forever(self) -> None:
         """The events in order, in batches; one the router did not take is tried again (the station moves only
@@ -385,7 +418,15 @@ class Satellite:
                 continue
             for (heard, told), answer in zip(waiting, answers, strict=True):
                 self._follow(told, answer, time.monotonic() - heard)
+                self._answered(told)
             waiting = []
+
+    def _answered(self, told: dict) -> None:
+        if told["event"] == "joined":
+            with self.joins_lock:
+                left = self.joins_unanswered.pop(told["mac"], 1) - 1
+                if left:
+                    self.joins_unanswered[told["mac"]] = left
 
     def _report_links_forever(self) -> None:
         """Every LINKS_S, the radio's stations' signal, retries and packets since the last time (the kernel's
@@ -404,9 +445,22 @@ class Satellite:
             before = now
             try:
                 for start in range(0, len(rows), LINKS_BATCH):
-                    self.link.report_links(rows[start : start + LINKS_BATCH])
+                    asked = time.monotonic()
+                    with self.joins_lock:
+                        unanswered = set(self.joins_unanswered)
+                    self._forget(self.link.report_links(rows[start : start + LINKS_BATCH]), asked, unanswered)
             except SatelliteError as exc:  # Unpaired too: the keys' poll stops the radio
                 LOG.warning("%s", exc)
+
+    def _forget(self, roamed_away: list[str], asked: float, unanswered: set[str]) -> None:
+        """The stations the router has at another access point since they joined here (its answer to the links
+        report sent at `asked`) forgotten here, unless a join of theirs here was not answered when it was asked,
+        or was heard since: the router's word is then older than the station's latest join here."""
+        for mac in roamed_away:
+            with self.joins_lock:
+                newer = mac in unanswered or self.last_join_heard.get(mac, 0.0) >= asked
+            if not newer and self.radio.forget(mac):
+                LOG.info("%s roamed to another access point without telling this one: forgotten here", mac)
 
     def _follow(self, told: dict, answer: dict, took_s: float) -> None:
         """The router's answer to one event: a copy put off the air here; an event it refused costs only itself."""

@@ -5,6 +5,7 @@ boot story (test_radio_boot.py)."""
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,51 @@ def test_a_guest_station_back_from_a_roam_amid_its_handshake_is_not_taken_for_an
         agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {OWN_KEY_DEVICE}")
         told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
         assert told == [{"event": "joined", "mac": OWN_KEY_DEVICE, "keyid": head}]
+    finally:
+        hostapd.close()
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def with_inactivity(sta: str, ms: int) -> str:
+    return sta + f"inactive_msec={ms}\n"
+
+
+def test_a_station_that_roamed_away_without_a_word_is_forgotten_here_only_when_it_is_gone(tmp_path, monkeypatch):
+    """The router names, in its answer to a links report, a station bound at another access point since it joined
+    here (it roamed without telling this one): hostapd drops it without a frame (`tx=0`), so its next visit here
+    is not kept waiting by a stale protected association. Not a station amid a handshake here, nor one that has
+    sent something within the last second, nor one whose latest join here the router had not answered when it
+    was asked: the router's word is older than that."""
+    run = Path(tempfile.mkdtemp(prefix="sat-", dir="/tmp"))
+    monkeypatch.setattr(satellite.Radio, "start", lambda self: None)
+    box = satellite.Radio("wlan0", "br0", tmp_path, run, channel=1)
+    box.serve(from_router())
+    hostapd = FakeHostapd(str(box.access_point.ctrl))
+    agent = satellite.Satellite(None, box)  # type: ignore[arg-type]  # the router's answers are given below
+    deauthentications = lambda: [a for a in hostapd.asked if a.startswith("DEAUTHENTICATE")]  # noqa: E731
+    try:
+        # Heard nothing from it for a second and its handshake done: gone, forgotten without a frame.
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 1500)
+        agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
+        assert deauthentications() == [f"DEAUTHENTICATE {ROAMER} tx=0"] and ROAMER not in hostapd.stations
+        hostapd.asked.clear()
+        # Active here within the last second, or amid a handshake here: it is here (back already), kept.
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 300)
+        agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 7, wifi_keys.GUEST_KEYID), 1500)
+        agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
+        assert deauthentications() == [] and ROAMER in hostapd.stations
+        # Gone by hostapd's count, but the router's word is older than its latest join here: kept.
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 1500)
+        agent._forget([ROAMER], asked=time.monotonic(), unanswered={ROAMER})  # its join not answered yet
+        asked = time.monotonic()
+        agent._heard(time.monotonic(), {"event": "joined", "mac": ROAMER, "keyid": ""})  # a join heard since
+        agent._forget([ROAMER], asked=asked, unanswered=set())
+        assert deauthentications() == [] and ROAMER in hostapd.stations
+        # Once the router has answered that join, its word at the next report is newer: forgotten.
+        agent._answered({"event": "joined", "mac": ROAMER})
+        agent._forget([ROAMER], asked=time.monotonic(), unanswered=set(agent.joins_unanswered))
+        assert deauthentications() == [f"DEAUTHENTICATE {ROAMER} tx=0"]
     finally:
         hostapd.close()
         shutil.rmtree(run, ignore_errors=True)

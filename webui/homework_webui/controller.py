@@ -206,7 +206,8 @@ class ControllerClient:
 
     def satellite_links(self, ip: str, links: list[dict]) -> dict:
         """The satellite at `ip` reports its stations' links ({mac, rssi, retries, packets} each): {logged,
-        applied}; only those of stations at its own port are logged (the satellite role's alone)."""
+        roamed_away, applied}; only those of stations at its own port are logged, and those bound at another
+        access point since are named to forget (the satellite role's alone)."""
         return self._call("POST", f"satellite-links/{urllib.parse.quote(ip, safe='')}", body={"links": links})
 
     def dns_rules(self, mac: str):

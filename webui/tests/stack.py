@@ -49,8 +49,7 @@ from homework_controller.core.router import HomeRouter
 from homework_controller.edge.feeds.hwdb_log import HwdbLog
 from homework_controller.effects import (
     AnswerDhcp,
-    AuthenticatorDeny,
-    AuthenticatorKick,
+    AuthenticatorWord,
     Effect,
     EffectSink,
     LanAddressChange,
@@ -361,7 +360,7 @@ class HomeOnFakeSwitch(Ws1Service, EffectSink, _ServedByAThread):
     def publish_wifi_keys(self) -> None:  # as the controller does: off the lock, which it takes
         threading.Thread(target=self.authenticator.publish_keys, daemon=True).start()
 
-    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None:
+    def tell_authenticator(self, told: AuthenticatorWord) -> None:
         self.authenticator.tell(told)
 
     # This home has no devices' sockets, upstream resolver or interfaces to carry these to.

@@ -285,7 +285,7 @@ def test_the_board_shows_a_satellite_stations_signal_and_the_access_point_it_is_
         {"mac": OTHER, "rssi": -20, "retries": 0, "packets": 50},  # on the router's radio: not the satellite's
     ]
     r = sat.post("/api/satellite/links", {"links": links})
-    assert r.status_code == 200 and r.json == {"logged": 1, "applied": True}, r.json
+    assert r.status_code == 200 and r.json == {"logged": 1, "roamed_away": [], "applied": True}, r.json
     hub = services(app).hub
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

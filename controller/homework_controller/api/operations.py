@@ -452,7 +452,8 @@ def satellite_station(router: HomeRouter, ip: str, event: str, mac: str, keyid: 
     "satellite-links",
     "POST",
     "the satellite access point at ip reports its stations' links (a JSON object {links: [{mac, rssi, retries, "
-    "packets}]}, each since its previous report): logged as Links rows for the stations bound to its port only",
+    "packets}]}, each since its previous report): logged as Links rows for the stations bound to its port only; "
+    "answers how many, and which of them roamed to another access point without telling it (to forget)",
     path=("ip",),
     body=True,
     answers="links",
@@ -512,7 +513,7 @@ def perform(
         return dict(satellites.station_answer(router, result, *args), applied=applied)
     if op.answers == "links":
         assert isinstance(result, list)
-        return {"logged": len(result), "applied": applied}
+        return dict(satellites.links_answer(router, result, *args), applied=applied)
     if isinstance(result, list) and op.verb == "POST":
         raise TypeError(f"{op.name} changed state but declares no answer for it (answers={op.answers!r})")
     return result
@@ -589,7 +590,8 @@ def _answer_text(op: Operation) -> str:
         "(and to a GET, the channels of each band and of the world domain)",
         "satellite": "ssid, passphrase, country, band, channel, keys: [{mac, keyid, passphrase}], version",
         "station": "mac, event, port (the satellite's), access_port (the device's now), off_the_air, applied",
-        "links": "logged: how many stations' links were logged (those bound to the satellite's port), applied",
+        "links": "logged: how many stations' links were logged (those bound to the satellite's port), "
+        "roamed_away: the reported stations bound at another access point since (the satellite forgets them), applied",
         "result": "JSON",
     }[op.answers]
 

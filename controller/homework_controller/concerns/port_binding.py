@@ -77,6 +77,16 @@ class PortBinding:
         """The device's own port; None: any access port (only one, or it is not bound yet)."""
         return self.bound.get(mac) if len(self.access_ports) > 1 else None
 
+    def left_unheard(self, mac: str) -> list[int]:
+        """The access points that still hold the device's association though it is bound at another access
+        point, which authenticated it since (a roaming station does not tell the one it leaves): theirs is
+        stale. Not while its own port is a cable's: an access point's station then is a copy the household
+        has not decided on yet, which the clone watch handles."""
+        own = self.bound.get(mac)
+        if own not in self.ports_with_an_access_point:
+            return []
+        return sorted(p for p in self.associated.get(mac, ()) if p != own and p in self.ports_with_an_access_point)
+
     def status_of(self, mac: str) -> dict:
         return {"access_port": self.port_of(mac), "seen_on_port": self.seen_elsewhere.get(mac)}
 

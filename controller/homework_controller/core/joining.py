@@ -21,7 +21,15 @@ from ..concerns.newcomers import Newcomers
 from ..concerns.passphrases import Passphrases
 from ..concerns.registry import DeviceRegistry
 from ..concerns.switch_mirror import SwitchMirror
-from ..effects import AuthenticatorDeny, AuthenticatorKick, Effect, PublishWifiKeys, SendFrame, TellHousehold
+from ..effects import (
+    AuthenticatorDeny,
+    AuthenticatorForget,
+    AuthenticatorKick,
+    Effect,
+    PublishWifiKeys,
+    SendFrame,
+    TellHousehold,
+)
 from ..errors import Conflict, UnknownDevice
 from ..lifecycle import Concern, Moves
 from ..model import Device, State, normalize_mac
@@ -177,16 +185,19 @@ class Joining:
 
     def _authenticated_at(self, mac: str, port: int | None, proven: bool) -> list[Effect]:
         """The access point on `port` authenticated the station: a device it roamed to moves there, its
-        address, decisions and rules with it (its rules follow it to that port)."""
+        address, decisions and rules with it (its rules follow it to that port), and the access point it
+        left without a word forgets it (`AuthenticatorForget`), so that its next visit there is a first one."""
         if port is None:
             return []
         binding = self.port_binding.authenticated(mac, port, proven)
         device = self.devices.get(mac)
         if binding not in (port_binding.MOVED, port_binding.BOUND) or device is None:
             return []
-        if binding == port_binding.MOVED:
-            LOG.info("%s roamed to access port %d (%s)", mac, port, "its own passphrase" if proven else "guest")
-        return self.reconciler.reconcile(device)
+        if binding == port_binding.BOUND:
+            return self.reconciler.reconcile(device)
+        LOG.info("%s roamed to access port %d (%s)", mac, port, "its own passphrase" if proven else "guest")
+        left = self.port_binding.left_unheard(mac)
+        return self.reconciler.reconcile(device) + [AuthenticatorForget(mac, p) for p in left]
 
     def merge(self, mac: str, into: str) -> list[Effect]:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a

@@ -117,6 +117,17 @@ def links(router: HomeRouter, ip: str, report: dict) -> list[Effect]:
     return [LogRow("Links", row) for row in rows if row[0] != satellite and router.port_binding.port_of(row[0]) == port]
 
 
+def links_answer(router: HomeRouter, effects: list[Effect], ip: str, report: dict) -> dict:
+    """What `satellite-links` answers once its rows are logged: how many, and `roamed_away`, the reported
+    stations the satellite is to forget (hostapd's `DEAUTHENTICATE <mac> tx=0`, `AuthenticatorForget`): each
+    is bound at another access point, which authenticated it after this one (it roamed without telling this
+    one, whose stale association would make its next visit here wait, `PortBinding.left_unheard`)."""
+    _, port = place(router, ip)
+    reported = {_checked_link(entry)[0] for entry in report["links"]}
+    roamed_away = sorted(mac for mac in reported if port in router.port_binding.left_unheard(mac))
+    return {"logged": len(effects), "roamed_away": roamed_away}
+
+
 def _checked_link(entry: object) -> tuple[str, int, int, int]:
     if not isinstance(entry, dict) or not isinstance(entry.get("mac"), str):
         raise ApiError("a station's link is an object {mac, rssi, retries, packets}")

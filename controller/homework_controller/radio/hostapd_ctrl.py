@@ -13,7 +13,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
-from ..effects import AuthenticatorDeny, AuthenticatorKick
+from ..effects import AuthenticatorDeny, AuthenticatorForget, AuthenticatorKick, AuthenticatorWord
 from ..policy import wifi_keys
 from . import hostapd_conf, private_files
 
@@ -156,6 +156,20 @@ def handshake_under_way(sta_answer: str) -> int | None:
     return None
 
 
+def gone_for(sta_answer: str, ms: int) -> bool:
+    """Whether hostapd's `STA` answer shows a station whose handshake is done and that has sent nothing for at
+    least `ms` (`inactive_msec=`, the driver's count): not one amid a handshake, nor one just back."""
+    if "[AUTHORIZED]" not in sta_answer or handshake_under_way(sta_answer) is not None:
+        return False
+    for line in sta_answer.splitlines():
+        if line.startswith("inactive_msec="):
+            try:
+                return int(line.removeprefix("inactive_msec=")) >= ms
+            except ValueError:
+                return False
+    return False
+
+
 def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
     """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) ->
     (MAC, keyid or "", joined over SAE) for each station authorized by a handshake that completed. One amid a
@@ -246,16 +260,16 @@ class Events:
 
 
 class Authenticator:
-    """What hostapd is told of devices (denied, kicked off the air), by one thread in the order the
+    """What hostapd is told of devices (denied, kicked off the air, forgotten), by one thread in the order the
     household decided, and its key file of devices' own passphrases, written by one caller at a time,
     each writing the router's latest keys (`keys`, which takes them under the controller's lock)."""
 
     def __init__(self, ctrl: str, psk_file: str, keys: Callable[[], list[wifi_keys.WifiKey]]):
         self.ctrl, self.psk_file, self.keys = ctrl, psk_file, keys
-        self.jobs: queue.SimpleQueue[AuthenticatorDeny | AuthenticatorKick] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[AuthenticatorWord] = queue.SimpleQueue()
         self.keys_lock = threading.Lock()
 
-    def tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
+    def tell(self, effect: AuthenticatorWord) -> None:
         """Queued for the thread (`run_forever`); without a control socket, nobody to tell."""
         if self.ctrl:
             self.jobs.put(effect)
@@ -264,19 +278,24 @@ class Authenticator:
         while True:
             self._tell(self.jobs.get())
 
-    def _tell(self, effect: AuthenticatorDeny | AuthenticatorKick) -> None:
-        commands = (
-            []
-            if isinstance(effect, AuthenticatorKick)
-            else [["deny_acl", "ADD_MAC" if effect.deny else "DEL_MAC", effect.mac]]
-        )
-        if isinstance(effect, AuthenticatorKick) or effect.deny:
-            commands.append(["deauthenticate", effect.mac])  # and off the air now, not at its next join
-        for words in commands:
+    def _tell(self, effect: AuthenticatorWord) -> None:
+        for words in self._commands(effect):
             try:
                 command(self.ctrl, *words)
             except HostapdError as exc:
                 LOG.error("%s", exc)
+
+    @staticmethod
+    def _commands(effect: AuthenticatorWord) -> list[list[str]]:
+        match effect:
+            case AuthenticatorForget():
+                return [["deauthenticate", effect.mac, "tx=0"]]  # no frame: the station is at another access point
+            case AuthenticatorKick():
+                return [["deauthenticate", effect.mac]]
+            case AuthenticatorDeny(deny=True):
+                return [["deny_acl", "ADD_MAC", effect.mac], ["deauthenticate", effect.mac]]  # off the air now too
+            case AuthenticatorDeny():
+                return [["deny_acl", "DEL_MAC", effect.mac]]
 
     def publish_keys(self) -> dict:
         """hostapd's key file rewritten with the router's keys, and hostapd told to read it again (off the

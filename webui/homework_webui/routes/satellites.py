@@ -150,7 +150,9 @@ def stations():
 def links():
     """{"links": [{mac, rssi, retries, packets}]}, at most 32 stations' links since the last report: the
     controller's `satellite-links` from this address, which logs those of the satellite's own stations (the
-    board shows their signal). {logged, applied}; a report that is not one is refused whole (400)."""
+    board shows their signal). {logged, roamed_away, applied}: roamed_away, the reported stations that roamed
+    to another access point without telling the satellite, for it to forget; a report that is not one is
+    refused whole (400)."""
     _own_device()
     sent = request.get_json(silent=True)
     reported = sent.get("links") if isinstance(sent, dict) else None

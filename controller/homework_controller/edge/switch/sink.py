@@ -10,8 +10,9 @@ import threading
 
 from ...effects import (
     AnswerDhcp,
-    AuthenticatorDeny,
+    AuthenticatorForget,
     AuthenticatorKick,
+    AuthenticatorWord,
     EffectSink,
     LanAddressChange,
     LogRow,
@@ -67,9 +68,10 @@ class EdgeSink(EffectSink):
     def change_lan_addresses(self, change: LanAddressChange) -> None:
         self.lan_addresses.change(change)  # netlink takes milliseconds: off the packet path, in order
 
-    def tell_authenticator(self, told: AuthenticatorDeny | AuthenticatorKick) -> None:
-        if isinstance(told, AuthenticatorKick) and told.port not in (None, self.switch.radio_port):
-            return  # a station of a satellite's: the satellite puts it off its air (told in its report's answer)
+    def tell_authenticator(self, told: AuthenticatorWord) -> None:
+        routers_own = (None, self.switch.radio_port)
+        if isinstance(told, AuthenticatorKick | AuthenticatorForget) and told.port not in routers_own:
+            return  # a station of a satellite's: the satellite carries it out (told in its report's answer)
         self.authenticator.tell(told)
 
     def publish_wifi_keys(self) -> None:
