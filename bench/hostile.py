@@ -235,12 +235,15 @@ def rows_of(result: dict) -> list[list[str]]:
         if attacked is None:  # a result from before this attack was measured
             continue
         for what, key, lost in MEASURES:
+            answered = "p99_ms" in attacked[key]  # none at all: every one of them lost
             rows.append(
                 [
                     f"other device's {what} p99 under {label}",
-                    f"{attacked[key]['p99_ms']} ms (lost {attacked[lost]})",
+                    f"{attacked[key]['p99_ms']} ms (lost {attacked[lost]})"
+                    if answered
+                    else f"none (lost {attacked[lost]})",
                     f"{quiet[key]['p99_ms']} ms quiet (lost {quiet[lost]})",
-                    f"{attacked[key]['p99_ms'] / quiet[key]['p99_ms']:.2f}x",
+                    f"{attacked[key]['p99_ms'] / quiet[key]['p99_ms']:.2f}x" if answered else "",
                     "within 2x of quiet, nothing lost",
                 ]
             )
