@@ -15,6 +15,7 @@ from ... import flows
 from ...api.server import TimedLock
 from ...core.router import HomeRouter
 from ...effects import AnswerDhcp, Effect, RuleChange
+from ...model import State
 from ...wire import packets
 from .fairness import FairQueue
 from .held import ANSWER, SEND, HeldChanges, Wait
@@ -22,21 +23,34 @@ from .switch_connection import SwitchConnection
 
 LOG = logging.getLogger("homework.controller")
 
-NEWCOMERS = "newcomers"  # the fair queue's key for every MAC the router does not know yet
+# The fair queue's group of the devices nobody has decided on: one turn per round for all of them, shared round
+# robin among its members, each pending device and the newcomers (every MAC the router does not know yet, one
+# member). A storm of forged MACs taking leases is hundreds of pending devices: each its own queue, a permitted
+# device's DHCP waited a turn for every one of them (another device's DHCP p99 7.5x quiet's, issue 39).
+UNDECIDED = "undecided"
+NEWCOMERS = "newcomers"
 # How long held changes wait before they are offered again to a switch whose connection is behind.
 SWITCH_BEHIND_S = 0.005
 ROUTER = "router"  # its key for the router's own stack (its ARP and neighbour solicitations for devices)
 
 
-def queue_key(eth_src: str, known: Callable[[str], bool], from_router: bool = False, about: str | None = None):
-    """Whose queue a frame waits in: the router's stack's own (what came in on the switch's LOCAL port), a
-    known device's, else the newcomers' one. The router's never shares the newcomers': a storm of forged
-    MACs filling theirs must not drop the router's solicitations for the devices it routes to. And it is
-    one per device the router asks about (`about`: its MAC), so a device cycling addresses in its /64 (each
-    one the router's stack solicits) fills only the queue of the router's questions about itself."""
+def queue_key(
+    eth_src: str, state_of: Callable[[str], State | None], from_router: bool = False, about: str | None = None
+) -> tuple[object, str | None]:
+    """Whose queue a frame waits in, (key, member within the key's group or None): the router's stack's own
+    (what came in on the switch's LOCAL port), a decided device's own, else the undecided group's, as a pending
+    device or a newcomer. The router's never shares the newcomers': a storm of forged MACs filling theirs must
+    not drop the router's solicitations for the devices it routes to. And it is one per device the router asks
+    about (`about`: its MAC), so a device cycling addresses in its /64 (each one the router's stack solicits)
+    fills only the queue of the router's questions about itself."""
     if from_router:
-        return (ROUTER, about)
-    return eth_src if known(eth_src) else NEWCOMERS
+        return (ROUTER, about), None
+    state = state_of(eth_src)
+    if state is None:
+        return UNDECIDED, NEWCOMERS
+    if state is State.PENDING:
+        return UNDECIDED, eth_src
+    return eth_src, None
 
 
 class FairServer:
@@ -54,9 +68,9 @@ class FairServer:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.router, self.lock, self.switch, self.carry_out = router, lock, switch, carry_out
-        # What devices send the controller (packet-ins, and DHCP from its socket), queued per device. Newcomers
-        # share one queue, as long as their meter's burst: what the switch lets through for a household arriving
-        # at once is not dropped here.
+        # What devices send the controller (packet-ins, and DHCP from its socket), queued per device; the undecided
+        # ones share one turn per round (`UNDECIDED`). Newcomers share one queue in it, as long as their meter's
+        # burst: what the switch lets through for a household arriving at once is not dropped here.
         self.from_devices = FairQueue(per_key_limit=per_device_queue, limits={NEWCOMERS: flows.NEWCOMERS_METER.burst})
         self.from_devices_ready = threading.Event()
         self.held_rules = HeldChanges(clock=clock)  # rule and meter changes waiting behind DHCP answers
@@ -82,18 +96,22 @@ class FairServer:
         if from_router and asked:
             with self.lock:  # the registry's word on whose address the router's stack asks about
                 about = self.router.registry.device_at(asked)
-        # Devices the router knows get a queue each; everyone else shares one, or a storm of forged MACs would
-        # be a thousand "devices" each served as often as a real one. Which: one lookup in the router's dict of
+        # Decided devices get a queue each; the undecided share one turn, or a storm of forged MACs would be a
+        # thousand "devices" each served as often as a real one. Which: one lookup in the router's dict of
         # devices, without its lock (the queue has its own), so the threads that receive frames do not wait
         # for the worker's turns: in a lease-completing storm the DHCP socket's thread waited for the lock for
         # every storm frame ahead of another device's, whose DHCP p99 was 40x quiet's (issue 39). A device
-        # added or forgotten meanwhile has this frame served from the other queue.
-        key = queue_key(frame.eth_src, self.router.devices.__contains__, from_router, about.mac if about else None)
-        queued = self.from_devices.put(key, (frame, decide, answers_first))
+        # added, decided on or forgotten meanwhile has this frame served from the other queue.
+        key, member = queue_key(frame.eth_src, self._state_of, from_router, about.mac if about else None)
+        queued = self.from_devices.put(key, (frame, decide, answers_first), member)
         # Set once per wake-up, not per frame (a set costs a condition's lock): the worker clears it
         # before it looks at the queue, so a frame queued while it is still set is seen then.
         if queued and not self.from_devices_ready.is_set():
             self.from_devices_ready.set()
+
+    def _state_of(self, mac: str) -> State | None:
+        device = self.router.devices.get(mac)  # without the controller's lock: see `queue`
+        return None if device is None else device.state
 
     def serve_from_devices(self) -> None:
         while True:
