@@ -374,19 +374,27 @@ def test_the_routers_hostapd_puts_off_its_air_only_stations_of_its_own_radio():
     assert told == [AuthenticatorForget(TABLET, WLAN)]
 
 
-def test_the_routers_hostapd_forgets_a_station_without_a_frame_and_kicks_one_with_a_frame(tmp_path):
-    """What hostapd_cli asks the router's hostapd: a station that roamed away is dropped with `tx=0` (it is at
-    another access point: nothing is sent to it), a copy put off the air with a deauthentication frame."""
+def test_the_routers_hostapd_forgets_a_station_gone_from_it_without_a_frame_and_kicks_a_copy_with_one(tmp_path):
+    """What the router's hostapd is asked: a station that roamed away is dropped with `tx=0` (it is at another
+    access point: nothing is sent to it), and only if it sent nothing there for a moment (back already, or amid a
+    handshake there, it stays: the router's word may be older than its return); a copy is put off the air with a
+    deauthentication frame (through hostapd_cli)."""
     ctrl = str(tmp_path / "wlan0")
     hostapd = FakeHostapd(ctrl)
+    sta = "{mac}\nflags=[AUTH][ASSOC][AUTHORIZED][MFP]\nhostapdWPAPTKState=11\ninactive_msec={ms}\n"
     try:
         authenticator = hostapd_ctrl.Authenticator(ctrl, "", list)
+        hostapd.stations[PHONE] = sta.format(mac=PHONE, ms=hostapd_ctrl.GONE_AFTER_MS // 4)  # just back
+        authenticator._tell(AuthenticatorForget(PHONE, WLAN))
+        assert PHONE in hostapd.stations
+        hostapd.stations[PHONE] = sta.format(mac=PHONE, ms=hostapd_ctrl.GONE_AFTER_MS * 2)  # gone
         authenticator._tell(AuthenticatorForget(PHONE, WLAN))
         authenticator._tell(AuthenticatorKick(TABLET))
         assert [a for a in hostapd.asked if a.startswith("DEAUTHENTICATE")] == [
             f"DEAUTHENTICATE {PHONE} tx=0",
             f"DEAUTHENTICATE {TABLET}",
         ]
+        assert PHONE not in hostapd.stations
     finally:
         hostapd.close()
 

@@ -47,9 +47,6 @@ POLL_S = 2.0  # how often the router is asked whether the keys changed (a revoke
 REPORT_BATCH = 64  # station events per report, as the router takes them at most
 LINKS_S = 5.0  # how often the stations' links are reported (the router's own radio's are read as often)
 LINKS_BATCH = 32  # stations' links per report, as the router takes them at most
-# A station the router says roamed away is forgotten only if it sent this access point nothing for this long: one
-# amid a handshake here, or just back, is not gone, whatever the router heard last.
-GONE_AFTER_MS = 1000
 TIMEOUT_S = 10.0
 SESSION_COOKIE = "hw_session"  # the web UI's
 
@@ -275,19 +272,14 @@ class Radio:
         self.pid_file.unlink(missing_ok=True)
 
     def forget(self, mac: str) -> bool:
-        """The station dropped from hostapd without a frame to it (`DEAUTHENTICATE <mac> tx=0`): it roamed to
-        another access point without telling this one, whose stale protected association would otherwise make it
-        wait here at its next visit (SA Query). Only if hostapd heard nothing from it for `GONE_AFTER_MS`
-        (`hostapd_ctrl.gone_for`). Whether it was dropped."""
-        ctrl = str(self.access_point.ctrl)
+        """The station dropped from hostapd without a frame to it (`hostapd_ctrl.forget`, if it is gone): it
+        roamed to another access point without telling this one, whose stale protected association would
+        otherwise make it wait here at its next visit (SA Query). Whether it was dropped."""
         try:
-            if not hostapd_ctrl.gone_for(hostapd_ctrl.request(ctrl, f"STA {mac}"), GONE_AFTER_MS):
-                return False
-            hostapd_ctrl.request(ctrl, f"DEAUTHENTICATE {mac} tx=0")
+            return hostapd_ctrl.forget(str(self.access_point.ctrl), mac)
         except hostapd_ctrl.HostapdError as exc:
             LOG.warning("forgetting %s: %s", mac, exc)
             return False
-        return True
 
     def joined(self, mac: str) -> dict | None:
         """A station hostapd has just authorized, as the router is told of it, with the key it proved (one `STA`,

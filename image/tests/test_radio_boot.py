@@ -849,6 +849,18 @@ def on_bssid(station: Station, bssid: str) -> bool:
     return status.get("bssid") == bssid and status.get("wpa_state") == "COMPLETED"
 
 
+def last_reply(station: Station) -> float:
+    """When the station's running `ping -D` last had a reply (its timestamp, the VM's clock; 0: none yet)."""
+    replies = re.findall(r"^\[(\d+\.\d+)\].*bytes from", station.exec(f"tail -n 5 {station.dir}/ping.log"), re.M)
+    return float(replies[-1]) if replies else 0.0
+
+
+def holds(router: RouterVm, satellite: Satellite, bssid: str, mac: str) -> bool:
+    """The access point `bssid` (the router's radio or the satellite's) holds the station's association."""
+    answer = satellite.hostapd("sta", mac) if bssid == satellite.bssid() else hostapd(router, "sta", mac)
+    return "[AUTHORIZED]" in answer
+
+
 def ping_gaps_ms(ping_output: str) -> list[float]:
     """The gaps between successive replies of `ping -D` (its timestamps), in milliseconds."""
     stamps = [float(t) for t in re.findall(r"^\[(\d+\.\d+)\].*bytes from", ping_output, re.M)]
@@ -887,12 +899,27 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
         began.append((float(router.run("date +%s.%N")), "satellite" if there == satellite.bssid() else "router"))
         wpa_cli(roamer, "roam", there)
         wait_until(f"the roam to {there}", lambda: on_bssid(roamer, there), router.paced(60), 0.5)  # noqa: B023
+        connected = float(router.run("date +%s.%N"))
         wait_until(
             "the station's rules to follow it",
             lambda: access_port(router, roamer.mac) == ports[there],  # noqa: B023
             router.paced(30),
             0.5,
             hint=lambda: satellite.diagnosis() + satellite.keys_seen(roamer.mac),
+        )
+        # As a household's roams go, minutes apart: its traffic goes on there, and the access point it left
+        # forgets it (`AuthenticatorForget`; a satellite at its next links report) before it roams again.
+        wait_until(
+            "the ping to be answered there",
+            lambda: last_reply(roamer) > connected,  # noqa: B023
+            router.paced(30),
+            0.5,
+        )
+        wait_until(
+            "the access point it left to forget it",
+            lambda: not holds(router, satellite, here, roamer.mac),  # noqa: B023
+            router.paced(30),
+            0.5,
         )
         here = there
     roamer.exec(f"pkill -f '{DRIVE}/bin/ping'", check=False)
@@ -911,13 +938,6 @@ def test_a_station_roams_between_the_router_and_the_satellite_and_stays_itself(
     for to in ("router", "satellite"):  # a return visit was about a second slower while the old one held it
         towards = sorted(hop["gap_ms"] for hop in hops if hop["to"] == to)
         TIMINGS[f"roam_gap_ms_median_to_the_{to}"] = towards[len(towards) // 2] if towards else None
-    # The access point it left last forgets it (`AuthenticatorForget`): it holds no association of a station
-    # the router has at another one (the router's radio at once; a satellite at its next links report).
-    if here == satellite.bssid():
-        holds_it = lambda: "[AUTHORIZED]" in hostapd(router, "sta", roamer.mac)  # noqa: E731
-    else:
-        holds_it = lambda: "[AUTHORIZED]" in satellite.hostapd("sta", roamer.mac)  # noqa: E731
-    wait_until("the access point it left to forget it", lambda: not holds_it(), router.paced(30), 1)
     # An access point still holding the station's protected association from its last visit refuses it
     # "temporarily" (status 30) while it asks the old one (SA Query): how often the roams met that.
     TIMINGS["roam_refused_temporarily"] = wpa_log.count("status_code=30")

@@ -294,7 +294,7 @@ def test_a_station_that_roamed_away_without_a_word_is_forgotten_here_only_when_i
     """The router names, in its answer to a links report, a station bound at another access point since it joined
     here (it roamed without telling this one): hostapd drops it without a frame (`tx=0`), so its next visit here
     is not kept waiting by a stale protected association. Not a station amid a handshake here, nor one that has
-    sent something within the last second, nor one whose latest join here the router had not answered when it
+    sent something a moment ago, nor one whose latest join here the router had not answered when it
     was asked: the router's word is older than that."""
     run = Path(tempfile.mkdtemp(prefix="sat-", dir="/tmp"))
     monkeypatch.setattr(satellite.Radio, "start", lambda self: None)
@@ -304,19 +304,19 @@ def test_a_station_that_roamed_away_without_a_word_is_forgotten_here_only_when_i
     agent = satellite.Satellite(None, box)  # type: ignore[arg-type]  # the router's answers are given below
     deauthentications = lambda: [a for a in hostapd.asked if a.startswith("DEAUTHENTICATE")]  # noqa: E731
     try:
-        # Heard nothing from it for a second and its handshake done: gone, forgotten without a frame.
-        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 1500)
+        # Heard nothing from it for a while and its handshake done: gone, forgotten without a frame.
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 900)
         agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
         assert deauthentications() == [f"DEAUTHENTICATE {ROAMER} tx=0"] and ROAMER not in hostapd.stations
         hostapd.asked.clear()
-        # Active here within the last second, or amid a handshake here: it is here (back already), kept.
-        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 300)
+        # Active here a moment ago, or amid a handshake here: it is here (back already), kept.
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 50)
         agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
-        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 7, wifi_keys.GUEST_KEYID), 1500)
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 7, wifi_keys.GUEST_KEYID), 900)
         agent._forget([ROAMER], asked=time.monotonic(), unanswered=set())
         assert deauthentications() == [] and ROAMER in hostapd.stations
         # Gone by hostapd's count, but the router's word is older than its latest join here: kept.
-        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 1500)
+        hostapd.stations[ROAMER] = with_inactivity(sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID), 900)
         agent._forget([ROAMER], asked=time.monotonic(), unanswered={ROAMER})  # its join not answered yet
         asked = time.monotonic()
         agent._heard(time.monotonic(), {"event": "joined", "mac": ROAMER, "keyid": ""})  # a join heard since

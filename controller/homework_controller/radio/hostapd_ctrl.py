@@ -156,6 +156,20 @@ def handshake_under_way(sta_answer: str) -> int | None:
     return None
 
 
+# A station an access point is told to forget (it roamed to another) is forgotten only if it sent that one nothing
+# for this long: one amid a handshake there, or just back from a roam, is not gone, whatever the router heard last.
+GONE_AFTER_MS = 200
+
+
+def forget(ctrl: str, mac: str) -> bool:
+    """hostapd drops the station without a frame to it (`DEAUTHENTICATE <mac> tx=0`) if it is gone
+    (`gone_for(GONE_AFTER_MS)`): whether it did. HostapdError if hostapd did not answer."""
+    if not gone_for(request(ctrl, f"STA {mac}"), GONE_AFTER_MS):
+        return False
+    request(ctrl, f"DEAUTHENTICATE {mac} tx=0")
+    return True
+
+
 def gone_for(sta_answer: str, ms: int) -> bool:
     """Whether hostapd's `STA` answer shows a station whose handshake is done and that has sent nothing for at
     least `ms` (`inactive_msec=`, the driver's count): not one amid a handshake, nor one just back."""
@@ -279,6 +293,13 @@ class Authenticator:
             self._tell(self.jobs.get())
 
     def _tell(self, effect: AuthenticatorWord) -> None:
+        if isinstance(effect, AuthenticatorForget):
+            try:
+                if not forget(self.ctrl, effect.mac):
+                    LOG.info("%s roamed away but is still heard here: not forgotten", effect.mac)
+            except HostapdError as exc:
+                LOG.warning("forgetting %s: %s", effect.mac, exc)
+            return
         for words in self._commands(effect):
             try:
                 command(self.ctrl, *words)
@@ -286,10 +307,8 @@ class Authenticator:
                 LOG.error("%s", exc)
 
     @staticmethod
-    def _commands(effect: AuthenticatorWord) -> list[list[str]]:
+    def _commands(effect: AuthenticatorDeny | AuthenticatorKick) -> list[list[str]]:
         match effect:
-            case AuthenticatorForget():
-                return [["deauthenticate", effect.mac, "tx=0"]]  # no frame: the station is at another access point
             case AuthenticatorKick():
                 return [["deauthenticate", effect.mac]]
             case AuthenticatorDeny(deny=True):
