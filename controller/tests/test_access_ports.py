@@ -289,7 +289,11 @@ def test_the_access_point_a_station_roamed_away_from_without_a_word_forgets_it(r
         effects = router.joining.station_joined(PHONE, "", there)
         assert forgotten(effects) == [AuthenticatorForget(PHONE, left)]
         switch.apply(effects)
+        # Still heard there when that word came (not forgotten yet), it is in that access point's next list.
+        assert router.joining.listed_at(left, {PHONE}) == [AuthenticatorForget(PHONE, left)]
+        assert router.joining.listed_at(there, {PHONE}) == []  # where it is: kept
         router.joining.station_left(PHONE, left)  # what the access point then says: nothing more to forget
+        assert router.joining.listed_at(left, {PHONE}) == []
     assert forgotten(router.joining.station_joined(PHONE, "", LAN)) == []  # the same access point again: nothing
     # A station's word from the access point it is on already, with its own key now: nothing to forget either.
     assert forgotten(router.joining.station_joined(PHONE, own_key(router, PHONE), LAN)) == []

@@ -27,6 +27,8 @@ by its next DHCP or ARP, and until then accepted on every access port (as before
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..effects import Effect
 from ..lifecycle import SwitchFacts
 
@@ -86,6 +88,11 @@ class PortBinding:
         if own not in self.ports_with_an_access_point:
             return []
         return sorted(p for p in self.associated.get(mac, ()) if p != own and p in self.ports_with_an_access_point)
+
+    def stale_at(self, port: int, macs: Iterable[str]) -> list[str]:
+        """Of the stations the access point on `port` lists, those whose association there is stale
+        (`left_unheard`): it is to forget them."""
+        return sorted(mac for mac in macs if port in self.left_unheard(mac))
 
     def status_of(self, mac: str) -> dict:
         return {"access_port": self.port_of(mac), "seen_on_port": self.seen_elsewhere.get(mac)}

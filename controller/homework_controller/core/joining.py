@@ -10,7 +10,7 @@ through the reconciler.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .. import flows
@@ -182,6 +182,12 @@ class Joining:
             return []
         moved = self.port_binding.only_these_at(port, {normalize_mac(m) for m in macs})
         return self.reconciler.reconcile_each(self.devices[mac] for mac in moved if mac in self.devices)
+
+    def listed_at(self, port: int, macs: Iterable[str]) -> list[Effect]:
+        """The stations the access point on `port` lists now (the router's radio, read every few seconds): it
+        forgets those bound at another access point since (`AuthenticatorForget`), in case the word at their
+        roam came while they were still heard there."""
+        return [AuthenticatorForget(mac, port) for mac in self.port_binding.stale_at(port, macs)]
 
     def _authenticated_at(self, mac: str, port: int | None, proven: bool) -> list[Effect]:
         """The access point on `port` authenticated the station: a device it roamed to moves there, its

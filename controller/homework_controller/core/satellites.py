@@ -124,8 +124,7 @@ def links_answer(router: HomeRouter, effects: list[Effect], ip: str, report: dic
     one, whose stale association would make its next visit here wait, `PortBinding.left_unheard`)."""
     _, port = place(router, ip)
     reported = {_checked_link(entry)[0] for entry in report["links"]}
-    roamed_away = sorted(mac for mac in reported if port in router.port_binding.left_unheard(mac))
-    return {"logged": len(effects), "roamed_away": roamed_away}
+    return {"logged": len(effects), "roamed_away": router.port_binding.stale_at(port, reported)}
 
 
 def _checked_link(entry: object) -> tuple[str, int, int, int]:

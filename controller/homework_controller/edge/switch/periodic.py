@@ -104,6 +104,7 @@ class PeriodicJobs:
                 if radio is not None:  # a station that roamed to another access point is still in the radio's list
                     with self.lock:
                         elsewhere = {mac for mac in now if self.router.port_binding.port_of(mac) not in (None, radio)}
+                        self.apply(self.router.joining.listed_at(radio, now))  # and forgotten there
                 for row in stations.link_rows(last_stations, now):
                     if row[0] not in elsewhere:  # its links are that access point's to report
                         self.hwdb.write("Links", row)
