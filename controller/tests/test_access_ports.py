@@ -421,12 +421,21 @@ def test_a_roams_first_frames_before_the_access_points_word_raise_no_alarm_and_a
     switch.apply(router.joining.station_joined(PHONE, "", WLAN))
     switch.apply(router.joining.stations_at(LAN, set()))  # the satellite is heard: its port is an access point's
     assert not clone_events(router.joining.on_admission_copy(LAN, packet_in(PHONE, phone)))  # ahead of its word
+    # Its ARP for its gateway as it reassociated there, ahead of the word too: answered out of that port, or it
+    # would ask again only a second later (each of the radio story's roams waited that second); not moved yet.
+    gateway = router.devices[PHONE].subnet.gateway
+    effects = router.joining.on_admission_copy(LAN, arp_request(PHONE, phone, gateway))
+    assert [e.port for e in effects if isinstance(e, SendFrame)] == [LAN] and not clone_events(effects)
+    assert router.status(PHONE)["access_port"] == WLAN
     switch.apply(router.joining.station_joined(PHONE, "", LAN))  # the word
     assert router.status(PHONE)["access_port"] == LAN and router.status(PHONE)["clone_suspected"] is None
-    # Its MAC back at the radio with no word from the radio: a moment's grace, then a copy's.
+    # Its MAC back at the radio with no word from the radio: a moment's grace, then a copy's, whose ARP is not
+    # answered.
     assert not clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
     clock.now += port_binding.ROAM_GRACE_S
     assert clone_events(router.joining.on_admission_copy(WLAN, packet_in(PHONE, phone)))
+    effects = router.joining.on_admission_copy(WLAN, arp_request(PHONE, phone, gateway))
+    assert not [e for e in effects if isinstance(e, SendFrame)]
     # Long after, a real roam there has its moment's grace again: not even counted as a copy's sighting.
     clock.now += port_binding.ROAM_GRACE_S * 11
     sightings = router.counters["mac_clone_suspected"]

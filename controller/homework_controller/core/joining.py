@@ -38,6 +38,8 @@ from ..wire import dhcp_wire, packets
 from .reconciler import Reconciler
 
 LOG = logging.getLogger(__name__)
+# What a known device's frame on an access port is (`Joining._saw_on_port`).
+HERE, ROAMING, COPY = "here", "roaming", "copy"
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,8 @@ class Joining:
         effects: list[Effect] = []
         port = flows.port_of_mark(frame.eth_dst)  # the access port it asked on (None: the switch did not say)
         if port is not None and before is not None:
-            rebound, moves = self._saw_on_port(before, port, now)
-            if rebound is None:
+            where, moves = self._saw_on_port(before, port, now)
+            if where != HERE:
                 return moves  # its MAC on another port than its own: not served there
             effects += moves
         if before is None and req.msg_type == dhcp_wire.DISCOVER:
@@ -130,10 +132,15 @@ class Joining:
         device = self.devices.get(frame.eth_src)
         effects: list[Effect] = []
         if in_port != flows.LOCAL and device is not None:
-            rebound, effects = self._saw_on_port(device, in_port, self.clock())
-            if rebound is None:
+            where, effects = self._saw_on_port(device, in_port, self.clock())
+            if where == COPY:
                 return effects
-            # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is.
+            if where == ROAMING and frame.arp is None:
+                return effects
+            # Moved here: its rules follow; what it sent (DHCP, say) is not served now, its retry is. Its ARP for
+            # its gateway is answered even before the access point's word (the router's MAC, no secret): it asks
+            # as it reassociates, and unanswered it asks again only a second later, when its rules have long
+            # followed it (the radio story's roams each waited that second).
         return effects + (self.on_arp(in_port, frame) if frame.arp is not None else [])
 
     def station_joined(self, mac: str, keyid: str, port: int | None = None) -> list[Effect]:
@@ -264,20 +271,20 @@ class Joining:
             *self.reconciler.reconcile(self.devices[new_mac]),
         ]
 
-    def _saw_on_port(self, device: Device, port: int, now: float) -> tuple[bool | None, list]:
-        """A known device's frame came in on access port `port`: whether that bound it to a new port
-        (None: not its port, and not a move: counted as a copied MAC, its frame is not served), and the
-        effects (its rules on its new port; the household told of a copy)."""
+    def _saw_on_port(self, device: Device, port: int, now: float) -> tuple[str, list]:
+        """A known device's frame came in on access port `port`: HERE (its port, or it is bound here now), ROAMING
+        (a roam's first frames, before the access point's word: no alarm) or COPY (a copied MAC: the household
+        told); its frame is served only HERE. And the effects (its rules on its new port; the alert)."""
         seen = self.port_binding.saw(device.mac, port, leased=device.lease_active(now))
         if seen == port_binding.OWN:
-            return False, []
+            return HERE, []
         if seen == port_binding.ELSEWHERE:
             if self.port_binding.word_on_its_way(device.mac, port, now):
-                return None, []  # a roam's first frames, before the access point's word: not served, no alarm
-            return None, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
+                return ROAMING, []
+            return COPY, self._suspect_clone(device.mac, [self.port_binding.elsewhere(device.mac, port)])
         if seen == port_binding.MOVED:
             LOG.info("%s moved to access port %d (its own had no link)", device.mac, port)
-        return True, self.reconciler.reconcile(device)
+        return HERE, self.reconciler.reconcile(device)
 
     def _suspect_clone(self, mac: str, differs: list[str]) -> list[Effect]:
         device = self.devices.get(mac)
