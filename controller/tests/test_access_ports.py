@@ -299,6 +299,28 @@ def test_the_access_point_a_station_roamed_away_from_without_a_word_forgets_it(r
     assert forgotten(router.joining.station_joined(PHONE, own_key(router, PHONE), LAN)) == []
 
 
+def gateway_answers(effects, port):
+    """The ARP answers for a gateway the effects send out of `port`: (to MAC, gateway, its MAC, to address)."""
+    frames = [Ether(e.data) for e in effects if isinstance(e, SendFrame) and e.port == port]
+    return [(f.dst, f[ARP].psrc, f[ARP].hwsrc, f[ARP].pdst) for f in frames if ARP in f and f[ARP].op == 2]
+
+
+def test_a_station_that_reassociates_is_told_where_its_gateway_is_unasked(router, switch):
+    """A station's stack forgets its neighbours when its link goes down, for a moment at every (re)association;
+    the ARP it sends for its gateway then is lost, and it asks again only a second later (each of the radio
+    story's roams waited that second). Whichever access point authenticates it, the router answers unasked,
+    out of that port: its stack takes the answer it is waiting for."""
+    phone = join_on(router, switch, PHONE, WLAN)
+    gateway = router.devices[PHONE].subnet.gateway
+    told = (PHONE, gateway, ROUTER_MAC, phone)
+    for port in (WLAN, LAN, LAN):  # on its radio, roamed to the satellite, and reassociated there
+        effects = router.joining.station_joined(PHONE, "", port)
+        assert gateway_answers(effects, port) == [told]
+        switch.apply(effects)
+    # A station the router has given no address (it has not asked yet): nothing (a copy: below).
+    assert gateway_answers(router.joining.station_joined(TABLET, "", WLAN), WLAN) == []
+
+
 def test_a_guest_passphrase_copy_at_the_other_access_point_is_flagged_by_the_devices_own_frames(router, switch, clock):
     """With the guest passphrase the MAC is the device's only identity, on one radio as on two: a copier at the
     satellite takes it over as it would on the router's radio. The device's own frames, still arriving where it
@@ -320,8 +342,9 @@ def test_a_copy_of_a_device_with_its_own_passphrase_is_put_off_the_other_access_
     keyid = own_key(router, PHONE)
     switch.apply(router.joining.station_joined(PHONE, keyid, WLAN))
     effects = router.joining.station_joined(PHONE, wifi_keys.GUEST_KEYID, LAN)  # its MAC, the guest passphrase
-    # Put off the satellite's air, not the router's radio's, where the phone itself is.
+    # Put off the satellite's air, not the router's radio's, where the phone itself is; told nothing.
     assert AuthenticatorKick(PHONE, LAN) in effects and AuthenticatorKick(PHONE) not in effects
+    assert gateway_answers(effects, LAN) == []
     assert clone_events(effects)
     switch.apply(effects)
     assert router.status(PHONE)["access_port"] == WLAN

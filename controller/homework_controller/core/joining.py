@@ -199,18 +199,32 @@ class Joining:
     def _authenticated_at(self, mac: str, port: int | None, proven: bool) -> list[Effect]:
         """The access point on `port` authenticated the station: a device it roamed to moves there, its
         address, decisions and rules with it (its rules follow it to that port), and the access point it
-        left without a word forgets it (`AuthenticatorForget`), so that its next visit there is a first one."""
+        left without a word forgets it (`AuthenticatorForget`), so that its next visit there is a first one.
+        And it is told where its gateway is (`_gateway_told`)."""
         if port is None:
             return []
         binding = self.port_binding.authenticated(mac, port, proven)
         device = self.devices.get(mac)
-        if binding not in (port_binding.MOVED, port_binding.BOUND) or device is None:
+        if binding == port_binding.ELSEWHERE or device is None:
             return []
-        if binding == port_binding.BOUND:
-            return self.reconciler.reconcile(device)
-        LOG.info("%s roamed to access port %d (%s)", mac, port, "its own passphrase" if proven else "guest")
-        left = self.port_binding.left_unheard(mac)
-        return self.reconciler.reconcile(device) + [AuthenticatorForget(mac, p) for p in left]
+        effects = [] if binding == port_binding.OWN else self.reconciler.reconcile(device)
+        if binding == port_binding.MOVED:
+            LOG.info("%s roamed to access port %d (%s)", mac, port, "its own passphrase" if proven else "guest")
+            effects += [AuthenticatorForget(mac, p) for p in self.port_binding.left_unheard(mac)]
+        return effects + self._gateway_told(device, port)
+
+    def _gateway_told(self, device: Device, port: int) -> list[Effect]:
+        """An ARP answer for its gateway, unasked, out of the port it (re)associated on. A station's stack forgets
+        its neighbours when its link goes down, as it does for a moment at every (re)association; the ARP it
+        sends for its gateway meanwhile is lost with the link, and it asks again only a second later (the radio
+        story's roams each waited that second, in both directions). Its stack takes this answer as the one it is
+        waiting for."""
+        if not device.lease_active(self.clock()):
+            return []
+        assert device.subnet is not None  # a live lease has one
+        router_mac = self.switch.ports()[1]
+        answer = packets.arp_reply(router_mac, device.subnet.gateway, device.mac, device.subnet.device_ip)
+        return [SendFrame(port, answer)]
 
     def merge(self, mac: str, into: str) -> list[Effect]:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a
