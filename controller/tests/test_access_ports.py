@@ -277,10 +277,10 @@ def test_a_guest_passphrase_device_moves_on_the_word_of_the_access_point_it_roam
 
 
 def test_the_access_point_a_station_roamed_away_from_without_a_word_forgets_it(router, switch):
-    """A roaming station does not tell the access point it leaves, which keeps its protected association: at the
-    station's next visit there it questions the stale one (SA Query) and keeps the station waiting (the radio
-    story's roams back took about a second more than first visits). Once another access point has authenticated
-    it, the one it left forgets it (hostapd's `DEAUTHENTICATE <mac> tx=0`: no frame to the station)."""
+    """A roaming station does not tell the access point it leaves, which keeps its protected association until
+    its inactivity timeout (and lists the station as its own): at the station's next visit there it questions
+    the stale one first (SA Query). Once another access point has authenticated it, the one it left forgets it
+    (hostapd's `DEAUTHENTICATE <mac> tx=0`: no frame to the station)."""
     join_on(router, switch, PHONE, WLAN)
     first = router.joining.station_joined(PHONE, "", WLAN)
     assert forgotten(first) == []  # its first association: held nowhere else
