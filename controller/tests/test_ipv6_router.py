@@ -249,6 +249,32 @@ def test_the_router_answers_for_its_gateways_but_not_a_devices_own_address(route
     assert ask(in_prefix(prefix)) == []
 
 
+def test_a_device_that_reassociates_is_told_where_the_router_is_unasked(router, switch):
+    """A station's stack forgets its neighbours while its link is down at each (re)association, and sends a lost
+    solicitation for its default router again only after a second: when an access point authenticates it, a
+    device the router advertised itself to is told where the router's link-local address is (not flagged
+    solicited, to all nodes: a stack takes that for its incomplete entry). A pending one, never advertised a
+    route, is told nothing of it."""
+    join(router, switch, PHONE)
+    join(router, switch, TABLET, permit=False)
+    for mac in (PHONE, TABLET):
+        effects = router.joining.station_joined(mac, "", WLAN)
+        told = [Ether(e.data) for e in effects if isinstance(e, SendFrame) and e.port == WLAN]
+        nas = [f for f in told if ICMPv6ND_NA in f]
+        if mac == TABLET:
+            assert nas == []
+            continue
+        [na] = nas
+        assert (na.dst, na[IPv6].dst, na[IPv6].hlim) == (PHONE, nd.ALL_NODES, 255)
+        assert (na[ICMPv6ND_NA].tgt, na[ICMPv6ND_NA].R, na[ICMPv6ND_NA].S, na[ICMPv6ND_NA].O) == (
+            nd.ROUTER_LINK_LOCAL,
+            1,
+            0,
+            1,
+        )
+        assert na.lladdr == ROUTER_MAC
+
+
 def test_the_routers_stack_finds_a_device_by_any_address_in_its_64(router, switch):
     join(router, switch, PHONE)
     prefix = router.ipv6.current[PHONE][0]

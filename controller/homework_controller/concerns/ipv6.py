@@ -118,6 +118,10 @@ class Ipv6(Concern, Protocol):
 
     def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list[Effect]: ...
 
+    def router_told(self, mac: str, port: int) -> list[Effect]:
+        """Where the router's link-local address is, unasked, to a device that (re)associated on `port`."""
+        ...
+
     def offered_routes(self, mac: str, advert: nd.RouterAdvert, now: float) -> Change: ...
 
     def give_route(self, prefix: str, mac: str) -> set[str]: ...
@@ -161,6 +165,9 @@ class Ipv6Off:
         return []
 
     def answer(self, in_port, sol: nd.Solicitation, device: Device | None) -> list[Effect]:
+        return []
+
+    def router_told(self, mac: str, port: int) -> list[Effect]:
         return []
 
     def offered_routes(self, mac: str, advert: nd.RouterAdvert, now: float) -> Change:
@@ -357,6 +364,18 @@ class Ipv6Addresses:
             return []  # the device's own duplicate-address detection, or not the router's address: unanswered
         frame = nd.neighbour_advert(self.router_mac, device.mac, sol.target, sol.src, True, self.router_mac)
         return [SendFrame(in_port, frame)]
+
+    def router_told(self, mac: str, port: int) -> list[Effect]:
+        """A neighbour advert for the router's link-local address (the next hop of the device's default route),
+        unasked, to a device it has advertised itself to: its stack forgets its neighbours while its link is
+        down at each (re)association, and a solicitation it sent meanwhile is sent again only after a second.
+        Not flagged solicited (to all nodes), so its stack takes it for its incomplete entry."""
+        if mac not in self.advertised:
+            return []
+        advert = nd.neighbour_advert(
+            self.router_mac, mac, nd.ROUTER_LINK_LOCAL, nd.ALL_NODES, True, self.router_mac, solicited=False
+        )
+        return [SendFrame(port, advert)]
 
     def _answer_for_device(self, sol: nd.Solicitation) -> list[Effect]:
         """The router's stack asks where an address in a device's /64 is: at that device (every address of

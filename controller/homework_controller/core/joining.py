@@ -214,17 +214,17 @@ class Joining:
         return effects + self._gateway_told(device, port)
 
     def _gateway_told(self, device: Device, port: int) -> list[Effect]:
-        """An ARP answer for its gateway, unasked, out of the port it (re)associated on. A station's stack forgets
-        its neighbours when its link goes down, as it does for a moment at every (re)association; the ARP it
-        sends for its gateway meanwhile is lost with the link, and it asks again only a second later (the radio
-        story's roams each waited that second, in both directions). Its stack takes this answer as the one it is
-        waiting for."""
+        """An ARP answer for its gateway, unasked, out of the port it (re)associated on, and the IPv6 router's
+        whereabouts (`Ipv6.router_told`). A station's stack forgets its neighbours when its link goes down, as
+        it does for a moment at every (re)association; the ARP it sends for its gateway meanwhile is lost with
+        the link, and it asks again only a second later (the radio story's roams each waited that second, in
+        both directions). Its stack takes this answer as the one it is waiting for."""
         if not device.lease_active(self.clock()):
             return []
         assert device.subnet is not None  # a live lease has one
         router_mac = self.switch.ports()[1]
         answer = packets.arp_reply(router_mac, device.subnet.gateway, device.mac, device.subnet.device_ip)
-        return [SendFrame(port, answer)]
+        return [SendFrame(port, answer), *self.reconciler.ipv6.router_told(device.mac, port)]
 
     def merge(self, mac: str, into: str) -> list[Effect]:
         """The household says the newcomer at `mac` is the device `into`, back under a new MAC without a

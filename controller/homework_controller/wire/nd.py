@@ -183,9 +183,11 @@ def router_advert(
     return _frame(router_mac, dst_mac, ROUTER_LINK_LOCAL, dst_ip, body)
 
 
-def neighbour_advert(src_mac: str, dst_mac: str, target: str, dst_ip: str, router: bool, target_mac: str) -> bytes:
-    """The answer to a neighbour solicitation for target: it is at target_mac (solicited, override)."""
-    flags = (0x80000000 if router else 0) | 0x40000000 | 0x20000000
+def neighbour_advert(
+    src_mac: str, dst_mac: str, target: str, dst_ip: str, router: bool, target_mac: str, solicited: bool = True
+) -> bytes:
+    """The answer to a neighbour solicitation for target: it is at target_mac (override; solicited, or unasked)."""
+    flags = (0x80000000 if router else 0) | (0x40000000 if solicited else 0) | 0x20000000
     body = struct.pack("!BBHI16s", NEIGHBOUR_ADVERTISEMENT, 0, 0, flags, ipaddress.IPv6Address(target).packed)
     body += _link_option(OPT_TARGET_LINK, target_mac)
     return _frame(src_mac, dst_mac, target, dst_ip, body)
