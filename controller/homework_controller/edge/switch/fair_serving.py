@@ -25,8 +25,8 @@ LOG = logging.getLogger("homework.controller")
 
 # The fair queue's group of the devices nobody has decided on: one turn per round for all of them, shared round
 # robin among its members, each pending device and the newcomers (every MAC the router does not know yet, one
-# member). A storm of forged MACs taking leases is hundreds of pending devices: each its own queue, a permitted
-# device's DHCP waited a turn for every one of them (another device's DHCP p99 7.5x quiet's, issue 39).
+# member). A storm of forged MACs taking leases is hundreds of pending devices: with a queue each, a permitted
+# device's DHCP could wait a turn for every one of them (issue 39).
 UNDECIDED = "undecided"
 NEWCOMERS = "newcomers"
 # How long held changes wait before they are offered again to a switch whose connection is behind.
