@@ -387,10 +387,12 @@ class Satellite:
             self._heard(heard, told)
 
     def _heard(self, heard: float, told: dict) -> None:
-        if told["event"] == "joined":
-            with self.joins_lock:
+        with self.joins_lock:
+            if told["event"] == "joined":
                 self.joins_unanswered[told["mac"]] = self.joins_unanswered.get(told["mac"], 0) + 1
                 self.last_join_heard[told["mac"]] = heard
+            else:  # gone from here: nothing to forget, and no entry kept for each MAC that ever came
+                self.last_join_heard.pop(told["mac"], None)
         self.events.put((heard, told))
 
     def _report_forever(self) -> None:
