@@ -466,7 +466,7 @@ def webui(_args) -> None:
 
 def hostile_dns(args) -> None:
     """Hostile DNS from one device; another device's lookups and DHCP, quiet and under attack."""
-    write_result("hostile", hostile.measure_home(args.seconds))
+    write_result("hostile", hostile.measure_home(args.seconds, args.samples))
 
 
 def agent_flood_home(args) -> None:
@@ -559,7 +559,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--devices", type=int, default=100)
     p.add_argument("--connections", type=int, default=300)
-    p.add_argument("--samples", type=int, default=60, help="flood: DHCP handshakes per phase")
+    p.add_argument("--samples", type=int, default=60, help="flood, hostile: DHCP handshakes per phase")
     p.add_argument("--seconds", type=float, default=10.0, help="hostile, agent_flood: seconds of lookups per phase")
     p.add_argument("--qos-seconds", type=float, default=40.0, help="qos: length of each call (High from halfway)")
     p.add_argument("--path-rounds", type=int, default=30, help="dhcp_storm: in-process storms for the CPU per message")
