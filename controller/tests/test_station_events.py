@@ -100,3 +100,35 @@ def test_the_sta_answer_is_hostapds_and_a_refusal_or_no_hostapd_is_an_error(tmp_
 
 def no_hostapd_cli(ctrl, *words):
     raise AssertionError(f"hostapd_cli started for {words}")
+
+
+def test_a_join_is_judged_once_though_hostapd_says_it_twice_and_a_completion_alone_is_a_join():
+    """hostapd says `AP-STA-CONNECTED` and then `EAPOL-4WAY-HS-COMPLETED` for the same handshake: judged twice, a
+    join cost a second `STA` (and at a satellite a second report). A completion that comes alone (back from a
+    roam this access point did not see), long after, or after the station left, is a join of its own."""
+    now = [100.0]
+    handshakes = hostapd_ctrl.Handshakes(clock=lambda: now[0])
+    connected, completed, left = (
+        f"<3>{word} {PHONE}" for word in ("AP-STA-CONNECTED", "EAPOL-4WAY-HS-COMPLETED", "AP-STA-DISCONNECTED")
+    )
+    assert handshakes.heard(f"{connected} keyid=guest") and not handshakes.heard(completed)
+    assert handshakes.heard(completed)  # alone: back from a roam
+    handshakes.heard(connected)
+    now[0] += hostapd_ctrl.Handshakes.SAME_HANDSHAKE_S
+    assert handshakes.heard(completed)  # long after: a new handshake
+    handshakes.heard(connected)
+    assert handshakes.heard(left) and handshakes.heard(completed)
+    handshakes.heard(connected)
+    handshakes.untold(PHONE)  # its AP-STA-CONNECTED told nothing: its completion is judged
+    assert handshakes.heard(completed)
+    assert handshakes.connected == {}  # nothing kept of a station whose handshake ended or that left
+
+
+def test_the_routers_radio_asks_nothing_more_at_the_end_of_a_handshake_it_judged_at_its_connection(radio, router):
+    events, hostapd, switch = radio
+    join_on(router, switch, PHONE, RADIO)
+    hostapd.stations[PHONE] = f"{PHONE}\nflags=[AUTH][ASSOC][AUTHORIZED]\nhostapdWPAPTKState=11\nkeyid=guest\n"
+    events._on_hostapd_event(f"<3>AP-STA-CONNECTED {PHONE} keyid=guest")
+    events._on_hostapd_event(f"<3>EAPOL-4WAY-HS-COMPLETED {PHONE}")
+    assert hostapd.asked == []  # the key id came with AP-STA-CONNECTED; its completion is the same handshake's
+    assert router.status(PHONE)["access_port"] == RADIO

@@ -335,6 +335,7 @@ class Satellite:
         # The joins heard here that the router has not answered yet (how many per station), and when each station's
         # last join was heard: the router's word that a station roamed away holds only if it had heard of every
         # join here before it answered.
+        self.handshakes = hostapd_ctrl.Handshakes()  # hostapd's events come from one thread
         self.joins_lock = threading.Lock()
         self.joins_unanswered: dict[str, int] = {}
         self.last_join_heard: dict[str, float] = {}
@@ -371,9 +372,13 @@ class Satellite:
 
     def _on_event(self, event: str) -> None:
         heard = time.monotonic()
+        if not self.handshakes.heard(event):
+            return  # the completion of a handshake whose AP-STA-CONNECTED was told
         told = station_event(self.radio, event)
         if told is not None:
             self._heard(heard, told)
+        elif (joined := hostapd_ctrl.station_joined(event)) is not None:
+            self.handshakes.untold(joined[0])
 
     def _on_attach(self) -> None:
         """hostapd (re)started, or this program did: the stations on the air, as if they had just joined."""

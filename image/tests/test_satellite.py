@@ -332,3 +332,28 @@ def test_a_station_that_roamed_away_without_a_word_is_forgotten_here_only_when_i
     finally:
         hostapd.close()
         shutil.rmtree(run, ignore_errors=True)
+
+
+def test_a_join_is_told_to_the_router_once_though_hostapd_says_it_twice(tmp_path, monkeypatch):
+    """hostapd says `AP-STA-CONNECTED` and then `EAPOL-4WAY-HS-COMPLETED` for the same handshake: the router is
+    told of the join once (it was told twice: two reports, and a `STA` asked for the second)."""
+    run = Path(tempfile.mkdtemp(prefix="sat-", dir="/tmp"))
+    monkeypatch.setattr(satellite.Radio, "start", lambda self: None)
+    box = satellite.Radio("wlan0", "br0", tmp_path, run, channel=1)
+    box.serve(from_router())
+    hostapd = FakeHostapd(str(box.access_point.ctrl))
+    agent = satellite.Satellite(None, box)  # type: ignore[arg-type]  # no router: what it would be told, queued
+    try:
+        hostapd.stations[ROAMER] = sta_answer(ROAMER, 11, wifi_keys.GUEST_KEYID)
+        agent._on_event(f"<3>AP-STA-CONNECTED {ROAMER} keyid={wifi_keys.GUEST_KEYID}")
+        agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {ROAMER}")
+        told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
+        assert told == [{"event": "joined", "mac": ROAMER, "keyid": wifi_keys.GUEST_KEYID}]
+        assert hostapd.asked == []
+        # Back from a roam this access point did not see: a completion alone, told.
+        agent._on_event(f"<3>EAPOL-4WAY-HS-COMPLETED {ROAMER}")
+        told = [agent.events.get_nowait()[1] for _ in range(agent.events.qsize())]
+        assert told == [{"event": "joined", "mac": ROAMER, "keyid": wifi_keys.GUEST_KEYID}]
+    finally:
+        hostapd.close()
+        shutil.rmtree(run, ignore_errors=True)

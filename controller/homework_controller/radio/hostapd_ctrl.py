@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from ..effects import AuthenticatorDeny, AuthenticatorForget, AuthenticatorKick, AuthenticatorWord
@@ -96,6 +97,40 @@ def handshake_completed(event: str) -> str | None:
     by the time it is asked, another may have begun)."""
     words = event.split(">", 1)[-1].split()
     return words[1] if len(words) >= 2 and words[0] == "EAPOL-4WAY-HS-COMPLETED" else None
+
+
+class Handshakes:
+    """hostapd says `AP-STA-CONNECTED` when a station is authorized, then `EAPOL-4WAY-HS-COMPLETED` for the same
+    handshake: that second word is not a join of its own (judged again, it cost a `STA` and, at a satellite, a
+    report). One that comes alone is: a station back from a roam this access point did not see (it never left
+    here: no new `AP-STA-CONNECTED`), or a new handshake. Only a completion soon after the station's
+    `AP-STA-CONNECTED` is taken for the same handshake's (a wired 802.1X join has no 4-way handshake at all)."""
+
+    SAME_HANDSHAKE_S = 5.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.connected: dict[str, float] = {}  # MAC -> when its AP-STA-CONNECTED was heard (until it completes)
+
+    def heard(self, event: str) -> bool:
+        """Whether the event is news (a join or a station leaving to judge); False for the completion of a
+        handshake whose station was judged at its `AP-STA-CONNECTED`."""
+        joined = station_joined(event)
+        if joined is not None:
+            self.connected[joined[0]] = self.clock()
+            return True
+        completed = handshake_completed(event)
+        if completed is not None:
+            at = self.connected.pop(completed, None)
+            return at is None or self.clock() - at >= self.SAME_HANDSHAKE_S
+        left = station_left(event)
+        if left is not None:
+            self.connected.pop(left, None)
+        return True
+
+    def untold(self, mac: str) -> None:
+        """Its `AP-STA-CONNECTED` told nothing (its key not known yet): its handshake's completion is judged."""
+        self.connected.pop(mac, None)
 
 
 def station_left(event: str) -> str | None:

@@ -46,6 +46,7 @@ class StationEvents:
     ):
         self.router, self.lock, self.apply, self.authenticator = router, lock, apply, authenticator
         self.switch, self.config = switch, config
+        self.handshakes = hostapd_ctrl.Handshakes()  # hostapd's events come from one thread
 
     def start(self) -> None:
         """The authenticator's thread and the key file, written now as the database has it (after a restore
@@ -58,6 +59,8 @@ class StationEvents:
             threading.Thread(target=events.run_forever, daemon=True).start()
 
     def _on_hostapd_event(self, event: str) -> None:
+        if not self.handshakes.heard(event):
+            return  # the completion of a handshake whose AP-STA-CONNECTED was judged
         joined = hostapd_ctrl.station_joined(event)  # parsed off the lock
         if joined is None:
             left, completed = hostapd_ctrl.station_left(event), hostapd_ctrl.handshake_completed(event)
