@@ -104,9 +104,11 @@ class Handshakes:
     handshake: that second word is not a join of its own (judged again, it cost a `STA` and, at a satellite, a
     report). One that comes alone is: a station back from a roam this access point did not see (it never left
     here: no new `AP-STA-CONNECTED`), or a new handshake. Only a completion soon after the station's
-    `AP-STA-CONNECTED` is taken for the same handshake's (a wired 802.1X join has no 4-way handshake at all)."""
+    `AP-STA-CONNECTED` is taken for the same handshake's (tens of milliseconds after it; a wired 802.1X join has
+    no 4-way handshake at all): a station gone and back within that second, unheard, is missed until its next
+    word."""
 
-    SAME_HANDSHAKE_S = 5.0
+    SAME_HANDSHAKE_S = 1.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
