@@ -332,19 +332,21 @@ class SavedRouter:
     disk: Path
     drives: dict[str, Path]
     firmware: str
+    uefi_vars: Path  # UEFI's variable store, saved in it with the rest (unused under BIOS)
     name: str
     kvm: bool
     pace: float
     paced_boot_s: float | None
 
     def resume(self, state: Path, netns: str) -> RouterVm:
-        vm = RouterVm(self.disk, state, self.drives, netns, self.firmware, resume=self.name)
+        vm = RouterVm(self.disk, state, self.drives, netns, self.firmware, resume=self.name, uefi_vars=self.uefi_vars)
         vm.kvm, vm.pace, vm.paced_boot_s = self.kvm, self.pace, self.paced_boot_s
         return vm
 
 
 # Routers saved by a story for a later one in the same test process (the radio story resumes the
-# BIOS story's first boot, made with radios for it: a boot that is not its subject costs it nothing).
+# BIOS story's first boot, the satellite story the UEFI story's, each made with radios for it: a boot
+# that is not a story's subject costs it nothing).
 SAVED: dict[str, SavedRouter] = {}
 
 
@@ -386,14 +388,17 @@ class RouterVm:
         netns: str,
         firmware: str = "uefi",
         resume: str | None = None,
+        uefi_vars: Path | None = None,
     ):
         """disk: a raw image, or a qcow2 overlay (its name ends in .qcow2), which can hold saved states;
-        resume: the name of a state saved in it (`save`) to resume from, rather than power on."""
+        resume: the name of a state saved in it (`save`) to resume from, rather than power on;
+        uefi_vars: UEFI's variable store (a qcow2 file, so that a saved state holds it too), by default one of
+        its own in `state`, made from the firmware's template at the first power-on."""
         if firmware not in FIRMWARES:
             raise ValueError(f"firmware is one of {FIRMWARES}, not {firmware!r}")
         self.disk, self.state, self.drives, self.netns, self.firmware = disk, state, drives, netns, firmware
         self.resume = self.resumed_from = resume
-        self.vars = state / "OVMF_VARS.fd"
+        self.vars = uefi_vars or state / "OVMF_VARS.qcow2"
         self.console_log = state / "console.log"
         self.sock_path = state / "serial.sock"
         self.monitor_path = state / "monitor.sock"
@@ -424,7 +429,9 @@ class RouterVm:
         listed = self.monitor("info snapshots")
         if "rror" in answer or name not in listed:
             raise VmError(f"qemu did not save the router's state {name!r}: {answer.strip()} {listed.strip()}")
-        return SavedRouter(self.disk, dict(self.drives), self.firmware, name, self.kvm, self.pace, self.paced_boot_s)
+        return SavedRouter(
+            self.disk, dict(self.drives), self.firmware, self.vars, name, self.kvm, self.pace, self.paced_boot_s
+        )
 
     def resumed(self, since: int = 0) -> None:
         """After resuming a state saved at a shell prompt (its console already quiet): a fresh prompt."""
@@ -473,13 +480,13 @@ class RouterVm:
     def _launch_locked(self) -> float:
         firmware = []
         if self.firmware == "uefi":
-            if not self.vars.exists():
-                shutil.copy2(OVMF_VARS, self.vars)
+            if not self.vars.exists():  # qcow2, not raw: qemu saves a state only if every writable drive can
+                sh("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", OVMF_VARS, self.vars)
             firmware = [
                 "-drive",
                 f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
                 "-drive",
-                f"if=pflash,format=raw,unit=1,file={self.vars}",
+                f"if=pflash,format=qcow2,unit=1,file={self.vars}",
             ]
         self.sock_path.unlink(missing_ok=True)
         self.monitor_path.unlink(missing_ok=True)

@@ -20,13 +20,14 @@ from test_boot import (
     IMAGE,
     LAPTOP_MAC,
     _version_of_image,
+    ask_for_radios,
     bundles,  # noqa: F401 - the fixture: the broken and the good update
     json_in,
     record_boot_profile,
     wait_for_services,
     wait_for_slot,
 )
-from test_radio_boot import BOOTED_WITH_RADIOS, RADIOS, ask_for_radios, radio_test_drive
+from test_radio_boot import BOOTED_WITH_RADIOS, RADIOS, radio_test_drive
 
 from homenet.routervm import SAVED, Network, RouterVm, overlay
 from homenet.wait import wait_until

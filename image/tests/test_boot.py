@@ -31,15 +31,18 @@ from homenet.routervm import (
     BOOT_STARTED,
     DELEGATED_PREFIX,
     QUIET_SHELL,
+    SAVED,
     WWW6_HOST,
     WWW6_IP,
     Network,
     RouterVm,
     VmError,
+    overlay,
     sh,
 )
 from homenet.wait import wait_until
 from homework_deploy.prefix_delegation import DELEGATED_FILE
+from homework_image import boot
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -51,6 +54,7 @@ DATA, HWDB_DIR = "/var/lib/homework", "/var/lib/homework/hwdb"
 # A row of one of hwdb's persistent tables, written before the reboot that moves hwdb's files
 # into its own directory; it must be there after that and after each update.
 HWDB_ROW = "written before the reboot and the updates"
+BOOTED_WITH_A_RADIO = "booted-with-a-radio"  # this story's first boot, saved for the satellite story (SAVED)
 TIMINGS: dict[str, float] = {}
 PERMITTED_AT: dict[str, float] = {}  # MAC -> time.monotonic() of the permit's answer
 
@@ -111,15 +115,46 @@ def net():
 
 @pytest.fixture(scope="module")
 def router(net, bundles):
+    """Booted with a radio, so that the satellite story resumes this first boot (test_satellite_boot.router)
+    with a network to share rather than boot one more router; slot A's entry alone asks for it, so the
+    updates boot without (the wired 802.1X of a box with no radio). A qcow2 overlay on the image's copy
+    holds the saved state."""
     disk = STATE / "disk.img"
-    for stale in (disk, STATE / "vm/OVMF_VARS.fd", STATE / "vm/console.log"):
+    for stale in (disk, STATE / "vm/OVMF_VARS.qcow2", STATE / "vm/console.log"):
         stale.unlink(missing_ok=True)
     (STATE / "vm").mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "--sparse=always", str(IMAGE), str(disk)], check=True)
-    vm = RouterVm(disk, STATE / "vm", {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]}, net.vm_ns)
+    ask_for_radios(disk, 1, STATE)
+    drives = {"bundle-broken": bundles["broken"], "bundle-good": bundles["good"]}
+    vm = RouterVm(overlay(disk), STATE / "vm", drives, net.vm_ns)
     yield vm
     vm.kill()
     (STATE / "timings.json").write_text(json.dumps(TIMINGS, indent=1) + "\n")
+
+
+def ask_for_radios(disk: Path, radios: int, work: Path) -> None:
+    """Put homework.test_radios=N on the kernel command line of the raw disk's boot entry (its ESP), for
+    systemd-boot and for GRUB (its grub.cfg made again from the entry)."""
+    table = json.loads(subprocess.run(["sfdisk", "-J", str(disk)], capture_output=True, text=True, check=True).stdout)
+    esp = next(p for p in table["partitiontable"]["partitions"] if p.get("name") == "homework-esp")
+    image = f"{disk}@@{esp['start'] * 512}"
+    listing = subprocess.run(
+        ["mdir", "-b", "-i", image, "::loader/entries"], capture_output=True, text=True, check=True
+    ).stdout
+    (entry,) = [line.strip() for line in listing.splitlines() if line.strip().endswith(".conf")]
+    name = entry.rsplit("/", 1)[-1]
+    text = subprocess.run(["mtype", "-i", image, f"::loader/entries/{name}"], capture_output=True, text=True).stdout
+    text = "".join(
+        line + (f" homework.test_radios={radios}" if line.startswith("options ") else "") + "\n"
+        for line in text.splitlines()
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    for local, on_esp, content in (
+        (work / name, f"::loader/entries/{name}", text),
+        (work / "grub.cfg", f"::{boot.GRUB_DIR}/grub.cfg", boot.grub_config({name: text})),
+    ):
+        local.write_text(content)
+        subprocess.run(["mcopy", "-o", "-i", image, str(local), on_esp], check=True)
 
 
 class Owner:
@@ -447,6 +482,10 @@ def test_boots_and_every_service_comes_up(router, net):
     # The controller, seeing what it sees, gets hostapd's answers (the blacklist goes that way).
     ping = f"nsenter -t {main_pid(router, 'controller')} -m hostapd_cli -p /run/homework/hostapd -i br-lan ping"
     assert router.run(ping, check=False).split()[-1:] == ["PONG"]
+    # The satellite story resumes the router from here: booted with its radio, no owner yet.
+    started = time.monotonic()
+    SAVED[BOOTED_WITH_A_RADIO] = router.save(BOOTED_WITH_A_RADIO)
+    TIMINGS["save_for_the_satellite_story_s"] = round(time.monotonic() - started, 1)
 
 
 def test_pending_device_gets_a_short_lease_and_reaches_nothing(router, net):

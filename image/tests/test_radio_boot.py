@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_boot import PENDING_LEASE_S, Owner, device_state, hwdb_query, json_in, main_pid
+from test_boot import PENDING_LEASE_S, Owner, ask_for_radios, device_state, hwdb_query, json_in, main_pid
 
 from homenet.routervm import SAVED, WWW_IP, Network, RouterVm, VmError
 from homenet.wait import wait_until
 from homework_controller.policy import wifi_keys
-from homework_image import boot
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -78,31 +77,6 @@ def make_test_drive(out: Path) -> Path:
     subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "radio-test", "-d", str(stage), str(out), "64M"], check=True)
     shutil.rmtree(stage)
     return out
-
-
-def ask_for_radios(disk: Path, radios: int, work: Path) -> None:
-    """Put homework.test_radios=N on the kernel command line of the raw disk's boot entry (its ESP), for
-    systemd-boot and for GRUB (its grub.cfg made again from the entry)."""
-    table = json.loads(subprocess.run(["sfdisk", "-J", str(disk)], capture_output=True, text=True, check=True).stdout)
-    esp = next(p for p in table["partitiontable"]["partitions"] if p.get("name") == "homework-esp")
-    image = f"{disk}@@{esp['start'] * 512}"
-    listing = subprocess.run(
-        ["mdir", "-b", "-i", image, "::loader/entries"], capture_output=True, text=True, check=True
-    ).stdout
-    (entry,) = [line.strip() for line in listing.splitlines() if line.strip().endswith(".conf")]
-    name = entry.rsplit("/", 1)[-1]
-    text = subprocess.run(["mtype", "-i", image, f"::loader/entries/{name}"], capture_output=True, text=True).stdout
-    text = "".join(
-        line + (f" homework.test_radios={radios}" if line.startswith("options ") else "") + "\n"
-        for line in text.splitlines()
-    )
-    work.mkdir(parents=True, exist_ok=True)
-    for local, on_esp, content in (
-        (work / name, f"::loader/entries/{name}", text),
-        (work / "grub.cfg", f"::{boot.GRUB_DIR}/grub.cfg", boot.grub_config({name: text})),
-    ):
-        local.write_text(content)
-        subprocess.run(["mcopy", "-o", "-i", image, str(local), on_esp], check=True)
 
 
 def radio_test_drive() -> Path:
