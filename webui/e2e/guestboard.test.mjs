@@ -7,6 +7,8 @@ import { join } from 'node:path'
 import { dragTo, label, touchDragTo, launch, password, PHONE, shot, signIn, sleep, startStack, user, WALL } from './harness.mjs'
 
 let stack, browser, wall
+// A page of a test's own (another browser's), kept for the screenshot below.
+let ownPage
 
 before(async () => {
   stack = await startStack()
@@ -15,7 +17,10 @@ before(async () => {
 
 // The wall panel's state after each test, in /tmp, for diagnosing a failure.
 afterEach(async (t) => {
-  await wall?.page.screenshot({ path: `/tmp/webui-e2e-${t.name.replace(/\W+/g, '-')}.png` }).catch(() => undefined)
+  const name = t.name.replace(/\W+/g, '-')
+  await wall?.page.screenshot({ path: `/tmp/webui-e2e-${name}.png` }).catch(() => undefined)
+  await ownPage?.screenshot({ path: `/tmp/webui-e2e-${name}-own-page.png` }).catch(() => undefined)
+  ownPage = undefined
 })
 
 after(async () => {
@@ -102,6 +107,7 @@ test('wall panel: keyboard alternative refuses a device', async () => {
 
 test('touch panel: a finger drags a device in', async () => {
   const { context, page } = await signIn(browser, stack.url, WALL, { touch: true })
+  ownPage = page
   const mac = await stack.join('kids-tablet')
   await page.waitForSelector(label('asking', mac), { timeout: stack.fake ? 1000 : 10000 })
   await touchDragTo(page, mac, 'inside')

@@ -179,24 +179,32 @@ export async function shot(page, name) {
 
 export const label = (zone, mac) => `.zone-${zone} .label[data-mac="${mac}"]`
 
+/** Where a drag of the device's label starts and ends: the label's middle once Playwright's checks for a press
+ * (`check`: a hover's, or a tap's) pass there, so the label is visible, stable over two animation frames and
+ * what a press on its middle reaches, and the zone's middle. Read at once, the label's box can be a moment old
+ * while a fresh page's board still lays out its first status, and the press then lands beside the label. */
+async function dragPoints(page, mac, zone, check) {
+  const grip = page.locator(`.label[data-mac="${mac}"]`)
+  await check(grip)
+  const from = await grip.boundingBox()
+  const to = await page.locator(`.zone-${zone}`).boundingBox()
+  return [from.x + from.width / 2, from.y + from.height / 2, to.x + to.width / 2, to.y + to.height / 2]
+}
+
 /** Drag with real pointer events (mouse): press on the label, move in steps, release over the zone. */
 export async function dragTo(page, mac, zone) {
-  const from = await page.locator(`.label[data-mac="${mac}"]`).boundingBox()
-  const to = await page.locator(`.zone-${zone}`).boundingBox()
-  await page.mouse.move(from.x + from.width / 2, from.y + from.height / 2)
+  const [x0, y0, x1, y1] = await dragPoints(page, mac, zone, (grip) => grip.hover({ trial: true }))
+  await page.mouse.move(x0, y0)
   await page.mouse.down()
-  await page.mouse.move(to.x + to.width / 2, to.y + to.height / 2, { steps: 12 })
+  await page.mouse.move(x1, y1, { steps: 12 })
   await page.mouse.up()
 }
 
 /** The same drag with a finger: raw touch events through the DevTools protocol. */
 export async function touchDragTo(page, mac, zone) {
-  const from = await page.locator(`.label[data-mac="${mac}"]`).boundingBox()
-  const to = await page.locator(`.zone-${zone}`).boundingBox()
+  const [x0, y0, x1, y1] = await dragPoints(page, mac, zone, (grip) => grip.tap({ trial: true }))
   const cdp = await page.context().newCDPSession(page)
   const point = (x, y) => [{ x: Math.round(x), y: Math.round(y), id: 1 }]
-  const [x0, y0] = [from.x + from.width / 2, from.y + from.height / 2]
-  const [x1, y1] = [to.x + to.width / 2, to.y + to.height / 2]
   await cdp.send('Input.dispatchTouchEvent', { type: 'touchStart', touchPoints: point(x0, y0) })
   for (let i = 1; i <= 12; i++) {
     await cdp.send('Input.dispatchTouchEvent', { type: 'touchMove', touchPoints: point(x0 + ((x1 - x0) * i) / 12, y0 + ((y1 - y0) * i) / 12) })
