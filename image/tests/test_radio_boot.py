@@ -297,9 +297,14 @@ def router(net):
         vm = RouterVm(disk, STATE / "vm", {"radio-test": radio_test_drive()}, net.vm_ns)
     vm.start()
     yield vm
-    try:  # the router's side of what happened, kept beside the console's
-        journal = vm.run("journalctl -b --no-pager -o short-monotonic -u 'homework-*'", timeout=120, check=False)
-        (STATE / "journal.log").write_text(journal)
+    try:  # the router's side of what happened, kept beside the console's: its services, both access points'
+        # hostapd (the satellite's runs outside the router's units, logging to syslog) and the satellite's agent
+        for name, command in (
+            ("journal.log", "journalctl -b --no-pager -o short-monotonic -u 'homework-*'"),
+            ("hostapd.log", "journalctl -b --no-pager -o short-monotonic -t hostapd"),
+            ("satellite-agent.log", f"cat {SATELLITE_STATE}/agent.log"),
+        ):
+            (STATE / name).write_text(vm.run(command, timeout=120, check=False))
     except VmError:
         pass
     vm.kill()
