@@ -4,6 +4,7 @@ systemd units rendered from deploy/services.toml."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -779,6 +780,10 @@ ip link set lo up
 ip link add "$WAN" type veth peer name isp
 ip link set "$WAN" up
 ip link set isp up
+# The router's /run: a tmpfs, with the directory its tmpfiles.d (homework.conf) makes for dhcpcd (a fresh
+# machine has none, and the unit's sandbox cannot make one: /run is read-only in it).
+mount -t tmpfs tmpfs /run
+mkdir /run/dhcpcd
 for ro in /etc /usr /var /tmp /run /root /home /proc/sys; do
   [ -d "$ro" ] && mount --bind "$ro" "$ro" && mount -o remount,bind,ro "$ro"
 done
@@ -822,7 +827,8 @@ def sandboxed_dhcpcd(unit: str, work: Path, state: Path, caps: list[str]) -> tup
         while time.monotonic() < deadline and proc.poll() is None and not prefix_file.exists():
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # dhcpcd and Kea, the namespace's only processes
+        with contextlib.suppress(ProcessLookupError):  # the sandbox failed: its log says why, below
+            os.killpg(proc.pid, signal.SIGTERM)  # dhcpcd and Kea, the namespace's only processes
         proc.wait(10)
     prefix = prefix_file.read_text() if prefix_file.exists() else ""
     return prefix, (work / "log" / "dhcpcd.log").read_text()
