@@ -256,12 +256,12 @@ def test_real_hostapd_reloads_the_device_keys_the_controller_writes_and_refuses_
     )
     phone = WifiKey("02:00:00:00:00:01", wifi_keys.new_passphrase(), 0.0)
     private_files.write(psk, wifi_keys.render_psk_file(private_files.read_text(psk), [phone]))
-    assert hostapd_ctrl.command(ctrl, "reload_wpa_psk") == "OK"
+    assert hostapd_ctrl.reload_keys(ctrl) == []  # no station on the air: none joining
     # The check is real: a line hostapd cannot read makes it refuse the reload, and the controller hears so.
     with open(psk, "a") as f:
         f.write("keyid=dev-x not-a-mac somepassphrase\n")
-    with pytest.raises(hostapd_ctrl.HostapdError, match="reload_wpa_psk"):
-        hostapd_ctrl.command(ctrl, "reload_wpa_psk")
+    with pytest.raises(hostapd_ctrl.HostapdError, match="RELOAD_WPA_PSK"):
+        hostapd_ctrl.reload_keys(ctrl)
 
 
 def test_the_controller_hears_a_station_join_from_real_hostapd_even_after_hostapd_restarts(wired_hostapd, tmp_path):
@@ -388,6 +388,58 @@ def test_the_stations_already_on_the_air_are_read_with_the_key_each_used():
         ("02:00:00:00:00:02", "", True),
     ]
     assert hostapd_ctrl.stations_present("") == []
+
+
+# What hostapd's ALL_STA shows of stations at each step of joining, and of one leaving (the slowed radio story's).
+AUTHENTICATED_ONLY = "02:00:00:00:00:04\nflags=[AUTH]\n"  # no association yet, so no key at all
+AMID_HANDSHAKE = "02:00:00:00:00:05\nflags=[AUTH][ASSOC][WMM]\nhostapdWPAPTKState=7\nkeyid=dev-aabbcc\n"
+BACK_FROM_A_ROAM = "02:00:00:00:00:06\nflags=[AUTH][ASSOC][AUTHORIZED]\nhostapdWPAPTKState=5\nkeyid=guest\n"
+LEAVING = "02:00:00:00:00:07\nflags=\nhostapdWPAPTKState=0\ntimeout_next=REMOVE\n"
+JOINED = "02:00:00:00:00:08\nflags=[AUTH][ASSOC][AUTHORIZED]\nhostapdWPAPTKState=11\nkeyid=guest\n"
+
+
+def test_the_stations_amid_joining_are_told_from_those_joined_and_those_leaving():
+    answer = AUTHENTICATED_ONLY + AMID_HANDSHAKE + BACK_FROM_A_ROAM + LEAVING + JOINED + STA_SAE
+    assert hostapd_ctrl.joining(answer) == ["02:00:00:00:00:04", "02:00:00:00:00:05", "02:00:00:00:00:06"]
+    assert hostapd_ctrl.joining(JOINED + STA_SAE + LEAVING) == [] and hostapd_ctrl.joining("") == []
+
+
+@pytest.fixture
+def hostapd_asked(monkeypatch):
+    """hostapd's socket as reload_keys uses it: ALL_STA answered in turn from `answers` (the last one kept), and
+    every request recorded with the stations' answer it came after."""
+    answers: list[str] = []
+    asked: list[str] = []
+
+    def command(ctrl, *words):
+        asked.append(" ".join(words))
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    monkeypatch.setattr(hostapd_ctrl, "command", command)
+    monkeypatch.setattr(hostapd_ctrl, "request", lambda ctrl, message: asked.append(message) or "OK")
+    monkeypatch.setattr(hostapd_ctrl, "RELOAD_POLL_S", 0.01)
+    return answers, asked
+
+
+def test_the_key_file_is_read_again_only_once_a_station_amid_joining_has_joined(hostapd_asked):
+    """hostapd 2.10 puts off the air, at RELOAD_WPA_PSK, a station amid its handshake: the reload waits for it."""
+    answers, asked = hostapd_asked
+    joined_too = AMID_HANDSHAKE.replace("[WMM]", "[AUTHORIZED][WMM]").replace("=7", "=11")
+    answers += [JOINED + AMID_HANDSHAKE, JOINED + AMID_HANDSHAKE, JOINED + joined_too]
+    assert hostapd_ctrl.reload_keys("ctrl") == []
+    assert asked == ["all_sta", "all_sta", "all_sta", "RELOAD_WPA_PSK"]
+    # With nobody joining: at once.
+    asked.clear()
+    answers[:] = [JOINED]
+    assert hostapd_ctrl.reload_keys("ctrl") == [] and asked == ["all_sta", "RELOAD_WPA_PSK"]
+
+
+def test_a_station_that_never_finishes_joining_holds_the_key_file_back_only_so_long(hostapd_asked):
+    answers, asked = hostapd_asked
+    answers.append(AMID_HANDSHAKE)  # a wrong passphrase, tried again and again
+    started = time.monotonic()
+    assert hostapd_ctrl.reload_keys("ctrl", wait_s=0.2) == ["02:00:00:00:00:05"]
+    assert 0.2 <= time.monotonic() - started < 2 and asked[-1] == "RELOAD_WPA_PSK"
 
 
 def test_real_hostapd_takes_an_sae_password_set_while_it_runs_and_a_refusal_names_no_secret(wired_hostapd):

@@ -236,13 +236,14 @@ class AccessPoint:
         A station is not touched by the passwords: one already on keeps its connection until it joins again.
         But hostapd's RELOAD_WPA_PSK (the key file read again) puts off the air every station whose key is not
         in the file, and to hostapd 2.10 that is every WPA3 station too (its key came from SAE, not from a
-        passphrase in the file): those rejoin by themselves, in about a second. So the key file is read again
+        passphrase in the file): those rejoin by themselves, in about a second. A station amid joining would be
+        put off the air too: the reload waits for it (`hostapd_ctrl.reload_keys`). So the key file is read again
         only when it changed: a device's WPA2 key issued works, and a revoked one stops, only from then on."""
         for line in conf.splitlines():
             if line.startswith(SAE_PASSWORD):  # straight to the socket: a password on no command line
                 hostapd_ctrl.request(str(self.ctrl), f"SET sae_password {line.removeprefix(SAE_PASSWORD)}")
         if keys_changed:
-            hostapd_ctrl.request(str(self.ctrl), "RELOAD_WPA_PSK")
+            hostapd_ctrl.reload_keys(str(self.ctrl))
 
     def key_file(self) -> str:
         """The key file as it is now ("" without one)."""

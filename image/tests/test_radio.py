@@ -124,8 +124,13 @@ def served_radio(tmp_path, monkeypatch):
         ran.append(("hostapd", message, conf()))
         return "OK"
 
+    def command(ctrl: str, *words: str) -> str:  # the stations on the air: none amid joining
+        request(ctrl, " ".join(words).upper())
+        return ""
+
     monkeypatch.setattr(radio, "run", run)
     monkeypatch.setattr(radio.hostapd_ctrl, "request", request)
+    monkeypatch.setattr(radio.hostapd_ctrl, "command", command)
     return tmp_path, ran
 
 
@@ -167,6 +172,7 @@ def test_a_new_guest_passphrase_is_given_to_the_running_hostapd_and_its_key_file
     assert [cmd[:-1] for cmd in ran] == [
         ("hostapd", "SET sae_password new guest pass"),
         ("hostapd", "SET sae_password old|mac=02:00:00:00:00:01"),  # ahead of the new guest line again
+        ("hostapd", "ALL_STA"),  # none amid joining (the reload would put it off the air)
         ("hostapd", "RELOAD_WPA_PSK"),
     ]
 

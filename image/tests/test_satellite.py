@@ -43,6 +43,8 @@ def radio(tmp_path, monkeypatch):
     monkeypatch.setattr(satellite.Radio, "start", lambda self: told.append("start"))
     monkeypatch.setattr(satellite.Radio, "stop", lambda self: told.append("stop"))
     monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: told.append(message) or "OK")
+    # The stations on the air: none amid joining.
+    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: told.append(" ".join(words)) or "")
     (tmp_path / "state").mkdir()
     return satellite.Radio("wlan0", "br0", tmp_path / "state", tmp_path / "run", channel=1), told
 
@@ -112,6 +114,8 @@ def test_a_deny_hostapd_did_not_take_is_tried_again_at_the_next_poll(radio, monk
     monkeypatch.setattr(satellite.hostapd_ctrl, "request", refused)
     box.deny(frozenset({PHONE}))
     monkeypatch.setattr(satellite.hostapd_ctrl, "request", lambda ctrl, message: told.append(message) or "OK")
+    # The stations on the air: none amid joining.
+    monkeypatch.setattr(satellite.hostapd_ctrl, "command", lambda ctrl, *words: told.append(" ".join(words)) or "")
     told.clear()
     box.deny(frozenset({PHONE}))
     assert told == [f"DENY_ACL ADD_MAC {PHONE}", f"DEAUTHENTICATE {PHONE}"]

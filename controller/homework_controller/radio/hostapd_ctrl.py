@@ -221,15 +221,23 @@ def gone_for(sta_answer: str, ms: int) -> bool:
     return False
 
 
-def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
-    """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) ->
-    (MAC, keyid or "", joined over SAE) for each station authorized by a handshake that completed. One amid a
-    handshake (`handshake_under_way`: its key id is not the key it proves) is left out: it is judged at the
-    `EAPOL-4WAY-HS-COMPLETED` that ends it (or it fails, and hostapd says it left)."""
-    present = []
+def _station_blocks(all_sta_answer: str) -> Iterator[list[str]]:
+    """hostapd's `ALL_STA` answer (each station's `STA` answer in turn, its MAC the first line) -> each station's
+    lines."""
     for block in re.split(r"(?m)^(?=[0-9a-f]{2}(?::[0-9a-f]{2}){5}$)", all_sta_answer):
-        lines = block.splitlines()
-        if not lines or "[AUTHORIZED]" not in block:
+        if lines := block.splitlines():
+            yield lines
+
+
+def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
+    """hostapd's `ALL_STA` answer -> (MAC, keyid or "", joined over SAE) for each station authorized by a
+    handshake that completed. One amid a handshake (`handshake_under_way`: its key id is not the key it proves)
+    is left out: it is judged at the `EAPOL-4WAY-HS-COMPLETED` that ends it (or it fails, and hostapd says it
+    left)."""
+    present = []
+    for lines in _station_blocks(all_sta_answer):
+        block = "\n".join(lines)
+        if "[AUTHORIZED]" not in block:
             continue
         keyid = next((line.removeprefix("keyid=") for line in lines if line.startswith("keyid=")), "")
         state = handshake_under_way(block)
@@ -244,6 +252,50 @@ def stations_present(all_sta_answer: str) -> list[tuple[str, str, bool]]:
             continue
         present.append((lines[0].strip(), keyid, joined_over_sae(block)))
     return present
+
+
+def joining(all_sta_answer: str) -> list[str]:
+    """The stations of hostapd's `ALL_STA` answer amid joining: authenticated (perhaps associated) but not yet
+    authorized by a completed 4-way handshake, or amid a new one (back from a roam, say). One that is leaving
+    (its flags emptied, its entry waiting to be removed) is not."""
+    busy = []
+    for lines in _station_blocks(all_sta_answer):
+        flags = next((line.removeprefix("flags=") for line in lines if line.startswith("flags=")), "")
+        if "[AUTH]" not in flags:
+            continue
+        if "[AUTHORIZED]" not in flags or handshake_under_way("\n".join(lines)) is not None:
+            busy.append(lines[0].strip())
+    return busy
+
+
+# How long reading the key file again waits, at most, for the stations amid joining to finish first (a handshake
+# takes well under a second, a few under a slow emulation): one that never finishes (a wrong passphrase tried
+# again and again) does not hold the household's keys back longer.
+RELOAD_WAIT_S = 5.0
+RELOAD_POLL_S = 0.05
+
+
+def reload_keys(ctrl: str, wait_s: float = RELOAD_WAIT_S) -> list[str]:
+    """hostapd reads its key file again (`RELOAD_WPA_PSK`) once no station is amid joining (`joining`), or after
+    `wait_s`: the stations still joining then, which it put off the air (they join again), are returned.
+
+    hostapd 2.10 puts off the air, at that reload, every station whose PMK is no key of the new list for its
+    MAC or for any (ctrl_iface.c, kick_mismatch_psk_sta_iter). One that has only authenticated has no PMK yet;
+    one amid its 4-way handshake holds the list's first key that fits its MAC (`handshake_under_way`), often
+    another device's: read then, the file took off the air a station that was joining at that moment (the radio
+    story's slowed run: a station on the satellite connected, its entry there emptied)."""
+    started = time.monotonic()
+    waited_for: set[str] = set()
+    while (busy := joining(command(ctrl, "all_sta"))) and time.monotonic() < started + wait_s:
+        waited_for.update(busy)
+        time.sleep(RELOAD_POLL_S)
+    if busy:
+        LOG.warning("%s still joining after %g s: reading the key file puts them off the air", ", ".join(busy), wait_s)
+    elif waited_for:
+        LOG.info("the key file read again once %s had joined (%.0f ms)", ", ".join(sorted(waited_for)),
+                 (time.monotonic() - started) * 1e3)  # fmt: skip
+    request(ctrl, "RELOAD_WPA_PSK")
+    return busy
 
 
 def served_ssid(ctrl: str) -> str:
@@ -373,7 +425,7 @@ class Authenticator:
             if not self.ctrl:
                 return {"applied": False, "note": "key file written; no hostapd socket to tell (--hostapd-ctrl)"}
             try:
-                command(self.ctrl, "reload_wpa_psk")
+                reload_keys(self.ctrl)
             except HostapdError as exc:
                 LOG.error("%s", exc)
                 return {"applied": False, "note": f"key file written; {exc}"}
