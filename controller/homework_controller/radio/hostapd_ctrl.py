@@ -282,8 +282,8 @@ def reload_keys(ctrl: str, wait_s: float = RELOAD_WAIT_S) -> list[str]:
     hostapd 2.10 puts off the air, at that reload, every station whose PMK is no key of the new list for its
     MAC or for any (ctrl_iface.c, kick_mismatch_psk_sta_iter). One that has only authenticated has no PMK yet;
     one amid its 4-way handshake holds the list's first key that fits its MAC (`handshake_under_way`), often
-    another device's: read then, the file took off the air a station that was joining at that moment (the radio
-    story's slowed run: a station on the satellite connected, its entry there emptied)."""
+    another device's. Read then, the file takes off the air a station joining at that moment: the likely cause of
+    the slowed radio story's failure at the satellite (a station connected, its entry there emptied)."""
     started = time.monotonic()
     waited_for: set[str] = set()
     while (busy := joining(command(ctrl, "all_sta"))) and time.monotonic() < started + wait_s:
