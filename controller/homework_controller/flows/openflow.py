@@ -77,6 +77,7 @@ _MATCH_HEADER = struct.Struct("!HH")
 _INSTRUCTION_GOTO = struct.Struct("!HHB3x")
 _INSTRUCTION_METER = struct.Struct("!HHI")
 _INSTRUCTION_ACTIONS = struct.Struct("!HH4x")
+_ACTION_HEADER = struct.Struct("!HH")  # type, length (set_field: its OXM follows)
 _ACTION_OUTPUT = struct.Struct("!HHIH6x")
 _ACTION_WORD = struct.Struct("!HHI")  # set_queue, group: a type, a length and one 32-bit value
 _ACTION_DEC_NW_TTL = struct.Struct("!HH4x")
@@ -112,7 +113,8 @@ def _action_wire(action) -> bytes:
         return _ACTION_OUTPUT.pack(ofp.OFPAT_OUTPUT, _ACTION_OUTPUT.size, port_number(action.port), max_len)
     if isinstance(action, flows.SetField):
         tlv = _oxm_tlv(*_match_field(action.field, action.value))
-        return _padded(struct.pack("!HH", ofp.OFPAT_SET_FIELD, len(_padded(b"1234" + tlv))) + tlv)
+        unpadded = _ACTION_HEADER.size + len(tlv)
+        return _padded(_ACTION_HEADER.pack(ofp.OFPAT_SET_FIELD, unpadded + -unpadded % 8) + tlv)
     if isinstance(action, flows.SetQueue):
         return _ACTION_WORD.pack(ofp.OFPAT_SET_QUEUE, _ACTION_WORD.size, action.queue_id)
     if isinstance(action, flows.DecTtl):
